@@ -1,0 +1,173 @@
+-- replicant 0.1.0: stream committed changes to HTTP sinks.
+\echo Use "CREATE EXTENSION replicant" to load this file. \quit
+
+-- API: Private. The pipeline catalog. It holds secrets, so PUBLIC can never
+-- read it; the views below show what is safe to show.
+CREATE TABLE replicant.pipelines (
+    id                      integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name                    text NOT NULL UNIQUE CHECK (name ~ '^[a-z0-9_]{1,48}$'),
+    owner                   oid NOT NULL,
+    publications            text[] NOT NULL,
+    sink_url                text NOT NULL,
+    snapshot                text NOT NULL,
+    enabled                 boolean NOT NULL DEFAULT true,
+    halt_reason             text,
+    config_version          integer NOT NULL DEFAULT 1,
+    batch_max_bytes         integer NOT NULL,
+    batch_max_transactions  integer NOT NULL,
+    http_timeout_ms         integer NOT NULL,
+    connect_timeout_ms      integer NOT NULL,
+    headers                 jsonb NOT NULL,
+    secret                  text,
+    created_at              timestamptz NOT NULL DEFAULT now()
+);
+REVOKE ALL ON replicant.pipelines FROM PUBLIC;
+COMMENT ON TABLE replicant.pipelines IS
+    'API: Private. One row per pipeline; holds secrets, never granted to PUBLIC.';
+
+-- API: Private. The delivery checkpoint: the last commit the sink acknowledged.
+CREATE TABLE replicant.checkpoints (
+    pipeline_id integer PRIMARY KEY REFERENCES replicant.pipelines ON DELETE CASCADE,
+    commit_lsn  pg_lsn NOT NULL,
+    end_lsn     pg_lsn NOT NULL,
+    updated_at  timestamptz NOT NULL
+);
+REVOKE ALL ON replicant.checkpoints FROM PUBLIC;
+COMMENT ON TABLE replicant.checkpoints IS
+    'API: Private. Last commit LSN acknowledged by the sink, per pipeline.';
+
+CREATE FUNCTION replicant.create_pipeline(
+    name                    text,
+    publication             text[],
+    sink_url                text,
+    snapshot                text DEFAULT 'none',
+    batch_max_bytes         integer DEFAULT 8388608,
+    batch_max_transactions  integer DEFAULT 10000,
+    http_timeout_ms         integer DEFAULT 30000,
+    connect_timeout_ms      integer DEFAULT 5000,
+    headers                 jsonb DEFAULT '{}',
+    secret                  text DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
+COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text) IS
+    'Creates a pipeline streaming the publications'' changes to sink_url';
+
+CREATE FUNCTION replicant.create_pipeline(
+    name                    text,
+    publication             text,
+    sink_url                text,
+    snapshot                text DEFAULT 'none',
+    batch_max_bytes         integer DEFAULT 8388608,
+    batch_max_transactions  integer DEFAULT 10000,
+    http_timeout_ms         integer DEFAULT 30000,
+    connect_timeout_ms      integer DEFAULT 5000,
+    headers                 jsonb DEFAULT '{}',
+    secret                  text DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
+COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text) IS
+    'Creates a pipeline streaming one publication''s changes to sink_url';
+
+CREATE FUNCTION replicant.alter_pipeline(
+    name                    text,
+    publication             text[] DEFAULT NULL,
+    sink_url                text DEFAULT NULL,
+    batch_max_bytes         integer DEFAULT NULL,
+    batch_max_transactions  integer DEFAULT NULL,
+    http_timeout_ms         integer DEFAULT NULL,
+    connect_timeout_ms      integer DEFAULT NULL,
+    headers                 jsonb DEFAULT NULL,
+    secret                  text DEFAULT NULL,
+    clear_secret            boolean DEFAULT false)
+RETURNS void
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'replicant_alter_pipeline';
+COMMENT ON FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean) IS
+    'Changes a pipeline''s options; NULL leaves an option as it is; the worker restarts with them';
+
+CREATE FUNCTION replicant.enable_pipeline(name text) RETURNS void
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'replicant_enable_pipeline';
+COMMENT ON FUNCTION replicant.enable_pipeline(text) IS 'Starts a disabled pipeline';
+
+CREATE FUNCTION replicant.disable_pipeline(name text) RETURNS void
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'replicant_disable_pipeline';
+COMMENT ON FUNCTION replicant.disable_pipeline(text) IS
+    'Stops a pipeline''s worker; its slot keeps retaining WAL until it is enabled or dropped';
+
+CREATE FUNCTION replicant.resume_pipeline(name text) RETURNS void
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'replicant_resume_pipeline';
+COMMENT ON FUNCTION replicant.resume_pipeline(text) IS
+    'Clears a fail-closed halt once the operator has fixed its cause';
+
+CREATE FUNCTION replicant.drop_pipeline(name text) RETURNS void
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'replicant_drop_pipeline';
+COMMENT ON FUNCTION replicant.drop_pipeline(text) IS
+    'Stops the worker and drops the pipeline''s slot and state';
+
+REVOKE ALL ON FUNCTION
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text),
+    replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean),
+    replicant.enable_pipeline(text),
+    replicant.disable_pipeline(text),
+    replicant.resume_pipeline(text),
+    replicant.drop_pipeline(text)
+FROM PUBLIC;
+
+-- API: Private. Live state of the workers, from shared memory.
+CREATE FUNCTION replicant._worker_status(
+    OUT pipeline_id integer,
+    OUT state text,
+    OUT worker_pid integer,
+    OUT transactions_delivered bigint,
+    OUT changes_delivered bigint,
+    OUT batches_delivered bigint,
+    OUT bytes_delivered bigint,
+    OUT retries bigint,
+    OUT last_delivery_at timestamptz,
+    OUT last_error text)
+RETURNS SETOF record
+LANGUAGE C STRICT VOLATILE
+AS 'MODULE_PATHNAME', 'replicant_worker_status';
+REVOKE ALL ON FUNCTION replicant._worker_status() FROM PUBLIC;
+
+-- API: Private. Shows a URL without its user information.
+CREATE FUNCTION replicant._redact_url(url text) RETURNS text
+LANGUAGE C STRICT IMMUTABLE
+AS 'MODULE_PATHNAME', 'replicant_redact_url';
+
+CREATE VIEW replicant.status AS
+SELECT p.name AS pipeline,
+       CASE
+           WHEN p.halt_reason IS NOT NULL THEN 'halted'
+           WHEN NOT p.enabled THEN 'disabled'
+           ELSE coalesce(w.state, 'starting')
+       END AS state,
+       ('replicant_' || p.name)::name AS slot_name,
+       c.commit_lsn AS checkpoint_lsn,
+       s.confirmed_flush_lsn,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint AS lag_bytes,
+       coalesce(w.transactions_delivered, 0) AS transactions_delivered,
+       coalesce(w.changes_delivered, 0) AS changes_delivered,
+       coalesce(w.batches_delivered, 0) AS batches_delivered,
+       coalesce(w.bytes_delivered, 0) AS bytes_delivered,
+       coalesce(w.retries, 0) AS retries,
+       coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
+       coalesce(p.halt_reason, w.last_error) AS last_error,
+       w.worker_pid,
+       replicant._redact_url(p.sink_url) AS sink_url,
+       p.publications
+  FROM replicant.pipelines p
+  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id
+  LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = 'replicant_' || p.name
+  LEFT JOIN replicant._worker_status() w ON w.pipeline_id = p.id;
+COMMENT ON VIEW replicant.status IS
+    'One row per pipeline: state, positions, counters and the last value-free error';
+
+-- API: Private, for tests. Encodes a row exactly as the stream and snapshot paths do.
+CREATE FUNCTION replicant._encode_row(record) RETURNS text
+LANGUAGE C STRICT STABLE
+AS 'MODULE_PATHNAME', 'replicant_encode_row';
+REVOKE ALL ON FUNCTION replicant._encode_row(record) FROM PUBLIC;

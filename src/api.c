@@ -1,0 +1,819 @@
+/*
+ * api.c
+ *		SQL-callable management functions: create, alter, enable, disable,
+ *		resume and drop pipelines.
+ *
+ * Every function validates all of its input before it changes anything,
+ * and changes nothing when it fails.  The pipeline's slot is created in the
+ * caller's statement, so changes committed after create_pipeline() returns
+ * are never missed; it stays ephemeral (dropped on error) until the
+ * transaction commits.  Changes reach the workers through the launcher,
+ * which is asked to re-read this database only once the caller commits.
+ */
+#include "postgres.h"
+
+#include <curl/curl.h>
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "access/xlogutils.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_authid_d.h"
+#include "catalog/pg_publication.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "replication/logical.h"
+#include "replication/slot.h"
+#include "storage/lwlock.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+#include "utils/varlena.h"
+
+#include "compat.h"
+#include "pipeline.h"
+#include "replicant.h"
+#include "shmem.h"
+#include "signing.h"
+
+PG_FUNCTION_INFO_V1(replicant_create_pipeline);
+PG_FUNCTION_INFO_V1(replicant_alter_pipeline);
+PG_FUNCTION_INFO_V1(replicant_enable_pipeline);
+PG_FUNCTION_INFO_V1(replicant_disable_pipeline);
+PG_FUNCTION_INFO_V1(replicant_resume_pipeline);
+PG_FUNCTION_INFO_V1(replicant_drop_pipeline);
+
+#define MAX_URL_LENGTH 2048
+#define MAX_HEADERS 32
+#define MAX_HEADER_VALUE_LENGTH 8192
+
+/* Headers replicant sets itself. */
+static const char *const reserved_headers[] = {
+	"content-type", "content-length", "content-encoding", "transfer-encoding",
+	"host", "connection", "expect", "user-agent", "keep-alive",
+	"webhook-id", "webhook-timestamp", "webhook-signature", NULL
+};
+
+/* What a slot created in this transaction still needs at commit. */
+static bool slot_created_in_xact = false;
+static bool xact_callback_registered = false;
+static bool resync_on_abort = false;
+
+/*
+ * Makes the slot permanent just before commit, and lets go of it only once
+ * the pipeline row is visible, so the sync worker never mistakes it for an
+ * orphan.  On error the server releases the ephemeral slot, which drops it.
+ */
+static void
+api_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (slot_created_in_xact)
+				ReplicationSlotPersist();
+			break;
+		case XACT_EVENT_COMMIT:
+			if (slot_created_in_xact && MyReplicationSlot != NULL)
+				ReplicationSlotRelease();
+			slot_created_in_xact = false;
+			resync_on_abort = false;
+			break;
+		case XACT_EVENT_ABORT:
+			slot_created_in_xact = false;
+			if (resync_on_abort)
+				replicant_shmem_request_sync(MyDatabaseId);
+			resync_on_abort = false;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+register_xact_callback(void)
+{
+	if (!xact_callback_registered)
+		RegisterXactCallback(api_xact_callback, NULL);
+	xact_callback_registered = true;
+}
+
+/*
+ * Server prerequisites
+ */
+static bool
+output_plugin_allowed(void)
+{
+	const char *setting = GetConfigOption("output_plugin_libraries", true, false);
+	List	   *names;
+	ListCell   *lc;
+
+	if (setting == NULL)
+		return true;			/* servers before 15.19 load any plugin */
+	if (!SplitIdentifierString(pstrdup(setting), ',', &names))
+		return false;
+	foreach(lc, names)
+		if (strcmp(lfirst(lc), "replicant") == 0)
+			return true;
+	return false;
+}
+
+static void
+check_prerequisites(void)
+{
+	if (!replicant_shmem_ready())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("replicant is not loaded through \"shared_preload_libraries\""),
+				 errhint("Add \"replicant\" to \"shared_preload_libraries\" and restart the server.")));
+	if (wal_level < WAL_LEVEL_LOGICAL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("replicant requires \"wal_level\" to be \"logical\""),
+				 errhint("Set \"wal_level = logical\" and restart the server.")));
+	if (!output_plugin_allowed())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("\"output_plugin_libraries\" does not list \"replicant\""),
+				 errhint("Add \"replicant\" to \"output_plugin_libraries\", for example \"output_plugin_libraries = 'pgoutput, test_decoding, replicant'\", and reload the configuration.")));
+}
+
+/*
+ * Catalog access as the bootstrap superuser: callers may have been granted
+ * the functions without being able to read the secrets table.
+ */
+typedef struct ApiSpi
+{
+	Oid			saved_userid;
+	int			saved_sec_context;
+} ApiSpi;
+
+static void
+api_spi_begin(ApiSpi *s)
+{
+	GetUserIdAndSecContext(&s->saved_userid, &s->saved_sec_context);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
+						   s->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+static void
+api_spi_end(ApiSpi *s)
+{
+	SPI_finish();
+	SetUserIdAndSecContext(s->saved_userid, s->saved_sec_context);
+}
+
+/*
+ * Input validation
+ */
+static char *
+required_text(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", argname)));
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+static void
+check_range(const char *option, int value, int min, int max)
+{
+	if (value < min || value > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between %d and %d", option, min, max)));
+}
+
+/* An option argument: NULL is refused unless null_ok (alter_pipeline). */
+static bool
+int_option(FunctionCallInfo fcinfo, int argno, const char *option,
+		   int min, int max, bool null_ok, int *value)
+{
+	if (PG_ARGISNULL(argno))
+	{
+		if (!null_ok)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not be null", option)));
+		return false;
+	}
+	*value = PG_GETARG_INT32(argno);
+	check_range(option, *value, min, max);
+	return true;
+}
+
+/*
+ * Accepts http and https URLs with a host and without user information.
+ * Messages never echo the URL: it may hold a token.
+ */
+static void
+check_sink_url(const char *url)
+{
+	CURLU	   *parsed;
+	char	   *part = NULL;
+	const char *p;
+	CURLUcode	rc;
+
+	if (strlen(url) > MAX_URL_LENGTH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sink URL is too long"),
+				 errdetail("Sink URLs have at most %d characters.", MAX_URL_LENGTH)));
+	for (p = url; *p; p++)
+		if ((unsigned char) *p <= 0x20 || (unsigned char) *p >= 0x7f)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("sink URL contains a space, control or non-ASCII character"),
+					 errhint("Percent-encode such characters.")));
+	if (pg_strncasecmp(url, "http://", 7) != 0 && pg_strncasecmp(url, "https://", 8) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sink URL must start with \"http://\" or \"https://\"")));
+
+	parsed = curl_url();
+	if (parsed == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	rc = curl_url_set(parsed, CURLUPART_URL, url, 0);
+	if (rc == CURLUE_OK)
+	{
+		if (curl_url_get(parsed, CURLUPART_USER, &part, 0) == CURLUE_OK ||
+			curl_url_get(parsed, CURLUPART_PASSWORD, &part, 0) == CURLUE_OK)
+		{
+			curl_free(part);
+			curl_url_cleanup(parsed);
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("sink URL must not contain credentials"),
+					 errhint("Pass them as a header instead, for example headers => '{\"Authorization\": \"Bearer ...\"}'.")));
+		}
+	}
+	curl_url_cleanup(parsed);
+	if (rc != CURLUE_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sink URL is not a valid URL")));
+}
+
+static bool
+is_token_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		(c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+/* Headers: a JSON object of string values, with safe names and values. */
+static void
+check_headers(Jsonb *headers)
+{
+	Oid			argtypes[1] = {JSONBOID};
+	Datum		args[1] = {JsonbPGetDatum(headers)};
+	uint64		i;
+
+	if (SPI_execute_with_args("SELECT jsonb_typeof($1)", 1, argtypes, args,
+							  NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not inspect headers");
+	if (strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "object") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("headers must be a JSON object")));
+
+	if (SPI_execute_with_args("SELECT key, value #>> '{}', jsonb_typeof(value) FROM jsonb_each($1)",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not inspect headers");
+	if (SPI_processed > MAX_HEADERS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("at most %d headers may be set", MAX_HEADERS)));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *name = SPI_getvalue(tuple, desc, 1);
+		char	   *value = SPI_getvalue(tuple, desc, 2);
+		char	   *type = SPI_getvalue(tuple, desc, 3);
+		const char *const *reserved;
+		const char *p;
+
+		if (name[0] == '\0' || strlen(name) > 64)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("header names must have between 1 and 64 characters")));
+		for (p = name; *p; p++)
+			if (!is_token_char(*p))
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("header name contains a character not allowed in HTTP header names")));
+		for (reserved = reserved_headers; *reserved; reserved++)
+			if (pg_strcasecmp(name, *reserved) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("header \"%s\" is set by replicant and cannot be configured", *reserved)));
+		if (strcmp(type, "string") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("header \"%s\" must have a string value", name)));
+		if (strlen(value) > MAX_HEADER_VALUE_LENGTH)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("value of header \"%s\" is too long", name)));
+		for (p = value; *p; p++)
+			if ((unsigned char) *p < 0x20 || (unsigned char) *p == 0x7f)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("value of header \"%s\" contains a control character", name),
+						 errdetail("Header values must not contain line breaks or other control characters.")));
+	}
+}
+
+/* The publications argument: text or text[], non-empty, existing, distinct. */
+static ArrayType *
+check_publications(FunctionCallInfo fcinfo, int argno)
+{
+	Oid			argtype = get_fn_expr_argtype(fcinfo->flinfo, argno);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			nelems;
+	List	   *seen = NIL;
+	int			i;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("publication must not be null")));
+	if (argtype == TEXTOID)
+	{
+		Datum		one = PG_GETARG_DATUM(argno);
+
+		return construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT);
+	}
+
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(argno), TEXTOID, -1, false,
+					  TYPALIGN_INT, &elems, &nulls, &nelems);
+	if (nelems == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("at least one publication is required")));
+	for (i = 0; i < nelems; i++)
+	{
+		char	   *name;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("publication names must not be null")));
+		name = TextDatumGetCString(elems[i]);
+		if (list_member(seen, makeString(name)))
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("publication \"%s\" is listed more than once", name)));
+		seen = lappend(seen, makeString(name));
+	}
+	return PG_GETARG_ARRAYTYPE_P(argno);
+}
+
+static void
+check_publications_exist(ArrayType *pubs)
+{
+	Datum	   *elems;
+	int			nelems;
+	int			i;
+
+	deconstruct_array(pubs, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &nelems);
+	for (i = 0; i < nelems; i++)
+	{
+		char	   *name = TextDatumGetCString(elems[i]);
+
+		replicant_pipeline_check_publication_name(name);
+		if (!OidIsValid(get_publication_oid(name, true)))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("publication \"%s\" does not exist", name)));
+	}
+}
+
+static void
+check_owner_can_login(Oid owner)
+{
+	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(owner));
+	bool		can_login;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for role %u", owner);
+	can_login = ((Form_pg_authid) GETSTRUCT(tuple))->rolcanlogin;
+	ReleaseSysCache(tuple);
+	if (!can_login)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("role \"%s\" cannot own a pipeline because it cannot log in",
+						GetUserNameFromId(owner, false)),
+				 errdetail("Pipeline workers connect as the pipeline's owner.")));
+}
+
+/*
+ * Looks a pipeline up for a management function: it must exist and the
+ * caller must have the privileges of its owner.  Locks the row.
+ */
+typedef struct PipelineRef
+{
+	int32		id;
+	Oid			owner;
+	char	   *name;
+	bool		halted;
+	bool		enabled;
+} PipelineRef;
+
+static PipelineRef
+lookup_pipeline(const char *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	PipelineRef ref;
+	bool		isnull;
+
+	if (SPI_execute_with_args("SELECT id, owner, halt_reason IS NOT NULL, enabled"
+							  "  FROM replicant.pipelines WHERE name = $1 FOR UPDATE",
+							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("pipeline \"%s\" does not exist", name)));
+	ref.id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	ref.owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	ref.halted = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	ref.enabled = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	ref.name = pstrdup(name);
+	return ref;
+}
+
+static void
+check_is_owner(const PipelineRef *ref, ApiSpi *s)
+{
+	if (!has_privs_of_role(s->saved_userid, ref->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of pipeline \"%s\"", ref->name)));
+}
+
+static void
+run_update(const char *sql, int nargs, Oid *argtypes, Datum *args, const char *nulls)
+{
+	if (SPI_execute_with_args(sql, nargs, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update replicant.pipelines");
+}
+
+/* Creates the pipeline's logical slot, ephemeral until commit. */
+static void
+create_slot(const char *slot_name)
+{
+	LogicalDecodingContext *ctx;
+
+	if (MyReplicationSlot != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("only one pipeline can be created per transaction")));
+	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("cannot create a pipeline in a transaction that has performed writes")));
+
+	CheckLogicalDecodingRequirements();
+	register_xact_callback();
+	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL);
+	slot_created_in_xact = true;
+
+	ctx = CreateInitDecodingContext("replicant", NIL, false, InvalidXLogRecPtr,
+									XL_ROUTINE(.page_read = read_local_xlog_page,
+											   .segment_open = wal_segment_open,
+											   .segment_close = wal_segment_close),
+									NULL, NULL, NULL);
+	DecodingContextFindStartpoint(ctx);
+	FreeDecodingContext(ctx);
+}
+
+static int
+count_pipelines_in_shmem(void)
+{
+	int			n = 0;
+	int			i;
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	for (i = 0; i < replicant_max_pipelines; i++)
+		n += replicant_shmem->slots[i].in_use ? 1 : 0;
+	LWLockRelease(replicant_shmem->lock);
+	return n;
+}
+
+/*
+ * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
+ *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
+ *				   headers, secret)
+ */
+Datum
+replicant_create_pipeline(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	ArrayType  *pubs;
+	char	   *sink_url;
+	char	   *snapshot;
+	int			batch_max_bytes;
+	int			batch_max_transactions;
+	int			http_timeout_ms;
+	int			connect_timeout_ms;
+	Jsonb	   *headers;
+	char	   *secret = NULL;
+	Oid			owner = GetUserId();
+	ApiSpi		s;
+	Oid			argtypes[11] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
+	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID};
+	Datum		args[11];
+	char		nulls[11];
+
+	PreventInTransactionBlock(true, "replicant.create_pipeline()");
+	check_prerequisites();
+
+	name = required_text(fcinfo, 0, "pipeline name");
+	replicant_pipeline_check_name(name);
+	pubs = check_publications(fcinfo, 1);
+	sink_url = required_text(fcinfo, 2, "sink_url");
+	check_sink_url(sink_url);
+	snapshot = required_text(fcinfo, 3, "snapshot");
+	if (strcmp(snapshot, "initial") == 0 || strcmp(snapshot, "incremental") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("snapshot \"%s\" is not supported yet", snapshot)));
+	if (strcmp(snapshot, "none") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot must be \"none\", \"initial\" or \"incremental\"")));
+	int_option(fcinfo, 4, "batch_max_bytes", 1024, 1024 * 1024 * 1024, false, &batch_max_bytes);
+	int_option(fcinfo, 5, "batch_max_transactions", 1, 1000000, false, &batch_max_transactions);
+	int_option(fcinfo, 6, "http_timeout_ms", 100, 3600000, false, &http_timeout_ms);
+	int_option(fcinfo, 7, "connect_timeout_ms", 100, 600000, false, &connect_timeout_ms);
+	if (PG_ARGISNULL(8))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("headers must not be null"),
+				 errhint("Pass '{}' for no extra headers.")));
+	headers = PG_GETARG_JSONB_P(8);
+	if (!PG_ARGISNULL(9))
+	{
+		secret = text_to_cstring(PG_GETARG_TEXT_PP(9));
+		replicant_signing_check_secret(secret);
+	}
+	check_owner_can_login(owner);
+	if (count_pipelines_in_shmem() >= replicant_max_pipelines)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("cannot create more than %d pipelines", replicant_max_pipelines),
+				 errhint("You might need to increase \"%s\".", "replicant.max_pipelines")));
+
+	api_spi_begin(&s);
+	check_headers(headers);
+	check_publications_exist(pubs);
+	args[0] = CStringGetTextDatum(name);
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name = $1",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("pipeline \"%s\" already exists", name)));
+
+	/* Everything is valid: only now create the slot, then the row. */
+	create_slot(replicant_pipeline_slot_name(name));
+
+	args[1] = ObjectIdGetDatum(owner);
+	args[2] = PointerGetDatum(pubs);
+	args[3] = CStringGetTextDatum(sink_url);
+	args[4] = CStringGetTextDatum(snapshot);
+	args[5] = Int32GetDatum(batch_max_bytes);
+	args[6] = Int32GetDatum(batch_max_transactions);
+	args[7] = Int32GetDatum(http_timeout_ms);
+	args[8] = Int32GetDatum(connect_timeout_ms);
+	args[9] = JsonbPGetDatum(headers);
+	args[10] = secret ? CStringGetTextDatum(secret) : (Datum) 0;
+	memset(nulls, ' ', sizeof(nulls));
+	nulls[10] = secret ? ' ' : 'n';
+	if (SPI_execute_with_args("INSERT INTO replicant.pipelines"
+							  " (name, owner, publications, sink_url, snapshot,"
+							  "  batch_max_bytes, batch_max_transactions,"
+							  "  http_timeout_ms, connect_timeout_ms, headers, secret)"
+							  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+							  11, argtypes, args, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not insert into replicant.pipelines");
+	api_spi_end(&s);
+
+	replicant_shmem_request_sync_at_commit();
+	PG_RETURN_VOID();
+}
+
+/*
+ * alter_pipeline(name, publication, sink_url, batch_max_bytes,
+ *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
+ *				  headers, secret, clear_secret)
+ *
+ * NULL leaves an option unchanged.  The worker restarts with the new
+ * configuration (config_version changes) and resumes from its checkpoint.
+ */
+Datum
+replicant_alter_pipeline(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	ArrayType  *pubs = NULL;
+	char	   *sink_url = NULL;
+	int			values[4] = {0};
+	bool		given[4];
+	Jsonb	   *headers = NULL;
+	char	   *secret = NULL;
+	bool		clear_secret;
+	PipelineRef ref;
+	ApiSpi		s;
+	Oid			argtypes[10] = {INT4OID, TEXTARRAYOID, TEXTOID, INT4OID, INT4OID,
+	INT4OID, INT4OID, JSONBOID, TEXTOID, BOOLOID};
+	Datum		args[10];
+	char		nulls[10];
+
+	name = required_text(fcinfo, 0, "pipeline name");
+	replicant_pipeline_check_name(name);
+	if (!PG_ARGISNULL(1))
+		pubs = check_publications(fcinfo, 1);
+	if (!PG_ARGISNULL(2))
+	{
+		sink_url = text_to_cstring(PG_GETARG_TEXT_PP(2));
+		check_sink_url(sink_url);
+	}
+	given[0] = int_option(fcinfo, 3, "batch_max_bytes", 1024, 1024 * 1024 * 1024, true, &values[0]);
+	given[1] = int_option(fcinfo, 4, "batch_max_transactions", 1, 1000000, true, &values[1]);
+	given[2] = int_option(fcinfo, 5, "http_timeout_ms", 100, 3600000, true, &values[2]);
+	given[3] = int_option(fcinfo, 6, "connect_timeout_ms", 100, 600000, true, &values[3]);
+	if (!PG_ARGISNULL(7))
+		headers = PG_GETARG_JSONB_P(7);
+	if (!PG_ARGISNULL(8))
+	{
+		secret = text_to_cstring(PG_GETARG_TEXT_PP(8));
+		replicant_signing_check_secret(secret);
+	}
+	clear_secret = !PG_ARGISNULL(9) && PG_GETARG_BOOL(9);
+	if (clear_secret && secret != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cannot set and clear the signing secret at once")));
+
+	api_spi_begin(&s);
+	ref = lookup_pipeline(name);
+	check_is_owner(&ref, &s);
+	if (headers)
+		check_headers(headers);
+	if (pubs)
+		check_publications_exist(pubs);
+
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = Int32GetDatum(ref.id);
+	args[1] = pubs ? PointerGetDatum(pubs) : (Datum) 0;
+	nulls[1] = pubs ? ' ' : 'n';
+	args[2] = sink_url ? CStringGetTextDatum(sink_url) : (Datum) 0;
+	nulls[2] = sink_url ? ' ' : 'n';
+	for (int i = 0; i < 4; i++)
+	{
+		args[3 + i] = Int32GetDatum(values[i]);
+		nulls[3 + i] = given[i] ? ' ' : 'n';
+	}
+	args[7] = headers ? JsonbPGetDatum(headers) : (Datum) 0;
+	nulls[7] = headers ? ' ' : 'n';
+	args[8] = secret ? CStringGetTextDatum(secret) : (Datum) 0;
+	nulls[8] = secret ? ' ' : 'n';
+	args[9] = BoolGetDatum(clear_secret);
+	run_update("UPDATE replicant.pipelines SET"
+			   " publications = coalesce($2, publications),"
+			   " sink_url = coalesce($3, sink_url),"
+			   " batch_max_bytes = coalesce($4, batch_max_bytes),"
+			   " batch_max_transactions = coalesce($5, batch_max_transactions),"
+			   " http_timeout_ms = coalesce($6, http_timeout_ms),"
+			   " connect_timeout_ms = coalesce($7, connect_timeout_ms),"
+			   " headers = coalesce($8, headers),"
+			   " secret = CASE WHEN $10 THEN NULL ELSE coalesce($9, secret) END,"
+			   " config_version = config_version + 1"
+			   " WHERE id = $1",
+			   10, argtypes, args, nulls);
+	api_spi_end(&s);
+
+	replicant_shmem_request_sync_at_commit();
+	PG_RETURN_VOID();
+}
+
+static void
+set_state(FunctionCallInfo fcinfo, const char *assignment)
+{
+	char	   *name = required_text(fcinfo, 0, "pipeline name");
+	PipelineRef ref;
+	ApiSpi		s;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1];
+
+	replicant_pipeline_check_name(name);
+	api_spi_begin(&s);
+	ref = lookup_pipeline(name);
+	check_is_owner(&ref, &s);
+	if (strcmp(assignment, "halt_reason = NULL") == 0 && !ref.halted)
+		ereport(NOTICE,
+				(errmsg("pipeline \"%s\" is not halted", name)));
+	args[0] = Int32GetDatum(ref.id);
+	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id = $1", assignment),
+			   1, argtypes, args, NULL);
+	api_spi_end(&s);
+	replicant_shmem_request_sync_at_commit();
+}
+
+Datum
+replicant_enable_pipeline(PG_FUNCTION_ARGS)
+{
+	set_state(fcinfo, "enabled = true");
+	PG_RETURN_VOID();
+}
+
+Datum
+replicant_disable_pipeline(PG_FUNCTION_ARGS)
+{
+	set_state(fcinfo, "enabled = false");
+	PG_RETURN_VOID();
+}
+
+Datum
+replicant_resume_pipeline(PG_FUNCTION_ARGS)
+{
+	set_state(fcinfo, "halt_reason = NULL");
+	PG_RETURN_VOID();
+}
+
+/* Stops the pipeline's worker so its slot can be dropped. */
+static void
+stop_worker(int32 pipeline_id)
+{
+	ReplicantPipelineSlot *slot;
+	pid_t		pid = 0;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
+	if (slot)
+	{
+		/* Keeps the launcher from restarting it; an abort re-syncs. */
+		slot->runnable = false;
+		pid = slot->pid;
+	}
+	LWLockRelease(replicant_shmem->lock);
+	resync_on_abort = true;
+	register_xact_callback();
+	if (pid != 0)
+		kill(pid, SIGTERM);
+}
+
+/* drop_pipeline(name): stops the worker, drops the slot and all state. */
+Datum
+replicant_drop_pipeline(PG_FUNCTION_ARGS)
+{
+	char	   *name = required_text(fcinfo, 0, "pipeline name");
+	char	   *slot_name;
+	PipelineRef ref;
+	ApiSpi		s;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1];
+	bool		slot_exists;
+
+	/* Dropping a slot cannot be rolled back. */
+	PreventInTransactionBlock(true, "replicant.drop_pipeline()");
+	replicant_pipeline_check_name(name);
+	if (!replicant_shmem_ready())
+		check_prerequisites();
+
+	api_spi_begin(&s);
+	ref = lookup_pipeline(name);
+	check_is_owner(&ref, &s);
+	args[0] = Int32GetDatum(ref.id);
+	if (SPI_execute_with_args("DELETE FROM replicant.pipelines WHERE id = $1",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete from replicant.pipelines");
+	api_spi_end(&s);
+
+	stop_worker(ref.id);
+	slot_name = replicant_pipeline_slot_name(name);
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	slot_exists = SearchNamedReplicationSlot(slot_name, false) != NULL;
+	LWLockRelease(ReplicationSlotControlLock);
+	if (slot_exists)
+		ReplicationSlotDrop(slot_name, false);	/* waits for the worker to let go */
+
+	replicant_shmem_request_sync_at_commit();
+	PG_RETURN_VOID();
+}

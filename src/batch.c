@@ -1,0 +1,279 @@
+/*
+ * batch.c
+ *		Building change batches.
+ *
+ * A batch is a list of complete transactions.  Their JSON objects are
+ * appended to a store, comma-separated, so that any run of consecutive
+ * transactions [first, last] is one contiguous byte range: a body is the
+ * envelope prefix, that range, and "]}".  That makes splitting a batch
+ * after a 413 free.  The store lives in memory up to
+ * replicant.batch_memory_limit and moves to a temporary file beyond it, so a
+ * transaction of any size is delivered in bounded memory.
+ */
+#include "postgres.h"
+
+#include "pgstat.h"
+#include "utils/memutils.h"
+
+#include "batch.h"
+#include "encoder.h"
+#include "replicant.h"
+
+/* Once spilled, the in-memory tail is flushed in chunks of this size. */
+#define SPILL_CHUNK (1024 * 1024)
+
+static const char body_suffix[] = "]}";
+
+ReplicantBatch *
+replicant_batch_create(const char *pipeline_name)
+{
+	ReplicantBatch *batch = palloc0(sizeof(ReplicantBatch));
+	StringInfoData prefix;
+
+	initStringInfo(&prefix);
+	appendStringInfoString(&prefix, "{\"pipeline\":");
+	replicant_encode_string(&prefix, pipeline_name);
+	appendStringInfoString(&prefix, ",\"kind\":\"changes\",\"transactions\":[");
+	batch->prefix = prefix.data;
+
+	initStringInfo(&batch->mem);
+	batch->file = -1;
+	batch->maxtxns = 64;
+	batch->txns = palloc(sizeof(ReplicantBatchTxn) * batch->maxtxns);
+	return batch;
+}
+
+void
+replicant_batch_reset(ReplicantBatch *batch)
+{
+	resetStringInfo(&batch->mem);
+	if (batch->file >= 0)
+		FileClose(batch->file);
+	batch->file = -1;
+	batch->file_length = 0;
+	batch->ntxns = 0;
+	batch->in_txn = false;
+}
+
+static uint64
+store_length(ReplicantBatch *batch)
+{
+	return batch->file_length + batch->mem.len;
+}
+
+static void
+store_flush(ReplicantBatch *batch)
+{
+	int			written;
+
+	if (batch->file < 0 || batch->mem.len == 0)
+		return;
+	written = FileWrite(batch->file, batch->mem.data, batch->mem.len,
+						batch->file_length, WAIT_EVENT_BUFFILE_WRITE);
+	if (written != batch->mem.len)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not write batch spill file: %m")));
+	batch->file_length += written;
+	resetStringInfo(&batch->mem);
+}
+
+static void
+store_append(ReplicantBatch *batch, const char *data, size_t len)
+{
+	if (batch->file < 0 && batch->mem.len + len > batch->memory_limit)
+	{
+		/* Interxact: the worker builds batches outside transactions. */
+		batch->file = OpenTemporaryFile(true);
+		batch->file_length = 0;
+		store_flush(batch);
+	}
+	appendBinaryStringInfo(&batch->mem, data, len);
+	if (batch->file >= 0 && batch->mem.len >= SPILL_CHUNK)
+		store_flush(batch);
+}
+
+static void
+store_truncate(ReplicantBatch *batch, uint64 length)
+{
+	if (length >= batch->file_length)
+	{
+		batch->mem.len = length - batch->file_length;
+		batch->mem.data[batch->mem.len] = '\0';
+		return;
+	}
+	resetStringInfo(&batch->mem);
+	batch->file_length = length;
+	if (FileTruncate(batch->file, length, WAIT_EVENT_BUFFILE_TRUNCATE) < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not truncate batch spill file: %m")));
+}
+
+void
+replicant_batch_begin_txn(ReplicantBatch *batch, TransactionId xid,
+						  XLogRecPtr commit_lsn, TimestampTz commit_time)
+{
+	StringInfoData head;
+
+	Assert(!batch->in_txn);
+	batch->memory_limit = (size_t) replicant_batch_memory_limit_kb * 1024;
+	if (batch->ntxns > 0)
+		store_append(batch, ",", 1);
+	batch->txn_offset = store_length(batch);
+	batch->txn_nchanges = 0;
+	batch->in_txn = true;
+
+	initStringInfo(&head);
+	appendStringInfo(&head, "{\"xid\":%u,\"commit_lsn\":" UINT64_FORMAT ",\"commit_time\":",
+					 xid, (uint64) commit_lsn);
+	replicant_encode_timestamptz(&head, commit_time);
+	appendStringInfoString(&head, ",\"changes\":[");
+	store_append(batch, head.data, head.len);
+	pfree(head.data);
+
+	if (batch->ntxns == batch->maxtxns)
+	{
+		batch->maxtxns *= 2;
+		batch->txns = repalloc(batch->txns, sizeof(ReplicantBatchTxn) * batch->maxtxns);
+	}
+	batch->txns[batch->ntxns].commit_lsn = commit_lsn;
+}
+
+void
+replicant_batch_add_change(ReplicantBatch *batch, const char *json, size_t len)
+{
+	Assert(batch->in_txn);
+	if (batch->txn_nchanges > 0)
+		store_append(batch, ",", 1);
+	store_append(batch, json, len);
+	batch->txn_nchanges++;
+}
+
+void
+replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn)
+{
+	ReplicantBatchTxn *txn = &batch->txns[batch->ntxns];
+
+	Assert(batch->in_txn);
+	store_append(batch, "]}", 2);
+	txn->end_lsn = end_lsn;
+	txn->offset = batch->txn_offset;
+	txn->length = store_length(batch) - batch->txn_offset;
+	txn->nchanges = batch->txn_nchanges;
+	batch->ntxns++;
+	batch->in_txn = false;
+}
+
+/* Drops the transaction being appended, and its separator. */
+void
+replicant_batch_discard_txn(ReplicantBatch *batch)
+{
+	if (!batch->in_txn)
+		return;
+	store_truncate(batch, batch->ntxns > 0 ? batch->txn_offset - 1 : 0);
+	batch->in_txn = false;
+}
+
+uint64
+replicant_batch_size(ReplicantBatch *batch)
+{
+	return store_length(batch);
+}
+
+/*
+ * The body reader.  It may run inside libcurl callbacks, so it must not
+ * raise errors: FileRead reports failures through its return value.
+ */
+static uint64
+body_store_start(ReplicantBatch *batch)
+{
+	return batch->txns[batch->body_first].offset;
+}
+
+static uint64
+body_store_end(ReplicantBatch *batch)
+{
+	ReplicantBatchTxn *last = &batch->txns[batch->body_last];
+
+	return last->offset + last->length;
+}
+
+static void
+body_rewind(void *arg)
+{
+	((ReplicantBatch *) arg)->body_pos = 0;
+}
+
+static size_t
+body_read(void *arg, char *buf, size_t max)
+{
+	ReplicantBatch *batch = arg;
+	size_t		prefix_len = strlen(batch->prefix);
+	uint64		range_len = body_store_end(batch) - body_store_start(batch);
+	size_t		done = 0;
+
+	while (done < max)
+	{
+		uint64		pos = batch->body_pos;
+		size_t		n;
+
+		if (pos < prefix_len)
+		{
+			n = Min(max - done, prefix_len - pos);
+			memcpy(buf + done, batch->prefix + pos, n);
+		}
+		else if (pos < prefix_len + range_len)
+		{
+			uint64		store_pos = body_store_start(batch) + (pos - prefix_len);
+			uint64		range_left = prefix_len + range_len - pos;
+
+			n = Min(max - done, range_left);
+			if (store_pos >= batch->file_length)
+			{
+				/* Served from memory (never spilled, or the unflushed tail). */
+				memcpy(buf + done, batch->mem.data + (store_pos - batch->file_length), n);
+			}
+			else
+			{
+				int			got;
+
+				n = Min(n, batch->file_length - store_pos);
+				n = Min(n, (size_t) PG_INT32_MAX);
+				got = FileRead(batch->file, buf + done, (int) n, store_pos,
+							   WAIT_EVENT_BUFFILE_READ);
+				if (got <= 0)
+					return (size_t) -1;
+				n = got;
+			}
+		}
+		else if (pos < prefix_len + range_len + sizeof(body_suffix) - 1)
+		{
+			uint64		suffix_pos = pos - prefix_len - range_len;
+
+			n = Min(max - done, sizeof(body_suffix) - 1 - suffix_pos);
+			memcpy(buf + done, body_suffix + suffix_pos, n);
+		}
+		else
+			break;
+		done += n;
+		batch->body_pos += n;
+	}
+	return done;
+}
+
+void
+replicant_batch_body(ReplicantBatch *batch, int first, int last,
+					 ReplicantBody *body)
+{
+	Assert(first >= 0 && first <= last && last < batch->ntxns);
+	batch->body_first = first;
+	batch->body_last = last;
+	batch->body_pos = 0;
+	body->length = strlen(batch->prefix) +
+		(body_store_end(batch) - body_store_start(batch)) +
+		sizeof(body_suffix) - 1;
+	body->rewind = body_rewind;
+	body->read = body_read;
+	body->arg = batch;
+}

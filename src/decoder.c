@@ -1,0 +1,199 @@
+/*
+ * decoder.c
+ *		Driving logical decoding of the pipeline's slot inside the worker.
+ *
+ * This is what pg_logical_slot_get_changes() does, without SQL and without
+ * a walsender: acquire the slot, create a decoding context once, then read
+ * WAL records and hand them to the reorder buffer, which calls our output
+ * plugin for each committed transaction.  Reading stops at the end of
+ * flushed WAL or when the batch is full; the next call continues from the
+ * same reader position, so nothing is decoded twice.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "access/xlogutils.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "replication/decode.h"
+#include "replication/slot.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "decoder.h"
+#include "publication.h"
+
+/* confirmed_flush reaches disk at most this often (ms); the checkpoint row is the authority. */
+#define SLOT_SAVE_INTERVAL_MS 1000
+
+ReplicantDecoder *
+replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
+						char **halt_reason)
+{
+	char	   *slot_name = replicant_pipeline_slot_name(pipeline->name);
+	MemoryContext caller_context = CurrentMemoryContext;
+	MemoryContext decoder_context;
+	ReplicantDecoder *decoder;
+	ReplicationSlot *slot;
+	List	   *options;
+	bool		lost;
+
+	*halt_reason = NULL;
+	CheckLogicalDecodingRequirements();
+	decoder_context = AllocSetContextCreate(TopMemoryContext, "replicant decoder",
+											ALLOCSET_DEFAULT_SIZES);
+
+	/*
+	 * Creating the context inside a transaction keeps PROC_IN_LOGICAL_DECODING
+	 * unset, so the checkpoint transactions this process commits keep their
+	 * normal visibility and vacuum horizon.
+	 */
+	StartTransactionCommand();
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	slot = SearchNamedReplicationSlot(slot_name, false);
+	LWLockRelease(ReplicationSlotControlLock);
+	if (slot == NULL)
+	{
+		CommitTransactionCommand();
+		*halt_reason = psprintf("replication slot \"%s\" does not exist", slot_name);
+		return NULL;
+	}
+
+	REPLICANT_SLOT_ACQUIRE(slot_name, true);
+
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	lost = !XLogRecPtrIsInvalid(MyReplicationSlot->data.invalidated_at) &&
+		XLogRecPtrIsInvalid(MyReplicationSlot->data.restart_lsn);
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	if (lost)
+	{
+		ReplicationSlotRelease();
+		CommitTransactionCommand();
+		*halt_reason = psprintf("replication slot \"%s\" was invalidated because the WAL it needed was removed", slot_name);
+		return NULL;
+	}
+
+	MemoryContextSwitchTo(decoder_context);
+	decoder = palloc0(sizeof(ReplicantDecoder));
+	decoder->context = decoder_context;
+	options = list_make1(makeDefElem(REPLICANT_PLUGIN_OPTION, NULL, -1));
+	decoder->ctx = CreateDecodingContext(pipeline->checkpoint_end_lsn, options, false,
+										 XL_ROUTINE(.page_read = read_local_xlog_page,
+													.segment_open = wal_segment_open,
+													.segment_close = wal_segment_close),
+										 NULL, NULL, NULL);
+	decoder->state = replicant_output_state(decoder->ctx);
+	decoder->state->batch = batch;
+	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
+	decoder->confirmed = MyReplicationSlot->data.confirmed_flush;
+	decoder->last_save = GetCurrentTimestamp();
+
+	replicant_publication_init(pipeline->publications, pipeline->owner);
+
+	/* Transactions committing after confirmed_flush began at restart_lsn. */
+	XLogBeginRead(decoder->ctx->reader, MyReplicationSlot->data.restart_lsn);
+
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(caller_context);
+	return decoder;
+}
+
+static bool
+batch_full(ReplicantBatch *batch, int max_txns, uint64 max_bytes)
+{
+	return batch->ntxns >= max_txns || replicant_batch_size(batch) >= max_bytes;
+}
+
+bool
+replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes)
+{
+	LogicalDecodingContext *ctx = decoder->ctx;
+	ResourceOwner saved_owner = CurrentResourceOwner;
+	MemoryContext saved_context = CurrentMemoryContext;
+	XLogRecPtr	end_of_wal = GetFlushRecPtr(NULL);
+	bool		at_end = true;
+
+	/*
+	 * The reader keeps decoded records (large ones palloc'd in the current
+	 * context) until the next call, so it must read in a lasting context.
+	 */
+	MemoryContextSwitchTo(decoder->context);
+
+	/* Historic and normal catalog cache entries must not mix. */
+	InvalidateSystemCaches();
+	PG_TRY();
+	{
+		while (ctx->reader->EndRecPtr < end_of_wal)
+		{
+			XLogRecord *record;
+			char	   *errm = NULL;
+
+			record = XLogReadRecord(ctx->reader, &errm);
+			if (errm)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("could not read WAL at %X/%X for logical decoding",
+								LSN_FORMAT_ARGS(ctx->reader->EndRecPtr)),
+						 errdetail_internal("%s", errm)));
+			if (record != NULL)
+				LogicalDecodingProcessRecord(ctx, ctx->reader);
+
+			/* The reorder buffer runs transactions of its own. */
+			CurrentResourceOwner = saved_owner;
+			MemoryContextSwitchTo(decoder->context);
+
+			if (decoder->state->halt_reason != NULL ||
+				batch_full(decoder->state->batch, max_txns, max_bytes))
+			{
+				at_end = false;
+				break;
+			}
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_CATCH();
+	{
+		InvalidateSystemCaches();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	InvalidateSystemCaches();
+	MemoryContextSwitchTo(saved_context);
+
+	return at_end;
+}
+
+XLogRecPtr
+replicant_decoder_read_upto(ReplicantDecoder *decoder)
+{
+	return decoder->ctx->reader->EndRecPtr;
+}
+
+void
+replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn)
+{
+	TimestampTz now;
+
+	if (lsn <= decoder->confirmed)
+		return;
+	LogicalConfirmReceivedLocation(lsn);
+	decoder->confirmed = lsn;
+
+	/*
+	 * Dirty, so the next checkpoint writes it; write it ourselves now and
+	 * then.  A lagging on-disk position only costs re-reading WAL after a
+	 * crash, since the checkpoint row decides what is skipped.
+	 */
+	ReplicationSlotMarkDirty();
+	now = GetCurrentTimestamp();
+	if (TimestampDifferenceExceeds(decoder->last_save, now, SLOT_SAVE_INTERVAL_MS))
+	{
+		ReplicationSlotSave();
+		decoder->last_save = now;
+	}
+}

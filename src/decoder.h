@@ -1,0 +1,50 @@
+/*
+ * decoder.h
+ *		In-process logical decoding of a pipeline's slot.
+ */
+#ifndef REPLICANT_DECODER_H
+#define REPLICANT_DECODER_H
+
+#include "replication/logical.h"
+
+#include "batch.h"
+#include "output_plugin.h"
+#include "pipeline.h"
+
+typedef struct ReplicantDecoder
+{
+	LogicalDecodingContext *ctx;
+	ReplicantDecodingState *state;
+	MemoryContext context;		/* lives as long as the reader */
+	XLogRecPtr	confirmed;		/* last position confirmed to the slot */
+	TimestampTz last_save;		/* when the slot was last written to disk */
+} ReplicantDecoder;
+
+/*
+ * Acquires the pipeline's slot and prepares decoding from the checkpoint
+ * (or the slot's confirmed_flush, whichever is later).  Returns NULL and a
+ * value-free *halt_reason when the slot cannot be used.  Call outside a
+ * transaction.
+ */
+extern ReplicantDecoder *replicant_decoder_start(ReplicantPipeline *pipeline,
+												 ReplicantBatch *batch,
+												 char **halt_reason);
+
+/*
+ * Decodes flushed WAL into the batch until the end of flushed WAL, a halt,
+ * or the batch holding max_txns transactions or max_bytes bytes.  Returns
+ * true when it stopped at the end of flushed WAL.
+ */
+extern bool replicant_decoder_read(ReplicantDecoder *decoder, int max_txns,
+								   uint64 max_bytes);
+
+/* Position up to which WAL has been read. */
+extern XLogRecPtr replicant_decoder_read_upto(ReplicantDecoder *decoder);
+
+/*
+ * Tells the slot that everything before lsn is done with, so it stops
+ * retaining that WAL.  Only ever called after the checkpoint is committed.
+ */
+extern void replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn);
+
+#endif							/* REPLICANT_DECODER_H */

@@ -1,0 +1,307 @@
+/*
+ * output_plugin.c
+ *		replicant's logical decoding output plugin.
+ *
+ * The reorder buffer calls these callbacks for every committed transaction,
+ * in commit order, while the pipeline worker drives decoding (decoder.c).
+ * The plugin decides what the publications deliver (publication.c), has
+ * each change encoded (encoder.c) and appends it to the worker's batch
+ * (batch.c); it knows nothing about HTTP.  The transaction header is
+ * deferred to the first delivered change, so transactions that touch no
+ * published table (including the worker's own checkpoint writes) produce
+ * nothing.
+ *
+ * Nothing here may raise an error for a condition that must halt the
+ * pipeline: it records a value-free reason instead and delivers nothing
+ * more, and the worker halts once the record has been processed.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "replication/logical.h"
+#include "replication/output_plugin.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "compat.h"
+#include "encoder.h"
+#include "output_plugin.h"
+#include "publication.h"
+
+PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
+
+ReplicantDecodingState *
+replicant_output_state(LogicalDecodingContext *ctx)
+{
+	return (ReplicantDecodingState *) ctx->output_plugin_private;
+}
+
+static void
+replicant_startup(LogicalDecodingContext *ctx, OutputPluginOptions *options,
+				  bool is_init)
+{
+	ReplicantDecodingState *state;
+	bool		from_worker = false;
+	ListCell   *lc;
+
+	options->output_type = OUTPUT_PLUGIN_TEXTUAL_OUTPUT;
+	options->receive_rewrites = false;
+	if (is_init)
+		return;
+
+	foreach(lc, ctx->output_plugin_options)
+	{
+		DefElem    *elem = lfirst(lc);
+
+		if (strcmp(elem->defname, REPLICANT_PLUGIN_OPTION) == 0)
+			from_worker = true;
+	}
+	if (!from_worker)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the replicant output plugin can only be used by replicant pipelines"),
+				 errhint("Use replicant.create_pipeline() to stream changes.")));
+
+	state = MemoryContextAllocZero(ctx->context, sizeof(ReplicantDecodingState));
+	state->change_context = AllocSetContextCreate(ctx->context,
+												  "replicant change",
+												  ALLOCSET_DEFAULT_SIZES);
+	ctx->output_plugin_private = state;
+}
+
+static void
+replicant_shutdown(LogicalDecodingContext *ctx)
+{
+}
+
+static void
+replicant_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
+{
+	replicant_output_state(ctx)->txn_open = false;
+}
+
+static void
+halt(ReplicantDecodingState *state, const char *reason)
+{
+	if (state->halt_reason != NULL)
+		return;
+	state->halt_reason = MemoryContextStrdup(GetMemoryChunkContext(state), reason);
+	if (state->txn_open)
+		replicant_batch_discard_txn(state->batch);
+	state->txn_open = false;
+}
+
+/* Whether a change of txn must be looked at; opens the transaction lazily. */
+static bool
+wanted(ReplicantDecodingState *state, ReorderBufferTXN *txn)
+{
+	return state->halt_reason == NULL && txn->final_lsn > state->skip_upto;
+}
+
+static void
+open_txn(ReplicantDecodingState *state, ReorderBufferTXN *txn)
+{
+	if (state->txn_open)
+		return;
+	replicant_batch_begin_txn(state->batch, txn->xid, txn->final_lsn,
+							  txn->xact_time.commit_time);
+	state->txn_open = true;
+}
+
+/* Looks up what to deliver of rel; halts when that cannot be done right. */
+static ReplicantRelInfo *
+relinfo_or_halt(ReplicantDecodingState *state, Relation rel)
+{
+	ReplicantRelInfo *info;
+	char	   *missing;
+
+	missing = replicant_publication_check();
+	if (missing)
+	{
+		halt(state, missing);
+		return NULL;
+	}
+	info = replicant_publication_relinfo(rel);
+	if (info->halt_reason)
+	{
+		halt(state, info->halt_reason);
+		return NULL;
+	}
+	return info->published ? info : NULL;
+}
+
+static void
+append_key(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
+		   Datum *values, bool *nulls)
+{
+	appendStringInfoString(out, ",\"key\":");
+	if (info->key_columns)
+		replicant_encode_object(out, desc, values, nulls, info->key_columns,
+								REPLICANT_TOAST_UNCHANGED, NULL);
+	else if (info->key_whole_row)
+		replicant_encode_object(out, desc, values, nulls, NULL,
+								REPLICANT_TOAST_UNCHANGED, NULL);
+	else
+		appendStringInfoString(out, "null");
+}
+
+/*
+ * "old": the whole old row under REPLICA IDENTITY FULL, else the old key
+ * columns when the old tuple was logged (key changed, or a delete).
+ */
+static void
+append_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
+		   Datum *values, bool *nulls)
+{
+	appendStringInfoString(out, ",\"old\":");
+	if (values == NULL)
+		appendStringInfoString(out, "null");
+	else if (info->identity_full || info->key_columns == NULL)
+		replicant_encode_object(out, desc, values, nulls, NULL,
+								REPLICANT_TOAST_UNCHANGED, NULL);
+	else
+		replicant_encode_object(out, desc, values, nulls, info->key_columns,
+								REPLICANT_TOAST_UNCHANGED, NULL);
+}
+
+static void
+replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
+				 Relation relation, ReorderBufferChange *change)
+{
+	ReplicantDecodingState *state = replicant_output_state(ctx);
+	ReplicantRelInfo *info;
+	TupleDesc	desc = RelationGetDescr(relation);
+	HeapTuple	newtuple = REPLICANT_CHANGE_NEWTUPLE(change);
+	HeapTuple	oldtuple = REPLICANT_CHANGE_OLDTUPLE(change);
+	Datum	   *new_values = NULL;
+	bool	   *new_nulls = NULL;
+	Datum	   *old_values = NULL;
+	bool	   *old_nulls = NULL;
+	const char *op;
+	bool		published;
+	StringInfo	out = &state->change;
+	MemoryContext old;
+
+	if (!wanted(state, txn))
+		return;
+
+	old = MemoryContextSwitchTo(state->change_context);
+	info = relinfo_or_halt(state, relation);
+	if (info == NULL)
+		goto done;
+
+	switch (change->action)
+	{
+		case REORDER_BUFFER_CHANGE_INSERT:
+			op = "insert";
+			published = info->pub_insert;
+			break;
+		case REORDER_BUFFER_CHANGE_UPDATE:
+			op = "update";
+			published = info->pub_update;
+			break;
+		case REORDER_BUFFER_CHANGE_DELETE:
+			op = "delete";
+			published = info->pub_delete;
+			break;
+		default:
+			elog(ERROR, "unexpected reorder buffer change %d", (int) change->action);
+	}
+	if (!published)
+		goto done;
+
+	if (newtuple)
+	{
+		new_values = palloc(desc->natts * sizeof(Datum));
+		new_nulls = palloc(desc->natts * sizeof(bool));
+		heap_deform_tuple(newtuple, desc, new_values, new_nulls);
+	}
+	if (oldtuple)
+	{
+		old_values = palloc(desc->natts * sizeof(Datum));
+		old_nulls = palloc(desc->natts * sizeof(bool));
+		heap_deform_tuple(oldtuple, desc, old_values, old_nulls);
+	}
+	if (new_values == NULL && old_values == NULL)
+		goto done;				/* a delete without replica identity */
+
+	open_txn(state, txn);
+	initStringInfo(out);
+	appendStringInfo(out, "{\"op\":\"%s\",%s", op, info->names_json);
+	if (old_values)
+		append_key(out, info, desc, old_values, old_nulls);
+	else
+		append_key(out, info, desc, new_values, new_nulls);
+
+	if (new_values)
+	{
+		initStringInfo(&state->unchanged);
+		appendStringInfoString(out, ",\"new\":");
+		replicant_encode_object(out, desc, new_values, new_nulls, NULL,
+								REPLICANT_TOAST_UNCHANGED, &state->unchanged);
+	}
+	if (change->action != REORDER_BUFFER_CHANGE_INSERT)
+		append_old(out, info, desc, old_values, old_nulls);
+	if (change->action == REORDER_BUFFER_CHANGE_UPDATE)
+		appendStringInfo(out, ",\"unchanged\":[%s]", state->unchanged.data);
+	appendStringInfoChar(out, '}');
+
+	replicant_batch_add_change(state->batch, out->data, out->len);
+	state->changes_total++;
+
+done:
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(state->change_context);
+}
+
+static void
+replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
+				   int nrelations, Relation relations[],
+				   ReorderBufferChange *change)
+{
+	ReplicantDecodingState *state = replicant_output_state(ctx);
+	MemoryContext old;
+	int			i;
+
+	if (!wanted(state, txn))
+		return;
+
+	old = MemoryContextSwitchTo(state->change_context);
+	for (i = 0; i < nrelations && state->halt_reason == NULL; i++)
+	{
+		ReplicantRelInfo *info = relinfo_or_halt(state, relations[i]);
+		StringInfoData out;
+
+		if (info == NULL || !info->pub_truncate)
+			continue;
+		open_txn(state, txn);
+		initStringInfo(&out);
+		appendStringInfo(&out, "{\"op\":\"truncate\",%s}", info->names_json);
+		replicant_batch_add_change(state->batch, out.data, out.len);
+		state->changes_total++;
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(state->change_context);
+}
+
+static void
+replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
+				 XLogRecPtr commit_lsn)
+{
+	ReplicantDecodingState *state = replicant_output_state(ctx);
+
+	if (state->txn_open)
+		replicant_batch_end_txn(state->batch, txn->end_lsn);
+	state->txn_open = false;
+}
+
+void
+_PG_output_plugin_init(OutputPluginCallbacks *cb)
+{
+	cb->startup_cb = replicant_startup;
+	cb->begin_cb = replicant_begin;
+	cb->change_cb = replicant_change;
+	cb->truncate_cb = replicant_truncate;
+	cb->commit_cb = replicant_commit;
+	cb->shutdown_cb = replicant_shutdown;
+}

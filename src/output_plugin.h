@@ -1,0 +1,35 @@
+/*
+ * output_plugin.h
+ *		replicant's logical decoding output plugin.  It lives in the same
+ *		library as the workers and is only driven by a pipeline worker, which
+ *		attaches a batch for it to fill.
+ */
+#ifndef REPLICANT_OUTPUT_PLUGIN_H
+#define REPLICANT_OUTPUT_PLUGIN_H
+
+#include "replication/logical.h"
+
+#include "batch.h"
+
+typedef struct ReplicantDecodingState
+{
+	ReplicantBatch *batch;		/* where transactions go */
+	XLogRecPtr	skip_upto;		/* commits at or below were delivered */
+	char	   *halt_reason;	/* set: stop, deliver nothing more */
+	char	   *halt_table;		/* relation involved, for the message */
+
+	/* Per transaction */
+	bool		txn_open;		/* header written (deferred to 1st change) */
+
+	MemoryContext change_context;	/* reset after every change */
+	StringInfoData change;		/* one change's JSON */
+	StringInfoData unchanged;
+	uint64		changes_total;
+} ReplicantDecodingState;
+
+/* Option that marks a context as created by a pipeline worker. */
+#define REPLICANT_PLUGIN_OPTION "replicant_worker"
+
+extern ReplicantDecodingState *replicant_output_state(LogicalDecodingContext *ctx);
+
+#endif							/* REPLICANT_OUTPUT_PLUGIN_H */

@@ -1,0 +1,207 @@
+/*
+ * pipeline.c
+ *		Pipeline configuration: identifier rules, catalog access for workers,
+ *		loading a pipeline and recording a halt.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_authid_d.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/pg_lsn.h"
+#include "utils/snapmgr.h"
+
+#include "pipeline.h"
+#include "replicant.h"
+
+void
+replicant_catalog_begin(ReplicantCatalogAccess *access)
+{
+	access->saved_context = CurrentMemoryContext;
+	StartTransactionCommand();
+	GetUserIdAndSecContext(&access->saved_userid, &access->saved_sec_context);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
+						   access->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+void
+replicant_catalog_end(ReplicantCatalogAccess *access)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(access->saved_context);
+}
+
+void
+replicant_pipeline_check_name(const char *name)
+{
+	const char *p;
+
+	if (name == NULL || name[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("pipeline name must not be empty")));
+	if (strlen(name) > REPLICANT_NAME_MAXLEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("pipeline name is too long"),
+				 errdetail("Pipeline names have at most %d characters.",
+						   REPLICANT_NAME_MAXLEN)));
+	for (p = name; *p; p++)
+	{
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_NAME),
+					 errmsg("pipeline name contains an invalid character"),
+					 errhint("Pipeline names may contain only lower case letters, digits and underscores.")));
+	}
+}
+
+void
+replicant_pipeline_check_publication_name(const char *name)
+{
+	const char *p;
+
+	if (name == NULL || name[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("publication name must not be empty")));
+	if (strlen(name) >= NAMEDATALEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("publication name is too long")));
+	for (p = name; *p; p++)
+	{
+		unsigned char c = (unsigned char) *p;
+
+		/* Printable ASCII without quotes, backslashes or semicolons. */
+		if (c < 0x20 || c >= 0x7f || c == '"' || c == '\'' || c == '\\' || c == ';')
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_NAME),
+					 errmsg("publication name contains an invalid character")));
+	}
+}
+
+char *
+replicant_pipeline_slot_name(const char *name)
+{
+	return psprintf(REPLICANT_SLOT_PREFIX "%s", name);
+}
+
+static char *
+spi_text(HeapTuple tuple, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+static Datum
+spi_datum(HeapTuple tuple, TupleDesc desc, int col, bool *isnull)
+{
+	return SPI_getbinval(tuple, desc, col, isnull);
+}
+
+ReplicantPipeline *
+replicant_pipeline_load(int32 id, MemoryContext mcxt)
+{
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1];
+	ReplicantPipeline *p;
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	MemoryContext old;
+	bool		isnull;
+	Datum		d;
+	uint64		i;
+	ArrayType  *pubs;
+	Datum	   *elems;
+	int			nelems;
+
+	args[0] = Int32GetDatum(id);
+	if (SPI_execute_with_args(
+							  "SELECT p.name, p.owner, p.publications, p.sink_url, p.snapshot,"
+							  "       p.enabled, p.halt_reason, p.config_version,"
+							  "       p.batch_max_bytes, p.batch_max_transactions,"
+							  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
+							  "       c.commit_lsn, c.end_lsn"
+							  "  FROM replicant.pipelines p"
+							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id"
+							  " WHERE p.id = $1",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read pipeline %d", id);
+	if (SPI_processed == 0)
+		return NULL;
+
+	tuple = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	old = MemoryContextSwitchTo(mcxt);
+
+	p = palloc0(sizeof(ReplicantPipeline));
+	p->id = id;
+	p->name = spi_text(tuple, desc, 1);
+	p->owner = DatumGetObjectId(spi_datum(tuple, desc, 2, &isnull));
+	pubs = DatumGetArrayTypeP(spi_datum(tuple, desc, 3, &isnull));
+	deconstruct_array(pubs, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &nelems);
+	for (i = 0; i < nelems; i++)
+		p->publications = lappend(p->publications, TextDatumGetCString(elems[i]));
+	p->sink_url = spi_text(tuple, desc, 4);
+	p->snapshot = spi_text(tuple, desc, 5);
+	p->enabled = DatumGetBool(spi_datum(tuple, desc, 6, &isnull));
+	p->halt_reason = spi_text(tuple, desc, 7);
+	p->config_version = DatumGetInt32(spi_datum(tuple, desc, 8, &isnull));
+	p->batch_max_bytes = DatumGetInt32(spi_datum(tuple, desc, 9, &isnull));
+	p->batch_max_transactions = DatumGetInt32(spi_datum(tuple, desc, 10, &isnull));
+	p->http_timeout_ms = DatumGetInt32(spi_datum(tuple, desc, 11, &isnull));
+	p->connect_timeout_ms = DatumGetInt32(spi_datum(tuple, desc, 12, &isnull));
+	p->secret = spi_text(tuple, desc, 13);
+	d = spi_datum(tuple, desc, 14, &isnull);
+	p->checkpoint_commit_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+	d = spi_datum(tuple, desc, 15, &isnull);
+	p->checkpoint_end_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+	MemoryContextSwitchTo(old);
+
+	/* Headers were validated when set; here they only need splitting. */
+	if (SPI_execute_with_args(
+							  "SELECT h.key, h.value"
+							  "  FROM replicant.pipelines p, jsonb_each_text(p.headers) h"
+							  " WHERE p.id = $1 ORDER BY h.key",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read headers of pipeline %d", id);
+	old = MemoryContextSwitchTo(mcxt);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		tuple = SPI_tuptable->vals[i];
+		desc = SPI_tuptable->tupdesc;
+		p->header_names = lappend(p->header_names, spi_text(tuple, desc, 1));
+		p->header_values = lappend(p->header_values, spi_text(tuple, desc, 2));
+	}
+	MemoryContextSwitchTo(old);
+
+	return p;
+}
+
+void
+replicant_pipeline_record_halt(int32 id, const char *reason)
+{
+	Oid			argtypes[2] = {INT4OID, TEXTOID};
+	Datum		args[2];
+
+	args[0] = Int32GetDatum(id);
+	args[1] = CStringGetTextDatum(reason);
+	if (SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $2"
+							  " WHERE id = $1",
+							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record halt of pipeline %d", id);
+}

@@ -1,0 +1,329 @@
+/*
+ * publication.c
+ *		Which relations and actions a pipeline's publications deliver.
+ *
+ * The rules are PostgreSQL's own (pgoutput): a table is delivered when one
+ * of the pipeline's publications is FOR ALL TABLES, lists it, lists a
+ * partitioned ancestor of it, or lists its schema; its actions are the
+ * union over those publications.  Everything here runs inside decoding
+ * callbacks, under the historic snapshot of the change being decoded, so
+ * membership is evaluated as of each change's WAL position.  Results are
+ * cached per relation and dropped by catalog invalidations, which the
+ * reorder buffer replays at their own positions.
+ *
+ * What replicant cannot deliver faithfully yet (row filters, column lists,
+ * publish_via_partition_root) makes the pipeline halt instead of delivering
+ * rows the publication would not.
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/partition.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_publication.h"
+#include "catalog/pg_publication_rel.h"
+#include "commands/extension.h"
+#include "access/sysattr.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/syscache.h"
+
+#include "encoder.h"
+#include "publication.h"
+
+static List *publication_names = NIL;
+static Oid	pipeline_owner = InvalidOid;
+
+static MemoryContext publication_context = NULL;
+static List *publications = NIL;	/* of Publication *, when valid */
+static bool publications_valid = false;
+static char *publications_missing = NULL;
+static Oid	replicant_namespace = InvalidOid;
+
+static HTAB *relinfo_hash = NULL;
+
+static void
+invalidate_all_relinfo(void)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+
+	if (relinfo_hash == NULL)
+		return;
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		entry->valid = false;
+}
+
+static void
+relcache_callback(Datum arg, Oid relid)
+{
+	ReplicantRelInfo *entry;
+
+	if (relinfo_hash == NULL)
+		return;
+	if (!OidIsValid(relid))
+	{
+		invalidate_all_relinfo();
+		return;
+	}
+	entry = hash_search(relinfo_hash, &relid, HASH_FIND, NULL);
+	if (entry)
+		entry->valid = false;
+}
+
+static void
+publication_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	publications_valid = false;
+	invalidate_all_relinfo();
+}
+
+static void
+membership_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	invalidate_all_relinfo();
+}
+
+void
+replicant_publication_init(List *names, Oid owner)
+{
+	HASHCTL		ctl;
+	ListCell   *lc;
+	MemoryContext old;
+
+	Assert(relinfo_hash == NULL);
+	publication_context = AllocSetContextCreate(CacheMemoryContext,
+												"replicant publications",
+												ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(CacheMemoryContext);
+	foreach(lc, names)
+		publication_names = lappend(publication_names, pstrdup(lfirst(lc)));
+	MemoryContextSwitchTo(old);
+	pipeline_owner = owner;
+
+	ctl.keysize = sizeof(Oid);
+	ctl.entrysize = sizeof(ReplicantRelInfo);
+	ctl.hcxt = CacheMemoryContext;
+	relinfo_hash = hash_create("replicant relation info", 128, &ctl,
+							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	CacheRegisterRelcacheCallback(relcache_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(PUBLICATIONOID, publication_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(PUBLICATIONRELMAP, membership_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(PUBLICATIONNAMESPACEMAP, membership_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, membership_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(AUTHOID, membership_callback, (Datum) 0);
+}
+
+static void
+load_publications(void)
+{
+	MemoryContext old;
+	ListCell   *lc;
+
+	MemoryContextReset(publication_context);
+	publications = NIL;
+	publications_missing = NULL;
+
+	old = MemoryContextSwitchTo(publication_context);
+	replicant_namespace = get_namespace_oid("replicant", true);
+	foreach(lc, publication_names)
+	{
+		char	   *name = lfirst(lc);
+		Publication *pub = GetPublicationByName(name, true);
+
+		if (pub == NULL)
+		{
+			publications_missing = psprintf("publication \"%s\" does not exist", name);
+			break;
+		}
+		publications = lappend(publications, pub);
+	}
+	MemoryContextSwitchTo(old);
+	publications_valid = true;
+}
+
+char *
+replicant_publication_check(void)
+{
+	if (!publications_valid)
+		load_publications();
+	return publications_missing;
+}
+
+/* Converts a bitmap of attribute numbers offset as RelationGetIndexAttrBitmap's. */
+static Bitmapset *
+plain_attnums(Bitmapset *offset_attnums)
+{
+	Bitmapset  *result = NULL;
+	int			x = -1;
+
+	while ((x = bms_next_member(offset_attnums, x)) >= 0)
+		result = bms_add_member(result, x + FirstLowInvalidHeapAttributeNumber);
+	bms_free(offset_attnums);
+	return result;
+}
+
+static Bitmapset *
+bms_copy_in(MemoryContext mcxt, const Bitmapset *set)
+{
+	MemoryContext old = MemoryContextSwitchTo(mcxt);
+	Bitmapset  *copy = bms_copy(set);
+
+	MemoryContextSwitchTo(old);
+	return copy;
+}
+
+static void
+compute_key(ReplicantRelInfo *entry, Relation rel)
+{
+	char		identity = rel->rd_rel->relreplident;
+
+	entry->identity_full = (identity == REPLICA_IDENTITY_FULL);
+	if (identity == REPLICA_IDENTITY_NOTHING)
+		return;
+	if (identity == REPLICA_IDENTITY_FULL)
+	{
+		entry->key_columns =
+			plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_PRIMARY_KEY));
+		entry->key_whole_row = (entry->key_columns == NULL);
+		return;
+	}
+	entry->key_columns =
+		plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_IDENTITY_KEY));
+}
+
+/* Adds pub's actions to entry if pub delivers rel; may set a halt reason. */
+static void
+apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
+				  List *rel_pubs, List *schema_pubs, List *ancestors)
+{
+	Oid			listed_relid = InvalidOid;
+	HeapTuple	tuple;
+
+	if (!pub->alltables && !list_member_oid(schema_pubs, pub->oid))
+	{
+		if (list_member_oid(rel_pubs, pub->oid))
+			listed_relid = RelationGetRelid(rel);
+		else if (ancestors != NIL)
+			listed_relid = GetTopMostAncestorInPublication(pub->oid, ancestors, NULL);
+		if (!OidIsValid(listed_relid))
+			return;
+
+		/* Only FOR TABLE entries carry row filters and column lists. */
+		tuple = SearchSysCache2(PUBLICATIONRELMAP,
+								ObjectIdGetDatum(listed_relid),
+								ObjectIdGetDatum(pub->oid));
+		if (HeapTupleIsValid(tuple))
+		{
+			bool		isnull;
+
+			(void) SysCacheGetAttr(PUBLICATIONRELMAP, tuple,
+								   Anum_pg_publication_rel_prqual, &isnull);
+			if (!isnull && entry->halt_reason == NULL)
+				entry->halt_reason = psprintf("publication \"%s\" has a row filter on table \"%s\", which replicant does not support yet",
+											  pub->name, RelationGetRelationName(rel));
+			(void) SysCacheGetAttr(PUBLICATIONRELMAP, tuple,
+								   Anum_pg_publication_rel_prattrs, &isnull);
+			if (!isnull && entry->halt_reason == NULL)
+				entry->halt_reason = psprintf("publication \"%s\" has a column list on table \"%s\", which replicant does not support yet",
+											  pub->name, RelationGetRelationName(rel));
+			ReleaseSysCache(tuple);
+		}
+	}
+
+	if (pub->pubviaroot && ancestors != NIL && entry->halt_reason == NULL)
+		entry->halt_reason = psprintf("publication \"%s\" publishes via the partition root, which replicant does not support yet",
+									  pub->name);
+
+	entry->published = true;
+	entry->pub_insert |= pub->pubactions.pubinsert;
+	entry->pub_update |= pub->pubactions.pubupdate;
+	entry->pub_delete |= pub->pubactions.pubdelete;
+	entry->pub_truncate |= pub->pubactions.pubtruncate;
+}
+
+/*
+ * Fills entry for rel.  Works in the caller's (per-change) memory context and
+ * copies only what the entry keeps into CacheMemoryContext.
+ */
+static void
+compute_relinfo(ReplicantRelInfo *entry, Relation rel)
+{
+	Oid			relid = RelationGetRelid(rel);
+	List	   *rel_pubs;
+	List	   *schema_pubs;
+	List	   *ancestors = NIL;
+	ListCell   *lc;
+	StringInfoData names;
+
+	bms_free(entry->key_columns);
+	if (entry->names_json)
+		pfree(entry->names_json);
+	if (entry->halt_reason)
+		pfree(entry->halt_reason);
+	memset(entry, 0, sizeof(ReplicantRelInfo));
+	entry->relid = relid;
+	entry->valid = true;
+
+	/* The extension's own tables never loop back to the sink. */
+	if (RelationGetNamespace(rel) == replicant_namespace ||
+		!is_publishable_relation(rel))
+		return;
+
+	rel_pubs = GetRelationPublications(relid);
+	schema_pubs = GetSchemaPublications(RelationGetNamespace(rel));
+	if (rel->rd_rel->relispartition)
+		ancestors = get_partition_ancestors(relid);
+	foreach(lc, publications)
+		apply_publication(entry, rel, lfirst(lc), rel_pubs, schema_pubs, ancestors);
+	if (!entry->published)
+		return;
+
+	compute_key(entry, rel);
+	entry->key_columns = bms_copy_in(CacheMemoryContext, entry->key_columns);
+
+	initStringInfo(&names);
+	appendStringInfoString(&names, "\"schema\":");
+	replicant_encode_string(&names, get_namespace_name(RelationGetNamespace(rel)));
+	appendStringInfoString(&names, ",\"table\":");
+	replicant_encode_string(&names, RelationGetRelationName(rel));
+	entry->names_json = MemoryContextStrdup(CacheMemoryContext, names.data);
+
+	if (entry->halt_reason == NULL &&
+		pg_class_aclcheck(relid, pipeline_owner, ACL_SELECT) != ACLCHECK_OK)
+		entry->halt_reason = psprintf("pipeline owner has no SELECT privilege on table \"%s\"",
+									  RelationGetRelationName(rel));
+	if (entry->halt_reason == NULL &&
+		check_enable_rls(relid, pipeline_owner, true) == RLS_ENABLED)
+		entry->halt_reason = psprintf("table \"%s\" has row-level security that the pipeline owner does not bypass",
+									  RelationGetRelationName(rel));
+	if (entry->halt_reason)
+		entry->halt_reason = MemoryContextStrdup(CacheMemoryContext, entry->halt_reason);
+}
+
+ReplicantRelInfo *
+replicant_publication_relinfo(Relation rel)
+{
+	Oid			relid = RelationGetRelid(rel);
+	ReplicantRelInfo *entry;
+	bool		found;
+
+	if (!publications_valid)
+		load_publications();
+
+	entry = hash_search(relinfo_hash, &relid, HASH_ENTER, &found);
+	if (!found)
+		memset(entry, 0, sizeof(ReplicantRelInfo));
+	if (!entry->valid)
+		compute_relinfo(entry, rel);
+	return entry;
+}

@@ -1,0 +1,59 @@
+/*
+ * publication.h
+ *		Which relations and actions a pipeline's publications deliver, and the
+ *		key columns of each, following the rules of PostgreSQL's pgoutput.
+ */
+#ifndef REPLICANT_PUBLICATION_H
+#define REPLICANT_PUBLICATION_H
+
+#include "nodes/bitmapset.h"
+#include "nodes/pg_list.h"
+#include "utils/relcache.h"
+
+typedef struct ReplicantRelInfo
+{
+	Oid			relid;			/* hash key */
+	bool		valid;
+
+	bool		published;		/* in any of the pipeline's publications */
+	bool		pub_insert;
+	bool		pub_update;
+	bool		pub_delete;
+	bool		pub_truncate;
+
+	/*
+	 * The change's "key": the replica identity's columns, or under REPLICA
+	 * IDENTITY FULL the primary key.  key_whole_row means FULL without a
+	 * primary key; neither means the table has no identity (key is null).
+	 */
+	Bitmapset  *key_columns;
+	bool		key_whole_row;
+	bool		identity_full;
+
+	/* "schema":"...","table":"..." pre-encoded */
+	char	   *names_json;
+
+	/*
+	 * Set when delivering this relation would be wrong or is not supported:
+	 * the pipeline halts with this value-free reason.
+	 */
+	char	   *halt_reason;
+} ReplicantRelInfo;
+
+/*
+ * Prepares the cache for a pipeline with these publications, whose worker
+ * acts for owner.  Call once per process, before decoding starts.
+ */
+extern void replicant_publication_init(List *publication_names, Oid owner);
+
+/*
+ * Returns what to deliver of rel; needs catalog access (runs in decoding
+ * callbacks under the historic snapshot).  publications_missing is set to a
+ * value-free reason when one of the pipeline's publications does not exist.
+ */
+extern ReplicantRelInfo *replicant_publication_relinfo(Relation rel);
+
+/* A value-free reason if a publication is missing at this point, else NULL. */
+extern char *replicant_publication_check(void);
+
+#endif							/* REPLICANT_PUBLICATION_H */

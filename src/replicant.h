@@ -1,0 +1,21 @@
+/*
+ * replicant.h
+ *		Constants and settings shared by every part of replicant.
+ */
+#ifndef REPLICANT_H
+#define REPLICANT_H
+
+#define REPLICANT_VERSION "0.1.0"
+
+/* Pipeline names: [a-z0-9_]{1,48}; the slot is "replicant_" || name. */
+#define REPLICANT_NAME_MAXLEN 48
+#define REPLICANT_SLOT_PREFIX "replicant_"
+
+/* Longest value-free error text kept for replicant.status.last_error. */
+#define REPLICANT_ERROR_LEN 256
+
+/* GUCs */
+extern int	replicant_max_pipelines;
+extern int	replicant_batch_memory_limit_kb;
+
+#endif							/* REPLICANT_H */

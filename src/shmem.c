@@ -1,0 +1,212 @@
+/*
+ * shmem.c
+ *		Shared memory for replicant: the pipeline slot array, the launcher's
+ *		mailbox and the commit-time nudge.
+ *
+ * Each slot mirrors one pipeline row of one database (written by that
+ * database's sync worker) and carries the live state of its worker (written
+ * by the worker).  Everything is protected by one LWLock; the only lock-free
+ * access is the commit nudge, which tolerates stale reads.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/timestamp.h"
+
+#include "shmem.h"
+
+ReplicantShmem *replicant_shmem = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Backend-local: does this transaction ask for a sync, did it write? */
+static bool sync_pending_at_commit = false;
+static bool xact_wrote = false;
+
+static Size
+replicant_shmem_size(void)
+{
+	return add_size(offsetof(ReplicantShmem, slots),
+					mul_size(replicant_max_pipelines,
+							 sizeof(ReplicantPipelineSlot)));
+}
+
+static void
+replicant_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(replicant_shmem_size());
+	RequestNamedLWLockTranche("replicant", 1);
+}
+
+static void
+replicant_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	replicant_shmem = ShmemInitStruct("replicant", replicant_shmem_size(), &found);
+	if (!found)
+	{
+		int			i;
+
+		memset(replicant_shmem, 0, replicant_shmem_size());
+		replicant_shmem->lock = &(GetNamedLWLockTranche("replicant"))->lock;
+		replicant_shmem->rescan_all = true;
+		for (i = 0; i < replicant_max_pipelines; i++)
+			pg_atomic_init_u32(&replicant_shmem->slots[i].nudged, 0);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * Wakes the workers of this database when a transaction that wrote commits,
+ * so new WAL is decoded at once instead of at the next timeout.  The
+ * "nudged" flag coalesces wake-ups: one SetLatch per worker cycle at most.
+ * Also delivers sync requests made by the SQL API, only once committed.
+ */
+static void
+replicant_xact_callback(XactEvent event, void *arg)
+{
+	int			i;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			xact_wrote = TransactionIdIsValid(GetTopTransactionIdIfAny());
+			break;
+		case XACT_EVENT_COMMIT:
+			if (sync_pending_at_commit)
+				replicant_shmem_request_sync(MyDatabaseId);
+			sync_pending_at_commit = false;
+			if (!xact_wrote || replicant_shmem == NULL)
+				break;
+			xact_wrote = false;
+			for (i = 0; i < replicant_max_pipelines; i++)
+			{
+				ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+				Latch	   *latch = slot->latch;
+
+				if (latch == NULL || slot->dboid != MyDatabaseId)
+					continue;
+				if (pg_atomic_read_u32(&slot->nudged) == 0 &&
+					pg_atomic_exchange_u32(&slot->nudged, 1) == 0)
+					SetLatch(latch);
+			}
+			break;
+		case XACT_EVENT_ABORT:
+			sync_pending_at_commit = false;
+			xact_wrote = false;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+replicant_shmem_init(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = replicant_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = replicant_shmem_startup;
+	RegisterXactCallback(replicant_xact_callback, NULL);
+}
+
+bool
+replicant_shmem_ready(void)
+{
+	return replicant_shmem != NULL;
+}
+
+void
+replicant_shmem_request_sync(Oid dboid)
+{
+	Latch	   *latch;
+	int			i;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	for (i = 0; i < replicant_shmem->ndirty; i++)
+		if (replicant_shmem->dirty_dbs[i] == dboid)
+			break;
+	if (i == replicant_shmem->ndirty)
+	{
+		if (replicant_shmem->ndirty < REPLICANT_MAX_DIRTY_DBS)
+			replicant_shmem->dirty_dbs[replicant_shmem->ndirty++] = dboid;
+		else
+			replicant_shmem->rescan_all = true;
+	}
+	latch = replicant_shmem->launcher_latch;
+	LWLockRelease(replicant_shmem->lock);
+
+	if (latch)
+		SetLatch(latch);
+}
+
+void
+replicant_shmem_request_sync_at_commit(void)
+{
+	sync_pending_at_commit = true;
+}
+
+ReplicantPipelineSlot *
+replicant_shmem_find(Oid dboid, int32 pipeline_id)
+{
+	int			i;
+
+	for (i = 0; i < replicant_max_pipelines; i++)
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+
+		if (slot->in_use && slot->dboid == dboid &&
+			slot->pipeline_id == pipeline_id)
+			return slot;
+	}
+	return NULL;
+}
+
+void
+replicant_shmem_set_error(ReplicantPipelineSlot *slot, const char *error)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (error)
+		strlcpy(slot->last_error, error, sizeof(slot->last_error));
+	else
+		slot->last_error[0] = '\0';
+	LWLockRelease(replicant_shmem->lock);
+}
+
+void
+replicant_shmem_set_state(ReplicantPipelineSlot *slot, ReplicantWorkerState state)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->state = state;
+	LWLockRelease(replicant_shmem->lock);
+}
+
+const char *
+replicant_state_name(ReplicantWorkerState state)
+{
+	switch (state)
+	{
+		case REPLICANT_STATE_STARTING:
+			return "starting";
+		case REPLICANT_STATE_SNAPSHOTTING:
+			return "snapshotting";
+		case REPLICANT_STATE_STREAMING:
+			return "streaming";
+		case REPLICANT_STATE_RETRYING:
+			return "retrying";
+		case REPLICANT_STATE_HALTED:
+			return "halted";
+	}
+	return "starting";
+}

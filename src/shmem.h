@@ -1,0 +1,90 @@
+/*
+ * shmem.h
+ *		Shared memory: one slot per pipeline known to any database, the
+ *		launcher's mailbox, and the commit-time nudge that wakes workers.
+ */
+#ifndef REPLICANT_SHMEM_H
+#define REPLICANT_SHMEM_H
+
+#include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+
+#include "replicant.h"
+
+typedef enum ReplicantWorkerState
+{
+	REPLICANT_STATE_STARTING = 0,
+	REPLICANT_STATE_SNAPSHOTTING,
+	REPLICANT_STATE_STREAMING,
+	REPLICANT_STATE_RETRYING,
+	REPLICANT_STATE_HALTED
+} ReplicantWorkerState;
+
+#define REPLICANT_MAX_DIRTY_DBS 32
+
+typedef struct ReplicantPipelineSlot
+{
+	/* Catalog mirror, written by a database's sync worker. */
+	bool		in_use;
+	Oid			dboid;
+	int32		pipeline_id;
+	Oid			owner;
+	bool		runnable;		/* enabled and not halted */
+	int32		config_version;
+	char		name[NAMEDATALEN];
+
+	/* Bumped whenever the slot is given to another pipeline. */
+	uint32		generation;
+
+	/* Written by the pipeline's worker while it runs. */
+	pid_t		pid;
+	Latch	   *latch;
+	pg_atomic_uint32 nudged;	/* a commit set the latch since last reset */
+	ReplicantWorkerState state;
+	uint64		transactions_delivered;
+	uint64		changes_delivered;
+	uint64		batches_delivered;
+	uint64		bytes_delivered;
+	uint64		retries;
+	TimestampTz last_delivery_at;
+	char		last_error[REPLICANT_ERROR_LEN];
+} ReplicantPipelineSlot;
+
+typedef struct ReplicantShmem
+{
+	LWLock	   *lock;
+	pid_t		launcher_pid;
+	Latch	   *launcher_latch;
+
+	/* Databases whose pipelines the launcher must re-read. */
+	bool		rescan_all;
+	int			ndirty;
+	Oid			dirty_dbs[REPLICANT_MAX_DIRTY_DBS];
+
+	ReplicantPipelineSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} ReplicantShmem;
+
+extern ReplicantShmem *replicant_shmem;
+
+extern void replicant_shmem_init(void);
+extern bool replicant_shmem_ready(void);
+
+/* Marks a database's pipelines for re-reading and wakes the launcher. */
+extern void replicant_shmem_request_sync(Oid dboid);
+
+/* As above, but only once the current transaction commits. */
+extern void replicant_shmem_request_sync_at_commit(void);
+
+/* Returns the slot of a pipeline, or NULL; the caller holds the lock. */
+extern ReplicantPipelineSlot *replicant_shmem_find(Oid dboid, int32 pipeline_id);
+
+/* Records a value-free error for replicant.status (NULL clears it). */
+extern void replicant_shmem_set_error(ReplicantPipelineSlot *slot, const char *error);
+extern void replicant_shmem_set_state(ReplicantPipelineSlot *slot, ReplicantWorkerState state);
+
+extern const char *replicant_state_name(ReplicantWorkerState state);
+
+#endif							/* REPLICANT_SHMEM_H */

@@ -1,0 +1,74 @@
+/*
+ * sink_http.h
+ *		POSTing batches to an HTTP sink with libcurl, and classifying the answer.
+ */
+#ifndef REPLICANT_SINK_HTTP_H
+#define REPLICANT_SINK_HTTP_H
+
+#include "nodes/pg_list.h"
+
+#include "batch.h"
+
+/*
+ * The sink copies everything it keeps, so the config need not outlive
+ * replicant_sink_create().
+ */
+typedef struct ReplicantSinkConfig
+{
+	const char *url;			/* http:// or https://; may hold credentials */
+	int			http_timeout_ms;	/* whole request; 0 means no limit */
+	int			connect_timeout_ms; /* 0 means libcurl's default (300 s) */
+	List	   *header_names;	/* of char *, already validated */
+	List	   *header_values;	/* of char *, same length */
+	const char *secret;			/* NULL: no webhook-signature */
+	const char *ca_file;		/* PEM CA bundle; NULL: the system CAs */
+} ReplicantSinkConfig;
+
+typedef enum ReplicantSinkOutcome
+{
+	REPLICANT_SINK_OK,			/* 2xx: the sink durably took the batch */
+	REPLICANT_SINK_RETRY,		/* 408, 425, 429, 5xx, refused, reset, timeout */
+	REPLICANT_SINK_TOO_LARGE,	/* 413 */
+	REPLICANT_SINK_GONE,		/* 410 */
+	REPLICANT_SINK_REJECTED		/* any other answer: halt fail-closed */
+} ReplicantSinkOutcome;
+
+typedef struct ReplicantSinkResult
+{
+	ReplicantSinkOutcome outcome;
+	long		http_status;	/* 0 when there was no HTTP answer */
+	int			retry_after_ms; /* from Retry-After, or -1 */
+	double		elapsed_ms;		/* wall time of the HTTP exchange */
+	char		error[128];		/* value-free: "HTTP 503", "could not connect
+								 * to sink"; empty on REPLICANT_SINK_OK */
+} ReplicantSinkResult;
+
+typedef struct ReplicantSink ReplicantSink;
+
+/*
+ * Creates the sink (one easy handle, kept alive between requests) in
+ * CurrentMemoryContext.  Initializes libcurl on the first call in a process;
+ * never call it in the postmaster.
+ */
+extern ReplicantSink *replicant_sink_create(const ReplicantSinkConfig *config);
+extern void replicant_sink_destroy(ReplicantSink *sink);
+
+/*
+ * POSTs one body with the contract's headers (webhook-id, webhook-timestamp,
+ * webhook-signature when a secret is set, the configured headers,
+ * User-Agent).  Waits on the process latch and the socket, answering
+ * interrupts (CHECK_FOR_INTERRUPTS outside libcurl frames), so SIGTERM stops
+ * it promptly.  Never raises an error for what the sink or the network did:
+ * that is reported in *result.  Answers with a status line but a broken
+ * transfer count as an answer only when the status is not 1xx or 2xx: a
+ * half-received 2xx is retried, never taken as an acknowledgement.
+ *
+ * Interrupts: CHECK_FOR_INTERRUPTS may throw (ERROR in a backend, FATAL
+ * after SIGTERM); the sink stays usable after an ERROR.  A latch set while
+ * the request was waiting is set again before returning, so the caller's
+ * own wait does not miss it.
+ */
+extern void replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
+								ReplicantBody *body, ReplicantSinkResult *result);
+
+#endif							/* REPLICANT_SINK_HTTP_H */

@@ -1,0 +1,392 @@
+/*
+ * worker.c
+ *		The pipeline worker's main loop.
+ *
+ * One worker per enabled pipeline, connected to the pipeline's database as
+ * its owner.  Each cycle:
+ *
+ *	1. decode WAL into a batch (decoder.c, output_plugin.c) until the end of
+ *	   flushed WAL or a batch limit;
+ *	2. POST the batch (sink_http.c), retrying with backoff until a 2xx;
+ *	3. commit the checkpoint row (checkpoint.c);
+ *	4. only then confirm the batch's end to the slot (decoder.c);
+ *	5. sleep on the latch until a commit in this database wakes it.
+ *
+ * A crash between 2 and 3 re-delivers that batch once; nothing is ever
+ * confirmed before the sink acknowledged it.  Conditions that would make
+ * delivery wrong halt the pipeline: the reason is recorded in the catalog
+ * and the worker exits 0, so nothing restarts it until resume_pipeline.
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "common/pg_prng.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "replication/logical.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+
+#include "batch.h"
+#include "checkpoint.h"
+#include "decoder.h"
+#include "encoder.h"
+#include "pipeline.h"
+#include "shmem.h"
+#include "sink_http.h"
+#include "worker.h"
+
+/* Backoff between delivery attempts. */
+#define RETRY_BASE_MS 200
+#define RETRY_MAX_MS 30000
+
+/* Longest sleep when idle; commits wake the worker long before. */
+#define IDLE_TIMEOUT_MS 1000
+/* Sleep while WAL is inserted but not flushed yet (synchronous_commit=off). */
+#define FLUSH_WAIT_MS 10
+
+static ReplicantPipelineSlot *MySlot = NULL;
+static uint32 MyGeneration = 0;
+
+static ReplicantPipeline *pipeline;
+static ReplicantBatch *batch;
+static ReplicantDecoder *decoder;
+static ReplicantSink *sink;
+
+static void
+worker_detach(int code, Datum arg)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (MySlot->generation == MyGeneration && MySlot->pid == MyProcPid)
+	{
+		MySlot->pid = 0;
+		MySlot->latch = NULL;
+	}
+	LWLockRelease(replicant_shmem->lock);
+}
+
+/* Claims the shared slot; exits quietly if it was given to someone else. */
+static void
+worker_attach(int slot_index, ReplicantWorkerArgs *args)
+{
+	ReplicantPipelineSlot *slot = &replicant_shmem->slots[slot_index];
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (!slot->in_use || slot->generation != args->generation ||
+		(slot->pid != 0 && slot->pid != MyProcPid))
+	{
+		LWLockRelease(replicant_shmem->lock);
+		proc_exit(0);
+	}
+	slot->pid = MyProcPid;
+	slot->latch = MyLatch;
+	slot->state = REPLICANT_STATE_STARTING;
+	slot->last_error[0] = '\0';
+	LWLockRelease(replicant_shmem->lock);
+
+	MySlot = slot;
+	MyGeneration = args->generation;
+	before_shmem_exit(worker_detach, (Datum) 0);
+}
+
+/*
+ * Halts fail-closed: records the value-free reason where replicant.status
+ * and the next worker see it, and exits without restart.
+ */
+static void
+pg_attribute_noreturn()
+worker_halt(const char *reason)
+{
+	ReplicantCatalogAccess access;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	MySlot->state = REPLICANT_STATE_HALTED;
+	MySlot->runnable = false;
+	strlcpy(MySlot->last_error, reason, sizeof(MySlot->last_error));
+	LWLockRelease(replicant_shmem->lock);
+
+	replicant_catalog_begin(&access);
+	replicant_pipeline_record_halt(pipeline->id, reason);
+	replicant_catalog_end(&access);
+
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" halted: %s", pipeline->name, reason),
+			 errhint("Fix the cause, then call replicant.resume_pipeline('%s').",
+					 pipeline->name)));
+	proc_exit(0);
+}
+
+/* Servers from 15.19 on load only output plugins listed in this setting. */
+static void
+check_output_plugin_allowed(void)
+{
+	const char *setting = GetConfigOption("output_plugin_libraries", true, false);
+	char	   *copy;
+	List	   *names;
+	ListCell   *lc;
+
+	if (setting == NULL)
+		return;
+	copy = pstrdup(setting);
+	if (SplitIdentifierString(copy, ',', &names))
+	{
+		foreach(lc, names)
+			if (strcmp(lfirst(lc), "replicant") == 0)
+				return;
+	}
+	worker_halt("\"output_plugin_libraries\" does not list \"replicant\"");
+}
+
+static void
+add_delivery(ReplicantBatch *b, int first, int last, size_t bytes)
+{
+	int64		changes = 0;
+	int			i;
+
+	for (i = first; i <= last; i++)
+		changes += b->txns[i].nchanges;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	MySlot->transactions_delivered += last - first + 1;
+	MySlot->changes_delivered += changes;
+	MySlot->batches_delivered++;
+	MySlot->bytes_delivered += bytes;
+	MySlot->last_delivery_at = GetCurrentTimestamp();
+	MySlot->state = REPLICANT_STATE_STREAMING;
+	MySlot->last_error[0] = '\0';
+	LWLockRelease(replicant_shmem->lock);
+}
+
+static void
+note_retry(const char *error)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	MySlot->retries++;
+	MySlot->state = REPLICANT_STATE_RETRYING;
+	snprintf(MySlot->last_error, sizeof(MySlot->last_error),
+			 "sink unavailable: %s", error);
+	LWLockRelease(replicant_shmem->lock);
+}
+
+/* Sleeps ms milliseconds on the latch, answering interrupts. */
+static void
+sleep_ms(long ms)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+
+	for (;;)
+	{
+		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+		if (left <= 0)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 left, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* Capped exponential backoff with jitter, or what Retry-After asked for. */
+static long
+backoff_ms(int attempt, const ReplicantSinkResult *result)
+{
+	long		cap = RETRY_BASE_MS;
+
+	if (result->retry_after_ms >= 0)
+		return result->retry_after_ms;
+	while (attempt-- > 0 && cap < RETRY_MAX_MS)
+		cap *= 2;
+	cap = Min(cap, RETRY_MAX_MS);
+	return cap / 2 + (long) pg_prng_uint64_range(&pg_global_prng_state, 0, cap / 2);
+}
+
+/*
+ * Delivers transactions [first, last] of the batch, retrying until the sink
+ * takes them.  Returns the index of the last transaction delivered, which is
+ * below last when a 413 made it split the range.
+ */
+static int
+deliver_range(int first, int last)
+{
+	int			attempt = 0;
+
+	for (;;)
+	{
+		ReplicantBody body;
+		ReplicantSinkResult result;
+		char		webhook_id[NAMEDATALEN + 32];
+
+		snprintf(webhook_id, sizeof(webhook_id), "%s-" UINT64_FORMAT,
+				 pipeline->name, (uint64) batch->txns[last].commit_lsn);
+		replicant_batch_body(batch, first, last, &body);
+		replicant_sink_post(sink, webhook_id, &body, &result);
+
+		switch (result.outcome)
+		{
+			case REPLICANT_SINK_OK:
+				replicant_checkpoint_commit(pipeline->id,
+											batch->txns[last].commit_lsn,
+											batch->txns[last].end_lsn);
+				replicant_decoder_confirm(decoder, batch->txns[last].end_lsn);
+				add_delivery(batch, first, last, body.length);
+				return last;
+
+			case REPLICANT_SINK_RETRY:
+				note_retry(result.error);
+				sleep_ms(backoff_ms(attempt++, &result));
+				break;
+
+			case REPLICANT_SINK_TOO_LARGE:
+				if (first == last)
+					worker_halt(psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
+										 LSN_FORMAT_ARGS(batch->txns[last].commit_lsn)));
+				last = first + (last - first) / 2;
+				attempt = 0;
+				break;
+
+			case REPLICANT_SINK_GONE:
+			case REPLICANT_SINK_REJECTED:
+				worker_halt(psprintf("sink rejected batch: HTTP %ld (commit LSN %X/%X)",
+									 result.http_status,
+									 LSN_FORMAT_ARGS(batch->txns[last].commit_lsn)));
+		}
+	}
+}
+
+static void
+deliver_batch(void)
+{
+	int			first = 0;
+
+	while (first < batch->ntxns)
+		first = deliver_range(first, batch->ntxns - 1) + 1;
+	replicant_batch_reset(batch);
+}
+
+static void
+load_pipeline(int32 pipeline_id)
+{
+	ReplicantCatalogAccess access;
+
+	replicant_catalog_begin(&access);
+	pipeline = replicant_pipeline_load(pipeline_id, TopMemoryContext);
+	replicant_catalog_end(&access);
+
+	if (pipeline == NULL || !pipeline->enabled || pipeline->halt_reason != NULL)
+	{
+		/* Dropped, disabled or halted since the launcher looked. */
+		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+		MySlot->runnable = false;
+		if (pipeline && pipeline->halt_reason)
+			MySlot->state = REPLICANT_STATE_HALTED;
+		LWLockRelease(replicant_shmem->lock);
+		proc_exit(0);
+	}
+}
+
+static void
+start_sink(void)
+{
+	ReplicantSinkConfig config = {0};
+
+	config.url = pipeline->sink_url;
+	config.http_timeout_ms = pipeline->http_timeout_ms;
+	config.connect_timeout_ms = pipeline->connect_timeout_ms;
+	config.header_names = pipeline->header_names;
+	config.header_values = pipeline->header_values;
+	config.secret = pipeline->secret;
+	sink = replicant_sink_create(&config);
+}
+
+void
+replicant_worker_main(Datum main_arg)
+{
+	ReplicantWorkerArgs args;
+	char	   *halt_reason;
+	char	   *appname;
+	MemoryContext cycle_context;
+
+	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
+
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+
+	worker_attach(DatumGetInt32(main_arg), &args);
+	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
+	replicant_encoder_pin_settings();
+
+	load_pipeline(args.pipeline_id);
+	appname = psprintf("replicant pipeline %s", pipeline->name);
+	SetConfigOption("application_name", appname, PGC_SUSET, PGC_S_OVERRIDE);
+	pgstat_report_appname(appname);
+
+	check_output_plugin_allowed();
+
+	MemoryContextSwitchTo(TopMemoryContext);
+	batch = replicant_batch_create(pipeline->name);
+	decoder = replicant_decoder_start(pipeline, batch, &halt_reason);
+	if (decoder == NULL)
+		worker_halt(halt_reason);
+	start_sink();
+
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
+					pipeline->name, LSN_FORMAT_ARGS(decoder->confirmed))));
+	replicant_shmem_set_state(MySlot, REPLICANT_STATE_STREAMING);
+
+	cycle_context = AllocSetContextCreate(TopMemoryContext, "replicant cycle",
+										  ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		bool		at_end;
+		long		timeout;
+
+		MemoryContextSwitchTo(cycle_context);
+		MemoryContextReset(cycle_context);
+
+		/* A commit after this point sets the latch again. */
+		pg_atomic_write_u32(&MySlot->nudged, 0);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		at_end = replicant_decoder_read(decoder, pipeline->batch_max_transactions,
+										(uint64) pipeline->batch_max_bytes);
+		if (decoder->state->halt_reason)
+			worker_halt(decoder->state->halt_reason);
+
+		if (batch->ntxns > 0)
+			deliver_batch();
+		else if (at_end)
+		{
+			/*
+			 * Nothing published up to here: let the slot move on so quiet
+			 * pipelines never pin WAL.  Transactions still in progress are
+			 * safe, since decoding restarts at restart_lsn.
+			 */
+			replicant_decoder_confirm(decoder, replicant_decoder_read_upto(decoder));
+		}
+
+		if (!at_end)
+			continue;
+
+		timeout = IDLE_TIMEOUT_MS;
+		if (GetXLogInsertRecPtr() > replicant_decoder_read_upto(decoder))
+			timeout = FLUSH_WAIT_MS;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout, PG_WAIT_EXTENSION);
+	}
+}
