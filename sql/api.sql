@@ -1,0 +1,148 @@
+-- The management API: every function, its validation errors, and that a
+-- failed call leaves nothing behind.
+\set VERBOSITY terse
+CREATE EXTENSION replicant;
+CREATE TABLE t1 (id int PRIMARY KEY, v text);
+CREATE PUBLICATION p1 FOR TABLE t1;
+CREATE PUBLICATION p2 FOR ALL TABLES;
+CREATE FUNCTION leftovers(OUT pipelines bigint, OUT slots bigint) LANGUAGE sql AS $$
+  SELECT (SELECT count(*) FROM replicant.pipelines),
+         (SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'replicant%')
+$$;
+
+-- pipeline names
+SELECT replicant.create_pipeline(NULL, 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('Orders', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('a''b', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('a"b', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('a;drop table t1', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline(repeat('a', 49), 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('ordérs', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('a b', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline(E'a\\b', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('$$x$$', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('a--b', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('a/*b*/', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline(E'a\nb', 'p1', 'http://127.0.0.1:9/');
+
+-- publications
+SELECT replicant.create_pipeline('x', NULL::text, 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('x', NULL::text[], 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('x', ARRAY[]::text[], 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('x', ARRAY[NULL]::text[], 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('x', 'nope', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('x', ARRAY['p1', 'nope'], 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('x', ARRAY['p1', 'p1'], 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('x', '', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('x', 'p1;drop table t1', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('x', '"p1"', 'http://127.0.0.1:9/');
+SELECT replicant.create_pipeline('x', repeat('p', 64), 'http://127.0.0.1:9/');
+
+-- sink URLs
+SELECT replicant.create_pipeline('x', 'p1', NULL);
+SELECT replicant.create_pipeline('x', 'p1', '');
+SELECT replicant.create_pipeline('x', 'p1', 'file:///etc/passwd');
+SELECT replicant.create_pipeline('x', 'p1', 'ftp://127.0.0.1/');
+SELECT replicant.create_pipeline('x', 'p1', 'gopher://127.0.0.1/');
+SELECT replicant.create_pipeline('x', 'p1', 'javascript:alert(1)');
+SELECT replicant.create_pipeline('x', 'p1', 'garbage');
+SELECT replicant.create_pipeline('x', 'p1', 'http://');
+SELECT replicant.create_pipeline('x', 'p1', 'http://user:hunter2@127.0.0.1/');
+SELECT replicant.create_pipeline('x', 'p1', 'https://token@127.0.0.1/');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1/a b');
+SELECT replicant.create_pipeline('x', 'p1', E'http://127.0.0.1/\r\nX-Injected: 1');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:99999/');
+SELECT replicant.create_pipeline('x', 'p1', 'http://' || repeat('a', 2100) || '/');
+
+-- snapshot modes and numeric options
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => NULL);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'bogus');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'initial');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', batch_max_bytes => -1);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', batch_max_bytes => NULL);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', batch_max_transactions => 0);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', http_timeout_ms => -5);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', connect_timeout_ms => 2000000000);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', no_such_option => 1);
+
+-- headers
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => NULL);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '[]');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '"Authorization"');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '{"X-Count": 1}');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '{"": "v"}');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '{"Bad Name": "v"}');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '{"X-A\r\nX-B": "v"}');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '{"X-A": "v\r\nX-Injected: 1"}');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '{"Content-Type": "text/plain"}');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '{"webhook-signature": "v1,forged"}');
+
+-- signing secrets
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', secret => '');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', secret => 'whsec_!!!not base64');
+
+-- a transaction block cannot create or drop pipelines
+BEGIN;
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/');
+ROLLBACK;
+
+-- nothing above left anything behind
+SELECT * FROM leftovers();
+
+-- a pipeline, then everything that must refuse to touch it wrongly
+SELECT replicant.create_pipeline('orders', ARRAY['p1', 'p2'], 'http://127.0.0.1:9/ingest',
+    headers => '{"Authorization": "Bearer token-in-header"}', secret => 'whsec_c2VjcmV0');
+SELECT replicant.create_pipeline('orders', 'p1', 'http://127.0.0.1:9/');
+SELECT name, publications, sink_url, snapshot, enabled, halt_reason,
+       batch_max_bytes, batch_max_transactions, http_timeout_ms, connect_timeout_ms
+  FROM replicant.pipelines;
+SELECT * FROM leftovers();
+
+SELECT replicant.alter_pipeline('nope', sink_url => 'http://127.0.0.1:9/');
+SELECT replicant.alter_pipeline(NULL);
+SELECT replicant.alter_pipeline('orders', sink_url => 'ftp://127.0.0.1/');
+SELECT replicant.alter_pipeline('orders', batch_max_bytes => 0);
+SELECT replicant.alter_pipeline('orders', publication => ARRAY['nope']);
+SELECT replicant.alter_pipeline('orders', headers => '{"Host": "evil"}');
+SELECT replicant.alter_pipeline('orders', secret => 'x', clear_secret => true);
+SELECT replicant.alter_pipeline('orders', batch_max_transactions => 50, publication => ARRAY['p1']);
+SELECT publications, batch_max_transactions, config_version, secret IS NOT NULL AS signed
+  FROM replicant.pipelines;
+SELECT replicant.alter_pipeline('orders', clear_secret => true);
+SELECT secret IS NULL AS unsigned FROM replicant.pipelines;
+
+SELECT replicant.enable_pipeline('nope');
+SELECT replicant.disable_pipeline('nope');
+SELECT replicant.resume_pipeline('nope');
+SELECT replicant.drop_pipeline('nope');
+SELECT replicant.enable_pipeline(NULL);
+SELECT replicant.drop_pipeline('Bad;Name');
+
+SELECT replicant.disable_pipeline('orders');
+SELECT enabled FROM replicant.pipelines;
+SELECT replicant.enable_pipeline('orders');
+SELECT replicant.resume_pipeline('orders');
+
+BEGIN;
+SELECT replicant.drop_pipeline('orders');
+ROLLBACK;
+
+-- ordinary roles see nothing and can do nothing
+CREATE ROLE replicant_nobody LOGIN;
+SET ROLE replicant_nobody;
+SELECT * FROM replicant.pipelines;
+SELECT * FROM replicant.status;
+SELECT replicant.create_pipeline('y', 'p1', 'http://127.0.0.1:9/');
+SELECT replicant.drop_pipeline('orders');
+RESET ROLE;
+SELECT has_function_privilege('replicant_nobody', 'replicant.drop_pipeline(text)', 'EXECUTE') AS can_drop,
+       has_table_privilege('replicant_nobody', 'replicant.pipelines', 'SELECT') AS can_read_secrets;
+
+SELECT replicant.drop_pipeline('orders');
+SELECT * FROM leftovers();
+DROP ROLE replicant_nobody;
+DROP FUNCTION leftovers();
+DROP PUBLICATION p1, p2;
+DROP TABLE t1;
+DROP EXTENSION replicant;

@@ -1,0 +1,24 @@
+-- replicant.status: the contract's columns and types, and redaction.
+\set VERBOSITY terse
+CREATE EXTENSION replicant;
+SELECT attname, format_type(atttypid, atttypmod)
+  FROM pg_attribute
+ WHERE attrelid = 'replicant.status'::regclass AND attnum > 0
+ ORDER BY attnum;
+
+CREATE TABLE t (id int PRIMARY KEY);
+CREATE PUBLICATION pub FOR TABLE t;
+SELECT replicant.create_pipeline('quiet', 'pub', 'http://127.0.0.1:9/path?q=1');
+SELECT pipeline, slot_name, checkpoint_lsn, confirmed_flush_lsn IS NOT NULL AS has_slot,
+       lag_bytes >= 0 AS lag_ok, transactions_delivered, changes_delivered,
+       batches_delivered, bytes_delivered, sink_url, publications
+  FROM replicant.status;
+SELECT replicant.disable_pipeline('quiet');
+SELECT pipeline, state FROM replicant.status;
+SELECT replicant._redact_url('https://user:secret@example.com:8443/p?q=a@b');
+SELECT replicant._redact_url('http://127.0.0.1:9/no-credentials@here');
+SELECT replicant.drop_pipeline('quiet');
+SELECT count(*) FROM replicant.status;
+DROP PUBLICATION pub;
+DROP TABLE t;
+DROP EXTENSION replicant;
