@@ -22,6 +22,8 @@ typedef enum ReplicantToastPolicy
 /*
  * Pins the settings that change output functions' text (DateStyle, TimeZone,
  * ...) for the rest of the process.  Workers call it once after connecting.
+ * This outranks ALTER DATABASE/ROLE SET and the configuration file, but not a
+ * session-level SET, so the worker must never run SET for these.
  */
 extern void replicant_encoder_pin_settings(void);
 

@@ -1,0 +1,199 @@
+CREATE EXTENSION replicant;
+\set VERBOSITY terse
+
+-- The encoder's output for one column of each kind of type, through
+-- replicant._encode_row(), which encodes exactly as the snapshot path does.
+
+CREATE TYPE enc_mood AS ENUM ('sad', 'ok', 'happy');
+CREATE TYPE enc_inner AS (a int, b text);
+CREATE TYPE enc_outer AS (id int, inner_val enc_inner, tags text[]);
+CREATE DOMAIN enc_posint AS int CHECK (VALUE > 0);
+CREATE DOMAIN enc_pair AS enc_inner CHECK ((VALUE).a > 0);
+CREATE DOMAIN enc_intarr AS int[];
+CREATE TYPE enc_moodrange AS RANGE (subtype = enc_mood);
+
+CREATE TABLE enc_zoo (
+    id              int PRIMARY KEY,
+    c_int2          int2,
+    c_int4          int4,
+    c_int8          int8,
+    c_oid           oid,
+    c_numeric       numeric,
+    c_float4        float4,
+    c_float8        float8,
+    c_bool          bool,
+    c_text          text,
+    c_varchar       varchar(20),
+    c_char          char(5),
+    c_json          json,
+    c_jsonb         jsonb,
+    c_int_2d        int[],
+    c_text_arr      text[],
+    c_jsonb_arr     jsonb[],
+    c_outer         enc_outer,
+    c_outer_arr     enc_outer[],
+    c_mood          enc_mood,
+    c_mood_arr      enc_mood[],
+    c_posint        enc_posint,
+    c_pair          enc_pair,
+    c_intarr        enc_intarr,
+    c_int4range     int4range,
+    c_tstzrange     tstzrange,
+    c_multirange    int4multirange,
+    c_moodrange     enc_moodrange,
+    c_bytea         bytea,
+    c_uuid          uuid,
+    c_date          date,
+    c_time          time,
+    c_timetz        timetz,
+    c_timestamp     timestamp,
+    c_timestamptz   timestamptz,
+    c_interval      interval,
+    c_inet          inet,
+    c_cidr          cidr,
+    c_macaddr       macaddr,
+    c_money         money,
+    c_bit           bit(4),
+    c_varbit        varbit,
+    c_tsvector      tsvector,
+    c_tsquery       tsquery,
+    c_point         point,
+    c_line          line,
+    c_lseg          lseg,
+    c_box           box,
+    c_path          path,
+    c_polygon       polygon,
+    c_circle        circle,
+    c_xml           xml,
+    c_pg_lsn        pg_lsn,
+    c_snapshot      pg_snapshot,
+    c_generated     int GENERATED ALWAYS AS (c_int2 * 2) STORED
+);
+
+INSERT INTO enc_zoo VALUES (
+    1, -32768, -2147483648, -9223372036854775808, 4294967295,
+    -123.4500, 0.1, 0.30000000000000004, true,
+    E'q"uote \\ nl\n tab\t cr\r bs\b ff\f ctl\x01\x1f',
+    'hello "w"', 'ab',
+    '{"b": 1, "a": [1, 2.50, "x"]}',
+    '{"b": 1, "a": [1, 2.50, null]}',
+    '{{1,NULL,3},{4,5,NULL}}',
+    ARRAY['a', NULL, 'b"c', 'NULL'],
+    ARRAY['{"x": 1}'::jsonb, NULL, '[true, "y"]'],
+    ROW(1, ROW(2, 'two'), ARRAY['x', 'y']),
+    ARRAY[ROW(1, ROW(2, 'two'), '{}')::enc_outer, NULL, ROW(3, NULL, NULL)::enc_outer],
+    'happy', '{sad,ok}',
+    42, ROW(7, 'seven'), '{1,2}',
+    '[1,10)', '[2024-01-01 00:00+00,2024-01-02 00:00+00)', '{[1,3),[5,7)}', '[sad,happy]',
+    '\xdeadbeef00', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+    '2024-02-29', '13:14:15.5', '13:14:15+05:30',
+    '2024-02-29 13:14:15.5', '2024-02-29 13:14:15.123456+05:30',
+    '1 year 2 mons 3 days 04:05:06.5',
+    '192.168.0.1/24', '10.0.0.0/8', '08:00:2b:01:02:03', 1234.56,
+    B'1010', B'110',
+    'a fat cat', 'fat & (rat | !cat)',
+    '(0.1,0.30000000000000004)', '{1,-1,0}', '[(0,0),(1,1)]', '(1,1),(0,0)',
+    '[(0,0),(1,1)]', '((0,0),(1,1),(1,0))', '<(0,0),1>',
+    '<a b="1">x &amp; y</a>', '16/B374D848', '10:20:10,14,15');
+-- a NULL in every column
+INSERT INTO enc_zoo (id) VALUES (2);
+
+-- every output is valid JSON
+SELECT id, replicant._encode_row(r)::jsonb IS NOT NULL AS valid
+  FROM enc_zoo r ORDER BY id;
+
+-- one line per column, in attnum order; json_each keeps each value's text
+SELECT r1.key, r1.value AS row1, r2.value AS row2
+  FROM json_each((SELECT replicant._encode_row(r)::json FROM enc_zoo r WHERE id = 1))
+       WITH ORDINALITY r1
+  JOIN json_each((SELECT replicant._encode_row(r)::json FROM enc_zoo r WHERE id = 2))
+       WITH ORDINALITY r2 USING (ordinality)
+ ORDER BY ordinality;
+
+-- numbers: shortest exact floats; NaN and infinities become strings
+CREATE TABLE enc_numbers (id int, f4 float4, f8 float8, num numeric);
+INSERT INTO enc_numbers VALUES
+    (1, 0.1, 0.1, 0.1),
+    (2, 1.2345679, 0.30000000000000004, 123456789012345678901234567890.123456789),
+    (3, 3.4028235e38, 1e-300, 1e40),
+    (4, '-0', '-0', '-0.0'),
+    (5, 'NaN', 'NaN', 'NaN'),
+    (6, 'Infinity', 'Infinity', 'Infinity'),
+    (7, '-Infinity', '-Infinity', '-Infinity');
+SELECT replicant._encode_row(r) FROM enc_numbers r ORDER BY id;
+
+-- arrays: dimensions nest, lower bounds are dropped, empty is []
+CREATE TABLE enc_arrays (id int, a int[]);
+INSERT INTO enc_arrays VALUES
+    (1, '{}'), (2, '{NULL}'), (3, '[0:2]={1,2,3}'), (4, '{{{1},{2}},{{3},{NULL}}}');
+SELECT replicant._encode_row(r) FROM enc_arrays r ORDER BY id;
+
+-- strings are escaped exactly as to_json() escapes them
+CREATE TABLE enc_strings (id int, t text);
+INSERT INTO enc_strings VALUES
+    (1, ''), (2, 'plain'), (3, E'"\\/\b\f\n\r\t'),
+    (4, (SELECT string_agg(chr(i), '') FROM generate_series(1, 127) i)),
+    (5, 'é 日本 😀'),
+    (6, (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 5000) i));
+SELECT id, replicant._encode_row(r) = '{"id":' || id || ',"t":' || to_json(t)::text || '}' AS same_as_to_json
+  FROM enc_strings r ORDER BY id;
+-- (unaligned, so that the output does not depend on how psql measures UTF-8)
+\pset format unaligned
+SELECT replicant._encode_row(r) FROM enc_strings r WHERE id IN (1, 3, 5) ORDER BY id;
+
+-- anonymous records are objects too
+SELECT replicant._encode_row(ROW(1, 'a', ROW(2, NULL, ARRAY[ROW(3)])));
+
+-- column names are kept exactly; dropped columns are skipped
+CREATE TABLE enc_names (id int, "CamelCase" int, dropme text, "with space" text,
+                        "quo""te\" int, "ünï" bool);
+ALTER TABLE enc_names DROP COLUMN dropme;
+INSERT INTO enc_names VALUES (1, 2, 'x', 3, true);
+SELECT replicant._encode_row(r) FROM enc_names r;
+\pset format aligned
+
+-- the output does not depend on the session's settings
+CREATE TEMP TABLE enc_before AS
+SELECT 'zoo' AS t, id, replicant._encode_row(r) AS j FROM enc_zoo r
+UNION ALL
+SELECT 'numbers', id, replicant._encode_row(r) FROM enc_numbers r;
+
+SET DateStyle = 'SQL, DMY';
+SET TimeZone = 'Asia/Tokyo';
+SET extra_float_digits = 0;
+SET bytea_output = 'escape';
+SET IntervalStyle = 'postgres_verbose';
+
+SELECT b.t, b.id, a.j = b.j AS same
+  FROM enc_before b
+  JOIN (SELECT 'zoo' AS t, id, replicant._encode_row(r) AS j FROM enc_zoo r
+        UNION ALL
+        SELECT 'numbers', id, replicant._encode_row(r) FROM enc_numbers r) a
+       USING (t, id)
+ ORDER BY b.t, b.id;
+
+-- the columns these settings would have changed, once more
+SELECT key, value
+  FROM json_each((SELECT replicant._encode_row(r)::json FROM enc_zoo r WHERE id = 1))
+ WHERE key IN ('c_float8', 'c_tstzrange', 'c_bytea', 'c_date', 'c_timestamp',
+               'c_timestamptz', 'c_interval', 'c_point');
+
+-- and the session's own settings are back once the function returns
+SELECT current_setting('DateStyle') AS datestyle,
+       current_setting('TimeZone') AS timezone,
+       current_setting('extra_float_digits') AS extra_float_digits,
+       current_setting('bytea_output') AS bytea_output,
+       current_setting('IntervalStyle') AS intervalstyle,
+       current_setting('search_path') AS search_path;
+
+RESET DateStyle;
+RESET TimeZone;
+RESET extra_float_digits;
+RESET bytea_output;
+RESET IntervalStyle;
+
+DROP TABLE enc_zoo, enc_numbers, enc_arrays, enc_strings, enc_names;
+DROP TYPE enc_moodrange, enc_outer, enc_mood;
+DROP DOMAIN enc_posint, enc_pair, enc_intarr;
+DROP TYPE enc_inner;
+DROP EXTENSION replicant;

@@ -1,0 +1,844 @@
+/*
+ * encoder.c
+ *		The one tuple -> JSON encoder, shared by the stream and snapshot paths.
+ *
+ * Both paths hand over deformed tuples, and the output depends only on the
+ * values, the catalog and the pinned settings, never on how the row was
+ * read: that is what makes a row encode to the same bytes on both paths.
+ *
+ * On the stream path we run inside an output plugin callback under a
+ * historic snapshot, so everything here is catalog lookups and type output
+ * functions: no SPI, no casts, nothing that reads user tables or writes, and
+ * no fetching of on-disk TOAST pointers (design.md section 6,
+ * pg-internals-notes.md section 4).
+ *
+ * What we need to know about a type is cached per type OID in a hash table
+ * that a TYPEOID syscache callback invalidates.  The hottest types (integers,
+ * bool, text) are written without going through fmgr.
+ */
+#include "postgres.h"
+
+#include <stdlib.h>
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/arrayaccess.h"
+#include "utils/builtins.h"
+#include "utils/catcache.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+#include "utils/typcache.h"
+
+#include "encoder.h"
+
+PG_FUNCTION_INFO_V1(replicant_encode_row);
+
+/* How a value of a (base) type is written. */
+typedef enum EncodeCategory
+{
+	ENCODE_BOOL,
+	ENCODE_INT2,
+	ENCODE_INT4,
+	ENCODE_INT8,
+	ENCODE_OID,
+	ENCODE_NUMBER,				/* float4, float8, numeric: output text */
+	ENCODE_TEXT,				/* text, varchar, bpchar: from the varlena */
+	ENCODE_JSON,				/* embedded as stored */
+	ENCODE_JSONB,				/* embedded output text */
+	ENCODE_ARRAY,
+	ENCODE_COMPOSITE,
+	ENCODE_OTHER				/* output text as a JSON string */
+} EncodeCategory;
+
+/*
+ * Cached per type OID; for a domain everything but typname describes the
+ * base type.  Entries are never removed, only marked invalid, so pointers to
+ * them stay usable while a value is being encoded.
+ */
+typedef struct EncodeTypeEntry
+{
+	Oid			typid;			/* hash key */
+	bool		valid;
+	uint32		hashvalue;		/* TYPEOID syscache hash of typid */
+	EncodeCategory category;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	Oid			outfuncoid;		/* InvalidOid unless category needs it */
+	FmgrInfo	outfunc;		/* in EncoderCacheContext */
+	char	   *typname;		/* for error context, in EncoderCacheContext */
+} EncodeTypeEntry;
+
+/* What every level of a nested encoding shares. */
+typedef struct EncodeState
+{
+	StringInfo	out;
+	ReplicantToastPolicy policy;
+	int			dbencoding;
+} EncodeState;
+
+/* The column being encoded, for the error context callback. */
+typedef struct EncodeErrorArg
+{
+	const char *colname;
+	const char *typname;
+} EncodeErrorArg;
+
+/* Settings that change output functions' text; one list for both pinners. */
+typedef struct PinnedSetting
+{
+	const char *name;
+	const char *value;
+} PinnedSetting;
+
+static const PinnedSetting pinned_settings[] = {
+	{"DateStyle", "ISO, YMD"},
+	{"IntervalStyle", "iso_8601"},
+	{"TimeZone", "UTC"},
+	{"extra_float_digits", "1"},
+	{"bytea_output", "hex"},
+	{"lc_monetary", "C"},
+	{"search_path", "pg_catalog"},
+	{"quote_all_identifiers", "off"},
+};
+
+static MemoryContext EncoderCacheContext = NULL;
+static HTAB *EncoderTypeCache = NULL;
+static bool encoder_callback_registered = false;
+
+static void encoder_init_cache(void);
+static void encoder_type_inval(Datum arg, int cacheid, uint32 hashvalue);
+static EncodeTypeEntry *encoder_lookup_type(Oid typid);
+static void encoder_build_type(EncodeTypeEntry *entry);
+static void encode_error_callback(void *arg);
+static void append_json_string(StringInfo out, const char *s, int len);
+static void append_utf8(StringInfo out, int dbencoding, const char *s,
+						int len, bool quote);
+static void encode_fields(EncodeState *st, TupleDesc desc, Datum *values,
+						  bool *nulls, const Bitmapset *columns,
+						  bool toplevel, StringInfo unchanged);
+static void encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value);
+static void encode_array(EncodeState *st, Datum value);
+static void encode_array_dim(EncodeState *st, EncodeTypeEntry *elem,
+							 array_iter *iter, int ndim, const int *dims,
+							 int dim, int *index);
+static void encode_composite(EncodeState *st, Datum value);
+
+/*
+ * Type cache
+ */
+
+static void
+encoder_init_cache(void)
+{
+	HASHCTL		ctl;
+
+	if (CacheMemoryContext == NULL)
+		CreateCacheMemoryContext();
+
+	EncoderCacheContext = AllocSetContextCreate(CacheMemoryContext,
+												"replicant encoder type cache",
+												ALLOCSET_SMALL_SIZES);
+	ctl.keysize = sizeof(Oid);
+	ctl.entrysize = sizeof(EncodeTypeEntry);
+	ctl.hcxt = EncoderCacheContext;
+	EncoderTypeCache = hash_create("replicant encoder types", 64, &ctl,
+								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	/* syscache callbacks cannot be unregistered: only ever add one */
+	if (!encoder_callback_registered)
+	{
+		CacheRegisterSyscacheCallback(TYPEOID, encoder_type_inval, (Datum) 0);
+		encoder_callback_registered = true;
+	}
+}
+
+/*
+ * What we cache about a type OID cannot change while the OID names the same
+ * type (a domain's base type, element types and output functions are fixed
+ * at creation), so only a change to the type's own pg_type row, which
+ * includes dropping it and reusing its OID, or a cache reset, matters.
+ */
+static void
+encoder_type_inval(Datum arg, int cacheid, uint32 hashvalue)
+{
+	HASH_SEQ_STATUS status;
+	EncodeTypeEntry *entry;
+
+	if (EncoderTypeCache == NULL)
+		return;
+
+	hash_seq_init(&status, EncoderTypeCache);
+	while ((entry = (EncodeTypeEntry *) hash_seq_search(&status)) != NULL)
+	{
+		if (hashvalue == 0 || entry->hashvalue == hashvalue)
+			entry->valid = false;
+	}
+}
+
+static EncodeTypeEntry *
+encoder_lookup_type(Oid typid)
+{
+	EncodeTypeEntry *entry;
+	bool		found;
+
+	if (EncoderTypeCache == NULL)
+		encoder_init_cache();
+
+	entry = (EncodeTypeEntry *) hash_search(EncoderTypeCache, &typid,
+											HASH_ENTER, &found);
+	if (!found)
+	{
+		entry->valid = false;
+		entry->hashvalue = 0;
+		entry->outfuncoid = InvalidOid;
+		entry->typname = NULL;
+	}
+	if (!entry->valid)
+		encoder_build_type(entry);
+
+	return entry;
+}
+
+/*
+ * Fills an entry.  valid is set last, so an error leaves the entry to be
+ * rebuilt on its next use rather than half built.
+ */
+static void
+encoder_build_type(EncodeTypeEntry *entry)
+{
+	Oid			basetype;
+	HeapTuple	tup;
+	Form_pg_type typ;
+	EncodeCategory category;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	Oid			outfuncoid;
+	char	   *typname;
+
+	basetype = getBaseType(entry->typid);
+	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(basetype));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for type %u", basetype);
+	typ = (Form_pg_type) GETSTRUCT(tup);
+
+	switch (basetype)
+	{
+		case BOOLOID:
+			category = ENCODE_BOOL;
+			break;
+		case INT2OID:
+			category = ENCODE_INT2;
+			break;
+		case INT4OID:
+			category = ENCODE_INT4;
+			break;
+		case INT8OID:
+			category = ENCODE_INT8;
+			break;
+		case OIDOID:
+			category = ENCODE_OID;
+			break;
+		case FLOAT4OID:
+		case FLOAT8OID:
+		case NUMERICOID:
+			category = ENCODE_NUMBER;
+			break;
+		case TEXTOID:
+		case VARCHAROID:
+		case BPCHAROID:
+			/* their output functions return the stored text unchanged */
+			category = ENCODE_TEXT;
+			break;
+		case JSONOID:
+			category = ENCODE_JSON;
+			break;
+		case JSONBOID:
+			category = ENCODE_JSONB;
+			break;
+		default:
+			if (IsTrueArrayType(typ))
+				category = ENCODE_ARRAY;
+			else if (typ->typtype == TYPTYPE_COMPOSITE || basetype == RECORDOID)
+				category = ENCODE_COMPOSITE;
+			else
+				category = ENCODE_OTHER;
+			break;
+	}
+	typlen = typ->typlen;
+	typbyval = typ->typbyval;
+	typalign = typ->typalign;
+	outfuncoid = typ->typoutput;
+	ReleaseSysCache(tup);
+
+	if (category != ENCODE_NUMBER && category != ENCODE_JSONB &&
+		category != ENCODE_OTHER)
+		outfuncoid = InvalidOid;
+
+	/* output functions keep state in fn_extra: keep it across rebuilds */
+	if (OidIsValid(outfuncoid) && entry->outfuncoid != outfuncoid)
+	{
+		entry->outfuncoid = InvalidOid;
+		fmgr_info_cxt(outfuncoid, &entry->outfunc, EncoderCacheContext);
+	}
+	entry->outfuncoid = outfuncoid;
+
+	/* a renamed type leaks its old name: an error context may point at it */
+	typname = format_type_be(entry->typid);
+	if (entry->typname == NULL || strcmp(entry->typname, typname) != 0)
+		entry->typname = MemoryContextStrdup(EncoderCacheContext, typname);
+	pfree(typname);
+
+	entry->hashvalue = GetSysCacheHashValue1(TYPEOID,
+											 ObjectIdGetDatum(entry->typid));
+	entry->category = category;
+	entry->typlen = typlen;
+	entry->typbyval = typbyval;
+	entry->typalign = typalign;
+	entry->valid = true;
+}
+
+/*
+ * Errors
+ */
+
+/* Names the column and its type, never the value. */
+static void
+encode_error_callback(void *arg)
+{
+	EncodeErrorArg *errarg = (EncodeErrorArg *) arg;
+
+	if (errarg->colname == NULL)
+		return;
+	if (errarg->typname != NULL)
+		errcontext("while encoding column \"%s\" of type \"%s\"",
+				   errarg->colname, errarg->typname);
+	else
+		errcontext("while encoding column \"%s\"", errarg->colname);
+}
+
+/*
+ * Strings
+ */
+
+/*
+ * Appends s[0..len) as a JSON string literal.  Byte for byte what PG15's
+ * escape_json() writes, but it takes a length, so text is escaped straight
+ * from its varlena, and copies runs that need no escaping in one go.
+ */
+static void
+append_json_string(StringInfo out, const char *s, int len)
+{
+	const char *end = s + len;
+	const char *run = s;
+	const char *p;
+
+	enlargeStringInfo(out, len + 2);
+	appendStringInfoCharMacro(out, '"');
+	for (p = s; p < end; p++)
+	{
+		unsigned char c = (unsigned char) *p;
+
+		if (c >= ' ' && c != '"' && c != '\\')
+			continue;
+
+		if (p > run)
+			appendBinaryStringInfo(out, run, p - run);
+		run = p + 1;
+
+		switch (c)
+		{
+			case '\b':
+				appendBinaryStringInfo(out, "\\b", 2);
+				break;
+			case '\f':
+				appendBinaryStringInfo(out, "\\f", 2);
+				break;
+			case '\n':
+				appendBinaryStringInfo(out, "\\n", 2);
+				break;
+			case '\r':
+				appendBinaryStringInfo(out, "\\r", 2);
+				break;
+			case '\t':
+				appendBinaryStringInfo(out, "\\t", 2);
+				break;
+			case '"':
+				appendBinaryStringInfo(out, "\\\"", 2);
+				break;
+			case '\\':
+				appendBinaryStringInfo(out, "\\\\", 2);
+				break;
+			default:
+				appendStringInfo(out, "\\u%04x", (int) c);
+				break;
+		}
+	}
+	if (p > run)
+		appendBinaryStringInfo(out, run, p - run);
+	appendStringInfoCharMacro(out, '"');
+}
+
+/*
+ * Appends text in the database encoding as UTF-8, either as a JSON string
+ * (quote) or as it is (embedded JSON).
+ */
+static void
+append_utf8(StringInfo out, int dbencoding, const char *s, int len,
+			bool quote)
+{
+	char	   *converted = NULL;
+
+	if (dbencoding != PG_UTF8 && len > 0)
+	{
+		if (dbencoding == PG_SQL_ASCII)
+		{
+			/*
+			 * Nothing to convert from, but the sink expects UTF-8.  Check
+			 * here rather than in pg_server_to_any(), whose error shows the
+			 * offending bytes.
+			 */
+			if (!pg_verify_mbstr(PG_UTF8, s, len, true))
+				ereport(ERROR,
+						(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+						 errmsg("could not encode value as UTF-8"),
+						 errdetail("The database encoding is SQL_ASCII and the value is not valid UTF-8.")));
+		}
+		else
+		{
+			converted = pg_server_to_any(s, len, PG_UTF8);
+			if (converted == s)
+				converted = NULL;
+			else
+			{
+				s = converted;
+				len = strlen(converted);
+			}
+		}
+	}
+
+	if (quote)
+		append_json_string(out, s, len);
+	else
+		appendBinaryStringInfo(out, s, len);
+
+	if (converted != NULL)
+		pfree(converted);
+}
+
+/*
+ * Values
+ */
+
+/*
+ * Appends "{...}" for the live columns of desc.  Only the top level of a row
+ * can hold on-disk TOAST pointers; composite values are always flattened.
+ */
+static void
+encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
+			  const Bitmapset *columns, bool toplevel, StringInfo unchanged)
+{
+	StringInfo	out = st->out;
+	EncodeErrorArg errarg;
+	ErrorContextCallback errcb;
+	bool		first = true;
+	int			i;
+
+	errarg.colname = NULL;
+	errarg.typname = NULL;
+	errcb.callback = encode_error_callback;
+	errcb.arg = &errarg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+
+	appendStringInfoCharMacro(out, '{');
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		EncodeTypeEntry *entry;
+
+		if (att->attisdropped)
+			continue;
+		if (columns != NULL && !bms_is_member(att->attnum, columns))
+			continue;
+
+		errarg.colname = NameStr(att->attname);
+		errarg.typname = NULL;
+
+		if (toplevel && st->policy == REPLICANT_TOAST_UNCHANGED &&
+			!nulls[i] && att->attlen == -1 &&
+			VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(values[i])))
+		{
+			if (unchanged != NULL)
+			{
+				if (unchanged->len > 0)
+					appendStringInfoCharMacro(unchanged, ',');
+				append_utf8(unchanged, st->dbencoding, NameStr(att->attname),
+							strlen(NameStr(att->attname)), true);
+			}
+			continue;
+		}
+
+		if (!first)
+			appendStringInfoCharMacro(out, ',');
+		first = false;
+		append_utf8(out, st->dbencoding, NameStr(att->attname),
+					strlen(NameStr(att->attname)), true);
+		appendStringInfoCharMacro(out, ':');
+
+		if (nulls[i])
+		{
+			appendBinaryStringInfo(out, "null", 4);
+			continue;
+		}
+		entry = encoder_lookup_type(att->atttypid);
+		errarg.typname = entry->typname;
+		encode_value(st, entry, values[i]);
+	}
+	appendStringInfoCharMacro(out, '}');
+
+	error_context_stack = errcb.previous;
+}
+
+/* Appends one non-null value of the entry's type. */
+static void
+encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
+{
+	StringInfo	out = st->out;
+	char	   *str;
+	text	   *txt;
+
+	/* not reachable: flattened composites and arrays hold no such pointer */
+	if (entry->typlen == -1 && st->policy == REPLICANT_TOAST_UNCHANGED &&
+		VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(value)))
+		elog(ERROR, "unexpected on-disk TOAST pointer in a nested value");
+
+	switch (entry->category)
+	{
+		case ENCODE_BOOL:
+			if (DatumGetBool(value))
+				appendBinaryStringInfo(out, "true", 4);
+			else
+				appendBinaryStringInfo(out, "false", 5);
+			break;
+
+		case ENCODE_INT2:
+			enlargeStringInfo(out, MAXINT8LEN + 1);
+			out->len += pg_itoa(DatumGetInt16(value), out->data + out->len);
+			break;
+
+		case ENCODE_INT4:
+			enlargeStringInfo(out, MAXINT8LEN + 1);
+			out->len += pg_ltoa(DatumGetInt32(value), out->data + out->len);
+			break;
+
+		case ENCODE_INT8:
+			enlargeStringInfo(out, MAXINT8LEN + 1);
+			out->len += pg_lltoa(DatumGetInt64(value), out->data + out->len);
+			break;
+
+		case ENCODE_OID:
+			enlargeStringInfo(out, MAXINT8LEN + 1);
+			out->len += pg_ultoa_n(DatumGetObjectId(value),
+								   out->data + out->len);
+			out->data[out->len] = '\0';
+			break;
+
+		case ENCODE_NUMBER:
+			/* ASCII only, and either a valid JSON number or NaN/Infinity */
+			str = OutputFunctionCall(&entry->outfunc, value);
+			if (str[0] == 'N' || str[0] == 'I' ||
+				(str[0] == '-' && str[1] == 'I'))
+				append_json_string(out, str, strlen(str));
+			else
+				appendStringInfoString(out, str);
+			pfree(str);
+			break;
+
+		case ENCODE_TEXT:
+		case ENCODE_JSON:
+			/* short-header values are read in place, without a copy */
+			txt = DatumGetTextPP(value);
+			append_utf8(out, st->dbencoding, VARDATA_ANY(txt),
+						VARSIZE_ANY_EXHDR(txt),
+						entry->category == ENCODE_TEXT);
+			if ((Pointer) txt != DatumGetPointer(value))
+				pfree(txt);
+			break;
+
+		case ENCODE_JSONB:
+			str = OutputFunctionCall(&entry->outfunc, value);
+			append_utf8(out, st->dbencoding, str, strlen(str), false);
+			pfree(str);
+			break;
+
+		case ENCODE_ARRAY:
+			encode_array(st, value);
+			break;
+
+		case ENCODE_COMPOSITE:
+			encode_composite(st, value);
+			break;
+
+		case ENCODE_OTHER:
+			str = OutputFunctionCall(&entry->outfunc, value);
+			append_utf8(out, st->dbencoding, str, strlen(str), true);
+			pfree(str);
+			break;
+	}
+}
+
+/*
+ * Appends an array as nested JSON arrays, one level per dimension; lower
+ * bounds are dropped.  The element type comes from the array itself.
+ */
+static void
+encode_array(EncodeState *st, Datum value)
+{
+	AnyArrayType *arr;
+	int			ndim;
+	const int  *dims;
+
+	check_stack_depth();
+
+	arr = DatumGetAnyArrayP(value);
+	ndim = AARR_NDIM(arr);
+	dims = AARR_DIMS(arr);
+
+	if (ndim <= 0 || ArrayGetNItems(ndim, dims) == 0)
+		appendBinaryStringInfo(st->out, "[]", 2);
+	else
+	{
+		EncodeTypeEntry *elem = encoder_lookup_type(AARR_ELEMTYPE(arr));
+		array_iter	iter;
+		int			index = 0;
+
+		array_iter_setup(&iter, arr);
+		encode_array_dim(st, elem, &iter, ndim, dims, 0, &index);
+	}
+
+	/* a detoasted copy; an expanded array belongs to its owner */
+	if (!VARATT_IS_EXPANDED_HEADER(arr) &&
+		(Pointer) arr != DatumGetPointer(value))
+		pfree(arr);
+}
+
+static void
+encode_array_dim(EncodeState *st, EncodeTypeEntry *elem, array_iter *iter,
+				 int ndim, const int *dims, int dim, int *index)
+{
+	StringInfo	out = st->out;
+	int			i;
+
+	appendStringInfoCharMacro(out, '[');
+	for (i = 0; i < dims[dim]; i++)
+	{
+		if (i > 0)
+			appendStringInfoCharMacro(out, ',');
+
+		if (dim + 1 < ndim)
+			encode_array_dim(st, elem, iter, ndim, dims, dim + 1, index);
+		else
+		{
+			Datum		d;
+			bool		isnull;
+
+			d = array_iter_next(iter, &isnull, (*index)++,
+								elem->typlen, elem->typbyval, elem->typalign);
+			if (isnull)
+				appendBinaryStringInfo(out, "null", 4);
+			else
+				encode_value(st, elem, d);
+		}
+	}
+	appendStringInfoCharMacro(out, ']');
+}
+
+/*
+ * Appends a composite (or blessed RECORD) value as a nested object.  The
+ * datum's own header names its row type, which also covers domains over
+ * composites.
+ */
+static void
+encode_composite(EncodeState *st, Datum value)
+{
+	HeapTupleHeader td;
+	TupleDesc	desc;
+	HeapTupleData tuple;
+	Datum	   *values;
+	bool	   *nulls;
+
+	check_stack_depth();
+
+	td = DatumGetHeapTupleHeader(value);
+	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(td),
+								  HeapTupleHeaderGetTypMod(td));
+
+	tuple.t_len = HeapTupleHeaderGetDatumLength(td);
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = td;
+
+	values = (Datum *) palloc(desc->natts * sizeof(Datum));
+	nulls = (bool *) palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(&tuple, desc, values, nulls);
+
+	encode_fields(st, desc, values, nulls, NULL, false, NULL);
+
+	pfree(values);
+	pfree(nulls);
+	ReleaseTupleDesc(desc);
+	if ((Pointer) td != DatumGetPointer(value))
+		pfree(td);
+}
+
+/*
+ * Exported
+ */
+
+void
+replicant_encoder_pin_settings(void)
+{
+	int			i;
+
+	for (i = 0; i < lengthof(pinned_settings); i++)
+		SetConfigOption(pinned_settings[i].name, pinned_settings[i].value,
+						PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+int
+replicant_encoder_pin_settings_local(void)
+{
+	int			level = NewGUCNestLevel();
+	int			i;
+
+	for (i = 0; i < lengthof(pinned_settings); i++)
+	{
+		const char *current = GetConfigOption(pinned_settings[i].name,
+											  false, false);
+
+		/*
+		 * Setting a value, even the same one, runs its check and assign
+		 * hooks twice (set and restore; setlocale() for lc_monetary), which
+		 * costs more than encoding a small row.
+		 */
+		if (current != NULL && strcmp(current, pinned_settings[i].value) == 0)
+			continue;
+
+		(void) set_config_option(pinned_settings[i].name,
+								 pinned_settings[i].value,
+								 PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
+	return level;
+}
+
+void
+replicant_encode_object(StringInfo out, TupleDesc desc,
+						Datum *values, bool *nulls,
+						const Bitmapset *columns,
+						ReplicantToastPolicy policy,
+						StringInfo unchanged)
+{
+	EncodeState st;
+
+	st.out = out;
+	st.policy = policy;
+	st.dbencoding = GetDatabaseEncoding();
+
+	encode_fields(&st, desc, values, nulls, columns, true, unchanged);
+}
+
+void
+replicant_encode_string(StringInfo out, const char *s)
+{
+	append_utf8(out, GetDatabaseEncoding(), s, strlen(s), true);
+}
+
+/*
+ * Computed from the value in UTC, not by timestamptz_out, so that neither
+ * TimeZone nor DateStyle can change it.  Years before 1 AD use ISO 8601's
+ * astronomical numbering (0000 is 1 BC).
+ */
+void
+replicant_encode_timestamptz(StringInfo out, TimestampTz t)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+
+	if (TIMESTAMP_IS_NOBEGIN(t))
+	{
+		appendStringInfoString(out, "\"-infinity\"");
+		return;
+	}
+	if (TIMESTAMP_IS_NOEND(t))
+	{
+		appendStringInfoString(out, "\"infinity\"");
+		return;
+	}
+
+	/* no tzp: the broken-down time stays in UTC */
+	if (timestamp2tm(t, NULL, &tm, &fsec, NULL, NULL) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range")));
+
+	appendStringInfo(out, "\"%s%04d-%02d-%02dT%02d:%02d:%02d.%06dZ\"",
+					 tm.tm_year < 0 ? "-" : "", abs(tm.tm_year),
+					 tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+					 (int) fsec);
+}
+
+/*
+ * replicant._encode_row(record) RETURNS text
+ *
+ * Encodes a row exactly as the snapshot path does, under the pinned
+ * settings, which are restored before returning.  For tests; the result is
+ * UTF-8 whatever the database encoding.
+ */
+Datum
+replicant_encode_row(PG_FUNCTION_ARGS)
+{
+	HeapTupleHeader td = PG_GETARG_HEAPTUPLEHEADER(0);
+	TupleDesc	desc;
+	HeapTupleData tuple;
+	Datum	   *values;
+	bool	   *nulls;
+	StringInfoData buf;
+	int			level;
+
+	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(td),
+								  HeapTupleHeaderGetTypMod(td));
+
+	tuple.t_len = HeapTupleHeaderGetDatumLength(td);
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = td;
+
+	values = (Datum *) palloc(desc->natts * sizeof(Datum));
+	nulls = (bool *) palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(&tuple, desc, values, nulls);
+
+	initStringInfo(&buf);
+	level = replicant_encoder_pin_settings_local();
+	replicant_encode_object(&buf, desc, values, nulls, NULL,
+							REPLICANT_TOAST_DETOAST, NULL);
+	AtEOXact_GUC(false, level);
+
+	ReleaseTupleDesc(desc);
+	pfree(values);
+	pfree(nulls);
+
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(buf.data, buf.len));
+}
