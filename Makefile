@@ -29,7 +29,6 @@ REGRESS_OPTS = --temp-config=test/generated.conf --temp-instance=./tmp_regress
 REGRESS_PREP = test/generated.conf
 
 TAP_TESTS   = 1
-PROVE_FLAGS = -I $(srcdir)/test
 PROVE_TESTS = test/t/*.pl
 
 PG_CONFIG ?= pg_config
