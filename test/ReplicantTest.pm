@@ -1,0 +1,410 @@
+=pod
+
+=head1 NAME
+
+ReplicantTest - helpers shared by replicant's TAP tests
+
+=head1 SYNOPSIS
+
+  use PostgreSQL::Test::Cluster;
+  use PostgreSQL::Test::Utils;
+  use Test::More;
+  use ReplicantTest;
+
+  my $node = new_node('source');
+  my $sink = start_sink(secret => 'whsec_...');
+  $node->safe_psql('postgres', q{
+      CREATE EXTENSION replicant;
+      CREATE TABLE t (id int PRIMARY KEY, v text);
+      CREATE PUBLICATION pub FOR TABLE t;
+  });
+  $node->safe_psql('postgres',
+      "SELECT replicant.create_pipeline('p', 'pub', '$sink->{url}')");
+  $node->safe_psql('postgres', "INSERT INTO t VALUES (1, 'a')");
+  ok(wait_until_synced($node, 'postgres', $sink, ['public.t']), 'synced');
+  is($sink->stats->{duplicate_transactions}, 0, 'no re-delivery');
+
+=head1 DESCRIPTION
+
+new_node() creates a cluster configured for replicant; start_sink() runs the
+reference sink (test/sink/replicant_sink.py) on loopback and returns a
+ReplicantTest::Sink; source_rows() and wait_until_synced() compare a source
+table with what the sink holds, both canonicalized by the sink script.
+
+=cut
+
+package ReplicantTest;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Cwd qw(abs_path);
+use Exporter 'import';
+use File::Basename qw(basename dirname);
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+our @EXPORT = qw(new_node start_sink source_rows wait_until_synced);
+
+# The sink script, found next to this module whatever the current directory.
+our $SINK_SCRIPT = dirname(abs_path(__FILE__)) . '/sink/replicant_sink.py';
+our $PYTHON      = $ENV{PYTHON} || 'python3';
+
+# Runs the sink script with the given arguments; returns its stdout.
+sub run_sink_script
+{
+	my ($args, $stdin) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $PYTHON, $SINK_SCRIPT, @$args ],
+		'<', \($stdin // ''), '>', \$out, '2>', \$err)
+	  or die "replicant_sink.py @$args failed: $err";
+	return $out;
+}
+
+=pod
+
+=head1 FUNCTIONS
+
+=over
+
+=item new_node($name, %opts)
+
+Creates (and by default starts) a cluster with logical decoding and replicant
+preloaded. Options: C<conf> (extra postgresql.conf text), C<start> (default
+1), C<preload> (default 1; 0 leaves shared_preload_libraries alone).
+
+On servers that have C<output_plugin_libraries> (15.19 and later minors),
+it is set to allow replicant; older servers would refuse the unknown setting.
+
+=cut
+
+sub new_node
+{
+	my ($name, %opts) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(allows_streaming => 'logical');
+
+	my $conf = "wal_level = logical\n"
+	  . "max_replication_slots = 20\n"
+	  . "max_worker_processes = 32\n";
+	$conf .= "shared_preload_libraries = 'replicant'\n"
+	  if $opts{preload} // 1;
+	$conf .= "output_plugin_libraries = 'pgoutput, test_decoding, replicant'\n"
+	  if server_has_setting($node, 'output_plugin_libraries');
+	$conf .= "$opts{conf}\n" if defined $opts{conf};
+	$node->append_conf('postgresql.conf', $conf);
+
+	$node->start if $opts{start} // 1;
+	return $node;
+}
+
+=pod
+
+=item server_has_setting($node, $name)
+
+True if the node's postgres binary knows the configuration parameter.
+
+=cut
+
+my %describe_config;    # bindir => output of postgres --describe-config
+
+sub server_has_setting
+{
+	my ($node, $name) = @_;
+	my $bindir = $node->config_data('--bindir');
+	$describe_config{$bindir} //= do
+	{
+		my ($out, $err);
+		IPC::Run::run([ "$bindir/postgres", '--describe-config' ],
+			'>', \$out, '2>', \$err)
+		  or die "postgres --describe-config failed: $err";
+		$out;
+	};
+	return $describe_config{$bindir} =~ /^\Q$name\E\t/m;
+}
+
+=pod
+
+=item start_sink(%opts)
+
+Starts the reference sink on 127.0.0.1 and returns a ReplicantTest::Sink.
+Options: C<secret>, C<name> (names its log file, default "sink", then
+"sink2", ...), C<db> (default: a new file in a temporary directory), and the
+sink's fault flags with underscores: C<fail_status>, C<fail_rate>,
+C<fail_first>, C<retry_after>, C<delay_ms>, C<hang>, C<reset>, C<redirect>,
+C<max_body>. The sink's stderr goes to tmp_check/log/<test>_<name>.log.
+
+=cut
+
+my $sink_count = 0;
+
+sub start_sink
+{
+	my (%opts) = @_;
+	$sink_count++;
+	my $name = delete $opts{name} // ($sink_count == 1 ? 'sink' : "sink$sink_count");
+	my $dir  = PostgreSQL::Test::Utils::tempdir($name);
+	my $test = basename($0);
+	$test =~ s/\.[^.]+$//;
+	my $self = bless {
+		name      => $name,
+		dir       => $dir,
+		db        => delete $opts{db} // "$dir/sink.db",
+		secret    => delete $opts{secret},
+		port_file => "$dir/port",
+		log       => "$PostgreSQL::Test::Utils::log_path/${test}_$name.log",
+		port      => 0,
+	}, 'ReplicantTest::Sink';
+	$self->_launch(%opts);
+	return $self;
+}
+
+=pod
+
+=item source_rows($node, $dbname, $table)
+
+The source table's rows as the sink would store them: C<replicant._encode_row>
+of each row, canonicalized and sorted by C<replicant_sink.py canon>, one per
+line. Comparable with C<< $sink->dump($table) >>.
+
+=cut
+
+sub source_rows
+{
+	my ($node, $dbname, $table) = @_;
+	my $json = $node->safe_psql($dbname,
+		"SELECT replicant._encode_row(t) FROM $table t");
+	return run_sink_script(['canon'], $json);
+}
+
+=pod
+
+=item wait_until_synced($node, $dbname, $sink, \@tables, $timeout)
+
+Polls until the sink holds exactly the source rows of every table, or the
+timeout passes (default: PostgreSQL::Test::Utils' timeout_default, 180 s).
+Tables are given as SQL names (C<public.t>, C<"Odd"."Name">). Returns true
+on success; on timeout reports the first table that differs with diag() and
+returns false.
+
+=cut
+
+sub wait_until_synced
+{
+	my ($node, $dbname, $sink, $tables, $timeout) = @_;
+	$timeout //= $PostgreSQL::Test::Utils::timeout_default;
+	my $deadline = time() + $timeout;
+
+	# The sink stores rows under the catalog names, unquoted.
+	my @pairs = map {
+		[
+			$_,
+			$node->safe_psql(
+				$dbname, "SELECT n.nspname || '.' || c.relname
+				  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+				 WHERE c.oid = '$_'::regclass")
+		]
+	} @$tables;
+
+	while (1)
+	{
+		my $differs;
+		foreach my $pair (@pairs)
+		{
+			my ($source, $sunk) =
+			  (source_rows($node, $dbname, $pair->[0]), $sink->dump($pair->[1]));
+			next if $source eq $sunk;
+			$differs = sprintf('%s: source has %d rows, sink has %d',
+				$pair->[0], scalar($source =~ tr/\n//), scalar($sunk =~ tr/\n//));
+			last;
+		}
+		return 1 unless defined $differs;
+		if (time() > $deadline)
+		{
+			diag("wait_until_synced timed out after $timeout s: $differs");
+			return 0;
+		}
+		usleep(200_000);
+	}
+}
+
+=pod
+
+=back
+
+=head1 ReplicantTest::Sink
+
+Fields: C<url> (C<http://127.0.0.1:PORT/ingest>), C<port>, C<db>, C<log>.
+
+=over
+
+=item $sink->stop(%opts)
+
+Stops the sink (SIGTERM; C<< signal => 'KILL' >> for a crash). Its database
+stays, so restart() resumes with the same rows, watermark and counters.
+
+=item $sink->restart(%opts)
+
+Stops the sink if it runs, then starts it again on the same database and, if
+possible, the same port (the url is updated if not). %opts are start_sink()'s
+fault flags, which replace the previous ones; C<secret> is kept unless given.
+
+=item $sink->control(\%faults)
+
+Changes faults at runtime (POST /_control): keys as for start_sink(), undef
+or 0 switches one off, C<< clear => 1 >> switches all off first. Without an
+argument, returns the current settings (GET /_control).
+
+=item $sink->dump($table)
+
+The stored rows of C<schema.table> (all tables, each line prefixed by
+C<schema.table >, when omitted) as sorted canonical JSON lines.
+
+=item $sink->stats, $sink->txlog, $sink->messages
+
+Counters (a hash, with C<watermarks> and the C<accepted> request list), the
+applied transactions in apply order and the stored messages (arrays of
+hashes), read from the sink's database; they work while the sink is stopped.
+
+=back
+
+=cut
+
+package ReplicantTest::Sink;
+
+use strict;
+use warnings FATAL => 'all';
+
+use HTTP::Tiny;
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my @running;    # sinks to stop when the test script ends
+
+sub _launch
+{
+	my ($self, %faults) = @_;
+	my @args = ('serve', '--port', $self->{port}, '--port-file',
+		$self->{port_file}, '--db', $self->{db});
+	push @args, '--secret', $self->{secret} if defined $self->{secret};
+	foreach my $flag (sort keys %faults)
+	{
+		my $value = $faults{$flag};
+		next unless defined $value;
+		(my $option = "--$flag") =~ tr/_/-/;
+		if ($flag eq 'hang' || $flag eq 'reset')
+		{
+			push @args, $option if $value;
+		}
+		else
+		{
+			push @args, $option, $value;
+		}
+	}
+
+	unlink $self->{port_file};
+	$self->{handle} = IPC::Run::start(
+		[ $ReplicantTest::PYTHON, $ReplicantTest::SINK_SCRIPT, @args ],
+		'<', '/dev/null', '>>', $self->{log}, '2>>', $self->{log});
+
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	until (-s $self->{port_file})
+	{
+		if (!$self->{handle}->pumpable)
+		{
+			# Most likely the old port is taken: start on a new one.
+			if ($self->{port})
+			{
+				note("sink $self->{name} could not reuse port $self->{port}");
+				$self->{port} = 0;
+				return $self->_launch(%faults);
+			}
+			die "sink $self->{name} exited at start, see $self->{log}";
+		}
+		die "sink $self->{name} did not start, see $self->{log}"
+		  if time() > $deadline;
+		usleep(50_000);
+	}
+	chomp($self->{port} = PostgreSQL::Test::Utils::slurp_file($self->{port_file}));
+	$self->{url} = "http://127.0.0.1:$self->{port}/ingest";
+	push @running, $self unless grep { $_ == $self } @running;
+	return;
+}
+
+sub stop
+{
+	my ($self, %opts) = @_;
+	my $handle = delete $self->{handle} or return;
+	if (($opts{signal} // 'TERM') eq 'KILL')
+	{
+		$handle->signal('KILL');
+		$handle->finish;
+	}
+	else
+	{
+		$handle->kill_kill(grace => 5);
+	}
+	@running = grep { $_ != $self } @running;
+	return;
+}
+
+sub restart
+{
+	my ($self, %opts) = @_;
+	$self->stop;
+	$self->{secret} = delete $opts{secret} if exists $opts{secret};
+	$self->_launch(%opts);
+	return;
+}
+
+sub control
+{
+	my ($self, $faults) = @_;
+	my $url  = "http://127.0.0.1:$self->{port}/_control";
+	my $http = HTTP::Tiny->new(timeout => 10);
+	my $r =
+	  defined $faults
+	  ? $http->post($url, { content => encode_json($faults) })
+	  : $http->get($url);
+	die "sink control failed: $r->{status} $r->{reason}" unless $r->{success};
+	return defined $faults ? undef : decode_json($r->{content});
+}
+
+sub dump
+{
+	my ($self, $table) = @_;
+	return ReplicantTest::run_sink_script(
+		[ 'dump', '--db', $self->{db}, defined $table ? ('--table', $table) : () ]);
+}
+
+sub stats
+{
+	my ($self) = @_;
+	return decode_json(ReplicantTest::run_sink_script([ 'stats', '--db', $self->{db} ]));
+}
+
+sub _json_lines
+{
+	my ($self, $command) = @_;
+	my $out = ReplicantTest::run_sink_script([ $command, '--db', $self->{db} ]);
+	return [ map { decode_json($_) } split /\n/, $out ];
+}
+
+sub txlog    { return $_[0]->_json_lines('txlog'); }
+sub messages { return $_[0]->_json_lines('messages'); }
+
+END
+{
+	# Don't leave sinks behind, even when a test dies.
+	my $status = $?;
+	$_->stop foreach @running;
+	$? = $status;
+}
+
+1;

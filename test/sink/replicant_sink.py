@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""replicant_sink.py -- a reference HTTP sink for replicant (Python 3 stdlib only).
+
+It shows what a correct sink does with replicant's batches (docs/design.md §3-4):
+
+  * verify the Standard Webhooks signature (when a secret is configured);
+  * apply a batch and raise the pipeline's watermark in ONE local transaction,
+    skipping every transaction whose commit_lsn <= the stored watermark.
+    replicant re-delivers at most one batch after a crash, so with this rule
+    each source transaction takes effect exactly once ("effect-once");
+  * answer 2xx only after that transaction has committed.
+
+The TAP tests use it too: it keeps counters and a log of applied transactions,
+and it can inject faults (errors, hangs, resets, ...) at start or at runtime.
+
+  replicant_sink.py serve --port N [--port-file F] --db PATH [--secret S] [faults]
+  replicant_sink.py dump --db PATH [--table schema.table]
+  replicant_sink.py canon < json-lines
+  replicant_sink.py stats|txlog|messages --db PATH
+"""
+import argparse
+import base64
+import hashlib
+import hmac
+import json
+import os
+import random
+import socket
+import sqlite3
+import struct
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rows (schema TEXT, tbl TEXT, key_json TEXT, row_json TEXT,
+    copies INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (schema, tbl, key_json));
+CREATE TABLE IF NOT EXISTS watermarks (pipeline TEXT PRIMARY KEY, commit_lsn INTEGER);
+CREATE TABLE IF NOT EXISTS txlog (seq INTEGER PRIMARY KEY, pipeline TEXT,
+    commit_lsn INTEGER, xid INTEGER, nchanges INTEGER, commit_time TEXT, arrival REAL);
+CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY, pipeline TEXT,
+    transactional INTEGER, commit_lsn INTEGER, lsn INTEGER, prefix TEXT, content TEXT);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER);
+CREATE TABLE IF NOT EXISTS accepted (seq INTEGER PRIMARY KEY, webhook_id TEXT,
+    kind TEXT, transactions INTEGER, first_lsn INTEGER, last_lsn INTEGER);
+"""
+COUNTERS = ("requests", "batches_applied", "transactions_applied",
+            "duplicate_transactions", "changes_applied", "bad_signatures",
+            "faults_injected")
+SIGNATURE_TOLERANCE = 300   # seconds; Standard Webhooks' replay protection
+
+
+# ---- canonical JSON --------------------------------------------------------
+# Numbers keep their exact text: a numeric(40,20) column must not be rounded
+# through a float before we compare it with the source.
+class Num(str):
+    """A JSON number, kept as the text it was written with."""
+
+
+def loads(text):
+    return json.loads(text, parse_float=Num, parse_int=Num)
+
+
+def canon(value):
+    """Like json.dumps(value, sort_keys=True, separators=(',', ':'))."""
+    if isinstance(value, Num):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(json.dumps(k) + ":" + canon(value[k])
+                              for k in sorted(value)) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(canon(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def num(value):
+    return None if value is None else int(value)
+
+
+# ---- storage ---------------------------------------------------------------
+def open_db(path):
+    db = sqlite3.connect(path, timeout=30, isolation_level=None,
+                         check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")   # a 2xx promises durability
+    db.executescript(SCHEMA)
+    return db
+
+
+@contextmanager
+def transaction(db, lock):
+    """One SQLite transaction, serialized across the server's threads."""
+    with lock:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+
+def bump(db, **deltas):
+    for name, delta in deltas.items():
+        db.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT (name) "
+                   "DO UPDATE SET value = value + excluded.value", (name, delta))
+
+
+def project(row, key):
+    """The row's identity: the values of the key's columns, canonical."""
+    return canon({col: row.get(col) for col in key})
+
+
+def apply_change(db, c):
+    op, where = c["op"], (c["schema"], c["table"])
+    key = c.get("key")
+    if op == "truncate":
+        db.execute("DELETE FROM rows WHERE schema=? AND tbl=?", where)
+        return
+    old_key = canon(key) if key is not None else None
+    if op == "delete":
+        db.execute("DELETE FROM rows WHERE schema=? AND tbl=? AND key_json=?",
+                   where + (old_key,))
+        return
+    if op not in ("insert", "update", "read"):
+        raise ValueError("unrecognized op")
+    row = c["new"]
+    if key is None:
+        # No replica identity: only inserts (and reads) exist, and identical
+        # rows may repeat, so the table is a bag of whole rows.
+        db.execute("INSERT INTO rows VALUES (?, ?, ?, ?, 1) ON CONFLICT "
+                   "(schema, tbl, key_json) DO UPDATE SET copies = copies + 1",
+                   where + (canon(row), canon(row)))
+        return
+    if op == "update":
+        # Columns in "unchanged" are absent from "new": keep the stored value.
+        stored = db.execute("SELECT row_json FROM rows WHERE schema=? AND tbl=? "
+                            "AND key_json=?", where + (old_key,)).fetchone()
+        row = {**(loads(stored[0]) if stored else {}), **row}
+    new_key = project(row, key)
+    if new_key != old_key:   # the key changed: the old row goes away
+        db.execute("DELETE FROM rows WHERE schema=? AND tbl=? AND key_json=?",
+                   where + (old_key,))
+    db.execute("INSERT INTO rows VALUES (?, ?, ?, ?, 1) ON CONFLICT "
+               "(schema, tbl, key_json) DO UPDATE SET row_json = excluded.row_json",
+               where + (new_key, canon(row)))
+
+
+def store_message(db, pipeline, m, transactional, commit_lsn=None):
+    db.execute("INSERT INTO messages (pipeline, transactional, commit_lsn, lsn, "
+               "prefix, content) VALUES (?, ?, ?, ?, ?, ?)",
+               (pipeline, transactional, commit_lsn, num(m.get("lsn")),
+                m.get("prefix"), m.get("content")))
+
+
+def apply_batch(db, batch, webhook_id, arrival):
+    """Applies one batch; the caller wraps it in a single SQLite transaction."""
+    pipeline, kind = batch.get("pipeline"), batch.get("kind")
+    counts = dict(requests=1, batches_applied=1, transactions_applied=0,
+                  duplicate_transactions=0, changes_applied=0)
+    lsns = []
+    if kind == "changes":
+        found = db.execute("SELECT commit_lsn FROM watermarks WHERE pipeline=?",
+                           (pipeline,)).fetchone()
+        watermark = found[0] if found else -1
+        for txn in batch["transactions"]:
+            lsn = int(txn["commit_lsn"])
+            lsns.append(lsn)
+            if lsn <= watermark:   # already applied: a re-delivery
+                counts["duplicate_transactions"] += 1
+                continue
+            for change in txn["changes"]:
+                apply_change(db, change)
+            for m in txn.get("messages") or []:
+                store_message(db, pipeline, m, 1, lsn)
+            db.execute("INSERT INTO txlog (pipeline, commit_lsn, xid, nchanges, "
+                       "commit_time, arrival) VALUES (?, ?, ?, ?, ?, ?)",
+                       (pipeline, lsn, num(txn.get("xid")), len(txn["changes"]),
+                        txn.get("commit_time"), arrival))
+            counts["transactions_applied"] += 1
+            counts["changes_applied"] += len(txn["changes"])
+            watermark = lsn
+        db.execute("INSERT INTO watermarks VALUES (?, ?) ON CONFLICT (pipeline) "
+                   "DO UPDATE SET commit_lsn = excluded.commit_lsn",
+                   (pipeline, watermark))
+    elif kind == "snapshot":
+        # Reads carry no LSN: upserting them like inserts is idempotent.
+        for change in batch["changes"]:
+            apply_change(db, change)
+        counts["changes_applied"] += len(batch["changes"])
+    elif kind == "message":   # non-transactional logical messages
+        for m in batch.get("messages") or [batch["message"]]:
+            store_message(db, pipeline, m, 0)
+    else:
+        raise ValueError("unrecognized batch kind")
+    bump(db, **counts)
+    db.execute("INSERT INTO accepted (webhook_id, kind, transactions, first_lsn, "
+               "last_lsn) VALUES (?, ?, ?, ?, ?)", (webhook_id, kind, len(lsns),
+               lsns[0] if lsns else None, lsns[-1] if lsns else None))
+
+
+# ---- signatures ------------------------------------------------------------
+def signature_ok(secret, headers, body):
+    msg_id = headers.get("webhook-id")
+    stamp = headers.get("webhook-timestamp")
+    signatures = headers.get("webhook-signature")
+    if not (msg_id and stamp and signatures):
+        return False
+    try:
+        if abs(time.time() - int(stamp)) > SIGNATURE_TOLERANCE:
+            return False
+        key = (base64.b64decode(secret[6:]) if secret.startswith("whsec_")
+               else secret.encode())
+    except ValueError:
+        return False
+    mac = hmac.new(key, f"{msg_id}.{stamp}.".encode() + body, hashlib.sha256)
+    expected = base64.b64encode(mac.digest()).decode()
+    # Several space-separated "v1,<sig>" may be sent (key rotation): any will do.
+    return any(version == "v1" and hmac.compare_digest(sig, expected)
+               for version, _, sig in (s.partition(",") for s in signatures.split()))
+
+
+# ---- faults ----------------------------------------------------------------
+FAULT_DEFAULTS = dict(fail_status=None, fail_rate=1.0, fail_first=None,
+                      retry_after=None, delay_ms=0, hang=False, reset=False,
+                      redirect=None, max_body=None)
+
+
+class Faults:
+    def __init__(self, settings):
+        self.lock = threading.Lock()
+        self.settings = dict(FAULT_DEFAULTS)
+        self.update(settings)
+
+    def update(self, changes):
+        """Sets the given faults; {"clear": true} first restores the defaults."""
+        with self.lock:
+            if changes.pop("clear", False):
+                self.settings = dict(FAULT_DEFAULTS)
+            unknown = set(changes) - set(FAULT_DEFAULTS)
+            if unknown:
+                raise ValueError("unrecognized fault " + ", ".join(sorted(unknown)))
+            self.settings.update(changes)
+            self.failed = 0   # restarts the --fail-first count
+
+    def show(self):
+        with self.lock:
+            return dict(self.settings, failed_so_far=self.failed)
+
+    def pick(self, body_size):
+        """Returns the fault for this request: None, a status, or a word."""
+        with self.lock:
+            f = self.settings
+            if f["max_body"] is not None and body_size > f["max_body"]:
+                return 413
+            for word in ("reset", "hang", "redirect"):
+                if f[word]:
+                    return word
+            status = f["fail_status"] or (503 if f["fail_first"] else None)
+            if f["fail_first"] is not None:
+                if status and self.failed < f["fail_first"]:
+                    self.failed += 1
+                    return status
+            elif status and random.random() < f["fail_rate"]:
+                return status
+            return None
+
+
+# ---- HTTP ------------------------------------------------------------------
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"   # keep-alive, as replicant uses it
+
+    def log_request(self, code="-", size="-"):
+        pass   # we log our own line in log(), without the default noise
+
+    def log(self, status, nbytes):
+        sys.stderr.write("%s %s %s %s %d bytes webhook-id=%s\n" % (
+            time.strftime("%H:%M:%S"), self.command, self.path, status, nbytes,
+            self.headers.get("webhook-id", "-")))
+
+    def answer(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        if status != 204:
+            self.send_header("Content-Length", str(len(body)))
+        try:
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:   # the client gave up waiting (see --delay-ms)
+            self.close_connection = True
+
+    def do_GET(self):
+        if self.path == "/_control":
+            body = json.dumps(self.server.faults.show()).encode()
+            self.answer(200, body, [("Content-Type", "application/json")])
+        else:
+            self.answer(404)
+        self.log(200 if self.path == "/_control" else 404, 0)
+
+    def do_POST(self):
+        # replicant always sends Content-Length; read the whole body even when
+        # we reject it, or the next request on this keep-alive connection breaks.
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/_control":   # never subject to faults
+            try:
+                self.server.faults.update(json.loads(body))
+                status = 204
+            except (ValueError, AttributeError):
+                status = 400
+            self.answer(status)
+        else:
+            status = self.ingest(body)
+        self.log(status, len(body))
+
+    def ingest(self, body):
+        server, arrival = self.server, time.time()
+        fault = server.faults.pick(len(body))
+        if fault is not None:
+            with transaction(server.db, server.lock) as db:
+                bump(db, requests=1, faults_injected=1)
+            return self.inject(fault)
+        if server.secret and not signature_ok(server.secret, self.headers, body):
+            with transaction(server.db, server.lock) as db:
+                bump(db, requests=1, bad_signatures=1)
+            self.answer(401)
+            return 401
+        status = 204
+        try:
+            with transaction(server.db, server.lock) as db:
+                apply_batch(db, loads(body), self.headers.get("webhook-id"), arrival)
+        except Exception as e:
+            # A malformed batch is a bug upstream (400 halts replicant);
+            # a local storage problem is worth a retry (500).
+            status = 500 if isinstance(e, sqlite3.Error) else 400
+            sys.stderr.write("rejected batch: %s\n" % type(e).__name__)
+            with transaction(server.db, server.lock) as db:
+                bump(db, requests=1)
+        delay = server.faults.show()["delay_ms"]
+        if delay:   # applied, but answered late: a client timeout re-sends it
+            time.sleep(delay / 1000.0)
+        self.answer(status)
+        return status
+
+    def inject(self, fault):
+        """Answers (or doesn't) with a fault. Nothing has been applied."""
+        f = self.server.faults.show()
+        if fault == "reset":   # close with SO_LINGER 0: the client sees a RST
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       struct.pack("ii", 1, 0))
+            self.connection.close()
+        elif fault == "hang":   # never answer; wait until the client gives up
+            try:
+                while self.connection.recv(65536):
+                    pass
+            except OSError:
+                pass
+        elif fault == "redirect":
+            self.answer(302, headers=[("Location", f["redirect"])])
+        else:
+            retry = [("Retry-After", str(f["retry_after"]))] if f["retry_after"] else []
+            self.answer(fault, headers=retry)
+        self.close_connection = fault in ("reset", "hang")
+        return 302 if fault == "redirect" else fault
+
+
+def serve(args):
+    faults = {name: getattr(args, name) for name in FAULT_DEFAULTS}
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    except OSError as e:
+        sys.exit("replicant_sink: cannot listen on 127.0.0.1:%d: %s" % (args.port, e))
+    server.daemon_threads = True
+    server.db, server.lock = open_db(args.db), threading.Lock()
+    server.secret, server.faults = args.secret, Faults(faults)
+    port = server.server_address[1]
+    if args.port_file:   # written atomically: a reader never sees half a number
+        with open(args.port_file + ".tmp", "w") as f:
+            f.write("%d\n" % port)
+        os.replace(args.port_file + ".tmp", args.port_file)
+    sys.stderr.write("replicant_sink listening on 127.0.0.1:%d\n" % port)
+    server.serve_forever()
+
+
+# ---- read-only subcommands --------------------------------------------------
+def dump(args):
+    db = open_db(args.db)
+    if args.table:
+        schema, _, table = args.table.rpartition(".")
+        rows = db.execute("SELECT '', row_json, copies FROM rows WHERE schema=? "
+                          "AND tbl=?", (schema or "public", table))
+    else:
+        rows = db.execute("SELECT schema || '.' || tbl || ' ', row_json, copies "
+                          "FROM rows")
+    lines = [prefix + row for prefix, row, copies in rows for _ in range(copies)]
+    print_lines(sorted(lines))
+
+
+def print_lines(lines):
+    sys.stdout.write("".join(line + "\n" for line in lines))
+
+
+def query_json(args, sql):
+    db = open_db(args.db)
+    cursor = db.execute(sql)
+    names = [d[0] for d in cursor.description]
+    print_lines(json.dumps(dict(zip(names, r))) for r in cursor)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the sink")
+    s.add_argument("--port", type=int, required=True, help="0: any free port")
+    s.add_argument("--port-file", help="write the port here once listening")
+    s.add_argument("--secret", help="verify webhook-signature with this secret")
+    s.add_argument("--fail-status", type=int, help="answer this status ...")
+    s.add_argument("--fail-rate", type=float, default=1.0, help="... with this probability")
+    s.add_argument("--fail-first", type=int, help="... or for the first N requests")
+    s.add_argument("--retry-after", type=int, help="Retry-After on fault answers")
+    s.add_argument("--delay-ms", type=int, default=0, help="wait before answering")
+    s.add_argument("--hang", action="store_true", help="never answer")
+    s.add_argument("--reset", action="store_true", help="reset the connection")
+    s.add_argument("--redirect", metavar="URL", help="answer 302 to URL")
+    s.add_argument("--max-body", type=int, help="answer 413 above this size")
+    for name in ("serve", "dump", "stats", "txlog", "messages"):
+        q = s if name == "serve" else sub.add_parser(name)
+        q.add_argument("--db", required=True, help="SQLite database file")
+        if name == "dump":
+            q.add_argument("--table", help="schema.table (default: all tables)")
+    sub.add_parser("canon", help="canonicalize JSON lines from stdin, sorted")
+    args = p.parse_args()
+
+    if args.command == "serve":
+        serve(args)
+    elif args.command == "dump":
+        dump(args)
+    elif args.command == "canon":
+        print_lines(sorted(canon(loads(l)) for l in sys.stdin.buffer if l.strip()))
+    elif args.command == "stats":
+        db = open_db(args.db)
+        stats = dict.fromkeys(COUNTERS, 0)
+        stats.update(db.execute("SELECT name, value FROM counters"))
+        stats["watermarks"] = dict(db.execute("SELECT * FROM watermarks"))
+        cursor = db.execute("SELECT webhook_id, kind, transactions, first_lsn, "
+                            "last_lsn FROM accepted ORDER BY seq")
+        names = [d[0] for d in cursor.description]
+        stats["accepted"] = [dict(zip(names, r)) for r in cursor]
+        print(json.dumps(stats))
+    elif args.command == "txlog":
+        query_json(args, "SELECT commit_lsn, xid, nchanges, commit_time, arrival, "
+                         "pipeline FROM txlog ORDER BY seq")
+    elif args.command == "messages":
+        query_json(args, "SELECT pipeline, transactional, commit_lsn, lsn, prefix, "
+                         "content FROM messages ORDER BY seq")
+
+
+if __name__ == "__main__":
+    main()
