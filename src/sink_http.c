@@ -1,0 +1,1008 @@
+/*
+ * sink_http.c
+ *		POSTing batches to an HTTP sink with libcurl's multi interface, and
+ *		classifying the answer.
+ *
+ * The request is driven from our own wait loop (a WaitEventSet over the
+ * process latch, postmaster death and the sockets libcurl asks for), so that
+ * interrupts are answered promptly and always outside libcurl frames.  The
+ * libcurl callbacks below only copy data and set flags: they never palloc,
+ * ereport or CHECK_FOR_INTERRUPTS, since a longjmp across libcurl would
+ * leave it in an undefined state.
+ *
+ * Nothing that came from the sink (body, headers other than Retry-After) and
+ * nothing from libcurl's error buffer (it can quote the URL, which can hold
+ * credentials) reaches result->error: that text is fixed per failure class.
+ */
+#include "postgres.h"
+
+#include <curl/curl.h>
+#include <time.h>
+
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "portability/instr_time.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
+
+#include "compat.h"
+#include "fault.h"
+#include "replicant.h"
+#include "signing.h"
+#include "sink_http.h"
+
+/*
+ * One easy handle uses one or two sockets (two while happy eyeballs races
+ * IPv4 and IPv6), plus the resolver's wakeup pipe; this is ample.
+ */
+#define SINK_MAX_SOCKETS		16
+
+/* Wait when libcurl watches nothing yet, e.g. while the resolver runs. */
+#define SINK_IDLE_WAIT_MS		100
+
+/* Upper bound on one wait, so the safety deadline below is checked. */
+#define SINK_MAX_WAIT_MS		1000
+
+/*
+ * Beyond http_timeout_ms, libcurl's own timer should have ended the request;
+ * this much later we stop waiting for it ourselves.
+ */
+#define SINK_DEADLINE_SLACK_MS	5000
+
+/* Longest Retry-After we honour (a sink cannot park us for hours). */
+#define SINK_MAX_RETRY_AFTER_MS (10 * 60 * 1000)
+
+/* Room for a Retry-After value, either delta-seconds or an HTTP-date. */
+#define SINK_RETRY_AFTER_LEN	64
+
+typedef struct SinkSocket
+{
+	curl_socket_t fd;
+	int			what;			/* CURL_POLL_IN, _OUT or _INOUT */
+} SinkSocket;
+
+struct ReplicantSink
+{
+	CURLM	   *multi;			/* owns the connection cache: keep-alive */
+	CURL	   *easy;
+	bool		attached;		/* easy is in multi */
+
+	/* our copy of the configuration */
+	char	   *url;
+	int			http_timeout_ms;
+	int			connect_timeout_ms;
+	List	   *header_names;
+	List	   *header_values;
+	char	   *secret;
+	char	   *ca_file;
+
+	/* set by the socket and timer callbacks */
+	SinkSocket	sockets[SINK_MAX_SOCKETS];
+	int			nsockets;
+	bool		socket_overflow;
+	bool		timer_armed;
+	long		timer_ms;
+	instr_time	timer_set_at;
+
+	/* per-request state, set by the transfer callbacks */
+	ReplicantBody *body;
+	size_t		body_sent;
+	bool		body_failed;
+	bool		connected;		/* a connection was made or reused */
+	bool		retry_after_seen;
+	char		retry_after[SINK_RETRY_AFTER_LEN];
+
+	/* freed on error exits */
+	WaitEventSet *wes;
+	struct curl_slist *headers;
+};
+
+/* What one attempt came to, before classification. */
+typedef struct SinkAttempt
+{
+	CURLcode	code;			/* libcurl's result for the transfer */
+	long		status;			/* HTTP status, 0 if none */
+	bool		hard_timeout;	/* our safety deadline ended it */
+	bool		latch_was_set;	/* we reset the latch while waiting */
+	double		elapsed_ms;
+} SinkAttempt;
+
+static bool curl_initialized = false;
+
+static int	sink_socket_cb(CURL *easy, curl_socket_t fd, int what,
+						   void *userp, void *socketp);
+static int	sink_timer_cb(CURLM *multi, long timeout_ms, void *userp);
+static size_t sink_read_cb(char *buffer, size_t size, size_t nitems,
+						   void *userdata);
+static int	sink_seek_cb(void *userdata, curl_off_t offset, int origin);
+static size_t sink_write_cb(char *ptr, size_t size, size_t nmemb,
+							void *userdata);
+static size_t sink_header_cb(char *buffer, size_t size, size_t nitems,
+							 void *userdata);
+#if LIBCURL_VERSION_NUM >= 0x075000
+static int	sink_prereq_cb(void *clientp, char *conn_primary_ip,
+						   char *conn_local_ip, int conn_primary_port,
+						   int conn_local_port);
+#endif
+static void sink_setopt_failed(const char *option, CURLcode code);
+static void sink_configure(ReplicantSink *sink);
+static bool sink_header_token_ok(const char *name);
+static bool sink_header_value_ok(const char *value);
+static bool sink_reserved_header(const char *name);
+static bool sink_append_header(struct curl_slist **list, StringInfo buf,
+							   const char *name, const char *value);
+static bool sink_build_headers(ReplicantSink *sink, const char *webhook_id,
+							   int64 timestamp, const char *signature);
+static void sink_run(ReplicantSink *sink, SinkAttempt *attempt);
+static void sink_attempt(ReplicantSink *sink, const char *webhook_id,
+						 int64 timestamp, const char *signature,
+						 ReplicantBody *body, SinkAttempt *attempt);
+static long sink_timer_remaining(ReplicantSink *sink);
+static int	sink_parse_retry_after(const char *value);
+static ReplicantSinkOutcome sink_classify(long status);
+static void sink_transport_error(ReplicantSink *sink, CURLcode code,
+								 bool hard_timeout, ReplicantSinkResult *result);
+
+/* ---- libcurl callbacks: no palloc, no ereport, no CHECK_FOR_INTERRUPTS ---- */
+
+/* Records which sockets libcurl wants watched, and for what. */
+static int
+sink_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
+			   void *socketp)
+{
+	ReplicantSink *sink = (ReplicantSink *) userp;
+	int			i;
+
+	for (i = 0; i < sink->nsockets; i++)
+	{
+		if (sink->sockets[i].fd == fd)
+			break;
+	}
+
+	if (what == CURL_POLL_REMOVE)
+	{
+		if (i < sink->nsockets)
+			sink->sockets[i] = sink->sockets[--sink->nsockets];
+		return 0;
+	}
+
+	if (i == sink->nsockets)
+	{
+		if (sink->nsockets == SINK_MAX_SOCKETS)
+		{
+			sink->socket_overflow = true;
+			return -1;			/* libcurl fails the transfer */
+		}
+		sink->sockets[i].fd = fd;
+		sink->nsockets++;
+	}
+	sink->sockets[i].what = what;
+	return 0;
+}
+
+/* Records libcurl's single, non-repeating timer; -1 disarms it. */
+static int
+sink_timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+	ReplicantSink *sink = (ReplicantSink *) userp;
+
+	if (timeout_ms < 0)
+		sink->timer_armed = false;
+	else
+	{
+		sink->timer_armed = true;
+		sink->timer_ms = timeout_ms;
+		INSTR_TIME_SET_CURRENT(sink->timer_set_at);
+	}
+	return 0;
+}
+
+/*
+ * Streams the body into the request, never past body->length: libcurl sent
+ * that length as Content-Length.  A body that ends early or fails to read
+ * aborts the transfer rather than leave the sink waiting for the rest.
+ */
+static size_t
+sink_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
+{
+	ReplicantSink *sink = (ReplicantSink *) userdata;
+	ReplicantBody *body = sink->body;
+	size_t		max = size * nitems;
+	size_t		got;
+
+	if (sink->body_sent >= body->length)
+	{
+		/* The whole request is out; crash tests stop here. */
+		replicant_fault("after_send");
+		return 0;
+	}
+	if (max > body->length - sink->body_sent)
+		max = body->length - sink->body_sent;
+
+	got = body->read(body->arg, buffer, max);
+	if (got == (size_t) -1 || got == 0 || got > max)
+	{
+		sink->body_failed = true;
+		return CURL_READFUNC_ABORT;
+	}
+	sink->body_sent += got;
+	return got;
+}
+
+/*
+ * libcurl rewinds the body when it resends the request on a fresh connection
+ * (a kept-alive one the sink had closed); without this it would fail.
+ */
+static int
+sink_seek_cb(void *userdata, curl_off_t offset, int origin)
+{
+	ReplicantSink *sink = (ReplicantSink *) userdata;
+
+	if (origin != SEEK_SET || offset != 0)
+		return CURL_SEEKFUNC_CANTSEEK;
+	sink->body->rewind(sink->body->arg);
+	sink->body_sent = 0;
+	return CURL_SEEKFUNC_OK;
+}
+
+/* The response body is never kept: it may quote the data we sent. */
+static size_t
+sink_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	return size * nmemb;
+}
+
+/*
+ * Keeps the Retry-After value of the last response.  Lines arrive one by
+ * one, not NUL-terminated; a status line starts a new response (a 1xx may
+ * come first).
+ */
+static size_t
+sink_header_cb(char *buffer, size_t size, size_t nitems, void *userdata)
+{
+	ReplicantSink *sink = (ReplicantSink *) userdata;
+	size_t		len = size * nitems;
+	static const char name[] = "retry-after:";
+	size_t		namelen = sizeof(name) - 1;
+
+	if (len >= 5 && strncmp(buffer, "HTTP/", 5) == 0)
+		sink->retry_after_seen = false;
+	else if (len > namelen && pg_strncasecmp(buffer, name, namelen) == 0)
+	{
+		const char *p = buffer + namelen;
+		const char *end = buffer + len;
+
+		while (p < end && (*p == ' ' || *p == '\t'))
+			p++;
+		while (end > p && (end[-1] == '\r' || end[-1] == '\n' ||
+						   end[-1] == ' ' || end[-1] == '\t'))
+			end--;
+		if (end - p < SINK_RETRY_AFTER_LEN)
+		{
+			memcpy(sink->retry_after, p, end - p);
+			sink->retry_after[end - p] = '\0';
+			sink->retry_after_seen = true;
+		}
+	}
+	return len;
+}
+
+#if LIBCURL_VERSION_NUM >= 0x075000
+/* Called once a connection is made or reused, before the request is sent. */
+static int
+sink_prereq_cb(void *clientp, char *conn_primary_ip, char *conn_local_ip,
+			   int conn_primary_port, int conn_local_port)
+{
+	ReplicantSink *sink = (ReplicantSink *) clientp;
+
+	sink->connected = true;
+	return CURL_PREREQFUNC_OK;
+}
+#endif
+
+/* ---- setup ---- */
+
+static void
+sink_setopt_failed(const char *option, CURLcode code)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg("could not configure HTTP sink"),
+			 errdetail_internal("%s: %s", option, curl_easy_strerror(code))));
+}
+
+#define SINK_SETOPT(easy, option, value) \
+	do \
+	{ \
+		CURLcode	rc_ = curl_easy_setopt((easy), option, (value)); \
+		if (rc_ != CURLE_OK) \
+			sink_setopt_failed(#option, rc_); \
+	} while (0)
+
+#define SINK_MULTI_SETOPT(multi, option, value) \
+	do \
+	{ \
+		if (curl_multi_setopt((multi), option, (value)) != CURLM_OK) \
+			sink_setopt_failed(#option, CURLE_FAILED_INIT); \
+	} while (0)
+
+/* Options that stay the same for every request of this sink. */
+static void
+sink_configure(ReplicantSink *sink)
+{
+	CURL	   *easy = sink->easy;
+
+	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_SOCKETFUNCTION, sink_socket_cb);
+	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_SOCKETDATA, sink);
+	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_TIMERFUNCTION, sink_timer_cb);
+	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_TIMERDATA, sink);
+
+	SINK_SETOPT(easy, CURLOPT_URL, sink->url);
+	/* bgworkers own SIGALRM; libcurl must not touch signals */
+	SINK_SETOPT(easy, CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+	SINK_SETOPT(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+	SINK_SETOPT(easy, CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+	/* a redirect is an answer like any other non-2xx: it halts */
+	SINK_SETOPT(easy, CURLOPT_FOLLOWLOCATION, 0L);
+	SINK_SETOPT(easy, CURLOPT_SSL_VERIFYPEER, 1L);
+	SINK_SETOPT(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (sink->ca_file != NULL)
+		SINK_SETOPT(easy, CURLOPT_CAINFO, sink->ca_file);
+	SINK_SETOPT(easy, CURLOPT_CONNECTTIMEOUT_MS, (long) sink->connect_timeout_ms);
+	SINK_SETOPT(easy, CURLOPT_TIMEOUT_MS, (long) sink->http_timeout_ms);
+	SINK_SETOPT(easy, CURLOPT_TCP_NODELAY, 1L);
+	SINK_SETOPT(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+
+	SINK_SETOPT(easy, CURLOPT_POST, 1L);
+	SINK_SETOPT(easy, CURLOPT_READFUNCTION, sink_read_cb);
+	SINK_SETOPT(easy, CURLOPT_READDATA, sink);
+	SINK_SETOPT(easy, CURLOPT_SEEKFUNCTION, sink_seek_cb);
+	SINK_SETOPT(easy, CURLOPT_SEEKDATA, sink);
+	SINK_SETOPT(easy, CURLOPT_WRITEFUNCTION, sink_write_cb);
+	SINK_SETOPT(easy, CURLOPT_WRITEDATA, sink);
+	SINK_SETOPT(easy, CURLOPT_HEADERFUNCTION, sink_header_cb);
+	SINK_SETOPT(easy, CURLOPT_HEADERDATA, sink);
+#if LIBCURL_VERSION_NUM >= 0x075000
+	SINK_SETOPT(easy, CURLOPT_PREREQFUNCTION, sink_prereq_cb);
+	SINK_SETOPT(easy, CURLOPT_PREREQDATA, sink);
+#endif
+}
+
+ReplicantSink *
+replicant_sink_create(const ReplicantSinkConfig *config)
+{
+	ReplicantSink *sink;
+	ListCell   *lc1,
+			   *lc2;
+
+	/* libcurl's global state belongs to this process, never the postmaster */
+	if (IsPostmasterEnvironment && !IsUnderPostmaster)
+		elog(ERROR, "HTTP sinks cannot be created in the postmaster");
+	if (!curl_initialized)
+	{
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_SYSTEM_ERROR),
+					 errmsg("could not initialize libcurl")));
+		curl_initialized = true;
+	}
+
+	if (list_length(config->header_names) != list_length(config->header_values))
+		elog(ERROR, "sink header names and values differ in number");
+
+	sink = palloc0(sizeof(ReplicantSink));
+	sink->url = pstrdup(config->url);
+	sink->http_timeout_ms = Max(config->http_timeout_ms, 0);
+	sink->connect_timeout_ms = Max(config->connect_timeout_ms, 0);
+	forboth(lc1, config->header_names, lc2, config->header_values)
+	{
+		sink->header_names = lappend(sink->header_names, pstrdup(lfirst(lc1)));
+		sink->header_values = lappend(sink->header_values, pstrdup(lfirst(lc2)));
+	}
+	sink->secret = config->secret ? pstrdup(config->secret) : NULL;
+	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
+
+	PG_TRY();
+	{
+		sink->multi = curl_multi_init();
+		sink->easy = curl_easy_init();
+		if (sink->multi == NULL || sink->easy == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory"),
+					 errdetail("Could not create a libcurl handle.")));
+		sink_configure(sink);
+	}
+	PG_CATCH();
+	{
+		replicant_sink_destroy(sink);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	return sink;
+}
+
+void
+replicant_sink_destroy(ReplicantSink *sink)
+{
+	if (sink == NULL)
+		return;
+
+	if (sink->wes != NULL)
+		FreeWaitEventSet(sink->wes);
+	if (sink->attached)
+		curl_multi_remove_handle(sink->multi, sink->easy);
+	if (sink->easy != NULL)
+		curl_easy_cleanup(sink->easy);
+	/* closes cached connections; may still call sink_socket_cb */
+	if (sink->multi != NULL)
+		curl_multi_cleanup(sink->multi);
+	curl_slist_free_all(sink->headers);
+
+	if (sink->secret != NULL)
+	{
+		explicit_bzero(sink->secret, strlen(sink->secret));
+		pfree(sink->secret);
+	}
+	list_free_deep(sink->header_names);
+	list_free_deep(sink->header_values);
+	pfree(sink->url);
+	if (sink->ca_file != NULL)
+		pfree(sink->ca_file);
+	pfree(sink);
+}
+
+/* ---- headers ---- */
+
+/* An HTTP token (RFC 9110 tchar), so the line cannot be split or forged. */
+static bool
+sink_header_token_ok(const char *name)
+{
+	const char *p;
+
+	if (name == NULL || name[0] == '\0')
+		return false;
+	for (p = name; *p; p++)
+	{
+		unsigned char c = (unsigned char) *p;
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c) != NULL))
+			return false;
+	}
+	return true;
+}
+
+/* No CR or LF (header injection); no other control characters but tab. */
+static bool
+sink_header_value_ok(const char *value)
+{
+	const unsigned char *p;
+
+	if (value == NULL)
+		return false;
+	for (p = (const unsigned char *) value; *p; p++)
+	{
+		if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
+			return false;
+	}
+	return true;
+}
+
+/* Headers that framing or the contract own; a configured one is skipped. */
+static bool
+sink_reserved_header(const char *name)
+{
+	static const char *const reserved[] = {
+		"content-length",
+		"transfer-encoding",
+		"host",
+		"expect",
+		"content-type",
+		"user-agent",
+		"webhook-id",
+		"webhook-timestamp",
+		"webhook-signature",
+	};
+	int			i;
+
+	for (i = 0; i < lengthof(reserved); i++)
+	{
+		if (pg_strcasecmp(name, reserved[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Appends "name: value".  An empty value is written "name;", libcurl's way
+ * to send an empty header ("name:" would remove it).  Returns false only
+ * when libcurl is out of memory.
+ */
+static bool
+sink_append_header(struct curl_slist **list, StringInfo buf,
+				   const char *name, const char *value)
+{
+	struct curl_slist *l;
+
+	resetStringInfo(buf);
+	if (value[0] == '\0')
+		appendStringInfo(buf, "%s;", name);
+	else
+		appendStringInfo(buf, "%s: %s", name, value);
+	l = curl_slist_append(*list, buf->data);
+	if (l == NULL)
+		return false;
+	*list = l;
+	return true;
+}
+
+/* Builds this request's header list into sink->headers. */
+static bool
+sink_build_headers(ReplicantSink *sink, const char *webhook_id,
+				   int64 timestamp, const char *signature)
+{
+	StringInfoData buf;
+	char		ts[32];
+	bool		ok;
+	ListCell   *lc1,
+			   *lc2;
+
+	initStringInfo(&buf);
+	snprintf(ts, sizeof(ts), INT64_FORMAT, timestamp);
+
+	ok = sink_append_header(&sink->headers, &buf, "Content-Type",
+							"application/json") &&
+		sink_append_header(&sink->headers, &buf, "User-Agent",
+						   "replicant/" REPLICANT_VERSION) &&
+		sink_append_header(&sink->headers, &buf, "webhook-id", webhook_id) &&
+		sink_append_header(&sink->headers, &buf, "webhook-timestamp", ts);
+
+	/* "Expect:" removes libcurl's 100-continue: one round trip less */
+	if (ok)
+	{
+		struct curl_slist *l = curl_slist_append(sink->headers, "Expect:");
+
+		ok = (l != NULL);
+		if (ok)
+			sink->headers = l;
+	}
+	if (ok && signature != NULL)
+		ok = sink_append_header(&sink->headers, &buf, "webhook-signature",
+								signature);
+
+	forboth(lc1, sink->header_names, lc2, sink->header_values)
+	{
+		const char *name = lfirst(lc1);
+		const char *value = lfirst(lc2);
+
+		if (!ok)
+			break;
+		/* validated by the caller; still never build a line with CR or LF */
+		if (!sink_header_token_ok(name) || !sink_header_value_ok(value) ||
+			sink_reserved_header(name))
+			continue;
+		ok = sink_append_header(&sink->headers, &buf, name, value);
+	}
+
+	pfree(buf.data);
+	return ok;
+}
+
+/* ---- the request ---- */
+
+/* Milliseconds until libcurl's timer fires (rounded up), or -1 if unarmed. */
+static long
+sink_timer_remaining(ReplicantSink *sink)
+{
+	instr_time	now;
+	int64		elapsed_us;
+	int64		remaining_us;
+
+	if (!sink->timer_armed)
+		return -1;
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, sink->timer_set_at);
+	elapsed_us = (int64) INSTR_TIME_GET_MICROSEC(now);
+	remaining_us = (int64) sink->timer_ms * 1000 - elapsed_us;
+	if (remaining_us <= 0)
+		return 0;
+	return (long) ((remaining_us + 999) / 1000);
+}
+
+/*
+ * Drives the attached transfer to its end.  Each round waits on the latch,
+ * postmaster death and libcurl's sockets, hands what fired to libcurl, and
+ * only then, outside libcurl, answers interrupts.
+ */
+static void
+sink_run(ReplicantSink *sink, SinkAttempt *attempt)
+{
+	int			running = 1;
+	instr_time	start;
+	instr_time	now;
+	CURLMcode	mc;
+	CURLMsg    *msg;
+	int			pending;
+
+	INSTR_TIME_SET_CURRENT(start);
+
+	mc = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+
+	while (mc == CURLM_OK && running > 0 && !sink->socket_overflow)
+	{
+		WaitEvent	occurred[SINK_MAX_SOCKETS + 2];
+		long		timer;
+		long		wait_ms;
+		int			nfired;
+		int			i;
+		bool		latch_fired = false;
+
+		/* libcurl's timer ends the request; this only guards against a bug */
+		INSTR_TIME_SET_CURRENT(now);
+		INSTR_TIME_SUBTRACT(now, start);
+		if (sink->http_timeout_ms > 0 &&
+			INSTR_TIME_GET_MILLISEC(now) >
+			(double) sink->http_timeout_ms + SINK_DEADLINE_SLACK_MS)
+		{
+			attempt->hard_timeout = true;
+			break;
+		}
+
+		timer = sink_timer_remaining(sink);
+		if (timer >= 0)
+			wait_ms = Min(timer, SINK_MAX_WAIT_MS);
+		else if (sink->nsockets == 0)
+			wait_ms = SINK_IDLE_WAIT_MS;
+		else
+			wait_ms = SINK_MAX_WAIT_MS;
+
+		sink->wes = REPLICANT_CREATE_WAIT_EVENT_SET(sink->nsockets + 2);
+		AddWaitEventToSet(sink->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(sink->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+						  NULL, NULL);
+		for (i = 0; i < sink->nsockets; i++)
+		{
+			uint32		events = 0;
+
+			if (sink->sockets[i].what & CURL_POLL_IN)
+				events |= WL_SOCKET_READABLE;
+			if (sink->sockets[i].what & CURL_POLL_OUT)
+				events |= WL_SOCKET_WRITEABLE;
+			if (events != 0)
+				AddWaitEventToSet(sink->wes, events, sink->sockets[i].fd,
+								  NULL, NULL);
+		}
+		nfired = WaitEventSetWait(sink->wes, wait_ms, occurred,
+								  lengthof(occurred), PG_WAIT_EXTENSION);
+		FreeWaitEventSet(sink->wes);
+		sink->wes = NULL;
+
+		for (i = 0; i < nfired && mc == CURLM_OK; i++)
+		{
+			int			mask = 0;
+
+			if (occurred[i].events & WL_LATCH_SET)
+			{
+				latch_fired = true;
+				continue;
+			}
+			if (occurred[i].events & WL_SOCKET_READABLE)
+				mask |= CURL_CSELECT_IN;
+			if (occurred[i].events & WL_SOCKET_WRITEABLE)
+				mask |= CURL_CSELECT_OUT;
+			if (mask != 0)
+				mc = curl_multi_socket_action(sink->multi, occurred[i].fd,
+											  mask, &running);
+		}
+
+		/*
+		 * The timer is non-repeating: forget it before telling libcurl, which
+		 * re-arms it from inside the call if it still needs one.
+		 */
+		if (mc == CURLM_OK &&
+			(sink_timer_remaining(sink) == 0 ||
+			 (!sink->timer_armed && sink->nsockets == 0 && nfired == 0)))
+		{
+			sink->timer_armed = false;
+			mc = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT, 0,
+										  &running);
+		}
+
+		if (latch_fired)
+		{
+			ResetLatch(MyLatch);
+			attempt->latch_was_set = true;
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	if (attempt->hard_timeout)
+		attempt->code = CURLE_OPERATION_TIMEDOUT;
+	else if (mc == CURLM_OUT_OF_MEMORY)
+		attempt->code = CURLE_OUT_OF_MEMORY;
+	else if (mc != CURLM_OK || sink->socket_overflow)
+		attempt->code = CURLE_FAILED_INIT;
+	else
+	{
+		attempt->code = CURLE_FAILED_INIT;	/* if libcurl reports no result */
+		while ((msg = curl_multi_info_read(sink->multi, &pending)) != NULL)
+		{
+			if (msg->msg == CURLMSG_DONE && msg->easy_handle == sink->easy)
+				attempt->code = msg->data.result;
+		}
+	}
+
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, start);
+	attempt->elapsed_ms = INSTR_TIME_GET_MILLISEC(now);
+	curl_easy_getinfo(sink->easy, CURLINFO_RESPONSE_CODE, &attempt->status);
+}
+
+/*
+ * One HTTP exchange, with libcurl's per-request state cleaned up even when
+ * an interrupt throws out of the wait loop.
+ */
+static void
+sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
+			 const char *signature, ReplicantBody *body, SinkAttempt *attempt)
+{
+	sink->body = body;
+	sink->body_sent = 0;
+	sink->body_failed = false;
+	sink->connected = false;
+	sink->retry_after_seen = false;
+	sink->socket_overflow = false;
+	body->rewind(body->arg);
+
+	PG_TRY();
+	{
+		if (!sink_build_headers(sink, webhook_id, timestamp, signature))
+			attempt->code = CURLE_OUT_OF_MEMORY;
+		else if (curl_easy_setopt(sink->easy, CURLOPT_HTTPHEADER,
+								  sink->headers) != CURLE_OK ||
+				 curl_easy_setopt(sink->easy, CURLOPT_POSTFIELDSIZE_LARGE,
+								  (curl_off_t) body->length) != CURLE_OK ||
+				 curl_multi_add_handle(sink->multi, sink->easy) != CURLM_OK)
+			attempt->code = CURLE_FAILED_INIT;
+		else
+		{
+			sink->attached = true;
+			sink_run(sink, attempt);
+		}
+	}
+	PG_FINALLY();
+	{
+		if (sink->wes != NULL)
+		{
+			FreeWaitEventSet(sink->wes);
+			sink->wes = NULL;
+		}
+		if (sink->attached)
+		{
+			/* a transfer cut short closes its connection: no half state */
+			curl_multi_remove_handle(sink->multi, sink->easy);
+			sink->attached = false;
+		}
+		curl_easy_setopt(sink->easy, CURLOPT_HTTPHEADER, NULL);
+		curl_slist_free_all(sink->headers);
+		sink->headers = NULL;
+		sink->body = NULL;
+	}
+	PG_END_TRY();
+}
+
+/* Retry-After as milliseconds, capped; -1 if absent or unparsable. */
+static int
+sink_parse_retry_after(const char *value)
+{
+	int64		seconds = 0;
+	const char *p;
+
+	if (value[0] >= '0' && value[0] <= '9')
+	{
+		/* delta-seconds */
+		for (p = value; *p >= '0' && *p <= '9'; p++)
+		{
+			seconds = seconds * 10 + (*p - '0');
+			if (seconds > SINK_MAX_RETRY_AFTER_MS / 1000)
+				return SINK_MAX_RETRY_AFTER_MS;
+		}
+		if (*p != '\0')
+			return -1;
+	}
+	else
+	{
+		/* HTTP-date */
+		time_t		when = curl_getdate(value, NULL);
+
+		if (when == (time_t) -1)
+			return -1;
+		seconds = (int64) when - (int64) time(NULL);
+		if (seconds < 0)
+			seconds = 0;
+	}
+	return (int) Min(seconds * 1000, (int64) SINK_MAX_RETRY_AFTER_MS);
+}
+
+static ReplicantSinkOutcome
+sink_classify(long status)
+{
+	if (status >= 200 && status <= 299)
+		return REPLICANT_SINK_OK;
+	if (status == 408 || status == 425 || status == 429 ||
+		(status >= 500 && status <= 599))
+		return REPLICANT_SINK_RETRY;
+	if (status == 413)
+		return REPLICANT_SINK_TOO_LARGE;
+	if (status == 410)
+		return REPLICANT_SINK_GONE;
+	return REPLICANT_SINK_REJECTED;
+}
+
+/* No usable HTTP answer: always retried, with a fixed, value-free text. */
+static void
+sink_transport_error(ReplicantSink *sink, CURLcode code, bool hard_timeout,
+					 ReplicantSinkResult *result)
+{
+	const char *msg;
+
+	result->outcome = REPLICANT_SINK_RETRY;
+	result->http_status = 0;
+
+	if (sink->body_failed)
+		msg = "could not read batch body";
+	else
+	{
+		switch (code)
+		{
+			case CURLE_COULDNT_RESOLVE_HOST:
+			case CURLE_COULDNT_RESOLVE_PROXY:
+				msg = "could not resolve sink host name";
+				break;
+			case CURLE_COULDNT_CONNECT:
+				msg = "could not connect to sink";
+				break;
+			case CURLE_OPERATION_TIMEDOUT:
+#if LIBCURL_VERSION_NUM >= 0x075000
+				if (!sink->connected && !hard_timeout)
+				{
+					int			limit = sink->connect_timeout_ms;
+
+					if (limit == 0 ||
+						(sink->http_timeout_ms > 0 && sink->http_timeout_ms < limit))
+						limit = sink->http_timeout_ms;
+					if (limit > 0)
+					{
+						snprintf(result->error, sizeof(result->error),
+								 "could not connect to sink within %d ms", limit);
+						return;
+					}
+				}
+#endif
+				snprintf(result->error, sizeof(result->error),
+						 "sink did not answer within %d ms",
+						 sink->http_timeout_ms);
+				return;
+			case CURLE_SEND_ERROR:
+			case CURLE_RECV_ERROR:
+				msg = "connection to sink was reset";
+				break;
+			case CURLE_GOT_NOTHING:
+				msg = "sink closed the connection without answering";
+				break;
+			case CURLE_PARTIAL_FILE:
+				msg = "sink closed the connection during its answer";
+				break;
+			case CURLE_WEIRD_SERVER_REPLY:
+			case CURLE_HTTP2:
+			case CURLE_HTTP2_STREAM:
+				msg = "sink sent an invalid HTTP answer";
+				break;
+			case CURLE_PEER_FAILED_VERIFICATION:
+				msg = "could not verify the sink's TLS certificate";
+				break;
+			case CURLE_SSL_CACERT_BADFILE:
+				msg = "could not load the CA file for the sink";
+				break;
+			case CURLE_SSL_CONNECT_ERROR:
+			case CURLE_SSL_CERTPROBLEM:
+			case CURLE_SSL_CIPHER:
+			case CURLE_SSL_ENGINE_NOTFOUND:
+			case CURLE_SSL_ENGINE_SETFAILED:
+			case CURLE_SSL_ISSUER_ERROR:
+			case CURLE_SSL_CRL_BADFILE:
+				msg = "could not establish a TLS connection to sink";
+				break;
+			case CURLE_SEND_FAIL_REWIND:
+				msg = "could not rewind batch body";
+				break;
+			case CURLE_READ_ERROR:
+				msg = "could not read batch body";
+				break;
+			case CURLE_URL_MALFORMAT:
+				msg = "sink URL is not valid";
+				break;
+			case CURLE_UNSUPPORTED_PROTOCOL:
+				msg = "sink URL scheme is not allowed";
+				break;
+			case CURLE_OUT_OF_MEMORY:
+				msg = "out of memory while sending batch";
+				break;
+			default:
+				/* the code is value-free; libcurl's error text may not be */
+				snprintf(result->error, sizeof(result->error),
+						 "could not send batch to sink (libcurl error %d)",
+						 (int) code);
+				return;
+		}
+	}
+	strlcpy(result->error, msg, sizeof(result->error));
+}
+
+void
+replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
+					ReplicantBody *body, ReplicantSinkResult *result)
+{
+	int64		timestamp = (int64) time(NULL);
+	char	   *signature = NULL;
+	SinkAttempt attempt = {CURLE_OK, 0, false, false, 0.0};
+
+	memset(result, 0, sizeof(*result));
+	result->retry_after_ms = -1;
+
+	/* the id is ours, not the sink's: a CR or LF in it is a bug */
+	if (!sink_header_value_ok(webhook_id))
+		elog(ERROR, "invalid webhook id");
+
+	if (sink->secret != NULL)
+	{
+		signature = replicant_signing_signature(sink->secret, webhook_id,
+												timestamp, body);
+		if (signature == NULL)
+		{
+			result->outcome = REPLICANT_SINK_RETRY;
+			strlcpy(result->error, "could not read batch body",
+					sizeof(result->error));
+			return;
+		}
+	}
+
+	sink_attempt(sink, webhook_id, timestamp, signature, body, &attempt);
+	if (signature != NULL)
+		pfree(signature);
+
+	/* do not swallow a wakeup meant for the caller's own wait */
+	if (attempt.latch_was_set)
+		SetLatch(MyLatch);
+
+	result->elapsed_ms = attempt.elapsed_ms;
+
+	/*
+	 * A status counts if the transfer completed, or if the sink said no
+	 * before it broke (e.g. a 413 sent before reading the whole body).  A
+	 * half-received 1xx or 2xx is not an acknowledgement: retry.
+	 */
+	if (attempt.code == CURLE_OK ? attempt.status >= 100 : attempt.status >= 300)
+	{
+		result->http_status = attempt.status;
+		result->outcome = sink_classify(attempt.status);
+		if (result->outcome != REPLICANT_SINK_OK)
+			snprintf(result->error, sizeof(result->error), "HTTP %ld",
+					 attempt.status);
+		if (sink->retry_after_seen)
+			result->retry_after_ms = sink_parse_retry_after(sink->retry_after);
+	}
+	else
+	{
+		/* a completed transfer without a status line: not HTTP as we know it */
+		if (attempt.code == CURLE_OK)
+			attempt.code = CURLE_WEIRD_SERVER_REPLY;
+		sink_transport_error(sink, attempt.code, attempt.hard_timeout, result);
+	}
+}
