@@ -16,6 +16,7 @@ OBJS = \
 	src/sink_http.o \
 	src/signing.o \
 	src/checkpoint.o \
+	src/fault.o \
 	src/redact.o \
 	src/api.o \
 	src/status.o

@@ -25,6 +25,7 @@
 
 #include "compat.h"
 #include "decoder.h"
+#include "fault.h"
 #include "publication.h"
 
 /* confirmed_flush reaches disk at most this often (ms); the checkpoint row is the authority. */
@@ -142,6 +143,8 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 						 errdetail_internal("%s", errm)));
 			if (record != NULL)
 				LogicalDecodingProcessRecord(ctx, ctx->reader);
+			if (decoder->state->batch->ntxns > 0)
+				replicant_fault("decode");
 
 			/* The reorder buffer runs transactions of its own. */
 			CurrentResourceOwner = saved_owner;

@@ -9,6 +9,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "fault.h"
 #include "launcher.h"
 #include "redact.h"
 #include "replicant.h"
@@ -44,6 +45,7 @@ _PG_init(void)
 							16384, 64, MAX_KILOBYTES,
 							PGC_SIGHUP, GUC_UNIT_KB,
 							NULL, NULL, NULL);
+	replicant_fault_init();
 	MarkGUCPrefixReserved("replicant");
 
 	replicant_shmem_init();

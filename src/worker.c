@@ -38,6 +38,7 @@
 #include "checkpoint.h"
 #include "decoder.h"
 #include "encoder.h"
+#include "fault.h"
 #include "pipeline.h"
 #include "shmem.h"
 #include "sink_http.h"
@@ -175,6 +176,16 @@ note_retry(const char *error)
 	LWLockRelease(replicant_shmem->lock);
 }
 
+static void
+reload_config_if_asked(void)
+{
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+}
+
 /* Sleeps ms milliseconds on the latch, answering interrupts. */
 static void
 sleep_ms(long ms)
@@ -191,6 +202,7 @@ sleep_ms(long ms)
 						 left, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
+		reload_config_if_asked();
 	}
 }
 
@@ -232,9 +244,11 @@ deliver_range(int first, int last)
 		switch (result.outcome)
 		{
 			case REPLICANT_SINK_OK:
+				replicant_fault("after_ack");
 				replicant_checkpoint_commit(pipeline->id,
 											batch->txns[last].commit_lsn,
 											batch->txns[last].end_lsn);
+				replicant_fault("after_checkpoint");
 				replicant_decoder_confirm(decoder, batch->txns[last].end_lsn);
 				add_delivery(batch, first, last, body.length);
 				return last;
@@ -357,11 +371,7 @@ replicant_worker_main(Datum main_arg)
 		pg_atomic_write_u32(&MySlot->nudged, 0);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
+		reload_config_if_asked();
 
 		at_end = replicant_decoder_read(decoder, pipeline->batch_max_transactions,
 										(uint64) pipeline->batch_max_bytes);

@@ -1,0 +1,56 @@
+/*
+ * fault.c
+ *		Fault injection for the crash tests.
+ *
+ * replicant.fault_point (superuser only, empty by default) names a step of
+ * the delivery cycle; a worker reaching that step exits at once, as a crash
+ * there would.  Points: "decode" (a batch is half built), "after_send" (the
+ * request is sent, no answer read), "after_ack" (2xx received, checkpoint
+ * not committed), "after_checkpoint" (checkpoint committed, slot not
+ * confirmed).  A value "<point>:abort" aborts instead, which makes the
+ * postmaster restart the whole server.
+ */
+#include "postgres.h"
+
+#include <stdlib.h>
+
+#include "storage/ipc.h"
+#include "utils/guc.h"
+
+#include "fault.h"
+
+char	   *replicant_fault_point = NULL;
+
+void
+replicant_fault_init(void)
+{
+	DefineCustomStringVariable("replicant.fault_point",
+							   "Stops pipeline workers at a step of the delivery cycle (tests only).",
+							   NULL,
+							   &replicant_fault_point,
+							   "",
+							   PGC_SUSET, GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, NULL);
+}
+
+void
+replicant_fault(const char *point)
+{
+	size_t		len;
+
+	if (replicant_fault_point == NULL || replicant_fault_point[0] == '\0')
+		return;
+	len = strlen(point);
+	if (strncmp(replicant_fault_point, point, len) != 0)
+		return;
+	if (replicant_fault_point[len] == '\0')
+	{
+		write_stderr("replicant: fault point \"%s\" reached, exiting\n", point);
+		proc_exit(1);
+	}
+	if (strcmp(replicant_fault_point + len, ":abort") == 0)
+	{
+		write_stderr("replicant: fault point \"%s\" reached, aborting\n", point);
+		abort();
+	}
+}
