@@ -131,7 +131,8 @@ sub server_has_setting
 =item start_sink(%opts)
 
 Starts the reference sink on 127.0.0.1 and returns a ReplicantTest::Sink.
-Options: C<secret>, C<name> (names its log file, default "sink", then
+Options: C<secret>, C<keep_bodies> (keep every accepted body and its headers,
+see C<< $sink->bodies >>), C<name> (names its log file, default "sink", then
 "sink2", ...), C<db> (default: a new file in a temporary directory), and the
 sink's fault flags with underscores: C<fail_status>, C<fail_rate>,
 C<fail_first>, C<retry_after>, C<delay_ms>, C<hang>, C<reset>, C<redirect>,
@@ -150,13 +151,14 @@ sub start_sink
 	my $test = basename($0);
 	$test =~ s/\.[^.]+$//;
 	my $self = bless {
-		name      => $name,
-		dir       => $dir,
-		db        => delete $opts{db} // "$dir/sink.db",
-		secret    => delete $opts{secret},
-		port_file => "$dir/port",
-		log       => "$PostgreSQL::Test::Utils::log_path/${test}_$name.log",
-		port      => 0,
+		name        => $name,
+		dir         => $dir,
+		db          => delete $opts{db} // "$dir/sink.db",
+		secret      => delete $opts{secret},
+		keep_bodies => delete $opts{keep_bodies},
+		port_file   => "$dir/port",
+		log         => "$PostgreSQL::Test::Utils::log_path/${test}_$name.log",
+		port        => 0,
 	}, 'ReplicantTest::Sink';
 	$self->_launch(%opts);
 	return $self;
@@ -250,7 +252,8 @@ stays, so restart() resumes with the same rows, watermark and counters.
 
 Stops the sink if it runs, then starts it again on the same database and, if
 possible, the same port (the url is updated if not). %opts are start_sink()'s
-fault flags, which replace the previous ones; C<secret> is kept unless given.
+fault flags, which replace the previous ones; C<secret> and C<keep_bodies>
+are kept unless given.
 
 =item $sink->control(\%faults)
 
@@ -263,11 +266,14 @@ argument, returns the current settings (GET /_control).
 The stored rows of C<schema.table> (all tables, each line prefixed by
 C<schema.table >, when omitted) as sorted canonical JSON lines.
 
-=item $sink->stats, $sink->txlog, $sink->messages
+=item $sink->stats, $sink->txlog, $sink->messages, $sink->bodies
 
 Counters (a hash, with C<watermarks> and the C<accepted> request list), the
-applied transactions in apply order and the stored messages (arrays of
-hashes), read from the sink's database; they work while the sink is stopped.
+applied transactions in apply order, the stored messages and, with
+C<keep_bodies>, the accepted requests in arrival order (arrays of hashes;
+a body is C<< {webhook_id, headers => {lower-case name => value}, body} >>
+with the JSON body decoded), read from the sink's database; they work while
+the sink is stopped.
 
 =back
 
@@ -293,6 +299,7 @@ sub _launch
 	my @args = ('serve', '--port', $self->{port}, '--port-file',
 		$self->{port_file}, '--db', $self->{db});
 	push @args, '--secret', $self->{secret} if defined $self->{secret};
+	push @args, '--keep-bodies' if $self->{keep_bodies};
 	foreach my $flag (sort keys %faults)
 	{
 		my $value = $faults{$flag};
@@ -359,6 +366,7 @@ sub restart
 	my ($self, %opts) = @_;
 	$self->stop;
 	$self->{secret} = delete $opts{secret} if exists $opts{secret};
+	$self->{keep_bodies} = delete $opts{keep_bodies} if exists $opts{keep_bodies};
 	$self->_launch(%opts);
 	return;
 }
@@ -398,6 +406,7 @@ sub _json_lines
 
 sub txlog    { return $_[0]->_json_lines('txlog'); }
 sub messages { return $_[0]->_json_lines('messages'); }
+sub bodies   { return $_[0]->_json_lines('bodies'); }
 
 END
 {

@@ -13,10 +13,15 @@ It shows what a correct sink does with replicant's batches (docs/design.md §3-4
 The TAP tests use it too: it keeps counters and a log of applied transactions,
 and it can inject faults (errors, hangs, resets, ...) at start or at runtime.
 
-  replicant_sink.py serve --port N [--port-file F] --db PATH [--secret S] [faults]
+  replicant_sink.py serve --port N [--port-file F] --db PATH [--secret S]
+                           [--keep-bodies] [faults]
   replicant_sink.py dump --db PATH [--table schema.table]
   replicant_sink.py canon < json-lines
-  replicant_sink.py stats|txlog|messages --db PATH
+  replicant_sink.py stats|txlog|messages|bodies --db PATH
+
+With --keep-bodies it also keeps, for every batch it answered 2xx, the raw
+body and the request headers a test may check (see KEPT_HEADERS); `bodies`
+prints them in arrival order.
 """
 import argparse
 import base64
@@ -45,11 +50,16 @@ CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY, pipeline TEXT,
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER);
 CREATE TABLE IF NOT EXISTS accepted (seq INTEGER PRIMARY KEY, webhook_id TEXT,
     kind TEXT, transactions INTEGER, first_lsn INTEGER, last_lsn INTEGER);
+CREATE TABLE IF NOT EXISTS bodies (seq INTEGER PRIMARY KEY, webhook_id TEXT,
+    headers_json TEXT, body BLOB);
 """
 COUNTERS = ("requests", "batches_applied", "transactions_applied",
             "duplicate_transactions", "changes_applied", "bad_signatures",
             "faults_injected")
 SIGNATURE_TOLERANCE = 300   # seconds; Standard Webhooks' replay protection
+# Request headers --keep-bodies stores, besides every "x-..." header.
+KEPT_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature",
+                "user-agent", "content-type")
 
 
 # ---- canonical JSON --------------------------------------------------------
@@ -201,6 +211,19 @@ def apply_batch(db, batch, webhook_id, arrival):
                lsns[0] if lsns else None, lsns[-1] if lsns else None))
 
 
+def keep_body(db, headers, body):
+    """Stores a batch as received: raw body and the headers that matter."""
+    kept = {}
+    for name, value in headers.items():
+        name = name.lower()
+        if name in KEPT_HEADERS or name.startswith("x-"):
+            # A repeated header reads as one, comma-joined (RFC 9110 5.3).
+            kept[name] = kept[name] + ", " + value if name in kept else value
+    kept_json = json.dumps(kept, sort_keys=True, separators=(",", ":"))
+    db.execute("INSERT INTO bodies (webhook_id, headers_json, body) VALUES (?, ?, ?)",
+               (headers.get("webhook-id"), kept_json, body))
+
+
 # ---- signatures ------------------------------------------------------------
 def signature_ok(secret, headers, body):
     msg_id = headers.get("webhook-id")
@@ -331,6 +354,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             with transaction(server.db, server.lock) as db:
                 apply_batch(db, loads(body), self.headers.get("webhook-id"), arrival)
+                if server.keep_bodies:   # in the same transaction: kept iff 2xx
+                    keep_body(db, self.headers, body)
         except Exception as e:
             # A malformed batch is a bug upstream (400 halts replicant);
             # a local storage problem is worth a retry (500).
@@ -375,6 +400,7 @@ def serve(args):
     server.daemon_threads = True
     server.db, server.lock = open_db(args.db), threading.Lock()
     server.secret, server.faults = args.secret, Faults(faults)
+    server.keep_bodies = args.keep_bodies
     port = server.server_address[1]
     if args.port_file:   # written atomically: a reader never sees half a number
         with open(args.port_file + ".tmp", "w") as f:
@@ -396,6 +422,16 @@ def dump(args):
                           "FROM rows")
     lines = [prefix + row for prefix, row, copies in rows for _ in range(copies)]
     print_lines(sorted(lines))
+
+
+def bodies(args):
+    """The kept batches, in arrival order, as JSON lines."""
+    db = open_db(args.db)
+    for webhook_id, headers, body in db.execute(
+            "SELECT webhook_id, headers_json, body FROM bodies ORDER BY seq"):
+        # canon() keeps numbers exactly as they were sent.
+        sys.stdout.write('{"webhook_id":%s,"headers":%s,"body":%s}\n' % (
+            json.dumps(webhook_id), headers, canon(loads(body))))
 
 
 def print_lines(lines):
@@ -425,7 +461,9 @@ def main():
     s.add_argument("--reset", action="store_true", help="reset the connection")
     s.add_argument("--redirect", metavar="URL", help="answer 302 to URL")
     s.add_argument("--max-body", type=int, help="answer 413 above this size")
-    for name in ("serve", "dump", "stats", "txlog", "messages"):
+    s.add_argument("--keep-bodies", action="store_true",
+                   help="store each accepted body and its headers (see bodies)")
+    for name in ("serve", "dump", "stats", "txlog", "messages", "bodies"):
         q = s if name == "serve" else sub.add_parser(name)
         q.add_argument("--db", required=True, help="SQLite database file")
         if name == "dump":
@@ -452,6 +490,8 @@ def main():
     elif args.command == "txlog":
         query_json(args, "SELECT commit_lsn, xid, nchanges, commit_time, arrival, "
                          "pipeline FROM txlog ORDER BY seq")
+    elif args.command == "bodies":
+        bodies(args)
     elif args.command == "messages":
         query_json(args, "SELECT pipeline, transactional, commit_lsn, lsn, prefix, "
                          "content FROM messages ORDER BY seq")
