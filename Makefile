@@ -9,11 +9,13 @@ OBJS = \
 	src/worker.o \
 	src/pipeline.o \
 	src/decoder.o \
+	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
 	src/encoder.o \
 	src/batch.o \
 	src/sink_http.o \
+	src/snapshot.o \
 	src/signing.o \
 	src/checkpoint.o \
 	src/fault.o \
@@ -35,6 +37,9 @@ PROVE_TESTS = test/t/*.pl
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# PGXS tracks no header dependencies here: rebuild on any header change.
+$(OBJS): $(wildcard $(srcdir)/src/*.h)
 
 # Servers from 15.19 on load only the output plugins listed in
 # output_plugin_libraries; older ones refuse the unknown setting.

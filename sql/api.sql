@@ -58,7 +58,9 @@ SELECT replicant.create_pipeline('x', 'p1', 'http://' || repeat('a', 2100) || '/
 -- snapshot modes and numeric options
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => NULL);
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'bogus');
-SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'initial');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'incremental');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'initial', snapshot_workers => 0);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'initial', snapshot_workers => 17);
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', batch_max_bytes => -1);
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', batch_max_bytes => NULL);
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', batch_max_transactions => 0);

@@ -19,6 +19,7 @@ CREATE TABLE replicant.pipelines (
     connect_timeout_ms      integer NOT NULL,
     headers                 jsonb NOT NULL,
     secret                  text,
+    snapshot_workers        integer NOT NULL,
     created_at              timestamptz NOT NULL DEFAULT now()
 );
 REVOKE ALL ON replicant.pipelines FROM PUBLIC;
@@ -46,11 +47,12 @@ CREATE FUNCTION replicant.create_pipeline(
     http_timeout_ms         integer DEFAULT 30000,
     connect_timeout_ms      integer DEFAULT 5000,
     headers                 jsonb DEFAULT '{}',
-    secret                  text DEFAULT NULL)
+    secret                  text DEFAULT NULL,
+    snapshot_workers        integer DEFAULT 2)
 RETURNS void
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
-COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text) IS
+COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer) IS
     'Creates a pipeline streaming the publications'' changes to sink_url';
 
 CREATE FUNCTION replicant.create_pipeline(
@@ -63,11 +65,12 @@ CREATE FUNCTION replicant.create_pipeline(
     http_timeout_ms         integer DEFAULT 30000,
     connect_timeout_ms      integer DEFAULT 5000,
     headers                 jsonb DEFAULT '{}',
-    secret                  text DEFAULT NULL)
+    secret                  text DEFAULT NULL,
+    snapshot_workers        integer DEFAULT 2)
 RETURNS void
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
-COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text) IS
+COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer) IS
     'Creates a pipeline streaming one publication''s changes to sink_url';
 
 CREATE FUNCTION replicant.alter_pipeline(
@@ -107,14 +110,49 @@ COMMENT ON FUNCTION replicant.drop_pipeline(text) IS
     'Stops the worker and drops the pipeline''s slot and state';
 
 REVOKE ALL ON FUNCTION
-    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text),
-    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text),
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer),
     replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean),
     replicant.enable_pipeline(text),
     replicant.disable_pipeline(text),
     replicant.resume_pipeline(text),
     replicant.drop_pipeline(text)
 FROM PUBLIC;
+
+-- API: Private. One row per table read by a snapshot or a backfill.
+CREATE TABLE replicant.backfills (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    pipeline_id   integer NOT NULL REFERENCES replicant.pipelines ON DELETE CASCADE,
+    relid         oid NOT NULL,
+    kind          text NOT NULL CHECK (kind IN ('initial', 'incremental')),
+    mode          text NOT NULL CHECK (mode IN ('keyset', 'bitmap', 'ctid')),
+    state         text NOT NULL DEFAULT 'planned'
+                  CHECK (state IN ('planned', 'running', 'done', 'cancelled', 'failed')),
+    rows_done     bigint NOT NULL DEFAULT 0,
+    rows_estimate bigint NOT NULL DEFAULT 0,
+    relfilenode   oid NOT NULL,
+    first_sent    boolean NOT NULL DEFAULT false,
+    started_at    timestamptz,
+    finished_at   timestamptz
+);
+REVOKE ALL ON replicant.backfills FROM PUBLIC;
+COMMENT ON TABLE replicant.backfills IS
+    'API: Private. Tables read by snapshots and backfills, with their progress.';
+
+-- API: Private. Block ranges of a table that snapshot workers read in parallel.
+CREATE TABLE replicant.snapshot_shards (
+    backfill_id bigint NOT NULL REFERENCES replicant.backfills ON DELETE CASCADE,
+    shard       integer NOT NULL,
+    lo_block    bigint NOT NULL,
+    hi_block    bigint,             -- NULL: to the end of the table
+    next_block  bigint NOT NULL,    -- blocks before it were delivered
+    claimed     boolean NOT NULL DEFAULT false,
+    done        boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (backfill_id, shard)
+);
+REVOKE ALL ON replicant.snapshot_shards FROM PUBLIC;
+COMMENT ON TABLE replicant.snapshot_shards IS
+    'API: Private. Durable per-shard progress of initial snapshots.';
 
 -- API: Private. Live state of the workers, from shared memory.
 CREATE FUNCTION replicant._worker_status(
@@ -165,6 +203,26 @@ SELECT p.name AS pipeline,
   LEFT JOIN replicant._worker_status() w ON w.pipeline_id = p.id;
 COMMENT ON VIEW replicant.status IS
     'One row per pipeline: state, positions, counters and the last value-free error';
+
+CREATE VIEW replicant.backfill_status AS
+SELECT b.id,
+       p.name AS pipeline,
+       b.relid::regclass AS relation,
+       b.mode,
+       b.state,
+       b.rows_done,
+       b.rows_estimate,
+       CASE
+           WHEN b.state = 'done' THEN 100.0
+           WHEN b.rows_estimate > 0 THEN least(100.0, round(100.0 * b.rows_done / b.rows_estimate, 1))
+           ELSE 0.0
+       END AS percent,
+       b.started_at,
+       b.finished_at
+  FROM replicant.backfills b
+  JOIN replicant.pipelines p ON p.id = b.pipeline_id;
+COMMENT ON VIEW replicant.backfill_status IS
+    'One row per table read by a snapshot or backfill: mode, state and progress';
 
 -- API: Private, for tests. Encodes a row exactly as the stream and snapshot paths do.
 CREATE FUNCTION replicant._encode_row(record) RETURNS text

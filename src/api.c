@@ -518,7 +518,7 @@ count_pipelines_in_shmem(void)
 /*
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
- *				   headers, secret)
+ *				   headers, secret, snapshot_workers)
  */
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
@@ -533,12 +533,13 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	int			connect_timeout_ms;
 	Jsonb	   *headers;
 	char	   *secret = NULL;
+	int			snapshot_workers;
 	Oid			owner = GetUserId();
 	ApiSpi		s;
-	Oid			argtypes[11] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
-	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID};
-	Datum		args[11];
-	char		nulls[11];
+	Oid			argtypes[12] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
+	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID, INT4OID};
+	Datum		args[12];
+	char		nulls[12];
 
 	PreventInTransactionBlock(true, "replicant.create_pipeline()");
 	check_prerequisites();
@@ -549,11 +550,11 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	sink_url = required_text(fcinfo, 2, "sink_url");
 	check_sink_url(sink_url);
 	snapshot = required_text(fcinfo, 3, "snapshot");
-	if (strcmp(snapshot, "initial") == 0 || strcmp(snapshot, "incremental") == 0)
+	if (strcmp(snapshot, "incremental") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("snapshot \"%s\" is not supported yet", snapshot)));
-	if (strcmp(snapshot, "none") != 0)
+	if (strcmp(snapshot, "none") != 0 && strcmp(snapshot, "initial") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("snapshot must be \"none\", \"initial\" or \"incremental\"")));
@@ -572,6 +573,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 		secret = text_to_cstring(PG_GETARG_TEXT_PP(9));
 		replicant_signing_check_secret(secret);
 	}
+	int_option(fcinfo, 10, "snapshot_workers", 1, 16, false, &snapshot_workers);
 	check_owner_can_login(owner);
 	if (count_pipelines_in_shmem() >= replicant_max_pipelines)
 		ereport(ERROR,
@@ -591,8 +593,13 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("pipeline \"%s\" already exists", name)));
 
-	/* Everything is valid: only now create the slot, then the row. */
-	create_slot(replicant_pipeline_slot_name(name));
+	/*
+	 * Everything is valid: only now create the slot, then the row.  An
+	 * initial snapshot needs the slot's consistent point and the snapshot
+	 * its tables are read under to be one, so its worker creates the slot.
+	 */
+	if (strcmp(snapshot, "initial") != 0)
+		create_slot(replicant_pipeline_slot_name(name));
 
 	args[1] = ObjectIdGetDatum(owner);
 	args[2] = PointerGetDatum(pubs);
@@ -604,14 +611,16 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	args[8] = Int32GetDatum(connect_timeout_ms);
 	args[9] = JsonbPGetDatum(headers);
 	args[10] = secret ? CStringGetTextDatum(secret) : (Datum) 0;
+	args[11] = Int32GetDatum(snapshot_workers);
 	memset(nulls, ' ', sizeof(nulls));
 	nulls[10] = secret ? ' ' : 'n';
 	if (SPI_execute_with_args("INSERT INTO replicant.pipelines"
 							  " (name, owner, publications, sink_url, snapshot,"
 							  "  batch_max_bytes, batch_max_transactions,"
-							  "  http_timeout_ms, connect_timeout_ms, headers, secret)"
-							  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-							  11, argtypes, args, nulls, false, 0) != SPI_OK_INSERT)
+							  "  http_timeout_ms, connect_timeout_ms, headers, secret,"
+							  "  snapshot_workers)"
+							  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+							  12, argtypes, args, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert into replicant.pipelines");
 	api_spi_end(&s);
 

@@ -277,3 +277,32 @@ replicant_batch_body(ReplicantBatch *batch, int first, int last,
 	body->read = body_read;
 	body->arg = batch;
 }
+
+static void
+memory_body_rewind(void *arg)
+{
+	((ReplicantMemoryBody *) arg)->pos = 0;
+}
+
+static size_t
+memory_body_read(void *arg, char *buf, size_t max)
+{
+	ReplicantMemoryBody *state = arg;
+	size_t		n = Min(max, state->data->len - state->pos);
+
+	memcpy(buf, state->data->data + state->pos, n);
+	state->pos += n;
+	return n;
+}
+
+void
+replicant_body_from_buffer(ReplicantBody *body, ReplicantMemoryBody *state,
+						   StringInfo data)
+{
+	state->data = data;
+	state->pos = 0;
+	body->length = data->len;
+	body->rewind = memory_body_rewind;
+	body->read = memory_body_read;
+	body->arg = state;
+}

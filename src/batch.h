@@ -26,6 +26,16 @@ typedef struct ReplicantBody
 	void	   *arg;
 } ReplicantBody;
 
+/* A body held in one memory buffer (snapshot batches, markers). */
+typedef struct ReplicantMemoryBody
+{
+	StringInfo	data;
+	size_t		pos;
+} ReplicantMemoryBody;
+
+extern void replicant_body_from_buffer(ReplicantBody *body, ReplicantMemoryBody *state,
+									   StringInfo data);
+
 /* One complete transaction inside a batch. */
 typedef struct ReplicantBatchTxn
 {

@@ -135,7 +135,7 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 							  "       p.enabled, p.halt_reason, p.config_version,"
 							  "       p.batch_max_bytes, p.batch_max_transactions,"
 							  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
-							  "       c.commit_lsn, c.end_lsn"
+							  "       c.commit_lsn, c.end_lsn, p.snapshot_workers"
 							  "  FROM replicant.pipelines p"
 							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id"
 							  " WHERE p.id = $1",
@@ -170,6 +170,7 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	p->checkpoint_commit_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
 	d = spi_datum(tuple, desc, 15, &isnull);
 	p->checkpoint_end_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+	p->snapshot_workers = DatumGetInt32(spi_datum(tuple, desc, 16, &isnull));
 	MemoryContextSwitchTo(old);
 
 	/* Headers were validated when set; here they only need splitting. */

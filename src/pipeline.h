@@ -26,6 +26,7 @@ typedef struct ReplicantPipeline
 	List	   *header_names;	/* of char * */
 	List	   *header_values;	/* of char * */
 	char	   *secret;			/* NULL: unsigned */
+	int			snapshot_workers;
 	XLogRecPtr	checkpoint_commit_lsn;	/* last acknowledged commit, or 0 */
 	XLogRecPtr	checkpoint_end_lsn;
 } ReplicantPipeline;

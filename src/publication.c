@@ -182,22 +182,25 @@ bms_copy_in(MemoryContext mcxt, const Bitmapset *set)
 	return copy;
 }
 
-static void
-compute_key(ReplicantRelInfo *entry, Relation rel)
+void
+replicant_publication_key(Relation rel, Bitmapset **key_columns,
+						  bool *whole_row, bool *identity_full)
 {
 	char		identity = rel->rd_rel->relreplident;
 
-	entry->identity_full = (identity == REPLICA_IDENTITY_FULL);
+	*key_columns = NULL;
+	*whole_row = false;
+	*identity_full = (identity == REPLICA_IDENTITY_FULL);
 	if (identity == REPLICA_IDENTITY_NOTHING)
 		return;
 	if (identity == REPLICA_IDENTITY_FULL)
 	{
-		entry->key_columns =
+		*key_columns =
 			plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_PRIMARY_KEY));
-		entry->key_whole_row = (entry->key_columns == NULL);
+		*whole_row = (*key_columns == NULL);
 		return;
 	}
-	entry->key_columns =
+	*key_columns =
 		plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_IDENTITY_KEY));
 }
 
@@ -288,7 +291,8 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	if (!entry->published)
 		return;
 
-	compute_key(entry, rel);
+	replicant_publication_key(rel, &entry->key_columns, &entry->key_whole_row,
+							  &entry->identity_full);
 	entry->key_columns = bms_copy_in(CacheMemoryContext, entry->key_columns);
 
 	initStringInfo(&names);

@@ -53,6 +53,13 @@ extern void replicant_publication_init(List *publication_names, Oid owner);
  */
 extern ReplicantRelInfo *replicant_publication_relinfo(Relation rel);
 
+/*
+ * The columns that make a change's "key" (see ReplicantRelInfo); used by the
+ * snapshot reader too, so both paths key rows alike.
+ */
+extern void replicant_publication_key(Relation rel, Bitmapset **key_columns,
+									  bool *whole_row, bool *identity_full);
+
 /* A value-free reason if a publication is missing at this point, else NULL. */
 extern char *replicant_publication_check(void);
 

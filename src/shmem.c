@@ -62,7 +62,10 @@ replicant_shmem_startup(void)
 		replicant_shmem->lock = &(GetNamedLWLockTranche("replicant"))->lock;
 		replicant_shmem->rescan_all = true;
 		for (i = 0; i < replicant_max_pipelines; i++)
+		{
 			pg_atomic_init_u32(&replicant_shmem->slots[i].nudged, 0);
+			pg_atomic_init_u32(&replicant_shmem->slots[i].shard_failures, 0);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

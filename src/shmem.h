@@ -43,6 +43,7 @@ typedef struct ReplicantPipelineSlot
 	pid_t		pid;
 	Latch	   *latch;
 	pg_atomic_uint32 nudged;	/* a commit set the latch since last reset */
+	pg_atomic_uint32 shard_failures;	/* snapshot workers that exited on error */
 	ReplicantWorkerState state;
 	uint64		transactions_delivered;
 	uint64		changes_delivered;

@@ -20,7 +20,6 @@
 #include "postgres.h"
 
 #include "access/xlog.h"
-#include "common/pg_prng.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -37,16 +36,14 @@
 #include "batch.h"
 #include "checkpoint.h"
 #include "decoder.h"
+#include "delivery.h"
 #include "encoder.h"
 #include "fault.h"
 #include "pipeline.h"
 #include "shmem.h"
 #include "sink_http.h"
+#include "snapshot.h"
 #include "worker.h"
-
-/* Backoff between delivery attempts. */
-#define RETRY_BASE_MS 200
-#define RETRY_MAX_MS 30000
 
 /* Longest sleep when idle; commits wake the worker long before. */
 #define IDLE_TIMEOUT_MS 1000
@@ -97,31 +94,11 @@ worker_attach(int slot_index, ReplicantWorkerArgs *args)
 	before_shmem_exit(worker_detach, (Datum) 0);
 }
 
-/*
- * Halts fail-closed: records the value-free reason where replicant.status
- * and the next worker see it, and exits without restart.
- */
 static void
 pg_attribute_noreturn()
 worker_halt(const char *reason)
 {
-	ReplicantCatalogAccess access;
-
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	MySlot->state = REPLICANT_STATE_HALTED;
-	MySlot->runnable = false;
-	strlcpy(MySlot->last_error, reason, sizeof(MySlot->last_error));
-	LWLockRelease(replicant_shmem->lock);
-
-	replicant_catalog_begin(&access);
-	replicant_pipeline_record_halt(pipeline->id, reason);
-	replicant_catalog_end(&access);
-
-	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" halted: %s", pipeline->name, reason),
-			 errhint("Fix the cause, then call replicant.resume_pipeline('%s').",
-					 pipeline->name)));
-	proc_exit(0);
+	replicant_delivery_halt(MySlot, pipeline, reason);
 }
 
 /* Servers from 15.19 on load only output plugins listed in this setting. */
@@ -165,61 +142,6 @@ add_delivery(ReplicantBatch *b, int first, int last, size_t bytes)
 	LWLockRelease(replicant_shmem->lock);
 }
 
-static void
-note_retry(const char *error)
-{
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	MySlot->retries++;
-	MySlot->state = REPLICANT_STATE_RETRYING;
-	snprintf(MySlot->last_error, sizeof(MySlot->last_error),
-			 "sink unavailable: %s", error);
-	LWLockRelease(replicant_shmem->lock);
-}
-
-static void
-reload_config_if_asked(void)
-{
-	if (ConfigReloadPending)
-	{
-		ConfigReloadPending = false;
-		ProcessConfigFile(PGC_SIGHUP);
-	}
-}
-
-/* Sleeps ms milliseconds on the latch, answering interrupts. */
-static void
-sleep_ms(long ms)
-{
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
-
-	for (;;)
-	{
-		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-
-		if (left <= 0)
-			break;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 left, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		reload_config_if_asked();
-	}
-}
-
-/* Capped exponential backoff with jitter, or what Retry-After asked for. */
-static long
-backoff_ms(int attempt, const ReplicantSinkResult *result)
-{
-	long		cap = RETRY_BASE_MS;
-
-	if (result->retry_after_ms >= 0)
-		return result->retry_after_ms;
-	while (attempt-- > 0 && cap < RETRY_MAX_MS)
-		cap *= 2;
-	cap = Min(cap, RETRY_MAX_MS);
-	return cap / 2 + (long) pg_prng_uint64_range(&pg_global_prng_state, 0, cap / 2);
-}
-
 /*
  * Delivers transactions [first, last] of the batch, retrying until the sink
  * takes them.  Returns the index of the last transaction delivered, which is
@@ -228,8 +150,6 @@ backoff_ms(int attempt, const ReplicantSinkResult *result)
 static int
 deliver_range(int first, int last)
 {
-	int			attempt = 0;
-
 	for (;;)
 	{
 		ReplicantBody body;
@@ -239,7 +159,7 @@ deliver_range(int first, int last)
 		snprintf(webhook_id, sizeof(webhook_id), "%s-" UINT64_FORMAT,
 				 pipeline->name, (uint64) batch->txns[last].commit_lsn);
 		replicant_batch_body(batch, first, last, &body);
-		replicant_sink_post(sink, webhook_id, &body, &result);
+		replicant_delivery_post(MySlot, sink, webhook_id, &body, &result);
 
 		switch (result.outcome)
 		{
@@ -254,16 +174,13 @@ deliver_range(int first, int last)
 				return last;
 
 			case REPLICANT_SINK_RETRY:
-				note_retry(result.error);
-				sleep_ms(backoff_ms(attempt++, &result));
-				break;
+				pg_unreachable();
 
 			case REPLICANT_SINK_TOO_LARGE:
 				if (first == last)
 					worker_halt(psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
 										 LSN_FORMAT_ARGS(batch->txns[last].commit_lsn)));
 				last = first + (last - first) / 2;
-				attempt = 0;
 				break;
 
 			case REPLICANT_SINK_GONE:
@@ -344,6 +261,7 @@ replicant_worker_main(Datum main_arg)
 	pgstat_report_appname(appname);
 
 	check_output_plugin_allowed();
+	replicant_snapshot_initial(MySlot, DatumGetInt32(main_arg), pipeline);
 
 	MemoryContextSwitchTo(TopMemoryContext);
 	batch = replicant_batch_create(pipeline->name);
@@ -371,7 +289,7 @@ replicant_worker_main(Datum main_arg)
 		pg_atomic_write_u32(&MySlot->nudged, 0);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-		reload_config_if_asked();
+		replicant_delivery_reload_config();
 
 		at_end = replicant_decoder_read(decoder, pipeline->batch_max_transactions,
 										(uint64) pipeline->batch_max_bytes);

@@ -1,0 +1,1047 @@
+/*
+ * snapshot.c
+ *		Initial snapshots: the published tables' existing rows, read under
+ *		the snapshot of the slot's consistent point, before streaming starts.
+ *
+ * The pipeline worker plans the snapshot (one replicant.backfills row per
+ * table, its heap cut into block-range shards in replicant.snapshot_shards),
+ * sends each table's "first" marker, then creates the slot in a REPEATABLE
+ * READ transaction and exports that transaction's snapshot, which is the
+ * slot's consistent point (as CREATE_REPLICATION_SLOT ... EXPORT_SNAPSHOT
+ * does for a walsender).  Shard workers import it, as pg_dump -j does, and
+ * claim shards; each reads its shard in bounded windows
+ * (ctid >= '(lo,0)' AND ctid < '(hi,0)', a TID Range Scan), encodes the rows
+ * with the stream's encoder and POSTs them, recording progress after every
+ * window.  When every shard is done the exporter commits, each table gets
+ * its "last" marker, and the worker streams from the consistent point: no
+ * change is missed and, uninterrupted, none is delivered twice.
+ *
+ * After a crash the slot already exists: the remaining shards are read under
+ * a fresh snapshot and the stream still starts at the slot's original
+ * point, so the sink converges (duplicates possible, loss never).  Each
+ * window checks the table's relfilenode against the one stamped at plan
+ * time: after VACUUM FULL, CLUSTER or TRUNCATE the table's shards start over
+ * instead of trusting stale block positions.
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "access/xact.h"
+#include "access/xlogutils.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "replication/logical.h"
+#include "replication/slot.h"
+#include "replication/snapbuild.h"
+#include "storage/bufmgr.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+
+#include "batch.h"
+#include "compat.h"
+#include "delivery.h"
+#include "encoder.h"
+#include "fault.h"
+#include "publication.h"
+#include "replicant.h"
+#include "sink_http.h"
+#include "snapshot.h"
+
+/* Blocks read per transaction, and per shard claimed by one worker. */
+#define WINDOW_BLOCKS 1024
+#define SHARD_WINDOWS 8
+/* Rows fetched from the cursor at a time. */
+#define FETCH_ROWS 1000
+
+typedef struct ShardArgs
+{
+	Oid			dboid;
+	Oid			owner;
+	int32		pipeline_id;
+	int32		slot_index;
+	uint32		generation;
+	char		snapshot_name[64];
+} ShardArgs;
+
+/* One claimed shard. */
+typedef struct Shard
+{
+	int64		backfill_id;
+	int32		shard;
+	Oid			relid;
+	char		relname[NAMEDATALEN];	/* for messages, "" if dropped */
+	Oid			relfilenode;
+	int64		next_block;
+	int64		hi_block;		/* -1: to the end of the table */
+} Shard;
+
+static SPIPlanPtr
+prepare(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL || SPI_keepplan(plan) != 0)
+		elog(ERROR, "could not prepare \"%s\"", sql);
+	return plan;
+}
+
+static int64
+spi_int8(int row, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, &isnull);
+
+	return isnull ? -1 : DatumGetInt64(d);
+}
+
+/*
+ * Planning (pipeline worker, before the slot exists)
+ */
+
+/*
+ * Replaces any earlier plan with one backfill row per published table and
+ * its shards.  Returns a value-free reason if a table cannot be snapshotted
+ * faithfully, else NULL.
+ */
+static char *
+plan_snapshot(ReplicantPipeline *pipeline)
+{
+	ReplicantCatalogAccess access;
+	Oid			argtypes[2] = {INT4OID, TEXTARRAYOID};
+	Datum		args[2];
+	Datum	   *pubs;
+	ListCell   *lc;
+	int			i = 0;
+	char	   *reason = NULL;
+	uint64		ntables;
+	uint64		t;
+
+	pubs = palloc(sizeof(Datum) * list_length(pipeline->publications));
+	foreach(lc, pipeline->publications)
+		pubs[i++] = CStringGetTextDatum(lfirst(lc));
+	args[0] = Int32GetDatum(pipeline->id);
+	args[1] = PointerGetDatum(construct_array(pubs, i, TEXTOID, -1, false, TYPALIGN_INT));
+
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("DELETE FROM replicant.backfills"
+							  " WHERE pipeline_id = $1 AND kind = 'initial'",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not clear the snapshot plan");
+
+	/* What pgoutput would publish: the union over the publications. */
+	if (SPI_execute_with_args("SELECT c.oid, c.relname, bool_or(pt.rowfilter IS NOT NULL),"
+							  "       bool_or(cardinality(pt.attnames) <> (SELECT count(*) FROM pg_attribute a"
+							  "               WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped))"
+							  "  FROM pg_catalog.pg_publication_tables pt"
+							  "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
+							  "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+							  " WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant'"
+							  "   AND c.relkind = 'r'"
+							  " GROUP BY c.oid, c.relname ORDER BY c.oid",
+							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list published tables");
+	ntables = SPI_processed;
+	for (t = 0; t < ntables && reason == NULL; t++)
+	{
+		bool		isnull;
+		HeapTuple	tuple = SPI_tuptable->vals[t];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		if (DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull)))
+			reason = psprintf("a publication has a row filter on table \"%s\", which replicant does not support yet",
+							  SPI_getvalue(tuple, desc, 2));
+		else if (DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull)))
+			reason = psprintf("a publication has a column list on table \"%s\", which replicant does not support yet",
+							  SPI_getvalue(tuple, desc, 2));
+	}
+
+	/*
+	 * One backfill per table; shards of SHARD_WINDOWS windows, the last one
+	 * open-ended so rows added behind the planned size are read too.
+	 */
+	if (reason == NULL &&
+		SPI_execute_with_args("WITH tables AS ("
+							  "  SELECT c.oid AS relid, c.relfilenode, greatest(c.reltuples, 0)::bigint AS estimate,"
+							  "         pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks"
+							  "    FROM pg_catalog.pg_publication_tables pt"
+							  "    JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
+							  "    JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+							  "   WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
+							  "   GROUP BY c.oid),"
+							  " planned AS ("
+							  "  INSERT INTO replicant.backfills (pipeline_id, relid, kind, mode, rows_estimate, relfilenode)"
+							  "  SELECT $1, relid, 'initial', 'ctid', estimate, relfilenode FROM tables ORDER BY relid"
+							  "  RETURNING id, relid)"
+							  " INSERT INTO replicant.snapshot_shards (backfill_id, shard, lo_block, hi_block, next_block)"
+							  " SELECT p.id, s.n, s.n * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) ","
+							  "        CASE WHEN s.n = s.last THEN NULL ELSE (s.n + 1) * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) " END,"
+							  "        s.n * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS)
+							  "   FROM planned p JOIN tables t USING (relid),"
+							  "        LATERAL (SELECT g AS n, t.blocks / " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) " AS last"
+							  "                   FROM generate_series(0, t.blocks / " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) ") g) s",
+							  2, argtypes, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not plan the snapshot");
+	replicant_catalog_end(&access);
+
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" planned an initial snapshot of %d tables",
+					pipeline->name, (int) ntables)));
+	return reason;
+}
+
+/*
+ * Snapshot batches
+ */
+
+static void
+append_names(StringInfo out, Oid relid)
+{
+	appendStringInfoString(out, "\"schema\":");
+	replicant_encode_string(out, get_namespace_name(get_rel_namespace(relid)));
+	appendStringInfoString(out, ",\"table\":");
+	replicant_encode_string(out, get_rel_name(relid));
+}
+
+/* names: "schema":...,"table":... as append_names wrote it. */
+static void
+start_snapshot_body(StringInfo out, ReplicantPipeline *pipeline, const char *names,
+					int64 backfill_id, bool first, bool last)
+{
+	resetStringInfo(out);
+	appendStringInfoString(out, "{\"pipeline\":");
+	replicant_encode_string(out, pipeline->name);
+	appendStringInfoString(out, ",\"kind\":\"snapshot\",\"snapshot\":{");
+	appendStringInfoString(out, names);
+	appendStringInfo(out, ",\"backfill_id\":" INT64_FORMAT ",\"first\":%s,\"last\":%s},\"changes\":[",
+					 backfill_id, first ? "true" : "false", last ? "true" : "false");
+}
+
+/* POSTs a snapshot body; halts on anything but a 2xx. */
+static void
+post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+				   ReplicantSink *sink, StringInfo out, const char *webhook_id,
+				   int64 nrows)
+{
+	ReplicantMemoryBody state;
+	ReplicantBody body;
+	ReplicantSinkResult result;
+
+	appendStringInfoString(out, "]}");
+	replicant_body_from_buffer(&body, &state, out);
+	replicant_delivery_post(slot, sink, webhook_id, &body, &result);
+	if (result.outcome != REPLICANT_SINK_OK)
+		replicant_delivery_halt(slot, pipeline,
+								psprintf("sink rejected snapshot batch: HTTP %ld", result.http_status));
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->batches_delivered++;
+	slot->changes_delivered += nrows;
+	slot->bytes_delivered += out->len;
+	slot->last_delivery_at = GetCurrentTimestamp();
+	if (slot->state == REPLICANT_STATE_RETRYING)
+		slot->state = REPLICANT_STATE_SNAPSHOTTING;
+	slot->last_error[0] = '\0';
+	LWLockRelease(replicant_shmem->lock);
+}
+
+/*
+ * Sends the "first" (or "last") marker of every initial backfill that has
+ * not had it: an empty snapshot batch a sink can use to prepare (or finish)
+ * the table.  "last" also marks the backfill done.
+ */
+static void
+send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+			 ReplicantSink *sink, bool last)
+{
+	ReplicantCatalogAccess access;
+	Oid			argtypes[2] = {INT4OID, INT8OID};
+	Datum		args[2];
+	int64	   *ids;
+	char	  **names;
+	uint64		n;
+	uint64		i;
+	StringInfoData out;
+
+	args[0] = Int32GetDatum(pipeline->id);
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args(last ?
+							  "SELECT id, relid FROM replicant.backfills"
+							  " WHERE pipeline_id = $1 AND kind = 'initial' AND state <> 'done' ORDER BY id" :
+							  "SELECT id, relid FROM replicant.backfills"
+							  " WHERE pipeline_id = $1 AND kind = 'initial' AND NOT first_sent ORDER BY id",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the snapshot plan");
+	n = SPI_processed;
+	ids = palloc(sizeof(int64) * (n + 1));
+	names = palloc(sizeof(char *) * (n + 1));
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Oid			relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+														   SPI_tuptable->tupdesc, 2, &isnull));
+
+		ids[i] = spi_int8(i, 1);
+		names[i] = NULL;
+		/* A table dropped since planning has nothing left to deliver. */
+		if (get_rel_name(relid) != NULL)
+		{
+			StringInfoData buf;
+
+			initStringInfo(&buf);
+			append_names(&buf, relid);
+			names[i] = buf.data;
+		}
+	}
+	replicant_catalog_end(&access);
+
+	initStringInfo(&out);
+	for (i = 0; i < n; i++)
+	{
+		char	   *webhook_id;
+
+		if (names[i] != NULL)
+		{
+			start_snapshot_body(&out, pipeline, names[i], ids[i], !last, last);
+			webhook_id = psprintf("%s-b" INT64_FORMAT "-%s", pipeline->name, ids[i],
+								  last ? "last" : "first");
+			post_snapshot_body(slot, pipeline, sink, &out, webhook_id, 0);
+		}
+
+		args[1] = Int64GetDatum(ids[i]);
+		replicant_catalog_begin(&access);
+		if (SPI_execute_with_args(last ?
+								  "UPDATE replicant.backfills SET state = 'done', finished_at = now(),"
+								  " started_at = coalesce(started_at, now()) WHERE id = $2" :
+								  "UPDATE replicant.backfills SET first_sent = true WHERE id = $2",
+								  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not record snapshot progress");
+		replicant_catalog_end(&access);
+	}
+}
+
+/*
+ * The exported snapshot (pipeline worker)
+ */
+
+/*
+ * Creates the slot and exports the snapshot of its consistent point.  The
+ * REPEATABLE READ transaction this starts must stay open until every shard
+ * worker has imported the snapshot; it writes nothing.
+ */
+static char *
+create_slot_and_export(ReplicantPipeline *pipeline)
+{
+	LogicalDecodingContext *ctx;
+	Snapshot	snap;
+	char	   *name;
+	MemoryContext caller = CurrentMemoryContext;
+
+	CheckLogicalDecodingRequirements();
+	StartTransactionCommand();
+	XactIsoLevel = XACT_REPEATABLE_READ;
+
+	REPLICANT_SLOT_CREATE(replicant_pipeline_slot_name(pipeline->name), RS_EPHEMERAL);
+	ctx = CreateInitDecodingContext("replicant", NIL, true, InvalidXLogRecPtr,
+									XL_ROUTINE(.page_read = read_local_xlog_page,
+											   .segment_open = wal_segment_open,
+											   .segment_close = wal_segment_close),
+									NULL, NULL, NULL);
+	DecodingContextFindStartpoint(ctx);
+
+	/* SnapBuildInitialSnapshot refuses once any catalog access set our xmin. */
+	InvalidateCatalogSnapshot();
+	snap = SnapBuildInitialSnapshot(ctx->snapshot_builder);
+	RestoreTransactionSnapshot(snap, MyProc);
+	name = ExportSnapshot(GetTransactionSnapshot());
+
+	FreeDecodingContext(ctx);
+	/* From here the transaction's xmin protects the rows, the slot the WAL. */
+	ReplicationSlotPersist();
+	ReplicationSlotRelease();
+
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" created its slot and exported snapshot \"%s\"",
+					pipeline->name, name)));
+	return MemoryContextStrdup(caller, name);
+}
+
+/* Exports a fresh snapshot to resume an interrupted snapshot with. */
+static char *
+export_fresh_snapshot(void)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	char	   *name;
+
+	StartTransactionCommand();
+	XactIsoLevel = XACT_REPEATABLE_READ;
+	name = ExportSnapshot(GetTransactionSnapshot());
+	return MemoryContextStrdup(caller, name);
+}
+
+static int64
+count_unfinished_shards(int32 pipeline_id, bool reset_claims)
+{
+	ReplicantCatalogAccess access;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(pipeline_id)};
+	int64		n;
+
+	replicant_catalog_begin(&access);
+	if (reset_claims &&
+		SPI_execute_with_args("UPDATE replicant.snapshot_shards s SET claimed = false"
+							  "  FROM replicant.backfills b"
+							  " WHERE b.id = s.backfill_id AND b.pipeline_id = $1 AND NOT s.done",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not reset snapshot shards");
+	if (SPI_execute_with_args("SELECT count(*) FROM replicant.snapshot_shards s"
+							  "  JOIN replicant.backfills b ON b.id = s.backfill_id"
+							  " WHERE b.pipeline_id = $1 AND b.kind = 'initial' AND NOT s.done",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read snapshot shards");
+	n = spi_int8(0, 1);
+	replicant_catalog_end(&access);
+	return n;
+}
+
+/* Whether the pipeline still has an initial snapshot (or part of one) to take. */
+static bool
+snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
+{
+	ReplicantCatalogAccess access;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(pipeline->id)};
+	int64		total;
+	int64		open;
+
+	if (strcmp(pipeline->snapshot, "initial") != 0)
+		return false;
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("SELECT count(*), count(*) FILTER (WHERE state <> 'done')"
+							  "  FROM replicant.backfills WHERE pipeline_id = $1 AND kind = 'initial'",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the snapshot plan");
+	total = spi_int8(0, 1);
+	open = spi_int8(0, 2);
+	replicant_catalog_end(&access);
+
+	*planned = total > 0;
+	return total == 0 || open > 0;
+}
+
+static bool
+slot_exists(ReplicantPipeline *pipeline)
+{
+	bool		exists;
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	exists = SearchNamedReplicationSlot(replicant_pipeline_slot_name(pipeline->name),
+										false) != NULL;
+	LWLockRelease(ReplicationSlotControlLock);
+	return exists;
+}
+
+static BackgroundWorkerHandle *
+launch_shard_worker(ReplicantPipeline *pipeline, int slot_index,
+					ReplicantPipelineSlot *slot, const char *snapshot_name)
+{
+	BackgroundWorker worker = {0};
+	BackgroundWorkerHandle *handle;
+	ShardArgs	args = {0};
+
+	args.dboid = MyDatabaseId;
+	args.owner = pipeline->owner;
+	args.pipeline_id = pipeline->id;
+	args.slot_index = slot_index;
+	args.generation = slot->generation;
+	strlcpy(args.snapshot_name, snapshot_name, sizeof(args.snapshot_name));
+
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	worker.bgw_notify_pid = MyProcPid;
+	strlcpy(worker.bgw_library_name, "replicant", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "replicant_shard_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "replicant snapshot %s", pipeline->name);
+	strlcpy(worker.bgw_type, "replicant snapshot", BGW_MAXLEN);
+	memcpy(worker.bgw_extra, &args, sizeof(args));
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+		return NULL;
+	return handle;
+}
+
+static BackgroundWorkerHandle **shard_handles = NULL;
+static int	nshard_handles = 0;
+
+/* Shard workers must not outlive the worker that holds their snapshot. */
+static void
+terminate_shard_workers(int code, Datum arg)
+{
+	int			i;
+
+	for (i = 0; i < nshard_handles; i++)
+		if (shard_handles[i] != NULL)
+			TerminateBackgroundWorker(shard_handles[i]);
+}
+
+/*
+ * Runs snapshot_workers shard workers until they have all exited.  A shard
+ * worker exits cleanly only once it finds nothing left to claim, having
+ * finished what it claimed; so when all exited cleanly every shard is done.
+ * Returns false when one failed (its shard stays claimed until a resume).
+ * The catalog cannot be read here: this process is inside the exporting
+ * transaction, whose snapshot is the old one.
+ */
+static bool
+run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
+				  ReplicantPipeline *pipeline, const char *snapshot_name)
+{
+	int			i;
+	int			running;
+
+	pg_atomic_write_u32(&slot->shard_failures, 0);
+	nshard_handles = pipeline->snapshot_workers;
+	shard_handles = MemoryContextAllocZero(TopMemoryContext,
+										   sizeof(BackgroundWorkerHandle *) * nshard_handles);
+	before_shmem_exit(terminate_shard_workers, (Datum) 0);
+
+	for (i = 0; i < nshard_handles; i++)
+		shard_handles[i] = launch_shard_worker(pipeline, slot_index, slot, snapshot_name);
+	if (shard_handles[0] == NULL)
+		replicant_delivery_halt(slot, pipeline,
+								"could not start snapshot workers: out of background worker slots");
+
+	do
+	{
+		bool		halted;
+		pid_t		pid;
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1000, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+
+		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+		halted = (slot->state == REPLICANT_STATE_HALTED);
+		LWLockRelease(replicant_shmem->lock);
+		if (halted)
+			proc_exit(0);		/* a shard worker recorded why */
+
+		running = 0;
+		for (i = 0; i < nshard_handles; i++)
+		{
+			if (shard_handles[i] != NULL &&
+				GetBackgroundWorkerPid(shard_handles[i], &pid) == BGWH_STOPPED)
+			{
+				pfree(shard_handles[i]);
+				shard_handles[i] = NULL;
+			}
+			running += (shard_handles[i] != NULL);
+		}
+	} while (running > 0);
+
+	return pg_atomic_read_u32(&slot->shard_failures) == 0;
+}
+
+void
+replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
+						   ReplicantPipeline *pipeline)
+{
+	bool		planned;
+	char	   *snapshot_name;
+	char	   *reason;
+	ReplicantSinkConfig config = {0};
+	ReplicantSink *sink;
+
+	if (!snapshot_pending(pipeline, &planned))
+		return;
+	replicant_shmem_set_state(slot, REPLICANT_STATE_SNAPSHOTTING);
+
+	config.url = pipeline->sink_url;
+	config.http_timeout_ms = pipeline->http_timeout_ms;
+	config.connect_timeout_ms = pipeline->connect_timeout_ms;
+	config.header_names = pipeline->header_names;
+	config.header_values = pipeline->header_values;
+	config.secret = pipeline->secret;
+	sink = replicant_sink_create(&config);
+
+	if (!slot_exists(pipeline))
+	{
+		/*
+		 * Nothing was read under an earlier plan without the slot: the
+		 * transaction that created it would have persisted it first.
+		 */
+		reason = plan_snapshot(pipeline);
+		if (reason)
+			replicant_delivery_halt(slot, pipeline, reason);
+		send_markers(slot, pipeline, sink, false);
+		(void) count_unfinished_shards(pipeline->id, true);
+		snapshot_name = create_slot_and_export(pipeline);
+	}
+	else
+	{
+		send_markers(slot, pipeline, sink, false);
+		(void) count_unfinished_shards(pipeline->id, true);
+		snapshot_name = export_fresh_snapshot();
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" resumes its initial snapshot under a fresh snapshot",
+						pipeline->name),
+				 errdetail("Streaming replays changes from the slot's original consistent point.")));
+	}
+
+	if (!run_shard_workers(slot, slot_index, pipeline, snapshot_name))
+	{
+		/* The launcher restarts us (with backoff) and we resume. */
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" restarts its snapshot after a snapshot worker failed",
+						pipeline->name)));
+		proc_exit(1);
+	}
+
+	/* Every shard is read: the exported snapshot is no longer needed. */
+	CommitTransactionCommand();
+	send_markers(slot, pipeline, sink, true);
+	replicant_sink_destroy(sink);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" finished its initial snapshot", pipeline->name)));
+}
+
+/*
+ * Shard workers
+ */
+
+static SPIPlanPtr claim_plan = NULL;
+static SPIPlanPtr progress_plan = NULL;
+static SPIPlanPtr restart_plan = NULL;
+
+/* Claims an unfinished shard of the pipeline; false when none is left. */
+static bool
+claim_shard(int32 pipeline_id, Shard *shard)
+{
+	ReplicantCatalogAccess access;
+	Datum		args[1] = {Int32GetDatum(pipeline_id)};
+	bool		found;
+
+	replicant_catalog_begin(&access);
+	if (claim_plan == NULL)
+	{
+		Oid			argtypes[1] = {INT4OID};
+
+		claim_plan = prepare("UPDATE replicant.snapshot_shards s SET claimed = true"
+							 "  FROM replicant.backfills b"
+							 " WHERE b.id = s.backfill_id"
+							 "   AND (s.backfill_id, s.shard) = ("
+							 "       SELECT s2.backfill_id, s2.shard FROM replicant.snapshot_shards s2"
+							 "         JOIN replicant.backfills b2 ON b2.id = s2.backfill_id"
+							 "        WHERE b2.pipeline_id = $1 AND b2.kind = 'initial'"
+							 "          AND NOT s2.done AND NOT s2.claimed"
+							 "        ORDER BY s2.backfill_id, s2.shard"
+							 "        LIMIT 1 FOR UPDATE OF s2 SKIP LOCKED)"
+							 " RETURNING s.backfill_id, s.shard, b.relid, b.relfilenode,"
+							 "           s.next_block, coalesce(s.hi_block, -1)",
+							 1, argtypes);
+	}
+	if (SPI_execute_plan(claim_plan, args, NULL, false, 1) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not claim a snapshot shard");
+	found = SPI_processed > 0;
+	if (found)
+	{
+		bool		isnull;
+
+		shard->backfill_id = spi_int8(0, 1);
+		shard->shard = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		shard->relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+		shard->relfilenode = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+		shard->next_block = spi_int8(0, 5);
+		shard->hi_block = spi_int8(0, 6);
+		strlcpy(shard->relname, get_rel_name(shard->relid) ? get_rel_name(shard->relid) : "",
+				NAMEDATALEN);
+	}
+	replicant_catalog_end(&access);
+	return found;
+}
+
+/*
+ * Records that the shard's blocks before next_block are delivered (and
+ * whether the shard is done), unless the table was rewritten meanwhile.
+ */
+static void
+record_progress(Shard *shard, bool done, int64 rows)
+{
+	ReplicantCatalogAccess access;
+	Datum		args[6];
+
+	args[0] = Int64GetDatum(shard->backfill_id);
+	args[1] = Int32GetDatum(shard->shard);
+	args[2] = Int64GetDatum(shard->next_block);
+	args[3] = BoolGetDatum(done);
+	args[4] = Int64GetDatum(rows);
+	args[5] = ObjectIdGetDatum(shard->relfilenode);
+
+	replicant_catalog_begin(&access);
+	if (progress_plan == NULL)
+	{
+		Oid			argtypes[6] = {INT8OID, INT4OID, INT8OID, BOOLOID, INT8OID, OIDOID};
+
+		progress_plan = prepare("WITH b AS ("
+								"  UPDATE replicant.backfills SET rows_done = rows_done + $5,"
+								"         state = 'running', started_at = coalesce(started_at, now())"
+								"   WHERE id = $1 AND relfilenode = $6 RETURNING id)"
+								" UPDATE replicant.snapshot_shards s SET next_block = $3, done = $4,"
+								"        claimed = NOT $4"
+								"   FROM b WHERE s.backfill_id = b.id AND s.shard = $2",
+								6, argtypes);
+	}
+	if (SPI_execute_plan(progress_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record snapshot progress");
+	replicant_catalog_end(&access);
+}
+
+/* The table was rewritten: start all of its shards over, stamped anew. */
+static void
+restart_table(Shard *shard, Oid relfilenode)
+{
+	ReplicantCatalogAccess access;
+	Datum		args[2] = {Int64GetDatum(shard->backfill_id), ObjectIdGetDatum(relfilenode)};
+
+	replicant_catalog_begin(&access);
+	if (restart_plan == NULL)
+	{
+		Oid			argtypes[2] = {INT8OID, OIDOID};
+
+		restart_plan = prepare("WITH b AS ("
+							   "  UPDATE replicant.backfills SET relfilenode = $2, rows_done = 0"
+							   "   WHERE id = $1 AND relfilenode <> $2 RETURNING id)"
+							   " UPDATE replicant.snapshot_shards s SET next_block = lo_block,"
+							   "        done = false, claimed = false"
+							   "   FROM b WHERE s.backfill_id = b.id",
+							   2, argtypes);
+	}
+	if (SPI_execute_plan(restart_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not restart a rewritten table");
+	replicant_catalog_end(&access);
+}
+
+/* What a window read found. */
+typedef enum WindowResult
+{
+	WINDOW_READ,				/* rows of the window delivered */
+	WINDOW_PAST_END,			/* the window starts beyond the table */
+	WINDOW_REWRITTEN,			/* relfilenode changed: start the table over */
+	WINDOW_GONE					/* the table was dropped */
+} WindowResult;
+
+/*
+ * Reads blocks [lo, hi) of the shard's table under the imported snapshot and
+ * delivers them in batches of at most batch_max_bytes.
+ */
+static WindowResult
+read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+			ReplicantSink *sink, const char *snapshot_name, Shard *shard,
+			int64 hi, int64 *rows, Oid *new_relfilenode)
+{
+	Relation	rel;
+	TupleDesc	desc;
+	Bitmapset  *key_columns;
+	bool		whole_row;
+	bool		identity_full;
+	char	   *names;
+	StringInfoData query;
+	StringInfoData out;
+	StringInfoData change;
+	Portal		portal;
+	Datum	   *values;
+	bool	   *nulls;
+	int			natts;
+	int			batch_no = 0;
+	int64		in_body = 0;
+	MemoryContext row_context;
+	MemoryContext window_context = CurrentMemoryContext;
+
+	*rows = 0;
+	StartTransactionCommand();
+	XactIsoLevel = XACT_REPEATABLE_READ;
+	ImportSnapshot(snapshot_name);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	MemoryContextSwitchTo(window_context);
+
+	rel = try_table_open(shard->relid, AccessShareLock);
+	if (rel == NULL)
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(window_context);
+		return WINDOW_GONE;
+	}
+	if (rel->rd_rel->relfilenode != shard->relfilenode)
+	{
+		*new_relfilenode = rel->rd_rel->relfilenode;
+		table_close(rel, AccessShareLock);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(window_context);
+		return WINDOW_REWRITTEN;
+	}
+	if (shard->next_block >= RelationGetNumberOfBlocks(rel))
+	{
+		table_close(rel, AccessShareLock);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(window_context);
+		return WINDOW_PAST_END;
+	}
+
+	/* The stream would halt on these; the snapshot does likewise. */
+	if (pg_class_aclcheck(shard->relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		replicant_delivery_halt(slot, pipeline,
+								psprintf("pipeline owner has no SELECT privilege on table \"%s\"",
+										 RelationGetRelationName(rel)));
+	if (check_enable_rls(shard->relid, InvalidOid, true) == RLS_ENABLED)
+		replicant_delivery_halt(slot, pipeline,
+								psprintf("table \"%s\" has row-level security that the pipeline owner does not bypass",
+										 RelationGetRelationName(rel)));
+
+	desc = RelationGetDescr(rel);
+	natts = desc->natts;
+	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
+	initStringInfo(&change);
+	append_names(&change, shard->relid);
+	names = pstrdup(change.data);
+
+	initStringInfo(&query);
+	appendStringInfo(&query, "SELECT * FROM ONLY %s"
+					 " WHERE ctid >= '(" INT64_FORMAT ",0)'::tid AND ctid < '(" INT64_FORMAT ",0)'::tid",
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+												RelationGetRelationName(rel)),
+					 shard->next_block, hi);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	portal = SPI_cursor_open_with_args(NULL, query.data, 0, NULL, NULL, NULL, true, 0);
+	/* What follows must outlive SPI_finish. */
+	MemoryContextSwitchTo(window_context);
+
+	values = palloc(sizeof(Datum) * natts);
+	nulls = palloc(sizeof(bool) * natts);
+	initStringInfo(&out);
+	start_snapshot_body(&out, pipeline, names, shard->backfill_id, false, false);
+	row_context = AllocSetContextCreate(window_context, "replicant snapshot row",
+										ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		uint64		i;
+
+		SPI_cursor_fetch(portal, true, FETCH_ROWS);
+		if (SPI_processed == 0)
+			break;
+		for (i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	tuple = SPI_tuptable->vals[i];
+			MemoryContext old = MemoryContextSwitchTo(row_context);
+			int			attnum;
+			int			col = 1;
+
+			/* SELECT * skips dropped columns; line values up with the relation's. */
+			for (attnum = 1; attnum <= natts; attnum++)
+			{
+				if (TupleDescAttr(desc, attnum - 1)->attisdropped)
+				{
+					values[attnum - 1] = (Datum) 0;
+					nulls[attnum - 1] = true;
+					continue;
+				}
+				values[attnum - 1] = SPI_getbinval(tuple, SPI_tuptable->tupdesc, col++,
+												   &nulls[attnum - 1]);
+			}
+
+			resetStringInfo(&change);
+			appendStringInfo(&change, "{\"op\":\"read\",%s,\"key\":", names);
+			if (key_columns || whole_row)
+				replicant_encode_object(&change, desc, values, nulls, key_columns,
+										REPLICANT_TOAST_DETOAST, NULL);
+			else
+				appendStringInfoString(&change, "null");
+			appendStringInfoString(&change, ",\"new\":");
+			replicant_encode_object(&change, desc, values, nulls, NULL,
+									REPLICANT_TOAST_DETOAST, NULL);
+			appendStringInfoChar(&change, '}');
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(row_context);
+
+			if (out.len + change.len + 2 > pipeline->batch_max_bytes && in_body > 0)
+			{
+				post_snapshot_body(slot, pipeline, sink, &out,
+								   psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d",
+											pipeline->name, shard->backfill_id,
+											shard->next_block, batch_no++),
+								   in_body);
+				in_body = 0;
+				start_snapshot_body(&out, pipeline, names, shard->backfill_id, false, false);
+			}
+			else if (in_body > 0)
+				appendStringInfoChar(&out, ',');
+			appendBinaryStringInfo(&out, change.data, change.len);
+			(*rows)++;
+			in_body++;
+		}
+		SPI_freetuptable(SPI_tuptable);
+	}
+	SPI_cursor_close(portal);
+	SPI_finish();
+	table_close(rel, AccessShareLock);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(window_context);
+
+	if (in_body > 0)
+		post_snapshot_body(slot, pipeline, sink, &out,
+						   psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d",
+									pipeline->name, shard->backfill_id,
+									shard->next_block, batch_no),
+						   in_body);
+	return WINDOW_READ;
+}
+
+static ReplicantPipelineSlot *ShardSlot = NULL;
+
+/* Tells the pipeline worker that a shard may have been left claimed. */
+static void
+shard_exit(int code, Datum arg)
+{
+	if (code != 0)
+		pg_atomic_fetch_add_u32(&ShardSlot->shard_failures, 1);
+}
+
+/*
+ * Reads one window, turning any error (a row that cannot be encoded, say)
+ * into a fail-closed halt whose reason names the table and the error class,
+ * never the message, which could quote a value.
+ */
+static WindowResult
+read_window_or_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+					ReplicantSink *sink, const char *snapshot_name, Shard *shard,
+					int64 hi, int64 *rows, Oid *new_relfilenode)
+{
+	MemoryContext context = CurrentMemoryContext;
+	WindowResult result = WINDOW_READ;
+
+	PG_TRY();
+	{
+		result = read_window(slot, pipeline, sink, snapshot_name, shard, hi,
+							 rows, new_relfilenode);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		if (edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
+			edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			proc_exit(1);
+		replicant_delivery_halt(slot, pipeline,
+								psprintf("snapshot of table \"%s\" failed with error class %s",
+										 shard->relname, unpack_sql_state(edata->sqlerrcode)));
+	}
+	PG_END_TRY();
+	return result;
+}
+
+void
+replicant_shard_main(Datum main_arg)
+{
+	ShardArgs	args;
+	ReplicantPipelineSlot *slot;
+	ReplicantPipeline *pipeline;
+	ReplicantCatalogAccess access;
+	ReplicantSinkConfig config = {0};
+	ReplicantSink *sink;
+	Shard		shard;
+	MemoryContext window_context;
+
+	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+
+	slot = &replicant_shmem->slots[args.slot_index];
+	if (slot->generation != args.generation)
+		proc_exit(0);
+	ShardSlot = slot;
+	before_shmem_exit(shard_exit, (Datum) 0);
+	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
+	replicant_encoder_pin_settings();
+
+	replicant_catalog_begin(&access);
+	pipeline = replicant_pipeline_load(args.pipeline_id, TopMemoryContext);
+	replicant_catalog_end(&access);
+	if (pipeline == NULL)
+		proc_exit(0);
+	pgstat_report_appname(psprintf("replicant snapshot %s", pipeline->name));
+
+	MemoryContextSwitchTo(TopMemoryContext);
+	config.url = pipeline->sink_url;
+	config.http_timeout_ms = pipeline->http_timeout_ms;
+	config.connect_timeout_ms = pipeline->connect_timeout_ms;
+	config.header_names = pipeline->header_names;
+	config.header_values = pipeline->header_values;
+	config.secret = pipeline->secret;
+	sink = replicant_sink_create(&config);
+
+	window_context = AllocSetContextCreate(TopMemoryContext, "replicant snapshot window",
+										   ALLOCSET_DEFAULT_SIZES);
+	while (claim_shard(pipeline->id, &shard))
+	{
+		for (;;)
+		{
+			int64		hi;
+			int64		rows = 0;
+			Oid			relfilenode = InvalidOid;
+			WindowResult r;
+			bool		done;
+
+			CHECK_FOR_INTERRUPTS();
+			replicant_delivery_reload_config();
+			MemoryContextSwitchTo(window_context);
+			hi = shard.next_block + WINDOW_BLOCKS;
+			if (shard.hi_block >= 0)
+				hi = Min(hi, shard.hi_block);
+
+			r = read_window_or_halt(slot, pipeline, sink, args.snapshot_name, &shard,
+									hi, &rows, &relfilenode);
+			MemoryContextSwitchTo(TopMemoryContext);
+			MemoryContextReset(window_context);
+			replicant_fault("snapshot_window");
+
+			if (r == WINDOW_REWRITTEN)
+			{
+				ereport(LOG,
+						(errmsg("table \"%s\" was rewritten during the snapshot; reading it again",
+								shard.relname)));
+				restart_table(&shard, relfilenode);
+				break;
+			}
+			done = (r != WINDOW_READ) || (shard.hi_block >= 0 && hi >= shard.hi_block);
+			if (r == WINDOW_READ)
+				shard.next_block = hi;
+			record_progress(&shard, done, rows);
+			if (done)
+				break;
+		}
+	}
+	replicant_sink_destroy(sink);
+	proc_exit(0);
+}
