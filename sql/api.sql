@@ -58,7 +58,6 @@ SELECT replicant.create_pipeline('x', 'p1', 'http://' || repeat('a', 2100) || '/
 -- snapshot modes and numeric options
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => NULL);
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'bogus');
-SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'incremental');
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'initial', snapshot_workers => 0);
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', snapshot => 'initial', snapshot_workers => 17);
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', batch_max_bytes => -1);
@@ -113,6 +112,25 @@ SELECT publications, batch_max_transactions, config_version, secret IS NOT NULL 
   FROM replicant.pipelines;
 SELECT replicant.alter_pipeline('orders', clear_secret => true);
 SELECT secret IS NULL AS unsigned FROM replicant.pipelines;
+
+-- backfills
+CREATE TABLE t2 (id int PRIMARY KEY);
+SELECT replicant.backfill('orders', 't1', mode => 'bogus');
+SELECT replicant.backfill('orders', 't1', mode => NULL);
+SELECT replicant.backfill('nope', 't1');
+SELECT replicant.backfill('orders', NULL);
+SELECT replicant.backfill('orders', 'pg_class');
+SELECT replicant.backfill('orders', 't2');
+SELECT replicant.backfill('orders', 'replicant.pipelines');
+SELECT replicant.backfill('orders', 't1', mode => 'keyset') > 0 AS planned;
+SELECT replicant.backfill('orders', 't1');
+SELECT relation, mode, state, rows_done FROM replicant.backfill_status;
+SELECT replicant.cancel_backfill((SELECT id FROM replicant.backfill_status));
+SELECT replicant.cancel_backfill((SELECT id FROM replicant.backfill_status));
+SELECT replicant.cancel_backfill(-1);
+SELECT replicant.cancel_backfill(NULL);
+SELECT relation, mode, state FROM replicant.backfill_status;
+DROP TABLE t2;
 
 SELECT replicant.enable_pipeline('nope');
 SELECT replicant.disable_pipeline('nope');

@@ -109,7 +109,19 @@ LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'replicant_drop_pipeline';
 COMMENT ON FUNCTION replicant.drop_pipeline(text) IS
     'Stops the worker and drops the pipeline''s slot and state';
 
+CREATE FUNCTION replicant.backfill(pipeline text, relation regclass, mode text DEFAULT 'auto')
+RETURNS bigint
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'replicant_backfill';
+COMMENT ON FUNCTION replicant.backfill(text, regclass, text) IS
+    'Reads a published table''s rows into a streaming pipeline, beside the stream; returns the backfill id';
+
+CREATE FUNCTION replicant.cancel_backfill(id bigint) RETURNS void
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'replicant_cancel_backfill';
+COMMENT ON FUNCTION replicant.cancel_backfill(bigint) IS 'Stops a planned or running backfill';
+
 REVOKE ALL ON FUNCTION
+    replicant.backfill(text, regclass, text),
+    replicant.cancel_backfill(bigint),
     replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer),
     replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer),
     replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean),
@@ -131,6 +143,10 @@ CREATE TABLE replicant.backfills (
     rows_done     bigint NOT NULL DEFAULT 0,
     rows_estimate bigint NOT NULL DEFAULT 0,
     relfilenode   oid NOT NULL,
+    cursor_key    text[],           -- keyset: the last key delivered
+    next_block    bigint NOT NULL DEFAULT 0,    -- ctid: first block not delivered
+    bounds        text[],           -- bitmap: sub-range boundaries
+    next_range    integer NOT NULL DEFAULT 0,   -- bitmap: first range not delivered
     first_sent    boolean NOT NULL DEFAULT false,
     started_at    timestamptz,
     finished_at   timestamptz

@@ -36,6 +36,7 @@
 #include "utils/syscache.h"
 #include "utils/varlena.h"
 
+#include "backfill.h"
 #include "compat.h"
 #include "pipeline.h"
 #include "replicant.h"
@@ -48,6 +49,8 @@ PG_FUNCTION_INFO_V1(replicant_enable_pipeline);
 PG_FUNCTION_INFO_V1(replicant_disable_pipeline);
 PG_FUNCTION_INFO_V1(replicant_resume_pipeline);
 PG_FUNCTION_INFO_V1(replicant_drop_pipeline);
+PG_FUNCTION_INFO_V1(replicant_backfill);
+PG_FUNCTION_INFO_V1(replicant_cancel_backfill);
 
 #define MAX_URL_LENGTH 2048
 #define MAX_HEADERS 32
@@ -515,6 +518,34 @@ count_pipelines_in_shmem(void)
 	return n;
 }
 
+/* Plans an incremental backfill of every table the publications deliver. */
+static void
+plan_incremental_snapshot(int32 pipeline_id, ArrayType *pubs)
+{
+	Oid			argtypes[1] = {TEXTARRAYOID};
+	Datum		args[1] = {PointerGetDatum(pubs)};
+	List	   *relids = NIL;
+	ListCell   *lc;
+	uint64		i;
+
+	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
+							  "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
+							  "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+							  " WHERE pt.pubname = ANY ($1) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
+							  " ORDER BY c.oid",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list published tables");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		relids = lappend_oid(relids, DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+																	SPI_tuptable->tupdesc, 1, &isnull)));
+	}
+	foreach(lc, relids)
+		(void) replicant_backfill_plan(pipeline_id, lfirst_oid(lc), "auto");
+}
+
 /*
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
@@ -540,6 +571,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID, INT4OID};
 	Datum		args[12];
 	char		nulls[12];
+	bool		isnull;
 
 	PreventInTransactionBlock(true, "replicant.create_pipeline()");
 	check_prerequisites();
@@ -550,11 +582,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	sink_url = required_text(fcinfo, 2, "sink_url");
 	check_sink_url(sink_url);
 	snapshot = required_text(fcinfo, 3, "snapshot");
-	if (strcmp(snapshot, "incremental") == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("snapshot \"%s\" is not supported yet", snapshot)));
-	if (strcmp(snapshot, "none") != 0 && strcmp(snapshot, "initial") != 0)
+	if (strcmp(snapshot, "none") != 0 && strcmp(snapshot, "initial") != 0 &&
+		strcmp(snapshot, "incremental") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("snapshot must be \"none\", \"initial\" or \"incremental\"")));
@@ -619,9 +648,14 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 							  "  batch_max_bytes, batch_max_transactions,"
 							  "  http_timeout_ms, connect_timeout_ms, headers, secret,"
 							  "  snapshot_workers)"
-							  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-							  12, argtypes, args, nulls, false, 0) != SPI_OK_INSERT)
+							  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+							  " RETURNING id",
+							  12, argtypes, args, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into replicant.pipelines");
+	if (strcmp(snapshot, "incremental") == 0)
+		plan_incremental_snapshot(DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+															  SPI_tuptable->tupdesc, 1, &isnull)),
+								  pubs);
 	api_spi_end(&s);
 
 	replicant_shmem_request_sync_at_commit();
@@ -823,6 +857,136 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	if (slot_exists)
 		ReplicationSlotDrop(slot_name, false);	/* waits for the worker to let go */
 
+	replicant_shmem_request_sync_at_commit();
+	PG_RETURN_VOID();
+}
+
+/* Makes the pipeline's worker restart, picking up new or cancelled backfills. */
+static void
+bump_config(int32 pipeline_id)
+{
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(pipeline_id)};
+
+	run_update("UPDATE replicant.pipelines SET config_version = config_version + 1 WHERE id = $1",
+			   1, argtypes, args, NULL);
+}
+
+/*
+ * backfill(pipeline, relation, mode): reads a published table's rows into a
+ * streaming pipeline, beside the stream.  Returns the backfill's id.
+ */
+Datum
+replicant_backfill(PG_FUNCTION_ARGS)
+{
+	char	   *name = required_text(fcinfo, 0, "pipeline name");
+	Oid			relid;
+	char	   *mode;
+	PipelineRef ref;
+	ApiSpi		s;
+	Oid			argtypes[3] = {TEXTOID, OIDOID, INT4OID};
+	Datum		args[3];
+	int64		id;
+
+	replicant_pipeline_check_name(name);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("relation must not be null")));
+	relid = PG_GETARG_OID(1);
+	mode = required_text(fcinfo, 2, "mode");
+	if (strcmp(mode, "auto") != 0 && strcmp(mode, "keyset") != 0 &&
+		strcmp(mode, "bitmap") != 0 && strcmp(mode, "ctid") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("mode must be \"auto\", \"keyset\", \"bitmap\" or \"ctid\"")));
+
+	api_spi_begin(&s);
+	ref = lookup_pipeline(name);
+	check_is_owner(&ref, &s);
+
+	/* Only what the pipeline's publications deliver can be backfilled. */
+	args[0] = CStringGetTextDatum(name);
+	args[1] = ObjectIdGetDatum(relid);
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines p, pg_catalog.pg_publication_tables pt,"
+							  "       pg_catalog.pg_class c, pg_catalog.pg_namespace n"
+							  " WHERE p.name = $1 AND pt.pubname = ANY (p.publications)"
+							  "   AND c.oid = $2 AND n.oid = c.relnamespace AND c.relkind = 'r'"
+							  "   AND pt.schemaname = n.nspname AND pt.tablename = c.relname"
+							  "   AND n.nspname <> 'replicant'",
+							  2, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read publications");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("\"%s\" is not a table published by pipeline \"%s\"",
+						get_rel_name(relid) ? get_rel_name(relid) : "?", name),
+				 errhint("Add the table to one of the pipeline's publications first.")));
+
+	args[2] = Int32GetDatum(ref.id);
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.backfills"
+							  " WHERE pipeline_id = $3 AND relid = $2 AND state IN ('planned', 'running')",
+							  3, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read backfills");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("a backfill of this table is already in progress in pipeline \"%s\"", name),
+				 errhint("Cancel it with replicant.cancel_backfill() first.")));
+
+	id = replicant_backfill_plan(ref.id, relid, mode);
+	bump_config(ref.id);
+	api_spi_end(&s);
+	replicant_shmem_request_sync_at_commit();
+	PG_RETURN_INT64(id);
+}
+
+/* cancel_backfill(id): stops a planned or running backfill. */
+Datum
+replicant_cancel_backfill(PG_FUNCTION_ARGS)
+{
+	int64		id;
+	ApiSpi		s;
+	Oid			argtypes[1] = {INT8OID};
+	Datum		args[1];
+	char	   *state;
+	PipelineRef ref;
+	bool		isnull;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("backfill id must not be null")));
+	id = PG_GETARG_INT64(0);
+	args[0] = Int64GetDatum(id);
+
+	api_spi_begin(&s);
+	if (SPI_execute_with_args("SELECT p.name, b.state FROM replicant.backfills b"
+							  "  JOIN replicant.pipelines p ON p.id = b.pipeline_id"
+							  " WHERE b.id = $1",
+							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read backfills");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("backfill " INT64_FORMAT " does not exist", id)));
+	ref = lookup_pipeline(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
+															SPI_tuptable->tupdesc, 1, &isnull)));
+	check_is_owner(&ref, &s);
+	if (SPI_execute_with_args("SELECT state FROM replicant.backfills WHERE id = $1 FOR UPDATE",
+							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read backfills");
+	state = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (strcmp(state, "planned") != 0 && strcmp(state, "running") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("backfill " INT64_FORMAT " is already %s", id, state)));
+	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = now()"
+							  " WHERE id = $1",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not cancel the backfill");
+	bump_config(ref.id);
+	api_spi_end(&s);
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
 }

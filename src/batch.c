@@ -44,6 +44,19 @@ replicant_batch_create(const char *pipeline_name)
 }
 
 void
+replicant_batch_snapshot_prefix(StringInfo out, const char *pipeline_name,
+								const char *names, int64 backfill_id,
+								bool first, bool last)
+{
+	resetStringInfo(out);
+	appendStringInfoString(out, "{\"pipeline\":");
+	replicant_encode_string(out, pipeline_name);
+	appendStringInfo(out, ",\"kind\":\"snapshot\",\"snapshot\":{%s,\"backfill_id\":" INT64_FORMAT
+					 ",\"first\":%s,\"last\":%s},\"changes\":[",
+					 names, backfill_id, first ? "true" : "false", last ? "true" : "false");
+}
+
+void
 replicant_batch_reset(ReplicantBatch *batch)
 {
 	resetStringInfo(&batch->mem);

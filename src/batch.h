@@ -72,6 +72,15 @@ typedef struct ReplicantBatch
 } ReplicantBatch;
 
 extern ReplicantBatch *replicant_batch_create(const char *pipeline_name);
+
+/*
+ * Starts a snapshot batch body in out: the envelope up to "changes":[.
+ * names is "schema":...,"table":... already encoded.  The caller appends
+ * comma-separated changes and "]}".
+ */
+extern void replicant_batch_snapshot_prefix(StringInfo out, const char *pipeline_name,
+											const char *names, int64 backfill_id,
+											bool first, bool last);
 extern void replicant_batch_reset(ReplicantBatch *batch);
 
 extern void replicant_batch_begin_txn(ReplicantBatch *batch, TransactionId xid,

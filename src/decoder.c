@@ -151,6 +151,7 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 			MemoryContextSwitchTo(decoder->context);
 
 			if (decoder->state->halt_reason != NULL ||
+				(decoder->state->chunk && decoder->state->chunk->complete) ||
 				batch_full(decoder->state->batch, max_txns, max_bytes))
 			{
 				at_end = false;

@@ -130,11 +130,11 @@ relinfo_or_halt(ReplicantDecodingState *state, Relation rel)
 	return info->published ? info : NULL;
 }
 
+/* The change's key object (or null), as the snapshot path keys rows too. */
 static void
-append_key(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
+encode_key(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 		   Datum *values, bool *nulls)
 {
-	appendStringInfoString(out, ",\"key\":");
 	if (info->key_columns)
 		replicant_encode_object(out, desc, values, nulls, info->key_columns,
 								REPLICANT_TOAST_UNCHANGED, NULL);
@@ -143,6 +143,14 @@ append_key(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 								REPLICANT_TOAST_UNCHANGED, NULL);
 	else
 		appendStringInfoString(out, "null");
+}
+
+static void
+append_key(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
+		   Datum *values, bool *nulls)
+{
+	appendStringInfoString(out, ",\"key\":");
+	encode_key(out, info, desc, values, nulls);
 }
 
 /*
@@ -162,6 +170,37 @@ append_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 	else
 		replicant_encode_object(out, desc, values, nulls, info->key_columns,
 								REPLICANT_TOAST_UNCHANGED, NULL);
+}
+
+/*
+ * A delivered change to the table of an open backfill chunk supersedes the
+ * chunk's rows with its old and its new key: the chunk may have read either
+ * version, and the stream's is at least as new.
+ */
+static void
+drop_from_chunk(ReplicantDecodingState *state, ReplicantRelInfo *info,
+				Relation relation, Datum *new_values, bool *new_nulls,
+				Datum *old_values, bool *old_nulls)
+{
+	ReplicantChunk *chunk = state->chunk;
+	TupleDesc	desc = RelationGetDescr(relation);
+	StringInfoData key;
+
+	if (chunk == NULL || !chunk->open || chunk->complete ||
+		chunk->backfill->relid != RelationGetRelid(relation))
+		return;
+	initStringInfo(&key);
+	if (old_values)
+	{
+		encode_key(&key, info, desc, old_values, old_nulls);
+		replicant_chunk_drop_key(chunk, key.data, key.len);
+	}
+	if (new_values)
+	{
+		resetStringInfo(&key);
+		encode_key(&key, info, desc, new_values, new_nulls);
+		replicant_chunk_drop_key(chunk, key.data, key.len);
+	}
 }
 
 static void
@@ -248,6 +287,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 
 	replicant_batch_add_change(state->batch, out->data, out->len);
 	state->changes_total++;
+	drop_from_chunk(state, info, relation, new_values, new_nulls, old_values, old_nulls);
 
 done:
 	MemoryContextSwitchTo(old);
@@ -277,6 +317,9 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		open_txn(state, txn);
 		initStringInfo(&out);
 		appendStringInfo(&out, "{\"op\":\"truncate\",%s}", info->names_json);
+		if (state->chunk && state->chunk->open &&
+			state->chunk->backfill->relid == RelationGetRelid(relations[i]))
+			replicant_chunk_drop_all(state->chunk);
 		replicant_batch_add_change(state->batch, out.data, out.len);
 		state->changes_total++;
 	}
@@ -295,6 +338,32 @@ replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	state->txn_open = false;
 }
 
+/*
+ * Watermarks of incremental backfills open and complete the chunk they
+ * name.  Older chunks' watermarks, re-read after a restart, name no chunk.
+ * Other messages are not delivered (yet).
+ */
+static void
+replicant_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
+				  XLogRecPtr message_lsn, bool transactional, const char *prefix,
+				  Size message_size, const char *message)
+{
+	ReplicantDecodingState *state = replicant_output_state(ctx);
+	ReplicantChunk *chunk = state->chunk;
+	size_t		token_len;
+
+	if (strcmp(prefix, REPLICANT_WATERMARK_PREFIX) != 0 || chunk == NULL ||
+		state->halt_reason != NULL)
+		return;
+	token_len = strlen(chunk->token);
+	if (message_size == 4 + token_len && memcmp(message, "low:", 4) == 0 &&
+		memcmp(message + 4, chunk->token, token_len) == 0)
+		chunk->open = true;
+	else if (message_size == 5 + token_len && memcmp(message, "high:", 5) == 0 &&
+			 memcmp(message + 5, chunk->token, token_len) == 0)
+		chunk->complete = true;
+}
+
 void
 _PG_output_plugin_init(OutputPluginCallbacks *cb)
 {
@@ -303,5 +372,6 @@ _PG_output_plugin_init(OutputPluginCallbacks *cb)
 	cb->change_cb = replicant_change;
 	cb->truncate_cb = replicant_truncate;
 	cb->commit_cb = replicant_commit;
+	cb->message_cb = replicant_message;
 	cb->shutdown_cb = replicant_shutdown;
 }

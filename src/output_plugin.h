@@ -9,6 +9,7 @@
 
 #include "replication/logical.h"
 
+#include "backfill.h"
 #include "batch.h"
 
 typedef struct ReplicantDecodingState
@@ -16,7 +17,7 @@ typedef struct ReplicantDecodingState
 	ReplicantBatch *batch;		/* where transactions go */
 	XLogRecPtr	skip_upto;		/* commits at or below were delivered */
 	char	   *halt_reason;	/* set: stop, deliver nothing more */
-	char	   *halt_table;		/* relation involved, for the message */
+	ReplicantChunk *chunk;		/* incremental backfill chunk, or NULL */
 
 	/* Per transaction */
 	bool		txn_open;		/* header written (deferred to 1st change) */

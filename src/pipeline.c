@@ -15,6 +15,7 @@
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 #include "pipeline.h"
 #include "replicant.h"
@@ -23,6 +24,8 @@ void
 replicant_catalog_begin(ReplicantCatalogAccess *access)
 {
 	access->saved_context = CurrentMemoryContext;
+	/* Workers run no statements of their own: keep now() current. */
+	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	GetUserIdAndSecContext(&access->saved_userid, &access->saved_sec_context);
 	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,

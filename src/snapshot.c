@@ -215,18 +215,11 @@ append_names(StringInfo out, Oid relid)
 	replicant_encode_string(out, get_rel_name(relid));
 }
 
-/* names: "schema":...,"table":... as append_names wrote it. */
 static void
 start_snapshot_body(StringInfo out, ReplicantPipeline *pipeline, const char *names,
 					int64 backfill_id, bool first, bool last)
 {
-	resetStringInfo(out);
-	appendStringInfoString(out, "{\"pipeline\":");
-	replicant_encode_string(out, pipeline->name);
-	appendStringInfoString(out, ",\"kind\":\"snapshot\",\"snapshot\":{");
-	appendStringInfoString(out, names);
-	appendStringInfo(out, ",\"backfill_id\":" INT64_FORMAT ",\"first\":%s,\"last\":%s},\"changes\":[",
-					 backfill_id, first ? "true" : "false", last ? "true" : "false");
+	replicant_batch_snapshot_prefix(out, pipeline->name, names, backfill_id, first, last);
 }
 
 /* POSTs a snapshot body; halts on anything but a 2xx. */

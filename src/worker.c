@@ -33,6 +33,7 @@
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
+#include "backfill.h"
 #include "batch.h"
 #include "checkpoint.h"
 #include "decoder.h"
@@ -57,6 +58,7 @@ static ReplicantPipeline *pipeline;
 static ReplicantBatch *batch;
 static ReplicantDecoder *decoder;
 static ReplicantSink *sink;
+static ReplicantBackfill *backfill;	/* incremental backfill being read */
 
 static void
 worker_detach(int code, Datum arg)
@@ -192,6 +194,45 @@ deliver_range(int first, int last)
 	}
 }
 
+/*
+ * Delivers what is left of a completed backfill chunk, at its high
+ * watermark's place in the stream, and records the backfill's progress.
+ */
+static void
+deliver_chunk(ReplicantChunk *chunk)
+{
+	StringInfoData out;
+	ReplicantMemoryBody state;
+	ReplicantBody body;
+	ReplicantSinkResult result;
+	int			rows = 0;
+
+	if (chunk->names != NULL)
+	{
+		initStringInfo(&out);
+		replicant_batch_snapshot_prefix(&out, pipeline->name, chunk->names,
+										chunk->backfill->id, !chunk->backfill->first_sent,
+										chunk->last);
+		rows = replicant_chunk_rows(chunk, &out);
+		appendStringInfoString(&out, "]}");
+		replicant_body_from_buffer(&body, &state, &out);
+		replicant_delivery_post(MySlot, sink, psprintf("%s-b%s", pipeline->name, chunk->token),
+								&body, &result);
+		if (result.outcome != REPLICANT_SINK_OK)
+			worker_halt(psprintf("sink rejected backfill batch: HTTP %ld", result.http_status));
+
+		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+		MySlot->changes_delivered += rows;
+		MySlot->batches_delivered++;
+		MySlot->bytes_delivered += out.len;
+		MySlot->last_delivery_at = GetCurrentTimestamp();
+		MySlot->state = REPLICANT_STATE_STREAMING;
+		MySlot->last_error[0] = '\0';
+		LWLockRelease(replicant_shmem->lock);
+	}
+	replicant_backfill_record_chunk(chunk, rows);
+}
+
 static void
 deliver_batch(void)
 {
@@ -274,6 +315,7 @@ replicant_worker_main(Datum main_arg)
 			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
 					pipeline->name, LSN_FORMAT_ARGS(decoder->confirmed))));
 	replicant_shmem_set_state(MySlot, REPLICANT_STATE_STREAMING);
+	backfill = replicant_backfill_next(pipeline->id);
 
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "replicant cycle",
 										  ALLOCSET_DEFAULT_SIZES);
@@ -284,6 +326,14 @@ replicant_worker_main(Datum main_arg)
 
 		MemoryContextSwitchTo(cycle_context);
 		MemoryContextReset(cycle_context);
+
+		/* Read the next backfill chunk; the decoder completes it at its high watermark. */
+		if (backfill != NULL && decoder->state->chunk == NULL)
+		{
+			MemoryContextSwitchTo(TopMemoryContext);
+			decoder->state->chunk = replicant_backfill_read_chunk(pipeline, backfill);
+			MemoryContextSwitchTo(cycle_context);
+		}
 
 		/* A commit after this point sets the latch again. */
 		pg_atomic_write_u32(&MySlot->nudged, 0);
@@ -298,7 +348,23 @@ replicant_worker_main(Datum main_arg)
 
 		if (batch->ntxns > 0)
 			deliver_batch();
-		else if (at_end)
+		if (decoder->state->chunk && decoder->state->chunk->complete)
+		{
+			ReplicantChunk *chunk = decoder->state->chunk;
+
+			deliver_chunk(chunk);
+			decoder->state->chunk = NULL;
+			MemoryContextDelete(chunk->context);
+			if (chunk->last)
+			{
+				pfree(backfill);
+				MemoryContextSwitchTo(TopMemoryContext);
+				backfill = replicant_backfill_next(pipeline->id);
+			}
+			pfree(chunk);
+			continue;
+		}
+		if (batch->ntxns == 0 && at_end)
 		{
 			/*
 			 * Nothing published up to here: let the slot move on so quiet
