@@ -60,6 +60,7 @@ typedef struct LaunchedWorker
 	TimestampTz started_at;
 	TimestampTz next_start;
 	int			failures;
+	bool		wanted;			/* as of the last round */
 } LaunchedWorker;
 
 typedef struct LaunchedSync
@@ -254,6 +255,14 @@ reconcile_workers(void)
 		}
 		running = (w->handle != NULL);
 		wanted = copy.in_use && copy.runnable;
+
+		/* Enabled or resumed: a deliberate start owes nothing to past failures. */
+		if (wanted && !w->wanted)
+		{
+			w->failures = 0;
+			w->next_start = 0;
+		}
+		w->wanted = wanted;
 
 		if (running)
 		{
@@ -457,6 +466,12 @@ mirror_rows(List *rows)
 			slot->bytes_delivered = 0;
 			slot->retries = 0;
 			slot->last_delivery_at = 0;
+			slot->last_error[0] = '\0';
+		}
+		if (row->runnable && !slot->runnable && slot->pid == 0)
+		{
+			/* Resumed or enabled: the old halt no longer describes it. */
+			slot->state = REPLICANT_STATE_STARTING;
 			slot->last_error[0] = '\0';
 		}
 		strlcpy(slot->name, row->name, NAMEDATALEN);
