@@ -79,6 +79,13 @@ SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '{
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '{"Content-Type": "text/plain"}');
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', headers => '{"webhook-signature": "v1,forged"}');
 
+-- messages
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', messages => NULL);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', messages => true, message_prefixes => '{}');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', messages => true, message_prefixes => ARRAY[NULL]);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', messages => true, message_prefixes => ARRAY['']);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', messages => true, message_prefixes => ARRAY['replicant.watermark']);
+
 -- signing secrets
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', secret => '');
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', secret => 'whsec_!!!not base64');
@@ -107,6 +114,13 @@ SELECT replicant.alter_pipeline('orders', batch_max_bytes => 0);
 SELECT replicant.alter_pipeline('orders', publication => ARRAY['nope']);
 SELECT replicant.alter_pipeline('orders', headers => '{"Host": "evil"}');
 SELECT replicant.alter_pipeline('orders', secret => 'x', clear_secret => true);
+SELECT replicant.alter_pipeline('orders', secret_previous_until => now() + interval '1 hour');
+SELECT replicant.alter_pipeline('orders', secret => 'whsec_bmV3', secret_previous_until => now() - interval '1 hour');
+SELECT replicant.alter_pipeline('orders', secret => 'whsec_bmV3', secret_previous_until => now() + interval '90 days');
+SELECT replicant.alter_pipeline('orders', message_prefixes => ARRAY['replicant.x']);
+SELECT replicant.await_delivered('nope');
+SELECT replicant.await_delivered('orders', NULL);
+SELECT replicant.await_delivered('orders', timeout_ms => -1);
 SELECT replicant.alter_pipeline('orders', batch_max_transactions => 50, publication => ARRAY['p1']);
 SELECT publications, batch_max_transactions, config_version, secret IS NOT NULL AS signed
   FROM replicant.pipelines;

@@ -12,6 +12,8 @@ CREATE TABLE replicant.pipelines (
     snapshot                text NOT NULL,
     enabled                 boolean NOT NULL DEFAULT true,
     halt_reason             text,
+    halt_lsn                pg_lsn,     -- where a schema-change halt happened
+    schema_ack_lsn          pg_lsn,     -- schema changes up to here were resumed past
     config_version          integer NOT NULL DEFAULT 1,
     batch_max_bytes         integer NOT NULL,
     batch_max_transactions  integer NOT NULL,
@@ -20,6 +22,11 @@ CREATE TABLE replicant.pipelines (
     headers                 jsonb NOT NULL,
     secret                  text,
     snapshot_workers        integer NOT NULL,
+    messages                boolean NOT NULL DEFAULT false,
+    message_prefixes        text[],
+    secret_previous         text,
+    secret_previous_until   timestamptz,
+    ca_file                 text,
     created_at              timestamptz NOT NULL DEFAULT now()
 );
 REVOKE ALL ON replicant.pipelines FROM PUBLIC;
@@ -48,11 +55,14 @@ CREATE FUNCTION replicant.create_pipeline(
     connect_timeout_ms      integer DEFAULT 5000,
     headers                 jsonb DEFAULT '{}',
     secret                  text DEFAULT NULL,
-    snapshot_workers        integer DEFAULT 2)
+    snapshot_workers        integer DEFAULT 2,
+    messages                boolean DEFAULT false,
+    message_prefixes        text[] DEFAULT NULL,
+    ca_file                 text DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
-COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer) IS
+COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text) IS
     'Creates a pipeline streaming the publications'' changes to sink_url';
 
 CREATE FUNCTION replicant.create_pipeline(
@@ -66,11 +76,14 @@ CREATE FUNCTION replicant.create_pipeline(
     connect_timeout_ms      integer DEFAULT 5000,
     headers                 jsonb DEFAULT '{}',
     secret                  text DEFAULT NULL,
-    snapshot_workers        integer DEFAULT 2)
+    snapshot_workers        integer DEFAULT 2,
+    messages                boolean DEFAULT false,
+    message_prefixes        text[] DEFAULT NULL,
+    ca_file                 text DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
-COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer) IS
+COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text) IS
     'Creates a pipeline streaming one publication''s changes to sink_url';
 
 CREATE FUNCTION replicant.alter_pipeline(
@@ -83,11 +96,15 @@ CREATE FUNCTION replicant.alter_pipeline(
     connect_timeout_ms      integer DEFAULT NULL,
     headers                 jsonb DEFAULT NULL,
     secret                  text DEFAULT NULL,
-    clear_secret            boolean DEFAULT false)
+    clear_secret            boolean DEFAULT false,
+    messages                boolean DEFAULT NULL,
+    message_prefixes        text[] DEFAULT NULL,
+    secret_previous_until   timestamptz DEFAULT NULL,
+    ca_file                 text DEFAULT NULL)
 RETURNS void
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'replicant_alter_pipeline';
-COMMENT ON FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean) IS
+COMMENT ON FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text) IS
     'Changes a pipeline''s options; NULL leaves an option as it is; the worker restarts with them';
 
 CREATE FUNCTION replicant.enable_pipeline(name text) RETURNS void
@@ -119,12 +136,22 @@ CREATE FUNCTION replicant.cancel_backfill(id bigint) RETURNS void
 LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'replicant_cancel_backfill';
 COMMENT ON FUNCTION replicant.cancel_backfill(bigint) IS 'Stops a planned or running backfill';
 
+CREATE FUNCTION replicant.await_delivered(
+    pipeline    text,
+    lsn         pg_lsn DEFAULT pg_current_wal_lsn(),
+    timeout_ms  integer DEFAULT 10000)
+RETURNS boolean
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'replicant_await_delivered';
+COMMENT ON FUNCTION replicant.await_delivered(text, pg_lsn, integer) IS
+    'Waits until the sink acknowledged everything the pipeline delivers up to lsn; false at the timeout';
+
 REVOKE ALL ON FUNCTION
+    replicant.await_delivered(text, pg_lsn, integer),
     replicant.backfill(text, regclass, text),
     replicant.cancel_backfill(bigint),
-    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer),
-    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer),
-    replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean),
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text),
+    replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text),
     replicant.enable_pipeline(text),
     replicant.disable_pipeline(text),
     replicant.resume_pipeline(text),
@@ -181,7 +208,9 @@ CREATE FUNCTION replicant._worker_status(
     OUT bytes_delivered bigint,
     OUT retries bigint,
     OUT last_delivery_at timestamptz,
-    OUT last_error text)
+    OUT last_error text,
+    OUT sink_latency_ms double precision,
+    OUT last_http_status integer)
 RETURNS SETOF record
 LANGUAGE C STRICT VOLATILE
 AS 'MODULE_PATHNAME', 'replicant_worker_status';
@@ -212,6 +241,8 @@ SELECT p.name AS pipeline,
        coalesce(p.halt_reason, w.last_error) AS last_error,
        w.worker_pid,
        replicant._redact_url(p.sink_url) AS sink_url,
+       w.sink_latency_ms,
+       w.last_http_status,
        p.publications
   FROM replicant.pipelines p
   LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id

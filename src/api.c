@@ -405,6 +405,70 @@ check_publications_exist(ArrayType *pubs)
 	}
 }
 
+/* A CA bundle path: absolute, a plain file name; read by the worker. */
+static char *
+check_ca_file(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *path;
+	const char *p;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	path = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (path[0] != '/' || strlen(path) >= MAXPGPATH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ca_file must be an absolute path")));
+	for (p = path; *p; p++)
+		if ((unsigned char) *p < 0x20)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("ca_file contains a control character")));
+	return path;
+}
+
+/*
+ * message_prefixes: NULL (every prefix but replicant's own) or non-empty
+ * prefixes; replicant's internal prefixes cannot be asked for.
+ */
+static ArrayType *
+check_message_prefixes(FunctionCallInfo fcinfo, int argno)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(argno), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("message_prefixes must not be empty"),
+				 errhint("Pass NULL to deliver messages of every prefix.")));
+	for (i = 0; i < n; i++)
+	{
+		char	   *prefix;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("message prefixes must not be null")));
+		prefix = TextDatumGetCString(elems[i]);
+		if (prefix[0] == '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("message prefixes must not be empty")));
+		if (strncmp(prefix, "replicant.", 10) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("message prefix \"%s\" is reserved for replicant's own use", prefix)));
+	}
+	return PG_GETARG_ARRAYTYPE_P(argno);
+}
+
 static void
 check_owner_can_login(Oid owner)
 {
@@ -549,7 +613,7 @@ plan_incremental_snapshot(int32 pipeline_id, ArrayType *pubs)
 /*
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
- *				   headers, secret, snapshot_workers)
+ *				   headers, secret, snapshot_workers, messages, message_prefixes)
  */
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
@@ -567,10 +631,13 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	int			snapshot_workers;
 	Oid			owner = GetUserId();
 	ApiSpi		s;
-	Oid			argtypes[12] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
-	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID, INT4OID};
-	Datum		args[12];
-	char		nulls[12];
+	bool		messages;
+	ArrayType  *prefixes;
+	char	   *ca_file;
+	Oid			argtypes[15] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
+	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID, INT4OID, BOOLOID, TEXTARRAYOID, TEXTOID};
+	Datum		args[15];
+	char		nulls[15];
 	bool		isnull;
 
 	PreventInTransactionBlock(true, "replicant.create_pipeline()");
@@ -603,6 +670,13 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 		replicant_signing_check_secret(secret);
 	}
 	int_option(fcinfo, 10, "snapshot_workers", 1, 16, false, &snapshot_workers);
+	if (PG_ARGISNULL(11))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("messages must not be null")));
+	messages = PG_GETARG_BOOL(11);
+	prefixes = check_message_prefixes(fcinfo, 12);
+	ca_file = check_ca_file(fcinfo, 13);
 	check_owner_can_login(owner);
 	if (count_pipelines_in_shmem() >= replicant_max_pipelines)
 		ereport(ERROR,
@@ -641,16 +715,21 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	args[9] = JsonbPGetDatum(headers);
 	args[10] = secret ? CStringGetTextDatum(secret) : (Datum) 0;
 	args[11] = Int32GetDatum(snapshot_workers);
+	args[12] = BoolGetDatum(messages);
+	args[13] = prefixes ? PointerGetDatum(prefixes) : (Datum) 0;
 	memset(nulls, ' ', sizeof(nulls));
 	nulls[10] = secret ? ' ' : 'n';
+	nulls[13] = prefixes ? ' ' : 'n';
+	args[14] = ca_file ? CStringGetTextDatum(ca_file) : (Datum) 0;
+	nulls[14] = ca_file ? ' ' : 'n';
 	if (SPI_execute_with_args("INSERT INTO replicant.pipelines"
 							  " (name, owner, publications, sink_url, snapshot,"
 							  "  batch_max_bytes, batch_max_transactions,"
 							  "  http_timeout_ms, connect_timeout_ms, headers, secret,"
-							  "  snapshot_workers)"
-							  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+							  "  snapshot_workers, messages, message_prefixes, ca_file)"
+							  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
 							  " RETURNING id",
-							  12, argtypes, args, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+							  15, argtypes, args, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into replicant.pipelines");
 	if (strcmp(snapshot, "incremental") == 0)
 		plan_incremental_snapshot(DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
@@ -665,7 +744,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 /*
  * alter_pipeline(name, publication, sink_url, batch_max_bytes,
  *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
- *				  headers, secret, clear_secret)
+ *				  headers, secret, clear_secret, messages, message_prefixes,
+ *				  secret_previous_until)
  *
  * NULL leaves an option unchanged.  The worker restarts with the new
  * configuration (config_version changes) and resumes from its checkpoint.
@@ -681,12 +761,14 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	Jsonb	   *headers = NULL;
 	char	   *secret = NULL;
 	bool		clear_secret;
+	ArrayType  *prefixes;
 	PipelineRef ref;
 	ApiSpi		s;
-	Oid			argtypes[10] = {INT4OID, TEXTARRAYOID, TEXTOID, INT4OID, INT4OID,
-	INT4OID, INT4OID, JSONBOID, TEXTOID, BOOLOID};
-	Datum		args[10];
-	char		nulls[10];
+	char	   *ca_file;
+	Oid			argtypes[14] = {INT4OID, TEXTARRAYOID, TEXTOID, INT4OID, INT4OID,
+	INT4OID, INT4OID, JSONBOID, TEXTOID, BOOLOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID};
+	Datum		args[14];
+	char		nulls[14];
 
 	name = required_text(fcinfo, 0, "pipeline name");
 	replicant_pipeline_check_name(name);
@@ -713,6 +795,23 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("cannot set and clear the signing secret at once")));
+	prefixes = check_message_prefixes(fcinfo, 11);
+	ca_file = check_ca_file(fcinfo, 13);
+	if (!PG_ARGISNULL(12))
+	{
+		TimestampTz until = PG_GETARG_TIMESTAMPTZ(12);
+
+		if (secret == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("secret_previous_until needs a new secret"),
+					 errhint("It keeps the current secret valid until then, beside the new one.")));
+		if (until <= GetCurrentTimestamp() ||
+			until > TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) 30 * 24 * 3600 * 1000))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("secret_previous_until must be in the next 30 days")));
+	}
 
 	api_spi_begin(&s);
 	ref = lookup_pipeline(name);
@@ -738,6 +837,14 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	args[8] = secret ? CStringGetTextDatum(secret) : (Datum) 0;
 	nulls[8] = secret ? ' ' : 'n';
 	args[9] = BoolGetDatum(clear_secret);
+	args[10] = PG_ARGISNULL(10) ? (Datum) 0 : PG_GETARG_DATUM(10);
+	nulls[10] = PG_ARGISNULL(10) ? 'n' : ' ';
+	args[11] = prefixes ? PointerGetDatum(prefixes) : (Datum) 0;
+	nulls[11] = prefixes ? ' ' : 'n';
+	args[12] = PG_ARGISNULL(12) ? (Datum) 0 : PG_GETARG_DATUM(12);
+	nulls[12] = PG_ARGISNULL(12) ? 'n' : ' ';
+	args[13] = ca_file ? CStringGetTextDatum(ca_file) : (Datum) 0;
+	nulls[13] = ca_file ? ' ' : 'n';
 	run_update("UPDATE replicant.pipelines SET"
 			   " publications = coalesce($2, publications),"
 			   " sink_url = coalesce($3, sink_url),"
@@ -746,10 +853,15 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 			   " http_timeout_ms = coalesce($6, http_timeout_ms),"
 			   " connect_timeout_ms = coalesce($7, connect_timeout_ms),"
 			   " headers = coalesce($8, headers),"
+			   " secret_previous = CASE WHEN $13 IS NOT NULL THEN secret END,"
+			   " secret_previous_until = $13,"
 			   " secret = CASE WHEN $10 THEN NULL ELSE coalesce($9, secret) END,"
+			   " messages = coalesce($11, messages),"
+			   " message_prefixes = coalesce($12, message_prefixes),"
+			   " ca_file = coalesce($14, ca_file),"
 			   " config_version = config_version + 1"
 			   " WHERE id = $1",
-			   10, argtypes, args, nulls);
+			   14, argtypes, args, nulls);
 	api_spi_end(&s);
 
 	replicant_shmem_request_sync_at_commit();
@@ -769,7 +881,7 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 	api_spi_begin(&s);
 	ref = lookup_pipeline(name);
 	check_is_owner(&ref, &s);
-	if (strcmp(assignment, "halt_reason = NULL") == 0 && !ref.halted)
+	if (strncmp(assignment, "halt_reason = NULL", 18) == 0 && !ref.halted)
 		ereport(NOTICE,
 				(errmsg("pipeline \"%s\" is not halted", name)));
 	args[0] = Int32GetDatum(ref.id);
@@ -796,7 +908,7 @@ replicant_disable_pipeline(PG_FUNCTION_ARGS)
 Datum
 replicant_resume_pipeline(PG_FUNCTION_ARGS)
 {
-	set_state(fcinfo, "halt_reason = NULL");
+	set_state(fcinfo, "halt_reason = NULL, schema_ack_lsn = coalesce(halt_lsn, schema_ack_lsn), halt_lsn = NULL");
 	PG_RETURN_VOID();
 }
 

@@ -164,12 +164,20 @@ replicant_batch_add_change(ReplicantBatch *batch, const char *json, size_t len)
 }
 
 void
-replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn)
+replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn,
+						const char *messages)
 {
 	ReplicantBatchTxn *txn = &batch->txns[batch->ntxns];
 
 	Assert(batch->in_txn);
-	store_append(batch, "]}", 2);
+	store_append(batch, "]", 1);
+	if (messages != NULL)
+	{
+		store_append(batch, ",\"messages\":[", 13);
+		store_append(batch, messages, strlen(messages));
+		store_append(batch, "]", 1);
+	}
+	store_append(batch, "}", 1);
 	txn->end_lsn = end_lsn;
 	txn->offset = batch->txn_offset;
 	txn->length = store_length(batch) - batch->txn_offset;

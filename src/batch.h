@@ -86,7 +86,9 @@ extern void replicant_batch_reset(ReplicantBatch *batch);
 extern void replicant_batch_begin_txn(ReplicantBatch *batch, TransactionId xid,
 									  XLogRecPtr commit_lsn, TimestampTz commit_time);
 extern void replicant_batch_add_change(ReplicantBatch *batch, const char *json, size_t len);
-extern void replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn);
+/* messages: the transaction's comma-separated message objects, or NULL. */
+extern void replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn,
+									const char *messages);
 extern void replicant_batch_discard_txn(ReplicantBatch *batch);
 
 /* Bytes of transaction JSON held (not counting the envelope). */

@@ -91,6 +91,9 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	decoder->state = replicant_output_state(decoder->ctx);
 	decoder->state->batch = batch;
 	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
+	decoder->state->messages = pipeline->messages;
+	decoder->state->schema_ack_lsn = pipeline->schema_ack_lsn;
+	decoder->state->message_prefixes = pipeline->message_prefixes;
 	decoder->confirmed = MyReplicationSlot->data.confirmed_flush;
 	decoder->last_save = GetCurrentTimestamp();
 
@@ -152,6 +155,7 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 
 			if (decoder->state->halt_reason != NULL ||
 				(decoder->state->chunk && decoder->state->chunk->complete) ||
+				decoder->state->pending_messages != NIL ||
 				batch_full(decoder->state->batch, max_txns, max_bytes))
 			{
 				at_end = false;

@@ -10,7 +10,9 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type_d.h"
 #include "common/pg_prng.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
@@ -67,6 +69,17 @@ backoff_ms(int attempt, const ReplicantSinkResult *result)
 	return cap / 2 + (long) pg_prng_uint64_range(&pg_global_prng_state, 0, cap / 2);
 }
 
+/* Keeps the last HTTP status and a ring of request durations for status. */
+static void
+note_answer(ReplicantPipelineSlot *slot, const ReplicantSinkResult *result)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->last_http_status = (int) result->http_status;
+	slot->latency_ms[slot->nlatency % REPLICANT_LATENCY_SAMPLES] = (float4) result->elapsed_ms;
+	slot->nlatency++;
+	LWLockRelease(replicant_shmem->lock);
+}
+
 static void
 note_retry(ReplicantPipelineSlot *slot, const char *error)
 {
@@ -87,6 +100,7 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 	for (;;)
 	{
 		replicant_sink_post(sink, webhook_id, body, result);
+		note_answer(slot, result);
 		if (result->outcome != REPLICANT_SINK_RETRY)
 			return;
 		note_retry(slot, result->error);
@@ -94,9 +108,73 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 	}
 }
 
+ReplicantSink *
+replicant_delivery_sink(ReplicantPipeline *pipeline)
+{
+	ReplicantSinkConfig config = {0};
+
+	config.url = pipeline->sink_url;
+	config.http_timeout_ms = pipeline->http_timeout_ms;
+	config.connect_timeout_ms = pipeline->connect_timeout_ms;
+	config.header_names = pipeline->header_names;
+	config.header_values = pipeline->header_values;
+	config.secret = pipeline->secret;
+	config.secret_previous = pipeline->secret_previous;
+	config.secret_previous_until = pipeline->secret_previous_until;
+	config.ca_file = pipeline->ca_file;
+	return replicant_sink_create(&config);
+}
+
+/* Disables the pipeline (the sink said 410 Gone) and exits. */
+static void
+pg_attribute_noreturn()
+disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *reason)
+{
+	ReplicantCatalogAccess access;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(pipeline->id)};
+
+	if (IsTransactionState())
+		AbortCurrentTransaction();
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->runnable = false;
+	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
+	LWLockRelease(replicant_shmem->lock);
+
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("UPDATE replicant.pipelines SET enabled = false WHERE id = $1",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not disable pipeline %d", pipeline->id);
+	replicant_catalog_end(&access);
+
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" disabled: %s", pipeline->name, reason),
+			 errhint("Call replicant.enable_pipeline('%s') once the sink accepts batches again.",
+					 pipeline->name)));
+	proc_exit(0);
+}
+
+void
+replicant_delivery_refused(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+						   const ReplicantSinkResult *result, const char *what)
+{
+	if (result->outcome == REPLICANT_SINK_GONE)
+		disable(slot, pipeline, psprintf("sink answered HTTP 410 Gone to %s", what));
+	replicant_delivery_halt(slot, pipeline,
+							psprintf("sink rejected %s: HTTP %ld", what, result->http_status));
+}
+
 void
 replicant_delivery_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 						const char *reason)
+{
+	replicant_delivery_halt_at(slot, pipeline, reason, InvalidXLogRecPtr);
+}
+
+void
+replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+						   const char *reason, XLogRecPtr lsn)
 {
 	ReplicantCatalogAccess access;
 
@@ -110,7 +188,7 @@ replicant_delivery_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 	LWLockRelease(replicant_shmem->lock);
 
 	replicant_catalog_begin(&access);
-	replicant_pipeline_record_halt(pipeline->id, reason);
+	replicant_pipeline_record_halt(pipeline->id, reason, lsn);
 	replicant_catalog_end(&access);
 
 	ereport(LOG,

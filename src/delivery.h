@@ -10,6 +10,9 @@
 #include "shmem.h"
 #include "sink_http.h"
 
+/* Creates the sink the pipeline's configuration describes. */
+extern ReplicantSink *replicant_delivery_sink(ReplicantPipeline *pipeline);
+
 /*
  * POSTs body until the sink gives an answer that is not retried (2xx, 413,
  * 410, or a rejection); retried failures show as state "retrying" with a
@@ -27,6 +30,21 @@ extern void replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *
 extern void replicant_delivery_halt(ReplicantPipelineSlot *slot,
 									ReplicantPipeline *pipeline,
 									const char *reason) pg_attribute_noreturn();
+
+/* The same, for a schema change met at lsn, which resume_pipeline accepts. */
+extern void replicant_delivery_halt_at(ReplicantPipelineSlot *slot,
+									   ReplicantPipeline *pipeline,
+									   const char *reason, XLogRecPtr lsn) pg_attribute_noreturn();
+
+/*
+ * Acts on a final answer that is not a 2xx (what names the batch, for the
+ * message): 410 Gone disables the pipeline, as Standard Webhooks asks;
+ * anything else halts it.  Does not return.
+ */
+extern void replicant_delivery_refused(ReplicantPipelineSlot *slot,
+									   ReplicantPipeline *pipeline,
+									   const ReplicantSinkResult *result,
+									   const char *what) pg_attribute_noreturn();
 
 /* Sleeps ms milliseconds on the latch, answering interrupts and SIGHUP. */
 extern void replicant_delivery_sleep(long ms);

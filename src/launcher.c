@@ -467,6 +467,9 @@ mirror_rows(List *rows)
 			slot->retries = 0;
 			slot->last_delivery_at = 0;
 			slot->last_error[0] = '\0';
+			slot->last_http_status = 0;
+			slot->nlatency = 0;
+			slot->delivered_upto = InvalidXLogRecPtr;
 		}
 		if (row->runnable && !slot->runnable && slot->pid == 0)
 		{

@@ -18,6 +18,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "common/base64.h"
 #include "replication/logical.h"
 #include "replication/output_plugin.h"
 #include "utils/memutils.h"
@@ -66,6 +67,7 @@ replicant_startup(LogicalDecodingContext *ctx, OutputPluginOptions *options,
 	state->change_context = AllocSetContextCreate(ctx->context,
 												  "replicant change",
 												  ALLOCSET_DEFAULT_SIZES);
+	state->txn_messages.data = NULL;
 	ctx->output_plugin_private = state;
 }
 
@@ -77,7 +79,11 @@ replicant_shutdown(LogicalDecodingContext *ctx)
 static void
 replicant_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
 {
-	replicant_output_state(ctx)->txn_open = false;
+	ReplicantDecodingState *state = replicant_output_state(ctx);
+
+	state->txn_open = false;
+	if (state->txn_messages.data)
+		resetStringInfo(&state->txn_messages);
 }
 
 static void
@@ -89,6 +95,8 @@ halt(ReplicantDecodingState *state, const char *reason)
 	if (state->txn_open)
 		replicant_batch_discard_txn(state->batch);
 	state->txn_open = false;
+	list_free_deep(state->pending_messages);
+	state->pending_messages = NIL;
 }
 
 /* Whether a change of txn must be looked at; opens the transaction lazily. */
@@ -110,7 +118,7 @@ open_txn(ReplicantDecodingState *state, ReorderBufferTXN *txn)
 
 /* Looks up what to deliver of rel; halts when that cannot be done right. */
 static ReplicantRelInfo *
-relinfo_or_halt(ReplicantDecodingState *state, Relation rel)
+relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation rel)
 {
 	ReplicantRelInfo *info;
 	char	   *missing;
@@ -118,7 +126,15 @@ relinfo_or_halt(ReplicantDecodingState *state, Relation rel)
 	missing = replicant_publication_check();
 	if (missing)
 	{
-		halt(state, missing);
+		/*
+		 * Nothing can say what it would have published.  Once the operator
+		 * resumed past this point, changes from before it are not delivered.
+		 */
+		if (txn->final_lsn > state->schema_ack_lsn)
+		{
+			state->halt_lsn = txn->final_lsn;
+			halt(state, missing);
+		}
 		return NULL;
 	}
 	info = replicant_publication_relinfo(rel);
@@ -126,6 +142,18 @@ relinfo_or_halt(ReplicantDecodingState *state, Relation rel)
 	{
 		halt(state, info->halt_reason);
 		return NULL;
+	}
+	if (info->schema_change)
+	{
+		if (txn->final_lsn > state->schema_ack_lsn)
+		{
+			state->halt_lsn = txn->final_lsn;
+			halt(state, info->schema_change);
+			return NULL;
+		}
+		/* The operator resumed past this change: take the new schema. */
+		pfree(info->schema_change);
+		info->schema_change = NULL;
 	}
 	return info->published ? info : NULL;
 }
@@ -225,7 +253,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		return;
 
 	old = MemoryContextSwitchTo(state->change_context);
-	info = relinfo_or_halt(state, relation);
+	info = relinfo_or_halt(state, txn, relation);
 	if (info == NULL)
 		goto done;
 
@@ -309,7 +337,7 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	old = MemoryContextSwitchTo(state->change_context);
 	for (i = 0; i < nrelations && state->halt_reason == NULL; i++)
 	{
-		ReplicantRelInfo *info = relinfo_or_halt(state, relations[i]);
+		ReplicantRelInfo *info = relinfo_or_halt(state, txn, relations[i]);
 		StringInfoData out;
 
 		if (info == NULL || !info->pub_truncate)
@@ -334,14 +362,49 @@ replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 
 	if (state->txn_open)
-		replicant_batch_end_txn(state->batch, txn->end_lsn);
+		replicant_batch_end_txn(state->batch, txn->end_lsn,
+								(state->txn_messages.data && state->txn_messages.len > 0) ?
+								state->txn_messages.data : NULL);
 	state->txn_open = false;
 }
 
+/* Whether the pipeline delivers messages with this prefix. */
+static bool
+message_wanted(ReplicantDecodingState *state, const char *prefix)
+{
+	ListCell   *lc;
+
+	if (!state->messages || strncmp(prefix, "replicant.", 10) == 0)
+		return false;
+	if (state->message_prefixes == NIL)
+		return true;
+	foreach(lc, state->message_prefixes)
+		if (strcmp(lfirst(lc), prefix) == 0)
+			return true;
+	return false;
+}
+
+/* {"prefix":...,"content":"<base64>","lsn":N}; the content is user bytes. */
+static void
+encode_message(StringInfo out, XLogRecPtr lsn, const char *prefix,
+			   Size size, const char *message)
+{
+	int			len = pg_b64_enc_len(size);
+	char	   *b64 = palloc(len + 1);
+
+	len = pg_b64_encode(message, size, b64, len);
+	b64[Max(len, 0)] = '\0';
+	appendStringInfoString(out, "{\"prefix\":");
+	replicant_encode_string(out, prefix);
+	appendStringInfo(out, ",\"content\":\"%s\",\"lsn\":" UINT64_FORMAT "}", b64, (uint64) lsn);
+	pfree(b64);
+}
+
 /*
- * Watermarks of incremental backfills open and complete the chunk they
- * name.  Older chunks' watermarks, re-read after a restart, name no chunk.
- * Other messages are not delivered (yet).
+ * Messages from pg_logical_emit_message(): a transactional one rides its
+ * transaction's "messages" array; a non-transactional one is delivered on
+ * its own, at its place in the stream.  Watermarks of incremental backfills
+ * open and complete their chunk.
  */
 static void
 replicant_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
@@ -352,8 +415,38 @@ replicant_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	ReplicantChunk *chunk = state->chunk;
 	size_t		token_len;
 
-	if (strcmp(prefix, REPLICANT_WATERMARK_PREFIX) != 0 || chunk == NULL ||
-		state->halt_reason != NULL)
+	if (state->halt_reason != NULL)
+		return;
+	if (message_wanted(state, prefix))
+	{
+		MemoryContext old;
+
+		if (transactional)
+		{
+			if (!wanted(state, txn))
+				return;
+			open_txn(state, txn);
+			old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
+			if (state->txn_messages.data == NULL)
+				initStringInfo(&state->txn_messages);
+			MemoryContextSwitchTo(old);
+			if (state->txn_messages.len > 0)
+				appendStringInfoChar(&state->txn_messages, ',');
+			encode_message(&state->txn_messages, message_lsn, prefix, message_size, message);
+		}
+		else
+		{
+			StringInfoData out;
+
+			old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
+			initStringInfo(&out);
+			encode_message(&out, message_lsn, prefix, message_size, message);
+			state->pending_messages = lappend(state->pending_messages, out.data);
+			MemoryContextSwitchTo(old);
+		}
+		return;
+	}
+	if (strcmp(prefix, REPLICANT_WATERMARK_PREFIX) != 0 || chunk == NULL)
 		return;
 	token_len = strlen(chunk->token);
 	if (message_size == 4 + token_len && memcmp(message, "low:", 4) == 0 &&

@@ -17,7 +17,15 @@ typedef struct ReplicantDecodingState
 	ReplicantBatch *batch;		/* where transactions go */
 	XLogRecPtr	skip_upto;		/* commits at or below were delivered */
 	char	   *halt_reason;	/* set: stop, deliver nothing more */
+	XLogRecPtr	halt_lsn;		/* commit LSN of the change that halted, if any */
+	XLogRecPtr	schema_ack_lsn; /* schema changes up to here were resumed past */
 	ReplicantChunk *chunk;		/* incremental backfill chunk, or NULL */
+
+	/* pg_logical_emit_message() delivery (options messages, message_prefixes) */
+	bool		messages;
+	List	   *message_prefixes;	/* of char *; NIL: all */
+	StringInfoData txn_messages;	/* the open transaction's, comma-separated */
+	List	   *pending_messages;	/* non-transactional, each a batch body's "message" */
 
 	/* Per transaction */
 	bool		txn_open;		/* header written (deferred to 1st change) */

@@ -138,7 +138,9 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 							  "       p.enabled, p.halt_reason, p.config_version,"
 							  "       p.batch_max_bytes, p.batch_max_transactions,"
 							  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
-							  "       c.commit_lsn, c.end_lsn, p.snapshot_workers"
+							  "       c.commit_lsn, c.end_lsn, p.snapshot_workers, p.messages,"
+							  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
+							  "       p.schema_ack_lsn"
 							  "  FROM replicant.pipelines p"
 							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id"
 							  " WHERE p.id = $1",
@@ -174,6 +176,21 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	d = spi_datum(tuple, desc, 15, &isnull);
 	p->checkpoint_end_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
 	p->snapshot_workers = DatumGetInt32(spi_datum(tuple, desc, 16, &isnull));
+	p->messages = DatumGetBool(spi_datum(tuple, desc, 17, &isnull));
+	d = spi_datum(tuple, desc, 18, &isnull);
+	if (!isnull)
+	{
+		deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
+						  &elems, NULL, &nelems);
+		for (i = 0; i < nelems; i++)
+			p->message_prefixes = lappend(p->message_prefixes, TextDatumGetCString(elems[i]));
+	}
+	p->secret_previous = spi_text(tuple, desc, 19);
+	d = spi_datum(tuple, desc, 20, &isnull);
+	p->secret_previous_until = isnull ? 0 : DatumGetTimestampTz(d);
+	p->ca_file = spi_text(tuple, desc, 21);
+	d = spi_datum(tuple, desc, 22, &isnull);
+	p->schema_ack_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
 	MemoryContextSwitchTo(old);
 
 	/* Headers were validated when set; here they only need splitting. */
@@ -197,15 +214,18 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 }
 
 void
-replicant_pipeline_record_halt(int32 id, const char *reason)
+replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn)
 {
-	Oid			argtypes[2] = {INT4OID, TEXTOID};
-	Datum		args[2];
+	Oid			argtypes[3] = {INT4OID, TEXTOID, PG_LSNOID};
+	Datum		args[3];
+	char		nulls[3] = {' ', ' ', ' '};
 
 	args[0] = Int32GetDatum(id);
 	args[1] = CStringGetTextDatum(reason);
-	if (SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $2"
+	args[2] = LSNGetDatum(lsn);
+	nulls[2] = XLogRecPtrIsInvalid(lsn) ? 'n' : ' ';
+	if (SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3"
 							  " WHERE id = $1",
-							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+							  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record halt of pipeline %d", id);
 }

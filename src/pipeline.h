@@ -6,6 +6,7 @@
 #define REPLICANT_PIPELINE_H
 
 #include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 
 typedef struct ReplicantPipeline
@@ -27,6 +28,12 @@ typedef struct ReplicantPipeline
 	List	   *header_values;	/* of char * */
 	char	   *secret;			/* NULL: unsigned */
 	int			snapshot_workers;
+	bool		messages;		/* deliver pg_logical_emit_message() messages */
+	List	   *message_prefixes;	/* of char *; NIL: every non-internal prefix */
+	char	   *secret_previous;	/* also signs until secret_previous_until */
+	TimestampTz secret_previous_until;
+	char	   *ca_file;		/* CA bundle for https sinks; NULL: system CAs */
+	XLogRecPtr	schema_ack_lsn; /* schema changes up to here were resumed past */
 	XLogRecPtr	checkpoint_commit_lsn;	/* last acknowledged commit, or 0 */
 	XLogRecPtr	checkpoint_end_lsn;
 } ReplicantPipeline;
@@ -62,7 +69,10 @@ extern char *replicant_pipeline_slot_name(const char *name);
  */
 extern ReplicantPipeline *replicant_pipeline_load(int32 id, MemoryContext mcxt);
 
-/* Records a fail-closed halt (inside replicant_catalog_begin/end). */
-extern void replicant_pipeline_record_halt(int32 id, const char *reason);
+/*
+ * Records a fail-closed halt (inside replicant_catalog_begin/end); lsn, if
+ * valid, is where a schema change was met, which resuming accepts.
+ */
+extern void replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn);
 
 #endif							/* REPLICANT_PIPELINE_H */

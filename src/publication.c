@@ -254,6 +254,77 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 	entry->pub_truncate |= pub->pubactions.pubtruncate;
 }
 
+/* "identity:key columns|live columns", to compare versions of a table. */
+static char *
+fingerprint(Relation rel, ReplicantRelInfo *entry)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	StringInfoData buf;
+	int			i;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "%c:", rel->rd_rel->relreplident);
+	i = -1;
+	while ((i = bms_next_member(entry->key_columns, i)) >= 0)
+		appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i - 1)->attname));
+	appendStringInfoChar(&buf, '|');
+	for (i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped)
+			appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i)->attname));
+	return buf.data;
+}
+
+/* Whether every column of the old fingerprint is still in the new one. */
+static bool
+columns_kept(const char *old_fp, const char *new_fp)
+{
+	const char *old_cols = strchr(old_fp, '|') + 1;
+	const char *new_cols = strchr(new_fp, '|');
+	char	   *copy = pstrdup(old_cols);
+	char	   *col;
+	char	   *save;
+
+	for (col = strtok_r(copy, ",", &save); col; col = strtok_r(NULL, ",", &save))
+	{
+		char	   *needle = psprintf(",%s,", col);
+		char	   *hay = psprintf(",%s", new_cols + 1);
+
+		if (strstr(hay, needle) == NULL)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Compares the table with the version first seen: a dropped or renamed
+ * column, or a different replica identity, is a destructive change.
+ */
+static void
+check_schema(ReplicantRelInfo *entry, Relation rel)
+{
+	char	   *now;
+
+	if (!entry->published)
+		return;
+	now = fingerprint(rel, entry);
+	if (entry->fingerprint != NULL && strcmp(now, entry->fingerprint) != 0)
+	{
+		const char *what = NULL;
+		size_t		identity_len = strchr(now, '|') - now;
+
+		if (strncmp(now, entry->fingerprint, identity_len + 1) != 0)
+			what = "the replica identity of table \"%s\" changed";
+		else if (!columns_kept(entry->fingerprint, now))
+			what = "a column of table \"%s\" was dropped or renamed";
+		if (what && entry->schema_change == NULL)
+			entry->schema_change = MemoryContextStrdup(CacheMemoryContext,
+													   psprintf(what, RelationGetRelationName(rel)));
+	}
+	if (entry->fingerprint)
+		pfree(entry->fingerprint);
+	entry->fingerprint = MemoryContextStrdup(CacheMemoryContext, now);
+}
+
 /*
  * Fills entry for rel.  Works in the caller's (per-change) memory context and
  * copies only what the entry keeps into CacheMemoryContext.
@@ -267,6 +338,8 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	List	   *ancestors = NIL;
 	ListCell   *lc;
 	StringInfoData names;
+	char	   *old_fingerprint = entry->fingerprint;
+	char	   *schema_change = entry->schema_change;
 
 	bms_free(entry->key_columns);
 	if (entry->names_json)
@@ -276,6 +349,8 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	memset(entry, 0, sizeof(ReplicantRelInfo));
 	entry->relid = relid;
 	entry->valid = true;
+	entry->fingerprint = old_fingerprint;
+	entry->schema_change = schema_change;
 
 	/* The extension's own tables never loop back to the sink. */
 	if (RelationGetNamespace(rel) == replicant_namespace ||
@@ -312,6 +387,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 									  RelationGetRelationName(rel));
 	if (entry->halt_reason)
 		entry->halt_reason = MemoryContextStrdup(CacheMemoryContext, entry->halt_reason);
+	check_schema(entry, rel);
 }
 
 ReplicantRelInfo *

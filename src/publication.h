@@ -38,6 +38,15 @@ typedef struct ReplicantRelInfo
 	 * the pipeline halts with this value-free reason.
 	 */
 	char	   *halt_reason;
+
+	/*
+	 * Live column names and replica identity as first seen by this process;
+	 * a later version that dropped (or renamed) a column or changed the
+	 * identity sets schema_change, a destructive change the pipeline halts
+	 * on unless the operator resumed past it.
+	 */
+	char	   *fingerprint;
+	char	   *schema_change;
 } ReplicantRelInfo;
 
 /*

@@ -9,6 +9,7 @@
 #include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
+#include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 
@@ -24,6 +25,8 @@ typedef enum ReplicantWorkerState
 } ReplicantWorkerState;
 
 #define REPLICANT_MAX_DIRTY_DBS 32
+/* Requests whose durations make replicant.status.sink_latency_ms. */
+#define REPLICANT_LATENCY_SAMPLES 32
 
 typedef struct ReplicantPipelineSlot
 {
@@ -52,6 +55,17 @@ typedef struct ReplicantPipelineSlot
 	uint64		retries;
 	TimestampTz last_delivery_at;
 	char		last_error[REPLICANT_ERROR_LEN];
+	int			last_http_status;	/* 0: none yet, or no HTTP answer */
+	float4		latency_ms[REPLICANT_LATENCY_SAMPLES];	/* ring of request durations */
+	int			nlatency;		/* requests recorded, ever */
+
+	/*
+	 * Everything before delivered_upto was acknowledged by the sink or is
+	 * not delivered by this pipeline; await_delivered() sleeps on the
+	 * condition variable until it passes the LSN it waits for.
+	 */
+	XLogRecPtr	delivered_upto;
+	ConditionVariable delivered_cv;
 } ReplicantPipelineSlot;
 
 typedef struct ReplicantShmem

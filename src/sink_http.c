@@ -24,6 +24,7 @@
 #include "nodes/pg_list.h"
 #include "portability/instr_time.h"
 #include "storage/latch.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "compat.h"
@@ -75,6 +76,8 @@ struct ReplicantSink
 	List	   *header_names;
 	List	   *header_values;
 	char	   *secret;
+	char	   *secret_previous;
+	TimestampTz secret_previous_until;
 	char	   *ca_file;
 
 	/* set by the socket and timer callbacks */
@@ -400,6 +403,8 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 		sink->header_values = lappend(sink->header_values, pstrdup(lfirst(lc2)));
 	}
 	sink->secret = config->secret ? pstrdup(config->secret) : NULL;
+	sink->secret_previous = config->secret_previous ? pstrdup(config->secret_previous) : NULL;
+	sink->secret_previous_until = config->secret_previous_until;
 	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
 
 	PG_TRY();
@@ -440,6 +445,11 @@ replicant_sink_destroy(ReplicantSink *sink)
 		curl_multi_cleanup(sink->multi);
 	curl_slist_free_all(sink->headers);
 
+	if (sink->secret_previous != NULL)
+	{
+		explicit_bzero(sink->secret_previous, strlen(sink->secret_previous));
+		pfree(sink->secret_previous);
+	}
 	if (sink->secret != NULL)
 	{
 		explicit_bzero(sink->secret, strlen(sink->secret));
@@ -976,6 +986,19 @@ replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 	{
 		signature = replicant_signing_signature(sink->secret, webhook_id,
 												timestamp, body);
+
+		/*
+		 * While a rotated-out secret is still valid, sign with both, space
+		 * separated, as Standard Webhooks allows.
+		 */
+		if (signature != NULL && sink->secret_previous != NULL &&
+			GetCurrentTimestamp() < sink->secret_previous_until)
+		{
+			char	   *previous = replicant_signing_signature(sink->secret_previous,
+															   webhook_id, timestamp, body);
+
+			signature = previous ? psprintf("%s %s", signature, previous) : NULL;
+		}
 		if (signature == NULL)
 		{
 			result->outcome = REPLICANT_SINK_RETRY;

@@ -7,6 +7,8 @@
 
 #include "nodes/pg_list.h"
 
+#include "datatype/timestamp.h"
+
 #include "batch.h"
 
 /*
@@ -21,6 +23,8 @@ typedef struct ReplicantSinkConfig
 	List	   *header_names;	/* of char *, already validated */
 	List	   *header_values;	/* of char *, same length */
 	const char *secret;			/* NULL: no webhook-signature */
+	const char *secret_previous;	/* also signs, until secret_previous_until */
+	TimestampTz secret_previous_until;
 	const char *ca_file;		/* PEM CA bundle; NULL: the system CAs */
 } ReplicantSinkConfig;
 

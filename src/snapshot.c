@@ -236,8 +236,7 @@ post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	replicant_body_from_buffer(&body, &state, out);
 	replicant_delivery_post(slot, sink, webhook_id, &body, &result);
 	if (result.outcome != REPLICANT_SINK_OK)
-		replicant_delivery_halt(slot, pipeline,
-								psprintf("sink rejected snapshot batch: HTTP %ld", result.http_status));
+		replicant_delivery_refused(slot, pipeline, &result, "snapshot batch");
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->batches_delivered++;
@@ -555,20 +554,13 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	bool		planned;
 	char	   *snapshot_name;
 	char	   *reason;
-	ReplicantSinkConfig config = {0};
 	ReplicantSink *sink;
 
 	if (!snapshot_pending(pipeline, &planned))
 		return;
 	replicant_shmem_set_state(slot, REPLICANT_STATE_SNAPSHOTTING);
 
-	config.url = pipeline->sink_url;
-	config.http_timeout_ms = pipeline->http_timeout_ms;
-	config.connect_timeout_ms = pipeline->connect_timeout_ms;
-	config.header_names = pipeline->header_names;
-	config.header_values = pipeline->header_values;
-	config.secret = pipeline->secret;
-	sink = replicant_sink_create(&config);
+	sink = replicant_delivery_sink(pipeline);
 
 	if (!slot_exists(pipeline))
 	{
@@ -960,7 +952,6 @@ replicant_shard_main(Datum main_arg)
 	ReplicantPipelineSlot *slot;
 	ReplicantPipeline *pipeline;
 	ReplicantCatalogAccess access;
-	ReplicantSinkConfig config = {0};
 	ReplicantSink *sink;
 	Shard		shard;
 	MemoryContext window_context;
@@ -986,13 +977,7 @@ replicant_shard_main(Datum main_arg)
 	pgstat_report_appname(psprintf("replicant snapshot %s", pipeline->name));
 
 	MemoryContextSwitchTo(TopMemoryContext);
-	config.url = pipeline->sink_url;
-	config.http_timeout_ms = pipeline->http_timeout_ms;
-	config.connect_timeout_ms = pipeline->connect_timeout_ms;
-	config.header_names = pipeline->header_names;
-	config.header_values = pipeline->header_values;
-	config.secret = pipeline->secret;
-	sink = replicant_sink_create(&config);
+	sink = replicant_delivery_sink(pipeline);
 
 	window_context = AllocSetContextCreate(TopMemoryContext, "replicant snapshot window",
 										   ALLOCSET_DEFAULT_SIZES);

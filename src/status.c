@@ -6,16 +6,47 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "catalog/pg_authid_d.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
+#include "pipeline.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(replicant_worker_status);
+PG_FUNCTION_INFO_V1(replicant_await_delivered);
 
-#define WORKER_STATUS_COLS 10
+static int
+float4_cmp(const void *a, const void *b)
+{
+	float4		x = *(const float4 *) a;
+	float4		y = *(const float4 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* Median duration of the last REPLICANT_LATENCY_SAMPLES requests. */
+static double
+median_latency(ReplicantPipelineSlot *slot)
+{
+	float4		sorted[REPLICANT_LATENCY_SAMPLES];
+	int			n = Min(slot->nlatency, REPLICANT_LATENCY_SAMPLES);
+
+	if (n == 0)
+		return 0;
+	memcpy(sorted, slot->latency_ms, sizeof(float4) * n);
+	qsort(sorted, n, sizeof(float4), float4_cmp);
+	return (n % 2) ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
+}
+
+#define WORKER_STATUS_COLS 12
 
 Datum
 replicant_worker_status(PG_FUNCTION_ARGS)
@@ -49,8 +80,130 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 		nulls[8] = (slot->last_delivery_at == 0);
 		values[9] = CStringGetTextDatum(slot->last_error);
 		nulls[9] = (slot->last_error[0] == '\0');
+		values[10] = Float8GetDatum(median_latency(slot));
+		nulls[10] = (slot->nlatency == 0);
+		values[11] = Int32GetDatum(slot->last_http_status);
+		nulls[11] = (slot->last_http_status == 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(replicant_shmem->lock);
 	PG_RETURN_VOID();
+}
+
+/* The pipeline's id and whether it is halted; errors if it does not exist. */
+static int32
+lookup_pipeline_id(const char *name, bool *halted)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	Oid			saved_userid;
+	int			saved_sec_context;
+	bool		isnull;
+	int32		id;
+
+	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
+						   saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_with_args("SELECT id, halt_reason IS NOT NULL FROM replicant.pipelines WHERE name = $1",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("pipeline \"%s\" does not exist", name)));
+	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*halted = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	SPI_finish();
+	SetUserIdAndSecContext(saved_userid, saved_sec_context);
+	return id;
+}
+
+static void
+pg_attribute_noreturn()
+halted_error(const char *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("pipeline \"%s\" is halted", name),
+			 errhint("See last_error in replicant.status, fix the cause and call replicant.resume_pipeline().")));
+}
+
+/*
+ * await_delivered(pipeline, lsn, timeout_ms): sleeps on the pipeline's
+ * condition variable until the sink has acknowledged everything the
+ * pipeline delivers up to lsn (read-your-writes through a sink), or returns
+ * false at the timeout.
+ */
+Datum
+replicant_await_delivered(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	XLogRecPtr	lsn;
+	int			timeout_ms;
+	int32		pipeline_id;
+	bool		halted;
+	TimestampTz deadline;
+	bool		reached = false;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("pipeline, lsn and timeout_ms must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	lsn = PG_GETARG_LSN(1);
+	timeout_ms = PG_GETARG_INT32(2);
+	if (timeout_ms < 0 || timeout_ms > 3600000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout_ms must be between 0 and 3600000")));
+	replicant_pipeline_check_name(name);
+	if (!replicant_shmem_ready())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("replicant is not loaded through \"shared_preload_libraries\"")));
+	pipeline_id = lookup_pipeline_id(name, &halted);
+	if (halted)
+		halted_error(name);
+
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	for (;;)
+	{
+		ReplicantPipelineSlot *slot;
+		ConditionVariable *cv = NULL;
+		long		left;
+
+		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+		slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
+		if (slot)
+		{
+			reached = slot->delivered_upto >= lsn;
+			halted = slot->state == REPLICANT_STATE_HALTED;
+			cv = &slot->delivered_cv;
+		}
+		LWLockRelease(replicant_shmem->lock);
+		if (reached)
+			break;
+		if (halted)
+		{
+			ConditionVariableCancelSleep();
+			halted_error(name);
+		}
+		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (left <= 0)
+			break;
+		if (cv)
+			(void) ConditionVariableTimedSleep(cv, Min(left, 1000), PG_WAIT_EXTENSION);
+		else
+		{
+			/* The launcher has not seen the pipeline yet. */
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(left, 100), PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	ConditionVariableCancelSleep();
+	PG_RETURN_BOOL(reached);
 }

@@ -103,6 +103,21 @@ worker_halt(const char *reason)
 	replicant_delivery_halt(MySlot, pipeline, reason);
 }
 
+/*
+ * Confirms lsn to the slot (only ever after the checkpoint is committed) and
+ * tells await_delivered() callers how far delivery has come.
+ */
+static void
+confirm(XLogRecPtr lsn)
+{
+	replicant_decoder_confirm(decoder, lsn);
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (lsn > MySlot->delivered_upto)
+		MySlot->delivered_upto = lsn;
+	LWLockRelease(replicant_shmem->lock);
+	ConditionVariableBroadcast(&MySlot->delivered_cv);
+}
+
 /* Servers from 15.19 on load only output plugins listed in this setting. */
 static void
 check_output_plugin_allowed(void)
@@ -171,7 +186,7 @@ deliver_range(int first, int last)
 											batch->txns[last].commit_lsn,
 											batch->txns[last].end_lsn);
 				replicant_fault("after_checkpoint");
-				replicant_decoder_confirm(decoder, batch->txns[last].end_lsn);
+				confirm(batch->txns[last].end_lsn);
 				add_delivery(batch, first, last, body.length);
 				return last;
 
@@ -187,9 +202,9 @@ deliver_range(int first, int last)
 
 			case REPLICANT_SINK_GONE:
 			case REPLICANT_SINK_REJECTED:
-				worker_halt(psprintf("sink rejected batch: HTTP %ld (commit LSN %X/%X)",
-									 result.http_status,
-									 LSN_FORMAT_ARGS(batch->txns[last].commit_lsn)));
+				replicant_delivery_refused(MySlot, pipeline, &result,
+										   psprintf("batch (commit LSN %X/%X)",
+													LSN_FORMAT_ARGS(batch->txns[last].commit_lsn)));
 		}
 	}
 }
@@ -219,7 +234,7 @@ deliver_chunk(ReplicantChunk *chunk)
 		replicant_delivery_post(MySlot, sink, psprintf("%s-b%s", pipeline->name, chunk->token),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
-			worker_halt(psprintf("sink rejected backfill batch: HTTP %ld", result.http_status));
+			replicant_delivery_refused(MySlot, pipeline, &result, "backfill batch");
 
 		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 		MySlot->changes_delivered += rows;
@@ -231,6 +246,47 @@ deliver_chunk(ReplicantChunk *chunk)
 		LWLockRelease(replicant_shmem->lock);
 	}
 	replicant_backfill_record_chunk(chunk, rows);
+}
+
+/*
+ * Delivers non-transactional messages, each in its own batch at its place
+ * in the stream.  They have no commit_lsn, so no checkpoint moves: after a
+ * crash they can arrive again (at-least-once).
+ */
+static void
+deliver_messages(List *messages)
+{
+	ListCell   *lc;
+
+	foreach(lc, messages)
+	{
+		StringInfoData out;
+		ReplicantMemoryBody state;
+		ReplicantBody body;
+		ReplicantSinkResult result;
+		char	   *message = lfirst(lc);
+		const char *lsn = strstr(message, "\"lsn\":");
+
+		initStringInfo(&out);
+		appendStringInfoString(&out, "{\"pipeline\":");
+		replicant_encode_string(&out, pipeline->name);
+		appendStringInfo(&out, ",\"kind\":\"message\",\"message\":%s}", message);
+		replicant_body_from_buffer(&body, &state, &out);
+		replicant_delivery_post(MySlot, sink,
+								psprintf("%s-m%.*s", pipeline->name,
+										 (int) strspn(lsn + 6, "0123456789"), lsn + 6),
+								&body, &result);
+		if (result.outcome != REPLICANT_SINK_OK)
+			replicant_delivery_refused(MySlot, pipeline, &result, "message batch");
+
+		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+		MySlot->batches_delivered++;
+		MySlot->bytes_delivered += out.len;
+		MySlot->last_delivery_at = GetCurrentTimestamp();
+		MySlot->state = REPLICANT_STATE_STREAMING;
+		MySlot->last_error[0] = '\0';
+		LWLockRelease(replicant_shmem->lock);
+	}
 }
 
 static void
@@ -264,20 +320,6 @@ load_pipeline(int32 pipeline_id)
 	}
 }
 
-static void
-start_sink(void)
-{
-	ReplicantSinkConfig config = {0};
-
-	config.url = pipeline->sink_url;
-	config.http_timeout_ms = pipeline->http_timeout_ms;
-	config.connect_timeout_ms = pipeline->connect_timeout_ms;
-	config.header_names = pipeline->header_names;
-	config.header_values = pipeline->header_values;
-	config.secret = pipeline->secret;
-	sink = replicant_sink_create(&config);
-}
-
 void
 replicant_worker_main(Datum main_arg)
 {
@@ -309,12 +351,13 @@ replicant_worker_main(Datum main_arg)
 	decoder = replicant_decoder_start(pipeline, batch, &halt_reason);
 	if (decoder == NULL)
 		worker_halt(halt_reason);
-	start_sink();
+	sink = replicant_delivery_sink(pipeline);
 
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
 					pipeline->name, LSN_FORMAT_ARGS(decoder->confirmed))));
 	replicant_shmem_set_state(MySlot, REPLICANT_STATE_STREAMING);
+	confirm(Max(decoder->confirmed, pipeline->checkpoint_end_lsn));
 	backfill = replicant_backfill_next(pipeline->id);
 
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "replicant cycle",
@@ -344,10 +387,18 @@ replicant_worker_main(Datum main_arg)
 		at_end = replicant_decoder_read(decoder, pipeline->batch_max_transactions,
 										(uint64) pipeline->batch_max_bytes);
 		if (decoder->state->halt_reason)
-			worker_halt(decoder->state->halt_reason);
+			replicant_delivery_halt_at(MySlot, pipeline, decoder->state->halt_reason,
+									   decoder->state->halt_lsn);
 
 		if (batch->ntxns > 0)
 			deliver_batch();
+		if (decoder->state->pending_messages != NIL)
+		{
+			deliver_messages(decoder->state->pending_messages);
+			list_free_deep(decoder->state->pending_messages);
+			decoder->state->pending_messages = NIL;
+			continue;
+		}
 		if (decoder->state->chunk && decoder->state->chunk->complete)
 		{
 			ReplicantChunk *chunk = decoder->state->chunk;
@@ -371,7 +422,7 @@ replicant_worker_main(Datum main_arg)
 			 * pipelines never pin WAL.  Transactions still in progress are
 			 * safe, since decoding restarts at restart_lsn.
 			 */
-			replicant_decoder_confirm(decoder, replicant_decoder_read_upto(decoder));
+			confirm(replicant_decoder_read_upto(decoder));
 		}
 
 		if (!at_end)
