@@ -168,6 +168,21 @@ plan_snapshot(ReplicantPipeline *pipeline)
 							  SPI_getvalue(tuple, desc, 2));
 	}
 
+	/* The stream halts on these; the snapshot must not skip them silently. */
+	if (reason == NULL &&
+		SPI_execute_with_args("SELECT p.pubname FROM pg_catalog.pg_publication p"
+							  " WHERE p.pubname = ANY ($2) AND p.pubviaroot"
+							  "   AND EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables pt"
+							  "                 JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
+							  "                 JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid"
+							  "                                           AND c.relname = pt.tablename"
+							  "                WHERE pt.pubname = p.pubname AND c.relkind = 'p')"
+							  " LIMIT 1",
+							  2, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
+		SPI_processed > 0)
+		reason = psprintf("publication \"%s\" publishes via the partition root, which replicant does not support yet",
+						  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+
 	/*
 	 * One backfill per table; shards of SHARD_WINDOWS windows, the last one
 	 * open-ended so rows added behind the planned size are read too.
