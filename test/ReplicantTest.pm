@@ -266,9 +266,17 @@ argument, returns the current settings (GET /_control).
 The stored rows of C<schema.table> (all tables, each line prefixed by
 C<schema.table >, when omitted) as sorted canonical JSON lines.
 
+=item $sink->deliveries($table)
+
+A hash of the stored rows of C<schema.table>: canonical key JSON (for a
+key-less table, the whole row) => how many inserts, updates and reads the
+sink applied to that key.
+
 =item $sink->stats, $sink->txlog, $sink->messages, $sink->bodies
 
-Counters (a hash, with C<watermarks> and the C<accepted> request list), the
+Counters (a hash, with C<watermarks> and the C<accepted> request list: per
+request its C<webhook_id>, C<kind>, C<changes>, C<tables> and a snapshot
+batch's C<snapshot> object), the
 applied transactions in apply order, the stored messages and, with
 C<keep_bodies>, the accepted requests in arrival order (arrays of hashes;
 a body is C<< {webhook_id, headers => {lower-case name => value}, body} >>
@@ -389,6 +397,14 @@ sub dump
 	my ($self, $table) = @_;
 	return ReplicantTest::run_sink_script(
 		[ 'dump', '--db', $self->{db}, defined $table ? ('--table', $table) : () ]);
+}
+
+sub deliveries
+{
+	my ($self, $table) = @_;
+	my $out = ReplicantTest::run_sink_script(
+		[ 'dump', '--db', $self->{db}, '--table', $table, '--counts' ]);
+	return { map { split /\t/ } split /\n/, $out };
 }
 
 sub stats

@@ -15,13 +15,19 @@ and it can inject faults (errors, hangs, resets, ...) at start or at runtime.
 
   replicant_sink.py serve --port N [--port-file F] --db PATH [--secret S]
                            [--keep-bodies] [faults]
-  replicant_sink.py dump --db PATH [--table schema.table]
+  replicant_sink.py dump --db PATH [--table schema.table [--counts]]
   replicant_sink.py canon < json-lines
   replicant_sink.py stats|txlog|messages|bodies --db PATH
 
 With --keep-bodies it also keeps, for every batch it answered 2xx, the raw
 body and the request headers a test may check (see KEPT_HEADERS); `bodies`
 prints them in arrival order.
+
+Each stored row counts the inserts, updates and reads applied to its key
+("deliveries"); `dump --counts` prints them, so a test can tell a row that
+was delivered twice.  `stats` lists every accepted request with its kind,
+number of changes, the tables they touch and a snapshot batch's "snapshot"
+object.
 """
 import argparse
 import base64
@@ -41,7 +47,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows (schema TEXT, tbl TEXT, key_json TEXT, row_json TEXT,
-    copies INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (schema, tbl, key_json));
+    copies INTEGER NOT NULL DEFAULT 1, deliveries INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (schema, tbl, key_json));
 CREATE TABLE IF NOT EXISTS watermarks (pipeline TEXT PRIMARY KEY, commit_lsn INTEGER);
 CREATE TABLE IF NOT EXISTS txlog (seq INTEGER PRIMARY KEY, pipeline TEXT,
     commit_lsn INTEGER, xid INTEGER, nchanges INTEGER, commit_time TEXT, arrival REAL);
@@ -49,7 +56,8 @@ CREATE TABLE IF NOT EXISTS messages (seq INTEGER PRIMARY KEY, pipeline TEXT,
     transactional INTEGER, commit_lsn INTEGER, lsn INTEGER, prefix TEXT, content TEXT);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER);
 CREATE TABLE IF NOT EXISTS accepted (seq INTEGER PRIMARY KEY, webhook_id TEXT,
-    kind TEXT, transactions INTEGER, first_lsn INTEGER, last_lsn INTEGER);
+    kind TEXT, transactions INTEGER, first_lsn INTEGER, last_lsn INTEGER,
+    changes INTEGER, tables TEXT, snapshot TEXT);
 CREATE TABLE IF NOT EXISTS bodies (seq INTEGER PRIMARY KEY, webhook_id TEXT,
     headers_json TEXT, body BLOB);
 """
@@ -140,8 +148,9 @@ def apply_change(db, c):
     if key is None:
         # No replica identity: only inserts (and reads) exist, and identical
         # rows may repeat, so the table is a bag of whole rows.
-        db.execute("INSERT INTO rows VALUES (?, ?, ?, ?, 1) ON CONFLICT "
-                   "(schema, tbl, key_json) DO UPDATE SET copies = copies + 1",
+        db.execute("INSERT INTO rows VALUES (?, ?, ?, ?, 1, 1) ON CONFLICT "
+                   "(schema, tbl, key_json) DO UPDATE SET copies = copies + 1, "
+                   "deliveries = deliveries + 1",
                    where + (canon(row), canon(row)))
         return
     if op == "update":
@@ -153,8 +162,10 @@ def apply_change(db, c):
     if new_key != old_key:   # the key changed: the old row goes away
         db.execute("DELETE FROM rows WHERE schema=? AND tbl=? AND key_json=?",
                    where + (old_key,))
-    db.execute("INSERT INTO rows VALUES (?, ?, ?, ?, 1) ON CONFLICT "
-               "(schema, tbl, key_json) DO UPDATE SET row_json = excluded.row_json",
+    # deliveries counts every insert, update and read applied to the key.
+    db.execute("INSERT INTO rows VALUES (?, ?, ?, ?, 1, 1) ON CONFLICT "
+               "(schema, tbl, key_json) DO UPDATE SET row_json = excluded.row_json, "
+               "deliveries = deliveries + 1",
                where + (new_key, canon(row)))
 
 
@@ -206,9 +217,17 @@ def apply_batch(db, batch, webhook_id, arrival):
     else:
         raise ValueError("unrecognized batch kind")
     bump(db, **counts)
+    # What the request carried: its changes, the tables they touch (in order
+    # of first appearance) and a snapshot batch's "snapshot" object.
+    changes = (batch.get("changes") or []) + [
+        c for txn in batch.get("transactions") or [] for c in txn["changes"]]
+    tables = list(dict.fromkeys(c["schema"] + "." + c["table"] for c in changes))
+    snapshot = batch.get("snapshot")
     db.execute("INSERT INTO accepted (webhook_id, kind, transactions, first_lsn, "
-               "last_lsn) VALUES (?, ?, ?, ?, ?)", (webhook_id, kind, len(lsns),
-               lsns[0] if lsns else None, lsns[-1] if lsns else None))
+               "last_lsn, changes, tables, snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+               (webhook_id, kind, len(lsns), lsns[0] if lsns else None,
+                lsns[-1] if lsns else None, len(changes), json.dumps(tables),
+                canon(snapshot) if snapshot is not None else None))
 
 
 def keep_body(db, headers, body):
@@ -413,6 +432,14 @@ def serve(args):
 # ---- read-only subcommands --------------------------------------------------
 def dump(args):
     db = open_db(args.db)
+    if args.counts:   # "<key_json>\t<deliveries>" per stored row
+        if not args.table:
+            sys.exit("replicant_sink: --counts needs --table")
+        schema, _, table = args.table.rpartition(".")
+        rows = db.execute("SELECT key_json, deliveries FROM rows WHERE schema=? "
+                          "AND tbl=?", (schema or "public", table))
+        print_lines(sorted("%s\t%d" % r for r in rows))
+        return
     if args.table:
         schema, _, table = args.table.rpartition(".")
         rows = db.execute("SELECT '', row_json, copies FROM rows WHERE schema=? "
@@ -468,6 +495,9 @@ def main():
         q.add_argument("--db", required=True, help="SQLite database file")
         if name == "dump":
             q.add_argument("--table", help="schema.table (default: all tables)")
+            q.add_argument("--counts", action="store_true",
+                           help="print each stored key of --table and how many "
+                                "inserts, updates and reads it received")
     sub.add_parser("canon", help="canonicalize JSON lines from stdin, sorted")
     args = p.parse_args()
 
@@ -483,9 +513,12 @@ def main():
         stats.update(db.execute("SELECT name, value FROM counters"))
         stats["watermarks"] = dict(db.execute("SELECT * FROM watermarks"))
         cursor = db.execute("SELECT webhook_id, kind, transactions, first_lsn, "
-                            "last_lsn FROM accepted ORDER BY seq")
+                            "last_lsn, changes, tables, snapshot FROM accepted "
+                            "ORDER BY seq")
         names = [d[0] for d in cursor.description]
-        stats["accepted"] = [dict(zip(names, r)) for r in cursor]
+        stats["accepted"] = [dict(zip(names, r[:6]), tables=json.loads(r[6]),
+                                  snapshot=json.loads(r[7]) if r[7] else None)
+                             for r in cursor]
         print(json.dumps(stats))
     elif args.command == "txlog":
         query_json(args, "SELECT commit_lsn, xid, nchanges, commit_time, arrival, "
