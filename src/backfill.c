@@ -43,6 +43,7 @@
 #include "backfill.h"
 #include "encoder.h"
 #include "publication.h"
+#include "snapshot.h"
 
 /* Rows per keyset chunk; blocks per ctid chunk; rows per bitmap range. */
 #define CHUNK_ROWS 2000
@@ -418,7 +419,6 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b)
 	Datum	   *values;
 	bool	   *nulls;
 	uint64		i;
-	int			attnum;
 	XLogRecPtr	high;
 	bool		last;
 	int64		nblocks;
@@ -544,32 +544,9 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b)
 
 		for (i = 0; i < SPI_processed; i++)
 		{
-			HeapTuple	tuple = SPI_tuptable->vals[i];
-			int			col = 1;
-
-			for (attnum = 1; attnum <= desc->natts; attnum++)
-			{
-				if (TupleDescAttr(desc, attnum - 1)->attisdropped)
-				{
-					values[attnum - 1] = (Datum) 0;
-					nulls[attnum - 1] = true;
-					continue;
-				}
-				values[attnum - 1] = SPI_getbinval(tuple, SPI_tuptable->tupdesc, col++,
-												   &nulls[attnum - 1]);
-			}
-			resetStringInfo(&key);
-			if (key_columns || whole_row)
-				replicant_encode_object(&key, desc, values, nulls, key_columns,
-										REPLICANT_TOAST_DETOAST, NULL);
-			else
-				appendStringInfoString(&key, "null");
-			resetStringInfo(&change);
-			appendStringInfo(&change, "{\"op\":\"read\",%s,\"key\":%s,\"new\":",
-							 names.data, key.data);
-			replicant_encode_object(&change, desc, values, nulls, NULL,
-									REPLICANT_TOAST_DETOAST, NULL);
-			appendStringInfoChar(&change, '}');
+			replicant_snapshot_encode_read(&change, &key, names.data, desc,
+										   SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+										   values, nulls, key_columns, whole_row);
 			add_row(chunk, key.data, key.len, change.data, change.len);
 		}
 	}

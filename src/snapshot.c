@@ -618,6 +618,39 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 			(errmsg("replicant pipeline \"%s\" finished its initial snapshot", pipeline->name)));
 }
 
+void
+replicant_snapshot_encode_read(StringInfo change, StringInfo key, const char *names,
+							   TupleDesc desc, HeapTuple row, TupleDesc row_desc,
+							   Datum *values, bool *nulls,
+							   const Bitmapset *key_columns, bool whole_row)
+{
+	int			attnum;
+	int			col = 1;
+
+	for (attnum = 1; attnum <= desc->natts; attnum++)
+	{
+		if (TupleDescAttr(desc, attnum - 1)->attisdropped)
+		{
+			values[attnum - 1] = (Datum) 0;
+			nulls[attnum - 1] = true;
+			continue;
+		}
+		values[attnum - 1] = SPI_getbinval(row, row_desc, col++, &nulls[attnum - 1]);
+	}
+
+	resetStringInfo(key);
+	if (key_columns || whole_row)
+		replicant_encode_object(key, desc, values, nulls, key_columns,
+								REPLICANT_TOAST_DETOAST, NULL);
+	else
+		appendStringInfoString(key, "null");
+
+	resetStringInfo(change);
+	appendStringInfo(change, "{\"op\":\"read\",%s,\"key\":%s,\"new\":", names, key->data);
+	replicant_encode_object(change, desc, values, nulls, NULL, REPLICANT_TOAST_DETOAST, NULL);
+	appendStringInfoChar(change, '}');
+}
+
 /*
  * Shard workers
  */
@@ -761,6 +794,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	StringInfoData query;
 	StringInfoData out;
 	StringInfoData change;
+	StringInfoData key;
 	Portal		portal;
 	Datum	   *values;
 	bool	   *nulls;
@@ -835,6 +869,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 	values = palloc(sizeof(Datum) * natts);
 	nulls = palloc(sizeof(bool) * natts);
+	initStringInfo(&key);
 	initStringInfo(&out);
 	start_snapshot_body(&out, pipeline, names, shard->backfill_id, false, false);
 	row_context = AllocSetContextCreate(window_context, "replicant snapshot row",
@@ -848,35 +883,11 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			break;
 		for (i = 0; i < SPI_processed; i++)
 		{
-			HeapTuple	tuple = SPI_tuptable->vals[i];
 			MemoryContext old = MemoryContextSwitchTo(row_context);
-			int			attnum;
-			int			col = 1;
 
-			/* SELECT * skips dropped columns; line values up with the relation's. */
-			for (attnum = 1; attnum <= natts; attnum++)
-			{
-				if (TupleDescAttr(desc, attnum - 1)->attisdropped)
-				{
-					values[attnum - 1] = (Datum) 0;
-					nulls[attnum - 1] = true;
-					continue;
-				}
-				values[attnum - 1] = SPI_getbinval(tuple, SPI_tuptable->tupdesc, col++,
-												   &nulls[attnum - 1]);
-			}
-
-			resetStringInfo(&change);
-			appendStringInfo(&change, "{\"op\":\"read\",%s,\"key\":", names);
-			if (key_columns || whole_row)
-				replicant_encode_object(&change, desc, values, nulls, key_columns,
-										REPLICANT_TOAST_DETOAST, NULL);
-			else
-				appendStringInfoString(&change, "null");
-			appendStringInfoString(&change, ",\"new\":");
-			replicant_encode_object(&change, desc, values, nulls, NULL,
-									REPLICANT_TOAST_DETOAST, NULL);
-			appendStringInfoChar(&change, '}');
+			replicant_snapshot_encode_read(&change, &key, names, desc,
+										   SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+										   values, nulls, key_columns, whole_row);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
 

@@ -139,17 +139,12 @@ check_output_plugin_allowed(void)
 	worker_halt("\"output_plugin_libraries\" does not list \"replicant\"");
 }
 
+/* Counts an acknowledged request in replicant.status. */
 static void
-add_delivery(ReplicantBatch *b, int first, int last, size_t bytes)
+note_delivered(int64 transactions, int64 changes, size_t bytes)
 {
-	int64		changes = 0;
-	int			i;
-
-	for (i = first; i <= last; i++)
-		changes += b->txns[i].nchanges;
-
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	MySlot->transactions_delivered += last - first + 1;
+	MySlot->transactions_delivered += transactions;
 	MySlot->changes_delivered += changes;
 	MySlot->batches_delivered++;
 	MySlot->bytes_delivered += bytes;
@@ -187,7 +182,14 @@ deliver_range(int first, int last)
 											batch->txns[last].end_lsn);
 				replicant_fault("after_checkpoint");
 				confirm(batch->txns[last].end_lsn);
-				add_delivery(batch, first, last, body.length);
+				{
+					int64		changes = 0;
+					int			i;
+
+					for (i = first; i <= last; i++)
+						changes += batch->txns[i].nchanges;
+					note_delivered(last - first + 1, changes, body.length);
+				}
 				return last;
 
 			case REPLICANT_SINK_RETRY:
@@ -235,15 +237,7 @@ deliver_chunk(ReplicantChunk *chunk)
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(MySlot, pipeline, &result, "backfill batch");
-
-		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-		MySlot->changes_delivered += rows;
-		MySlot->batches_delivered++;
-		MySlot->bytes_delivered += out.len;
-		MySlot->last_delivery_at = GetCurrentTimestamp();
-		MySlot->state = REPLICANT_STATE_STREAMING;
-		MySlot->last_error[0] = '\0';
-		LWLockRelease(replicant_shmem->lock);
+		note_delivered(0, rows, out.len);
 	}
 	replicant_backfill_record_chunk(chunk, rows);
 }
@@ -278,14 +272,7 @@ deliver_messages(List *messages)
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(MySlot, pipeline, &result, "message batch");
-
-		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-		MySlot->batches_delivered++;
-		MySlot->bytes_delivered += out.len;
-		MySlot->last_delivery_at = GetCurrentTimestamp();
-		MySlot->state = REPLICANT_STATE_STREAMING;
-		MySlot->last_error[0] = '\0';
-		LWLockRelease(replicant_shmem->lock);
+		note_delivered(0, 0, out.len);
 	}
 }
 
