@@ -171,6 +171,7 @@ deliver_range(int first, int last)
 		snprintf(webhook_id, sizeof(webhook_id), "%s-" UINT64_FORMAT,
 				 pipeline->name, (uint64) batch->txns[last].commit_lsn);
 		replicant_batch_body(batch, first, last, &body);
+		replicant_checkpoint_make_durable();
 		replicant_delivery_post(MySlot, sink, webhook_id, &body, &result);
 
 		switch (result.outcome)
