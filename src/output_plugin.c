@@ -314,7 +314,6 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	appendStringInfoChar(out, '}');
 
 	replicant_batch_add_change(state->batch, out->data, out->len);
-	state->changes_total++;
 	drop_from_chunk(state, info, relation, new_values, new_nulls, old_values, old_nulls);
 
 done:
@@ -349,8 +348,7 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 			state->chunk->backfill->relid == RelationGetRelid(relations[i]))
 			replicant_chunk_drop_all(state->chunk);
 		replicant_batch_add_change(state->batch, out.data, out.len);
-		state->changes_total++;
-	}
+		}
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
 }

@@ -33,7 +33,6 @@ typedef struct ReplicantDecodingState
 	MemoryContext change_context;	/* reset after every change */
 	StringInfoData change;		/* one change's JSON */
 	StringInfoData unchanged;
-	uint64		changes_total;
 } ReplicantDecodingState;
 
 /* Option that marks a context as created by a pipeline worker. */

@@ -178,17 +178,6 @@ replicant_shmem_find(Oid dboid, int32 pipeline_id)
 }
 
 void
-replicant_shmem_set_error(ReplicantPipelineSlot *slot, const char *error)
-{
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	if (error)
-		strlcpy(slot->last_error, error, sizeof(slot->last_error));
-	else
-		slot->last_error[0] = '\0';
-	LWLockRelease(replicant_shmem->lock);
-}
-
-void
 replicant_shmem_set_state(ReplicantPipelineSlot *slot, ReplicantWorkerState state)
 {
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);

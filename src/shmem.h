@@ -96,8 +96,6 @@ extern void replicant_shmem_request_sync_at_commit(void);
 /* Returns the slot of a pipeline, or NULL; the caller holds the lock. */
 extern ReplicantPipelineSlot *replicant_shmem_find(Oid dboid, int32 pipeline_id);
 
-/* Records a value-free error for replicant.status (NULL clears it). */
-extern void replicant_shmem_set_error(ReplicantPipelineSlot *slot, const char *error);
 extern void replicant_shmem_set_state(ReplicantPipelineSlot *slot, ReplicantWorkerState state);
 
 extern const char *replicant_state_name(ReplicantWorkerState state);
