@@ -95,6 +95,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	decoder->state->schema_ack_lsn = pipeline->schema_ack_lsn;
 	decoder->state->message_prefixes = pipeline->message_prefixes;
 	decoder->confirmed = MyReplicationSlot->data.confirmed_flush;
+	decoder->caches_normal = true;	/* the pipeline was loaded with them */
 	decoder->last_save = GetCurrentTimestamp();
 
 	replicant_publication_init(pipeline->publications, pipeline->owner);
@@ -129,7 +130,10 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	MemoryContextSwitchTo(decoder->context);
 
 	/* Historic and normal catalog cache entries must not mix. */
-	InvalidateSystemCaches();
+	if (decoder->caches_normal)
+		InvalidateSystemCaches();
+	decoder->caches_normal = false;
+	decoder->caches_historic = true;
 	PG_TRY();
 	{
 		while (ctx->reader->EndRecPtr < end_of_wal)
@@ -170,10 +174,18 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	InvalidateSystemCaches();
 	MemoryContextSwitchTo(saved_context);
 
 	return at_end;
+}
+
+void
+replicant_decoder_before_normal_access(ReplicantDecoder *decoder)
+{
+	if (decoder->caches_historic)
+		InvalidateSystemCaches();
+	decoder->caches_historic = false;
+	decoder->caches_normal = true;
 }
 
 XLogRecPtr

@@ -17,6 +17,13 @@ typedef struct ReplicantDecoder
 	ReplicantDecodingState *state;
 	MemoryContext context;		/* lives as long as the reader */
 	XLogRecPtr	confirmed;		/* last position confirmed to the slot */
+
+	/*
+	 * Catalog cache entries of user tables loaded under a normal snapshot
+	 * must not be used by decoding, nor historic ones by normal queries.
+	 */
+	bool		caches_normal;	/* normal transactions read user tables */
+	bool		caches_historic;	/* decoding ran since the last reset */
 	TimestampTz last_save;		/* when the slot was last written to disk */
 } ReplicantDecoder;
 
@@ -37,6 +44,14 @@ extern ReplicantDecoder *replicant_decoder_start(ReplicantPipeline *pipeline,
  */
 extern bool replicant_decoder_read(ReplicantDecoder *decoder, int max_txns,
 								   uint64 max_bytes);
+
+/*
+ * Call before a transaction that reads published tables (a backfill
+ * chunk): clears catalog cache entries decoding loaded under historic
+ * snapshots, and makes the next decoding burst clear the normal ones.
+ * Checkpoint transactions touch only replicant's own tables and need not.
+ */
+extern void replicant_decoder_before_normal_access(ReplicantDecoder *decoder);
 
 /* Position up to which WAL has been read. */
 extern XLogRecPtr replicant_decoder_read_upto(ReplicantDecoder *decoder);

@@ -157,12 +157,14 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 
 void
 replicant_delivery_refused(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-						   const ReplicantSinkResult *result, const char *what)
+						   const ReplicantSinkResult *result, const char *what,
+						   const char *context)
 {
 	if (result->outcome == REPLICANT_SINK_GONE)
-		disable(slot, pipeline, psprintf("sink answered HTTP 410 Gone to %s", what));
+		disable(slot, pipeline, psprintf("sink answered HTTP 410 Gone to %s%s", what, context));
 	replicant_delivery_halt(slot, pipeline,
-							psprintf("sink rejected %s: HTTP %ld", what, result->http_status));
+							psprintf("sink rejected %s: HTTP %ld%s", what,
+									 result->http_status, context));
 }
 
 void

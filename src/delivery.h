@@ -37,14 +37,15 @@ extern void replicant_delivery_halt_at(ReplicantPipelineSlot *slot,
 									   const char *reason, XLogRecPtr lsn) pg_attribute_noreturn();
 
 /*
- * Acts on a final answer that is not a 2xx (what names the batch, for the
- * message): 410 Gone disables the pipeline, as Standard Webhooks asks;
- * anything else halts it.  Does not return.
+ * Acts on a final answer that is not a 2xx: 410 Gone disables the pipeline,
+ * as Standard Webhooks asks; anything else halts it.  The reason reads
+ * "sink rejected <what>: HTTP <status><context>".  Does not return.
  */
 extern void replicant_delivery_refused(ReplicantPipelineSlot *slot,
 									   ReplicantPipeline *pipeline,
 									   const ReplicantSinkResult *result,
-									   const char *what) pg_attribute_noreturn();
+									   const char *what,
+									   const char *context) pg_attribute_noreturn();
 
 /* Sleeps ms milliseconds on the latch, answering interrupts and SIGHUP. */
 extern void replicant_delivery_sleep(long ms);

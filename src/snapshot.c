@@ -251,7 +251,7 @@ post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	replicant_body_from_buffer(&body, &state, out);
 	replicant_delivery_post(slot, sink, webhook_id, &body, &result);
 	if (result.outcome != REPLICANT_SINK_OK)
-		replicant_delivery_refused(slot, pipeline, &result, "snapshot batch");
+		replicant_delivery_refused(slot, pipeline, &result, "snapshot batch", "");
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->batches_delivered++;

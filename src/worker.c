@@ -205,8 +205,8 @@ deliver_range(int first, int last)
 
 			case REPLICANT_SINK_GONE:
 			case REPLICANT_SINK_REJECTED:
-				replicant_delivery_refused(MySlot, pipeline, &result,
-										   psprintf("batch (commit LSN %X/%X)",
+				replicant_delivery_refused(MySlot, pipeline, &result, "batch",
+										   psprintf(" (commit LSN %X/%X)",
 													LSN_FORMAT_ARGS(batch->txns[last].commit_lsn)));
 		}
 	}
@@ -237,7 +237,7 @@ deliver_chunk(ReplicantChunk *chunk)
 		replicant_delivery_post(MySlot, sink, psprintf("%s-b%s", pipeline->name, chunk->token),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
-			replicant_delivery_refused(MySlot, pipeline, &result, "backfill batch");
+			replicant_delivery_refused(MySlot, pipeline, &result, "backfill batch", "");
 		note_delivered(0, rows, out.len);
 	}
 	replicant_backfill_record_chunk(chunk, rows);
@@ -272,7 +272,7 @@ deliver_messages(List *messages)
 										 (int) strspn(lsn + 6, "0123456789"), lsn + 6),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
-			replicant_delivery_refused(MySlot, pipeline, &result, "message batch");
+			replicant_delivery_refused(MySlot, pipeline, &result, "message batch", "");
 		note_delivered(0, 0, out.len);
 	}
 }
@@ -362,6 +362,7 @@ replicant_worker_main(Datum main_arg)
 		if (backfill != NULL && decoder->state->chunk == NULL)
 		{
 			MemoryContextSwitchTo(TopMemoryContext);
+			replicant_decoder_before_normal_access(decoder);
 			decoder->state->chunk = replicant_backfill_read_chunk(pipeline, backfill);
 			MemoryContextSwitchTo(cycle_context);
 		}
@@ -398,6 +399,7 @@ replicant_worker_main(Datum main_arg)
 			{
 				pfree(backfill);
 				MemoryContextSwitchTo(TopMemoryContext);
+				replicant_decoder_before_normal_access(decoder);
 				backfill = replicant_backfill_next(pipeline->id);
 			}
 			pfree(chunk);

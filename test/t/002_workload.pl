@@ -87,7 +87,7 @@ my @tables = qw(t_comp t_full t_toast);
 
 # Phase 1: the sink goes away for 20 s in the middle of the workload.
 my $started = time();
-my $work = start_workload(1200);
+my $work = start_workload(2000);
 sleep 2;
 $sink->stop;
 sleep 20;
@@ -103,7 +103,7 @@ $work = start_workload(1200);
 sleep 2;
 $node->restart(fail_ok => 1);
 $work->finish;
-$work = start_workload(300);
+$work = start_workload(600);
 $node->safe_psql('postgres', 'TRUNCATE t_toast');
 $work->finish;
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, \@tables),

@@ -71,6 +71,11 @@ ok($node->poll_query_until('postgres',
 	'worker crashed after the ack and came back');
 $node->safe_psql('postgres',
 	"ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf()");
+# The restarted worker may have crashed once more before the reset; the
+# launcher's backoff brings it back.
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'streaming' AND worker_pid IS NOT NULL FROM replicant.status"),
+	'worker streaming again');
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['orders']), 'row after the crash delivered');
 is(scalar(grep { decode_base64($_->{content}) eq 'crash' } @{ $sink->messages }), 1,
 	'message of the re-delivered transaction applied once');
