@@ -38,6 +38,7 @@
 
 #include "backfill.h"
 #include "compat.h"
+#include "redact.h"
 #include "pipeline.h"
 #include "replicant.h"
 #include "shmem.h"
@@ -414,6 +415,11 @@ check_ca_file(FunctionCallInfo fcinfo, int argno)
 
 	if (PG_ARGISNULL(argno))
 		return NULL;
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only superusers can set ca_file"),
+				 errdetail("Workers read the file with the server's privileges.")));
 	path = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	if (path[0] != '/' || strlen(path) >= MAXPGPATH)
 		ereport(ERROR,
@@ -640,6 +646,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	char		nulls[15];
 	bool		isnull;
 
+	replicant_redact_statements();
 	PreventInTransactionBlock(true, "replicant.create_pipeline()");
 	check_prerequisites();
 
@@ -770,6 +777,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	Datum		args[14];
 	char		nulls[14];
 
+	replicant_redact_statements();
 	name = required_text(fcinfo, 0, "pipeline name");
 	replicant_pipeline_check_name(name);
 	if (!PG_ARGISNULL(1))
@@ -908,7 +916,7 @@ replicant_disable_pipeline(PG_FUNCTION_ARGS)
 Datum
 replicant_resume_pipeline(PG_FUNCTION_ARGS)
 {
-	set_state(fcinfo, "halt_reason = NULL, schema_ack_lsn = coalesce(halt_lsn, schema_ack_lsn), halt_lsn = NULL");
+	set_state(fcinfo, "halt_reason = NULL, resumed_lsn = pg_current_wal_lsn(), halt_lsn = NULL");
 	PG_RETURN_VOID();
 }
 

@@ -92,7 +92,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	decoder->state->batch = batch;
 	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
 	decoder->state->messages = pipeline->messages;
-	decoder->state->schema_ack_lsn = pipeline->schema_ack_lsn;
+	decoder->state->resumed_lsn = pipeline->resumed_lsn;
 	decoder->state->message_prefixes = pipeline->message_prefixes;
 	decoder->confirmed = MyReplicationSlot->data.confirmed_flush;
 	decoder->caches_normal = true;	/* the pipeline was loaded with them */

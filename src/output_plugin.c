@@ -116,45 +116,52 @@ open_txn(ReplicantDecodingState *state, ReorderBufferTXN *txn)
 	state->txn_open = true;
 }
 
-/* Looks up what to deliver of rel; halts when that cannot be done right. */
+/*
+ * Looks up what to deliver of rel; halts when that cannot be done right.
+ * Conditions an operator can fix (a missing publication, privileges, a
+ * schema change) are accepted for changes committed before the last
+ * resume_pipeline: the operator saw the halt and chose to go on.
+ */
 static ReplicantRelInfo *
 relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation rel)
 {
-	ReplicantRelInfo *info;
+	ReplicantRelInfo *info = replicant_publication_relinfo(rel);
+	bool		resumed = txn->final_lsn <= state->resumed_lsn;
 	char	   *missing;
 
+	if (info->own)
+		return NULL;
 	missing = replicant_publication_check();
 	if (missing)
 	{
-		/*
-		 * Nothing can say what it would have published.  Once the operator
-		 * resumed past this point, changes from before it are not delivered.
-		 */
-		if (txn->final_lsn > state->schema_ack_lsn)
+		/* Nothing can say what it would have published: deliver nothing. */
+		if (!resumed)
 		{
 			state->halt_lsn = txn->final_lsn;
 			halt(state, missing);
 		}
 		return NULL;
 	}
-	info = replicant_publication_relinfo(rel);
-	if (info->halt_reason)
+	if (info->halt_reason && !(info->halt_resumable && resumed))
 	{
+		state->halt_lsn = txn->final_lsn;
 		halt(state, info->halt_reason);
 		return NULL;
 	}
 	if (info->schema_change)
 	{
-		if (txn->final_lsn > state->schema_ack_lsn)
+		if (!resumed)
 		{
 			state->halt_lsn = txn->final_lsn;
 			halt(state, info->schema_change);
 			return NULL;
 		}
-		/* The operator resumed past this change: take the new schema. */
+		/* Resumed past this change: take the new schema. */
 		pfree(info->schema_change);
 		info->schema_change = NULL;
 	}
+	if (info->published)
+		strlcpy(state->current_table, RelationGetRelationName(rel), NAMEDATALEN);
 	return info->published ? info : NULL;
 }
 

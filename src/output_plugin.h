@@ -18,7 +18,8 @@ typedef struct ReplicantDecodingState
 	XLogRecPtr	skip_upto;		/* commits at or below were delivered */
 	char	   *halt_reason;	/* set: stop, deliver nothing more */
 	XLogRecPtr	halt_lsn;		/* commit LSN of the change that halted, if any */
-	XLogRecPtr	schema_ack_lsn; /* schema changes up to here were resumed past */
+	XLogRecPtr	resumed_lsn;	/* halts met by changes before it were resumed past */
+	char		current_table[NAMEDATALEN];	/* being encoded, for error reports */
 	ReplicantChunk *chunk;		/* incremental backfill chunk, or NULL */
 
 	/* pg_logical_emit_message() delivery (options messages, message_prefixes) */

@@ -353,8 +353,8 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	entry->schema_change = schema_change;
 
 	/* The extension's own tables never loop back to the sink. */
-	if (RelationGetNamespace(rel) == replicant_namespace ||
-		!is_publishable_relation(rel))
+	entry->own = (RelationGetNamespace(rel) == replicant_namespace);
+	if (entry->own || !is_publishable_relation(rel))
 		return;
 
 	rel_pubs = GetRelationPublications(relid);
@@ -379,12 +379,18 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 
 	if (entry->halt_reason == NULL &&
 		pg_class_aclcheck(relid, pipeline_owner, ACL_SELECT) != ACLCHECK_OK)
+	{
 		entry->halt_reason = psprintf("pipeline owner has no SELECT privilege on table \"%s\"",
 									  RelationGetRelationName(rel));
+		entry->halt_resumable = true;
+	}
 	if (entry->halt_reason == NULL &&
 		check_enable_rls(relid, pipeline_owner, true) == RLS_ENABLED)
+	{
 		entry->halt_reason = psprintf("table \"%s\" has row-level security that the pipeline owner does not bypass",
 									  RelationGetRelationName(rel));
+		entry->halt_resumable = true;
+	}
 	if (entry->halt_reason)
 		entry->halt_reason = MemoryContextStrdup(CacheMemoryContext, entry->halt_reason);
 	check_schema(entry, rel);

@@ -38,6 +38,8 @@ typedef struct ReplicantRelInfo
 	 * the pipeline halts with this value-free reason.
 	 */
 	char	   *halt_reason;
+	bool		halt_resumable; /* the operator can fix it (privileges) */
+	bool		own;			/* one of replicant's own tables */
 
 	/*
 	 * Live column names and replica identity as first seen by this process;

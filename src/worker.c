@@ -19,6 +19,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -116,6 +117,42 @@ confirm(XLogRecPtr lsn)
 		MySlot->delivered_upto = lsn;
 	LWLockRelease(replicant_shmem->lock);
 	ConditionVariableBroadcast(&MySlot->delivered_cv);
+}
+
+/*
+ * Decodes, turning a data error while encoding a change (a value its type
+ * cannot output, or that cannot be converted to UTF-8) into a fail-closed
+ * halt instead of a crash loop.  The reason names the table and the error
+ * class, never the message, which could quote the value.
+ */
+static bool
+read_or_halt(void)
+{
+	MemoryContext context = CurrentMemoryContext;
+	bool		at_end = true;
+
+	PG_TRY();
+	{
+		at_end = replicant_decoder_read(decoder, pipeline->batch_max_transactions,
+										(uint64) pipeline->batch_max_bytes);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_DATA_EXCEPTION)
+			PG_RE_THROW();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		replicant_delivery_halt(MySlot, pipeline,
+								psprintf("could not encode a change of table \"%s\" (error class %s)",
+										 decoder->state->current_table,
+										 unpack_sql_state(edata->sqlerrcode)));
+	}
+	PG_END_TRY();
+	return at_end;
 }
 
 /* Servers from 15.19 on load only output plugins listed in this setting. */
@@ -373,8 +410,7 @@ replicant_worker_main(Datum main_arg)
 		CHECK_FOR_INTERRUPTS();
 		replicant_delivery_reload_config();
 
-		at_end = replicant_decoder_read(decoder, pipeline->batch_max_transactions,
-										(uint64) pipeline->batch_max_bytes);
+		at_end = read_or_halt();
 		if (decoder->state->halt_reason)
 			replicant_delivery_halt_at(MySlot, pipeline, decoder->state->halt_reason,
 									   decoder->state->halt_lsn);

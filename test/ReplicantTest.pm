@@ -74,7 +74,9 @@ sub run_sink_script
 
 Creates (and by default starts) a cluster with logical decoding and replicant
 preloaded. Options: C<conf> (extra postgresql.conf text), C<start> (default
-1), C<preload> (default 1; 0 leaves shared_preload_libraries alone).
+1), C<preload> (default 1; 0 leaves shared_preload_libraries alone),
+C<initdb_extra> (an array of extra initdb arguments, for settings fixed at
+initdb such as C<--wal-segsize=1>).
 
 On servers that have C<output_plugin_libraries> (15.19 and later minors),
 it is set to allow replicant; older servers would refuse the unknown setting.
@@ -85,7 +87,7 @@ sub new_node
 {
 	my ($name, %opts) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init(allows_streaming => 'logical');
+	$node->init(allows_streaming => 'logical', extra => $opts{initdb_extra} // []);
 
 	my $conf = "wal_level = logical\n"
 	  . "max_replication_slots = 20\n"
@@ -132,7 +134,9 @@ sub server_has_setting
 
 Starts the reference sink on 127.0.0.1 and returns a ReplicantTest::Sink.
 Options: C<secret>, C<keep_bodies> (keep every accepted body and its headers,
-see C<< $sink->bodies >>), C<name> (names its log file, default "sink", then
+see C<< $sink->bodies >>), C<tls_cert> and C<tls_key> (PEM files: serve
+HTTPS, and C<url> starts with https://; C<control()> then needs
+IO::Socket::SSL), C<name> (names its log file, default "sink", then
 "sink2", ...), C<db> (default: a new file in a temporary directory), and the
 sink's fault flags with underscores: C<fail_status>, C<fail_rate>,
 C<fail_first>, C<retry_after>, C<delay_ms>, C<hang>, C<reset>, C<redirect>,
@@ -155,6 +159,8 @@ sub start_sink
 		dir         => $dir,
 		db          => delete $opts{db} // "$dir/sink.db",
 		secret      => delete $opts{secret},
+		tls_cert    => delete $opts{tls_cert},
+		tls_key     => delete $opts{tls_key},
 		keep_bodies => delete $opts{keep_bodies},
 		port_file   => "$dir/port",
 		log         => "$PostgreSQL::Test::Utils::log_path/${test}_$name.log",
@@ -239,7 +245,7 @@ sub wait_until_synced
 
 =head1 ReplicantTest::Sink
 
-Fields: C<url> (C<http://127.0.0.1:PORT/ingest>), C<port>, C<db>, C<log>.
+Fields: C<url> (C<http://127.0.0.1:PORT/ingest>, or https://), C<port>, C<db>, C<log>.
 
 =over
 
@@ -308,6 +314,8 @@ sub _launch
 		$self->{port_file}, '--db', $self->{db});
 	push @args, '--secret', $self->{secret} if defined $self->{secret};
 	push @args, '--keep-bodies' if $self->{keep_bodies};
+	push @args, '--tls-cert', $self->{tls_cert}, '--tls-key', $self->{tls_key}
+	  if defined $self->{tls_cert};
 	foreach my $flag (sort keys %faults)
 	{
 		my $value = $faults{$flag};
@@ -347,7 +355,8 @@ sub _launch
 		usleep(50_000);
 	}
 	chomp($self->{port} = PostgreSQL::Test::Utils::slurp_file($self->{port_file}));
-	$self->{url} = "http://127.0.0.1:$self->{port}/ingest";
+	$self->{scheme} = defined $self->{tls_cert} ? 'https' : 'http';
+	$self->{url} = "$self->{scheme}://127.0.0.1:$self->{port}/ingest";
 	push @running, $self unless grep { $_ == $self } @running;
 	return;
 }
@@ -382,7 +391,7 @@ sub restart
 sub control
 {
 	my ($self, $faults) = @_;
-	my $url  = "http://127.0.0.1:$self->{port}/_control";
+	my $url  = "$self->{scheme}://127.0.0.1:$self->{port}/_control";
 	my $http = HTTP::Tiny->new(timeout => 10);
 	my $r =
 	  defined $faults

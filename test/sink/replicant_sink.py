@@ -14,7 +14,7 @@ The TAP tests use it too: it keeps counters and a log of applied transactions,
 and it can inject faults (errors, hangs, resets, ...) at start or at runtime.
 
   replicant_sink.py serve --port N [--port-file F] --db PATH [--secret S]
-                           [--keep-bodies] [faults]
+                           [--keep-bodies] [--tls-cert PEM --tls-key PEM] [faults]
   replicant_sink.py dump --db PATH [--table schema.table [--counts]]
   replicant_sink.py canon < json-lines
   replicant_sink.py stats|txlog|messages|bodies --db PATH
@@ -22,6 +22,8 @@ and it can inject faults (errors, hangs, resets, ...) at start or at runtime.
 With --keep-bodies it also keeps, for every batch it answered 2xx, the raw
 body and the request headers a test may check (see KEPT_HEADERS); `bodies`
 prints them in arrival order.
+
+With --tls-cert and --tls-key it serves HTTPS instead of HTTP.
 
 Each stored row counts the inserts, updates and reads applied to its key
 ("deliveries"); `dump --counts` prints them, so a test can tell a row that
@@ -38,6 +40,7 @@ import os
 import random
 import socket
 import sqlite3
+import ssl
 import struct
 import sys
 import threading
@@ -314,6 +317,11 @@ class Faults:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"   # keep-alive, as replicant uses it
 
+    def setup(self):
+        if isinstance(self.request, ssl.SSLSocket):   # in this thread, not accept()'s
+            self.request.do_handshake()
+        super().setup()
+
     def log_request(self, code="-", size="-"):
         pass   # we log our own line in log(), without the default noise
 
@@ -410,12 +418,32 @@ class Handler(BaseHTTPRequestHandler):
         return 302 if fault == "redirect" else fault
 
 
+class TLSServer(ThreadingHTTPServer):
+    """HTTPS; Handler.setup() runs the handshake."""
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        return self.tls.wrap_socket(sock, server_side=True,
+                                    do_handshake_on_connect=False), addr
+
+    def handle_error(self, request, client_address):
+        # e.g. a client that does not trust our certificate ends the handshake
+        sys.stderr.write("%s connection failed: %s\n" % (
+            time.strftime("%H:%M:%S"), sys.exc_info()[1]))
+
+
 def serve(args):
     faults = {name: getattr(args, name) for name in FAULT_DEFAULTS}
+    if bool(args.tls_cert) != bool(args.tls_key):
+        sys.exit("replicant_sink: --tls-cert and --tls-key go together")
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+        server = (TLSServer if args.tls_cert else ThreadingHTTPServer)(
+            ("127.0.0.1", args.port), Handler)
     except OSError as e:
         sys.exit("replicant_sink: cannot listen on 127.0.0.1:%d: %s" % (args.port, e))
+    if args.tls_cert:
+        server.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server.tls.load_cert_chain(args.tls_cert, args.tls_key)
     server.daemon_threads = True
     server.db, server.lock = open_db(args.db), threading.Lock()
     server.secret, server.faults = args.secret, Faults(faults)
@@ -425,7 +453,8 @@ def serve(args):
         with open(args.port_file + ".tmp", "w") as f:
             f.write("%d\n" % port)
         os.replace(args.port_file + ".tmp", args.port_file)
-    sys.stderr.write("replicant_sink listening on 127.0.0.1:%d\n" % port)
+    sys.stderr.write("replicant_sink listening on %s://127.0.0.1:%d\n" % (
+        "https" if args.tls_cert else "http", port))
     server.serve_forever()
 
 
@@ -490,6 +519,8 @@ def main():
     s.add_argument("--max-body", type=int, help="answer 413 above this size")
     s.add_argument("--keep-bodies", action="store_true",
                    help="store each accepted body and its headers (see bodies)")
+    s.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate ...")
+    s.add_argument("--tls-key", metavar="PEM", help="... and this private key")
     for name in ("serve", "dump", "stats", "txlog", "messages", "bodies"):
         q = s if name == "serve" else sub.add_parser(name)
         q.add_argument("--db", required=True, help="SQLite database file")

@@ -1,0 +1,518 @@
+# Fail-closed halts (docs/design.md §7): each condition halts its pipeline
+# with a clear, value-free last_error; the halt survives a server restart;
+# once the cause is fixed, resume_pipeline (or, for a lost slot, drop and
+# create) makes the pipeline continue and later changes arrive.
+#
+#   slot invalidated (WAL removed past max_slot_wal_keep_size)
+#   publication dropped, then created again
+#   a published table's column dropped (also across a server restart)
+#   replica identity changed
+#   the pipeline owner's SELECT revoked, and row-level security enabled
+#   a row that cannot be encoded (non-UTF-8 bytes in an SQL_ASCII database)
+#   drop_pipeline of a halted pipeline and of one in the middle of a POST
+#
+# Every row value carries a marker; neither last_error nor the server log
+# (default logging: log_statement = none) may ever show it.
+use strict;
+use warnings;
+use Time::HiRes qw(time usleep);
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+my $MARK = 'ROWVAL-9d2e41';
+my $HALT_S = 30;    # a halt shows within this many seconds
+
+my $started = time();
+# 1 MB WAL segments, so a few segment switches exceed max_slot_wal_keep_size.
+my $node = ReplicantTest::new_node('failclosed',
+	initdb_extra => ['--wal-segsize=1'],
+	conf => "log_statement = none\nmax_wal_size = 32MB\nmin_wal_size = 4MB");
+my $sink = ReplicantTest::start_sink();
+
+$node->safe_psql('postgres', 'CREATE EXTENSION replicant');
+
+# ---- helpers ----------------------------------------------------------------
+
+# Polls a boolean query until it is true or $timeout seconds pass; connection
+# errors (a restarting server) just mean "not yet".
+sub poll
+{
+	my ($sql, $timeout, $db) = @_;
+	$timeout //= 60;
+	my $deadline = time() + $timeout;
+	while (time() < $deadline)
+	{
+		my ($ret, $out) = $node->psql($db // 'postgres', $sql);
+		return 1 if $ret == 0 && $out eq 't';
+		usleep(100_000);
+	}
+	diag("timed out after $timeout s waiting for: $sql");
+	return 0;
+}
+
+sub status
+{
+	my ($p, $db) = @_;
+	my $row = $node->safe_psql($db // 'postgres',
+		"SELECT state, coalesce(last_error, '<null>'), coalesce(worker_pid, 0)"
+		  . " FROM replicant.status WHERE pipeline = '$p'");
+	my %s;
+	@s{qw(state last_error worker_pid)} = split /\|/, $row, 3;
+	$s{state} //= '<no pipeline>';
+	$s{last_error} //= '';
+	return \%s;
+}
+
+sub workers_running
+{
+	my ($p) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'replicant pipeline $p'");
+}
+
+sub create_pipeline
+{
+	my ($p, $pub, %o) = @_;
+	my $url = $o{url} // $sink->{url};
+	$node->safe_psql($o{db} // 'postgres',
+		($o{role} ? "SET ROLE $o{role};\n" : '')
+		  . "SELECT replicant.create_pipeline('$p', '$pub', '$url',"
+		  . " http_timeout_ms => " . ($o{http_timeout_ms} // 2000) . ", connect_timeout_ms => 500)");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = '$p'",
+			30, $o{db}),
+		"$p: pipeline streaming");
+}
+
+# The sink's stored row of $table with this id (canonical JSON), or ''.
+sub sink_row
+{
+	my ($table, $id, $s) = @_;
+	my @rows = grep { /"id":$id[,}]/ } split /\n/, ($s // $sink)->dump($table);
+	return $rows[0] // '';
+}
+
+sub wait_sink_row
+{
+	my ($table, $id, $timeout) = @_;
+	my $deadline = time() + ($timeout // 30);
+	while (time() < $deadline)
+	{
+		my $row = sink_row($table, $id);
+		return $row if $row ne '';
+		usleep(100_000);
+	}
+	return '';
+}
+
+# Waits for the halt and checks its reason.
+sub expect_halt
+{
+	my ($label, $p, $re, $db) = @_;
+	my $ok = ok(
+		poll("SELECT state = 'halted' AND worker_pid IS NULL FROM replicant.status"
+			  . " WHERE pipeline = '$p'", $HALT_S, $db),
+		"$label: the pipeline halts, its worker exits");
+	my $s = status($p, $db);
+	diag("$label: state $s->{state}, last_error $s->{last_error}") unless $ok;
+	like($s->{last_error}, $re, "$label: last_error says why ($s->{last_error})");
+	unlike($s->{last_error}, qr/\Q$MARK\E/, "$label: last_error holds no row value");
+	return $ok;
+}
+
+# Restarts the server: the halt (and its reason) must survive.
+sub halted_across_restart
+{
+	my ($label, $p, $re, $db) = @_;
+	$db //= 'postgres';
+	$node->restart;
+	# Once the sync worker mirrored the database's pipelines into shared
+	# memory, the launcher has decided which workers to start.
+	ok( poll("SELECT count(*) = (SELECT count(*) FROM replicant.pipelines)"
+			  . " FROM replicant._worker_status()", 30, $db),
+		"$label: the launcher saw the pipelines after the restart");
+	sleep 2;
+	my $s = status($p, $db);
+	is($s->{state}, 'halted', "$label: still halted after a server restart");
+	like($s->{last_error}, $re, "$label: with its reason");
+	is($s->{worker_pid}, 0, "$label: no worker pid");
+	is(workers_running($p), '0', "$label: no worker runs");
+}
+
+sub resume
+{
+	my ($p, $db) = @_;
+	$node->safe_psql($db // 'postgres', "SELECT replicant.resume_pipeline('$p')");
+}
+
+sub expect_streaming
+{
+	my ($label, $p, $db) = @_;
+	my $ok = ok(
+		poll("SELECT state = 'streaming' AND last_error IS NULL FROM replicant.status"
+			  . " WHERE pipeline = '$p'", 30, $db),
+		"$label: streaming again, last_error NULL");
+	diag("$label: " . halt_info($p, $db)) unless $ok;
+	return $ok;
+}
+
+sub halt_info
+{
+	my ($p, $db) = @_;
+	return $node->safe_psql($db // 'postgres',
+		"SELECT format('state %s, halt_reason %s, halt_lsn %s, schema_ack_lsn %s',"
+		  . " s.state, p.halt_reason, p.halt_lsn, p.schema_ack_lsn)"
+		  . " FROM replicant.pipelines p JOIN replicant.status s ON s.pipeline = p.name"
+		  . " WHERE p.name = '$p'");
+}
+
+# Diagnostics only, after the checks: how many more resume_pipeline calls
+# it takes until the pipeline streams (each one logged).
+sub resumes_needed
+{
+	my ($label, $p, $max) = @_;
+	for my $n (1 .. $max)
+	{
+		return if status($p)->{state} ne 'halted';
+		resume($p);
+		sleep 2;
+		diag("$label: after $n more resume(s): " . halt_info($p));
+	}
+}
+
+sub slot_count
+{
+	my ($p) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_$p'");
+}
+
+sub drop_pipeline
+{
+	my ($label, $p, $db) = @_;
+	$node->safe_psql($db // 'postgres', "SELECT replicant.drop_pipeline('$p')");
+	is(slot_count($p), '0', "$label: drop_pipeline leaves no slot");
+	ok(poll("SELECT count(*) = 0 FROM pg_stat_activity"
+			  . " WHERE application_name = 'replicant pipeline $p'", 10),
+		"$label: and no worker");
+}
+
+# ---- slot invalidated: the WAL it needed was removed -------------------------
+{
+	my $label = 'slot invalidated';
+	$node->safe_psql('postgres', q{
+CREATE TABLE lost_t (id int PRIMARY KEY, v text);
+CREATE PUBLICATION lost_pub FOR TABLE lost_t;
+CREATE TABLE filler (id serial PRIMARY KEY, v text);
+});
+	create_pipeline('lost', 'lost_pub');
+	$node->safe_psql('postgres', "INSERT INTO lost_t VALUES (1, '$MARK 1')");
+	isnt(wait_sink_row('public.lost_t', 1), '', "$label: delivered before the outage");
+
+	# The sink goes away: the batch holding row 2 is retried and the slot
+	# stays where it is while unpublished writes fill segment after segment.
+	$sink->stop;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'; SELECT pg_reload_conf()");
+	$node->safe_psql('postgres', "INSERT INTO lost_t VALUES (2, '$MARK 2')");
+	ok(poll("SELECT state = 'retrying' FROM replicant.status WHERE pipeline = 'lost'", 30),
+		"$label: retrying while the sink is down");
+	my $wal_status = '';
+	for my $round (1 .. 40)
+	{
+		$node->safe_psql('postgres',
+			"INSERT INTO filler (v) SELECT md5(g::text) FROM generate_series(1, 2000) g;"
+			  . " SELECT pg_switch_wal(); CHECKPOINT;");
+		$wal_status = $node->safe_psql('postgres',
+			"SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'replicant_lost'");
+		last if $wal_status eq 'lost';
+	}
+	is($wal_status, 'lost', "$label: pg_replication_slots says the slot is lost");
+	expect_halt($label, 'lost',
+		qr/^replication slot "replicant_lost" was invalidated because the WAL it needed was removed$/);
+	$node->safe_psql('postgres', 'ALTER SYSTEM RESET max_slot_wal_keep_size; SELECT pg_reload_conf()');
+	$sink->restart;    # the pipelines created from here on use its URL
+	halted_across_restart($label, 'lost', qr/was invalidated because the WAL it needed was removed/);
+
+	# A lost slot cannot be resumed: resume just halts again, same reason.
+	resume('lost');
+	expect_halt("$label, resumed", 'lost', qr/was invalidated because the WAL it needed was removed/);
+
+	# The fix is to drop and create the pipeline again.
+	drop_pipeline($label, 'lost');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.pipelines WHERE name = 'lost'"),
+		'0', "$label: the pipeline row is gone");
+	create_pipeline('lost', 'lost_pub');
+	$node->safe_psql('postgres', "INSERT INTO lost_t VALUES (3, '$MARK 3')");
+	isnt(wait_sink_row('public.lost_t', 3), '', "$label: the new pipeline delivers later changes");
+	drop_pipeline("$label, recreated", 'lost');
+}
+
+# ---- publication dropped, then created again ---------------------------------
+{
+	my $label = 'publication dropped';
+	$node->safe_psql('postgres', q{
+CREATE TABLE pd_t (id int PRIMARY KEY, v text);
+CREATE PUBLICATION pd_pub FOR TABLE pd_t;
+});
+	create_pipeline('pubdrop', 'pd_pub');
+	$node->safe_psql('postgres', "INSERT INTO pd_t VALUES (1, '$MARK 1')");
+	isnt(wait_sink_row('public.pd_t', 1), '', "$label: delivered before");
+
+	$node->safe_psql('postgres', 'DROP PUBLICATION pd_pub');
+	$node->safe_psql('postgres', "INSERT INTO pd_t VALUES (2, '$MARK 2')");
+	expect_halt($label, 'pubdrop', qr/^publication "pd_pub" does not exist$/);
+	# More writes while halted and the publication is still missing.
+	$node->safe_psql('postgres', "INSERT INTO pd_t VALUES (3, '$MARK 3')");
+	$node->safe_psql('postgres', "UPDATE pd_t SET v = '$MARK 3b' WHERE id = 3");
+	halted_across_restart($label, 'pubdrop', qr/^publication "pd_pub" does not exist$/);
+
+	$node->safe_psql('postgres', 'CREATE PUBLICATION pd_pub FOR TABLE pd_t');
+	$node->safe_psql('postgres', "INSERT INTO pd_t VALUES (4, '$MARK 4')");
+	resume('pubdrop');
+	expect_streaming($label, 'pubdrop');
+	isnt(wait_sink_row('public.pd_t', 4), '',
+		"$label: a change committed after the publication was created again arrives");
+	$node->safe_psql('postgres', "INSERT INTO pd_t VALUES (5, '$MARK 5')");
+	isnt(wait_sink_row('public.pd_t', 5), '', "$label: and so do later ones");
+	resumes_needed($label, 'pubdrop', 4);
+	drop_pipeline($label, 'pubdrop');
+}
+
+# ---- a published table's column dropped ---------------------------------------
+{
+	my $label = 'column dropped';
+	$node->safe_psql('postgres', q{
+CREATE TABLE cd_t (id int PRIMARY KEY, a text, b text, c text);
+CREATE PUBLICATION cd_pub FOR TABLE cd_t;
+});
+	create_pipeline('coldrop', 'cd_pub');
+	$node->safe_psql('postgres', "INSERT INTO cd_t VALUES (1, '$MARK a1', '$MARK b1', '$MARK c1')");
+	like(wait_sink_row('public.cd_t', 1), qr/"b":/, "$label: delivered with column b");
+
+	$node->safe_psql('postgres', 'ALTER TABLE cd_t DROP COLUMN b');
+	$node->safe_psql('postgres', "INSERT INTO cd_t VALUES (2, '$MARK a2', '$MARK c2')");
+	expect_halt($label, 'coldrop', qr/^a column of table "cd_t" was dropped or renamed$/);
+	is(sink_row('public.cd_t', 2), '', "$label: the change after the drop was not delivered");
+	$node->safe_psql('postgres', "INSERT INTO cd_t VALUES (3, '$MARK a3', '$MARK c3')");
+	halted_across_restart($label, 'coldrop', qr/^a column of table "cd_t" was dropped or renamed$/);
+
+	resume('coldrop');
+	expect_streaming($label, 'coldrop');
+	$node->safe_psql('postgres', "INSERT INTO cd_t VALUES (4, '$MARK a4', '$MARK c4')");
+	for my $id (2, 3, 4)
+	{
+		my $row = wait_sink_row('public.cd_t', $id);
+		like($row, qr/^\{"a":"[^"]*","c":"[^"]*","id":$id\}$/,
+			"$label: row $id arrives with the new shape");
+	}
+
+	# The same drop, right after a server restart: the new worker has not
+	# seen the table yet when the drop happens.  Known gap: the schema a
+	# worker compares against lives in its memory only (README, Limitations).
+  TODO:
+	{
+		local $TODO = 'schema baseline is not persisted across worker restarts';
+		$label = 'column dropped after a restart';
+		$node->safe_psql('postgres', "INSERT INTO cd_t VALUES (5, '$MARK a5', '$MARK c5')");
+		isnt(wait_sink_row('public.cd_t', 5), '', "$label: delivered before");
+		$node->restart;
+		ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'coldrop'", 30),
+			"$label: streaming after the restart");
+		$node->safe_psql('postgres', 'ALTER TABLE cd_t DROP COLUMN a');
+		$node->safe_psql('postgres', "INSERT INTO cd_t VALUES (6, '$MARK c6')");
+		if (!expect_halt($label, 'coldrop', qr/^a column of table "cd_t" was dropped or renamed$/))
+		{
+			diag("$label: the sink got row 6 without a halt: " . sink_row('public.cd_t', 6));
+		}
+		else
+		{
+			resume('coldrop');
+			expect_streaming($label, 'coldrop');
+		}
+
+	}
+	drop_pipeline($label, 'coldrop');
+}
+
+# ---- replica identity changed -----------------------------------------------------
+{
+	my $label = 'replica identity changed';
+	$node->safe_psql('postgres', q{
+CREATE TABLE ri_t (id int PRIMARY KEY, v text);
+CREATE PUBLICATION ri_pub FOR TABLE ri_t;
+});
+	create_pipeline('ident', 'ri_pub');
+	$node->safe_psql('postgres', "INSERT INTO ri_t VALUES (1, '$MARK 1')");
+	isnt(wait_sink_row('public.ri_t', 1), '', "$label: delivered before");
+
+	$node->safe_psql('postgres', 'ALTER TABLE ri_t REPLICA IDENTITY FULL');
+	$node->safe_psql('postgres', "UPDATE ri_t SET v = '$MARK 1b' WHERE id = 1");
+	expect_halt($label, 'ident', qr/^the replica identity of table "ri_t" changed$/);
+	$node->safe_psql('postgres', "INSERT INTO ri_t VALUES (2, '$MARK 2')");
+	halted_across_restart($label, 'ident', qr/^the replica identity of table "ri_t" changed$/);
+
+	resume('ident');
+	expect_streaming($label, 'ident');
+	$node->safe_psql('postgres', "INSERT INTO ri_t VALUES (3, '$MARK 3')");
+	like(wait_sink_row('public.ri_t', 1), qr/\Q$MARK\E 1b/, "$label: the update that halted arrives");
+	isnt(wait_sink_row('public.ri_t', 2), '', "$label: the insert made while halted arrives");
+	isnt(wait_sink_row('public.ri_t', 3), '', "$label: and a later one");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['ri_t'], 30),
+		"$label: the sink equals the source");
+	drop_pipeline($label, 'ident');
+}
+
+# ---- the owner's privileges: SELECT revoked, row-level security enabled -----------
+$node->safe_psql('postgres', q{
+CREATE ROLE pipeowner LOGIN;
+GRANT USAGE ON SCHEMA replicant TO pipeowner;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA replicant TO pipeowner;
+CREATE TABLE own_t (id int PRIMARY KEY, v text);
+CREATE TABLE rls_t (id int PRIMARY KEY, v text);
+GRANT SELECT ON own_t, rls_t TO pipeowner;
+CREATE PUBLICATION own_pub FOR TABLE own_t;
+CREATE PUBLICATION rls_pub FOR TABLE rls_t;
+});
+{
+	my $label = 'SELECT revoked';
+	create_pipeline('owned', 'own_pub', role => 'pipeowner');
+	is($node->safe_psql('postgres',
+			"SELECT pg_get_userbyid(owner) FROM replicant.pipelines WHERE name = 'owned'"),
+		'pipeowner', "$label: the pipeline is owned by the non-superuser role");
+	$node->safe_psql('postgres', "INSERT INTO own_t VALUES (1, '$MARK 1')");
+	isnt(wait_sink_row('public.own_t', 1), '', "$label: delivered before");
+
+	$node->safe_psql('postgres', 'REVOKE SELECT ON own_t FROM pipeowner');
+	$node->safe_psql('postgres', "INSERT INTO own_t VALUES (2, '$MARK 2')");
+	expect_halt($label, 'owned',
+		qr/^pipeline owner has no SELECT privilege on table "own_t"$/);
+	is(sink_row('public.own_t', 2), '', "$label: the row the owner may not read was not delivered");
+	halted_across_restart($label, 'owned', qr/^pipeline owner has no SELECT privilege on table "own_t"$/);
+
+	$node->safe_psql('postgres', 'GRANT SELECT ON own_t TO pipeowner');
+	$node->safe_psql('postgres', "INSERT INTO own_t VALUES (3, '$MARK 3')");
+	resume('owned');
+	expect_streaming($label, 'owned');
+	isnt(wait_sink_row('public.own_t', 3), '', "$label: a change made after the GRANT arrives");
+	$node->safe_psql('postgres', "INSERT INTO own_t VALUES (4, '$MARK 4')");
+	isnt(wait_sink_row('public.own_t', 4), '', "$label: and so does a later one");
+	resumes_needed($label, 'owned', 2);
+	drop_pipeline($label, 'owned');
+}
+{
+	my $label = 'row-level security';
+	create_pipeline('rls', 'rls_pub', role => 'pipeowner');
+	$node->safe_psql('postgres', "INSERT INTO rls_t VALUES (1, '$MARK 1')");
+	isnt(wait_sink_row('public.rls_t', 1), '', "$label: delivered before");
+	$node->safe_psql('postgres', 'ALTER TABLE rls_t ENABLE ROW LEVEL SECURITY');
+	$node->safe_psql('postgres', "INSERT INTO rls_t VALUES (2, '$MARK 2')");
+	expect_halt($label, 'rls',
+		qr/^table "rls_t" has row-level security that the pipeline owner does not bypass$/);
+	$node->safe_psql('postgres', 'ALTER TABLE rls_t DISABLE ROW LEVEL SECURITY');
+	$node->safe_psql('postgres', "INSERT INTO rls_t VALUES (3, '$MARK 3')");
+	resume('rls');
+	expect_streaming($label, 'rls');
+	isnt(wait_sink_row('public.rls_t', 3), '', "$label: a change made after RLS was disabled arrives");
+	drop_pipeline($label, 'rls');
+}
+
+# ---- a row that cannot be encoded ---------------------------------------------------
+# Every value of a UTF-8 (or convertible) database encodes; user-defined
+# types with a failing output function need C.  An SQL_ASCII database,
+# though, stores any bytes, and the sink gets UTF-8: a value that is not
+# valid UTF-8 cannot be encoded.
+{
+	my $label = 'row that cannot be encoded';
+	$node->safe_psql('postgres',
+		"CREATE DATABASE asciidb ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+	$node->safe_psql('asciidb', q{
+CREATE EXTENSION replicant;
+CREATE TABLE enc_t (id int PRIMARY KEY, v text);
+CREATE PUBLICATION enc_pub FOR TABLE enc_t;
+});
+	create_pipeline('enc', 'enc_pub', db => 'asciidb');
+	$node->safe_psql('asciidb', "INSERT INTO enc_t VALUES (1, '$MARK 1')");
+	isnt(wait_sink_row('public.enc_t', 1), '', "$label: a valid row is delivered");
+
+	my $log_offset = -s $node->logfile;
+	$node->safe_psql('asciidb', "INSERT INTO enc_t VALUES (2, E'$MARK \\xff\\xfe 2')");
+	is($node->safe_psql('asciidb', "SELECT octet_length(v) FROM enc_t WHERE id = 2"),
+		length($MARK) + 5, "$label: the row holds two bytes that are not UTF-8");
+	if (expect_halt($label, 'enc', qr/encode/, 'asciidb'))
+	{
+		halted_across_restart($label, 'enc', qr/encode/, 'asciidb');
+	}
+	else
+	{
+		my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_offset);
+		my @errors = grep { /ERROR|exited with exit code/ } split /\n/, $log;
+		diag(sprintf("$label: %d ERROR/exit lines in the server log since, e.g.:\n%s",
+				scalar(@errors), join("\n", @errors[ 0 .. ($#errors < 3 ? $#errors : 3) ])));
+	}
+	is(sink_row('public.enc_t', 2), '', "$label: the row was not delivered");
+	# Nothing makes the row encodable: the fix is a new pipeline.
+	drop_pipeline($label, 'enc', 'asciidb');
+	create_pipeline('enc', 'enc_pub', db => 'asciidb');
+	$node->safe_psql('asciidb', "INSERT INTO enc_t VALUES (3, '$MARK 3')");
+	isnt(wait_sink_row('public.enc_t', 3), '', "$label: the new pipeline delivers later rows");
+	drop_pipeline("$label, recreated", 'enc', 'asciidb');
+}
+
+# ---- drop_pipeline: of a halted pipeline, and in the middle of a POST ---------------
+{
+	my $label = 'drop while halted';
+	my $rejecting = ReplicantTest::start_sink(name => 'rejecting', fail_status => 400);
+	$node->safe_psql('postgres', q{
+CREATE TABLE drop_t (id int PRIMARY KEY, v text);
+CREATE PUBLICATION drop_pub FOR TABLE drop_t;
+});
+	create_pipeline('halted', 'drop_pub', url => $rejecting->{url});
+	$node->safe_psql('postgres', "INSERT INTO drop_t VALUES (1, '$MARK 1')");
+	expect_halt($label, 'halted', qr/^sink rejected batch: HTTP 400 \(commit LSN [0-9A-F]+\/[0-9A-F]+\)$/);
+	is(slot_count('halted'), '1', "$label: the halted pipeline keeps its slot");
+	drop_pipeline($label, 'halted');
+	$rejecting->stop;
+
+	$label = 'drop during a POST';
+	my $slow = ReplicantTest::start_sink(name => 'slow', delay_ms => 5000);
+	create_pipeline('busy', 'drop_pub', url => $slow->{url}, http_timeout_ms => 60000);
+	$node->safe_psql('postgres', "INSERT INTO drop_t VALUES (2, '$MARK 2')");
+	# The sink counts a request once it applied it, then waits 5 s to answer.
+	my $deadline = time() + 30;
+	usleep(50_000) until $slow->stats->{requests} > 0 || time() > $deadline;
+	is($slow->stats->{requests}, 1, "$label: a request is in flight");
+	is(workers_running('busy'), '1', "$label: the worker waits for the answer");
+	is(status('busy')->{state}, 'streaming', "$label: no attempt has failed yet");
+	my $t0 = time();
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('busy')");
+	my $took = time() - $t0;
+	cmp_ok($took, '<', 4, sprintf("$label: drop_pipeline returned without waiting for the answer (%.1f s)", $took));
+	is(slot_count('busy'), '0', "$label: drop_pipeline leaves no slot");
+	ok(poll("SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'replicant pipeline busy'", 10),
+		"$label: and no worker");
+	is($node->safe_psql('postgres',
+			"SELECT count(*) FROM replicant.pipelines WHERE name = 'busy'"),
+		'0', "$label: nor its row");
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM replicant.checkpoints'),
+		'0', "$label: nor any checkpoint row");
+	sleep 2;
+	is(workers_running('busy'), '0', "$label: nothing restarts the worker");
+	$slow->stop;
+}
+
+# ---- nothing left behind, nothing leaked ---------------------------------------------
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'replicant\\_%'"),
+	'0', 'no replicant_ slot remains');
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'replicant pipeline'"),
+	'0', 'no pipeline worker runs');
+my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile);
+my @leaks = grep { /\Q$MARK\E/ } split /\n/, $log;
+is(scalar(@leaks), 0, 'no server log line shows a row value')
+  or diag(join("\n", @leaks[ 0 .. ($#leaks < 4 ? $#leaks : 4) ]));
+
+note(sprintf('%.0f s', time() - $started));
+done_testing();
