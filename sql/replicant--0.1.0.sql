@@ -12,8 +12,8 @@ CREATE TABLE replicant.pipelines (
     snapshot                text NOT NULL,
     enabled                 boolean NOT NULL DEFAULT true,
     halt_reason             text,
-    halt_lsn                pg_lsn,     -- where a schema-change halt happened
-    schema_ack_lsn          pg_lsn,     -- schema changes up to here were resumed past
+    halt_lsn                pg_lsn,     -- the commit whose change halted the pipeline
+    resumed_lsn             pg_lsn,     -- WAL position of the last resume_pipeline
     config_version          integer NOT NULL DEFAULT 1,
     batch_max_bytes         integer NOT NULL,
     batch_max_transactions  integer NOT NULL,
