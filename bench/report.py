@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""bench/report.py -- turns bench/run's raw measurements into the results table.
+
+    report.py RESULTS.tsv SETTINGS.conf OUTDIR RESULTS.md
+
+RESULTS.tsv holds "key<TAB>value" lines written by lib.sh's record().  Keys
+ending in ".N" are repetitions: for times the best (lowest) is used.  This
+script prints the table and rewrites RESULTS.md; everything below the
+NOTES_MARKER line of an existing RESULTS.md (hand-written analysis) is kept.
+Nothing here fails on a missed target: the table says "no".
+"""
+import os
+import re
+import sys
+
+NOTES_MARKER = "<!-- notes: everything below this line is kept when bench/run rewrites the file -->"
+
+
+def load(path):
+    raw = {}
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if "\t" in line:
+                k, v = line.split("\t", 1)
+                raw[k] = v
+    return raw
+
+
+class R:
+    def __init__(self, raw):
+        self.raw = raw
+
+    def get(self, key):
+        return self.raw.get(key)
+
+    def num(self, key):
+        v = self.raw.get(key)
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return None
+
+    def reps(self, key):
+        vals = []
+        for k, v in self.raw.items():
+            m = re.fullmatch(re.escape(key) + r"\.(\d+)", k)
+            if m:
+                try:
+                    vals.append(float(v))
+                except ValueError:
+                    pass
+        return vals
+
+    def best(self, key):
+        vals = self.reps(key)
+        return min(vals) if vals else None
+
+
+def fmt(x, unit="", digits=None):
+    if x is None:
+        return "–"
+    if digits is None:
+        digits = 0 if abs(x) >= 100 else (1 if abs(x) >= 10 else 2)
+    s = f"{x:,.{digits}f}"
+    return f"{s} {unit}".strip()
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def met(value, op, target):
+    if value is None:
+        return "n/a"
+    ok = value >= target if op == ">=" else value <= target
+    return "yes" if ok else "**no**"
+
+
+def build(r):
+    rows = []      # the target table
+    extra = []     # informational rows
+    notes = []
+
+    def add(scn, measure, value, anchor, anchor_value, rat, target, ok):
+        rows.append([scn, measure, value, anchor, anchor_value, rat, target, ok])
+
+    def info(scn, measure, value, comment=""):
+        extra.append([scn, measure, value, comment])
+
+    # ---- sink alone
+    sizes = [(256, "256 B"), (65536, "64 KiB"), (1048576, "1 MiB"), (8388608, "8 MiB")]
+    if r.get("sink.req_per_s.256"):
+        parts = []
+        for sz, label in sizes:
+            parts.append(f"{label}: {fmt(r.num(f'sink.req_per_s.{sz}'))} req/s = {fmt(r.num(f'sink.mb_per_s.{sz}'))} MB/s")
+        info("sink", "limit, 1 connection, 1 request in flight", "; ".join(parts),
+             "C/epoll sink + C client on the same 2 cores; every stream scenario stays far below this")
+
+    # ---- scenarios 1 and 2
+    for sid, title, unit_name, target_w2j, target_td in (
+            ("s1", "1 stream, small txns", "txn", 1.5, 0.6),
+            ("s2", "2 stream, bulk txns", "row", 1.2, None)):
+        if r.best(f"{sid}.replicant_s") is None:
+            continue
+        rows_n = r.num(f"{sid}.rows")
+        txns = rows_n if sid == "s1" else (rows_n / 10000 if rows_n else None)
+        count = txns if unit_name == "txn" else rows_n
+        rep_s = r.best(f"{sid}.replicant_s")
+        td_s = r.best(f"{sid}.decode_only_s")
+        w1_s = r.best(f"{sid}.w2j1_s")
+        w2_s = r.best(f"{sid}.w2j2_s")
+        rate = lambda s: count / s if (s and count) else None
+        unit = f"{unit_name}/s"
+        add(title, f"replicant catch-up rate ({fmt(count)} {unit_name}s, {fmt(rep_s, 's')})",
+            fmt(rate(rep_s), unit), "pg_recvlogical + wal2json v1", fmt(rate(w1_s), unit),
+            fmt(ratio(w1_s, rep_s), "×"), f"≥ {target_w2j}×", met(ratio(w1_s, rep_s), ">=", target_w2j))
+        if target_td:
+            add(title, "", "", "decode-only (test_decoding peek, count(*))", fmt(rate(td_s), unit),
+                fmt(ratio(td_s, rep_s), "×"), f"≥ {target_td}×", met(ratio(td_s, rep_s), ">=", target_td))
+        else:
+            add(title, "", "", "decode-only (test_decoding peek, count(*))", fmt(rate(td_s), unit),
+                fmt(ratio(td_s, rep_s), "×"), "(info)", "")
+        add(title, "", "", "pg_recvlogical + wal2json v2", fmt(rate(w2_s), unit),
+            fmt(ratio(w2_s, rep_s), "×"), "(info)", "")
+        wal = r.num(f"{sid}.wal_bytes")
+        startup = r.best(f"{sid}.replicant_start_s")
+        info(title, "WAL range decoded by every consumer", fmt(wal / 1e6 if wal else None, "MB"),
+             f"{fmt(r.num(f'{sid}.decode_only_rows'))} test_decoding rows")
+        info(title, "times (best of reps): replicant / decode-only / w2j v1 / w2j v2",
+             " / ".join(fmt(x, "s", 2) for x in (rep_s, td_s, w1_s, w2_s)),
+             "all reps: replicant " + ", ".join(fmt(x, "s", 2) for x in r.reps(f"{sid}.replicant_s"))
+             + "; w2j v1 " + ", ".join(fmt(x, "s", 2) for x in r.reps(f"{sid}.w2j1_s")))
+        info(title, "replicant time to worker start (included above)", fmt(startup, "s", 3),
+             "enable_pipeline -> worker_pid visible (launcher + bgworker start)")
+        if rep_s and startup is not None and rep_s > startup:
+            info(title, "replicant rate from worker start", fmt(count / (rep_s - startup), unit),
+                 f"{fmt(ratio(w1_s, rep_s - startup), '×')} wal2json v1")
+        req = r.num(f"{sid}.sink_requests")
+        byts = r.num(f"{sid}.sink_bytes")
+        if req:
+            info(title, "replicant POSTs / body bytes", f"{fmt(req, digits=0)} / {fmt(byts / 1e6, 'MB')}",
+                 f"{fmt(byts / req / 1e6, 'MB', 2)} per POST; {fmt(byts / rep_s / 1e6, 'MB/s')} to the sink")
+        ch = r.num(f"{sid}.replicant_changes")
+        if ch is not None and rows_n is not None and ch != rows_n:
+            notes.append(f"{title}: replicant delivered {fmt(ch)} changes for {fmt(rows_n)} rows")
+        info(title, "workload (all pipelines disabled)",
+             f"{fmt(r.num(f'{sid}.workload_tps'), 'tps')} in {fmt(r.num(f'{sid}.workload_s'), 's')}",
+             "pgbench, 2 clients")
+        if r.num(f"{sid}.stream_workload_tps") is not None:
+            wt = r.num(f"{sid}.workload_tps")
+            st = r.num(f"{sid}.stream_workload_tps")
+            info(title, "streaming during the workload: workload tps / drain after it",
+                 f"{fmt(st, 'tps')} ({fmt(ratio(st, wt), '×')} of disabled) / {fmt(max(0.0, r.num(f'{sid}.stream_drain_s') or 0.0), 's', 2)}",
+                 "same workload again with one pipeline enabled; drain = workload end -> all acknowledged")
+        cpu = r.num(f"{sid}.stream_worker_cpu_s")
+        if cpu is not None and r.num(f"{sid}.stream_workload_s"):
+            ws = r.num(f"{sid}.stream_workload_s")
+            st = r.num(f"{sid}.stream_workload_tps")
+            info(title, "streaming: pipeline worker CPU during the workload",
+                 f"{fmt(cpu, 's', 1)} = {fmt(100 * cpu / ws, '% of a core')}",
+                 f"{fmt(1000 * cpu / (st * ws) * 1000 if st else None, 'µs', 0)} per source transaction (user + system, /proc)")
+        info(title, "load average before / after", f"{r.get(f'{sid}.loadavg_before')} / {r.get(f'{sid}.loadavg_after')}", "1-minute")
+
+    # ---- scenario 3
+    if r.best("s3.copy_json_s") is not None:
+        n = r.num("s3.rows")
+        cj = r.best("s3.copy_json_s")
+        ct = r.best("s3.copy_text_s")
+        ce = r.best("s3.copy_encoder_s")
+        c2 = r.best("s3.copy_json_2way_s")
+        t = "3 snapshot"
+        rps = lambda s: n / s if (s and n) else None
+        if r.get("s3.replicant_status") == "not implemented" or r.best("s3.replicant_1w_s") is None:
+            add(t, "replicant snapshot, 1 worker", "not implemented", "COPY (SELECT row_to_json(t) FROM t)",
+                fmt(rps(cj), "row/s"), "–", "≥ 0.8×", "n/a (not implemented)")
+            add(t, "replicant snapshot, 2 workers", "not implemented", "replicant, 1 worker", "–",
+                "–", "≥ 1.4×", "n/a (not implemented)")
+        else:
+            s1w = r.best("s3.replicant_1w_s")
+            s2w = r.best("s3.replicant_2w_s")
+            add(t, f"replicant snapshot, 1 worker ({fmt(s1w, 's', 2)})", fmt(rps(s1w), "row/s"),
+                "COPY (SELECT row_to_json(t) FROM t)", fmt(rps(cj), "row/s"),
+                fmt(ratio(cj, s1w), "×"), "≥ 0.8×", met(ratio(cj, s1w), ">=", 0.8))
+            add(t, f"replicant snapshot, 2 workers ({fmt(s2w, 's', 2)})", fmt(rps(s2w), "row/s"),
+                "replicant snapshot, 1 worker", fmt(rps(s1w), "row/s"),
+                fmt(ratio(s1w, s2w), "×"), "≥ 1.4×", met(ratio(s1w, s2w), ">=", 1.4))
+            info(t, "replicant snapshot times, all reps: 1 worker / 2 workers",
+                 ", ".join(fmt(x, "s", 2) for x in r.reps("s3.replicant_1w_s")) + " / "
+                 + ", ".join(fmt(x, "s", 2) for x in r.reps("s3.replicant_2w_s")),
+                 "create_pipeline -> every backfill done and the pipeline streaming (worker start included)")
+            info(t, "replicant snapshot rows / POSTs / bytes (last run)",
+                 f"{fmt(r.num('s3.replicant_rows_done'))} / {fmt(r.num('s3.sink_requests'), digits=0)} / {fmt((r.num('s3.sink_bytes') or 0) / 1e6, 'MB')}",
+                 "rows_done from replicant.backfill_status")
+            if r.num("s3.replicant_rows_done") not in (None, n):
+                notes.append(f"snapshot delivered {fmt(r.num('s3.replicant_rows_done'))} rows of {fmt(n)}")
+        add(t, "", "", "COPY t TO '/dev/null' (text)", fmt(rps(ct), "row/s"), "–", "(anchor)", "")
+        info(t, "table", f"{fmt(n)} rows, {fmt(r.num('s3.table_bytes') / 1e6, 'MB')}",
+             "bigint key, int, text, timestamptz, numeric, jsonb; cached in shared_buffers")
+        info(t, "replicant encoder in one backend: COPY (SELECT replicant._encode_row(t))",
+             f"{fmt(rps(ce), 'row/s')} = {fmt(ratio(cj, ce), '×')} row_to_json",
+             "proxy for a 1-worker snapshot without HTTP (same encoder as stream and snapshot)")
+        info(t, "two COPY(row_to_json) at once, key halves",
+             f"{fmt(rps(c2), 'row/s')} = {fmt(ratio(cj, c2), '×')} one COPY",
+             "what 2 workers can get from this 2-core machine at best")
+
+    # ---- scenario 4
+    if r.num("s4.p50_ms") is not None:
+        t = "4 latency"
+        p50, p95, p99 = r.num("s4.p50_ms"), r.num("s4.p95_ms"), r.num("s4.p99_ms")
+        add(t, "commit-to-sink p50", fmt(p50, "ms", 2), "–", "–", "–", "≤ 5 ms", met(p50, "<=", 5))
+        add(t, "commit-to-sink p95", fmt(p95, "ms", 2), "–", "–", "–", "(info)", "")
+        add(t, "commit-to-sink p99", fmt(p99, "ms", 2), "–", "–", "–", "≤ 50 ms", met(p99, "<=", 50))
+        if r.num("s4.worker_cpu_s") is not None:
+            info(t, "pipeline worker CPU during the run",
+                 f"{fmt(r.num('s4.worker_cpu_s'), 's', 1)}",
+                 f"{fmt(1e6 * r.num('s4.worker_cpu_s') / r.num('s4.rows') if r.num('s4.rows') else None, 'µs', 0)} per transaction")
+        info(t, "rows / POSTs / achieved rate",
+             f"{fmt(r.num('s4.rows'))} / {fmt(r.num('s4.requests'))} / {fmt(r.num('s4.tps'), 'tps')}",
+             f"p90 {fmt(r.num('s4.p90_ms'), 'ms', 2)}, p99.9 {fmt(r.num('s4.p999_ms'), 'ms', 2)}, max {fmt(r.num('s4.max_ms'), 'ms', 2)}; "
+             f"pgbench schedule lag avg {r.get('s4.pgbench_lag_ms')} ms")
+
+    # ---- scenario 5
+    if r.num("s5.worker_vmhwm_kb") is not None:
+        t = "5 memory"
+        hwm = r.num("s5.worker_vmhwm_kb") / 1024
+        body = r.num("s5.sink_bytes")
+        add(t, f"worker peak RSS (VmHWM), one txn of {fmt(r.num('s5.rows'))} rows, {fmt(body / 2**30 if body else None, 'GiB', 2)} JSON",
+            fmt(hwm, "MiB"), "–", "–", "–", "≤ 128 MiB", met(hwm, "<=", 128))
+        info(t, "worker peak RSS sampled every 0.1 s: total / anonymous (private)",
+             f"{fmt(r.num('s5.worker_peak_rss_kb') / 1024, 'MiB')} / {fmt(r.num('s5.worker_peak_anon_kb') / 1024, 'MiB')}",
+             "VmHWM and VmRSS include shared memory pages the worker touched")
+        s = r.num("s5.replicant_s")
+        info(t, "delivery of the one transaction", f"{fmt(s, 's', 1)}, {fmt(body / s / 1e6 if body and s else None, 'MB/s')}",
+             f"{fmt(r.num('s5.sink_requests'), digits=0)} POST(s); insert took {fmt(r.num('s5.insert_s'), 's', 1)}; WAL {fmt(r.num('s5.wal_bytes') / 1e9 if r.num('s5.wal_bytes') else None, 'GB', 2)}")
+
+    # ---- scenario 6
+    if r.reps("s6.tps_with"):
+        t = "6 source overhead"
+        mean = lambda v: sum(v) / len(v) if v else None
+        w, wo = mean(r.reps("s6.tps_with")), mean(r.reps("s6.tps_without"))
+        add(t, "pgbench TPC-B-like TPS with a pipeline on all pgbench tables", fmt(w, "tps"),
+            "same, no pipeline", fmt(wo, "tps"), fmt(ratio(w, wo), "×", 3), "≥ 0.9×", met(ratio(w, wo), ">=", 0.9))
+        info(t, "TPS per slice, in run order (without / with)",
+             ", ".join(f"{'w/o' if k.startswith('s6.tps_without') else 'with'} {fmt(float(v))}"
+                       for k, v in sorted(((k, v) for k, v in r.raw.items() if re.fullmatch(r"s6\.tps_with(out)?\.\d+", k)),
+                                          key=lambda kv: int(kv[0].rsplit(".", 1)[1]))),
+             "mean of the slices is used; ABBA order")
+        drains = r.reps("s6.drain_s")
+        lags = r.reps("s6.lag_bytes_at_end")
+        info(t, "pipeline lag at the end of each 'with' slice / drain time",
+             f"max {fmt(max(lags) / 1e6 if lags else None, 'MB', 2)} / max {fmt(max(0.0, max(drains)) if drains else None, 's', 3)}",
+             f"{fmt(r.num('s6.replicant_txns'))} transactions in {fmt(r.num('s6.replicant_batches'))} POSTs "
+             f"({fmt(ratio(r.num('s6.replicant_txns'), r.num('s6.replicant_batches')), '', 1)} txns per POST); "
+             "drain = slice end -> last transaction acknowledged")
+        cpus = r.reps("s6.worker_cpu_s")
+        if cpus and w:
+            n_with = len(r.reps("s6.tps_with"))
+            slice_s = float(r.get("s6.slice_s") or 15)
+            total = sum(cpus)
+            info(t, "pipeline worker CPU during the 'with' slices",
+                 f"{fmt(total, 's', 1)} = {fmt(100 * total / (n_with * slice_s), '% of a core')}",
+                 f"{fmt(1e6 * total / (w * n_with * slice_s), 'µs', 0)} per source transaction (user + system, /proc)")
+        info(t, "load average before / after", f"{r.get('s6.loadavg_before')} / {r.get('s6.loadavg_after')}", "1-minute")
+
+    return rows, extra, notes
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in rows:
+        out.append("| " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(out)
+
+
+def text_table(header, rows):
+    rows = [[str(c) for c in row] for row in rows]
+    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) if rows else len(header[i])
+              for i in range(len(header))]
+    widths = [min(w, 60) for w in widths]
+    line = lambda cells: "  ".join(c.ljust(widths[i])[:max(widths[i], len(c))] for i, c in enumerate(cells))
+    out = [line(header), line(["-" * w for w in widths])]
+    out += [line(row) for row in rows]
+    return "\n".join(out)
+
+
+def perf_lines(path, inclusive=False):
+    """(percent, symbol) pairs of a perf report --stdio file."""
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            if line.lstrip().startswith("#"):
+                continue
+            if inclusive:
+                m = re.match(r"\s*([\d.]+)%\s+([\d.]+)%\s+(\S.*)$", line)
+                if m:
+                    out.append((m.group(1), m.group(3)))
+            else:
+                m = re.match(r"\s*([\d.]+)%\s+(\S.*)$", line)
+                if m:
+                    out.append((m.group(1), m.group(2)))
+    clean = []
+    for pct, sym in out:
+        sym = re.sub(r"\s+-\s+-\s*$", "", sym).strip()
+        clean.append((pct, sym))
+    return clean
+
+
+# Frames that say nothing about where the time goes.
+BORING = re.compile(r"0x[0-9a-f]+|^\[\.\] 0+$|__restore_rt|StartBackgroundWorker|entry_SYSCALL|do_syscall_64|__libc_start")
+
+
+def perf_section(outdir):
+    parts = []
+    names = sorted(os.listdir(outdir)) if os.path.isdir(outdir) else []
+    for name in names:
+        m = re.fullmatch(r"perf-(.+)\.txt", name)
+        if not m or re.search(r"-(children|comm|dso)\.txt$", name):
+            continue
+        tag = m.group(1)
+        self_ = [(p, s) for p, s in perf_lines(os.path.join(outdir, name)) if not BORING.search(s)]
+        incl = [(p, s) for p, s in perf_lines(os.path.join(outdir, f"perf-{tag}-children.txt"), True)
+                if not BORING.search(s)]
+        comm = perf_lines(os.path.join(outdir, f"perf-{tag}-comm.txt"))
+        text = f"#### {tag}\n\n"
+        if comm:
+            text += "Whole machine by process name: " + ", ".join(f"{s} {p}%" for p, s in comm[:6]) + "\n\n"
+        text += ("```\ninclusive (children)                              self time\n")
+        for i in range(max(min(len(incl), 28), min(len(self_), 28))):
+            left = f"{incl[i][0]:>6}%  {incl[i][1][:40]}" if i < len(incl) and i < 28 else ""
+            right = f"{self_[i][0]:>6}%  {self_[i][1][:45]}" if i < len(self_) and i < 28 else ""
+            text += f"{left:<50}{right}\n"
+        text += "```\n"
+        parts.append(text)
+    return "\n".join(parts)
+
+
+def main():
+    results, settings_path, outdir, md_path = sys.argv[1:5]
+    raw = load(results)
+    r = R(raw)
+    rows, extra, notes = build(r)
+    header = ["scenario", "measure", "replicant", "anchor", "anchor value", "ratio", "target", "met"]
+
+    print()
+    print(text_table(header, rows))
+    print()
+    print(text_table(["scenario", "also measured", "value", "comment"], extra))
+    for n in notes:
+        print("NOTE:", n)
+
+    settings = ""
+    if os.path.exists(settings_path):
+        settings = open(settings_path).read().strip()
+    kept = ""
+    if os.path.exists(md_path):
+        old = open(md_path).read()
+        if NOTES_MARKER in old:
+            kept = old.split(NOTES_MARKER, 1)[1]
+
+    meta = lambda k: raw.get(f"meta.{k}", "?")
+    md = [
+        "# replicant benchmark results",
+        "",
+        "Generated by `bench/run` (method: `bench/scenarios.sh`, table: `bench/report.py`).",
+        "Anchors are measured in the same run, on the same machine, over the same WAL range.",
+        "",
+        f"- command: `{meta('command').strip()}`, started {meta('started')}, took {fmt(float(meta('total_s')) / 60 if meta('total_s') != '?' else None, 'min', 1)}",
+        f"- machine: {meta('cpus')}, {meta('mem_gb')} GB RAM, kernel {meta('kernel')}",
+        f"- {meta('server')}; replicant {meta('replicant')} (replicant.so {meta('replicant_so')}; repository HEAD {meta('git_head')}); wal2json {meta('wal2json')}",
+        f"- sizes: {meta('sizes')}; repetitions: {meta('reps')} (best time used)",
+        f"- replicant pipelines: {meta('batch')} (replicant's defaults), catch-up method",
+        f"- load average (1/5/15 min) at start: {meta('loadavg_start')}; at end: {meta('loadavg_end')}",
+        "",
+        "## Targets",
+        "",
+        "Ratio = replicant's rate / the anchor's rate (for scenario 6: TPS with / without).",
+        "",
+        md_table(header, rows),
+        "",
+        "## Also measured",
+        "",
+        md_table(["scenario", "what", "value", "comment"], extra),
+        "",
+    ]
+    builds = {}
+    for k, v in raw.items():
+        m = re.fullmatch(r"(s\d)\.replicant_so", k)
+        if m:
+            builds.setdefault(v, []).append(m.group(1))
+    if len(builds) > 1:
+        notes.append("replicant.so was reinstalled by someone else during the run; scenarios ran on: "
+                     + "; ".join(f"{', '.join(v)}: {k}" for k, v in builds.items()))
+    if notes:
+        md += ["**Notes:** " + "; ".join(notes), ""]
+    md += [
+        "## Server settings",
+        "",
+        "Every scenario runs on a fresh `initdb` cluster (as the postgres OS user, port "
+        "55461, loopback/unix socket) with:",
+        "",
+        "```",
+        settings,
+        "```",
+        "",
+        "fsync and synchronous_commit stay on (the disk does ~7,000 fdatasync/s); autovacuum is "
+        "off so that no vacuum runs in the middle of a measurement (scenario 6 vacuums explicitly "
+        "before each run).",
+        "",
+    ]
+    ps = perf_section(outdir)
+    if ps:
+        md += ["## Profiles of the pipeline worker", "",
+               "`bench/run --perf`: `perf record -F 1999 -g` on separate, untimed runs of the same "
+               "work (scenario 5: the measured run; its target is memory), reported for the pipeline "
+               "worker's pid (scenario 3: the snapshot's replicant processes). Call graphs come from "
+               "frame pointers, which the Debian server build only partly keeps: inclusive percentages "
+               "are indicative and can exceed 100% through recursion. Full reports: `bench/out/perf-*.txt`.",
+               "", ps]
+    md += ["## Raw values", "", "<details><summary>results.tsv</summary>", "", "```"]
+    md += [f"{k}\t{v}" for k, v in raw.items()]
+    md += ["```", "", "</details>", "", NOTES_MARKER]
+    text = "\n".join(md) + (kept if kept else "\n")
+    with open(md_path, "w") as f:
+        f.write(text)
+    print(f"\nwrote {md_path}")
+
+
+if __name__ == "__main__":
+    main()
