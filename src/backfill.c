@@ -102,10 +102,11 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 	else
 	{
 		/*
-		 * Keyset walks the index in order, which is sequential I/O only when
-		 * the heap is in key order.  Otherwise block windows read the heap
-		 * sequentially (measured faster here than bitmap sub-ranges on a
-		 * random-UUID table, see bench/RESULTS.md).
+		 * Keyset walks the index in order, which reads the heap sequentially
+		 * only when it is in key order.  Otherwise bitmap sub-ranges beat
+		 * block windows here (bench/backfill_modes.sh: 26,000 against
+		 * 16,000 rows/s on a random-UUID table); bitmap needs a
+		 * single-column key, so composite keys get block windows.
 		 */
 		Oid			argtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
 		Datum		args[3];
@@ -126,7 +127,10 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 			if (!isnull)
 				correlation = DatumGetFloat4(d);
 		}
-		mode = (!isnull && fabs(correlation) >= KEYSET_CORRELATION) ? "keyset" : "ctid";
+		if (!isnull && fabs(correlation) >= KEYSET_CORRELATION)
+			mode = "keyset";
+		else
+			mode = bms_num_members(key_columns) == 1 ? "bitmap" : "ctid";
 	}
 	table_close(rel, AccessShareLock);
 	return mode;
