@@ -21,6 +21,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "checkpoint.h"
 #include "delivery.h"
 
 #define RETRY_BASE_MS 200
@@ -97,6 +98,7 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 {
 	int			attempt = 0;
 
+	replicant_checkpoint_make_durable();
 	for (;;)
 	{
 		replicant_sink_post(sink, webhook_id, body, result);

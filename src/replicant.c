@@ -19,6 +19,7 @@ PG_MODULE_MAGIC;
 
 int			replicant_max_pipelines = 16;
 int			replicant_batch_memory_limit_kb = 16384;
+int			replicant_batch_linger_ms = 5;
 
 void		_PG_init(void);
 
@@ -44,6 +45,13 @@ _PG_init(void)
 							&replicant_batch_memory_limit_kb,
 							16384, 64, MAX_KILOBYTES,
 							PGC_SIGHUP, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("replicant.batch_linger",
+							"Shortest time between the starts of two batches while changes keep arriving.",
+							"A commit after a quiet spell is sent at once; under load, commits arriving within this time share one request.",
+							&replicant_batch_linger_ms,
+							5, 0, 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	replicant_fault_init();
 	MarkGUCPrefixReserved("replicant");

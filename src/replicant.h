@@ -17,5 +17,6 @@
 /* GUCs */
 extern int	replicant_max_pipelines;
 extern int	replicant_batch_memory_limit_kb;
+extern int	replicant_batch_linger_ms;
 
 #endif							/* REPLICANT_H */

@@ -99,7 +99,9 @@ replicant_xact_callback(XactEvent event, void *arg)
 				ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
 				Latch	   *latch = slot->latch;
 
-				if (latch == NULL || slot->dboid != MyDatabaseId)
+				/* A worker's own checkpoint commit is no news to it. */
+				if (latch == NULL || latch == MyLatch ||
+					slot->dboid != MyDatabaseId)
 					continue;
 				if (pg_atomic_read_u32(&slot->nudged) == 0 &&
 					pg_atomic_exchange_u32(&slot->nudged, 1) == 0)

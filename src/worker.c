@@ -10,7 +10,9 @@
  *	2. POST the batch (sink_http.c), retrying with backoff until a 2xx;
  *	3. commit the checkpoint row (checkpoint.c);
  *	4. only then confirm the batch's end to the slot (decoder.c);
- *	5. sleep on the latch until a commit in this database wakes it.
+ *	5. sleep on the latch until a commit in this database wakes it; under
+ *	   load, first linger so that the commits of a few milliseconds share
+ *	   one request.
  *
  * A crash between 2 and 3 re-delivers that batch once; nothing is ever
  * confirmed before the sink acknowledged it.  Conditions that would make
@@ -42,6 +44,7 @@
 #include "encoder.h"
 #include "fault.h"
 #include "pipeline.h"
+#include "replicant.h"
 #include "shmem.h"
 #include "sink_http.h"
 #include "snapshot.h"
@@ -208,7 +211,6 @@ deliver_range(int first, int last)
 		snprintf(webhook_id, sizeof(webhook_id), "%s-" UINT64_FORMAT,
 				 pipeline->name, (uint64) batch->txns[last].commit_lsn);
 		replicant_batch_body(batch, first, last, &body);
-		replicant_checkpoint_make_durable();
 		replicant_delivery_post(MySlot, sink, webhook_id, &body, &result);
 
 		switch (result.outcome)
@@ -324,6 +326,24 @@ deliver_batch(void)
 	replicant_batch_reset(batch);
 }
 
+/*
+ * Under load, lets commits gather until replicant.batch_linger after the
+ * cycle that delivered began, instead of paying a request, a checkpoint
+ * commit and a WAL flush per commit: that CPU would come out of the
+ * workload's share.  A commit after a quiet spell still goes out at once.
+ * The latch is not waited on (commits set it); a shutdown waits at most
+ * the linger.
+ */
+static void
+linger_after(TimestampTz cycle_start)
+{
+	long		elapsed_ms = (long) ((GetCurrentTimestamp() - cycle_start) / 1000);
+
+	if (elapsed_ms < replicant_batch_linger_ms)
+		(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 replicant_batch_linger_ms - elapsed_ms, PG_WAIT_EXTENSION);
+}
+
 static void
 load_pipeline(int32 pipeline_id)
 {
@@ -371,6 +391,13 @@ replicant_worker_main(Datum main_arg)
 	check_output_plugin_allowed();
 	replicant_snapshot_initial(MySlot, DatumGetInt32(main_arg), pipeline);
 
+	/*
+	 * Commit asynchronously from here on: whatever the worker committed is
+	 * flushed before its next request leaves (replicant_delivery_post), so
+	 * no commit waits for a WAL flush of its own.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
 	MemoryContextSwitchTo(TopMemoryContext);
 	batch = replicant_batch_create(pipeline->name);
 	decoder = replicant_decoder_start(pipeline, batch, &halt_reason);
@@ -390,7 +417,9 @@ replicant_worker_main(Datum main_arg)
 	for (;;)
 	{
 		bool		at_end;
+		bool		delivered = false;
 		long		timeout;
+		TimestampTz cycle_start;
 
 		MemoryContextSwitchTo(cycle_context);
 		MemoryContextReset(cycle_context);
@@ -410,13 +439,17 @@ replicant_worker_main(Datum main_arg)
 		CHECK_FOR_INTERRUPTS();
 		replicant_delivery_reload_config();
 
+		cycle_start = GetCurrentTimestamp();
 		at_end = read_or_halt();
 		if (decoder->state->halt_reason)
 			replicant_delivery_halt_at(MySlot, pipeline, decoder->state->halt_reason,
 									   decoder->state->halt_lsn);
 
 		if (batch->ntxns > 0)
+		{
 			deliver_batch();
+			delivered = true;
+		}
 		if (decoder->state->pending_messages != NIL)
 		{
 			deliver_messages(decoder->state->pending_messages);
@@ -453,6 +486,8 @@ replicant_worker_main(Datum main_arg)
 
 		if (!at_end)
 			continue;
+		if (delivered)
+			linger_after(cycle_start);
 
 		timeout = IDLE_TIMEOUT_MS;
 		if (GetXLogInsertRecPtr() > replicant_decoder_read_upto(decoder))
