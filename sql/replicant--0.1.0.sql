@@ -44,6 +44,19 @@ REVOKE ALL ON replicant.checkpoints FROM PUBLIC;
 COMMENT ON TABLE replicant.checkpoints IS
     'API: Private. Last commit LSN acknowledged by the sink, per pipeline.';
 
+-- API: Private. Each table's shape (replica identity, key and live columns) as
+-- of the checkpoint: the baseline a destructive schema change is detected
+-- against, across worker restarts.
+CREATE TABLE replicant.table_shapes (
+    pipeline_id integer NOT NULL REFERENCES replicant.pipelines ON DELETE CASCADE,
+    relid       oid NOT NULL,
+    shape       text NOT NULL,
+    PRIMARY KEY (pipeline_id, relid)
+);
+REVOKE ALL ON replicant.table_shapes FROM PUBLIC;
+COMMENT ON TABLE replicant.table_shapes IS
+    'API: Private. Table shapes delivered up to the checkpoint, per pipeline.';
+
 CREATE FUNCTION replicant.create_pipeline(
     name                    text,
     publication             text[],

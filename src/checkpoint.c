@@ -5,7 +5,8 @@
  * The row in replicant.checkpoints is the authority on what was delivered:
  * the slot's confirmed_flush only moves after it, and may lag it after a
  * crash, so the decoder skips every transaction whose commit_lsn is at or
- * below the checkpoint.  The plans are prepared once per worker.
+ * below the checkpoint.  The same transaction saves the table shapes seen
+ * up to it (publication.c).  The plans are prepared once per worker.
  *
  * The streaming worker commits asynchronously (worker.c): the checkpoint's
  * WAL is flushed before the next request leaves, usually for free as other
@@ -23,6 +24,7 @@
 
 #include "checkpoint.h"
 #include "pipeline.h"
+#include "publication.h"
 
 static SPIPlanPtr update_plan = NULL;
 static SPIPlanPtr insert_plan = NULL;
@@ -69,6 +71,7 @@ replicant_checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn,
 		if (SPI_execute_plan(insert_plan, args, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not write checkpoint of pipeline %d", pipeline_id);
 	}
+	replicant_publication_save_shapes(pipeline_id);
 	replicant_catalog_end(&access);
 }
 

@@ -24,6 +24,8 @@
 #include "catalog/pg_publication_rel.h"
 #include "commands/extension.h"
 #include "access/sysattr.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -48,6 +50,21 @@ static char *publications_missing = NULL;
 static Oid	replicant_namespace = InvalidOid;
 
 static HTAB *relinfo_hash = NULL;
+
+/*
+ * Table shapes as of the last checkpoint (replicant.table_shapes): the
+ * baseline for a table this process has not seen yet, so that a column
+ * dropped while no worker was looking still halts the pipeline.
+ */
+typedef struct SavedShape
+{
+	Oid			relid;			/* hash key */
+	char	   *shape;
+} SavedShape;
+
+static HTAB *saved_shapes = NULL;
+static bool shapes_unsaved = false;
+static SPIPlanPtr save_shape_plan = NULL;
 
 static void
 invalidate_all_relinfo(void)
@@ -296,25 +313,34 @@ columns_kept(const char *old_fp, const char *new_fp)
 }
 
 /*
- * Compares the table with the version first seen: a dropped or renamed
- * column, or a different replica identity, is a destructive change.
+ * Compares the table with the version seen last (by this process, else as
+ * of the last checkpoint): a dropped or renamed column, or a different
+ * replica identity, is a destructive change.
  */
 static void
 check_schema(ReplicantRelInfo *entry, Relation rel)
 {
 	char	   *now;
+	const char *baseline;
 
 	if (!entry->published)
 		return;
 	now = fingerprint(rel, entry);
-	if (entry->fingerprint != NULL && strcmp(now, entry->fingerprint) != 0)
+	baseline = entry->fingerprint;
+	if (baseline == NULL && saved_shapes != NULL)
+	{
+		SavedShape *saved = hash_search(saved_shapes, &entry->relid, HASH_FIND, NULL);
+
+		baseline = saved ? saved->shape : NULL;
+	}
+	if (baseline != NULL && strcmp(now, baseline) != 0)
 	{
 		const char *what = NULL;
 		size_t		identity_len = strchr(now, '|') - now;
 
-		if (strncmp(now, entry->fingerprint, identity_len + 1) != 0)
+		if (strncmp(now, baseline, identity_len + 1) != 0)
 			what = "the replica identity of table \"%s\" changed";
-		else if (!columns_kept(entry->fingerprint, now))
+		else if (!columns_kept(baseline, now))
 			what = "a column of table \"%s\" was dropped or renamed";
 		if (what && entry->schema_change == NULL)
 			entry->schema_change = MemoryContextStrdup(CacheMemoryContext,
@@ -323,6 +349,96 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 	if (entry->fingerprint)
 		pfree(entry->fingerprint);
 	entry->fingerprint = MemoryContextStrdup(CacheMemoryContext, now);
+	shapes_unsaved = true;
+}
+
+void
+replicant_publication_load_shapes(int32 pipeline_id)
+{
+	HASHCTL		ctl;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(pipeline_id)};
+	uint64		i;
+
+	ctl.keysize = sizeof(Oid);
+	ctl.entrysize = sizeof(SavedShape);
+	ctl.hcxt = CacheMemoryContext;
+	saved_shapes = hash_create("replicant saved table shapes", 128, &ctl,
+							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	if (SPI_execute_with_args("SELECT relid, shape FROM replicant.table_shapes"
+							  " WHERE pipeline_id = $1",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the table shapes of pipeline %d", pipeline_id);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		bool		isnull;
+		Oid			relid = DatumGetObjectId(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull));
+		SavedShape *saved = hash_search(saved_shapes, &relid, HASH_ENTER, NULL);
+
+		saved->shape = MemoryContextStrdup(CacheMemoryContext,
+										   SPI_getvalue(tuple, SPI_tuptable->tupdesc, 2));
+	}
+}
+
+/*
+ * Writes the shapes seen since the last call, in the caller's transaction:
+ * the checkpoint's.  A shape the pipeline halts on is kept back until the
+ * operator resumed past it.  Costs nothing unless a table's relcache entry
+ * was rebuilt since.
+ */
+void
+replicant_publication_save_shapes(int32 pipeline_id)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+
+	if (!shapes_unsaved || relinfo_hash == NULL || saved_shapes == NULL)
+		return;
+	shapes_unsaved = false;
+
+	if (save_shape_plan == NULL)
+	{
+		Oid			argtypes[3] = {INT4OID, OIDOID, TEXTOID};
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare("INSERT INTO replicant.table_shapes (pipeline_id, relid, shape)"
+						   " VALUES ($1, $2, $3)"
+						   " ON CONFLICT (pipeline_id, relid) DO UPDATE SET shape = excluded.shape",
+						   3, argtypes);
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not prepare table shape statement");
+		save_shape_plan = plan;
+	}
+
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		SavedShape *saved;
+		Datum		args[3];
+
+		if (entry->fingerprint == NULL)
+			continue;
+		if (entry->schema_change != NULL)
+		{
+			shapes_unsaved = true;
+			continue;
+		}
+		saved = hash_search(saved_shapes, &entry->relid, HASH_FIND, NULL);
+		if (saved && strcmp(saved->shape, entry->fingerprint) == 0)
+			continue;
+		args[0] = Int32GetDatum(pipeline_id);
+		args[1] = ObjectIdGetDatum(entry->relid);
+		args[2] = CStringGetTextDatum(entry->fingerprint);
+		if (SPI_execute_plan(save_shape_plan, args, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not save the table shapes of pipeline %d", pipeline_id);
+		if (saved)
+			pfree(saved->shape);
+		else
+			saved = hash_search(saved_shapes, &entry->relid, HASH_ENTER, NULL);
+		saved->shape = MemoryContextStrdup(CacheMemoryContext, entry->fingerprint);
+	}
 }
 
 /*

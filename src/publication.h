@@ -42,10 +42,11 @@ typedef struct ReplicantRelInfo
 	bool		own;			/* one of replicant's own tables */
 
 	/*
-	 * Live column names and replica identity as first seen by this process;
-	 * a later version that dropped (or renamed) a column or changed the
-	 * identity sets schema_change, a destructive change the pipeline halts
-	 * on unless the operator resumed past it.
+	 * Live column names and replica identity as seen last (the baseline
+	 * survives restarts in replicant.table_shapes); a later version that
+	 * dropped (or renamed) a column or changed the identity sets
+	 * schema_change, a destructive change the pipeline halts on unless the
+	 * operator resumed past it.
 	 */
 	char	   *fingerprint;
 	char	   *schema_change;
@@ -70,6 +71,13 @@ extern ReplicantRelInfo *replicant_publication_relinfo(Relation rel);
  */
 extern void replicant_publication_key(Relation rel, Bitmapset **key_columns,
 									  bool *whole_row, bool *identity_full);
+
+/*
+ * The table shapes the pipeline delivered up to its checkpoint, and saving
+ * them with the next checkpoint; both run inside an SPI connection.
+ */
+extern void replicant_publication_load_shapes(int32 pipeline_id);
+extern void replicant_publication_save_shapes(int32 pipeline_id);
 
 /* A value-free reason if a publication is missing at this point, else NULL. */
 extern char *replicant_publication_check(void);

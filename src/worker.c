@@ -44,6 +44,7 @@
 #include "encoder.h"
 #include "fault.h"
 #include "pipeline.h"
+#include "publication.h"
 #include "replicant.h"
 #include "shmem.h"
 #include "sink_http.h"
@@ -351,6 +352,8 @@ load_pipeline(int32 pipeline_id)
 
 	replicant_catalog_begin(&access);
 	pipeline = replicant_pipeline_load(pipeline_id, TopMemoryContext);
+	if (pipeline != NULL)
+		replicant_publication_load_shapes(pipeline_id);
 	replicant_catalog_end(&access);
 
 	if (pipeline == NULL || !pipeline->enabled || pipeline->halt_reason != NULL)
