@@ -16,7 +16,6 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "access/xlogutils.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_authid_d.h"
 #include "catalog/pg_publication.h"
@@ -38,6 +37,7 @@
 
 #include "backfill.h"
 #include "compat.h"
+#include "decoder.h"
 #include "redact.h"
 #include "pipeline.h"
 #include "replicant.h"
@@ -566,12 +566,7 @@ create_slot(const char *slot_name)
 	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL);
 	slot_created_in_xact = true;
 
-	ctx = CreateInitDecodingContext("replicant", NIL, false, InvalidXLogRecPtr,
-									XL_ROUTINE(.page_read = read_local_xlog_page,
-											   .segment_open = wal_segment_open,
-											   .segment_close = wal_segment_close),
-									NULL, NULL, NULL);
-	DecodingContextFindStartpoint(ctx);
+	ctx = replicant_decoder_init_slot(false);
 	FreeDecodingContext(ctx);
 }
 

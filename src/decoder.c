@@ -28,6 +28,11 @@
 #include "fault.h"
 #include "publication.h"
 
+/* WAL is read from this server's files, as pg_logical_slot_get_changes() does. */
+#define LOCAL_WAL_ROUTINE XL_ROUTINE(.page_read = read_local_xlog_page, \
+									 .segment_open = wal_segment_open, \
+									 .segment_close = wal_segment_close)
+
 /* confirmed_flush reaches disk at most this often (ms); the checkpoint row is the authority. */
 #define SLOT_SAVE_INTERVAL_MS 1000
 
@@ -84,10 +89,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	decoder->context = decoder_context;
 	options = list_make1(makeDefElem(REPLICANT_PLUGIN_OPTION, NULL, -1));
 	decoder->ctx = CreateDecodingContext(pipeline->checkpoint_end_lsn, options, false,
-										 XL_ROUTINE(.page_read = read_local_xlog_page,
-													.segment_open = wal_segment_open,
-													.segment_close = wal_segment_close),
-										 NULL, NULL, NULL);
+										 LOCAL_WAL_ROUTINE, NULL, NULL, NULL);
 	decoder->state = replicant_output_state(decoder->ctx);
 	decoder->state->batch = batch;
 	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
@@ -106,6 +108,18 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(caller_context);
 	return decoder;
+}
+
+LogicalDecodingContext *
+replicant_decoder_init_slot(bool need_full_snapshot)
+{
+	LogicalDecodingContext *ctx;
+
+	ctx = CreateInitDecodingContext("replicant", NIL, need_full_snapshot,
+									InvalidXLogRecPtr, LOCAL_WAL_ROUTINE,
+									NULL, NULL, NULL);
+	DecodingContextFindStartpoint(ctx);
+	return ctx;
 }
 
 static bool

@@ -28,6 +28,13 @@ typedef struct ReplicantDecoder
 } ReplicantDecoder;
 
 /*
+ * Initialises the slot just created (MyReplicationSlot) up to its consistent
+ * point, with a snapshot builder that can export the snapshot of that point
+ * when need_full_snapshot.  The caller frees the returned context.
+ */
+extern LogicalDecodingContext *replicant_decoder_init_slot(bool need_full_snapshot);
+
+/*
  * Acquires the pipeline's slot and prepares decoding from the checkpoint
  * (or the slot's confirmed_flush, whichever is later).  Returns NULL and a
  * value-free *halt_reason when the slot cannot be used.  Call outside a

@@ -27,7 +27,6 @@
 
 #include "access/table.h"
 #include "access/xact.h"
-#include "access/xlogutils.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -52,6 +51,7 @@
 
 #include "batch.h"
 #include "compat.h"
+#include "decoder.h"
 #include "delivery.h"
 #include "encoder.h"
 #include "fault.h"
@@ -361,12 +361,7 @@ create_slot_and_export(ReplicantPipeline *pipeline)
 	XactIsoLevel = XACT_REPEATABLE_READ;
 
 	REPLICANT_SLOT_CREATE(replicant_pipeline_slot_name(pipeline->name), RS_EPHEMERAL);
-	ctx = CreateInitDecodingContext("replicant", NIL, true, InvalidXLogRecPtr,
-									XL_ROUTINE(.page_read = read_local_xlog_page,
-											   .segment_open = wal_segment_open,
-											   .segment_close = wal_segment_close),
-									NULL, NULL, NULL);
-	DecodingContextFindStartpoint(ctx);
+	ctx = replicant_decoder_init_slot(true);
 
 	/* SnapBuildInitialSnapshot refuses once any catalog access set our xmin. */
 	InvalidateCatalogSnapshot();
