@@ -241,6 +241,88 @@ sub wait_until_synced
 
 =pod
 
+=item poll($node, $sql, $timeout)
+
+Polls a boolean query until it returns true or $timeout seconds passed;
+connection errors (a server restarting) just mean "not yet".
+
+=cut
+
+sub poll
+{
+	my ($node, $sql, $timeout) = @_;
+	my $deadline = time() + $timeout;
+	while (time() < $deadline)
+	{
+		my ($ret, $out) = $node->psql('postgres', $sql);
+		return 1 if $ret == 0 && $out eq 't';
+		usleep(50_000);
+	}
+	diag("timed out after $timeout s waiting for: $sql");
+	return 0;
+}
+
+=pod
+
+=item crash_workload($node, $sink, $pipeline)
+
+The write workload of the crash tests (005, soak): tables kv and txn in
+database postgres, a publication and the pipeline $pipeline on them, seeded.
+Returns a function that starts the load for $seconds and returns its
+IPC::Run handle: pgbench, two clients at 150 txn/s, each transaction
+updating two random keys (in random order, so clients deadlock now and then:
+--max-tries), upserting a keyed row and inserting its xid into txn, so the
+set of committed transactions is known exactly on the source.
+
+=cut
+
+sub crash_workload
+{
+	my ($node, $sink, $pipeline) = @_;
+
+	$node->safe_psql('postgres', qq{
+CREATE EXTENSION replicant;
+CREATE TABLE kv (id int PRIMARY KEY, v bigint NOT NULL, client int);
+CREATE TABLE txn (id bigserial PRIMARY KEY,
+    xid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint, client int);
+CREATE PUBLICATION ${pipeline}_pub FOR TABLE kv, txn;
+});
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('$pipeline', '${pipeline}_pub', '$sink->{url}')");
+	$node->safe_psql('postgres', q{
+BEGIN;
+INSERT INTO kv SELECT g, 0, 0 FROM generate_series(1, 100) g;
+INSERT INTO txn (client) VALUES (0);
+COMMIT;
+});
+
+	my $script = PostgreSQL::Test::Utils::tempdir() . "/$pipeline.sql";
+	PostgreSQL::Test::Utils::append_to_file($script, q{
+\set a random(1, 100)
+\set b random(1, 100)
+\set c random(1, 500)
+BEGIN;
+UPDATE kv SET v = v + 1, client = :client_id WHERE id = :a;
+UPDATE kv SET v = v + 1, client = :client_id WHERE id = :b;
+INSERT INTO kv VALUES (1000 + :c, 1, :client_id) ON CONFLICT (id) DO UPDATE SET v = kv.v + 1;
+INSERT INTO txn (client) VALUES (:client_id);
+COMMIT;
+});
+
+	return sub {
+		my ($seconds) = @_;
+		my ($out, $err) = ('', '');
+		return IPC::Run::start(
+			[
+				'pgbench', '-n', '-c', '2', '-T', $seconds, '-R', '150', '--max-tries=50',
+				'-f', $script, '-h', $node->host, '-p', $node->port, 'postgres'
+			],
+			'>', \$out, '2>', \$err);
+	};
+}
+
+=pod
+
 =back
 
 =head1 ReplicantTest::Sink

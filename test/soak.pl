@@ -54,60 +54,9 @@ my $started = time();
 my $node = ReplicantTest::new_node('soak', conf => 'restart_after_crash = on');
 my $sink = ReplicantTest::start_sink();
 
-$node->safe_psql('postgres', q{
-CREATE EXTENSION replicant;
-CREATE TABLE kv (id int PRIMARY KEY, v bigint NOT NULL, client int);
-CREATE TABLE txn (id bigserial PRIMARY KEY,
-    xid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint, client int);
-CREATE PUBLICATION soak_pub FOR TABLE kv, txn;
-});
-$node->safe_psql('postgres',
-	"SELECT replicant.create_pipeline('soak', 'soak_pub', '$sink->{url}')");
-$node->safe_psql('postgres', q{
-BEGIN;
-INSERT INTO kv SELECT g, 0, 0 FROM generate_series(1, 100) g;
-INSERT INTO txn (client) VALUES (0);
-COMMIT;
-});
+my $start_load = ReplicantTest::crash_workload($node, $sink, 'soak');
 
-my $script = PostgreSQL::Test::Utils::tempdir() . '/soak.sql';
-PostgreSQL::Test::Utils::append_to_file($script, q{
-\set a random(1, 100)
-\set b random(1, 100)
-\set c random(1, 500)
-BEGIN;
-UPDATE kv SET v = v + 1, client = :client_id WHERE id = :a;
-UPDATE kv SET v = v + 1, client = :client_id WHERE id = :b;
-INSERT INTO kv VALUES (1000 + :c, 1, :client_id) ON CONFLICT (id) DO UPDATE SET v = kv.v + 1;
-INSERT INTO txn (client) VALUES (:client_id);
-COMMIT;
-});
-
-sub start_load
-{
-	my ($seconds) = @_;
-	my ($out, $err) = ('', '');
-	return IPC::Run::start(
-		[
-			'pgbench', '-n', '-c', '2', '-T', $seconds, '-R', '150', '--max-tries=50',
-			'-f', $script, '-h', $node->host, '-p', $node->port, 'postgres'
-		],
-		'>', \$out, '2>', \$err);
-}
-
-sub poll
-{
-	my ($sql, $timeout) = @_;
-	my $deadline = time() + $timeout;
-	while (time() < $deadline)
-	{
-		my ($ret, $out) = $node->psql('postgres', $sql);
-		return 1 if $ret == 0 && $out eq 't';
-		usleep(50_000);
-	}
-	diag("timed out after $timeout s waiting for: $sql");
-	return 0;
-}
+sub poll { return ReplicantTest::poll($node, @_); }
 
 sub worker_pid
 {
@@ -220,7 +169,7 @@ for my $trial (1 .. $TRIALS)
 		next;
 	}
 	my $pid = worker_pid();
-	my $load = start_load($LOAD_S);
+	my $load = $start_load->($LOAD_S);
 	usleep(int((0.3 + rand(2.0)) * 1_000_000));
 	my $injected = inject($fault, $pid);
 	my $recovered = $injected
@@ -230,7 +179,7 @@ for my $trial (1 .. $TRIALS)
 	if (!$load->pumpable)
 	{
 		$load->finish;
-		$load = start_load(1);
+		$load = $start_load->(1);
 	}
 	$load->finish;
 

@@ -26,64 +26,9 @@ my $started = time();
 my $node = ReplicantTest::new_node('crash', conf => 'restart_after_crash = on');
 my $sink = ReplicantTest::start_sink();
 
-$node->safe_psql('postgres', q{
-CREATE EXTENSION replicant;
-CREATE TABLE kv (id int PRIMARY KEY, v bigint NOT NULL, client int);
-CREATE TABLE txn (id bigserial PRIMARY KEY,
-    xid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint, client int);
-CREATE PUBLICATION crash_pub FOR TABLE kv, txn;
-});
-$node->safe_psql('postgres',
-	"SELECT replicant.create_pipeline('crash', 'crash_pub', '$sink->{url}')");
-$node->safe_psql('postgres', q{
-BEGIN;
-INSERT INTO kv SELECT g, 0, 0 FROM generate_series(1, 100) g;
-INSERT INTO txn (client) VALUES (0);
-COMMIT;
-});
+my $start_load = ReplicantTest::crash_workload($node, $sink, 'crash');
 
-# Two clients updating two random keys each (in random order, so they
-# deadlock now and then: --max-tries), inserting and updating a keyed row.
-my $script = PostgreSQL::Test::Utils::tempdir() . '/crash.sql';
-PostgreSQL::Test::Utils::append_to_file($script, q{
-\set a random(1, 100)
-\set b random(1, 100)
-\set c random(1, 500)
-BEGIN;
-UPDATE kv SET v = v + 1, client = :client_id WHERE id = :a;
-UPDATE kv SET v = v + 1, client = :client_id WHERE id = :b;
-INSERT INTO kv VALUES (1000 + :c, 1, :client_id) ON CONFLICT (id) DO UPDATE SET v = kv.v + 1;
-INSERT INTO txn (client) VALUES (:client_id);
-COMMIT;
-});
-
-sub start_load
-{
-	my ($seconds) = @_;
-	my ($out, $err) = ('', '');
-	return IPC::Run::start(
-		[
-			'pgbench', '-n', '-c', '2', '-T', $seconds, '-R', '150', '--max-tries=50',
-			'-f', $script, '-h', $node->host, '-p', $node->port, 'postgres'
-		],
-		'>', \$out, '2>', \$err);
-}
-
-# Polls a boolean query until true or $timeout s; connection errors (a
-# server restarting) just mean "not yet".
-sub poll
-{
-	my ($sql, $timeout) = @_;
-	my $deadline = time() + $timeout;
-	while (time() < $deadline)
-	{
-		my ($ret, $out) = $node->psql('postgres', $sql);
-		return 1 if $ret == 0 && $out eq 't';
-		usleep(50_000);
-	}
-	diag("timed out after $timeout s waiting for: $sql");
-	return 0;
-}
+sub poll { return ReplicantTest::poll($node, @_); }
 
 sub worker_pid
 {
@@ -138,7 +83,7 @@ sub scenario
 	my ($label, $expected, $crash_re, $inject) = @_;
 	my $from = scalar @{ $sink->stats->{accepted} };
 	my $log_offset = -s $node->logfile;
-	my $load = start_load($LOAD_S);
+	my $load = $start_load->($LOAD_S);
 	ok(poll("SELECT worker_pid IS NOT NULL FROM replicant.status WHERE pipeline = 'crash'", 30),
 		"$label: worker running");
 	sleep 1 + rand(2);
@@ -158,7 +103,7 @@ sub scenario
 	if (!$load->pumpable)
 	{
 		$load->finish;
-		$load = start_load(3);
+		$load = $start_load->(3);
 	}
 	$load->finish;
 	check_sink($label);
