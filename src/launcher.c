@@ -61,6 +61,7 @@ typedef struct LaunchedWorker
 	TimestampTz next_start;
 	int			failures;
 	bool		wanted;			/* as of the last round */
+	bool		terminated;		/* stopped by us, for a new configuration */
 } LaunchedWorker;
 
 typedef struct LaunchedSync
@@ -247,11 +248,20 @@ reconcile_workers(void)
 		{
 			pfree(w->handle);
 			w->handle = NULL;
-			if (TimestampDifferenceExceeds(w->started_at, now, HEALTHY_RUN_MS))
-				w->failures = 0;
+			if (w->terminated)
+			{
+				/* Restarted for new settings or backfills: no failure. */
+				w->next_start = 0;
+				w->terminated = false;
+			}
 			else
-				w->failures++;
-			w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
+			{
+				if (TimestampDifferenceExceeds(w->started_at, now, HEALTHY_RUN_MS))
+					w->failures = 0;
+				else
+					w->failures++;
+				w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
+			}
 		}
 		running = (w->handle != NULL);
 		wanted = copy.in_use && copy.runnable;
@@ -268,7 +278,10 @@ reconcile_workers(void)
 		{
 			if (!wanted || copy.generation != w->generation ||
 				copy.config_version != w->config_version)
+			{
 				TerminateBackgroundWorker(w->handle);
+				w->terminated = true;
+			}
 			continue;
 		}
 		if (!wanted)
