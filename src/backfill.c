@@ -103,10 +103,10 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 	{
 		/*
 		 * Keyset walks the index in order, which reads the heap sequentially
-		 * only when it is in key order.  Otherwise bitmap sub-ranges beat
-		 * block windows here (bench/backfill_modes.sh: 26,000 against
-		 * 16,000 rows/s on a random-UUID table); bitmap needs a
-		 * single-column key, so composite keys get block windows.
+		 * only when it is in key order.  Otherwise block windows read it
+		 * sequentially whatever the key (bench/backfill_modes.sh on a
+		 * random-UUID table: ctid 125,000, keyset 108,000, bitmap 92,000
+		 * rows/s).
 		 */
 		Oid			argtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
 		Datum		args[3];
@@ -130,7 +130,7 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 		if (!isnull && fabs(correlation) >= KEYSET_CORRELATION)
 			mode = "keyset";
 		else
-			mode = bms_num_members(key_columns) == 1 ? "bitmap" : "ctid";
+			mode = "ctid";
 	}
 	table_close(rel, AccessShareLock);
 	return mode;

@@ -57,7 +57,7 @@ sub backfill_done
 my $auto_events = $node->safe_psql('postgres',
 	"SELECT replicant.backfill('bf', 'events')");
 is($node->safe_psql('postgres', "SELECT mode FROM replicant.backfill_status WHERE id = $auto_events"),
-	'bitmap', 'auto chooses bitmap for an uncorrelated single-column key');
+	'ctid', 'auto chooses block windows for an uncorrelated key');
 my $churn = churn(15);
 ok(backfill_done($auto_events), 'auto backfill of events finishes while rows change');
 $churn->finish;
