@@ -167,11 +167,12 @@ replicant_backfill_plan(int32 pipeline_id, Oid relid, const char *requested_mode
 		key = quote_identifier(linitial(key_column_names(rel, key_columns)));
 		ranges = Max(1, DatumGetInt64(args[3]) / CHUNK_ROWS);
 		initStringInfo(&sql);
+		/* Sorted as the key's type: as text, 10 would come before 9. */
 		appendStringInfo(&sql,
-						 "SELECT array_agg(DISTINCT b::text) FROM unnest(("
+						 "SELECT array_agg(b::text ORDER BY b) FROM (SELECT DISTINCT b FROM unnest(("
 						 "  SELECT percentile_disc(ARRAY(SELECT g::float8 / " INT64_FORMAT
 						 "                              FROM generate_series(1, " INT64_FORMAT ") g))"
-						 "         WITHIN GROUP (ORDER BY %s) FROM ONLY %s)) b",
+						 "         WITHIN GROUP (ORDER BY %s) FROM ONLY %s)) b) d",
 						 ranges, ranges - 1, key,
 						 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 													RelationGetRelationName(rel)));

@@ -71,6 +71,18 @@ ok(backfill_done($auto_ordered), 'keyset backfill of ordered finishes');
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['ordered']),
 	'ordered at the sink equals the source');
 
+# bitmap on a bigint key: sub-ranges in numeric order (as text, '10000'
+# sorts before '9999' and the ranges would overlap), each row read once.
+my $bitmap_ordered = $node->safe_psql('postgres',
+	"SELECT replicant.backfill('bf', 'ordered', mode => 'bitmap')");
+ok(backfill_done($bitmap_ordered), 'bitmap backfill of ordered finishes');
+is($node->safe_psql('postgres',
+		"SELECT cardinality(bounds) > 10 AND bounds::bigint[] = ARRAY(SELECT b FROM unnest(bounds::bigint[]) b ORDER BY b)"
+		  . " FROM replicant.backfills WHERE id = $bitmap_ordered"),
+	't', 'bitmap bounds are in the key type\'s order');
+is($node->safe_psql('postgres', "SELECT rows_done FROM replicant.backfill_status WHERE id = $bitmap_ordered"),
+	'30000', 'bitmap reads each of the 30,000 rows once');
+
 # Each explicit mode on the churning table, against a fresh sink each time.
 for my $mode ('keyset', 'bitmap', 'ctid')
 {
