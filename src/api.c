@@ -14,6 +14,7 @@
 
 #include <curl/curl.h>
 
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_authid.h"
@@ -40,6 +41,7 @@
 #include "decoder.h"
 #include "redact.h"
 #include "pipeline.h"
+#include "publication.h"
 #include "replicant.h"
 #include "shmem.h"
 #include "signing.h"
@@ -583,14 +585,13 @@ count_pipelines_in_shmem(void)
 	return n;
 }
 
-/* Plans an incremental backfill of every table the publications deliver. */
-static void
-plan_incremental_snapshot(int32 pipeline_id, ArrayType *pubs)
+/* The tables the publications deliver (their leaf partitions, not parents). */
+static List *
+published_tables(ArrayType *pubs)
 {
 	Oid			argtypes[1] = {TEXTARRAYOID};
 	Datum		args[1] = {PointerGetDatum(pubs)};
 	List	   *relids = NIL;
-	ListCell   *lc;
 	uint64		i;
 
 	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
@@ -607,8 +608,34 @@ plan_incremental_snapshot(int32 pipeline_id, ArrayType *pubs)
 		relids = lappend_oid(relids, DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
 																	SPI_tuptable->tupdesc, 1, &isnull)));
 	}
+	return relids;
+}
+
+/*
+ * Saves the shape of every published table as the pipeline starts, so that
+ * a destructive change made before the table's first streamed change halts
+ * the pipeline too (publication.c compares later versions with it).
+ */
+static void
+save_table_shapes(int32 pipeline_id, List *relids)
+{
+	Oid			argtypes[3] = {INT4OID, OIDOID, TEXTOID};
+	ListCell   *lc;
+
 	foreach(lc, relids)
-		(void) replicant_backfill_plan(pipeline_id, lfirst_oid(lc), "auto");
+	{
+		Relation	rel = table_open(lfirst_oid(lc), AccessShareLock);
+		Datum		args[3];
+
+		args[0] = Int32GetDatum(pipeline_id);
+		args[1] = ObjectIdGetDatum(RelationGetRelid(rel));
+		args[2] = CStringGetTextDatum(replicant_publication_shape(rel));
+		table_close(rel, AccessShareLock);
+		if (SPI_execute_with_args("INSERT INTO replicant.table_shapes (pipeline_id, relid, shape)"
+								  " VALUES ($1, $2, $3)",
+								  3, argtypes, args, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not insert into replicant.table_shapes");
+	}
 }
 
 /*
@@ -640,6 +667,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	Datum		args[15];
 	char		nulls[15];
 	bool		isnull;
+	int32		pipeline_id;
+	List	   *tables;
 
 	replicant_redact_statements();
 	PreventInTransactionBlock(true, "replicant.create_pipeline()");
@@ -733,10 +762,18 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 							  " RETURNING id",
 							  15, argtypes, args, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into replicant.pipelines");
+	pipeline_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+											  SPI_tuptable->tupdesc, 1, &isnull));
+	tables = published_tables(pubs);
+	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
-		plan_incremental_snapshot(DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-															  SPI_tuptable->tupdesc, 1, &isnull)),
-								  pubs);
+	{
+		ListCell   *lc;
+
+		/* An incremental backfill of every table the publications deliver. */
+		foreach(lc, tables)
+			(void) replicant_backfill_plan(pipeline_id, lfirst_oid(lc), "auto");
+	}
 	api_spi_end(&s);
 
 	replicant_shmem_request_sync_at_commit();

@@ -273,7 +273,7 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 
 /* "identity:key columns|live columns", to compare versions of a table. */
 static char *
-fingerprint(Relation rel, ReplicantRelInfo *entry)
+fingerprint(Relation rel, Bitmapset *key_columns)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	StringInfoData buf;
@@ -282,7 +282,7 @@ fingerprint(Relation rel, ReplicantRelInfo *entry)
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "%c:", rel->rd_rel->relreplident);
 	i = -1;
-	while ((i = bms_next_member(entry->key_columns, i)) >= 0)
+	while ((i = bms_next_member(key_columns, i)) >= 0)
 		appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i - 1)->attname));
 	appendStringInfoChar(&buf, '|');
 	for (i = 0; i < desc->natts; i++)
@@ -325,7 +325,7 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 
 	if (!entry->published)
 		return;
-	now = fingerprint(rel, entry);
+	now = fingerprint(rel, entry->key_columns);
 	baseline = entry->fingerprint;
 	if (baseline == NULL && saved_shapes != NULL)
 	{
@@ -350,6 +350,17 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 		pfree(entry->fingerprint);
 	entry->fingerprint = MemoryContextStrdup(CacheMemoryContext, now);
 	shapes_unsaved = true;
+}
+
+char *
+replicant_publication_shape(Relation rel)
+{
+	Bitmapset  *key_columns;
+	bool		whole_row;
+	bool		identity_full;
+
+	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
+	return fingerprint(rel, key_columns);
 }
 
 void

@@ -73,9 +73,11 @@ extern void replicant_publication_key(Relation rel, Bitmapset **key_columns,
 									  bool *whole_row, bool *identity_full);
 
 /*
- * The table shapes the pipeline delivered up to its checkpoint, and saving
- * them with the next checkpoint; both run inside an SPI connection.
+ * A table's shape as compared across versions; the table shapes the
+ * pipeline delivered up to its checkpoint, and saving them with the next
+ * checkpoint (both inside an SPI connection).
  */
+extern char *replicant_publication_shape(Relation rel);
 extern void replicant_publication_load_shapes(int32 pipeline_id);
 extern void replicant_publication_save_shapes(int32 pipeline_id);
 

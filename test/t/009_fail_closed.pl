@@ -336,6 +336,23 @@ CREATE PUBLICATION cd_pub FOR TABLE cd_t;
 	drop_pipeline($label, 'coldrop');
 }
 
+# ---- a column dropped before the table's first streamed change --------------------
+# create_pipeline saves every published table's shape, so a worker that has
+# never delivered the table still compares it with the shape it started from.
+{
+	my $label = 'column dropped before the first change';
+	$node->safe_psql('postgres', q{
+CREATE TABLE fc_t (id int PRIMARY KEY, a text, b text);
+CREATE PUBLICATION fc_pub FOR TABLE fc_t;
+});
+	create_pipeline('firstchg', 'fc_pub');
+	$node->safe_psql('postgres', 'ALTER TABLE fc_t DROP COLUMN a');
+	$node->safe_psql('postgres', "INSERT INTO fc_t VALUES (1, '$MARK b1')");
+	expect_halt($label, 'firstchg', qr/^a column of table "fc_t" was dropped or renamed$/);
+	is(sink_row('public.fc_t', 1), '', "$label: the change after the drop was not delivered");
+	drop_pipeline($label, 'firstchg');
+}
+
 # ---- replica identity changed -----------------------------------------------------
 {
 	my $label = 'replica identity changed';
