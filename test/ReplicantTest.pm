@@ -241,20 +241,22 @@ sub wait_until_synced
 
 =pod
 
-=item poll($node, $sql, $timeout)
+=item poll($node, $sql, $timeout, $dbname)
 
-Polls a boolean query until it returns true or $timeout seconds passed;
-connection errors (a server restarting) just mean "not yet".
+Polls a boolean query (in database postgres unless $dbname is given) until
+it returns true or $timeout seconds (default 60) passed; connection errors
+(a server restarting) just mean "not yet".
 
 =cut
 
 sub poll
 {
-	my ($node, $sql, $timeout) = @_;
+	my ($node, $sql, $timeout, $dbname) = @_;
+	$timeout //= 60;
 	my $deadline = time() + $timeout;
 	while (time() < $deadline)
 	{
-		my ($ret, $out) = $node->psql('postgres', $sql);
+		my ($ret, $out) = $node->psql($dbname // 'postgres', $sql);
 		return 1 if $ret == 0 && $out eq 't';
 		usleep(50_000);
 	}

@@ -38,20 +38,7 @@ $node->safe_psql('postgres', 'CREATE EXTENSION replicant');
 
 # Polls a boolean query until it is true or $timeout seconds pass; connection
 # errors (a restarting server) just mean "not yet".
-sub poll
-{
-	my ($sql, $timeout, $db) = @_;
-	$timeout //= 60;
-	my $deadline = time() + $timeout;
-	while (time() < $deadline)
-	{
-		my ($ret, $out) = $node->psql($db // 'postgres', $sql);
-		return 1 if $ret == 0 && $out eq 't';
-		usleep(100_000);
-	}
-	diag("timed out after $timeout s waiting for: $sql");
-	return 0;
-}
+sub poll { return ReplicantTest::poll($node, @_); }
 
 sub status
 {

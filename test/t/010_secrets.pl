@@ -42,20 +42,7 @@ INSERT INTO sec_t SELECT g, '$MARK-row ' || g FROM generate_series(1, 20) g;
 
 # ---- helpers ----------------------------------------------------------------
 
-sub poll
-{
-	my ($sql, $timeout) = @_;
-	$timeout //= 60;
-	my $deadline = time() + $timeout;
-	while (time() < $deadline)
-	{
-		my ($ret, $out) = $node->psql('postgres', $sql);
-		return 1 if $ret == 0 && $out eq 't';
-		usleep(100_000);
-	}
-	diag("timed out after $timeout s waiting for: $sql");
-	return 0;
-}
+sub poll { return ReplicantTest::poll($node, @_); }
 
 # Server log lines since $offset that show the marker.
 sub leaked_log_lines
