@@ -236,6 +236,16 @@ def build(r):
         info(t, "delivery of the one transaction", f"{fmt(s, 's', 1)}, {fmt(body / s / 1e6 if body and s else None, 'MB/s')}",
              f"{fmt(r.num('s5.sink_requests'), digits=0)} POST(s); insert took {fmt(r.num('s5.insert_s'), 's', 1)}; WAL {fmt(r.num('s5.wal_bytes') / 1e9 if r.num('s5.wal_bytes') else None, 'GB', 2)}")
 
+    snap_anon = max(r.reps("s3.peak_anon_kb_2w") + r.reps("s3.peak_anon_kb_1w"), default=None)
+    if snap_anon:
+        t = "5 memory"
+        snap_rss = max(r.reps("s3.peak_rss_kb_2w") + r.reps("s3.peak_rss_kb_1w"))
+        add(t, f"worker peak private memory (RssAnon) during the {fmt(r.num('s3.rows'))}-row snapshot, any worker",
+            fmt(snap_anon / 1024, "MiB"), "–", "–", "–", "≤ 128 MiB", met(snap_anon / 1024, "<=", 128))
+        info(t, "snapshot: worker peak VmRSS, sampled every 0.05 s", fmt(snap_rss / 1024, "MiB"),
+             "includes the shared buffers the worker read the table through (the table is "
+             f"{fmt(r.num('s3.table_bytes') / 2**20, 'MiB')}, shared_buffers 1 GB); the private part is the line above")
+
     # ---- scenario 6
     if r.reps("s6.tps_with"):
         t = "6 source overhead"

@@ -214,6 +214,26 @@ SQL
 
 # ---------------------------------------------------------- 3: snapshot --
 
+# snapshot_memory_sampler FILE: until killed, samples the replicant
+# pipeline and snapshot workers every 0.05 s and keeps in FILE the largest
+# VmRSS and RssAnon (kB) any one of them had.  VmRSS counts the shared
+# buffers a worker touched (the table itself, read through shared memory);
+# RssAnon is the worker's private memory.
+snapshot_memory_sampler() {
+	local out=$1 peak_rss=0 peak_anon=0 pid rss anon
+	echo "0 0" >"$out"
+	while :; do
+		for pid in $(pgrep -f '^postgres: replicant (pipeline|snapshot) '); do
+			read -r rss anon < <(awk '/^VmRSS:/ {r = $2} /^RssAnon:/ {a = $2} END {print r + 0, a + 0}' \
+				"/proc/$pid/status" 2>/dev/null) || continue
+			[ "$rss" -gt "$peak_rss" ] && peak_rss=$rss
+			[ "$anon" -gt "$peak_anon" ] && peak_anon=$anon
+		done
+		echo "$peak_rss $peak_anon" >"$out"
+		sleep 0.05
+	done
+}
+
 scenario_3() {
 	local n=$S3_ROWS t0 half inner
 	log "== scenario 3: snapshot ($n rows)"
@@ -244,7 +264,7 @@ SQL
 	# slot and snapshot), dropped afterwards.  A server whose replicant
 	# rejects snapshot => 'initial' (or snapshot_workers) gets a clear
 	# "not implemented" line instead.
-	local r w order err
+	local r w order err sampler rss anon
 	for r in $(seq "$REPS"); do
 		if [ $((r % 2)) = 1 ]; then order="1 2"; else order="2 1"; fi
 		for w in $order; do
@@ -260,8 +280,14 @@ SQL
 			# Timed from the create_pipeline commit (the worker starts within
 			# a second of it) to every table's backfill done and the
 			# pipeline streaming.
+			snapshot_memory_sampler "$WORK/s3.mem.${w}w.$r" &
+			sampler=$!
 			inner=$(psql_b -c "CALL bench_wait_snapshot('snap${w}_$r')" 2>&1 | sed -n 's/.*BENCH //p')
+			kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
 			[ -n "$inner" ] || die "s3: snapshot did not finish"
+			read -r rss anon <"$WORK/s3.mem.${w}w.$r" || true
+			record "s3.peak_rss_kb_${w}w.$r" "${rss:-0}"
+			record "s3.peak_anon_kb_${w}w.$r" "${anon:-0}"
 			record "s3.replicant_${w}w_s.$r" "$(since "$t0")"
 			record "s3.replicant_${w}w_inner_s.$r" "$inner"
 			record "s3.replicant_rows_done" "$(q "SELECT sum(rows_done) FROM replicant.backfill_status WHERE pipeline = 'snap${w}_$r'")"
