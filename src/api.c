@@ -619,22 +619,14 @@ published_tables(ArrayType *pubs)
 static void
 save_table_shapes(int32 pipeline_id, List *relids)
 {
-	Oid			argtypes[3] = {INT4OID, OIDOID, TEXTOID};
 	ListCell   *lc;
 
 	foreach(lc, relids)
 	{
 		Relation	rel = table_open(lfirst_oid(lc), AccessShareLock);
-		Datum		args[3];
 
-		args[0] = Int32GetDatum(pipeline_id);
-		args[1] = ObjectIdGetDatum(RelationGetRelid(rel));
-		args[2] = CStringGetTextDatum(replicant_publication_shape(rel));
+		replicant_publication_save_table_shape(pipeline_id, rel);
 		table_close(rel, AccessShareLock);
-		if (SPI_execute_with_args("INSERT INTO replicant.table_shapes (pipeline_id, relid, shape)"
-								  " VALUES ($1, $2, $3)",
-								  3, argtypes, args, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not insert into replicant.table_shapes");
 	}
 }
 

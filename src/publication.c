@@ -352,15 +352,41 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 	shapes_unsaved = true;
 }
 
-char *
-replicant_publication_shape(Relation rel)
+/* Upserts one table's shape; the caller is connected to SPI. */
+static void
+store_shape(int32 pipeline_id, Oid relid, const char *shape)
+{
+	Datum		args[3];
+
+	if (save_shape_plan == NULL)
+	{
+		Oid			argtypes[3] = {INT4OID, OIDOID, TEXTOID};
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare("INSERT INTO replicant.table_shapes (pipeline_id, relid, shape)"
+						   " VALUES ($1, $2, $3)"
+						   " ON CONFLICT (pipeline_id, relid) DO UPDATE SET shape = excluded.shape",
+						   3, argtypes);
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not prepare table shape statement");
+		save_shape_plan = plan;
+	}
+	args[0] = Int32GetDatum(pipeline_id);
+	args[1] = ObjectIdGetDatum(relid);
+	args[2] = CStringGetTextDatum(shape);
+	if (SPI_execute_plan(save_shape_plan, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not save the table shapes of pipeline %d", pipeline_id);
+}
+
+void
+replicant_publication_save_table_shape(int32 pipeline_id, Relation rel)
 {
 	Bitmapset  *key_columns;
 	bool		whole_row;
 	bool		identity_full;
 
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
-	return fingerprint(rel, key_columns);
+	store_shape(pipeline_id, RelationGetRelid(rel), fingerprint(rel, key_columns));
 }
 
 void
@@ -409,25 +435,10 @@ replicant_publication_save_shapes(int32 pipeline_id)
 		return;
 	shapes_unsaved = false;
 
-	if (save_shape_plan == NULL)
-	{
-		Oid			argtypes[3] = {INT4OID, OIDOID, TEXTOID};
-		SPIPlanPtr	plan;
-
-		plan = SPI_prepare("INSERT INTO replicant.table_shapes (pipeline_id, relid, shape)"
-						   " VALUES ($1, $2, $3)"
-						   " ON CONFLICT (pipeline_id, relid) DO UPDATE SET shape = excluded.shape",
-						   3, argtypes);
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare table shape statement");
-		save_shape_plan = plan;
-	}
-
 	hash_seq_init(&status, relinfo_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
 		SavedShape *saved;
-		Datum		args[3];
 
 		if (entry->fingerprint == NULL)
 			continue;
@@ -439,11 +450,7 @@ replicant_publication_save_shapes(int32 pipeline_id)
 		saved = hash_search(saved_shapes, &entry->relid, HASH_FIND, NULL);
 		if (saved && strcmp(saved->shape, entry->fingerprint) == 0)
 			continue;
-		args[0] = Int32GetDatum(pipeline_id);
-		args[1] = ObjectIdGetDatum(entry->relid);
-		args[2] = CStringGetTextDatum(entry->fingerprint);
-		if (SPI_execute_plan(save_shape_plan, args, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not save the table shapes of pipeline %d", pipeline_id);
+		store_shape(pipeline_id, entry->relid, entry->fingerprint);
 		if (saved)
 			pfree(saved->shape);
 		else

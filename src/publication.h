@@ -73,11 +73,12 @@ extern void replicant_publication_key(Relation rel, Bitmapset **key_columns,
 									  bool *whole_row, bool *identity_full);
 
 /*
- * A table's shape as compared across versions; the table shapes the
- * pipeline delivered up to its checkpoint, and saving them with the next
- * checkpoint (both inside an SPI connection).
+ * Table shapes (replicant.table_shapes), all inside an SPI connection:
+ * saving a table's current shape (create_pipeline), loading those the
+ * pipeline delivered up to its checkpoint, and saving the ones seen since
+ * with the next checkpoint.
  */
-extern char *replicant_publication_shape(Relation rel);
+extern void replicant_publication_save_table_shape(int32 pipeline_id, Relation rel);
 extern void replicant_publication_load_shapes(int32 pipeline_id);
 extern void replicant_publication_save_shapes(int32 pipeline_id);
 
