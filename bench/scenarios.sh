@@ -173,14 +173,19 @@ perf_start_on_enable() {
 	PERF_FILTER_PID=$pid
 }
 
+# The table scenarios 1 and 2 write and stream.
+create_stream_table() {
+	psql_b -c "CREATE TABLE $1 (id bigserial PRIMARY KEY, k int NOT NULL, v text NOT NULL,
+		amount numeric(12,2), created timestamptz NOT NULL DEFAULT now())"
+}
+
 scenario_1() {
 	local n=$S1_TXNS per
 	per=$((n / 2))
 	log "== scenario 1: stream, small transactions ($n single-row INSERT transactions, 2 clients)"
 	cluster_start s1
 	sink_start
-	psql_b -c "CREATE TABLE small (id bigserial PRIMARY KEY, k int NOT NULL, v text NOT NULL,
-		amount numeric(12,2), created timestamptz NOT NULL DEFAULT now())"
+	create_stream_table small
 	local f
 	f=$(script_file small.sql <<'SQL'
 \set k random(1, 1000000)
@@ -198,8 +203,7 @@ scenario_2() {
 	log "== scenario 2: stream, bulk transactions ($rows rows in $txns transactions of $txn_rows)"
 	cluster_start s2
 	sink_start
-	psql_b -c "CREATE TABLE bulk (id bigserial PRIMARY KEY, k int NOT NULL, v text NOT NULL,
-		amount numeric(12,2), created timestamptz NOT NULL DEFAULT now())"
+	create_stream_table bulk
 	local f
 	f=$(script_file bulk.sql <<SQL
 INSERT INTO bulk (k, v, amount)
