@@ -56,13 +56,17 @@ replicant_delivery_sleep(long ms)
 	}
 }
 
-/* Capped exponential backoff with jitter, or what Retry-After asked for. */
+/*
+ * Capped exponential backoff with jitter, or what Retry-After asked for.
+ * "Retry-After: 0" or a date in the past asks for nothing: back off anyway,
+ * or a sink answering so would be hammered without pause.
+ */
 static long
 backoff_ms(int attempt, const ReplicantSinkResult *result)
 {
 	long		cap = RETRY_BASE_MS;
 
-	if (result->retry_after_ms >= 0)
+	if (result->retry_after_ms > 0)
 		return result->retry_after_ms;
 	while (attempt-- > 0 && cap < RETRY_MAX_MS)
 		cap *= 2;

@@ -412,7 +412,8 @@ class Handler(BaseHTTPRequestHandler):
         elif fault == "redirect":
             self.answer(302, headers=[("Location", f["redirect"])])
         else:
-            retry = [("Retry-After", str(f["retry_after"]))] if f["retry_after"] else []
+            retry = ([("Retry-After", str(f["retry_after"]))]
+                     if f["retry_after"] is not None else [])
             self.answer(fault, headers=retry)
         self.close_connection = fault in ("reset", "hang")
         return 302 if fault == "redirect" else fault
@@ -511,7 +512,7 @@ def main():
     s.add_argument("--fail-status", type=int, help="answer this status ...")
     s.add_argument("--fail-rate", type=float, default=1.0, help="... with this probability")
     s.add_argument("--fail-first", type=int, help="... or for the first N requests")
-    s.add_argument("--retry-after", type=int, help="Retry-After on fault answers")
+    s.add_argument("--retry-after", help="Retry-After on fault answers (seconds or an HTTP-date)")
     s.add_argument("--delay-ms", type=int, default=0, help="wait before answering")
     s.add_argument("--hang", action="store_true", help="never answer")
     s.add_argument("--reset", action="store_true", help="reset the connection")
