@@ -100,7 +100,8 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	decoder->caches_normal = true;	/* the pipeline was loaded with them */
 	decoder->last_save = GetCurrentTimestamp();
 
-	replicant_publication_init(pipeline->publications, pipeline->owner);
+	replicant_publication_init(pipeline->publications, pipeline->publication_lsns,
+							   pipeline->owner);
 
 	/* Transactions committing after confirmed_flush began at restart_lsn. */
 	XLogBeginRead(decoder->ctx->reader, MyReplicationSlot->data.restart_lsn);

@@ -131,7 +131,7 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 
 	if (info->own)
 		return NULL;
-	missing = replicant_publication_check();
+	missing = replicant_publication_check(txn->final_lsn);
 	if (missing)
 	{
 		/* Nothing can say what it would have published: deliver nothing. */
@@ -142,6 +142,9 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 		}
 		return NULL;
 	}
+	/* Only in publications alter_pipeline added after this commit. */
+	if (info->published && txn->final_lsn < info->published_from)
+		return NULL;
 	if (info->halt_reason && !(info->halt_resumable && resumed))
 	{
 		state->halt_lsn = txn->final_lsn;
@@ -160,9 +163,10 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 		pfree(info->schema_change);
 		info->schema_change = NULL;
 	}
-	if (info->published)
-		strlcpy(state->current_table, RelationGetRelationName(rel), NAMEDATALEN);
-	return info->published ? info : NULL;
+	if (!info->published)
+		return NULL;
+	strlcpy(state->current_table, RelationGetRelationName(rel), NAMEDATALEN);
+	return info;
 }
 
 /* The change's key object (or null), as the snapshot path keys rows too. */

@@ -15,6 +15,7 @@ typedef struct ReplicantPipeline
 	char	   *name;
 	Oid			owner;
 	List	   *publications;	/* of char * */
+	XLogRecPtr *publication_lsns;	/* per publication: delivered from here on */
 	char	   *sink_url;
 	char	   *snapshot;
 	bool		enabled;

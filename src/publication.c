@@ -41,12 +41,23 @@
 #include "publication.h"
 
 static List *publication_names = NIL;
+static XLogRecPtr *publication_lsns = NULL;	/* per name: counts from here on */
 static Oid	pipeline_owner = InvalidOid;
 
 static MemoryContext publication_context = NULL;
 static List *publications = NIL;	/* of Publication *, when valid */
+static List *publications_from = NIL;	/* of XLogRecPtr *, parallel to it */
 static bool publications_valid = false;
 static char *publications_missing = NULL;
+
+/*
+ * A publication added by alter_pipeline that the historic catalog does not
+ * have: before the position it was added at it is empty (as PostgreSQL 16's
+ * pgoutput treats a publication that does not exist yet); from there on it
+ * must exist, or it was dropped.
+ */
+static char *added_missing = NULL;
+static XLogRecPtr added_missing_from = InvalidXLogRecPtr;
 static Oid	replicant_namespace = InvalidOid;
 
 static HTAB *relinfo_hash = NULL;
@@ -110,7 +121,7 @@ membership_callback(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 void
-replicant_publication_init(List *names, Oid owner)
+replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner)
 {
 	HASHCTL		ctl;
 	ListCell   *lc;
@@ -123,6 +134,8 @@ replicant_publication_init(List *names, Oid owner)
 	old = MemoryContextSwitchTo(CacheMemoryContext);
 	foreach(lc, names)
 		publication_names = lappend(publication_names, pstrdup(lfirst(lc)));
+	publication_lsns = palloc(sizeof(XLogRecPtr) * Max(list_length(names), 1));
+	memcpy(publication_lsns, from_lsns, sizeof(XLogRecPtr) * list_length(names));
 	MemoryContextSwitchTo(old);
 	pipeline_owner = owner;
 
@@ -148,31 +161,51 @@ load_publications(void)
 
 	MemoryContextReset(publication_context);
 	publications = NIL;
+	publications_from = NIL;
 	publications_missing = NULL;
+	added_missing = NULL;
+	added_missing_from = InvalidXLogRecPtr;
 
 	old = MemoryContextSwitchTo(publication_context);
 	replicant_namespace = get_namespace_oid("replicant", true);
 	foreach(lc, publication_names)
 	{
 		char	   *name = lfirst(lc);
+		XLogRecPtr	from = publication_lsns[foreach_current_index(lc)];
 		Publication *pub = GetPublicationByName(name, true);
+		XLogRecPtr *from_copy;
 
-		if (pub == NULL)
+		if (pub == NULL && XLogRecPtrIsInvalid(from))
 		{
 			publications_missing = psprintf("publication \"%s\" does not exist", name);
 			break;
 		}
+		if (pub == NULL)
+		{
+			if (added_missing == NULL || from < added_missing_from)
+			{
+				added_missing = psprintf("publication \"%s\" does not exist", name);
+				added_missing_from = from;
+			}
+			continue;
+		}
+		from_copy = palloc(sizeof(XLogRecPtr));
+		*from_copy = from;
 		publications = lappend(publications, pub);
+		publications_from = lappend(publications_from, from_copy);
 	}
 	MemoryContextSwitchTo(old);
 	publications_valid = true;
 }
 
 char *
-replicant_publication_check(void)
+replicant_publication_check(XLogRecPtr commit_lsn)
 {
 	if (!publications_valid)
 		load_publications();
+	if (publications_missing == NULL && added_missing != NULL &&
+		commit_lsn >= added_missing_from)
+		return added_missing;
 	return publications_missing;
 }
 
@@ -224,7 +257,7 @@ replicant_publication_key(Relation rel, Bitmapset **key_columns,
 /* Adds pub's actions to entry if pub delivers rel; may set a halt reason. */
 static void
 apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
-				  List *rel_pubs, List *schema_pubs, List *ancestors)
+				  XLogRecPtr from, List *rel_pubs, List *schema_pubs, List *ancestors)
 {
 	Oid			listed_relid = InvalidOid;
 	HeapTuple	tuple;
@@ -264,6 +297,7 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 		entry->halt_reason = psprintf("publication \"%s\" publishes via the partition root, which replicant does not support yet",
 									  pub->name);
 
+	entry->published_from = entry->published ? Min(entry->published_from, from) : from;
 	entry->published = true;
 	entry->pub_insert |= pub->pubactions.pubinsert;
 	entry->pub_update |= pub->pubactions.pubupdate;
@@ -471,6 +505,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	List	   *schema_pubs;
 	List	   *ancestors = NIL;
 	ListCell   *lc;
+	ListCell   *lc2;
 	StringInfoData names;
 	char	   *old_fingerprint = entry->fingerprint;
 	char	   *schema_change = entry->schema_change;
@@ -495,8 +530,9 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	schema_pubs = GetSchemaPublications(RelationGetNamespace(rel));
 	if (rel->rd_rel->relispartition)
 		ancestors = get_partition_ancestors(relid);
-	foreach(lc, publications)
-		apply_publication(entry, rel, lfirst(lc), rel_pubs, schema_pubs, ancestors);
+	forboth(lc, publications, lc2, publications_from)
+		apply_publication(entry, rel, lfirst(lc), *(XLogRecPtr *) lfirst(lc2),
+						  rel_pubs, schema_pubs, ancestors);
 	if (!entry->published)
 		return;
 

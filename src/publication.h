@@ -6,6 +6,7 @@
 #ifndef REPLICANT_PUBLICATION_H
 #define REPLICANT_PUBLICATION_H
 
+#include "access/xlogdefs.h"
 #include "nodes/bitmapset.h"
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
@@ -16,6 +17,7 @@ typedef struct ReplicantRelInfo
 	bool		valid;
 
 	bool		published;		/* in any of the pipeline's publications */
+	XLogRecPtr	published_from; /* for commits from here on (a publication added later) */
 	bool		pub_insert;
 	bool		pub_update;
 	bool		pub_delete;
@@ -53,10 +55,12 @@ typedef struct ReplicantRelInfo
 } ReplicantRelInfo;
 
 /*
- * Prepares the cache for a pipeline with these publications, whose worker
- * acts for owner.  Call once per process, before decoding starts.
+ * Prepares the cache for a pipeline with these publications, each counting
+ * for commits from its from_lsns entry on (0: always), whose worker acts for
+ * owner.  Call once per process, before decoding starts.
  */
-extern void replicant_publication_init(List *publication_names, Oid owner);
+extern void replicant_publication_init(List *publication_names,
+									   const XLogRecPtr *from_lsns, Oid owner);
 
 /*
  * Returns what to deliver of rel; needs catalog access (runs in decoding
@@ -82,7 +86,10 @@ extern void replicant_publication_save_table_shape(int32 pipeline_id, Relation r
 extern void replicant_publication_load_shapes(int32 pipeline_id);
 extern void replicant_publication_save_shapes(int32 pipeline_id);
 
-/* A value-free reason if a publication is missing at this point, else NULL. */
-extern char *replicant_publication_check(void);
+/*
+ * A value-free reason if a publication that counts for a commit at
+ * commit_lsn is missing at this point of decoding, else NULL.
+ */
+extern char *replicant_publication_check(XLogRecPtr commit_lsn);
 
 #endif							/* REPLICANT_PUBLICATION_H */
