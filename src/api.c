@@ -17,6 +17,9 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "common/hashfn.h"
+#include "storage/lmgr.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_authid_d.h"
 #include "catalog/pg_publication.h"
@@ -572,6 +575,92 @@ create_slot(const char *slot_name)
 	FreeDecodingContext(ctx);
 }
 
+/*
+ * Background workers that are not pipeline workers (the launcher, parallel
+ * and logical replication workers, snapshot and sync workers): every
+ * pg_stat_activity row but the server's own processes and client backends.
+ */
+static int64
+other_background_workers(void)
+{
+	bool		isnull;
+
+	if (SPI_execute("SELECT count(*) FROM pg_catalog.pg_stat_activity"
+					" WHERE backend_type OPERATOR(pg_catalog.<>) ALL (ARRAY["
+					"   'client backend', 'autovacuum launcher', 'autovacuum worker',"
+					"   'background writer', 'checkpointer', 'walwriter', 'walsender',"
+					"   'walreceiver', 'startup', 'archiver', 'logger', 'standalone backend',"
+					"   'walsummarizer', 'slotsync worker', 'io worker', 'replicant pipeline'])",
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not count background workers");
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* Pipelines of other databases that want a worker. */
+static int
+runnable_pipelines_elsewhere(void)
+{
+	int			n = 0;
+	int			i;
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	for (i = 0; i < replicant_max_pipelines; i++)
+		n += (replicant_shmem->slots[i].in_use && replicant_shmem->slots[i].runnable &&
+			  replicant_shmem->slots[i].dboid != MyDatabaseId) ? 1 : 0;
+	LWLockRelease(replicant_shmem->lock);
+	return n;
+}
+
+/*
+ * Refuses a pipeline that could not run: its worker (and an initial
+ * snapshot's shard workers) need background worker slots, and one more must
+ * stay free for the sync worker that starts and stops workers; its slot
+ * needs a free replication slot.  Otherwise it would sit in "starting".
+ */
+static void
+check_free_slots(bool initial_snapshot, int snapshot_workers)
+{
+	int64		needed;
+	bool		isnull;
+
+	if (replicant_decoder_free_slots() == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("no free replication slot for a new pipeline"),
+				 errdetail("All %d replication slots are in use.", max_replication_slots),
+				 errhint("Free one or increase \"%s\".", "max_replication_slots")));
+
+	if (SPI_execute("SELECT count(*) FROM replicant.pipelines"
+					" WHERE enabled AND halt_reason IS NULL", true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	needed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+										 &isnull));
+	needed += runnable_pipelines_elsewhere() + other_background_workers();
+	needed += 1 + (initial_snapshot ? snapshot_workers : 0) + 1;
+	if (needed > max_worker_processes)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("not enough free background worker slots for a new pipeline"),
+				 errdetail("The pipeline needs %d, of which %d are already taken or promised.",
+						   1 + (initial_snapshot ? snapshot_workers : 0),
+						   (int) (needed - 1 - (initial_snapshot ? snapshot_workers : 0))),
+				 errhint("You might need to increase \"%s\".", "max_worker_processes")));
+}
+
+/*
+ * Makes concurrent create_pipeline calls of one name wait for each other,
+ * so that the second sees the first one's row and not its slot.
+ */
+static void
+lock_pipeline_name(const char *name)
+{
+	Oid			pipelines = get_relname_relid("pipelines", get_namespace_oid("replicant", false));
+
+	LockDatabaseObject(pipelines,
+					   DatumGetUInt32(hash_any((const unsigned char *) name, strlen(name))),
+					   0, ExclusiveLock);
+}
+
 static int
 count_pipelines_in_shmem(void)
 {
@@ -710,14 +799,17 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	api_spi_begin(&s);
 	check_headers(headers);
 	check_publications_exist(pubs);
+	lock_pipeline_name(name);
 	args[0] = CStringGetTextDatum(name);
+	/* Not read-only: a fresh snapshot sees a creator we waited for. */
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name = $1",
-							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	if (SPI_processed > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("pipeline \"%s\" already exists", name)));
+	check_free_slots(strcmp(snapshot, "initial") == 0, snapshot_workers);
 
 	/*
 	 * Everything is valid: only now create the slot, then the row.  An

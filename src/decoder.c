@@ -123,6 +123,19 @@ replicant_decoder_init_slot(bool need_full_snapshot)
 	return ctx;
 }
 
+int
+replicant_decoder_free_slots(void)
+{
+	int			free_slots = 0;
+	int			i;
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	for (i = 0; i < max_replication_slots; i++)
+		free_slots += ReplicationSlotCtl->replication_slots[i].in_use ? 0 : 1;
+	LWLockRelease(ReplicationSlotControlLock);
+	return free_slots;
+}
+
 static bool
 batch_full(ReplicantBatch *batch, int max_txns, uint64 max_bytes)
 {

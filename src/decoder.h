@@ -34,6 +34,9 @@ typedef struct ReplicantDecoder
  */
 extern LogicalDecodingContext *replicant_decoder_init_slot(bool need_full_snapshot);
 
+/* Replication slots not in use, of max_replication_slots. */
+extern int	replicant_decoder_free_slots(void);
+
 /*
  * Acquires the pipeline's slot and prepares decoding from the checkpoint
  * (or the slot's confirmed_flush, whichever is later).  Returns NULL and a

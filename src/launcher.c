@@ -261,7 +261,22 @@ reconcile_workers(void)
 				else
 					w->failures++;
 				w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
+
+				/*
+				 * It may not even have connected (its owner lost LOGIN):
+				 * the sync worker, which can read the catalog, finds out
+				 * and halts the pipeline instead of this restarting it.
+				 */
+				if (copy.in_use)
+					replicant_shmem_request_sync(copy.dboid);
 			}
+
+			/*
+			 * A pipeline gone from the catalog (dropped with the extension)
+			 * left its slot behind; it can be dropped now that it is free.
+			 */
+			if (!copy.in_use)
+				replicant_shmem_request_sync(copy.dboid);
 		}
 		running = (w->handle != NULL);
 		wanted = copy.in_use && copy.runnable;
@@ -316,6 +331,15 @@ reconcile_workers(void)
 			w->started_at = now;
 			if (w->handle == NULL)
 			{
+				LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+				if (replicant_shmem->slots[i].generation == copy.generation)
+				{
+					replicant_shmem->slots[i].state = REPLICANT_STATE_RETRYING;
+					snprintf(replicant_shmem->slots[i].last_error, REPLICANT_ERROR_LEN,
+							 "cannot start the pipeline worker: out of background worker slots (max_worker_processes = %d)",
+							 max_worker_processes);
+				}
+				LWLockRelease(replicant_shmem->lock);
 				ereport(WARNING,
 						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 						 errmsg("out of background worker slots for replicant pipeline \"%s\"",
@@ -391,6 +415,35 @@ typedef struct PipelineRow
 	int32		config_version;
 } PipelineRow;
 
+/*
+ * A worker connects as the pipeline's owner, which needs LOGIN: without it
+ * every start fails before the worker can say why.  Such pipelines halt
+ * here, with the reason, until resume_pipeline.
+ */
+static void
+halt_unconnectable_pipelines(void)
+{
+	uint64		i;
+
+	/* search_path is pinned: the operators are pg_catalog's. */
+	if (SPI_execute("UPDATE replicant.pipelines p"
+					"   SET halt_reason = coalesce("
+					"         (SELECT 'pipeline owner ' || quote_ident(r.rolname) || ' is not permitted to log in'"
+					"            FROM pg_authid r WHERE r.oid = p.owner),"
+					"         'pipeline owner (role OID ' || p.owner::text || ') no longer exists')"
+					" WHERE p.enabled AND p.halt_reason IS NULL"
+					"   AND NOT EXISTS (SELECT 1 FROM pg_authid r WHERE r.oid = p.owner AND r.rolcanlogin)"
+					" RETURNING p.name, p.halt_reason", false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not update replicant.pipelines");
+	for (i = 0; i < SPI_processed; i++)
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" halted: %s",
+						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
+						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
+				 errhint("Grant the role LOGIN, then call replicant.resume_pipeline('%s').",
+						 SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1))));
+}
+
 static List *
 read_pipeline_rows(void)
 {
@@ -399,8 +452,10 @@ read_pipeline_rows(void)
 
 	if (!OidIsValid(get_extension_oid("replicant", true)))
 		return NIL;
+	halt_unconnectable_pipelines();
+	/* Not read-only: a new snapshot, which sees the halts just recorded. */
 	if (SPI_execute("SELECT id, name, owner, enabled AND halt_reason IS NULL, config_version"
-					"  FROM replicant.pipelines", true, 0) != SPI_OK_SELECT)
+					"  FROM replicant.pipelines", false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -542,8 +597,10 @@ inactive_replicant_slots(void)
 	{
 		ReplicationSlot *s = &ReplicationSlotCtl->replication_slots[i];
 
+		/* Only slots decoded by replicant's plugin: others are not ours. */
 		if (s->in_use && s->active_pid == 0 &&
 			s->data.database == MyDatabaseId &&
+			strcmp(NameStr(s->data.plugin), "replicant") == 0 &&
 			strncmp(NameStr(s->data.name), REPLICANT_SLOT_PREFIX,
 					strlen(REPLICANT_SLOT_PREFIX)) == 0)
 			names = lappend(names, pstrdup(NameStr(s->data.name)));
@@ -563,6 +620,7 @@ replicant_sync_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	replicant_pipeline_pin_worker_settings();
 	pgstat_report_appname("replicant sync");
 
 	StartTransactionCommand();

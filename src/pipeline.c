@@ -12,6 +12,7 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
@@ -239,4 +240,32 @@ replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn)
 							  " WHERE id = $1",
 							  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record halt of pipeline %d", id);
+}
+
+/*
+ * Settings the worker's own transactions depend on, whatever the owner's
+ * role or the database sets: under default_transaction_read_only = on every
+ * checkpoint would fail and the same batch would be delivered forever.
+ */
+static const struct
+{
+	const char *name;
+	const char *value;
+}			worker_settings[] = {
+	{"default_transaction_read_only", "off"},
+	{"default_transaction_isolation", "read committed"},
+	{"statement_timeout", "0"},
+	{"lock_timeout", "0"},
+	{"idle_in_transaction_session_timeout", "0"},
+	{"search_path", "pg_catalog, pg_temp"},
+};
+
+void
+replicant_pipeline_pin_worker_settings(void)
+{
+	int			i;
+
+	for (i = 0; i < lengthof(worker_settings); i++)
+		SetConfigOption(worker_settings[i].name, worker_settings[i].value,
+						PGC_SUSET, PGC_S_OVERRIDE);
 }

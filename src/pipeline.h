@@ -76,4 +76,11 @@ extern ReplicantPipeline *replicant_pipeline_load(int32 id, MemoryContext mcxt);
  */
 extern void replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn);
 
+/*
+ * Pins the settings a pipeline's processes depend on (read-only default,
+ * isolation, timeouts, search_path) over role and database settings; call
+ * once connected.
+ */
+extern void replicant_pipeline_pin_worker_settings(void);
+
 #endif							/* REPLICANT_PIPELINE_H */

@@ -11,6 +11,9 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_extension_d.h"
+#include "commands/extension.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
@@ -22,6 +25,7 @@ ReplicantShmem *replicant_shmem = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static object_access_hook_type prev_object_access_hook = NULL;
 
 /* Backend-local: does this transaction ask for a sync, did it write? */
 static bool sync_pending_at_commit = false;
@@ -117,6 +121,22 @@ replicant_xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/*
+ * DROP EXTENSION replicant takes the pipelines with it: have this database
+ * re-read at commit, so that their workers stop and their slots are dropped
+ * now rather than at the next server start.
+ */
+static void
+replicant_object_access(ObjectAccessType access, Oid classId, Oid objectId,
+						int subId, void *arg)
+{
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+	if (access == OAT_DROP && classId == ExtensionRelationId &&
+		objectId == get_extension_oid("replicant", true))
+		replicant_shmem_request_sync_at_commit();
+}
+
 void
 replicant_shmem_init(void)
 {
@@ -125,6 +145,8 @@ replicant_shmem_init(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = replicant_shmem_startup;
 	RegisterXactCallback(replicant_xact_callback, NULL);
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = replicant_object_access;
 }
 
 bool

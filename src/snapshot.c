@@ -349,7 +349,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
  * worker has imported the snapshot; it writes nothing.
  */
 static char *
-create_slot_and_export(ReplicantPipeline *pipeline)
+create_slot_and_export(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 {
 	LogicalDecodingContext *ctx;
 	Snapshot	snap;
@@ -357,6 +357,12 @@ create_slot_and_export(ReplicantPipeline *pipeline)
 	MemoryContext caller = CurrentMemoryContext;
 
 	CheckLogicalDecodingRequirements();
+	/* Waiting would not free one: say so rather than fail in a loop. */
+	if (replicant_decoder_free_slots() == 0)
+		replicant_delivery_halt(slot, pipeline,
+								psprintf("cannot create replication slot \"%s\": all replication slots are in use (max_replication_slots = %d)",
+										 replicant_pipeline_slot_name(pipeline->name),
+										 max_replication_slots));
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
 
@@ -583,7 +589,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 			replicant_delivery_halt(slot, pipeline, reason);
 		send_markers(slot, pipeline, sink, false);
 		(void) count_unfinished_shards(pipeline->id, true);
-		snapshot_name = create_slot_and_export(pipeline);
+		snapshot_name = create_slot_and_export(slot, pipeline);
 	}
 	else
 	{
@@ -989,6 +995,7 @@ replicant_shard_main(Datum main_arg)
 	before_shmem_exit(shard_exit, (Datum) 0);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
 	replicant_encoder_pin_settings();
+	replicant_pipeline_pin_worker_settings();
 
 	replicant_catalog_begin(&access);
 	pipeline = replicant_pipeline_load(args.pipeline_id, TopMemoryContext);

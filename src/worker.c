@@ -64,6 +64,7 @@ static ReplicantBatch *batch;
 static ReplicantDecoder *decoder;
 static ReplicantSink *sink;
 static ReplicantBackfill *backfill;	/* incremental backfill being read */
+static const char *worker_phase = "starting";	/* for a halt's reason */
 
 static void
 worker_detach(int code, Datum arg)
@@ -368,13 +369,35 @@ load_pipeline(int32 pipeline_id)
 	}
 }
 
+/*
+ * Errors that a restart would only meet again: a wrong setting, a missing
+ * privilege or object, a read-only transaction, a full slot table.  The
+ * rest (out of memory, a conflict, a lost connection) may pass, so the
+ * worker exits and the launcher restarts it with backoff.
+ */
+static bool
+retry_cannot_fix(int sqlerrcode)
+{
+	switch (ERRCODE_TO_CATEGORY(sqlerrcode))
+	{
+		case ERRCODE_DATA_EXCEPTION:
+		case ERRCODE_INVALID_TRANSACTION_STATE:
+		case ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION:
+		case ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION:
+		case ERRCODE_FEATURE_NOT_SUPPORTED:
+			return true;
+		default:
+			return sqlerrcode == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED;
+	}
+}
+
+static void run_pipeline(int slot_index);
+
 void
 replicant_worker_main(Datum main_arg)
 {
 	ReplicantWorkerArgs args;
-	char	   *halt_reason;
-	char	   *appname;
-	MemoryContext cycle_context;
+	MemoryContext context;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 
@@ -385,14 +408,46 @@ replicant_worker_main(Datum main_arg)
 	worker_attach(DatumGetInt32(main_arg), &args);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
 	replicant_encoder_pin_settings();
+	replicant_pipeline_pin_worker_settings();
 
 	load_pipeline(args.pipeline_id);
+	context = CurrentMemoryContext;
+	PG_TRY();
+	{
+		run_pipeline(DatumGetInt32(main_arg));
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (!retry_cannot_fix(edata->sqlerrcode))
+			PG_RE_THROW();
+		/* The message could quote a value: the class and the phase only. */
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		worker_halt(psprintf("pipeline worker failed while %s with error class %s",
+							 worker_phase, unpack_sql_state(edata->sqlerrcode)));
+	}
+	PG_END_TRY();
+}
+
+static void
+run_pipeline(int slot_index)
+{
+	char	   *halt_reason;
+	char	   *appname;
+	MemoryContext cycle_context;
+
 	appname = psprintf("replicant pipeline %s", pipeline->name);
 	SetConfigOption("application_name", appname, PGC_SUSET, PGC_S_OVERRIDE);
 	pgstat_report_appname(appname);
 
 	check_output_plugin_allowed();
-	replicant_snapshot_initial(MySlot, DatumGetInt32(main_arg), pipeline);
+	worker_phase = "taking the initial snapshot";
+	replicant_snapshot_initial(MySlot, slot_index, pipeline);
+	worker_phase = "starting to stream";
 
 	/*
 	 * Commit asynchronously from here on: whatever the worker committed is
@@ -414,6 +469,7 @@ replicant_worker_main(Datum main_arg)
 	replicant_shmem_set_state(MySlot, REPLICANT_STATE_STREAMING);
 	confirm(Max(decoder->confirmed, pipeline->checkpoint_end_lsn));
 	backfill = replicant_backfill_next(pipeline->id);
+	worker_phase = "streaming";
 
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "replicant cycle",
 										  ALLOCSET_DEFAULT_SIZES);
