@@ -47,6 +47,7 @@ typedef struct ReplicantPipelineSlot
 	Latch	   *latch;
 	pg_atomic_uint32 nudged;	/* a commit set the latch since last reset */
 	pg_atomic_uint32 shard_failures;	/* snapshot workers that exited on error */
+	pg_atomic_uint32 snapshot_stale;	/* a table was rewritten after the snapshot */
 	ReplicantWorkerState state;
 	uint64		transactions_delivered;
 	uint64		changes_delivered;

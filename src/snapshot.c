@@ -117,7 +117,7 @@ spi_int8(int row, int col)
  * faithfully, else NULL.
  */
 static char *
-plan_snapshot(ReplicantPipeline *pipeline)
+plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 {
 	ReplicantCatalogAccess access;
 	Oid			argtypes[2] = {INT4OID, TEXTARRAYOID};
@@ -136,7 +136,8 @@ plan_snapshot(ReplicantPipeline *pipeline)
 	args[1] = PointerGetDatum(construct_array(pubs, i, TEXTOID, -1, false, TYPALIGN_INT));
 
 	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args("DELETE FROM replicant.backfills"
+	if (replace &&
+		SPI_execute_with_args("DELETE FROM replicant.backfills"
 							  " WHERE pipeline_id = $1 AND kind = 'initial'",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not clear the snapshot plan");
@@ -198,7 +199,11 @@ plan_snapshot(ReplicantPipeline *pipeline)
 							  "   GROUP BY c.oid),"
 							  " planned AS ("
 							  "  INSERT INTO replicant.backfills (pipeline_id, relid, kind, mode, rows_estimate, relfilenode)"
-							  "  SELECT $1, relid, 'initial', 'ctid', estimate, relfilenode FROM tables ORDER BY relid"
+							  "  SELECT $1, relid, 'initial', 'ctid', estimate, relfilenode FROM tables"
+							  "   WHERE NOT EXISTS (SELECT 1 FROM replicant.backfills b"
+							  "                      WHERE b.pipeline_id = $1 AND b.kind = 'initial'"
+							  "                        AND b.relid = tables.relid)"
+							  "   ORDER BY relid"
 							  "  RETURNING id, relid)"
 							  " INSERT INTO replicant.snapshot_shards (backfill_id, shard, lo_block, hi_block, next_block)"
 							  " SELECT p.id, s.n, s.n * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) ","
@@ -215,6 +220,83 @@ plan_snapshot(ReplicantPipeline *pipeline)
 			(errmsg("replicant pipeline \"%s\" planned an initial snapshot of %d tables",
 					pipeline->name, (int) ntables)));
 	return reason;
+}
+
+/*
+ * Whether the publications deliver a table the plan lacks, as the current
+ * snapshot sees them: one added between planning and the slot's creation
+ * would otherwise be streamed from the slot's point with its older rows
+ * never read.  Runs as the owner; reads only the catalog, under the
+ * transaction's (exported) snapshot.
+ */
+static bool
+unplanned_tables(ReplicantPipeline *pipeline, const List *planned)
+{
+	Oid			argtypes[1] = {TEXTARRAYOID};
+	Datum		args[1];
+	Datum	   *pubs;
+	ListCell   *lc;
+	int			i = 0;
+	uint64		n;
+	bool		missing = false;
+
+	pubs = palloc(sizeof(Datum) * list_length(pipeline->publications));
+	foreach(lc, pipeline->publications)
+		pubs[i++] = CStringGetTextDatum(lfirst(lc));
+	args[0] = PointerGetDatum(construct_array(pubs, i, TEXTOID, -1, false, TYPALIGN_INT));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
+							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
+							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
+							  "                           AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
+							  " WHERE pt.pubname OPERATOR(pg_catalog.=) ANY ($1)"
+							  "   AND n.nspname OPERATOR(pg_catalog.<>) 'replicant' AND c.relkind OPERATOR(pg_catalog.=) 'r'",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list published tables");
+	for (n = 0; n < SPI_processed && !missing; n++)
+	{
+		bool		isnull;
+		Oid			relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[n],
+														   SPI_tuptable->tupdesc, 1, &isnull));
+
+		missing = !list_member_oid(planned, relid);
+	}
+	PopActiveSnapshot();
+	SPI_finish();
+	return missing;
+}
+
+/* The tables of the pipeline's initial snapshot plan. */
+static List *
+planned_relids(ReplicantPipeline *pipeline)
+{
+	ReplicantCatalogAccess access;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(pipeline->id)};
+	MemoryContext caller = CurrentMemoryContext;
+	List	   *relids = NIL;
+	uint64		i;
+
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("SELECT relid FROM replicant.backfills"
+							  " WHERE pipeline_id = $1 AND kind = 'initial'",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the snapshot plan");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		MemoryContext old = MemoryContextSwitchTo(caller);
+
+		relids = lappend_oid(relids,
+							 DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 1, &isnull)));
+		MemoryContextSwitchTo(old);
+	}
+	replicant_catalog_end(&access);
+	return relids;
 }
 
 /*
@@ -520,10 +602,13 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 	int			running;
 
 	pg_atomic_write_u32(&slot->shard_failures, 0);
-	nshard_handles = pipeline->snapshot_workers;
-	shard_handles = MemoryContextAllocZero(TopMemoryContext,
-										   sizeof(BackgroundWorkerHandle *) * nshard_handles);
-	before_shmem_exit(terminate_shard_workers, (Datum) 0);
+	if (shard_handles == NULL)
+	{
+		nshard_handles = pipeline->snapshot_workers;
+		shard_handles = MemoryContextAllocZero(TopMemoryContext,
+											   sizeof(BackgroundWorkerHandle *) * nshard_handles);
+		before_shmem_exit(terminate_shard_workers, (Datum) 0);
+	}
 
 	for (i = 0; i < nshard_handles; i++)
 		shard_handles[i] = launch_shard_worker(pipeline, slot_index, slot, snapshot_name);
@@ -567,12 +652,13 @@ void
 replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 						   ReplicantPipeline *pipeline)
 {
-	bool		planned;
+	bool		planned_before;
+	List	   *planned;
 	char	   *snapshot_name;
 	char	   *reason;
 	ReplicantSink *sink;
 
-	if (!snapshot_pending(pipeline, &planned))
+	if (!snapshot_pending(pipeline, &planned_before))
 		return;
 	replicant_shmem_set_state(slot, REPLICANT_STATE_SNAPSHOTTING);
 
@@ -584,17 +670,19 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 		 * Nothing was read under an earlier plan without the slot: the
 		 * transaction that created it would have persisted it first.
 		 */
-		reason = plan_snapshot(pipeline);
+		reason = plan_snapshot(pipeline, true);
 		if (reason)
 			replicant_delivery_halt(slot, pipeline, reason);
 		send_markers(slot, pipeline, sink, false);
 		(void) count_unfinished_shards(pipeline->id, true);
+		planned = planned_relids(pipeline);
 		snapshot_name = create_slot_and_export(slot, pipeline);
 	}
 	else
 	{
 		send_markers(slot, pipeline, sink, false);
 		(void) count_unfinished_shards(pipeline->id, true);
+		planned = planned_relids(pipeline);
 		snapshot_name = export_fresh_snapshot();
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" resumes its initial snapshot under a fresh snapshot",
@@ -602,13 +690,46 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 				 errdetail("Streaming replays changes from the slot's original consistent point.")));
 	}
 
-	if (!run_shard_workers(slot, slot_index, pipeline, snapshot_name))
+	/*
+	 * A table published after planning (before the slot's creation, or
+	 * before this resume) is planned now and read, with what is left, under
+	 * a newer snapshot: the stream starts at the slot's point, so the sink
+	 * converges as after an interrupted snapshot.
+	 */
+	while (unplanned_tables(pipeline, planned))
 	{
-		/* The launcher restarts us (with backoff) and we resume. */
-		ereport(LOG,
-				(errmsg("replicant pipeline \"%s\" restarts its snapshot after a snapshot worker failed",
-						pipeline->name)));
-		proc_exit(1);
+		CommitTransactionCommand();
+		reason = plan_snapshot(pipeline, false);
+		if (reason)
+			replicant_delivery_halt(slot, pipeline, reason);
+		send_markers(slot, pipeline, sink, false);
+		(void) count_unfinished_shards(pipeline->id, true);
+		planned = planned_relids(pipeline);
+		snapshot_name = export_fresh_snapshot();
+	}
+
+	pg_atomic_write_u32(&slot->snapshot_stale, 0);
+	for (;;)
+	{
+		if (!run_shard_workers(slot, slot_index, pipeline, snapshot_name))
+		{
+			/* The launcher restarts us (with backoff) and we resume. */
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" restarts its snapshot after a snapshot worker failed",
+							pipeline->name)));
+			proc_exit(1);
+		}
+		if (pg_atomic_exchange_u32(&slot->snapshot_stale, 0) == 0)
+			break;
+
+		/*
+		 * A table was rewritten after the snapshot: read what is left under
+		 * a newer one, which sees the new heap.  The stream still starts at
+		 * the slot's point, so the sink converges.
+		 */
+		CommitTransactionCommand();
+		(void) count_unfinished_shards(pipeline->id, true);
+		snapshot_name = export_fresh_snapshot();
 	}
 
 	/* Every shard is read: the exported snapshot is no longer needed. */
@@ -774,8 +895,34 @@ typedef enum WindowResult
 	WINDOW_READ,				/* rows of the window delivered */
 	WINDOW_PAST_END,			/* the window starts beyond the table */
 	WINDOW_REWRITTEN,			/* relfilenode changed: start the table over */
+	WINDOW_STALE,				/* rewritten after the snapshot, which sees none of it */
 	WINDOW_GONE					/* the table was dropped */
 } WindowResult;
+
+/*
+ * Whether the rewrite that gave rel its current relfilenode committed after
+ * the active snapshot: that snapshot then sees the old pg_class row, and
+ * none of the rows in the new heap, whose tuples the rewrite wrote.
+ */
+static bool
+snapshot_predates(Relation rel)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		args[1] = {ObjectIdGetDatum(RelationGetRelid(rel))};
+	bool		stale;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_with_args("SELECT relfilenode FROM pg_catalog.pg_class"
+							  " WHERE oid OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read pg_class");
+	stale = SPI_processed == 0 ||
+		strtoul(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), NULL, 10) !=
+		rel->rd_rel->relfilenode;
+	SPI_finish();
+	return stale;
+}
 
 /*
  * Reads blocks [lo, hi) of the shard's table under the imported snapshot and
@@ -822,12 +969,14 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	}
 	if (rel->rd_rel->relfilenode != shard->relfilenode)
 	{
+		bool		stale = snapshot_predates(rel);
+
 		*new_relfilenode = rel->rd_rel->relfilenode;
 		table_close(rel, AccessShareLock);
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		MemoryContextSwitchTo(window_context);
-		return WINDOW_REWRITTEN;
+		return stale ? WINDOW_STALE : WINDOW_REWRITTEN;
 	}
 	if (shard->next_block >= RelationGetNumberOfBlocks(rel))
 	{
@@ -1009,7 +1158,13 @@ replicant_shard_main(Datum main_arg)
 
 	window_context = AllocSetContextCreate(TopMemoryContext, "replicant snapshot window",
 										   ALLOCSET_DEFAULT_SIZES);
-	while (claim_shard(pipeline->id, &shard))
+	/*
+	 * Once a table turned out rewritten after the snapshot, nothing more is
+	 * read under it: the pipeline worker takes a fresh one (claims are
+	 * reset then).
+	 */
+	while (claim_shard(pipeline->id, &shard) &&
+		   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
 	{
 		for (;;)
 		{
@@ -1020,6 +1175,8 @@ replicant_shard_main(Datum main_arg)
 			bool		done;
 
 			CHECK_FOR_INTERRUPTS();
+			if (pg_atomic_read_u32(&slot->snapshot_stale) != 0)
+				break;
 			replicant_delivery_reload_config();
 			MemoryContextSwitchTo(window_context);
 			hi = shard.next_block + WINDOW_BLOCKS;
@@ -1032,6 +1189,16 @@ replicant_shard_main(Datum main_arg)
 			MemoryContextReset(window_context);
 			replicant_fault("snapshot_window");
 
+			if (r == WINDOW_STALE)
+			{
+				ereport(LOG,
+						(errmsg("table \"%s\" was rewritten after the snapshot was taken; reading it again under a fresh snapshot",
+								shard.relname)));
+				/* Before the restart, so that no one claims it under this snapshot. */
+				pg_atomic_write_u32(&slot->snapshot_stale, 1);
+				restart_table(&shard, relfilenode);
+				break;
+			}
 			if (r == WINDOW_REWRITTEN)
 			{
 				ereport(LOG,
