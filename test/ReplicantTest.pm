@@ -449,16 +449,34 @@ sub stop
 {
 	my ($self, %opts) = @_;
 	my $handle = delete $self->{handle} or return;
-	if (($opts{signal} // 'TERM') eq 'KILL')
-	{
-		$handle->signal('KILL');
-		$handle->finish;
-	}
-	else
-	{
-		$handle->kill_kill(grace => 5);
-	}
+	my $pid    = $handle->{KIDS}[0]{PID};
 	@running = grep { $_ != $self } @running;
+	eval {
+		if (($opts{signal} // 'TERM') eq 'KILL')
+		{
+			$handle->signal('KILL');
+			$handle->finish;
+		}
+		else
+		{
+			$handle->kill_kill(grace => 5);
+		}
+		1;
+	} or note("stopping sink $self->{name}: $@");
+	# Whatever went wrong above, the process must not outlive this call.
+	if ($pid && kill(0, $pid))
+	{
+		kill 'KILL', $pid;
+		waitpid($pid, 0);
+	}
+	return;
+}
+
+sub DESTROY
+{
+	my ($self) = @_;
+	local ($@, $?);
+	$self->stop if $self->{handle};
 	return;
 }
 
@@ -517,11 +535,22 @@ sub txlog    { return $_[0]->_json_lines('txlog'); }
 sub messages { return $_[0]->_json_lines('messages'); }
 sub bodies   { return $_[0]->_json_lines('bodies'); }
 
+# A test killed by a signal (a timeout) still runs the END block below.
+foreach my $signal (qw(TERM INT HUP))
+{
+	$SIG{$signal} = sub { die "killed by SIG$signal\n"; }
+	  if ($SIG{$signal} // 'DEFAULT') eq 'DEFAULT';
+}
+
 END
 {
-	# Don't leave sinks behind, even when a test dies.
+	# Don't leave sinks behind, even when a test dies: each one is stopped
+	# even if stopping another one failed.
 	my $status = $?;
-	$_->stop foreach @running;
+	foreach my $sink (@running)
+	{
+		eval { $sink->stop; 1 } or print STDERR "could not stop a sink: $@";
+	}
 	$? = $status;
 }
 

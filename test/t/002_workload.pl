@@ -1,10 +1,11 @@
 # A random workload from two concurrent clients over tables with a
 # composite key, REPLICA IDENTITY FULL and a TOASTed column, with key
-# changes and a TRUNCATE, survived across a sink outage and a server
-# restart: the sink ends up equal to the source, in commit order.
+# changes and a TRUNCATE, survived across a sink outage (while the workload
+# keeps writing) and a server restart: the sink ends up equal to the source,
+# in commit order.
 use strict;
 use warnings;
-use Time::HiRes qw(time);
+use Time::HiRes qw(time sleep);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
@@ -70,37 +71,56 @@ my $script = PostgreSQL::Test::Utils::tempdir() . '/work.sql';
 PostgreSQL::Test::Utils::append_to_file($script,
 	"BEGIN;\nSELECT work_step();\nSELECT work_step();\nSELECT work_step();\nCOMMIT;\n");
 
-# Two clients in the background; returns the harness.
+# Two clients in the background; returns the harness.  With $seconds the
+# clients run until stopped (or for that long), else for $txns each.
 sub start_workload
 {
-	my ($txns) = @_;
+	my ($txns, $seconds) = @_;
 	my ($out, $err) = ('', '');
 	return IPC::Run::start(
 		[
-			'pgbench', '-n', '-c', '2', '-t', $txns, '--max-tries=50', '-f', $script,
-			'-h', $node->host, '-p', $node->port, 'postgres'
+			'pgbench', '-n', '-c', '2', defined $seconds ? ('-T', $seconds) : ('-t', $txns),
+			'--max-tries=50', '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres'
 		],
 		'>', \$out, '2>', \$err);
 }
 
+sub poll { return ReplicantTest::poll($node, @_); }
+
+# The sink's applied transactions so far (its stats work while it is down).
+sub sunk { return $sink->stats->{transactions_applied} // 0; }
+
 my @tables = qw(t_comp t_full t_toast);
 
-# Phase 1: the sink goes away for 20 s in the middle of the workload.
+# Phase 1: the sink goes away while the workload runs, and stays away until
+# the pipeline has retried and the workload has written more meanwhile; the
+# workload runs by time, so how fast the machine is does not matter.
 my $started = time();
-my $work = start_workload(2000);
-sleep 2;
+my $work = start_workload(undef, 900);
+my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+sleep 0.2 until sunk() > 0 || time() > $deadline;
+cmp_ok(sunk(), '>', 0, 'the workload reached the sink before the outage');
 $sink->stop;
-sleep 20;
+my $stopped_at = $node->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
+ok(poll("SELECT retries > 0 FROM replicant.status WHERE pipeline = 'work'", 120),
+	'the outage was retried');
+ok(poll("SELECT pg_current_wal_lsn() - '$stopped_at' > 4000000", 120),
+	'the workload kept writing during the outage');
+ok($work->pumpable, 'the workload was still running when the sink came back');
 $sink->restart;
+my $after = $node->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
+ok(poll("SELECT replicant.await_delivered('work', '$after', 1000)", 120),
+	'delivery resumed while the workload runs');
+$work->signal('TERM');    # pgbench turns SIGINT into query cancels
 $work->finish;
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, \@tables),
-	'sink equals source after a 20 s sink outage');
-my $retries = $node->safe_psql('postgres', "SELECT retries FROM replicant.status");
-cmp_ok($retries, '>', 0, 'the outage was retried');
+	'sink equals source after a sink outage');
 
 # Phase 2: the server restarts in the middle of the workload.
+my $before = sunk();
 $work = start_workload(1200);
-sleep 2;
+$deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+sleep 0.2 until sunk() > $before || time() > $deadline;
 $node->restart(fail_ok => 1);
 $work->finish;
 $work = start_workload(600);
