@@ -900,16 +900,19 @@ typedef enum WindowResult
 } WindowResult;
 
 /*
- * Whether the rewrite that gave rel its current relfilenode committed after
- * the active snapshot: that snapshot then sees the old pg_class row, and
- * none of the rows in the new heap, whose tuples the rewrite wrote.
+ * Whether the active snapshot is blind to rel's current heap: the rewrite
+ * that gave rel its relfilenode committed after the snapshot (which still
+ * sees the old pg_class row), and wrote the rows anew under its own xid
+ * (ALTER TABLE ... TYPE), so that the snapshot sees none of them.  VACUUM
+ * FULL and CLUSTER keep the rows' xmin, and the snapshot sees its rows in
+ * the new heap as it did in the old one.
  */
 static bool
-snapshot_predates(Relation rel)
+snapshot_blind_to(Relation rel)
 {
 	Oid			argtypes[1] = {OIDOID};
 	Datum		args[1] = {ObjectIdGetDatum(RelationGetRelid(rel))};
-	bool		stale;
+	bool		blind;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -917,11 +920,23 @@ snapshot_predates(Relation rel)
 							  " WHERE oid OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_class");
-	stale = SPI_processed == 0 ||
+	blind = SPI_processed == 0 ||
 		strtoul(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), NULL, 10) !=
 		rel->rd_rel->relfilenode;
+	/* Rewritten later: blind if the new heap has rows and it sees none. */
+	if (blind)
+	{
+		char	   *query = psprintf("SELECT FROM ONLY %s LIMIT 1",
+									 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+																RelationGetRelationName(rel)));
+
+		blind = RelationGetNumberOfBlocks(rel) > 0;
+		if (blind && SPI_execute(query, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read table \"%s\"", RelationGetRelationName(rel));
+		blind = blind && SPI_processed == 0;
+	}
 	SPI_finish();
-	return stale;
+	return blind;
 }
 
 /*
@@ -969,7 +984,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	}
 	if (rel->rd_rel->relfilenode != shard->relfilenode)
 	{
-		bool		stale = snapshot_predates(rel);
+		bool		stale = snapshot_blind_to(rel);
 
 		*new_relfilenode = rel->rd_rel->relfilenode;
 		table_close(rel, AccessShareLock);
