@@ -641,9 +641,9 @@ check_free_slots(bool initial_snapshot, int snapshot_workers)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("not enough free background worker slots for a new pipeline"),
-				 errdetail("The pipeline needs %d, of which %d are already taken or promised.",
-						   1 + (initial_snapshot ? snapshot_workers : 0),
-						   (int) (needed - 1 - (initial_snapshot ? snapshot_workers : 0))),
+				 errdetail("The pipeline needs %d of the %d slots, of which %d are taken or promised to other workers and one must stay free.",
+						   1 + (initial_snapshot ? snapshot_workers : 0), max_worker_processes,
+						   (int) (needed - 2 - (initial_snapshot ? snapshot_workers : 0))),
 				 errhint("You might need to increase \"%s\".", "max_worker_processes")));
 }
 

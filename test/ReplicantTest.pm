@@ -545,9 +545,10 @@ foreach my $signal (qw(TERM INT HUP))
 END
 {
 	# Don't leave sinks behind, even when a test dies: each one is stopped
-	# even if stopping another one failed.
+	# even if stopping another one failed.  stop() edits @running, so walk
+	# a copy (iterating @running itself stopped after the first sink).
 	my $status = $?;
-	foreach my $sink (@running)
+	foreach my $sink (my @all = @running)
 	{
 		eval { $sink->stop; 1 } or print STDERR "could not stop a sink: $@";
 	}
