@@ -118,7 +118,9 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 		args[1] = CStringGetTextDatum(RelationGetRelationName(rel));
 		args[2] = CStringGetTextDatum(linitial(keys));
 		if (SPI_execute_with_args("SELECT correlation FROM pg_catalog.pg_stats"
-								  " WHERE schemaname = $1 AND tablename = $2 AND attname = $3",
+								  " WHERE schemaname OPERATOR(pg_catalog.=) $1"
+								  "   AND tablename OPERATOR(pg_catalog.=) $2"
+								  "   AND attname OPERATOR(pg_catalog.=) $3",
 								  3, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
 			SPI_processed > 0)
 		{
@@ -137,15 +139,27 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 }
 
 int64
-replicant_backfill_plan(int32 pipeline_id, Oid relid, const char *requested_mode)
+replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *requested_mode)
 {
-	char	   *mode = replicant_backfill_choose_mode(relid, requested_mode);
-	Relation	rel = table_open(relid, AccessShareLock);
+	char	   *mode;
+	Relation	rel;
 	Datum		args[5];
 	Datum		bounds = (Datum) 0;
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	int64		id;
 	bool		isnull;
+	Oid			saved_userid;
+	int			saved_sec_context;
+
+	/*
+	 * Planning reads the table and runs its key type's comparison: as the
+	 * pipeline's owner, as every read of the table is; only the plan's row
+	 * is written with the caller's raised rights.
+	 */
+	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
+	SetUserIdAndSecContext(owner, saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	mode = replicant_backfill_choose_mode(relid, requested_mode);
+	rel = table_open(relid, AccessShareLock);
 
 	args[0] = Int32GetDatum(pipeline_id);
 	args[1] = ObjectIdGetDatum(relid);
@@ -169,9 +183,11 @@ replicant_backfill_plan(int32 pipeline_id, Oid relid, const char *requested_mode
 		initStringInfo(&sql);
 		/* Sorted as the key's type: as text, 10 would come before 9. */
 		appendStringInfo(&sql,
-						 "SELECT array_agg(b::text ORDER BY b) FROM (SELECT DISTINCT b FROM unnest(("
-						 "  SELECT percentile_disc(ARRAY(SELECT g::float8 / " INT64_FORMAT
-						 "                              FROM generate_series(1, " INT64_FORMAT ") g))"
+						 "SELECT pg_catalog.array_agg(b::pg_catalog.text ORDER BY b)"
+						 "  FROM (SELECT DISTINCT b FROM pg_catalog.unnest(("
+						 "  SELECT pg_catalog.percentile_disc(ARRAY("
+						 "           SELECT g::pg_catalog.float8 OPERATOR(pg_catalog./) " INT64_FORMAT
+						 "             FROM pg_catalog.generate_series(1, " INT64_FORMAT ") g))"
 						 "         WITHIN GROUP (ORDER BY %s) FROM ONLY %s)) b) d",
 						 ranges, ranges - 1, key,
 						 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
@@ -184,6 +200,7 @@ replicant_backfill_plan(int32 pipeline_id, Oid relid, const char *requested_mode
 		bounds = PointerGetDatum(DatumGetArrayTypePCopy(bounds));
 	}
 	table_close(rel, AccessShareLock);
+	SetUserIdAndSecContext(saved_userid, saved_sec_context);
 
 	{
 		Oid			types[6] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID};
