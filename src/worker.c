@@ -356,6 +356,7 @@ load_pipeline(int32 pipeline_id)
 	if (pipeline != NULL)
 	{
 		replicant_publication_load_shapes(pipeline_id);
+		replicant_publication_load_denied(pipeline->owner);
 		may_receive_messages = has_rolreplication(pipeline->owner);
 	}
 	replicant_catalog_end(&access);
