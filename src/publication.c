@@ -446,7 +446,7 @@ replicant_publication_load_shapes(int32 pipeline_id)
 							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
 	if (SPI_execute_with_args("SELECT relid, shape FROM replicant.table_shapes"
-							  " WHERE pipeline_id = $1",
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the table shapes of pipeline %d", pipeline_id);
 	for (i = 0; i < SPI_processed; i++)

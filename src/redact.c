@@ -10,17 +10,18 @@
  * it.  An emit_log_hook hides the statement of every message raised while
  * running a statement that mentions replicant or a *_pipeline function, or
  * for the rest of a transaction in which create_pipeline or alter_pipeline
- * ran (the call may not name them: EXECUTE, a wrapper function).  Data
- * errors raised there (a malformed headers literal, say) also lose their
- * detail and context, which PostgreSQL fills with the offending input.
+ * ran (the call may not name them: EXECUTE, a wrapper function).  Their
+ * messages lose their context, which can quote statements and bind
+ * parameters, and data errors (a malformed headers literal, say) their
+ * detail, which PostgreSQL fills with the offending input.
  *
  * The same statements' own log lines carry the text too: log_statement's
- * "statement: ...", the "duration: ... statement: ..." of
- * log_min_duration_statement, and auto_explain's plans (whose nested
- * statements show the values of their parameters).  Those are rewritten to
- * "statement hidden by replicant", keeping the duration, and lose their
- * detail (the parameters of an extended-protocol call).  A statement that
- * names neither replicant nor a *_pipeline function (EXECUTE, a wrapper of
+ * "statement: ..." (or "execute <name>: ..."), the "duration: ..." lines of
+ * log_min_duration_statement, and auto_explain's plans, whose nested
+ * statements show the values of their parameters.  Those are rewritten to
+ * "statement hidden by replicant", keeping the duration, without detail
+ * (the parameters of an extended-protocol call).  A statement that names
+ * neither replicant nor a *_pipeline function (EXECUTE, a wrapper of
  * another name) is logged by log_statement before replicant runs, so that
  * one line cannot be covered; its later duration and plan lines are, by the
  * statement's hash.
@@ -46,9 +47,12 @@ static bool hide_in_xact = false;
 static bool hidden_statement_valid = false;
 static uint32 hidden_statement_hash;
 
-/* The formats of the server's and auto_explain's statement lines. */
+/*
+ * The formats of the server's and auto_explain's statement lines; "%s %s"
+ * is log_statement's "execute <name>: ..." of the extended protocol.
+ */
 static const char *const statement_formats[] = {
-	"statement: ", "duration: ", "execute ", "bind ", "parse ", NULL
+	"statement: ", "duration: ", "%s %s%s%s: %s", NULL
 };
 
 /* Case-insensitive search without allocating: this runs inside elog. */
@@ -113,6 +117,8 @@ replicant_emit_log(ErrorData *edata)
 		   statement_hash(debug_query_string) == hidden_statement_hash))))
 	{
 		edata->hide_stmt = true;
+		/* Also "unnamed portal with parameters: $1 = ..." of bind values. */
+		edata->context = NULL;
 		if (is_statement_line(edata))
 			hide_statement_line(edata);
 		if (edata->elevel >= ERROR &&
@@ -120,7 +126,6 @@ replicant_emit_log(ErrorData *edata)
 		{
 			edata->detail = NULL;
 			edata->detail_log = NULL;
-			edata->context = NULL;
 		}
 	}
 	if (prev_emit_log_hook)

@@ -87,6 +87,27 @@ covered('create_pipeline that fails',
 	error => qr/already exists/);
 covered('a multi-statement string',
 	"SELECT 1; SELECT replicant.alter_pipeline('sl', headers => $HEADERS); SELECT 2");
+{
+	# The extended protocol: the secret as a bind parameter (pgbench -M extended).
+	my $file = PostgreSQL::Test::Utils::tempdir() . '/bind.sql';
+	PostgreSQL::Test::Utils::append_to_file($file,
+		"SELECT replicant.alter_pipeline('sl', secret => :s);\n");
+	my $offset = -s $node->logfile;
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run(
+		[
+			'pgbench', '-n', '-t', '1', '-M', 'extended', '-D', "s=$SECRET",
+			'-f', $file, '-h', $node->host, '-p', $node->port, 'postgres'
+		],
+		'>', \$out, '2>', \$err);
+	ok($ok, 'a bind parameter: the call succeeds') or diag($err);
+	$node->safe_psql('postgres', 'SELECT 1');
+	like(PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset),
+		qr/duration: [0-9.]+ ms  statement hidden by replicant/,
+		'a bind parameter: its lines are rewritten');
+	my @l = leaks($offset);
+	is(scalar(@l), 0, 'a bind parameter: no log line shows the secret') or diag(join("\n", @l));
+}
 covered('PREPARE of a call',
 	"PREPARE al(text) AS SELECT replicant.alter_pipeline('sl', secret => \$1);\n"
 	  . "DEALLOCATE al");
