@@ -154,8 +154,8 @@ check_prerequisites(void)
  * Catalog access as the bootstrap superuser: callers may have been granted
  * the functions without being able to read the secrets table.  The search
  * path is pinned (replicant_pin_search_path), so nothing of the caller's
- * resolves in the queries; the few that read the caller's tables switch
- * back to the caller (api_as_caller).
+ * resolves in the queries; reading a user table switches to the pipeline's
+ * owner (replicant_backfill_plan).
  */
 typedef struct ApiSpi
 {

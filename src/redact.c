@@ -10,10 +10,11 @@
  * it.  An emit_log_hook hides the statement of every message raised while
  * running a statement that mentions replicant or a *_pipeline function, or
  * for the rest of a transaction in which create_pipeline or alter_pipeline
- * ran (the call may not name them: EXECUTE, a wrapper function).  Their
- * messages lose their context, which can quote statements and bind
- * parameters, and data errors (a malformed headers literal, say) their
- * detail, which PostgreSQL fills with the offending input.
+ * ran (the call may not name them: EXECUTE, a wrapper function).  Data
+ * errors raised there (a malformed headers literal, say) also lose their
+ * detail and context, which PostgreSQL fills with the offending input, and
+ * with log_parameter_max_length_on_error every message loses its context,
+ * which then shows the bind parameters.
  *
  * The same statements' own log lines carry the text too: log_statement's
  * "statement: ..." (or "execute <name>: ..."), the "duration: ..." lines of
@@ -34,6 +35,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/elog.h"
+#include "utils/guc.h"
 
 #include "redact.h"
 
@@ -117,8 +119,9 @@ replicant_emit_log(ErrorData *edata)
 		   statement_hash(debug_query_string) == hidden_statement_hash))))
 	{
 		edata->hide_stmt = true;
-		/* Also "unnamed portal with parameters: $1 = ..." of bind values. */
-		edata->context = NULL;
+		/* "unnamed portal with parameters: $1 = ...": the bind values. */
+		if (log_parameter_max_length_on_error != 0)
+			edata->context = NULL;
 		if (is_statement_line(edata))
 			hide_statement_line(edata);
 		if (edata->elevel >= ERROR &&
@@ -126,6 +129,7 @@ replicant_emit_log(ErrorData *edata)
 		{
 			edata->detail = NULL;
 			edata->detail_log = NULL;
+			edata->context = NULL;
 		}
 	}
 	if (prev_emit_log_hook)
