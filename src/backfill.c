@@ -118,9 +118,7 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 		args[1] = CStringGetTextDatum(RelationGetRelationName(rel));
 		args[2] = CStringGetTextDatum(linitial(keys));
 		if (SPI_execute_with_args("SELECT correlation FROM pg_catalog.pg_stats"
-								  " WHERE schemaname OPERATOR(pg_catalog.=) $1"
-								  "   AND tablename OPERATOR(pg_catalog.=) $2"
-								  "   AND attname OPERATOR(pg_catalog.=) $3",
+								  " WHERE schemaname = $1 AND tablename = $2 AND attname = $3",
 								  3, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
 			SPI_processed > 0)
 		{
@@ -183,11 +181,9 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 		initStringInfo(&sql);
 		/* Sorted as the key's type: as text, 10 would come before 9. */
 		appendStringInfo(&sql,
-						 "SELECT pg_catalog.array_agg(b::pg_catalog.text ORDER BY b)"
-						 "  FROM (SELECT DISTINCT b FROM pg_catalog.unnest(("
-						 "  SELECT pg_catalog.percentile_disc(ARRAY("
-						 "           SELECT g::pg_catalog.float8 OPERATOR(pg_catalog./) " INT64_FORMAT
-						 "             FROM pg_catalog.generate_series(1, " INT64_FORMAT ") g))"
+						 "SELECT array_agg(b::text ORDER BY b) FROM (SELECT DISTINCT b FROM unnest(("
+						 "  SELECT percentile_disc(ARRAY(SELECT g::float8 / " INT64_FORMAT
+						 "                              FROM generate_series(1, " INT64_FORMAT ") g))"
 						 "         WITHIN GROUP (ORDER BY %s) FROM ONLY %s)) b) d",
 						 ranges, ranges - 1, key,
 						 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
