@@ -21,6 +21,45 @@
 #include "pipeline.h"
 #include "replicant.h"
 
+/*
+ * Settings the worker's own transactions depend on, whatever the owner's
+ * role or the database sets: under default_transaction_read_only = on every
+ * checkpoint would fail and the same batch would be delivered forever.
+ */
+static const struct
+{
+	const char *name;
+	const char *value;
+}			worker_settings[] = {
+	{"default_transaction_read_only", "off"},
+	{"default_transaction_isolation", "read committed"},
+	{"statement_timeout", "0"},
+	{"lock_timeout", "0"},
+	{"idle_in_transaction_session_timeout", "0"},
+	{"search_path", "pg_catalog, pg_temp"},
+};
+
+void
+replicant_pin_worker_settings(void)
+{
+	int			i;
+
+	for (i = 0; i < lengthof(worker_settings); i++)
+		SetConfigOption(worker_settings[i].name, worker_settings[i].value,
+						PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+int
+replicant_pin_search_path(void)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
 void
 replicant_catalog_begin(ReplicantCatalogAccess *access)
 {
@@ -28,6 +67,7 @@ replicant_catalog_begin(ReplicantCatalogAccess *access)
 	/* Workers run no statements of their own: keep now() current. */
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	access->guc_level = replicant_pin_search_path();
 	GetUserIdAndSecContext(&access->saved_userid, &access->saved_sec_context);
 	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
 						   access->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
@@ -42,6 +82,7 @@ replicant_catalog_end(ReplicantCatalogAccess *access)
 	SPI_finish();
 	PopActiveSnapshot();
 	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
+	AtEOXact_GUC(true, access->guc_level);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(access->saved_context);
 }
@@ -143,8 +184,8 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 							  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
 							  "       p.resumed_lsn, p.publication_lsns"
 							  "  FROM replicant.pipelines p"
-							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id"
-							  " WHERE p.id = $1",
+							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
+							  " WHERE p.id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pipeline %d", id);
 	if (SPI_processed == 0)
@@ -208,8 +249,8 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	/* Headers were validated when set; here they only need splitting. */
 	if (SPI_execute_with_args(
 							  "SELECT h.key, h.value"
-							  "  FROM replicant.pipelines p, jsonb_each_text(p.headers) h"
-							  " WHERE p.id = $1 ORDER BY h.key",
+							  "  FROM replicant.pipelines p, pg_catalog.jsonb_each_text(p.headers) h"
+							  " WHERE p.id OPERATOR(pg_catalog.=) $1 ORDER BY h.key",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read headers of pipeline %d", id);
 	old = MemoryContextSwitchTo(mcxt);
@@ -237,35 +278,7 @@ replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn)
 	args[2] = LSNGetDatum(lsn);
 	nulls[2] = XLogRecPtrIsInvalid(lsn) ? 'n' : ' ';
 	if (SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3"
-							  " WHERE id = $1",
+							  " WHERE id OPERATOR(pg_catalog.=) $1",
 							  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record halt of pipeline %d", id);
-}
-
-/*
- * Settings the worker's own transactions depend on, whatever the owner's
- * role or the database sets: under default_transaction_read_only = on every
- * checkpoint would fail and the same batch would be delivered forever.
- */
-static const struct
-{
-	const char *name;
-	const char *value;
-}			worker_settings[] = {
-	{"default_transaction_read_only", "off"},
-	{"default_transaction_isolation", "read committed"},
-	{"statement_timeout", "0"},
-	{"lock_timeout", "0"},
-	{"idle_in_transaction_session_timeout", "0"},
-	{"search_path", "pg_catalog, pg_temp"},
-};
-
-void
-replicant_pipeline_pin_worker_settings(void)
-{
-	int			i;
-
-	for (i = 0; i < lengthof(worker_settings); i++)
-		SetConfigOption(worker_settings[i].name, worker_settings[i].value,
-						PGC_SUSET, PGC_S_OVERRIDE);
 }
