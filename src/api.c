@@ -994,15 +994,18 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	nulls[12] = PG_ARGISNULL(12) ? 'n' : ' ';
 	args[13] = ca_file ? CStringGetTextDatum(ca_file) : (Datum) 0;
 	nulls[13] = ca_file ? ' ' : 'n';
+	/* An added publication applies to what commits from now on (0.2.0). */
+	if (pubs != NULL && replicant_pipeline_has_column("publication_lsns"))
+		run_update("UPDATE replicant.pipelines SET publication_lsns ="
+				   "   (SELECT pg_catalog.array_agg(CASE WHEN u.name OPERATOR(pg_catalog.=) ANY (publications)"
+				   "             THEN coalesce(publication_lsns[pg_catalog.array_position(publications, u.name)],"
+				   "                           '0/0'::pg_catalog.pg_lsn)"
+				   "             ELSE pg_catalog.pg_current_wal_insert_lsn() END ORDER BY u.n)"
+				   "      FROM pg_catalog.unnest($2) WITH ORDINALITY AS u(name, n))"
+				   " WHERE id OPERATOR(pg_catalog.=) $1",
+				   2, argtypes, args, nulls);
 	run_update("UPDATE replicant.pipelines SET"
 			   " publications = coalesce($2, publications),"
-	/* An added publication applies to what commits from now on. */
-			   " publication_lsns = CASE WHEN $2 IS NULL THEN publication_lsns ELSE"
-			   "   (SELECT pg_catalog.array_agg(CASE WHEN u.name OPERATOR(pg_catalog.=) ANY (publications)"
-			   "             THEN coalesce(publication_lsns[pg_catalog.array_position(publications, u.name)],"
-			   "                           '0/0'::pg_catalog.pg_lsn)"
-			   "             ELSE pg_catalog.pg_current_wal_insert_lsn() END ORDER BY u.n)"
-			   "      FROM pg_catalog.unnest($2) WITH ORDINALITY AS u(name, n)) END,"
 			   " sink_url = coalesce($3, sink_url),"
 			   " batch_max_bytes = coalesce($4, batch_max_bytes),"
 			   " batch_max_transactions = coalesce($5, batch_max_transactions),"

@@ -6,6 +6,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid_d.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
@@ -13,6 +14,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
@@ -38,6 +40,15 @@ static const struct
 	{"idle_in_transaction_session_timeout", "0"},
 	{"search_path", "pg_catalog, pg_temp"},
 };
+
+bool
+replicant_pipeline_has_column(const char *column)
+{
+	Oid			pipelines = get_relname_relid("pipelines",
+											  get_namespace_oid("replicant", false));
+
+	return get_attnum(pipelines, column) != InvalidAttrNumber;
+}
 
 void
 replicant_pin_worker_settings(void)
@@ -175,17 +186,19 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	int			nelems;
 
 	args[0] = Int32GetDatum(id);
-	if (SPI_execute_with_args(
-							  "SELECT p.name, p.owner, p.publications, p.sink_url, p.snapshot,"
+	if (SPI_execute_with_args(psprintf(
+									   "SELECT p.name, p.owner, p.publications, p.sink_url, p.snapshot,"
 							  "       p.enabled, p.halt_reason, p.config_version,"
 							  "       p.batch_max_bytes, p.batch_max_transactions,"
 							  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
 							  "       c.commit_lsn, c.end_lsn, p.snapshot_workers, p.messages,"
 							  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
-							  "       p.resumed_lsn, p.publication_lsns"
+							  "       p.resumed_lsn, %s"
 							  "  FROM replicant.pipelines p"
 							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 							  " WHERE p.id OPERATOR(pg_catalog.=) $1",
+									   replicant_pipeline_has_column("publication_lsns") ?
+									   "p.publication_lsns" : "NULL::pg_catalog.pg_lsn[]"),
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pipeline %d", id);
 	if (SPI_processed == 0)

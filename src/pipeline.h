@@ -67,6 +67,12 @@ extern int	replicant_pin_search_path(void);
  */
 extern void replicant_pin_worker_settings(void);
 
+/*
+ * Whether replicant.pipelines has this column: the library also runs under
+ * the SQL objects of 0.1.0 until ALTER EXTENSION replicant UPDATE.
+ */
+extern bool replicant_pipeline_has_column(const char *column);
+
 extern void replicant_catalog_begin(ReplicantCatalogAccess *access);
 extern void replicant_catalog_end(ReplicantCatalogAccess *access);
 
