@@ -26,6 +26,7 @@
 #include "miscadmin.h"
 #include "replication/logical.h"
 #include "replication/slot.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -35,6 +36,7 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 #include "utils/varlena.h"
+#include "utils/wait_event.h"
 
 #include "backfill.h"
 #include "compat.h"
@@ -532,6 +534,31 @@ lookup_pipeline(const char *name)
 	return ref;
 }
 
+/*
+ * As lookup_pipeline, without locking the row: for waiting on the worker,
+ * which may need to update the row (a halt) before it can exit.
+ */
+static PipelineRef
+peek_pipeline(const char *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	PipelineRef ref = {0};
+	bool		isnull;
+
+	if (SPI_execute_with_args("SELECT id, owner FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("pipeline \"%s\" does not exist", name)));
+	ref.id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	ref.owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	ref.name = pstrdup(name);
+	return ref;
+}
+
 static void
 check_is_owner(const PipelineRef *ref, ApiSpi *s)
 {
@@ -773,13 +800,60 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Asks the pipeline's worker to stop where it leaves nothing to re-deliver
+ * (everything acknowledged checkpointed, nothing in flight) and waits until
+ * it has exited, so that whatever commits after the caller returns is
+ * handled by a worker that reads the caller's changes.  Until the sync at
+ * commit (or at abort) restores runnable, the launcher starts no other.  A
+ * worker reading an initial snapshot, whose progress is durable per shard,
+ * is terminated instead.
+ */
+static void
+stop_worker_and_wait(int32 pipeline_id)
+{
+	resync_on_abort = true;
+	register_xact_callback();
+	for (;;)
+	{
+		ReplicantPipelineSlot *slot;
+		pid_t		pid = 0;
+		bool		snapshotting = false;
+
+		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+		slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
+		if (slot)
+		{
+			slot->runnable = false;
+			pid = slot->pid;
+			if (pid != 0)
+			{
+				slot->stop_requested = true;
+				snapshotting = (slot->state == REPLICANT_STATE_SNAPSHOTTING);
+				if (slot->latch)
+					SetLatch(slot->latch);
+			}
+		}
+		LWLockRelease(replicant_shmem->lock);
+		if (pid == 0)
+			break;
+		if (snapshotting)
+			kill(pid, SIGTERM);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
  * alter_pipeline(name, publication, sink_url, batch_max_bytes,
  *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				  headers, secret, clear_secret, messages, message_prefixes,
  *				  secret_previous_until)
  *
- * NULL leaves an option unchanged.  The worker restarts with the new
- * configuration (config_version changes) and resumes from its checkpoint.
+ * NULL leaves an option unchanged.  The old worker is stopped before this
+ * returns; the next one starts once the caller commits, reads the new
+ * configuration (config_version changes) and resumes from the checkpoint.
  */
 Datum
 replicant_alter_pipeline(PG_FUNCTION_ARGS)
@@ -844,6 +918,12 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("secret_previous_until must be in the next 30 days")));
 	}
+
+	api_spi_begin(&s);
+	ref = peek_pipeline(name);
+	check_is_owner(&ref, &s);
+	api_spi_end(&s);
+	stop_worker_and_wait(ref.id);
 
 	api_spi_begin(&s);
 	ref = lookup_pipeline(name);

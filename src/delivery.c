@@ -15,6 +15,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "postmaster/interrupt.h"
+#include "replication/slot.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/guc.h"
@@ -37,8 +38,38 @@ replicant_delivery_reload_config(void)
 	}
 }
 
+static bool
+stop_requested(ReplicantPipelineSlot *slot)
+{
+	bool		requested;
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	requested = slot->stop_requested && slot->pid == MyProcPid;
+	LWLockRelease(replicant_shmem->lock);
+	return requested;
+}
+
 void
-replicant_delivery_sleep(long ms)
+replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot)
+{
+	if (!stop_requested(slot))
+		return;
+	if (IsTransactionState())
+		AbortCurrentTransaction();
+	replicant_checkpoint_make_durable();
+	if (MyReplicationSlot != NULL)
+	{
+		ReplicationSlotMarkDirty();
+		ReplicationSlotSave();
+	}
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" stopped on request", slot->name)));
+	proc_exit(0);
+}
+
+/* Sleeps ms, or less when the worker is asked to stop. */
+static void
+retry_sleep(ReplicantPipelineSlot *slot, long ms)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
 
@@ -46,7 +77,7 @@ replicant_delivery_sleep(long ms)
 	{
 		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 
-		if (left <= 0)
+		if (left <= 0 || stop_requested(slot))
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 left, PG_WAIT_EXTENSION);
@@ -106,7 +137,11 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 		if (result->outcome != REPLICANT_SINK_RETRY)
 			return;
 		note_retry(slot, result->error);
-		replicant_delivery_sleep(backoff_ms(attempt++, result));
+
+		/* Not acknowledged: stopping here leaves nothing to re-deliver. */
+		replicant_delivery_stop_if_requested(slot);
+		retry_sleep(slot, backoff_ms(attempt++, result));
+		replicant_delivery_stop_if_requested(slot);
 	}
 }
 
