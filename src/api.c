@@ -34,6 +34,7 @@
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/syscache.h"
 #include "utils/varlena.h"
 #include "utils/wait_event.h"
@@ -73,6 +74,34 @@ static bool slot_created_in_xact = false;
 static bool xact_callback_registered = false;
 static bool resync_on_abort = false;
 
+/* Pipelines resumed in this transaction (in TopMemoryContext). */
+static List *resumed_at_commit = NIL;
+
+/*
+ * A resumed pipeline's shared state still shows the halt until a new
+ * worker attaches: clear it the moment the resume commits, so that no
+ * reader (replicant.status, await_delivered) sees the pipeline halted
+ * after resume_pipeline returned.
+ */
+static void
+clear_resumed_halts(void)
+{
+	ListCell   *lc;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	foreach(lc, resumed_at_commit)
+	{
+		ReplicantPipelineSlot *slot = replicant_shmem_find(MyDatabaseId, lfirst_int(lc));
+
+		if (slot && slot->state == REPLICANT_STATE_HALTED)
+		{
+			slot->state = REPLICANT_STATE_STARTING;
+			slot->last_error[0] = '\0';
+		}
+	}
+	LWLockRelease(replicant_shmem->lock);
+}
+
 /*
  * Makes the slot permanent just before commit, and lets go of it only once
  * the pipeline row is visible, so the sync worker never mistakes it for an
@@ -92,8 +121,14 @@ api_xact_callback(XactEvent event, void *arg)
 				ReplicationSlotRelease();
 			slot_created_in_xact = false;
 			resync_on_abort = false;
+			if (resumed_at_commit != NIL)
+				clear_resumed_halts();
+			list_free(resumed_at_commit);
+			resumed_at_commit = NIL;
 			break;
 		case XACT_EVENT_ABORT:
+			list_free(resumed_at_commit);
+			resumed_at_commit = NIL;
 			slot_created_in_xact = false;
 			if (resync_on_abort)
 				replicant_shmem_request_sync(MyDatabaseId);
@@ -993,9 +1028,18 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 	api_spi_begin(&s);
 	ref = lookup_pipeline(name);
 	check_is_owner(&ref, &s);
-	if (strncmp(assignment, "halt_reason = NULL", 18) == 0 && !ref.halted)
-		ereport(NOTICE,
-				(errmsg("pipeline \"%s\" is not halted", name)));
+	if (strncmp(assignment, "halt_reason = NULL", 18) == 0)
+	{
+		MemoryContext old;
+
+		if (!ref.halted)
+			ereport(NOTICE,
+					(errmsg("pipeline \"%s\" is not halted", name)));
+		register_xact_callback();
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		resumed_at_commit = lappend_int(resumed_at_commit, ref.id);
+		MemoryContextSwitchTo(old);
+	}
 	args[0] = Int32GetDatum(ref.id);
 	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id = $1", assignment),
 			   1, argtypes, args, NULL);
