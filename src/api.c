@@ -474,10 +474,12 @@ check_ca_file(FunctionCallInfo fcinfo, int argno)
 
 /*
  * message_prefixes: NULL (every prefix but replicant's own) or non-empty
- * prefixes; replicant's internal prefixes cannot be asked for.
+ * prefixes; replicant's internal prefixes cannot be asked for.  An empty
+ * array is accepted only where NULL means "unchanged" (empty_ok), and there
+ * stands for every prefix.
  */
 static ArrayType *
-check_message_prefixes(FunctionCallInfo fcinfo, int argno)
+check_message_prefixes(FunctionCallInfo fcinfo, int argno, bool empty_ok)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -488,7 +490,7 @@ check_message_prefixes(FunctionCallInfo fcinfo, int argno)
 		return NULL;
 	deconstruct_array(PG_GETARG_ARRAYTYPE_P(argno), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &nulls, &n);
-	if (n == 0)
+	if (n == 0 && !empty_ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("message_prefixes must not be empty"),
@@ -760,7 +762,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("messages must not be null")));
 	messages = PG_GETARG_BOOL(11);
-	prefixes = check_message_prefixes(fcinfo, 12);
+	prefixes = check_message_prefixes(fcinfo, 12, false);
 	ca_file = check_ca_file(fcinfo, 13);
 	check_owner_can_login(owner);
 	if (count_pipelines_in_shmem() >= replicant_max_pipelines)
@@ -886,7 +888,8 @@ stop_worker_and_wait(int32 pipeline_id)
  *				  headers, secret, clear_secret, messages, message_prefixes,
  *				  secret_previous_until)
  *
- * NULL leaves an option unchanged.  The old worker is stopped before this
+ * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
+ * every prefix.  The old worker is stopped before this
  * returns; the next one starts once the caller commits, reads the new
  * configuration (config_version changes) and resumes from the checkpoint.
  */
@@ -936,7 +939,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("cannot set and clear the signing secret at once")));
-	prefixes = check_message_prefixes(fcinfo, 11);
+	prefixes = check_message_prefixes(fcinfo, 11, true);
 	ca_file = check_ca_file(fcinfo, 13);
 	if (!PG_ARGISNULL(12))
 	{
@@ -1004,7 +1007,8 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 			   " secret_previous_until = $13,"
 			   " secret = CASE WHEN $10 THEN NULL ELSE coalesce($9, secret) END,"
 			   " messages = coalesce($11, messages),"
-			   " message_prefixes = coalesce($12, message_prefixes),"
+			   " message_prefixes = CASE WHEN $12 IS NULL THEN message_prefixes"
+			   "   WHEN pg_catalog.cardinality($12) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $12 END,"
 			   " ca_file = coalesce($14, ca_file),"
 			   " config_version = config_version + 1"
 			   " WHERE id = $1",

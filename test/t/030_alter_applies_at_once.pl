@@ -73,6 +73,24 @@ my %seen;
 my @twice = grep { $seen{$_->{commit_lsn}}++ } grep { $_->{transactional} } @{ $sink->messages };
 is(scalar(@twice), 0, 'no transaction re-sent with messages it did not carry before');
 
+# message_prefixes => '{}' goes back to every prefix (NULL leaves it as it is).
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('p', message_prefixes => '{}')");
+is($node->safe_psql('postgres', "SELECT message_prefixes IS NULL FROM replicant.pipelines WHERE name = 'p'"),
+	't', "message_prefixes => '{}' clears the prefix filter");
+my @out = split /\n/, $node->safe_psql('postgres', q{
+	BEGIN;
+	INSERT INTO t (v) VALUES ('any prefix');
+	SELECT pg_logical_emit_message(true, 'any.prefix', 'any prefix');
+	COMMIT;
+	SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 60000);
+});
+is($out[-1], 't', 'delivered after clearing the prefix filter');
+ok((grep { $_->{prefix} eq 'any.prefix' } @{ $sink->messages }),
+	'a message of any prefix is delivered again');
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('p', sink_url => '$sink->{url}')");
+is($node->safe_psql('postgres', "SELECT message_prefixes IS NULL FROM replicant.pipelines WHERE name = 'p'"),
+	't', 'and NULL leaves it so');
+
 like(PostgreSQL::Test::Utils::slurp_file($node->logfile),
 	qr/replicant pipeline "p" stopped on request/, 'the old worker stopped cleanly');
 
