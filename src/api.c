@@ -23,6 +23,7 @@
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "replication/logical.h"
 #include "replication/slot.h"
@@ -35,7 +36,9 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rls.h"
 #include "utils/syscache.h"
+#include "utils/tuplestore.h"
 #include "utils/varlena.h"
 #include "utils/wait_event.h"
 
@@ -57,6 +60,7 @@ PG_FUNCTION_INFO_V1(replicant_resume_pipeline);
 PG_FUNCTION_INFO_V1(replicant_drop_pipeline);
 PG_FUNCTION_INFO_V1(replicant_backfill);
 PG_FUNCTION_INFO_V1(replicant_cancel_backfill);
+PG_FUNCTION_INFO_V1(replicant_pipeline_definitions);
 
 #define MAX_URL_LENGTH 2048
 #define MAX_HEADERS 32
@@ -676,6 +680,71 @@ published_tables(ArrayType *pubs)
 }
 
 /*
+ * What the worker would halt on at the table's first change, refused now:
+ * the owner must be able to read every published table, past row-level
+ * security.
+ */
+static void
+check_owner_reads_tables(Oid owner, List *relids)
+{
+	ListCell   *lc;
+
+	foreach(lc, relids)
+	{
+		Oid			relid = lfirst_oid(lc);
+
+		if (pg_class_aclcheck(relid, owner, ACL_SELECT) != ACLCHECK_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("role \"%s\" cannot read published table \"%s\"",
+							GetUserNameFromId(owner, false), get_rel_name(relid)),
+					 errdetail("The pipeline's worker reads changes as its owner, the role creating it."),
+					 errhint("Grant SELECT on the table to the role, or leave the table out of the publication.")));
+		if (check_enable_rls(relid, owner, true) == RLS_ENABLED)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("table \"%s\" has row-level security that role \"%s\" does not bypass",
+							get_rel_name(relid), GetUserNameFromId(owner, false)),
+					 errdetail("A pipeline must deliver every row, so its owner must bypass row-level security.")));
+	}
+}
+
+/*
+ * PostgreSQL refuses UPDATE and DELETE on a table published for them that
+ * has no replica identity; say so now rather than when the application's
+ * first update fails.
+ */
+static void
+warn_tables_without_identity(ArrayType *pubs)
+{
+	Oid			argtypes[1] = {TEXTARRAYOID};
+	Datum		args[1] = {PointerGetDatum(pubs)};
+	uint64		i;
+
+	if (SPI_execute_with_args("SELECT DISTINCT n.nspname, c.relname"
+							  "  FROM pg_catalog.pg_publication p"
+							  "  JOIN pg_catalog.pg_publication_tables pt ON pt.pubname OPERATOR(pg_catalog.=) p.pubname"
+							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
+							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
+							  "                            AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
+							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1) AND (p.pubupdate OR p.pubdelete)"
+							  "   AND (c.relreplident OPERATOR(pg_catalog.=) 'n'"
+							  "        OR (c.relreplident OPERATOR(pg_catalog.=) 'd' AND NOT EXISTS"
+							  "            (SELECT FROM pg_catalog.pg_index i"
+							  "              WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary)))"
+							  " ORDER BY 1, 2",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list published tables");
+	for (i = 0; i < SPI_processed; i++)
+		ereport(WARNING,
+				(errmsg("table \"%s.%s\" is published for updates or deletes but has no replica identity",
+						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
+						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
+				 errdetail("PostgreSQL rejects UPDATE and DELETE on the table while it is so published."),
+				 errhint("Add a primary key, or set REPLICA IDENTITY USING INDEX or FULL.")));
+}
+
+/*
  * Saves the shape of every published table as the pipeline starts, so that
  * a destructive change made before the table's first streamed change halts
  * the pipeline too (publication.c compares later versions with it).
@@ -774,6 +843,9 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	api_spi_begin(&s);
 	check_headers(headers);
 	check_publications_exist(pubs);
+	tables = published_tables(pubs);
+	check_owner_reads_tables(owner, tables);
+	warn_tables_without_identity(pubs);
 	args[0] = CStringGetTextDatum(name);
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name = $1",
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
@@ -820,7 +892,6 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not insert into replicant.pipelines");
 	pipeline_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 											  SPI_tuptable->tupdesc, 1, &isnull));
-	tables = published_tables(pubs);
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
@@ -1261,4 +1332,84 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 	api_spi_end(&s);
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
+}
+
+/*
+ * pipeline_definitions(include_secrets) RETURNS SETOF text
+ *
+ * The create_pipeline calls (and disable_pipeline calls for disabled ones)
+ * that recreate the caller's pipelines, for instance after pg_dump and
+ * pg_restore, which copy none of replicant's state.  Secrets and header
+ * values are left out unless asked for; a comment at the end of the call
+ * says what was left out.
+ */
+Datum
+replicant_pipeline_definitions(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		include_secrets = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
+	Oid			argtypes[2] = {BOOLOID, OIDOID};
+	Datum		args[2];
+	ApiSpi		s;
+	uint64		i;
+	TupleDesc	desc;
+	Tuplestorestate *store;
+	MemoryContext old;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		!(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	desc = CreateTemplateTupleDesc(1);
+	TupleDescInitEntry(desc, (AttrNumber) 1, "pipeline_definitions", TEXTOID, -1, 0);
+	store = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = store;
+	rsinfo->setDesc = desc;
+	MemoryContextSwitchTo(old);
+
+	args[0] = BoolGetDatum(include_secrets);
+	api_spi_begin(&s);
+	args[1] = ObjectIdGetDatum(s.saved_userid);
+	if (SPI_execute_with_args("SELECT d FROM ("
+							  " SELECT p.name, 1 AS step, pg_catalog.format("
+							  "  'SELECT replicant.create_pipeline(%L, %L::text[], %L, snapshot => %L,"
+							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
+							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
+							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
+							  " ca_file => %L);%s',"
+							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
+							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
+							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
+							  "  CASE WHEN $1 THEN p.secret END,"
+							  "  p.snapshot_workers, p.messages, p.message_prefixes, p.ca_file,"
+							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
+							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
+							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"
+							  "     CASE WHEN p.secret IS NOT NULL THEN 'secret' END,"
+							  "     CASE WHEN p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb"
+							  "      THEN 'headers ' OPERATOR(pg_catalog.||)"
+							  "           (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(k), ', ' ORDER BY k)"
+							  "              FROM pg_catalog.jsonb_object_keys(p.headers) k) END)"
+							  "   ELSE '' END) AS d"
+							  "   FROM replicant.pipelines p"
+							  "  WHERE pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
+							  " UNION ALL"
+							  " SELECT p.name, 2, pg_catalog.format('SELECT replicant.disable_pipeline(%L);', p.name)"
+							  "   FROM replicant.pipelines p"
+							  "  WHERE NOT p.enabled AND pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
+							  ") q ORDER BY name, step",
+							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		value = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+
+		tuplestore_putvalues(store, desc, &value, &isnull);
+	}
+	api_spi_end(&s);
+	return (Datum) 0;
 }

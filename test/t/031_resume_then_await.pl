@@ -43,6 +43,9 @@ foreach my $round (1 .. 3)
 	is($lines[-1], 't', "round $round: the change is delivered");
 }
 
+like($node->safe_psql('postgres', "SELECT sink_latency_ms FROM replicant.status WHERE pipeline = 'p'"),
+	qr/^\d+(\.\d{1,3})?$/, 'sink_latency_ms is rounded to three decimals');
+
 $node->stop;
 $sink->stop;
 done_testing();
