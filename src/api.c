@@ -1384,7 +1384,7 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
 							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
 							  "  CASE WHEN $1 THEN p.secret END,"
-							  "  p.snapshot_workers, p.messages, p.message_prefixes, p.ca_file,"
+							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file,"
 							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
 							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
 							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"
