@@ -27,6 +27,8 @@
 
 #define RETRY_BASE_MS 200
 #define RETRY_MAX_MS 30000
+/* While a sink keeps failing, the log hears of it this often. */
+#define RETRY_LOG_INTERVAL_MS (5 * 60 * 1000)
 
 void
 replicant_delivery_reload_config(void)
@@ -128,15 +130,45 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 						ReplicantSinkResult *result)
 {
 	int			attempt = 0;
+	TimestampTz first_failure = 0;
+	TimestampTz last_logged = 0;
 
 	replicant_checkpoint_make_durable();
 	for (;;)
 	{
+		TimestampTz now;
+
 		replicant_sink_post(sink, webhook_id, body, result);
 		note_answer(slot, result);
+		now = GetCurrentTimestamp();
 		if (result->outcome != REPLICANT_SINK_RETRY)
+		{
+			if (attempt > 0)
+				ereport(LOG,
+						(errmsg("replicant pipeline \"%s\" reached its sink again after %d failed attempts in %ld s",
+								slot->name, attempt,
+								TimestampDifferenceMilliseconds(first_failure, now) / 1000)));
 			return;
+		}
 		note_retry(slot, result->error);
+
+		/* What an operator tails the log for: the start, then a reminder. */
+		if (attempt == 0)
+		{
+			first_failure = last_logged = now;
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" could not deliver to its sink, retrying: %s",
+							slot->name, result->error)));
+		}
+		else if (TimestampDifferenceExceeds(last_logged, now, RETRY_LOG_INTERVAL_MS))
+		{
+			last_logged = now;
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" still retrying after %d failed attempts in %ld s: %s",
+							slot->name, attempt + 1,
+							TimestampDifferenceMilliseconds(first_failure, now) / 1000,
+							result->error)));
+		}
 
 		/* Not acknowledged: stopping here leaves nothing to re-deliver. */
 		replicant_delivery_stop_if_requested(slot);
