@@ -1031,16 +1031,16 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	api_spi_begin(&s);
 	ref = peek_pipeline(name);
 	check_is_owner(&ref, &s);
+	if (headers)
+		check_headers(headers);
+	if (pubs)
+		check_publications_exist(pubs);
 	api_spi_end(&s);
 	stop_worker_and_wait(ref.id);
 
 	api_spi_begin(&s);
 	ref = lookup_pipeline(name);
 	check_is_owner(&ref, &s);
-	if (headers)
-		check_headers(headers);
-	if (pubs)
-		check_publications_exist(pubs);
 
 	memset(nulls, ' ', sizeof(nulls));
 	args[0] = Int32GetDatum(ref.id);
