@@ -46,7 +46,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	ReplicantDecoder *decoder;
 	ReplicationSlot *slot;
 	List	   *options;
-	bool		lost;
+	const char *invalidation;
 
 	*halt_reason = NULL;
 	CheckLogicalDecodingRequirements();
@@ -73,14 +73,16 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	REPLICANT_SLOT_ACQUIRE(slot_name, true);
 
 	SpinLockAcquire(&MyReplicationSlot->mutex);
-	lost = !XLogRecPtrIsInvalid(MyReplicationSlot->data.invalidated_at) &&
-		XLogRecPtrIsInvalid(MyReplicationSlot->data.restart_lsn);
+	invalidation = replicant_slot_invalidation(MyReplicationSlot);
 	SpinLockRelease(&MyReplicationSlot->mutex);
-	if (lost)
+	if (invalidation != NULL)
 	{
 		ReplicationSlotRelease();
 		CommitTransactionCommand();
-		*halt_reason = psprintf("replication slot \"%s\" was invalidated because the WAL it needed was removed", slot_name);
+		if (strcmp(invalidation, "wal_removed") == 0)
+			*halt_reason = psprintf("replication slot \"%s\" was invalidated because the WAL it needed was removed", slot_name);
+		else
+			*halt_reason = psprintf("replication slot \"%s\" was invalidated (invalidation_reason %s)", slot_name, invalidation);
 		return NULL;
 	}
 

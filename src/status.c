@@ -17,6 +17,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "compat.h"
 #include "pipeline.h"
 #include "shmem.h"
 
@@ -120,8 +121,7 @@ lookup_pipeline_id(const char *name, bool *halted)
 	return id;
 }
 
-static void
-pg_attribute_noreturn()
+REPLICANT_NORETURN static void
 halted_error(const char *name)
 {
 	ereport(ERROR,
