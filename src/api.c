@@ -435,6 +435,23 @@ check_ca_file(FunctionCallInfo fcinfo, int argno)
 	return path;
 }
 
+/* failover => true needs failover slots (PostgreSQL 17 and later). */
+static bool
+check_failover(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("failover must not be null")));
+	if (PG_GETARG_BOOL(argno) && !REPLICANT_HAVE_FAILOVER_SLOTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("failover slots are not supported by this server"),
+				 errdetail("Failover slots need PostgreSQL 17 or later."),
+				 errhint("Create the pipeline without failover; after a promotion, recreate it with a snapshot.")));
+	return PG_GETARG_BOOL(argno);
+}
+
 /*
  * message_prefixes: NULL (every prefix but replicant's own) or non-empty
  * prefixes; replicant's internal prefixes cannot be asked for.
@@ -550,7 +567,7 @@ run_update(const char *sql, int nargs, Oid *argtypes, Datum *args, const char *n
 
 /* Creates the pipeline's logical slot, ephemeral until commit. */
 static void
-create_slot(const char *slot_name)
+create_slot(const char *slot_name, bool failover)
 {
 	LogicalDecodingContext *ctx;
 
@@ -565,7 +582,7 @@ create_slot(const char *slot_name)
 
 	CheckLogicalDecodingRequirements();
 	register_xact_callback();
-	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL);
+	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL, failover);
 	slot_created_in_xact = true;
 
 	ctx = replicant_decoder_init_slot(false);
@@ -633,7 +650,8 @@ save_table_shapes(int32 pipeline_id, List *relids)
 /*
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
- *				   headers, secret, snapshot_workers, messages, message_prefixes)
+ *				   headers, secret, snapshot_workers, messages, message_prefixes,
+ *				   ca_file, failover)
  */
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
@@ -654,10 +672,12 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	bool		messages;
 	ArrayType  *prefixes;
 	char	   *ca_file;
-	Oid			argtypes[15] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
-	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID, INT4OID, BOOLOID, TEXTARRAYOID, TEXTOID};
-	Datum		args[15];
-	char		nulls[15];
+	bool		failover;
+	Oid			argtypes[16] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
+	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID, INT4OID, BOOLOID, TEXTARRAYOID, TEXTOID,
+	BOOLOID};
+	Datum		args[16];
+	char		nulls[16];
 	bool		isnull;
 	int32		pipeline_id;
 	List	   *tables;
@@ -700,6 +720,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	messages = PG_GETARG_BOOL(11);
 	prefixes = check_message_prefixes(fcinfo, 12);
 	ca_file = check_ca_file(fcinfo, 13);
+	failover = check_failover(fcinfo, 14);
 	check_owner_can_login(owner);
 	if (count_pipelines_in_shmem() >= replicant_max_pipelines)
 		ereport(ERROR,
@@ -725,7 +746,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		create_slot(replicant_pipeline_slot_name(name));
+		create_slot(replicant_pipeline_slot_name(name), failover);
 
 	args[1] = ObjectIdGetDatum(owner);
 	args[2] = PointerGetDatum(pubs);
@@ -745,14 +766,17 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	nulls[13] = prefixes ? ' ' : 'n';
 	args[14] = ca_file ? CStringGetTextDatum(ca_file) : (Datum) 0;
 	nulls[14] = ca_file ? ' ' : 'n';
+	args[15] = BoolGetDatum(failover);
 	if (SPI_execute_with_args("INSERT INTO replicant.pipelines"
 							  " (name, owner, publications, sink_url, snapshot,"
 							  "  batch_max_bytes, batch_max_transactions,"
 							  "  http_timeout_ms, connect_timeout_ms, headers, secret,"
-							  "  snapshot_workers, messages, message_prefixes, ca_file)"
-							  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+							  "  snapshot_workers, messages, message_prefixes, ca_file,"
+							  "  failover)"
+							  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,"
+							  "  $16)"
 							  " RETURNING id",
-							  15, argtypes, args, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+							  16, argtypes, args, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into replicant.pipelines");
 	pipeline_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 											  SPI_tuptable->tupdesc, 1, &isnull));

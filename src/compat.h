@@ -30,14 +30,33 @@
 	((change)->data.tp.oldtuple ? &(change)->data.tp.oldtuple->tuple : NULL)
 #endif
 
-/* PG17 added failover and synced flags to ReplicationSlotCreate. */
+/*
+ * PG17 added failover slots, which sync_replication_slots copies to physical
+ * standbys, and the synced flag that only the slot sync worker sets.
+ */
 #if PG_VERSION_NUM >= 170000
-#define REPLICANT_SLOT_CREATE(name, persistency) \
-	ReplicationSlotCreate((name), true, (persistency), false, false, false)
+#define REPLICANT_HAVE_FAILOVER_SLOTS true
+#define REPLICANT_SLOT_CREATE(name, persistency, failover) \
+	ReplicationSlotCreate((name), true, (persistency), false, (failover), false)
 #else
-#define REPLICANT_SLOT_CREATE(name, persistency) \
-	ReplicationSlotCreate((name), true, (persistency), false)
+#define REPLICANT_HAVE_FAILOVER_SLOTS false
+#define REPLICANT_SLOT_CREATE(name, persistency, failover) \
+	(AssertMacro(!(failover)), ReplicationSlotCreate((name), true, (persistency), false))
 #endif
+
+/*
+ * PG17: a failover slot must not move past what the physical standbys in
+ * synchronized_standby_slots have received, or a promoted standby would lack
+ * changes the sink already has.  This waits as pgoutput's walsender does; it
+ * returns at once for a slot without failover or with no such standbys.
+ */
+static inline void
+replicant_wait_for_standby_confirmation(XLogRecPtr lsn)
+{
+#if PG_VERSION_NUM >= 170000
+	WaitForStandbyConfirmation(lsn);
+#endif
+}
 
 /* PG18 added error_if_invalid to ReplicationSlotAcquire. */
 #if PG_VERSION_NUM >= 180000

@@ -66,7 +66,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	if (slot == NULL)
 	{
 		CommitTransactionCommand();
-		*halt_reason = psprintf("replication slot \"%s\" does not exist", slot_name);
+		*halt_reason = psprintf("replication slot \"%s\" does not exist (a promoted standby has it only as a failover slot): recreate the pipeline with a snapshot", slot_name);
 		return NULL;
 	}
 
@@ -138,6 +138,8 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	MemoryContext saved_context = CurrentMemoryContext;
 	XLogRecPtr	end_of_wal = GetFlushRecPtr(NULL);
 	bool		at_end = true;
+
+	replicant_wait_for_standby_confirmation(end_of_wal);
 
 	/*
 	 * The reader keeps decoded records (large ones palloc'd in the current

@@ -360,7 +360,8 @@ create_slot_and_export(ReplicantPipeline *pipeline)
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
 
-	REPLICANT_SLOT_CREATE(replicant_pipeline_slot_name(pipeline->name), RS_EPHEMERAL);
+	REPLICANT_SLOT_CREATE(replicant_pipeline_slot_name(pipeline->name), RS_EPHEMERAL,
+						  pipeline->failover);
 	ctx = replicant_decoder_init_slot(true);
 
 	/* SnapBuildInitialSnapshot refuses once any catalog access set our xmin. */
