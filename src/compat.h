@@ -5,6 +5,7 @@
 #ifndef REPLICANT_COMPAT_H
 #define REPLICANT_COMPAT_H
 
+#include "catalog/pg_attribute.h"
 #include "replication/message.h"
 #include "replication/reorderbuffer.h"
 #include "replication/slot.h"
@@ -75,6 +76,16 @@ replicant_wait_for_standby_confirmation(XLogRecPtr lsn)
 #else
 #define REPLICANT_CREATE_WAIT_EVENT_SET(nevents) \
 	CreateWaitEventSet(CurrentMemoryContext, (nevents))
+#endif
+
+/*
+ * PG18 added virtual generated columns: computed when read, never stored,
+ * so neither decoding nor pgoutput has a value for them.
+ */
+#if PG_VERSION_NUM >= 180000
+#define REPLICANT_ATT_IS_VIRTUAL(att) ((att)->attgenerated == ATTRIBUTE_GENERATED_VIRTUAL)
+#else
+#define REPLICANT_ATT_IS_VIRTUAL(att) false
 #endif
 
 /* PG18 types the binary side of pg_b64_encode and pg_b64_decode as uint8. */

@@ -3,6 +3,7 @@
 # version and run its whole test suite there, in a Debian chroot.
 #
 #   sudo bash test/pg-matrix.sh VERSION [TAP-FILE...]
+#   sudo bash test/pg-matrix.sh --demo VERSION     # test/demo.sh there
 #
 # VERSION is 17 (Debian 13 "trixie") or 18 (Debian testing "forky").  The
 # chroot is made with debootstrap on the first run and kept under
@@ -14,8 +15,13 @@
 # installed, built or started, the run says so and fails: it never skips.
 set -euo pipefail
 
+demo=0
+if [ "${1:-}" = --demo ]; then
+	demo=1
+	shift
+fi
 if [ "$(id -u)" -ne 0 ] || [ $# -lt 1 ]; then
-	echo "usage (as root): bash test/pg-matrix.sh 17|18 [TAP-FILE...]" >&2
+	echo "usage (as root): bash test/pg-matrix.sh [--demo] 17|18 [TAP-FILE...]" >&2
 	exit 2
 fi
 version=$1
@@ -106,6 +112,11 @@ mkdir -p "$root/build"
 cp -a "$repo/." "$root/build/replicant"
 rm -rf "$root/build/replicant/.git"
 echo "=== PostgreSQL $version in $root"
+if [ $demo = 1 ]; then
+	chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+		bash /build/replicant/test/demo.sh "$version"
+	exit
+fi
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 	REGRESS_TIMEOUT="${REGRESS_TIMEOUT:-300}" TAP_TIMEOUT="${TAP_TIMEOUT:-1200}" \
 	CI_KEEP="${CI_KEEP:-0}" \
