@@ -57,7 +57,17 @@ flock 9
 
 mounted() { grep -qF " $root/" /proc/mounts; }
 unmount_all() {
-	local m
+	local m p pids=()
+	# Whatever a test left running in the chroot would keep /dev busy.
+	for p in /proc/[0-9]*; do
+		[ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && pids+=("${p#/proc/}")
+	done
+	if [ ${#pids[@]} -gt 0 ]; then
+		echo "test/pg-matrix.sh: stopping processes left in the chroot: ${pids[*]}" >&2
+		kill "${pids[@]}" 2>/dev/null || true
+		sleep 1
+		kill -9 "${pids[@]}" 2>/dev/null || true
+	fi
 	for m in dev/shm dev proc; do
 		if mountpoint -q "$root/$m" 2>/dev/null; then
 			umount "$root/$m" || umount -l "$root/$m"
