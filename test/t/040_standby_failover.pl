@@ -58,9 +58,6 @@ else
 	like($err, qr/HINT:  .*recreate it with a snapshot/, 'failover => true: the error has a hint');
 	$primary->safe_psql('postgres', "$create)");
 }
-$primary->safe_psql('postgres', 'INSERT INTO t SELECT g, 0 FROM generate_series(1, 100) g');
-ok(ReplicantTest::wait_until_synced($primary, 'postgres', $sink, ['public.t']),
-	'the sink has the table before the standby exists');
 
 # ---- the standby ----------------------------------------------------------------
 $primary->backup('bk');
@@ -84,6 +81,12 @@ is($standby->safe_psql('postgres', 'SELECT pipeline, state FROM replicant.status
 is( $standby->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'replicant%'"),
 	'0', 'no replicant worker runs on the standby');
+
+# With synchronized_standby_slots the pipeline delivers only once the
+# standby has the WAL, so this waits for the standby too.
+$primary->safe_psql('postgres', 'INSERT INTO t SELECT g, 0 FROM generate_series(1, 100) g');
+ok(ReplicantTest::wait_until_synced($primary, 'postgres', $sink, ['public.t']),
+	'the sink has the first rows');
 
 # The workload: each transaction bumps two keys and logs itself in txn.
 my $script = PostgreSQL::Test::Utils::tempdir() . '/fo.sql';
