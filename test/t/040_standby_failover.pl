@@ -70,7 +70,10 @@ primary_conninfo = '$conninfo application_name=standby'
 primary_slot_name = 'standby1'
 hot_standby_feedback = on
 });
-$standby->append_conf('postgresql.conf', 'sync_replication_slots = on')
+# The standby's copy of the primary's synchronized_standby_slots would make
+# it, once promoted, wait for a slot it does not have.
+$standby->append_conf('postgresql.conf',
+	"sync_replication_slots = on\nsynchronized_standby_slots = ''")
   if $failover_slots;
 $standby->start;
 $primary->wait_for_catchup('standby');
