@@ -130,4 +130,8 @@ fi
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 	REGRESS_TIMEOUT="${REGRESS_TIMEOUT:-300}" TAP_TIMEOUT="${TAP_TIMEOUT:-1200}" \
 	CI_KEEP="${CI_KEEP:-0}" \
-	bash /build/replicant/.ci/suite.sh "$pg_config" "$@"
+	bash /build/replicant/.ci/suite.sh "$pg_config" "$@" || {
+	rc=$?
+	echo "(PostgreSQL $version: the paths above are inside $root)"
+	exit $rc
+}
