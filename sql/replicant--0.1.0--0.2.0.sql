@@ -4,6 +4,32 @@
 -- every change to the SQL objects of 0.2.0 is written here once.
 \echo Use "ALTER EXTENSION replicant UPDATE" to load this file. \quit
 
+-- ---- Privileges: every function runs with search_path pinned, so no object
+-- of the caller's (an operator or function shadowing a built-in one) takes
+-- part in what the extension runs with raised rights.  This covers every
+-- function the extension has at this point, whatever its signature; a
+-- function created further down must say SET search_path = pg_catalog,
+-- pg_temp itself (test/t/011_search_path.pl checks every function).
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure
+          FROM pg_catalog.pg_proc p
+          JOIN pg_catalog.pg_depend d
+            ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.objid OPERATOR(pg_catalog.=) p.oid
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+          JOIN pg_catalog.pg_extension e
+            ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+           AND e.extname OPERATOR(pg_catalog.=) 'replicant'
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, pg_temp', f);
+    END LOOP;
+END
+$$;
+
 -- ---- Failover slots and standbys (PostgreSQL 17+ failover, all versions standby)
 -- create_pipeline(..., failover => true) makes the slot a failover slot, which
 -- sync_replication_slots copies to physical standbys; replicant.status reads
@@ -31,6 +57,7 @@ CREATE FUNCTION replicant.create_pipeline(
     failover                boolean DEFAULT false)
 RETURNS void
 LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
 COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean) IS
     'Creates a pipeline streaming the publications'' changes to sink_url';
@@ -53,6 +80,7 @@ CREATE FUNCTION replicant.create_pipeline(
     failover                boolean DEFAULT false)
 RETURNS void
 LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
 COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean) IS
     'Creates a pipeline streaming one publication''s changes to sink_url';

@@ -64,7 +64,8 @@ typedef struct ReplicantChunk
 extern char *replicant_backfill_choose_mode(Oid relid, const char *requested);
 
 /* Plans a backfill of relid for the pipeline (needs SPI); returns its id. */
-extern int64 replicant_backfill_plan(int32 pipeline_id, Oid relid, const char *requested_mode);
+extern int64 replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid,
+									 const char *requested_mode);
 
 /* The oldest unfinished incremental backfill, or NULL (own transaction). */
 extern ReplicantBackfill *replicant_backfill_next(int32 pipeline_id);
