@@ -483,6 +483,23 @@ check_ca_file(FunctionCallInfo fcinfo, int argno)
 	return path;
 }
 
+/* failover => true needs failover slots (PostgreSQL 17 and later). */
+static bool
+check_failover(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("failover must not be null")));
+	if (PG_GETARG_BOOL(argno) && !REPLICANT_HAVE_FAILOVER_SLOTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("failover slots are not supported by this server"),
+				 errdetail("Failover slots need PostgreSQL 17 or later."),
+				 errhint("Create the pipeline without failover; after a promotion, recreate it with a snapshot.")));
+	return PG_GETARG_BOOL(argno);
+}
+
 /*
  * message_prefixes: NULL (every prefix but replicant's own) or non-empty
  * prefixes; replicant's internal prefixes cannot be asked for.  An empty
@@ -636,7 +653,7 @@ run_update(const char *sql, int nargs, Oid *argtypes, Datum *args, const char *n
 
 /* Creates the pipeline's logical slot, ephemeral until commit. */
 static void
-create_slot(const char *slot_name)
+create_slot(const char *slot_name, bool failover)
 {
 	LogicalDecodingContext *ctx;
 
@@ -651,7 +668,7 @@ create_slot(const char *slot_name)
 
 	CheckLogicalDecodingRequirements();
 	register_xact_callback();
-	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL);
+	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL, failover);
 	slot_created_in_xact = true;
 
 	ctx = replicant_decoder_init_slot(false);
@@ -787,7 +804,8 @@ save_table_shapes(int32 pipeline_id, List *relids)
 /*
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
- *				   headers, secret, snapshot_workers, messages, message_prefixes)
+ *				   headers, secret, snapshot_workers, messages, message_prefixes,
+ *				   ca_file, failover)
  */
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
@@ -808,6 +826,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	bool		messages;
 	ArrayType  *prefixes;
 	char	   *ca_file;
+	bool		failover;
 	Oid			argtypes[15] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
 	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID, INT4OID, BOOLOID, TEXTARRAYOID, TEXTOID};
 	Datum		args[15];
@@ -854,6 +873,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	messages = PG_GETARG_BOOL(11);
 	prefixes = check_message_prefixes(fcinfo, 12, false);
 	ca_file = check_ca_file(fcinfo, 13);
+	/* 0.1.0's SQL function, before ALTER EXTENSION UPDATE, has no failover. */
+	failover = PG_NARGS() > 14 && check_failover(fcinfo, 14);
 	check_owner_can_login(owner);
 	if (messages)
 		check_owner_may_receive_messages(owner);
@@ -884,7 +905,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		create_slot(replicant_pipeline_slot_name(name));
+		create_slot(replicant_pipeline_slot_name(name), failover);
 
 	args[1] = ObjectIdGetDatum(owner);
 	args[2] = PointerGetDatum(pubs);
@@ -915,6 +936,16 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not insert into replicant.pipelines");
 	pipeline_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 											  SPI_tuptable->tupdesc, 1, &isnull));
+	if (failover)
+	{
+		/* Only 0.2.0's table has the column, and only its function the argument. */
+		Oid			idtype[1] = {INT4OID};
+		Datum		id[1] = {Int32GetDatum(pipeline_id)};
+
+		run_update("UPDATE replicant.pipelines SET failover = true"
+				   " WHERE id OPERATOR(pg_catalog.=) $1",
+				   1, idtype, id, NULL);
+	}
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
@@ -1410,12 +1441,12 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
 							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
 							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
-							  " ca_file => %L);%s',"
+							  " ca_file => %L, failover => %s);%s',"
 							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
 							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
 							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
 							  "  CASE WHEN $1 THEN p.secret END,"
-							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file,"
+							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
 							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
 							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
 							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"

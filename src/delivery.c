@@ -23,6 +23,7 @@
 #include "utils/wait_event.h"
 
 #include "checkpoint.h"
+#include "compat.h"
 #include "delivery.h"
 
 #define RETRY_BASE_MS 200
@@ -195,8 +196,7 @@ replicant_delivery_sink(ReplicantPipeline *pipeline)
 }
 
 /* Disables the pipeline (the sink said 410 Gone) and exits. */
-static void
-pg_attribute_noreturn()
+REPLICANT_NORETURN static void
 disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *reason)
 {
 	ReplicantCatalogAccess access;

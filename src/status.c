@@ -22,6 +22,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "compat.h"
 #include "pipeline.h"
 #include "shmem.h"
 
@@ -156,8 +157,7 @@ lookup_pipeline_id(const char *name, bool *halted)
 	return id;
 }
 
-static void
-pg_attribute_noreturn()
+REPLICANT_NORETURN static void
 halted_error(const char *name)
 {
 	ereport(ERROR,
