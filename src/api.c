@@ -26,9 +26,11 @@
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "replication/logical.h"
 #include "replication/slot.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -36,8 +38,12 @@
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rls.h"
 #include "utils/syscache.h"
+#include "utils/tuplestore.h"
 #include "utils/varlena.h"
+#include "utils/wait_event.h"
 
 #include "backfill.h"
 #include "compat.h"
@@ -57,6 +63,7 @@ PG_FUNCTION_INFO_V1(replicant_resume_pipeline);
 PG_FUNCTION_INFO_V1(replicant_drop_pipeline);
 PG_FUNCTION_INFO_V1(replicant_backfill);
 PG_FUNCTION_INFO_V1(replicant_cancel_backfill);
+PG_FUNCTION_INFO_V1(replicant_pipeline_definitions);
 
 #define MAX_URL_LENGTH 2048
 #define MAX_HEADERS 32
@@ -73,6 +80,34 @@ static const char *const reserved_headers[] = {
 static bool slot_created_in_xact = false;
 static bool xact_callback_registered = false;
 static bool resync_on_abort = false;
+
+/* Pipelines resumed in this transaction (in TopMemoryContext). */
+static List *resumed_at_commit = NIL;
+
+/*
+ * A resumed pipeline's shared state still shows the halt until a new
+ * worker attaches: clear it the moment the resume commits, so that no
+ * reader (replicant.status, await_delivered) sees the pipeline halted
+ * after resume_pipeline returned.
+ */
+static void
+clear_resumed_halts(void)
+{
+	ListCell   *lc;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	foreach(lc, resumed_at_commit)
+	{
+		ReplicantPipelineSlot *slot = replicant_shmem_find(MyDatabaseId, lfirst_int(lc));
+
+		if (slot && slot->state == REPLICANT_STATE_HALTED)
+		{
+			slot->state = REPLICANT_STATE_STARTING;
+			slot->last_error[0] = '\0';
+		}
+	}
+	LWLockRelease(replicant_shmem->lock);
+}
 
 /*
  * Makes the slot permanent just before commit, and lets go of it only once
@@ -93,8 +128,14 @@ api_xact_callback(XactEvent event, void *arg)
 				ReplicationSlotRelease();
 			slot_created_in_xact = false;
 			resync_on_abort = false;
+			if (resumed_at_commit != NIL)
+				clear_resumed_halts();
+			list_free(resumed_at_commit);
+			resumed_at_commit = NIL;
 			break;
 		case XACT_EVENT_ABORT:
+			list_free(resumed_at_commit);
+			resumed_at_commit = NIL;
 			slot_created_in_xact = false;
 			if (resync_on_abort)
 				replicant_shmem_request_sync(MyDatabaseId);
@@ -445,12 +486,31 @@ check_ca_file(FunctionCallInfo fcinfo, int argno)
 	return path;
 }
 
+/* failover => true needs failover slots (PostgreSQL 17 and later). */
+static bool
+check_failover(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("failover must not be null")));
+	if (PG_GETARG_BOOL(argno) && !REPLICANT_HAVE_FAILOVER_SLOTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("failover slots are not supported by this server"),
+				 errdetail("Failover slots need PostgreSQL 17 or later."),
+				 errhint("Create the pipeline without failover; after a promotion, recreate it with a snapshot.")));
+	return PG_GETARG_BOOL(argno);
+}
+
 /*
  * message_prefixes: NULL (every prefix but replicant's own) or non-empty
- * prefixes; replicant's internal prefixes cannot be asked for.
+ * prefixes; replicant's internal prefixes cannot be asked for.  An empty
+ * array is accepted only where NULL means "unchanged" (empty_ok), and there
+ * stands for every prefix.
  */
 static ArrayType *
-check_message_prefixes(FunctionCallInfo fcinfo, int argno)
+check_message_prefixes(FunctionCallInfo fcinfo, int argno, bool empty_ok)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -461,7 +521,7 @@ check_message_prefixes(FunctionCallInfo fcinfo, int argno)
 		return NULL;
 	deconstruct_array(PG_GETARG_ARRAYTYPE_P(argno), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &nulls, &n);
-	if (n == 0)
+	if (n == 0 && !empty_ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("message_prefixes must not be empty"),
@@ -553,6 +613,31 @@ lookup_pipeline(const char *name)
 	return ref;
 }
 
+/*
+ * As lookup_pipeline, without locking the row: for waiting on the worker,
+ * which may need to update the row (a halt) before it can exit.
+ */
+static PipelineRef
+peek_pipeline(const char *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	PipelineRef ref = {0};
+	bool		isnull;
+
+	if (SPI_execute_with_args("SELECT id, owner FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("pipeline \"%s\" does not exist", name)));
+	ref.id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	ref.owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	ref.name = pstrdup(name);
+	return ref;
+}
+
 static void
 check_is_owner(const PipelineRef *ref, ApiSpi *s)
 {
@@ -571,7 +656,7 @@ run_update(const char *sql, int nargs, Oid *argtypes, Datum *args, const char *n
 
 /* Creates the pipeline's logical slot, ephemeral until commit. */
 static void
-create_slot(const char *slot_name)
+create_slot(const char *slot_name, bool failover)
 {
 	LogicalDecodingContext *ctx;
 
@@ -586,7 +671,7 @@ create_slot(const char *slot_name)
 
 	CheckLogicalDecodingRequirements();
 	register_xact_callback();
-	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL);
+	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL, failover);
 	slot_created_in_xact = true;
 
 	ctx = replicant_decoder_init_slot(false);
@@ -722,6 +807,71 @@ published_tables(ArrayType *pubs)
 }
 
 /*
+ * What the worker would halt on at the table's first change, refused now:
+ * the owner must be able to read every published table, past row-level
+ * security.
+ */
+static void
+check_owner_reads_tables(Oid owner, List *relids)
+{
+	ListCell   *lc;
+
+	foreach(lc, relids)
+	{
+		Oid			relid = lfirst_oid(lc);
+
+		if (pg_class_aclcheck(relid, owner, ACL_SELECT) != ACLCHECK_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("role \"%s\" cannot read published table \"%s\"",
+							GetUserNameFromId(owner, false), get_rel_name(relid)),
+					 errdetail("The pipeline's worker reads changes as its owner, the role creating it."),
+					 errhint("Grant SELECT on the table to the role, or leave the table out of the publication.")));
+		if (check_enable_rls(relid, owner, true) == RLS_ENABLED)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("table \"%s\" has row-level security that role \"%s\" does not bypass",
+							get_rel_name(relid), GetUserNameFromId(owner, false)),
+					 errdetail("A pipeline must deliver every row, so its owner must bypass row-level security.")));
+	}
+}
+
+/*
+ * PostgreSQL refuses UPDATE and DELETE on a table published for them that
+ * has no replica identity; say so now rather than when the application's
+ * first update fails.
+ */
+static void
+warn_tables_without_identity(ArrayType *pubs)
+{
+	Oid			argtypes[1] = {TEXTARRAYOID};
+	Datum		args[1] = {PointerGetDatum(pubs)};
+	uint64		i;
+
+	if (SPI_execute_with_args("SELECT DISTINCT n.nspname, c.relname"
+							  "  FROM pg_catalog.pg_publication p"
+							  "  JOIN pg_catalog.pg_publication_tables pt ON pt.pubname OPERATOR(pg_catalog.=) p.pubname"
+							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
+							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
+							  "                            AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
+							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1) AND (p.pubupdate OR p.pubdelete)"
+							  "   AND (c.relreplident OPERATOR(pg_catalog.=) 'n'"
+							  "        OR (c.relreplident OPERATOR(pg_catalog.=) 'd' AND NOT EXISTS"
+							  "            (SELECT FROM pg_catalog.pg_index i"
+							  "              WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary)))"
+							  " ORDER BY 1, 2",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list published tables");
+	for (i = 0; i < SPI_processed; i++)
+		ereport(WARNING,
+				(errmsg("table \"%s.%s\" is published for updates or deletes but has no replica identity",
+						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
+						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
+				 errdetail("PostgreSQL rejects UPDATE and DELETE on the table while it is so published."),
+				 errhint("Add a primary key, or set REPLICA IDENTITY USING INDEX or FULL.")));
+}
+
+/*
  * Saves the shape of every published table as the pipeline starts, so that
  * a destructive change made before the table's first streamed change halts
  * the pipeline too (publication.c compares later versions with it).
@@ -743,7 +893,8 @@ save_table_shapes(int32 pipeline_id, List *relids)
 /*
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
- *				   headers, secret, snapshot_workers, messages, message_prefixes)
+ *				   headers, secret, snapshot_workers, messages, message_prefixes,
+ *				   ca_file, failover)
  */
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
@@ -764,6 +915,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	bool		messages;
 	ArrayType  *prefixes;
 	char	   *ca_file;
+	bool		failover;
 	Oid			argtypes[15] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
 	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID, INT4OID, BOOLOID, TEXTARRAYOID, TEXTOID};
 	Datum		args[15];
@@ -808,8 +960,10 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("messages must not be null")));
 	messages = PG_GETARG_BOOL(11);
-	prefixes = check_message_prefixes(fcinfo, 12);
+	prefixes = check_message_prefixes(fcinfo, 12, false);
 	ca_file = check_ca_file(fcinfo, 13);
+	/* 0.1.0's SQL function, before ALTER EXTENSION UPDATE, has no failover. */
+	failover = PG_NARGS() > 14 && check_failover(fcinfo, 14);
 	check_owner_can_login(owner);
 	if (messages)
 		check_owner_may_receive_messages(owner);
@@ -822,6 +976,9 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	api_spi_begin(&s);
 	check_headers(headers);
 	check_publications_exist(pubs);
+	tables = published_tables(pubs);
+	check_owner_reads_tables(owner, tables);
+	warn_tables_without_identity(pubs);
 	lock_pipeline_name(name);
 	args[0] = CStringGetTextDatum(name);
 	/* Not read-only: a fresh snapshot sees a creator we waited for. */
@@ -840,7 +997,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		create_slot(replicant_pipeline_slot_name(name));
+		create_slot(replicant_pipeline_slot_name(name), failover);
 
 	args[1] = ObjectIdGetDatum(owner);
 	args[2] = PointerGetDatum(pubs);
@@ -871,7 +1028,16 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not insert into replicant.pipelines");
 	pipeline_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 											  SPI_tuptable->tupdesc, 1, &isnull));
-	tables = published_tables(pubs);
+	if (failover)
+	{
+		/* Only 0.2.0's table has the column, and only its function the argument. */
+		Oid			idtype[1] = {INT4OID};
+		Datum		id[1] = {Int32GetDatum(pipeline_id)};
+
+		run_update("UPDATE replicant.pipelines SET failover = true"
+				   " WHERE id OPERATOR(pg_catalog.=) $1",
+				   1, idtype, id, NULL);
+	}
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
@@ -888,13 +1054,61 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Asks the pipeline's worker to stop where it leaves nothing to re-deliver
+ * (everything acknowledged checkpointed, nothing in flight) and waits until
+ * it has exited, so that whatever commits after the caller returns is
+ * handled by a worker that reads the caller's changes.  Until the sync at
+ * commit (or at abort) restores runnable, the launcher starts no other.  A
+ * worker reading an initial snapshot, whose progress is durable per shard,
+ * is terminated instead.
+ */
+static void
+stop_worker_and_wait(int32 pipeline_id)
+{
+	resync_on_abort = true;
+	register_xact_callback();
+	for (;;)
+	{
+		ReplicantPipelineSlot *slot;
+		pid_t		pid = 0;
+		bool		snapshotting = false;
+
+		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+		slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
+		if (slot)
+		{
+			slot->runnable = false;
+			pid = slot->pid;
+			if (pid != 0)
+			{
+				slot->stop_requested = true;
+				snapshotting = (slot->state == REPLICANT_STATE_SNAPSHOTTING);
+				if (slot->latch)
+					SetLatch(slot->latch);
+			}
+		}
+		LWLockRelease(replicant_shmem->lock);
+		if (pid == 0)
+			break;
+		if (snapshotting)
+			kill(pid, SIGTERM);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
  * alter_pipeline(name, publication, sink_url, batch_max_bytes,
  *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				  headers, secret, clear_secret, messages, message_prefixes,
  *				  secret_previous_until)
  *
- * NULL leaves an option unchanged.  The worker restarts with the new
- * configuration (config_version changes) and resumes from its checkpoint.
+ * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
+ * every prefix.  The old worker is stopped before this
+ * returns; the next one starts once the caller commits, reads the new
+ * configuration (config_version changes) and resumes from the checkpoint.
  */
 Datum
 replicant_alter_pipeline(PG_FUNCTION_ARGS)
@@ -942,7 +1156,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("cannot set and clear the signing secret at once")));
-	prefixes = check_message_prefixes(fcinfo, 11);
+	prefixes = check_message_prefixes(fcinfo, 11, true);
 	ca_file = check_ca_file(fcinfo, 13);
 	if (!PG_ARGISNULL(12))
 	{
@@ -961,7 +1175,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	}
 
 	api_spi_begin(&s);
-	ref = lookup_pipeline(name);
+	ref = peek_pipeline(name);
 	check_is_owner(&ref, &s);
 	if (!PG_ARGISNULL(10) && PG_GETARG_BOOL(10))
 		check_owner_may_receive_messages(ref.owner);
@@ -969,6 +1183,12 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 		check_headers(headers);
 	if (pubs)
 		check_publications_exist(pubs);
+	api_spi_end(&s);
+	stop_worker_and_wait(ref.id);
+
+	api_spi_begin(&s);
+	ref = lookup_pipeline(name);
+	check_is_owner(&ref, &s);
 
 	memset(nulls, ' ', sizeof(nulls));
 	args[0] = Int32GetDatum(ref.id);
@@ -1016,7 +1236,8 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 			   " secret_previous_until = $13,"
 			   " secret = CASE WHEN $10 THEN NULL ELSE coalesce($9, secret) END,"
 			   " messages = coalesce($11, messages),"
-			   " message_prefixes = coalesce($12, message_prefixes),"
+			   " message_prefixes = CASE WHEN $12 IS NULL THEN message_prefixes"
+			   "   WHEN pg_catalog.cardinality($12) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $12 END,"
 			   " ca_file = coalesce($14, ca_file),"
 			   " config_version = config_version OPERATOR(pg_catalog.+) 1"
 			   " WHERE id OPERATOR(pg_catalog.=) $1",
@@ -1040,9 +1261,18 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 	api_spi_begin(&s);
 	ref = lookup_pipeline(name);
 	check_is_owner(&ref, &s);
-	if (strncmp(assignment, "halt_reason = NULL", 18) == 0 && !ref.halted)
-		ereport(NOTICE,
-				(errmsg("pipeline \"%s\" is not halted", name)));
+	if (strncmp(assignment, "halt_reason = NULL", 18) == 0)
+	{
+		MemoryContext old;
+
+		if (!ref.halted)
+			ereport(NOTICE,
+					(errmsg("pipeline \"%s\" is not halted", name)));
+		register_xact_callback();
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		resumed_at_commit = lappend_int(resumed_at_commit, ref.id);
+		MemoryContextSwitchTo(old);
+	}
 	args[0] = Int32GetDatum(ref.id);
 	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),
 			   1, argtypes, args, NULL);
@@ -1266,4 +1496,84 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 	api_spi_end(&s);
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
+}
+
+/*
+ * pipeline_definitions(include_secrets) RETURNS SETOF text
+ *
+ * The create_pipeline calls (and disable_pipeline calls for disabled ones)
+ * that recreate the caller's pipelines, for instance after pg_dump and
+ * pg_restore, which copy none of replicant's state.  Secrets and header
+ * values are left out unless asked for; a comment at the end of the call
+ * says what was left out.
+ */
+Datum
+replicant_pipeline_definitions(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		include_secrets = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
+	Oid			argtypes[2] = {BOOLOID, OIDOID};
+	Datum		args[2];
+	ApiSpi		s;
+	uint64		i;
+	TupleDesc	desc;
+	Tuplestorestate *store;
+	MemoryContext old;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		!(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	desc = CreateTemplateTupleDesc(1);
+	TupleDescInitEntry(desc, (AttrNumber) 1, "pipeline_definitions", TEXTOID, -1, 0);
+	store = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = store;
+	rsinfo->setDesc = desc;
+	MemoryContextSwitchTo(old);
+
+	args[0] = BoolGetDatum(include_secrets);
+	api_spi_begin(&s);
+	args[1] = ObjectIdGetDatum(s.saved_userid);
+	if (SPI_execute_with_args("SELECT d FROM ("
+							  " SELECT p.name, 1 AS step, pg_catalog.format("
+							  "  'SELECT replicant.create_pipeline(%L, %L::text[], %L, snapshot => %L,"
+							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
+							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
+							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
+							  " ca_file => %L, failover => %s);%s',"
+							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
+							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
+							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
+							  "  CASE WHEN $1 THEN p.secret END,"
+							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
+							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
+							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
+							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"
+							  "     CASE WHEN p.secret IS NOT NULL THEN 'secret' END,"
+							  "     CASE WHEN p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb"
+							  "      THEN 'headers ' OPERATOR(pg_catalog.||)"
+							  "           (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(k), ', ' ORDER BY k)"
+							  "              FROM pg_catalog.jsonb_object_keys(p.headers) k) END)"
+							  "   ELSE '' END) AS d"
+							  "   FROM replicant.pipelines p"
+							  "  WHERE pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
+							  " UNION ALL"
+							  " SELECT p.name, 2, pg_catalog.format('SELECT replicant.disable_pipeline(%L);', p.name)"
+							  "   FROM replicant.pipelines p"
+							  "  WHERE NOT p.enabled AND pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
+							  ") q ORDER BY name, step",
+							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		value = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+
+		tuplestore_putvalues(store, desc, &value, &isnull);
+	}
+	api_spi_end(&s);
+	return (Datum) 0;
 }

@@ -34,6 +34,7 @@
 #include "miscadmin.h"
 #include "replication/message.h"
 #include "storage/bufmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -41,6 +42,7 @@
 #include "utils/snapmgr.h"
 
 #include "backfill.h"
+#include "compat.h"
 #include "encoder.h"
 #include "publication.h"
 #include "snapshot.h"
@@ -412,7 +414,7 @@ write_watermark(const char *kind, const char *token)
 {
 	char	   *message = psprintf("%s:%s", kind, token);
 
-	return LogLogicalMessage(REPLICANT_WATERMARK_PREFIX, message, strlen(message), false);
+	return REPLICANT_LOG_LOGICAL_MESSAGE(REPLICANT_WATERMARK_PREFIX, message, strlen(message), false);
 }
 
 ReplicantChunk *
@@ -524,7 +526,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b)
 	}
 	else
 	{
-		char		argnulls[2] = "nn";
+		char		argnulls[2] = {'n', 'n'};
 
 		if (strcmp(b->mode, "bitmap") == 0)
 		{

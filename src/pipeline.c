@@ -193,7 +193,10 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 							  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
 							  "       c.commit_lsn, c.end_lsn, p.snapshot_workers, p.messages,"
 							  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
-							  "       p.resumed_lsn, %s"
+							  "       p.resumed_lsn,"
+							  /* 0.1.0's table has no failover column until ALTER EXTENSION UPDATE */
+							  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'failover')::pg_catalog.bool, false),"
+							  "       %s"
 							  "  FROM replicant.pipelines p"
 							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 							  " WHERE p.id OPERATOR(pg_catalog.=) $1",
@@ -246,8 +249,9 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	p->ca_file = spi_text(tuple, desc, 21);
 	d = spi_datum(tuple, desc, 22, &isnull);
 	p->resumed_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+	p->failover = DatumGetBool(spi_datum(tuple, desc, 23, &isnull));
 	p->publication_lsns = palloc0(sizeof(XLogRecPtr) * list_length(p->publications));
-	d = spi_datum(tuple, desc, 23, &isnull);
+	d = spi_datum(tuple, desc, 24, &isnull);
 	if (!isnull)
 	{
 		bool	   *lsn_nulls;

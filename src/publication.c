@@ -37,6 +37,7 @@
 #include "utils/rls.h"
 #include "utils/syscache.h"
 
+#include "compat.h"
 #include "encoder.h"
 #include "publication.h"
 
@@ -347,7 +348,9 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 	entry->pub_truncate |= pub->pubactions.pubtruncate;
 }
 
-/* "identity:key columns|live columns", to compare versions of a table. */
+/*
+ * "identity:key columns|delivered columns", to compare versions of a table.
+ */
 static char *
 fingerprint(Relation rel, Bitmapset *key_columns)
 {
@@ -362,14 +365,15 @@ fingerprint(Relation rel, Bitmapset *key_columns)
 		appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i - 1)->attname));
 	appendStringInfoChar(&buf, '|');
 	for (i = 0; i < desc->natts; i++)
-		if (!TupleDescAttr(desc, i)->attisdropped)
+		if (!TupleDescAttr(desc, i)->attisdropped &&
+			!REPLICANT_ATT_IS_VIRTUAL(TupleDescAttr(desc, i)))
 			appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i)->attname));
 	return buf.data;
 }
 
-/* Whether every column of the old fingerprint is still in the new one. */
-static bool
-columns_kept(const char *old_fp, const char *new_fp)
+/* The first column of the old fingerprint missing from the new one, or NULL. */
+static char *
+column_lost(const char *old_fp, const char *new_fp)
 {
 	const char *old_cols = strchr(old_fp, '|') + 1;
 	const char *new_cols = strchr(new_fp, '|');
@@ -383,9 +387,9 @@ columns_kept(const char *old_fp, const char *new_fp)
 		char	   *hay = psprintf(",%s", new_cols + 1);
 
 		if (strstr(hay, needle) == NULL)
-			return false;
+			return col;
 	}
-	return true;
+	return NULL;
 }
 
 /*
@@ -411,16 +415,22 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 	}
 	if (baseline != NULL && strcmp(now, baseline) != 0)
 	{
-		const char *what = NULL;
+		char	   *what = NULL;
+		char	   *lost;
 		size_t		identity_len = strchr(now, '|') - now;
 
 		if (strncmp(now, baseline, identity_len + 1) != 0)
-			what = "the replica identity of table \"%s\" changed";
-		else if (!columns_kept(baseline, now))
-			what = "a column of table \"%s\" was dropped or renamed";
+			what = psprintf("the replica identity of table \"%s\" changed",
+							RelationGetRelationName(rel));
+		else if ((lost = column_lost(baseline, now)) != NULL)
+			what = psprintf("column \"%s\" of table \"%s\" was dropped or renamed",
+							lost, RelationGetRelationName(rel));
+
+		/* Nothing to fix: the operator decides whether sinks take the new shape. */
 		if (what && entry->schema_change == NULL)
 			entry->schema_change = MemoryContextStrdup(CacheMemoryContext,
-													   psprintf(what, RelationGetRelationName(rel)));
+													   psprintf("%s; replicant.resume_pipeline() accepts the new shape",
+																what));
 	}
 	if (entry->fingerprint)
 		pfree(entry->fingerprint);

@@ -11,9 +11,12 @@
 #include "common/base64.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
+#include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/resowner.h"
 
+#include "compat.h"
 #include "signing.h"
 
 #define SIGNING_PREFIX			"whsec_"
@@ -40,7 +43,7 @@ signing_decode_key(const char *secret, uint8 **key, int *keylen)
 
 		/* +1 so that an empty remainder still gets a buffer */
 		*key = palloc(maxlen + 1);
-		*keylen = pg_b64_decode(b64, b64len, (char *) *key, maxlen);
+		*keylen = pg_b64_decode(b64, b64len, (ReplicantB64Byte *) *key, maxlen);
 		if (*keylen < 0)
 		{
 			*keylen = 0;
@@ -175,7 +178,7 @@ replicant_signing_signature(const char *secret, const char *msg_id,
 
 			sig = palloc(3 + enclen + 1);
 			memcpy(sig, "v1,", 3);
-			len = pg_b64_encode((const char *) digest, sizeof(digest),
+			len = pg_b64_encode((const ReplicantB64Byte *) digest, sizeof(digest),
 								sig + 3, enclen);
 			if (len < 0)
 				elog(ERROR, "could not encode webhook signature");
@@ -200,4 +203,31 @@ replicant_signing_signature(const char *secret, const char *msg_id,
 
 	/* NULL: the body could not be read in full */
 	return result;
+}
+
+/* Random bytes in a signing secret made by replicant.generate_secret(). */
+#define SIGNING_SECRET_BYTES 24
+
+PG_FUNCTION_INFO_V1(replicant_generate_secret);
+
+/*
+ * replicant.generate_secret() RETURNS text
+ *
+ * "whsec_" and the base64 of 24 bytes from the server's strong random
+ * source: the form Standard Webhooks libraries take.
+ */
+Datum
+replicant_generate_secret(PG_FUNCTION_ARGS)
+{
+	bytea	   *raw = (bytea *) palloc(VARHDRSZ + SIGNING_SECRET_BYTES);
+	text	   *encoded;
+
+	SET_VARSIZE(raw, VARHDRSZ + SIGNING_SECRET_BYTES);
+	if (!pg_strong_random(VARDATA(raw), SIGNING_SECRET_BYTES))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random bytes for a secret")));
+	encoded = DatumGetTextPP(DirectFunctionCall2(binary_encode, PointerGetDatum(raw),
+												 CStringGetTextDatum("base64")));
+	PG_RETURN_TEXT_P(cstring_to_text(psprintf(SIGNING_PREFIX "%s", text_to_cstring(encoded))));
 }

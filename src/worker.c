@@ -86,7 +86,7 @@ worker_attach(int slot_index, ReplicantWorkerArgs *args)
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (!slot->in_use || slot->generation != args->generation ||
-		(slot->pid != 0 && slot->pid != MyProcPid))
+		!slot->runnable || (slot->pid != 0 && slot->pid != MyProcPid))
 	{
 		LWLockRelease(replicant_shmem->lock);
 		proc_exit(0);
@@ -95,6 +95,7 @@ worker_attach(int slot_index, ReplicantWorkerArgs *args)
 	slot->latch = MyLatch;
 	slot->state = REPLICANT_STATE_STARTING;
 	slot->last_error[0] = '\0';
+	slot->stop_requested = false;
 	LWLockRelease(replicant_shmem->lock);
 
 	MySlot = slot;
@@ -102,8 +103,7 @@ worker_attach(int slot_index, ReplicantWorkerArgs *args)
 	before_shmem_exit(worker_detach, (Datum) 0);
 }
 
-static void
-pg_attribute_noreturn()
+REPLICANT_NORETURN static void
 worker_halt(const char *reason)
 {
 	replicant_delivery_halt(MySlot, pipeline, reason);
@@ -504,6 +504,7 @@ run_pipeline(int slot_index)
 		pg_atomic_write_u32(&MySlot->nudged, 0);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
+		replicant_delivery_stop_if_requested(MySlot);
 		replicant_delivery_reload_config();
 
 		cycle_start = GetCurrentTimestamp();
