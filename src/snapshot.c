@@ -114,7 +114,8 @@ spi_int8(int row, int col)
 
 /*
  * Estimates the rows of planned tables never vacuumed or analysed (their
- * reltuples is -1) from their size, as the planner does.  Needs SPI.
+ * reltuples is -1) from their size, as the planner does.  Needs SPI, in the
+ * transaction that planned them (not read-only: it must see the plan).
  */
 static void
 estimate_unanalysed(int32 pipeline_id)
@@ -131,7 +132,7 @@ estimate_unanalysed(int32 pipeline_id)
 							  "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) b.relid"
 							  " WHERE b.pipeline_id = $1 AND b.kind = 'initial'"
 							  "   AND c.reltuples OPERATOR(pg_catalog.<) 0::pg_catalog.float4",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the snapshot plan");
 	n = SPI_processed;
 	ids = palloc(sizeof(int64) * (n + 1));
