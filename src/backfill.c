@@ -45,7 +45,6 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/index.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type_d.h"
 #include "common/hashfn.h"
@@ -772,6 +771,9 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	bool		full = false;
 	HeapTuple	lastrow = NULL;
 	TupleDesc	lastdesc = NULL;
+	MemoryContext row_context = AllocSetContextCreate(CurrentMemoryContext,
+													  "replicant backfill row",
+													  ALLOCSET_DEFAULT_SIZES);
 
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
 	initStringInfo(&change);
@@ -795,9 +797,14 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 			break;
 		for (i = 0; i < SPI_processed && !full; i++)
 		{
+			/* Detoasted values die with the row; add_row keeps a copy. */
+			MemoryContext old = MemoryContextSwitchTo(row_context);
+
 			replicant_snapshot_encode_read(&change, &key, names.data, desc,
 										   SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 										   values, isnull, key_columns, whole_row);
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(row_context);
 			add_row(chunk, key.data, key.len, change.data, change.len);
 			bytes += change.len;
 			nread++;
@@ -823,6 +830,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	}
 	SPI_cursor_close(portal);
 	PopActiveSnapshot();
+	MemoryContextDelete(row_context);
 
 	if (keyset)
 	{
