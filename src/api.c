@@ -152,18 +152,23 @@ check_prerequisites(void)
 
 /*
  * Catalog access as the bootstrap superuser: callers may have been granted
- * the functions without being able to read the secrets table.
+ * the functions without being able to read the secrets table.  The search
+ * path is pinned (replicant_pin_search_path), so nothing of the caller's
+ * resolves in the queries; reading a user table switches to the pipeline's
+ * owner (replicant_backfill_plan).
  */
 typedef struct ApiSpi
 {
 	Oid			saved_userid;
 	int			saved_sec_context;
+	int			guc_level;
 } ApiSpi;
 
 static void
 api_spi_begin(ApiSpi *s)
 {
 	GetUserIdAndSecContext(&s->saved_userid, &s->saved_sec_context);
+	s->guc_level = replicant_pin_search_path();
 	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
 						   s->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -175,6 +180,7 @@ api_spi_end(ApiSpi *s)
 {
 	SPI_finish();
 	SetUserIdAndSecContext(s->saved_userid, s->saved_sec_context);
+	AtEOXact_GUC(true, s->guc_level);
 }
 
 /*
@@ -286,7 +292,7 @@ check_headers(Jsonb *headers)
 	Datum		args[1] = {JsonbPGetDatum(headers)};
 	uint64		i;
 
-	if (SPI_execute_with_args("SELECT jsonb_typeof($1)", 1, argtypes, args,
+	if (SPI_execute_with_args("SELECT pg_catalog.jsonb_typeof($1)", 1, argtypes, args,
 							  NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not inspect headers");
 	if (strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "object") != 0)
@@ -294,7 +300,8 @@ check_headers(Jsonb *headers)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("headers must be a JSON object")));
 
-	if (SPI_execute_with_args("SELECT key, value #>> '{}', jsonb_typeof(value) FROM jsonb_each($1)",
+	if (SPI_execute_with_args("SELECT key, value OPERATOR(pg_catalog.#>>) '{}',"
+							  " pg_catalog.jsonb_typeof(value) FROM pg_catalog.jsonb_each($1)",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not inspect headers");
 	if (SPI_processed > MAX_HEADERS)
@@ -478,6 +485,17 @@ check_message_prefixes(FunctionCallInfo fcinfo, int argno)
 }
 
 static void
+check_owner_may_receive_messages(Oid owner)
+{
+	if (!has_rolreplication(owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg(REPLICANT_MESSAGES_NEED_REPLICATION),
+				 errdetail("A pipeline with messages receives every message emitted in the database."),
+				 errhint("Grant the pipeline owner REPLICATION, or leave messages off.")));
+}
+
+static void
 check_owner_can_login(Oid owner)
 {
 	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(owner));
@@ -517,7 +535,7 @@ lookup_pipeline(const char *name)
 	bool		isnull;
 
 	if (SPI_execute_with_args("SELECT id, owner, halt_reason IS NOT NULL, enabled"
-							  "  FROM replicant.pipelines WHERE name = $1 FOR UPDATE",
+							  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	if (SPI_processed == 0)
@@ -595,9 +613,12 @@ published_tables(ArrayType *pubs)
 	uint64		i;
 
 	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
-							  "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
-							  "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
-							  " WHERE pt.pubname = ANY ($1) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
+							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
+							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
+							  "   AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
+							  " WHERE pt.pubname OPERATOR(pg_catalog.=) ANY ($1)"
+							  "   AND n.nspname OPERATOR(pg_catalog.<>) 'replicant'"
+							  "   AND c.relkind OPERATOR(pg_catalog.=) 'r'"
 							  " ORDER BY c.oid",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list published tables");
@@ -701,6 +722,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	prefixes = check_message_prefixes(fcinfo, 12);
 	ca_file = check_ca_file(fcinfo, 13);
 	check_owner_can_login(owner);
+	if (messages)
+		check_owner_may_receive_messages(owner);
 	if (count_pipelines_in_shmem() >= replicant_max_pipelines)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -711,7 +734,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	check_headers(headers);
 	check_publications_exist(pubs);
 	args[0] = CStringGetTextDatum(name);
-	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name = $1",
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	if (SPI_processed > 0)
@@ -764,7 +787,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 
 		/* An incremental backfill of every table the publications deliver. */
 		foreach(lc, tables)
-			(void) replicant_backfill_plan(pipeline_id, lfirst_oid(lc), "auto");
+			(void) replicant_backfill_plan(pipeline_id, owner, lfirst_oid(lc), "auto");
 	}
 	api_spi_end(&s);
 
@@ -848,6 +871,8 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	api_spi_begin(&s);
 	ref = lookup_pipeline(name);
 	check_is_owner(&ref, &s);
+	if (!PG_ARGISNULL(10) && PG_GETARG_BOOL(10))
+		check_owner_may_receive_messages(ref.owner);
 	if (headers)
 		check_headers(headers);
 	if (pubs)
@@ -891,8 +916,8 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 			   " messages = coalesce($11, messages),"
 			   " message_prefixes = coalesce($12, message_prefixes),"
 			   " ca_file = coalesce($14, ca_file),"
-			   " config_version = config_version + 1"
-			   " WHERE id = $1",
+			   " config_version = config_version OPERATOR(pg_catalog.+) 1"
+			   " WHERE id OPERATOR(pg_catalog.=) $1",
 			   14, argtypes, args, nulls);
 	api_spi_end(&s);
 
@@ -917,7 +942,7 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 		ereport(NOTICE,
 				(errmsg("pipeline \"%s\" is not halted", name)));
 	args[0] = Int32GetDatum(ref.id);
-	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id = $1", assignment),
+	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),
 			   1, argtypes, args, NULL);
 	api_spi_end(&s);
 	replicant_shmem_request_sync_at_commit();
@@ -940,7 +965,7 @@ replicant_disable_pipeline(PG_FUNCTION_ARGS)
 Datum
 replicant_resume_pipeline(PG_FUNCTION_ARGS)
 {
-	set_state(fcinfo, "halt_reason = NULL, resumed_lsn = pg_current_wal_lsn(), halt_lsn = NULL");
+	set_state(fcinfo, "halt_reason = NULL, resumed_lsn = pg_catalog.pg_current_wal_lsn(), halt_lsn = NULL");
 	PG_RETURN_VOID();
 }
 
@@ -988,7 +1013,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	ref = lookup_pipeline(name);
 	check_is_owner(&ref, &s);
 	args[0] = Int32GetDatum(ref.id);
-	if (SPI_execute_with_args("DELETE FROM replicant.pipelines WHERE id = $1",
+	if (SPI_execute_with_args("DELETE FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete from replicant.pipelines");
 	api_spi_end(&s);
@@ -1012,7 +1037,8 @@ bump_config(int32 pipeline_id)
 	Oid			argtypes[1] = {INT4OID};
 	Datum		args[1] = {Int32GetDatum(pipeline_id)};
 
-	run_update("UPDATE replicant.pipelines SET config_version = config_version + 1 WHERE id = $1",
+	run_update("UPDATE replicant.pipelines SET config_version = config_version OPERATOR(pg_catalog.+) 1"
+			   " WHERE id OPERATOR(pg_catalog.=) $1",
 			   1, argtypes, args, NULL);
 }
 
@@ -1054,10 +1080,14 @@ replicant_backfill(PG_FUNCTION_ARGS)
 	args[1] = ObjectIdGetDatum(relid);
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines p, pg_catalog.pg_publication_tables pt,"
 							  "       pg_catalog.pg_class c, pg_catalog.pg_namespace n"
-							  " WHERE p.name = $1 AND pt.pubname = ANY (p.publications)"
-							  "   AND c.oid = $2 AND n.oid = c.relnamespace AND c.relkind = 'r'"
-							  "   AND pt.schemaname = n.nspname AND pt.tablename = c.relname"
-							  "   AND n.nspname <> 'replicant'",
+							  " WHERE p.name OPERATOR(pg_catalog.=) $1"
+							  "   AND pt.pubname OPERATOR(pg_catalog.=) ANY (p.publications)"
+							  "   AND c.oid OPERATOR(pg_catalog.=) $2"
+							  "   AND n.oid OPERATOR(pg_catalog.=) c.relnamespace"
+							  "   AND c.relkind OPERATOR(pg_catalog.=) 'r'"
+							  "   AND pt.schemaname OPERATOR(pg_catalog.=) n.nspname"
+							  "   AND pt.tablename OPERATOR(pg_catalog.=) c.relname"
+							  "   AND n.nspname OPERATOR(pg_catalog.<>) 'replicant'",
 							  2, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read publications");
 	if (SPI_processed == 0)
@@ -1069,7 +1099,8 @@ replicant_backfill(PG_FUNCTION_ARGS)
 
 	args[2] = Int32GetDatum(ref.id);
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.backfills"
-							  " WHERE pipeline_id = $3 AND relid = $2 AND state IN ('planned', 'running')",
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $3 AND relid OPERATOR(pg_catalog.=) $2"
+							  "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running}')",
 							  3, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read backfills");
 	if (SPI_processed > 0)
@@ -1078,7 +1109,7 @@ replicant_backfill(PG_FUNCTION_ARGS)
 				 errmsg("a backfill of this table is already in progress in pipeline \"%s\"", name),
 				 errhint("Cancel it with replicant.cancel_backfill() first.")));
 
-	id = replicant_backfill_plan(ref.id, relid, mode);
+	id = replicant_backfill_plan(ref.id, ref.owner, relid, mode);
 	bump_config(ref.id);
 	api_spi_end(&s);
 	replicant_shmem_request_sync_at_commit();
@@ -1106,8 +1137,8 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 
 	api_spi_begin(&s);
 	if (SPI_execute_with_args("SELECT p.name, b.state FROM replicant.backfills b"
-							  "  JOIN replicant.pipelines p ON p.id = b.pipeline_id"
-							  " WHERE b.id = $1",
+							  "  JOIN replicant.pipelines p ON p.id OPERATOR(pg_catalog.=) b.pipeline_id"
+							  " WHERE b.id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read backfills");
 	if (SPI_processed == 0)
@@ -1117,7 +1148,7 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 	ref = lookup_pipeline(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
 															SPI_tuptable->tupdesc, 1, &isnull)));
 	check_is_owner(&ref, &s);
-	if (SPI_execute_with_args("SELECT state FROM replicant.backfills WHERE id = $1 FOR UPDATE",
+	if (SPI_execute_with_args("SELECT state FROM replicant.backfills WHERE id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read backfills");
 	state = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -1125,8 +1156,8 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("backfill " INT64_FORMAT " is already %s", id, state)));
-	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = now()"
-							  " WHERE id = $1",
+	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
+							  " WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not cancel the backfill");
 	bump_config(ref.id);

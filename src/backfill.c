@@ -363,15 +363,27 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 }
 
 int64
-replicant_backfill_plan(int32 pipeline_id, Oid relid, const char *requested_mode)
+replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *requested_mode)
 {
-	char	   *mode = replicant_backfill_choose_mode(relid, requested_mode);
-	Relation	rel = table_open(relid, AccessShareLock);
+	char	   *mode;
+	Relation	rel;
 	Datum		args[5];
 	Datum		bounds = (Datum) 0;
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	int64		id;
 	bool		isnull;
+	Oid			saved_userid;
+	int			saved_sec_context;
+
+	/*
+	 * Planning reads the table and runs its key type's comparison: as the
+	 * pipeline's owner, as every read of the table is; only the plan's row
+	 * is written with the caller's raised rights.
+	 */
+	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
+	SetUserIdAndSecContext(owner, saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	mode = replicant_backfill_choose_mode(relid, requested_mode);
+	rel = table_open(relid, AccessShareLock);
 
 	args[0] = Int32GetDatum(pipeline_id);
 	args[1] = ObjectIdGetDatum(relid);
@@ -408,6 +420,7 @@ replicant_backfill_plan(int32 pipeline_id, Oid relid, const char *requested_mode
 		bounds = PointerGetDatum(DatumGetArrayTypePCopy(bounds));
 	}
 	table_close(rel, AccessShareLock);
+	SetUserIdAndSecContext(saved_userid, saved_sec_context);
 
 	{
 		Oid			types[6] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID};

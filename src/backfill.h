@@ -84,7 +84,8 @@ extern char *replicant_backfill_choose_mode(Oid relid, const char *requested);
 extern int64 replicant_backfill_estimate_rows(Relation rel);
 
 /* Plans a backfill of relid for the pipeline (needs SPI); returns its id. */
-extern int64 replicant_backfill_plan(int32 pipeline_id, Oid relid, const char *requested_mode);
+extern int64 replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid,
+									 const char *requested_mode);
 
 /* The oldest unfinished incremental backfill, or NULL (own transaction). */
 extern ReplicantBackfill *replicant_backfill_next(int32 pipeline_id);

@@ -58,8 +58,8 @@ replicant_checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn,
 	replicant_catalog_begin(&access);
 	if (update_plan == NULL)
 		update_plan = prepare("UPDATE replicant.checkpoints"
-							  "   SET commit_lsn = $2, end_lsn = $3, updated_at = now()"
-							  " WHERE pipeline_id = $1");
+							  "   SET commit_lsn = $2, end_lsn = $3, updated_at = pg_catalog.now()"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1");
 	if (SPI_execute_plan(update_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not write checkpoint of pipeline %d", pipeline_id);
 	if (SPI_processed == 0)
@@ -67,7 +67,7 @@ replicant_checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn,
 		if (insert_plan == NULL)
 			insert_plan = prepare("INSERT INTO replicant.checkpoints"
 								  "       (pipeline_id, commit_lsn, end_lsn, updated_at)"
-								  " VALUES ($1, $2, $3, now())");
+								  " VALUES ($1, $2, $3, pg_catalog.now())");
 		if (SPI_execute_plan(insert_plan, args, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not write checkpoint of pipeline %d", pipeline_id);
 	}

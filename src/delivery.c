@@ -145,7 +145,7 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 	LWLockRelease(replicant_shmem->lock);
 
 	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args("UPDATE replicant.pipelines SET enabled = false WHERE id = $1",
+	if (SPI_execute_with_args("UPDATE replicant.pipelines SET enabled = false WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not disable pipeline %d", pipeline->id);
 	replicant_catalog_end(&access);

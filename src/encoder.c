@@ -108,7 +108,7 @@ static const PinnedSetting pinned_settings[] = {
 	{"extra_float_digits", "1"},
 	{"bytea_output", "hex"},
 	{"lc_monetary", "C"},
-	{"search_path", "pg_catalog"},
+	{"search_path", "pg_catalog, pg_temp"},
 	{"quote_all_identifiers", "off"},
 };
 

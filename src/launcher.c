@@ -563,6 +563,7 @@ replicant_sync_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	replicant_pin_worker_settings();
 	pgstat_report_appname("replicant sync");
 
 	StartTransactionCommand();

@@ -12,6 +12,7 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
@@ -21,12 +22,30 @@
 #include "replicant.h"
 
 void
+replicant_pin_worker_settings(void)
+{
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+int
+replicant_pin_search_path(void)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+void
 replicant_catalog_begin(ReplicantCatalogAccess *access)
 {
 	access->saved_context = CurrentMemoryContext;
 	/* Workers run no statements of their own: keep now() current. */
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	access->guc_level = replicant_pin_search_path();
 	GetUserIdAndSecContext(&access->saved_userid, &access->saved_sec_context);
 	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
 						   access->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
@@ -41,6 +60,7 @@ replicant_catalog_end(ReplicantCatalogAccess *access)
 	SPI_finish();
 	PopActiveSnapshot();
 	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
+	AtEOXact_GUC(true, access->guc_level);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(access->saved_context);
 }
@@ -142,8 +162,8 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 							  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
 							  "       p.resumed_lsn"
 							  "  FROM replicant.pipelines p"
-							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id"
-							  " WHERE p.id = $1",
+							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
+							  " WHERE p.id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pipeline %d", id);
 	if (SPI_processed == 0)
@@ -196,8 +216,8 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	/* Headers were validated when set; here they only need splitting. */
 	if (SPI_execute_with_args(
 							  "SELECT h.key, h.value"
-							  "  FROM replicant.pipelines p, jsonb_each_text(p.headers) h"
-							  " WHERE p.id = $1 ORDER BY h.key",
+							  "  FROM replicant.pipelines p, pg_catalog.jsonb_each_text(p.headers) h"
+							  " WHERE p.id OPERATOR(pg_catalog.=) $1 ORDER BY h.key",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read headers of pipeline %d", id);
 	old = MemoryContextSwitchTo(mcxt);
@@ -225,7 +245,7 @@ replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn)
 	args[2] = LSNGetDatum(lsn);
 	nulls[2] = XLogRecPtrIsInvalid(lsn) ? 'n' : ' ';
 	if (SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3"
-							  " WHERE id = $1",
+							  " WHERE id OPERATOR(pg_catalog.=) $1",
 							  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record halt of pipeline %d", id);
 }

@@ -49,10 +49,32 @@ typedef struct ReplicantCatalogAccess
 	MemoryContext saved_context;
 	Oid			saved_userid;
 	int			saved_sec_context;
+	int			guc_level;
 } ReplicantCatalogAccess;
+
+/*
+ * Pins search_path to "pg_catalog, pg_temp" until AtEOXact_GUC(true, level),
+ * as a function's SET clause does: queries run with raised privileges must
+ * resolve nothing of the caller's or of the owner's role settings.
+ */
+extern int	replicant_pin_search_path(void);
+
+/*
+ * Pins, for the rest of a background process, the settings replicant's
+ * queries depend on, whatever the database's or the role's settings say.
+ */
+extern void replicant_pin_worker_settings(void);
 
 extern void replicant_catalog_begin(ReplicantCatalogAccess *access);
 extern void replicant_catalog_end(ReplicantCatalogAccess *access);
+
+/*
+ * messages => true hands over every pg_logical_emit_message() of the
+ * database, which only a role that may read all of WAL (REPLICATION or
+ * superuser) may receive.
+ */
+#define REPLICANT_MESSAGES_NEED_REPLICATION \
+	"pipeline owner must have the REPLICATION attribute to receive messages"
 
 /* Raises an error unless name matches [a-z0-9_]{1,48}. */
 extern void replicant_pipeline_check_name(const char *name);

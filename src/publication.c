@@ -52,6 +52,14 @@ static Oid	replicant_namespace = InvalidOid;
 static HTAB *relinfo_hash = NULL;
 
 /*
+ * Tables the owner may not read as the worker starts (no SELECT, or
+ * row-level security it does not bypass).  Decoding checks privileges as of
+ * each change; a halt on one of these tables is not resumed past, since
+ * that would deliver rows the owner may still not read.
+ */
+static List *denied_now = NIL;
+
+/*
  * Table shapes as of the last checkpoint (replicant.table_shapes): the
  * baseline for a table this process has not seen yet, so that a column
  * dropped while no worker was looking still halts the pipeline.
@@ -138,6 +146,40 @@ replicant_publication_init(List *names, Oid owner)
 	CacheRegisterSyscacheCallback(PUBLICATIONNAMESPACEMAP, membership_callback, (Datum) 0);
 	CacheRegisterSyscacheCallback(NAMESPACEOID, membership_callback, (Datum) 0);
 	CacheRegisterSyscacheCallback(AUTHOID, membership_callback, (Datum) 0);
+	/* SELECT granted through a role goes away with the membership. */
+	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, membership_callback, (Datum) 0);
+}
+
+void
+replicant_publication_load_denied(Oid owner)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		args[1] = {ObjectIdGetDatum(owner)};
+	MemoryContext old;
+	uint64		i;
+
+	if (SPI_execute_with_args("SELECT c.oid, pg_catalog.has_table_privilege($1, c.oid, 'SELECT')"
+							  "  FROM pg_catalog.pg_class c"
+							  " WHERE c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}')"
+							  "   AND (c.relrowsecurity"
+							  "        OR NOT pg_catalog.has_table_privilege($1, c.oid, 'SELECT'))",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not check the pipeline owner's privileges");
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	list_free(denied_now);
+	denied_now = NIL;
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Oid			relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+														   SPI_tuptable->tupdesc, 1, &isnull));
+		bool		may_select = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 2, &isnull));
+
+		if (!may_select || check_enable_rls(relid, owner, true) == RLS_ENABLED)
+			denied_now = lappend_oid(denied_now, relid);
+	}
+	MemoryContextSwitchTo(old);
 }
 
 static void
@@ -404,7 +446,7 @@ replicant_publication_load_shapes(int32 pipeline_id)
 							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
 	if (SPI_execute_with_args("SELECT relid, shape FROM replicant.table_shapes"
-							  " WHERE pipeline_id = $1",
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the table shapes of pipeline %d", pipeline_id);
 	for (i = 0; i < SPI_processed; i++)
@@ -516,14 +558,14 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	{
 		entry->halt_reason = psprintf("pipeline owner has no SELECT privilege on table \"%s\"",
 									  RelationGetRelationName(rel));
-		entry->halt_resumable = true;
+		entry->halt_resumable = !list_member_oid(denied_now, relid);
 	}
 	if (entry->halt_reason == NULL &&
 		check_enable_rls(relid, pipeline_owner, true) == RLS_ENABLED)
 	{
 		entry->halt_reason = psprintf("table \"%s\" has row-level security that the pipeline owner does not bypass",
 									  RelationGetRelationName(rel));
-		entry->halt_resumable = true;
+		entry->halt_resumable = !list_member_oid(denied_now, relid);
 	}
 	if (entry->halt_reason)
 		entry->halt_reason = MemoryContextStrdup(CacheMemoryContext, entry->halt_reason);

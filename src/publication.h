@@ -59,6 +59,12 @@ typedef struct ReplicantRelInfo
 extern void replicant_publication_init(List *publication_names, Oid owner);
 
 /*
+ * Notes the tables the owner may not read now (needs SPI, outside
+ * decoding): a privilege halt on one of them is never resumed past.
+ */
+extern void replicant_publication_load_denied(Oid owner);
+
+/*
  * Returns what to deliver of rel; needs catalog access (runs in decoding
  * callbacks under the historic snapshot).  publications_missing is set to a
  * value-free reason when one of the pipeline's publications does not exist.

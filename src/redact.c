@@ -12,15 +12,30 @@
  * for the rest of a transaction in which create_pipeline or alter_pipeline
  * ran (the call may not name them: EXECUTE, a wrapper function).  Data
  * errors raised there (a malformed headers literal, say) also lose their
- * detail and context, which PostgreSQL fills with the offending input.
+ * detail and context, which PostgreSQL fills with the offending input, and
+ * with log_parameter_max_length_on_error every message loses its context,
+ * which then shows the bind parameters.
+ *
+ * The same statements' own log lines carry the text too: log_statement's
+ * "statement: ..." (or "execute <name>: ..."), the "duration: ..." lines of
+ * log_min_duration_statement, and auto_explain's plans, whose nested
+ * statements show the values of their parameters.  Those are rewritten to
+ * "statement hidden by replicant", keeping the duration, without detail
+ * (the parameters of an extended-protocol call).  A statement that names
+ * neither replicant nor a *_pipeline function (EXECUTE, a wrapper of
+ * another name) is logged by log_statement before replicant runs, so that
+ * one line cannot be covered; its later duration and plan lines are, by the
+ * statement's hash.
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/elog.h"
+#include "utils/guc.h"
 
 #include "redact.h"
 
@@ -29,6 +44,18 @@ PG_FUNCTION_INFO_V1(replicant_redact_url);
 static emit_log_hook_type prev_emit_log_hook = NULL;
 static bool installed = false;
 static bool hide_in_xact = false;
+
+/* The statement that last ran create_pipeline or alter_pipeline. */
+static bool hidden_statement_valid = false;
+static uint32 hidden_statement_hash;
+
+/*
+ * The formats of the server's and auto_explain's statement lines; "%s %s"
+ * is log_statement's "execute <name>: ..." of the extended protocol.
+ */
+static const char *const statement_formats[] = {
+	"statement: ", "duration: ", "%s %s%s%s: %s", NULL
+};
 
 /* Case-insensitive search without allocating: this runs inside elog. */
 static bool
@@ -45,15 +72,58 @@ mentions(const char *text, const char *needle)
 	return false;
 }
 
+static uint32
+statement_hash(const char *text)
+{
+	return hash_bytes((const unsigned char *) text, strlen(text));
+}
+
+static bool
+is_statement_line(const ErrorData *edata)
+{
+	const char *const *format;
+
+	if (edata->message_id == NULL || edata->message == NULL)
+		return false;
+	for (format = statement_formats; *format; format++)
+		if (strncmp(edata->message_id, *format, strlen(*format)) == 0)
+			return true;
+	return false;
+}
+
+/* Keeps "duration: 1.234 ms" of a line, hides the statement and plan. */
+static void
+hide_statement_line(ErrorData *edata)
+{
+	const char *ms = NULL;
+
+	if (strncmp(edata->message_id, "duration: ", 10) == 0)
+		ms = strstr(edata->message, " ms");
+	if (ms)
+		edata->message = psprintf("%.*s  statement hidden by replicant",
+								  (int) (ms + 3 - edata->message), edata->message);
+	else
+		edata->message = pstrdup("statement hidden by replicant");
+	edata->detail = NULL;
+	edata->detail_log = NULL;
+}
+
 static void
 replicant_emit_log(ErrorData *edata)
 {
 	if (hide_in_xact ||
 		(debug_query_string != NULL &&
 		 (mentions(debug_query_string, "replicant") ||
-		  mentions(debug_query_string, "_pipeline"))))
+		  mentions(debug_query_string, "_pipeline") ||
+		  (hidden_statement_valid &&
+		   statement_hash(debug_query_string) == hidden_statement_hash))))
 	{
 		edata->hide_stmt = true;
+		/* "unnamed portal with parameters: $1 = ...": the bind values. */
+		if (log_parameter_max_length_on_error != 0)
+			edata->context = NULL;
+		if (is_statement_line(edata))
+			hide_statement_line(edata);
 		if (edata->elevel >= ERROR &&
 			ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_DATA_EXCEPTION)
 		{
@@ -78,6 +148,11 @@ void
 replicant_redact_statements(void)
 {
 	hide_in_xact = true;
+	if (debug_query_string != NULL)
+	{
+		hidden_statement_hash = statement_hash(debug_query_string);
+		hidden_statement_valid = true;
+	}
 }
 
 void

@@ -1058,6 +1058,7 @@ replicant_shard_main(Datum main_arg)
 	before_shmem_exit(shard_exit, (Datum) 0);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
 	replicant_encoder_pin_settings();
+	replicant_pin_worker_settings();
 
 	replicant_catalog_begin(&access);
 	pipeline = replicant_pipeline_load(args.pipeline_id, TopMemoryContext);

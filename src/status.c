@@ -13,6 +13,7 @@
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -98,15 +99,18 @@ lookup_pipeline_id(const char *name, bool *halted)
 	Datum		args[1] = {CStringGetTextDatum(name)};
 	Oid			saved_userid;
 	int			saved_sec_context;
+	int			guc_level;
 	bool		isnull;
 	int32		id;
 
 	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
+	guc_level = replicant_pin_search_path();
 	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
 						   saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_with_args("SELECT id, halt_reason IS NOT NULL FROM replicant.pipelines WHERE name = $1",
+	if (SPI_execute_with_args("SELECT id, halt_reason IS NOT NULL FROM replicant.pipelines"
+							  " WHERE name OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	if (SPI_processed == 0)
@@ -117,6 +121,7 @@ lookup_pipeline_id(const char *name, bool *halted)
 	*halted = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	SPI_finish();
 	SetUserIdAndSecContext(saved_userid, saved_sec_context);
+	AtEOXact_GUC(true, guc_level);
 	return id;
 }
 

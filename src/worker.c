@@ -416,11 +416,16 @@ static void
 load_pipeline(int32 pipeline_id)
 {
 	ReplicantCatalogAccess access;
+	bool		may_receive_messages = false;
 
 	replicant_catalog_begin(&access);
 	pipeline = replicant_pipeline_load(pipeline_id, TopMemoryContext);
 	if (pipeline != NULL)
+	{
 		replicant_publication_load_shapes(pipeline_id);
+		replicant_publication_load_denied(pipeline->owner);
+		may_receive_messages = has_rolreplication(pipeline->owner);
+	}
 	replicant_catalog_end(&access);
 
 	if (pipeline == NULL || !pipeline->enabled || pipeline->halt_reason != NULL)
@@ -433,6 +438,9 @@ load_pipeline(int32 pipeline_id)
 		LWLockRelease(replicant_shmem->lock);
 		proc_exit(0);
 	}
+	/* The owner may have lost the attribute since create or alter. */
+	if (pipeline->messages && !may_receive_messages)
+		worker_halt(REPLICANT_MESSAGES_NEED_REPLICATION);
 }
 
 void
@@ -452,6 +460,7 @@ replicant_worker_main(Datum main_arg)
 	worker_attach(DatumGetInt32(main_arg), &args);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
 	replicant_encoder_pin_settings();
+	replicant_pin_worker_settings();
 
 	load_pipeline(args.pipeline_id);
 	appname = psprintf("replicant pipeline %s", pipeline->name);

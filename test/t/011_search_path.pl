@@ -1,0 +1,276 @@
+# Privilege boundary (issue #10 items 1, 2, 5).
+#
+# A role granted the management functions puts its own schema first on
+# search_path, holding operators and functions that shadow the built-in ones
+# (=, <>, #>>, +, /, jsonb_typeof, jsonb_each, now, pg_current_wal_lsn, ...)
+# and make the role a superuser when they run as one.  It calls every
+# management function (on its own pipelines and on a superuser's) and reads
+# the views; it also owns a pipeline with the same search_path as a role
+# setting, so the worker's queries run under it too.  It must never become a
+# superuser.
+#
+# Bitmap planning reads the table as the pipeline's owner (item 2), and
+# messages => true needs REPLICATION or superuser, at create, at alter and
+# when the worker starts (item 5).
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+my $node = ReplicantTest::new_node('search_path');
+my $sink = ReplicantTest::start_sink();
+my $url = $sink->{url};
+
+$node->safe_psql('postgres', q{
+CREATE EXTENSION replicant;
+CREATE TABLE sp_t (id int PRIMARY KEY, v text);
+CREATE TABLE sp_hidden (id int PRIMARY KEY);
+CREATE PUBLICATION sp_pub FOR TABLE sp_t;
+CREATE PUBLICATION sp_pub2 FOR TABLE sp_hidden;
+INSERT INTO sp_t SELECT g, 'row ' || g FROM generate_series(1, 3000) g;
+INSERT INTO sp_hidden SELECT generate_series(1, 3000);
+ANALYZE sp_t, sp_hidden;
+CREATE ROLE evil LOGIN;
+GRANT USAGE ON SCHEMA replicant TO evil;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA replicant TO evil;
+GRANT SELECT ON sp_t TO evil;
+GRANT SELECT ON replicant.status, replicant.backfill_status TO evil;
+CREATE SCHEMA evil AUTHORIZATION evil;
+});
+
+is($node->safe_psql('postgres', q{
+SELECT string_agg(p.oid::regprocedure::text, ', ')
+  FROM pg_proc p
+ WHERE p.pronamespace = 'replicant'::regnamespace
+   AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)}),
+	'', 'every function of the extension pins search_path');
+
+# The shadowing objects, created by evil itself.
+my $shadow = q{
+CREATE FUNCTION evil.esc() RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN
+    BEGIN
+        ALTER ROLE evil SUPERUSER;
+    EXCEPTION WHEN OTHERS THEN NULL;
+    END;
+END $$;
+};
+my @ops = (
+	[ '=',   'text',    'text',    'boolean', 'texteq' ],
+	[ '=',   'name',    'name',    'boolean', 'nameeq' ],
+	[ '=',   'name',    'text',    'boolean', 'nameeqtext' ],
+	[ '=',   'text',    'name',    'boolean', 'texteqname' ],
+	[ '=',   'oid',     'oid',     'boolean', 'oideq' ],
+	[ '=',   'integer', 'integer', 'boolean', 'int4eq' ],
+	[ '=',   'bigint',  'bigint',  'boolean', 'int8eq' ],
+	[ '=',   'bigint',  'integer', 'boolean', 'int84eq' ],
+	[ '<>',  'name',    'name',    'boolean', 'namene' ],
+	[ '<>',  'text',    'text',    'boolean', 'textne' ],
+	[ '+',   'integer', 'integer', 'integer', 'int4pl' ],
+	[ '/',   'double precision', 'bigint', 'double precision', 'float8div_evil' ],
+	[ '#>>', 'jsonb',   'text[]',  'text',    'jsonb_extract_path_text_op' ],
+	[ '||',  'text',    'text',    'text',    'textcat' ],
+	[ '<=',  'pg_lsn',  'pg_lsn',  'boolean', 'pg_lsn_le' ],
+	[ '>=',  'pg_lsn',  'pg_lsn',  'boolean', 'pg_lsn_ge' ],
+);
+my $i = 0;
+foreach my $op (@ops)
+{
+	my ($sym, $l, $r, $ret) = @$op;
+	$i++;
+	$shadow .= qq{
+CREATE FUNCTION evil.op$i(a $l, b $r) RETURNS $ret LANGUAGE plpgsql SET search_path = pg_catalog AS \$\$
+BEGIN
+    PERFORM evil.esc();
+    RETURN a OPERATOR(pg_catalog.$sym) b;
+END \$\$;
+CREATE OPERATOR evil.$sym (LEFTARG = $l, RIGHTARG = $r, FUNCTION = evil.op$i);
+};
+}
+$shadow .= q{
+CREATE FUNCTION evil.jsonb_typeof(j jsonb) RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN PERFORM evil.esc(); RETURN pg_catalog.jsonb_typeof(j); END $$;
+CREATE FUNCTION evil.jsonb_each(j jsonb, OUT key text, OUT value jsonb) RETURNS SETOF record
+LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN PERFORM evil.esc(); RETURN QUERY SELECT * FROM pg_catalog.jsonb_each(j); END $$;
+CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN PERFORM evil.esc(); RETURN pg_catalog.now(); END $$;
+CREATE FUNCTION evil.pg_current_wal_lsn() RETURNS pg_lsn LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN PERFORM evil.esc(); RETURN pg_catalog.pg_current_wal_lsn(); END $$;
+CREATE FUNCTION evil.coalesce_me(i int) RETURNS int LANGUAGE sql AS 'SELECT i';
+CREATE FUNCTION evil.generate_series(a int, b bigint) RETURNS SETOF bigint
+LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN PERFORM evil.esc(); RETURN QUERY SELECT pg_catalog.generate_series(a::bigint, b); END $$;
+CREATE FUNCTION evil.unnest(a text[]) RETURNS SETOF text
+LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN PERFORM evil.esc(); RETURN QUERY SELECT pg_catalog.unnest(a); END $$;
+CREATE FUNCTION evil.array_position(a text[], e text) RETURNS int
+LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN PERFORM evil.esc(); RETURN pg_catalog.array_position(a, e); END $$;
+};
+my @evil = (extra_params => [ '-U', 'evil' ]);
+$node->safe_psql('postgres', $shadow, @evil);
+# The trap works: a superuser using the operator makes evil a superuser.
+$node->safe_psql('postgres', "SET search_path = evil, pg_catalog;\nSELECT 'a'::text = 'a'::text");
+is($node->safe_psql('postgres', "SELECT rolsuper FROM pg_roles WHERE rolname = 'evil'"), 't',
+	'the shadowing operator, run by a superuser, escalates');
+$node->safe_psql('postgres', 'ALTER ROLE evil NOSUPERUSER');
+
+# The worker runs as the pipeline owner: its role setting too.
+$node->safe_psql('postgres',
+	'ALTER ROLE evil SET search_path = evil, pg_catalog, public');
+
+sub is_superuser
+{
+	return $node->safe_psql('postgres', "SELECT rolsuper FROM pg_roles WHERE rolname = 'evil'");
+}
+
+my @escalated;
+
+# Runs $sql as evil under the shadowing search_path; evil must still not be
+# a superuser afterwards (each call checked on its own).
+sub as_evil
+{
+	my ($label, $sql, %o) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SET search_path = evil, pg_catalog, public;\n$sql", @evil);
+	if ($o{error})
+	{
+		like($err, $o{error}, "$label: fails as expected");
+	}
+	else
+	{
+		is($ret, 0, "$label: succeeds") or diag($err);
+	}
+	my $su = is_superuser();
+	is($su, 'f', "$label: the caller is still not a superuser");
+	if ($su ne 'f')
+	{
+		push @escalated, $label;
+		$node->safe_psql('postgres', 'ALTER ROLE evil NOSUPERUSER');
+	}
+	return $out;
+}
+
+# A superuser's pipeline, which evil must not manage.
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('su', 'sp_pub', '$url', headers => '{\"X-A\": \"b\"}')");
+my $su_backfill = $node->safe_psql('postgres', "SELECT replicant.backfill('su', 'sp_t', 'keyset')");
+
+my $headers = q('{"X-Token": "t", "X-Other": "o"}');
+as_evil('create_pipeline (text)',
+	"SELECT replicant.create_pipeline('ev1', 'sp_pub', '$url', headers => $headers)");
+as_evil('create_pipeline (text[], incremental)',
+	"SELECT replicant.create_pipeline('ev2', ARRAY['sp_pub'], '$url', headers => $headers,"
+	  . " snapshot => 'incremental')");
+as_evil('create_pipeline of an existing name',
+	"SELECT replicant.create_pipeline('su', 'sp_pub', '$url')",
+	error => qr/already exists/);
+as_evil('alter_pipeline',
+	"SELECT replicant.alter_pipeline('ev1', headers => $headers, batch_max_transactions => 5,"
+	  . " publication => ARRAY['sp_pub'])");
+as_evil('resume_pipeline',  "SELECT replicant.resume_pipeline('ev1')");
+# Disabled, so the backfill is still planned when it is cancelled.
+as_evil('disable_pipeline', "SELECT replicant.disable_pipeline('ev1')");
+my $bf = as_evil('backfill (bitmap)', "SELECT replicant.backfill('ev1', 'sp_t', 'bitmap')");
+as_evil('backfill (auto)', "SELECT replicant.backfill('ev1', 'sp_t', 'auto')",
+	error => qr/already in progress/);
+as_evil('cancel_backfill', "SELECT replicant.cancel_backfill($bf)");
+as_evil('backfill (keyset)', "SELECT replicant.backfill('ev1', 'sp_t', 'keyset')");
+as_evil('enable_pipeline',  "SELECT replicant.enable_pipeline('ev1')");
+as_evil('await_delivered', "SELECT replicant.await_delivered('ev1', timeout_ms => 30000)");
+as_evil('status view', 'SELECT count(*) FROM replicant.status');
+as_evil('backfill_status view', 'SELECT count(*) FROM replicant.backfill_status');
+
+# The superuser's pipeline: refused, and still no escalation.
+foreach my $call (
+	[ 'alter_pipeline',   "replicant.alter_pipeline('su', batch_max_transactions => 5)" ],
+	[ 'disable_pipeline', "replicant.disable_pipeline('su')" ],
+	[ 'enable_pipeline',  "replicant.enable_pipeline('su')" ],
+	[ 'resume_pipeline',  "replicant.resume_pipeline('su')" ],
+	[ 'backfill',         "replicant.backfill('su', 'sp_t')" ],
+	[ 'cancel_backfill',  "replicant.cancel_backfill($su_backfill)" ],
+	[ 'drop_pipeline',    "replicant.drop_pipeline('su')" ])
+{
+	as_evil("$call->[0] of a superuser's pipeline", "SELECT $call->[1]",
+		error => qr/must be owner of pipeline "su"/);
+}
+as_evil("await_delivered of a superuser's pipeline",
+	"SELECT replicant.await_delivered('su', timeout_ms => 100)");
+
+# The workers of evil's pipelines ran their catalog queries.
+$node->safe_psql('postgres', 'INSERT INTO sp_t SELECT generate_series(3001, 3100)');
+ok(ReplicantTest::poll($node,
+		"SELECT bool_and(state IN ('done', 'cancelled')) FROM replicant.backfill_status WHERE pipeline IN ('ev1', 'ev2')"),
+	'the backfills of evil\'s pipelines finished');
+ok(ReplicantTest::poll($node,
+		"SELECT replicant.await_delivered('ev1', timeout_ms => 1000) AND replicant.await_delivered('ev2', timeout_ms => 1000)"),
+	'evil\'s pipelines delivered');
+is(is_superuser(), 'f', 'the workers of evil\'s pipelines did not make it a superuser');
+
+as_evil('drop_pipeline', "SELECT replicant.drop_pipeline('ev2')");
+
+# ---- item 2: bitmap planning reads the table as the owner ------------------
+as_evil('create_pipeline of a table the owner may not read',
+	"SELECT replicant.create_pipeline('ev3', 'sp_pub2', '$url')");
+as_evil('backfill (bitmap) of a table the owner may not read',
+	"SELECT replicant.backfill('ev3', 'sp_hidden', 'bitmap')",
+	error => qr/permission denied for table sp_hidden/);
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM replicant.backfill_status WHERE pipeline = 'ev3'"),
+	'0', 'no backfill of it was planned');
+as_evil('drop_pipeline', "SELECT replicant.drop_pipeline('ev3')");
+as_evil('drop_pipeline', "SELECT replicant.drop_pipeline('ev1')");
+
+is(join(', ', @escalated), '', 'no call made the grantee a superuser');
+
+# ---- item 5: messages needs REPLICATION ------------------------------------
+$node->safe_psql('postgres', q{
+CREATE ROLE repl LOGIN REPLICATION;
+GRANT USAGE ON SCHEMA replicant TO repl;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA replicant TO repl;
+GRANT SELECT ON sp_t, sp_hidden TO repl;
+});
+as_evil('create_pipeline with messages, without REPLICATION',
+	"SELECT replicant.create_pipeline('evm', 'sp_pub', '$url', messages => true)",
+	error => qr/must have the REPLICATION attribute to receive messages/);
+as_evil('create_pipeline without messages', "SELECT replicant.create_pipeline('evm', 'sp_pub', '$url')");
+as_evil('alter_pipeline to messages, without REPLICATION',
+	"SELECT replicant.alter_pipeline('evm', messages => true)",
+	error => qr/must have the REPLICATION attribute to receive messages/);
+is($node->safe_psql('postgres', "SELECT messages FROM replicant.pipelines WHERE name = 'evm'"),
+	'f', 'the refused alter changed nothing');
+as_evil('drop_pipeline', "SELECT replicant.drop_pipeline('evm')");
+
+my @repl = (extra_params => [ '-U', 'repl' ]);
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('rm', 'sp_pub', '$url', messages => true)", @repl);
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'rm'"),
+	'a REPLICATION role can create a pipeline with messages');
+$node->safe_psql('postgres', "SELECT pg_logical_emit_message(true, 'app', 'one')");
+ok(ReplicantTest::poll($node, "SELECT replicant.await_delivered('rm', timeout_ms => 1000)"),
+	'its message is delivered');
+my $before = scalar(@{ $sink->messages });
+ok($before >= 1, 'the sink got the message');
+
+# The attribute goes away: the worker refuses at its next start.
+$node->safe_psql('postgres', 'ALTER ROLE repl NOREPLICATION');
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('rm', batch_max_transactions => 3)", @repl);
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'rm'", 30),
+	'without REPLICATION the worker halts at its start');
+like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'rm'"),
+	qr/pipeline owner must have the REPLICATION attribute to receive messages/,
+	'last_error says why');
+$node->safe_psql('postgres', "SELECT pg_logical_emit_message(true, 'app', 'two')");
+$node->safe_psql('postgres', "SELECT replicant.resume_pipeline('rm')", @repl);
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'rm'", 30),
+	'a resume without the attribute halts again');
+is(scalar(@{ $sink->messages }), $before, 'no message was delivered without REPLICATION');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('rm')");
+
+$sink->stop;
+$node->stop;
+done_testing();

@@ -1,0 +1,131 @@
+# ALTER EXTENSION replicant UPDATE under a write workload (issue #10 item 15).
+#
+# The extension is installed at version 0.1.0 (its frozen install script)
+# and a pipeline streams a pgbench workload; the current library runs
+# against 0.1.0's SQL objects until the update.  In the middle of the
+# workload ALTER EXTENSION replicant UPDATE runs the upgrade scripts; the
+# workload goes on.  Afterwards the sink equals the source (nothing lost),
+# the pipeline still streams and its status is readable, the management
+# functions work, and the updated objects are those of a fresh installation
+# (nothing half-migrated).
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+my $node = ReplicantTest::new_node('upgrade', conf => 'log_statement = none');
+my $sink = ReplicantTest::start_sink();
+my $url = $sink->{url};
+
+sub poll { return ReplicantTest::poll($node, @_); }
+
+my $default = $node->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'replicant'");
+isnt($default, '0.1.0', "the default version ($default) is newer than 0.1.0");
+
+$node->safe_psql('postgres', q{
+CREATE EXTENSION replicant VERSION '0.1.0';
+CREATE TABLE kv (id int PRIMARY KEY, v bigint NOT NULL, client int);
+CREATE TABLE txn (id bigserial PRIMARY KEY,
+    xid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint, client int);
+CREATE PUBLICATION up_pub FOR TABLE kv, txn;
+});
+is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'replicant'"),
+	'0.1.0', 'installed at 0.1.0');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('up', 'up_pub', '$url', batch_max_transactions => 50)");
+$node->safe_psql('postgres', q{
+INSERT INTO kv SELECT g, 0, 0 FROM generate_series(1, 100) g;
+INSERT INTO txn (client) VALUES (0);
+});
+ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'up'"),
+	'0.1.0: the pipeline streams');
+
+my $script = PostgreSQL::Test::Utils::tempdir() . '/up.sql';
+PostgreSQL::Test::Utils::append_to_file($script, q{
+\set a random(1, 100)
+\set b random(1, 100)
+\set c random(1, 500)
+BEGIN;
+UPDATE kv SET v = v + 1, client = :client_id WHERE id = :a;
+UPDATE kv SET v = v + 1, client = :client_id WHERE id = :b;
+INSERT INTO kv VALUES (1000 + :c, 1, :client_id) ON CONFLICT (id) DO UPDATE SET v = kv.v + 1;
+INSERT INTO txn (client) VALUES (:client_id);
+COMMIT;
+});
+my ($out, $err) = ('', '');
+my $load = IPC::Run::start(
+	[
+		'pgbench', '-n', '-c', '2', '-T', '20', '-R', '150', '--max-tries=50',
+		'-f', $script, '-h', $node->host, '-p', $node->port, 'postgres'
+	],
+	'>', \$out, '2>', \$err);
+
+# Some of the workload is delivered by the 0.1.0 installation first.
+ok(poll("SELECT count(*) > 200 FROM txn", 60), 'the workload runs');
+ok(poll("SELECT checkpoint_lsn IS NOT NULL FROM replicant.status WHERE pipeline = 'up'", 60),
+	'0.1.0: the workload is being delivered');
+
+$node->safe_psql('postgres', 'ALTER EXTENSION replicant UPDATE');
+is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'replicant'"),
+	$default, "updated to $default");
+my $at_update = $node->safe_psql('postgres', 'SELECT count(*) FROM txn');
+
+ok(poll("SELECT count(*) > $at_update + 300 FROM txn", 60), 'the workload goes on after the update');
+$load->finish;
+is($load->result(0), 0, 'pgbench succeeded') or diag($err);
+
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, [ 'kv', 'txn' ], 120),
+	'after the update the sink equals the source');
+is($node->safe_psql('postgres',
+		"SELECT state || '/' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'up'"),
+	'streaming/', 'the pipeline still streams, without an error');
+
+# The management functions of the new version work on the old pipeline.
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('up', batch_max_transactions => 20)");
+$node->safe_psql('postgres', 'INSERT INTO txn (client) SELECT 9 FROM generate_series(1, 30)');
+ok(poll("SELECT replicant.await_delivered('up', timeout_ms => 1000)", 60),
+	'after alter_pipeline, new rows are delivered');
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, [ 'kv', 'txn' ], 60),
+	'the sink still equals the source');
+
+# Nothing half-migrated: the objects equal those of a fresh installation.
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh', 'CREATE EXTENSION replicant');
+my $objects = q{
+SELECT 'function ' || p.oid::regprocedure || ' ' || p.provolatile::text || p.prosecdef::text
+       || ' ' || coalesce(p.proconfig::text, '-') || ' ' || coalesce(p.proacl::text, '-')
+       || ' ' || pg_get_function_result(p.oid) || ' ' || pg_get_function_arguments(p.oid)
+  FROM pg_proc p WHERE p.pronamespace = 'replicant'::regnamespace
+UNION ALL
+SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+       || ' ' || a.attnotnull || ' ' || a.attidentity::text || ' '
+       || coalesce(pg_get_expr(d.adbin, d.adrelid), '-')
+  FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+ WHERE c.relnamespace = 'replicant'::regnamespace
+UNION ALL
+SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(c.relacl::text, '-')
+       || ' ' || coalesce(pg_get_viewdef(c.oid), '-')
+  FROM pg_class c WHERE c.relnamespace = 'replicant'::regnamespace AND c.relkind <> 'S'
+UNION ALL
+SELECT 'constraint ' || conrelid::regclass || ' ' || pg_get_constraintdef(oid)
+  FROM pg_constraint WHERE connamespace = 'replicant'::regnamespace
+UNION ALL
+SELECT 'index ' || pg_get_indexdef(indexrelid)
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE c.relnamespace = 'replicant'::regnamespace
+ORDER BY 1
+};
+my $updated = $node->safe_psql('postgres', $objects);
+my $fresh   = $node->safe_psql('fresh', $objects);
+ok(length($fresh) > 0, 'the fresh installation has objects');
+is($updated, $fresh, 'the updated objects equal those of a fresh installation');
+
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('up')");
+$sink->stop;
+$node->stop;
+done_testing();
