@@ -29,3 +29,97 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- ---- Failover slots and standbys (PostgreSQL 17+ failover, all versions standby)
+-- create_pipeline(..., failover => true) makes the slot a failover slot, which
+-- sync_replication_slots copies to physical standbys; replicant.status reads
+-- on a server in recovery and shows state 'standby' there.
+ALTER TABLE replicant.pipelines ADD COLUMN failover boolean NOT NULL DEFAULT false;
+
+DROP FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text);
+DROP FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text);
+
+CREATE FUNCTION replicant.create_pipeline(
+    name                    text,
+    publication             text[],
+    sink_url                text,
+    snapshot                text DEFAULT 'none',
+    batch_max_bytes         integer DEFAULT 8388608,
+    batch_max_transactions  integer DEFAULT 10000,
+    http_timeout_ms         integer DEFAULT 30000,
+    connect_timeout_ms      integer DEFAULT 5000,
+    headers                 jsonb DEFAULT '{}',
+    secret                  text DEFAULT NULL,
+    snapshot_workers        integer DEFAULT 2,
+    messages                boolean DEFAULT false,
+    message_prefixes        text[] DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    failover                boolean DEFAULT false)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
+COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean) IS
+    'Creates a pipeline streaming the publications'' changes to sink_url';
+
+CREATE FUNCTION replicant.create_pipeline(
+    name                    text,
+    publication             text,
+    sink_url                text,
+    snapshot                text DEFAULT 'none',
+    batch_max_bytes         integer DEFAULT 8388608,
+    batch_max_transactions  integer DEFAULT 10000,
+    http_timeout_ms         integer DEFAULT 30000,
+    connect_timeout_ms      integer DEFAULT 5000,
+    headers                 jsonb DEFAULT '{}',
+    secret                  text DEFAULT NULL,
+    snapshot_workers        integer DEFAULT 2,
+    messages                boolean DEFAULT false,
+    message_prefixes        text[] DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    failover                boolean DEFAULT false)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
+COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean) IS
+    'Creates a pipeline streaming one publication''s changes to sink_url';
+
+REVOKE ALL ON FUNCTION
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean)
+FROM PUBLIC;
+
+-- In recovery no worker runs and pg_current_wal_lsn() raises an error: the
+-- state is 'standby' and the lag is measured against the replayed WAL.
+CREATE OR REPLACE VIEW replicant.status AS
+SELECT p.name AS pipeline,
+       CASE
+           WHEN pg_catalog.pg_is_in_recovery() THEN 'standby'
+           WHEN p.halt_reason IS NOT NULL THEN 'halted'
+           WHEN NOT p.enabled THEN 'disabled'
+           ELSE coalesce(w.state, 'starting')
+       END AS state,
+       ('replicant_' || p.name)::name AS slot_name,
+       c.commit_lsn AS checkpoint_lsn,
+       s.confirmed_flush_lsn,
+       pg_wal_lsn_diff(CASE
+                           WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
+                           ELSE pg_catalog.pg_current_wal_lsn()
+                       END, s.confirmed_flush_lsn)::bigint AS lag_bytes,
+       coalesce(w.transactions_delivered, 0) AS transactions_delivered,
+       coalesce(w.changes_delivered, 0) AS changes_delivered,
+       coalesce(w.batches_delivered, 0) AS batches_delivered,
+       coalesce(w.bytes_delivered, 0) AS bytes_delivered,
+       coalesce(w.retries, 0) AS retries,
+       coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
+       coalesce(p.halt_reason, w.last_error) AS last_error,
+       w.worker_pid,
+       replicant._redact_url(p.sink_url) AS sink_url,
+       w.sink_latency_ms,
+       w.last_http_status,
+       p.publications
+  FROM replicant.pipelines p
+  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id
+  LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = 'replicant_' || p.name
+  LEFT JOIN replicant._worker_status() w ON w.pipeline_id = p.id;

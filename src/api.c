@@ -442,6 +442,23 @@ check_ca_file(FunctionCallInfo fcinfo, int argno)
 	return path;
 }
 
+/* failover => true needs failover slots (PostgreSQL 17 and later). */
+static bool
+check_failover(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("failover must not be null")));
+	if (PG_GETARG_BOOL(argno) && !REPLICANT_HAVE_FAILOVER_SLOTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("failover slots are not supported by this server"),
+				 errdetail("Failover slots need PostgreSQL 17 or later."),
+				 errhint("Create the pipeline without failover; after a promotion, recreate it with a snapshot.")));
+	return PG_GETARG_BOOL(argno);
+}
+
 /*
  * message_prefixes: NULL (every prefix but replicant's own) or non-empty
  * prefixes; replicant's internal prefixes cannot be asked for.
@@ -568,7 +585,7 @@ run_update(const char *sql, int nargs, Oid *argtypes, Datum *args, const char *n
 
 /* Creates the pipeline's logical slot, ephemeral until commit. */
 static void
-create_slot(const char *slot_name)
+create_slot(const char *slot_name, bool failover)
 {
 	LogicalDecodingContext *ctx;
 
@@ -583,7 +600,7 @@ create_slot(const char *slot_name)
 
 	CheckLogicalDecodingRequirements();
 	register_xact_callback();
-	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL);
+	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL, failover);
 	slot_created_in_xact = true;
 
 	ctx = replicant_decoder_init_slot(false);
@@ -654,7 +671,8 @@ save_table_shapes(int32 pipeline_id, List *relids)
 /*
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
- *				   headers, secret, snapshot_workers, messages, message_prefixes)
+ *				   headers, secret, snapshot_workers, messages, message_prefixes,
+ *				   ca_file, failover)
  */
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
@@ -675,6 +693,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	bool		messages;
 	ArrayType  *prefixes;
 	char	   *ca_file;
+	bool		failover;
 	Oid			argtypes[15] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
 	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID, INT4OID, BOOLOID, TEXTARRAYOID, TEXTOID};
 	Datum		args[15];
@@ -721,6 +740,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	messages = PG_GETARG_BOOL(11);
 	prefixes = check_message_prefixes(fcinfo, 12);
 	ca_file = check_ca_file(fcinfo, 13);
+	/* 0.1.0's SQL function, before ALTER EXTENSION UPDATE, has no failover. */
+	failover = PG_NARGS() > 14 && check_failover(fcinfo, 14);
 	check_owner_can_login(owner);
 	if (messages)
 		check_owner_may_receive_messages(owner);
@@ -748,7 +769,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		create_slot(replicant_pipeline_slot_name(name));
+		create_slot(replicant_pipeline_slot_name(name), failover);
 
 	args[1] = ObjectIdGetDatum(owner);
 	args[2] = PointerGetDatum(pubs);
@@ -779,6 +800,16 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not insert into replicant.pipelines");
 	pipeline_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 											  SPI_tuptable->tupdesc, 1, &isnull));
+	if (failover)
+	{
+		/* Only 0.2.0's table has the column, and only its function the argument. */
+		Oid			idtype[1] = {INT4OID};
+		Datum		id[1] = {Int32GetDatum(pipeline_id)};
+
+		run_update("UPDATE replicant.pipelines SET failover = true"
+				   " WHERE id OPERATOR(pg_catalog.=) $1",
+				   1, idtype, id, NULL);
+	}
 	tables = published_tables(pubs);
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)

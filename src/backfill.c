@@ -65,6 +65,7 @@
 #include "utils/timestamp.h"
 
 #include "backfill.h"
+#include "compat.h"
 #include "encoder.h"
 #include "publication.h"
 #include "snapshot.h"
@@ -127,7 +128,7 @@ key_index(Relation rel)
 {
 	Oid			index = RelationGetReplicaIndex(rel);
 
-	return OidIsValid(index) ? index : RelationGetPrimaryKeyIndex(rel);
+	return OidIsValid(index) ? index : REPLICANT_PRIMARY_KEY_INDEX(rel);
 }
 
 static KeyOrder *
@@ -651,7 +652,7 @@ write_watermark(const char *kind, const char *token)
 {
 	char	   *message = psprintf("%s:%s", kind, token);
 
-	return LogLogicalMessage(REPLICANT_WATERMARK_PREFIX, message, strlen(message), false);
+	return REPLICANT_LOG_LOGICAL_MESSAGE(REPLICANT_WATERMARK_PREFIX, message, strlen(message), false);
 }
 
 /*

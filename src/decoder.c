@@ -46,7 +46,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	ReplicantDecoder *decoder;
 	ReplicationSlot *slot;
 	List	   *options;
-	bool		lost;
+	const char *invalidation;
 
 	*halt_reason = NULL;
 	CheckLogicalDecodingRequirements();
@@ -66,21 +66,23 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	if (slot == NULL)
 	{
 		CommitTransactionCommand();
-		*halt_reason = psprintf("replication slot \"%s\" does not exist", slot_name);
+		*halt_reason = psprintf("replication slot \"%s\" does not exist (a promoted standby has it only as a failover slot): recreate the pipeline with a snapshot", slot_name);
 		return NULL;
 	}
 
 	REPLICANT_SLOT_ACQUIRE(slot_name, true);
 
 	SpinLockAcquire(&MyReplicationSlot->mutex);
-	lost = !XLogRecPtrIsInvalid(MyReplicationSlot->data.invalidated_at) &&
-		XLogRecPtrIsInvalid(MyReplicationSlot->data.restart_lsn);
+	invalidation = replicant_slot_invalidation(MyReplicationSlot);
 	SpinLockRelease(&MyReplicationSlot->mutex);
-	if (lost)
+	if (invalidation != NULL)
 	{
 		ReplicationSlotRelease();
 		CommitTransactionCommand();
-		*halt_reason = psprintf("replication slot \"%s\" was invalidated because the WAL it needed was removed", slot_name);
+		if (strcmp(invalidation, "wal_removed") == 0)
+			*halt_reason = psprintf("replication slot \"%s\" was invalidated because the WAL it needed was removed", slot_name);
+		else
+			*halt_reason = psprintf("replication slot \"%s\" was invalidated (invalidation_reason %s)", slot_name, invalidation);
 		return NULL;
 	}
 
@@ -136,6 +138,8 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	MemoryContext saved_context = CurrentMemoryContext;
 	XLogRecPtr	end_of_wal = GetFlushRecPtr(NULL);
 	bool		at_end = true;
+
+	replicant_wait_for_standby_confirmation(end_of_wal);
 
 	/*
 	 * The reader keeps decoded records (large ones palloc'd in the current

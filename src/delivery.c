@@ -22,6 +22,7 @@
 #include "utils/wait_event.h"
 
 #include "checkpoint.h"
+#include "compat.h"
 #include "delivery.h"
 
 #define RETRY_BASE_MS 200
@@ -128,8 +129,7 @@ replicant_delivery_sink(ReplicantPipeline *pipeline)
 }
 
 /* Disables the pipeline (the sink said 410 Gone) and exits. */
-static void
-pg_attribute_noreturn()
+REPLICANT_NORETURN static void
 disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *reason)
 {
 	ReplicantCatalogAccess access;

@@ -6,6 +6,7 @@
 #ifndef REPLICANT_DELIVERY_H
 #define REPLICANT_DELIVERY_H
 
+#include "compat.h"
 #include "pipeline.h"
 #include "shmem.h"
 #include "sink_http.h"
@@ -27,14 +28,14 @@ extern void replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *
  * catalog and in slot, and exits so that nothing restarts it until
  * resume_pipeline.  Aborts any open transaction first.
  */
-extern void replicant_delivery_halt(ReplicantPipelineSlot *slot,
+REPLICANT_NORETURN extern void replicant_delivery_halt(ReplicantPipelineSlot *slot,
 									ReplicantPipeline *pipeline,
-									const char *reason) pg_attribute_noreturn();
+									const char *reason);
 
 /* The same, for a schema change met at lsn, which resume_pipeline accepts. */
-extern void replicant_delivery_halt_at(ReplicantPipelineSlot *slot,
+REPLICANT_NORETURN extern void replicant_delivery_halt_at(ReplicantPipelineSlot *slot,
 									   ReplicantPipeline *pipeline,
-									   const char *reason, XLogRecPtr lsn) pg_attribute_noreturn();
+									   const char *reason, XLogRecPtr lsn);
 
 /*
  * Acts on a final answer that is not a 2xx: 410 Gone disables the pipeline,
@@ -45,7 +46,7 @@ extern void replicant_delivery_refused(ReplicantPipelineSlot *slot,
 									   ReplicantPipeline *pipeline,
 									   const ReplicantSinkResult *result,
 									   const char *what,
-									   const char *context) pg_attribute_noreturn();
+									   const char *context);
 
 /* Sleeps ms milliseconds on the latch, answering interrupts and SIGHUP. */
 extern void replicant_delivery_sleep(long ms);

@@ -39,6 +39,7 @@
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
 
+#include "compat.h"
 #include "encoder.h"
 
 PG_FUNCTION_INFO_V1(replicant_encode_row);
@@ -468,7 +469,7 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 		EncodeTypeEntry *entry;
 
-		if (att->attisdropped)
+		if (att->attisdropped || REPLICANT_ATT_IS_VIRTUAL(att))
 			continue;
 		if (columns != NULL && !bms_is_member(att->attnum, columns))
 			continue;

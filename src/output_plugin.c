@@ -423,7 +423,7 @@ encode_message(StringInfo out, XLogRecPtr lsn, const char *prefix,
 	int			len = pg_b64_enc_len(size);
 	char	   *b64 = palloc(len + 1);
 
-	len = pg_b64_encode(message, size, b64, len);
+	len = pg_b64_encode((const ReplicantB64Byte *) message, size, b64, len);
 	b64[Max(len, 0)] = '\0';
 	appendStringInfoString(out, "{\"prefix\":");
 	replicant_encode_string(out, prefix);

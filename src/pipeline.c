@@ -160,7 +160,9 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 							  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
 							  "       c.commit_lsn, c.end_lsn, p.snapshot_workers, p.messages,"
 							  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
-							  "       p.resumed_lsn"
+							  "       p.resumed_lsn,"
+							  /* 0.1.0's table has no failover column until ALTER EXTENSION UPDATE */
+							  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'failover')::pg_catalog.bool, false)"
 							  "  FROM replicant.pipelines p"
 							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 							  " WHERE p.id OPERATOR(pg_catalog.=) $1",
@@ -211,6 +213,7 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	p->ca_file = spi_text(tuple, desc, 21);
 	d = spi_datum(tuple, desc, 22, &isnull);
 	p->resumed_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+	p->failover = DatumGetBool(spi_datum(tuple, desc, 23, &isnull));
 	MemoryContextSwitchTo(old);
 
 	/* Headers were validated when set; here they only need splitting. */

@@ -37,6 +37,7 @@
 #include "utils/rls.h"
 #include "utils/syscache.h"
 
+#include "compat.h"
 #include "encoder.h"
 #include "publication.h"
 
@@ -313,7 +314,9 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 	entry->pub_truncate |= pub->pubactions.pubtruncate;
 }
 
-/* "identity:key columns|live columns", to compare versions of a table. */
+/*
+ * "identity:key columns|delivered columns", to compare versions of a table.
+ */
 static char *
 fingerprint(Relation rel, Bitmapset *key_columns)
 {
@@ -328,7 +331,8 @@ fingerprint(Relation rel, Bitmapset *key_columns)
 		appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i - 1)->attname));
 	appendStringInfoChar(&buf, '|');
 	for (i = 0; i < desc->natts; i++)
-		if (!TupleDescAttr(desc, i)->attisdropped)
+		if (!TupleDescAttr(desc, i)->attisdropped &&
+			!REPLICANT_ATT_IS_VIRTUAL(TupleDescAttr(desc, i)))
 			appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i)->attname));
 	return buf.data;
 }

@@ -14,6 +14,7 @@
 #include "miscadmin.h"
 #include "utils/resowner.h"
 
+#include "compat.h"
 #include "signing.h"
 
 #define SIGNING_PREFIX			"whsec_"
@@ -40,7 +41,7 @@ signing_decode_key(const char *secret, uint8 **key, int *keylen)
 
 		/* +1 so that an empty remainder still gets a buffer */
 		*key = palloc(maxlen + 1);
-		*keylen = pg_b64_decode(b64, b64len, (char *) *key, maxlen);
+		*keylen = pg_b64_decode(b64, b64len, (ReplicantB64Byte *) *key, maxlen);
 		if (*keylen < 0)
 		{
 			*keylen = 0;
@@ -175,7 +176,7 @@ replicant_signing_signature(const char *secret, const char *msg_id,
 
 			sig = palloc(3 + enclen + 1);
 			memcpy(sig, "v1,", 3);
-			len = pg_b64_encode((const char *) digest, sizeof(digest),
+			len = pg_b64_encode((const ReplicantB64Byte *) digest, sizeof(digest),
 								sig + 3, enclen);
 			if (len < 0)
 				elog(ERROR, "could not encode webhook signature");

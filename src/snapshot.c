@@ -189,10 +189,17 @@ plan_snapshot(ReplicantPipeline *pipeline)
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not clear the snapshot plan");
 
-	/* What pgoutput would publish: the union over the publications. */
+	/*
+	 * What pgoutput would publish: the union over the publications.  A
+	 * column list is read from pg_publication_rel (on the table or an
+	 * ancestor), since pg_publication_tables.attnames lists the published
+	 * columns even without one from PostgreSQL 16 on.
+	 */
 	if (SPI_execute_with_args("SELECT c.oid, c.relname, bool_or(pt.rowfilter IS NOT NULL),"
-							  "       bool_or(cardinality(pt.attnames) <> (SELECT count(*) FROM pg_attribute a"
-							  "               WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped))"
+							  "       bool_or(EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel pr"
+							  "                        JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid"
+							  "                       WHERE p.pubname = pt.pubname AND pr.prattrs IS NOT NULL"
+							  "                         AND pr.prrelid IN (SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid))))"
 							  "  FROM pg_catalog.pg_publication_tables pt"
 							  "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
 							  "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
@@ -410,7 +417,8 @@ create_slot_and_export(ReplicantPipeline *pipeline)
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
 
-	REPLICANT_SLOT_CREATE(replicant_pipeline_slot_name(pipeline->name), RS_EPHEMERAL);
+	REPLICANT_SLOT_CREATE(replicant_pipeline_slot_name(pipeline->name), RS_EPHEMERAL,
+						  pipeline->failover);
 	ctx = replicant_decoder_init_slot(true);
 
 	/* SnapBuildInitialSnapshot refuses once any catalog access set our xmin. */

@@ -18,6 +18,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "compat.h"
 #include "pipeline.h"
 #include "shmem.h"
 
@@ -125,8 +126,7 @@ lookup_pipeline_id(const char *name, bool *halted)
 	return id;
 }
 
-static void
-pg_attribute_noreturn()
+REPLICANT_NORETURN static void
 halted_error(const char *name)
 {
 	ereport(ERROR,

@@ -101,8 +101,7 @@ worker_attach(int slot_index, ReplicantWorkerArgs *args)
 	before_shmem_exit(worker_detach, (Datum) 0);
 }
 
-static void
-pg_attribute_noreturn()
+REPLICANT_NORETURN static void
 worker_halt(const char *reason)
 {
 	replicant_delivery_halt(MySlot, pipeline, reason);

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # test/demo.sh -- see replicant stream changes to an HTTP sink, from scratch.
 #
-#   sudo bash test/demo.sh
+#   sudo bash test/demo.sh [VERSION]     # or PG_VERSION=VERSION; default 15
 #
-# Installs what is missing (PostgreSQL 15, headers, libcurl, python3), builds
+# On PostgreSQL 17 or 18, unless that version is installed here, it runs in
+# the Debian chroot of test/pg-matrix.sh (made on the first use).
+#
+# Installs what is missing (PostgreSQL, headers, libcurl, python3), builds
 # and installs replicant, starts a throwaway cluster and the reference sink
 # on loopback, creates a table, a publication and a pipeline, writes a few
 # rows, and prints what the sink received and replicant.status.  Everything
@@ -19,7 +22,12 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 2
 fi
 
-packages=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev python3 make gcc)
+version=${1:-${PG_VERSION:-15}}
+if [ "$version" != 15 ] && [ ! -x "/usr/lib/postgresql/$version/bin/pg_config" ]; then
+	exec bash "$repo/test/pg-matrix.sh" --demo "$version"
+fi
+
+packages=("postgresql-$version" "postgresql-server-dev-$version" libcurl4-openssl-dev python3 make gcc)
 missing=0
 for pkg in "${packages[@]}"; do
 	dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q ' installed$' || missing=1
@@ -29,7 +37,7 @@ if [ $missing = 1 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${packages[@]}"
 fi
-bindir=/usr/lib/postgresql/15/bin
+bindir=/usr/lib/postgresql/$version/bin
 
 # Build from a copy the postgres user can read, then install.
 work=$(mktemp -d /tmp/replicant-demo.XXXXXX)

@@ -432,7 +432,7 @@ SKIP:
 	skip 'pg_walinspect is not available', 1 unless $have_walinspect;
 	my %commit_record = map { split /\|/ } split /\n/,
 	  $node->safe_psql('postgres',
-		"SELECT xid, start_lsn - '0/0' FROM pg_get_wal_records_info_till_end_of_wal('$start_lsn')"
+		"SELECT xid, start_lsn - '0/0' FROM pg_get_wal_records_info('$start_lsn', pg_current_wal_flush_lsn())"
 		  . " WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT'");
 	is_deeply(
 		[

@@ -13,6 +13,7 @@
 use strict;
 use warnings;
 use IPC::Run;
+use Encode ();
 use JSON::PP;
 use List::Util qw(first max min sum0);
 use Time::HiRes qw(time);
@@ -567,7 +568,8 @@ PY
 		my ($read, $insert) = ($found->{"read $id"}, $found->{ 'insert ' . ($id + 100) });
 		ok($read && $insert, "type row $id: read by the snapshot and inserted by the stream")
 		  or next;
-		note("type row $id as read, key removed: " . substr($read->{raw}, 0, 900));
+		# As bytes: newer test frameworks die on a wide character in the log.
+		note("type row $id as read, key removed: " . Encode::encode('UTF-8', substr($read->{raw}, 0, 900)));
 		is($insert->{canon}, $read->{canon},
 			"type row $id: snapshot and stream values are identical (canonical JSON)");
 		is($insert->{raw}, $read->{raw},

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# test/pg-matrix.sh -- build replicant against another PostgreSQL major
+# version and run its whole test suite there, in a Debian chroot.
+#
+#   sudo bash test/pg-matrix.sh VERSION [TAP-FILE...]
+#   sudo bash test/pg-matrix.sh --demo VERSION     # test/demo.sh there
+#
+# VERSION is 17 (Debian 13 "trixie") or 18 (Debian testing "forky").  The
+# chroot is made with debootstrap on the first run and kept under
+# $REPLICANT_MATRIX_CACHE/<suite> (default /var/cache/replicant-matrix), so a
+# second run reuses it and starts in seconds.  The repository is copied in
+# and .ci/suite.sh runs there: build with warnings as errors, install,
+# `make installcheck` (pg_regress, then every TAP file, or only the TAP files
+# given), and the final line "N passed, M failed".  If the version cannot be
+# installed, built or started, the run says so and fails: it never skips.
+set -euo pipefail
+
+demo=0
+if [ "${1:-}" = --demo ]; then
+	demo=1
+	shift
+fi
+if [ "$(id -u)" -ne 0 ] || [ $# -lt 1 ]; then
+	echo "usage (as root): bash test/pg-matrix.sh [--demo] 17|18 [TAP-FILE...]" >&2
+	exit 2
+fi
+version=$1
+shift
+case $version in
+17) suite=trixie ;;
+18) suite=forky ;;
+*)
+	echo "test/pg-matrix.sh: no chroot is known for PostgreSQL $version (17 and 18 are)" >&2
+	exit 2
+	;;
+esac
+MIRROR=${REPLICANT_MATRIX_MIRROR:-http://deb.debian.org/debian}
+cache=${REPLICANT_MATRIX_CACHE:-/var/cache/replicant-matrix}
+root=$cache/$suite
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# forky's Release file has been seen past its Valid-Until date.
+APT=(apt-get -q -o Acquire::Check-Valid-Until=false)
+PACKAGES=("postgresql-$version" "postgresql-server-dev-$version"
+	"postgresql-contrib-$version" libcurl4-openssl-dev libipc-run-perl python3
+	make gcc openssl ca-certificates)
+
+fail() {
+	echo "test/pg-matrix.sh: PostgreSQL $version ($suite) is unusable: $*" >&2
+	exit 1
+}
+
+mkdir -p "$cache"
+# One run per chroot at a time: the mounts and the installed replicant.so
+# are shared.
+exec 9>"$cache/$suite.lock"
+flock 9
+
+mounted() { grep -qF " $root/" /proc/mounts; }
+unmount_all() {
+	local m p pids=()
+	# Whatever a test left running in the chroot would keep /dev busy.
+	for p in /proc/[0-9]*; do
+		[ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && pids+=("${p#/proc/}")
+	done
+	if [ ${#pids[@]} -gt 0 ]; then
+		echo "test/pg-matrix.sh: stopping processes left in the chroot: ${pids[*]}" >&2
+		kill "${pids[@]}" 2>/dev/null || true
+		sleep 1
+		kill -9 "${pids[@]}" 2>/dev/null || true
+	fi
+	for m in dev/shm dev proc; do
+		if mountpoint -q "$root/$m" 2>/dev/null; then
+			umount "$root/$m" || umount -l "$root/$m"
+		fi
+	done
+}
+trap unmount_all EXIT
+
+# ---- 1. the chroot (made once, then reused) ----------------------------------
+if [ ! -e "$root/.replicant-ready" ]; then
+	if ! command -v debootstrap >/dev/null; then
+		DEBIAN_FRONTEND=noninteractive apt-get update -q
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
+	fi
+	# A chroot without the marker is a half-made one: start again, but never
+	# remove a directory something is still mounted under.
+	unmount_all
+	mounted && fail "something is still mounted under $root"
+	rm -rf "$root"
+	script=/usr/share/debootstrap/scripts/$suite
+	[ -f "$script" ] || script=/usr/share/debootstrap/scripts/sid
+	echo "=== creating the $suite chroot in $root (once)"
+	debootstrap --variant=minbase "$suite" "$root" "$MIRROR" "$script" ||
+		fail "debootstrap $suite failed"
+	echo "deb $MIRROR $suite main" >"$root/etc/apt/sources.list"
+	mount -t proc proc "$root/proc"
+	chroot "$root" "${APT[@]}" update || fail "apt-get update failed in the chroot"
+	DEBIAN_FRONTEND=noninteractive chroot "$root" "${APT[@]}" install -y \
+		--no-install-recommends "${PACKAGES[@]}" ||
+		fail "Debian $suite does not offer ${PACKAGES[*]}"
+	umount "$root/proc"
+	touch "$root/.replicant-ready"
+fi
+
+# ---- 2. mounts a server needs ------------------------------------------------
+mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
+mountpoint -q "$root/dev/shm" || mount --bind /dev/shm "$root/dev/shm"
+
+pg_config=/usr/lib/postgresql/$version/bin/pg_config
+chroot "$root" test -x "$pg_config" || fail "$pg_config is missing in the chroot"
+got=$(chroot "$root" "$pg_config" --version) || fail "$pg_config does not run"
+case $got in
+"PostgreSQL $version".*) ;;
+*) fail "the chroot has $got" ;;
+esac
+chroot "$root" id postgres >/dev/null || fail "the chroot has no postgres user"
+
+# ---- 3. the suite, on a copy of the tree ------------------------------------
+rm -rf "$root/build"
+mkdir -p "$root/build"
+cp -a "$repo/." "$root/build/replicant"
+rm -rf "$root/build/replicant/.git"
+echo "=== PostgreSQL $version in $root"
+if [ $demo = 1 ]; then
+	chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+		bash /build/replicant/test/demo.sh "$version"
+	exit
+fi
+chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+	REGRESS_TIMEOUT="${REGRESS_TIMEOUT:-300}" TAP_TIMEOUT="${TAP_TIMEOUT:-1200}" \
+	CI_KEEP="${CI_KEEP:-0}" \
+	bash /build/replicant/.ci/suite.sh "$pg_config" "$@" || {
+	rc=$?
+	echo "(PostgreSQL $version: the paths above are inside $root)"
+	exit $rc
+}
