@@ -152,11 +152,34 @@ INSERT INTO enc_names VALUES (1, 2, 'x', 3, true);
 SELECT replicant._encode_row(r) FROM enc_names r;
 \pset format aligned
 
+-- dates and times are written as to_json() writes them (ISO 8601, XSD style)
+CREATE DOMAIN enc_day AS date;
+CREATE TABLE enc_datetimes (id int, d date, t time, tz timetz, ts timestamp,
+                            tstz timestamptz, dom enc_day, arr timestamptz[]);
+INSERT INTO enc_datetimes VALUES
+    (1, '2026-12-01', '09:13:48.630015', '09:13:48.630015+00', '2026-12-01 09:13:48.630015',
+     '2026-12-01 09:13:48.630015+00', '2026-12-01', '{2026-12-01 09:13:48+00,NULL}'),
+    (2, 'infinity', '24:00:00', '00:00:00-15:59', 'infinity', 'infinity', 'infinity', '{infinity}'),
+    (3, '-infinity', '00:00:00', '23:59:59.999999+15:59', '-infinity', '-infinity', '-infinity', '{-infinity}'),
+    (4, '0044-03-15 BC', '12:00', '12:00:00+05:30:15', '0044-03-15 12:00:00.5 BC',
+     '0001-01-01 00:00:00+00 BC', '4713-11-24 BC', '{}'),
+    (5, '294276-12-31', '23:59:59.999999', '12:00-05', '294276-12-31 23:59:59.999999',
+     '294276-12-31 23:59:59.999999+00', '5874897-12-31', '{0001-01-01 00:00:00+00}');
+SET TimeZone = 'UTC';
+SELECT id, replicant._encode_row(r) = to_json(r)::text AS same_as_to_json
+  FROM enc_datetimes r ORDER BY id;
+RESET TimeZone;
+\pset format unaligned
+SELECT replicant._encode_row(r) FROM enc_datetimes r ORDER BY id;
+\pset format aligned
+
 -- the output does not depend on the session's settings
 CREATE TEMP TABLE enc_before AS
 SELECT 'zoo' AS t, id, replicant._encode_row(r) AS j FROM enc_zoo r
 UNION ALL
-SELECT 'numbers', id, replicant._encode_row(r) FROM enc_numbers r;
+SELECT 'numbers', id, replicant._encode_row(r) FROM enc_numbers r
+UNION ALL
+SELECT 'datetimes', id, replicant._encode_row(r) FROM enc_datetimes r;
 
 SET DateStyle = 'SQL, DMY';
 SET TimeZone = 'Asia/Tokyo';
@@ -168,7 +191,9 @@ SELECT b.t, b.id, a.j = b.j AS same
   FROM enc_before b
   JOIN (SELECT 'zoo' AS t, id, replicant._encode_row(r) AS j FROM enc_zoo r
         UNION ALL
-        SELECT 'numbers', id, replicant._encode_row(r) FROM enc_numbers r) a
+        SELECT 'numbers', id, replicant._encode_row(r) FROM enc_numbers r
+        UNION ALL
+        SELECT 'datetimes', id, replicant._encode_row(r) FROM enc_datetimes r) a
        USING (t, id)
  ORDER BY b.t, b.id;
 
@@ -192,7 +217,8 @@ RESET extra_float_digits;
 RESET bytea_output;
 RESET IntervalStyle;
 
-DROP TABLE enc_zoo, enc_numbers, enc_arrays, enc_strings, enc_names;
+DROP TABLE enc_zoo, enc_numbers, enc_arrays, enc_strings, enc_names, enc_datetimes;
+DROP DOMAIN enc_day;
 DROP TYPE enc_moodrange, enc_outer, enc_mood;
 DROP DOMAIN enc_posint, enc_pair, enc_intarr;
 DROP TYPE enc_inner;

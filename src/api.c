@@ -23,9 +23,11 @@
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "replication/logical.h"
 #include "replication/slot.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -33,8 +35,12 @@
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rls.h"
 #include "utils/syscache.h"
+#include "utils/tuplestore.h"
 #include "utils/varlena.h"
+#include "utils/wait_event.h"
 
 #include "backfill.h"
 #include "compat.h"
@@ -54,6 +60,7 @@ PG_FUNCTION_INFO_V1(replicant_resume_pipeline);
 PG_FUNCTION_INFO_V1(replicant_drop_pipeline);
 PG_FUNCTION_INFO_V1(replicant_backfill);
 PG_FUNCTION_INFO_V1(replicant_cancel_backfill);
+PG_FUNCTION_INFO_V1(replicant_pipeline_definitions);
 
 #define MAX_URL_LENGTH 2048
 #define MAX_HEADERS 32
@@ -70,6 +77,34 @@ static const char *const reserved_headers[] = {
 static bool slot_created_in_xact = false;
 static bool xact_callback_registered = false;
 static bool resync_on_abort = false;
+
+/* Pipelines resumed in this transaction (in TopMemoryContext). */
+static List *resumed_at_commit = NIL;
+
+/*
+ * A resumed pipeline's shared state still shows the halt until a new
+ * worker attaches: clear it the moment the resume commits, so that no
+ * reader (replicant.status, await_delivered) sees the pipeline halted
+ * after resume_pipeline returned.
+ */
+static void
+clear_resumed_halts(void)
+{
+	ListCell   *lc;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	foreach(lc, resumed_at_commit)
+	{
+		ReplicantPipelineSlot *slot = replicant_shmem_find(MyDatabaseId, lfirst_int(lc));
+
+		if (slot && slot->state == REPLICANT_STATE_HALTED)
+		{
+			slot->state = REPLICANT_STATE_STARTING;
+			slot->last_error[0] = '\0';
+		}
+	}
+	LWLockRelease(replicant_shmem->lock);
+}
 
 /*
  * Makes the slot permanent just before commit, and lets go of it only once
@@ -90,8 +125,14 @@ api_xact_callback(XactEvent event, void *arg)
 				ReplicationSlotRelease();
 			slot_created_in_xact = false;
 			resync_on_abort = false;
+			if (resumed_at_commit != NIL)
+				clear_resumed_halts();
+			list_free(resumed_at_commit);
+			resumed_at_commit = NIL;
 			break;
 		case XACT_EVENT_ABORT:
+			list_free(resumed_at_commit);
+			resumed_at_commit = NIL;
 			slot_created_in_xact = false;
 			if (resync_on_abort)
 				replicant_shmem_request_sync(MyDatabaseId);
@@ -461,10 +502,12 @@ check_failover(FunctionCallInfo fcinfo, int argno)
 
 /*
  * message_prefixes: NULL (every prefix but replicant's own) or non-empty
- * prefixes; replicant's internal prefixes cannot be asked for.
+ * prefixes; replicant's internal prefixes cannot be asked for.  An empty
+ * array is accepted only where NULL means "unchanged" (empty_ok), and there
+ * stands for every prefix.
  */
 static ArrayType *
-check_message_prefixes(FunctionCallInfo fcinfo, int argno)
+check_message_prefixes(FunctionCallInfo fcinfo, int argno, bool empty_ok)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -475,7 +518,7 @@ check_message_prefixes(FunctionCallInfo fcinfo, int argno)
 		return NULL;
 	deconstruct_array(PG_GETARG_ARRAYTYPE_P(argno), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &nulls, &n);
-	if (n == 0)
+	if (n == 0 && !empty_ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("message_prefixes must not be empty"),
@@ -567,6 +610,31 @@ lookup_pipeline(const char *name)
 	return ref;
 }
 
+/*
+ * As lookup_pipeline, without locking the row: for waiting on the worker,
+ * which may need to update the row (a halt) before it can exit.
+ */
+static PipelineRef
+peek_pipeline(const char *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	PipelineRef ref = {0};
+	bool		isnull;
+
+	if (SPI_execute_with_args("SELECT id, owner FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("pipeline \"%s\" does not exist", name)));
+	ref.id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	ref.owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	ref.name = pstrdup(name);
+	return ref;
+}
+
 static void
 check_is_owner(const PipelineRef *ref, ApiSpi *s)
 {
@@ -647,6 +715,71 @@ published_tables(ArrayType *pubs)
 																	SPI_tuptable->tupdesc, 1, &isnull)));
 	}
 	return relids;
+}
+
+/*
+ * What the worker would halt on at the table's first change, refused now:
+ * the owner must be able to read every published table, past row-level
+ * security.
+ */
+static void
+check_owner_reads_tables(Oid owner, List *relids)
+{
+	ListCell   *lc;
+
+	foreach(lc, relids)
+	{
+		Oid			relid = lfirst_oid(lc);
+
+		if (pg_class_aclcheck(relid, owner, ACL_SELECT) != ACLCHECK_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("role \"%s\" cannot read published table \"%s\"",
+							GetUserNameFromId(owner, false), get_rel_name(relid)),
+					 errdetail("The pipeline's worker reads changes as its owner, the role creating it."),
+					 errhint("Grant SELECT on the table to the role, or leave the table out of the publication.")));
+		if (check_enable_rls(relid, owner, true) == RLS_ENABLED)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("table \"%s\" has row-level security that role \"%s\" does not bypass",
+							get_rel_name(relid), GetUserNameFromId(owner, false)),
+					 errdetail("A pipeline must deliver every row, so its owner must bypass row-level security.")));
+	}
+}
+
+/*
+ * PostgreSQL refuses UPDATE and DELETE on a table published for them that
+ * has no replica identity; say so now rather than when the application's
+ * first update fails.
+ */
+static void
+warn_tables_without_identity(ArrayType *pubs)
+{
+	Oid			argtypes[1] = {TEXTARRAYOID};
+	Datum		args[1] = {PointerGetDatum(pubs)};
+	uint64		i;
+
+	if (SPI_execute_with_args("SELECT DISTINCT n.nspname, c.relname"
+							  "  FROM pg_catalog.pg_publication p"
+							  "  JOIN pg_catalog.pg_publication_tables pt ON pt.pubname OPERATOR(pg_catalog.=) p.pubname"
+							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
+							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
+							  "                            AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
+							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1) AND (p.pubupdate OR p.pubdelete)"
+							  "   AND (c.relreplident OPERATOR(pg_catalog.=) 'n'"
+							  "        OR (c.relreplident OPERATOR(pg_catalog.=) 'd' AND NOT EXISTS"
+							  "            (SELECT FROM pg_catalog.pg_index i"
+							  "              WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary)))"
+							  " ORDER BY 1, 2",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list published tables");
+	for (i = 0; i < SPI_processed; i++)
+		ereport(WARNING,
+				(errmsg("table \"%s.%s\" is published for updates or deletes but has no replica identity",
+						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
+						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
+				 errdetail("PostgreSQL rejects UPDATE and DELETE on the table while it is so published."),
+				 errhint("Add a primary key, or set REPLICA IDENTITY USING INDEX or FULL.")));
 }
 
 /*
@@ -738,7 +871,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("messages must not be null")));
 	messages = PG_GETARG_BOOL(11);
-	prefixes = check_message_prefixes(fcinfo, 12);
+	prefixes = check_message_prefixes(fcinfo, 12, false);
 	ca_file = check_ca_file(fcinfo, 13);
 	/* 0.1.0's SQL function, before ALTER EXTENSION UPDATE, has no failover. */
 	failover = PG_NARGS() > 14 && check_failover(fcinfo, 14);
@@ -754,6 +887,9 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	api_spi_begin(&s);
 	check_headers(headers);
 	check_publications_exist(pubs);
+	tables = published_tables(pubs);
+	check_owner_reads_tables(owner, tables);
+	warn_tables_without_identity(pubs);
 	args[0] = CStringGetTextDatum(name);
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
@@ -810,7 +946,6 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 				   " WHERE id OPERATOR(pg_catalog.=) $1",
 				   1, idtype, id, NULL);
 	}
-	tables = published_tables(pubs);
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
@@ -827,13 +962,61 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Asks the pipeline's worker to stop where it leaves nothing to re-deliver
+ * (everything acknowledged checkpointed, nothing in flight) and waits until
+ * it has exited, so that whatever commits after the caller returns is
+ * handled by a worker that reads the caller's changes.  Until the sync at
+ * commit (or at abort) restores runnable, the launcher starts no other.  A
+ * worker reading an initial snapshot, whose progress is durable per shard,
+ * is terminated instead.
+ */
+static void
+stop_worker_and_wait(int32 pipeline_id)
+{
+	resync_on_abort = true;
+	register_xact_callback();
+	for (;;)
+	{
+		ReplicantPipelineSlot *slot;
+		pid_t		pid = 0;
+		bool		snapshotting = false;
+
+		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+		slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
+		if (slot)
+		{
+			slot->runnable = false;
+			pid = slot->pid;
+			if (pid != 0)
+			{
+				slot->stop_requested = true;
+				snapshotting = (slot->state == REPLICANT_STATE_SNAPSHOTTING);
+				if (slot->latch)
+					SetLatch(slot->latch);
+			}
+		}
+		LWLockRelease(replicant_shmem->lock);
+		if (pid == 0)
+			break;
+		if (snapshotting)
+			kill(pid, SIGTERM);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
  * alter_pipeline(name, publication, sink_url, batch_max_bytes,
  *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				  headers, secret, clear_secret, messages, message_prefixes,
  *				  secret_previous_until)
  *
- * NULL leaves an option unchanged.  The worker restarts with the new
- * configuration (config_version changes) and resumes from its checkpoint.
+ * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
+ * every prefix.  The old worker is stopped before this
+ * returns; the next one starts once the caller commits, reads the new
+ * configuration (config_version changes) and resumes from the checkpoint.
  */
 Datum
 replicant_alter_pipeline(PG_FUNCTION_ARGS)
@@ -881,7 +1064,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("cannot set and clear the signing secret at once")));
-	prefixes = check_message_prefixes(fcinfo, 11);
+	prefixes = check_message_prefixes(fcinfo, 11, true);
 	ca_file = check_ca_file(fcinfo, 13);
 	if (!PG_ARGISNULL(12))
 	{
@@ -900,7 +1083,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	}
 
 	api_spi_begin(&s);
-	ref = lookup_pipeline(name);
+	ref = peek_pipeline(name);
 	check_is_owner(&ref, &s);
 	if (!PG_ARGISNULL(10) && PG_GETARG_BOOL(10))
 		check_owner_may_receive_messages(ref.owner);
@@ -908,6 +1091,12 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 		check_headers(headers);
 	if (pubs)
 		check_publications_exist(pubs);
+	api_spi_end(&s);
+	stop_worker_and_wait(ref.id);
+
+	api_spi_begin(&s);
+	ref = lookup_pipeline(name);
+	check_is_owner(&ref, &s);
 
 	memset(nulls, ' ', sizeof(nulls));
 	args[0] = Int32GetDatum(ref.id);
@@ -945,7 +1134,8 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 			   " secret_previous_until = $13,"
 			   " secret = CASE WHEN $10 THEN NULL ELSE coalesce($9, secret) END,"
 			   " messages = coalesce($11, messages),"
-			   " message_prefixes = coalesce($12, message_prefixes),"
+			   " message_prefixes = CASE WHEN $12 IS NULL THEN message_prefixes"
+			   "   WHEN pg_catalog.cardinality($12) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $12 END,"
 			   " ca_file = coalesce($14, ca_file),"
 			   " config_version = config_version OPERATOR(pg_catalog.+) 1"
 			   " WHERE id OPERATOR(pg_catalog.=) $1",
@@ -969,9 +1159,18 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 	api_spi_begin(&s);
 	ref = lookup_pipeline(name);
 	check_is_owner(&ref, &s);
-	if (strncmp(assignment, "halt_reason = NULL", 18) == 0 && !ref.halted)
-		ereport(NOTICE,
-				(errmsg("pipeline \"%s\" is not halted", name)));
+	if (strncmp(assignment, "halt_reason = NULL", 18) == 0)
+	{
+		MemoryContext old;
+
+		if (!ref.halted)
+			ereport(NOTICE,
+					(errmsg("pipeline \"%s\" is not halted", name)));
+		register_xact_callback();
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		resumed_at_commit = lappend_int(resumed_at_commit, ref.id);
+		MemoryContextSwitchTo(old);
+	}
 	args[0] = Int32GetDatum(ref.id);
 	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),
 			   1, argtypes, args, NULL);
@@ -1195,4 +1394,84 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 	api_spi_end(&s);
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
+}
+
+/*
+ * pipeline_definitions(include_secrets) RETURNS SETOF text
+ *
+ * The create_pipeline calls (and disable_pipeline calls for disabled ones)
+ * that recreate the caller's pipelines, for instance after pg_dump and
+ * pg_restore, which copy none of replicant's state.  Secrets and header
+ * values are left out unless asked for; a comment at the end of the call
+ * says what was left out.
+ */
+Datum
+replicant_pipeline_definitions(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		include_secrets = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
+	Oid			argtypes[2] = {BOOLOID, OIDOID};
+	Datum		args[2];
+	ApiSpi		s;
+	uint64		i;
+	TupleDesc	desc;
+	Tuplestorestate *store;
+	MemoryContext old;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		!(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	desc = CreateTemplateTupleDesc(1);
+	TupleDescInitEntry(desc, (AttrNumber) 1, "pipeline_definitions", TEXTOID, -1, 0);
+	store = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = store;
+	rsinfo->setDesc = desc;
+	MemoryContextSwitchTo(old);
+
+	args[0] = BoolGetDatum(include_secrets);
+	api_spi_begin(&s);
+	args[1] = ObjectIdGetDatum(s.saved_userid);
+	if (SPI_execute_with_args("SELECT d FROM ("
+							  " SELECT p.name, 1 AS step, pg_catalog.format("
+							  "  'SELECT replicant.create_pipeline(%L, %L::text[], %L, snapshot => %L,"
+							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
+							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
+							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
+							  " ca_file => %L, failover => %s);%s',"
+							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
+							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
+							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
+							  "  CASE WHEN $1 THEN p.secret END,"
+							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
+							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
+							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
+							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"
+							  "     CASE WHEN p.secret IS NOT NULL THEN 'secret' END,"
+							  "     CASE WHEN p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb"
+							  "      THEN 'headers ' OPERATOR(pg_catalog.||)"
+							  "           (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(k), ', ' ORDER BY k)"
+							  "              FROM pg_catalog.jsonb_object_keys(p.headers) k) END)"
+							  "   ELSE '' END) AS d"
+							  "   FROM replicant.pipelines p"
+							  "  WHERE pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
+							  " UNION ALL"
+							  " SELECT p.name, 2, pg_catalog.format('SELECT replicant.disable_pipeline(%L);', p.name)"
+							  "   FROM replicant.pipelines p"
+							  "  WHERE NOT p.enabled AND pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
+							  ") q ORDER BY name, step",
+							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		value = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+
+		tuplestore_putvalues(store, desc, &value, &isnull);
+	}
+	api_spi_end(&s);
+	return (Datum) 0;
 }

@@ -15,6 +15,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "postmaster/interrupt.h"
+#include "replication/slot.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/guc.h"
@@ -27,6 +28,8 @@
 
 #define RETRY_BASE_MS 200
 #define RETRY_MAX_MS 30000
+/* While a sink keeps failing, the log hears of it this often. */
+#define RETRY_LOG_INTERVAL_MS (5 * 60 * 1000)
 
 void
 replicant_delivery_reload_config(void)
@@ -38,8 +41,38 @@ replicant_delivery_reload_config(void)
 	}
 }
 
+static bool
+stop_requested(ReplicantPipelineSlot *slot)
+{
+	bool		requested;
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	requested = slot->stop_requested && slot->pid == MyProcPid;
+	LWLockRelease(replicant_shmem->lock);
+	return requested;
+}
+
 void
-replicant_delivery_sleep(long ms)
+replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot)
+{
+	if (!stop_requested(slot))
+		return;
+	if (IsTransactionState())
+		AbortCurrentTransaction();
+	replicant_checkpoint_make_durable();
+	if (MyReplicationSlot != NULL)
+	{
+		ReplicationSlotMarkDirty();
+		ReplicationSlotSave();
+	}
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" stopped on request", slot->name)));
+	proc_exit(0);
+}
+
+/* Sleeps ms, or less when the worker is asked to stop. */
+static void
+retry_sleep(ReplicantPipelineSlot *slot, long ms)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
 
@@ -47,7 +80,7 @@ replicant_delivery_sleep(long ms)
 	{
 		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 
-		if (left <= 0)
+		if (left <= 0 || stop_requested(slot))
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 left, PG_WAIT_EXTENSION);
@@ -98,16 +131,50 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 						ReplicantSinkResult *result)
 {
 	int			attempt = 0;
+	TimestampTz first_failure = 0;
+	TimestampTz last_logged = 0;
 
 	replicant_checkpoint_make_durable();
 	for (;;)
 	{
+		TimestampTz now;
+
 		replicant_sink_post(sink, webhook_id, body, result);
 		note_answer(slot, result);
+		now = GetCurrentTimestamp();
 		if (result->outcome != REPLICANT_SINK_RETRY)
+		{
+			if (attempt > 0)
+				ereport(LOG,
+						(errmsg("replicant pipeline \"%s\" reached its sink again after %d failed attempts in %ld s",
+								slot->name, attempt,
+								TimestampDifferenceMilliseconds(first_failure, now) / 1000)));
 			return;
+		}
 		note_retry(slot, result->error);
-		replicant_delivery_sleep(backoff_ms(attempt++, result));
+
+		/* What an operator tails the log for: the start, then a reminder. */
+		if (attempt == 0)
+		{
+			first_failure = last_logged = now;
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" could not deliver to its sink, retrying: %s",
+							slot->name, result->error)));
+		}
+		else if (TimestampDifferenceExceeds(last_logged, now, RETRY_LOG_INTERVAL_MS))
+		{
+			last_logged = now;
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" still retrying after %d failed attempts in %ld s: %s",
+							slot->name, attempt + 1,
+							TimestampDifferenceMilliseconds(first_failure, now) / 1000,
+							result->error)));
+		}
+
+		/* Not acknowledged: stopping here leaves nothing to re-deliver. */
+		replicant_delivery_stop_if_requested(slot);
+		retry_sleep(slot, backoff_ms(attempt++, result));
+		replicant_delivery_stop_if_requested(slot);
 	}
 }
 

@@ -48,8 +48,13 @@ extern void replicant_delivery_refused(ReplicantPipelineSlot *slot,
 									   const char *what,
 									   const char *context);
 
-/* Sleeps ms milliseconds on the latch, answering interrupts and SIGHUP. */
-extern void replicant_delivery_sleep(long ms);
+/*
+ * Exits (code 0) if the slot's worker was asked to stop and the caller is
+ * that worker, with the checkpoint and the slot's position on disk, so that
+ * the next worker re-delivers nothing.  Call only where no request is in
+ * flight and every acknowledged request is checkpointed.
+ */
+extern void replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot);
 
 /* Handles a pending SIGHUP. */
 extern void replicant_delivery_reload_config(void);

@@ -29,10 +29,12 @@
 #include "utils/arrayaccess.h"
 #include "utils/builtins.h"
 #include "utils/catcache.h"
+#include "utils/datetime.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
+#include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -56,6 +58,7 @@ typedef enum EncodeCategory
 	ENCODE_TEXT,				/* text, varchar, bpchar: from the varlena */
 	ENCODE_JSON,				/* embedded as stored */
 	ENCODE_JSONB,				/* embedded output text */
+	ENCODE_DATETIME,			/* date, timestamp, timestamptz: ISO 8601 */
 	ENCODE_ARRAY,
 	ENCODE_COMPOSITE,
 	ENCODE_OTHER				/* output text as a JSON string */
@@ -70,6 +73,7 @@ typedef struct EncodeTypeEntry
 {
 	Oid			typid;			/* hash key */
 	bool		valid;
+	Oid			basetype;		/* typid, or a domain's base type */
 	uint32		hashvalue;		/* TYPEOID syscache hash of typid */
 	EncodeCategory category;
 	int16		typlen;
@@ -112,6 +116,9 @@ static const PinnedSetting pinned_settings[] = {
 	{"search_path", "pg_catalog, pg_temp"},
 	{"quote_all_identifiers", "off"},
 };
+
+/* The zone offset (seconds west of UTC) timestamptz values are written in. */
+static const int utc_offset = 0;
 
 static MemoryContext EncoderCacheContext = NULL;
 static HTAB *EncoderTypeCache = NULL;
@@ -268,6 +275,17 @@ encoder_build_type(EncodeTypeEntry *entry)
 		case JSONBOID:
 			category = ENCODE_JSONB;
 			break;
+		case DATEOID:
+		case TIMESTAMPOID:
+		case TIMESTAMPTZOID:
+
+			/*
+			 * As to_json() writes them.  It writes time and timetz as their
+			 * output text, which is ISO 8601 whatever DateStyle says, so
+			 * those stay ENCODE_OTHER.
+			 */
+			category = ENCODE_DATETIME;
+			break;
 		default:
 			if (IsTrueArrayType(typ))
 				category = ENCODE_ARRAY;
@@ -304,6 +322,7 @@ encoder_build_type(EncodeTypeEntry *entry)
 	entry->hashvalue = GetSysCacheHashValue1(TYPEOID,
 											 ObjectIdGetDatum(entry->typid));
 	entry->category = category;
+	entry->basetype = basetype;
 	entry->typlen = typlen;
 	entry->typbyval = typbyval;
 	entry->typalign = typalign;
@@ -519,6 +538,7 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 	StringInfo	out = st->out;
 	char	   *str;
 	text	   *txt;
+	char		datebuf[MAXDATELEN + 1];
 
 	/* not reachable: flattened composites and arrays hold no such pointer */
 	if (entry->typlen == -1 && st->policy == REPLICANT_TOAST_UNCHANGED &&
@@ -582,6 +602,19 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			str = OutputFunctionCall(&entry->outfunc, value);
 			append_utf8(out, st->dbencoding, str, strlen(str), false);
 			pfree(str);
+			break;
+
+		case ENCODE_DATETIME:
+
+			/*
+			 * The server's own to_json() encoding (XSD style, "infinity",
+			 * " BC"), with a timestamptz written in UTC whatever TimeZone
+			 * says.  ASCII only.
+			 */
+			JsonEncodeDateTime(datebuf, value, entry->basetype, &utc_offset);
+			appendStringInfoCharMacro(out, '"');
+			appendStringInfoString(out, datebuf);
+			appendStringInfoCharMacro(out, '"');
 			break;
 
 		case ENCODE_ARRAY:

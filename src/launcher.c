@@ -73,6 +73,31 @@ typedef struct LaunchedSync
 static LaunchedWorker *launched;
 static LaunchedSync syncs[MAX_CONCURRENT_SYNCS];
 
+/*
+ * Asks a worker to stop where it leaves nothing to re-deliver; a worker
+ * that has not attached yet, reads an initial snapshot (whose progress is
+ * durable per shard) or belongs to a pipeline that is gone is terminated.
+ */
+static void
+stop_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w)
+{
+	bool		cooperative;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	cooperative = slot->in_use && slot->generation == w->generation &&
+		slot->pid != 0 && slot->latch != NULL &&
+		slot->state != REPLICANT_STATE_SNAPSHOTTING;
+	if (cooperative)
+	{
+		slot->stop_requested = true;
+		SetLatch(slot->latch);
+	}
+	LWLockRelease(replicant_shmem->lock);
+	if (!cooperative)
+		TerminateBackgroundWorker(w->handle);
+	w->terminated = true;
+}
+
 void
 replicant_launcher_register(void)
 {
@@ -248,7 +273,7 @@ reconcile_workers(void)
 		{
 			pfree(w->handle);
 			w->handle = NULL;
-			if (w->terminated)
+			if (w->terminated || copy.stop_requested)
 			{
 				/* Restarted for new settings or backfills: no failure. */
 				w->next_start = 0;
@@ -278,10 +303,7 @@ reconcile_workers(void)
 		{
 			if (!wanted || copy.generation != w->generation ||
 				copy.config_version != w->config_version)
-			{
-				TerminateBackgroundWorker(w->handle);
-				w->terminated = true;
-			}
+				stop_worker(&replicant_shmem->slots[i], w);
 			continue;
 		}
 		if (!wanted)

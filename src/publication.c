@@ -337,9 +337,9 @@ fingerprint(Relation rel, Bitmapset *key_columns)
 	return buf.data;
 }
 
-/* Whether every column of the old fingerprint is still in the new one. */
-static bool
-columns_kept(const char *old_fp, const char *new_fp)
+/* The first column of the old fingerprint missing from the new one, or NULL. */
+static char *
+column_lost(const char *old_fp, const char *new_fp)
 {
 	const char *old_cols = strchr(old_fp, '|') + 1;
 	const char *new_cols = strchr(new_fp, '|');
@@ -353,9 +353,9 @@ columns_kept(const char *old_fp, const char *new_fp)
 		char	   *hay = psprintf(",%s", new_cols + 1);
 
 		if (strstr(hay, needle) == NULL)
-			return false;
+			return col;
 	}
-	return true;
+	return NULL;
 }
 
 /*
@@ -381,16 +381,22 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 	}
 	if (baseline != NULL && strcmp(now, baseline) != 0)
 	{
-		const char *what = NULL;
+		char	   *what = NULL;
+		char	   *lost;
 		size_t		identity_len = strchr(now, '|') - now;
 
 		if (strncmp(now, baseline, identity_len + 1) != 0)
-			what = "the replica identity of table \"%s\" changed";
-		else if (!columns_kept(baseline, now))
-			what = "a column of table \"%s\" was dropped or renamed";
+			what = psprintf("the replica identity of table \"%s\" changed",
+							RelationGetRelationName(rel));
+		else if ((lost = column_lost(baseline, now)) != NULL)
+			what = psprintf("column \"%s\" of table \"%s\" was dropped or renamed",
+							lost, RelationGetRelationName(rel));
+
+		/* Nothing to fix: the operator decides whether sinks take the new shape. */
 		if (what && entry->schema_change == NULL)
 			entry->schema_change = MemoryContextStrdup(CacheMemoryContext,
-													   psprintf(what, RelationGetRelationName(rel)));
+													   psprintf("%s; replicant.resume_pipeline() accepts the new shape",
+																what));
 	}
 	if (entry->fingerprint)
 		pfree(entry->fingerprint);

@@ -36,6 +36,14 @@ typedef struct ReplicantPipelineSlot
 	int32		pipeline_id;
 	Oid			owner;
 	bool		runnable;		/* enabled and not halted */
+
+	/*
+	 * Set by whoever wants the worker gone (alter_pipeline, the launcher);
+	 * the worker exits at its next point where everything the sink
+	 * acknowledged is checkpointed and nothing is in flight.  Cleared when a
+	 * worker attaches.
+	 */
+	bool		stop_requested;
 	int32		config_version;
 	char		name[NAMEDATALEN];
 

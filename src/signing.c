@@ -11,7 +11,9 @@
 #include "common/base64.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
+#include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/resowner.h"
 
 #include "compat.h"
@@ -201,4 +203,31 @@ replicant_signing_signature(const char *secret, const char *msg_id,
 
 	/* NULL: the body could not be read in full */
 	return result;
+}
+
+/* Random bytes in a signing secret made by replicant.generate_secret(). */
+#define SIGNING_SECRET_BYTES 24
+
+PG_FUNCTION_INFO_V1(replicant_generate_secret);
+
+/*
+ * replicant.generate_secret() RETURNS text
+ *
+ * "whsec_" and the base64 of 24 bytes from the server's strong random
+ * source: the form Standard Webhooks libraries take.
+ */
+Datum
+replicant_generate_secret(PG_FUNCTION_ARGS)
+{
+	bytea	   *raw = (bytea *) palloc(VARHDRSZ + SIGNING_SECRET_BYTES);
+	text	   *encoded;
+
+	SET_VARSIZE(raw, VARHDRSZ + SIGNING_SECRET_BYTES);
+	if (!pg_strong_random(VARDATA(raw), SIGNING_SECRET_BYTES))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random bytes for a secret")));
+	encoded = DatumGetTextPP(DirectFunctionCall2(binary_encode, PointerGetDatum(raw),
+												 CStringGetTextDatum("base64")));
+	PG_RETURN_TEXT_P(cstring_to_text(psprintf(SIGNING_PREFIX "%s", text_to_cstring(encoded))));
 }

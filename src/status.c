@@ -5,6 +5,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "fmgr.h"
 #include "catalog/pg_authid_d.h"
 #include "catalog/pg_type_d.h"
@@ -12,8 +14,10 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -34,27 +38,54 @@ float4_cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Median duration of the last REPLICANT_LATENCY_SAMPLES requests. */
+/*
+ * Median duration of the last REPLICANT_LATENCY_SAMPLES requests, rounded
+ * to the microsecond, which is all the clock tells; it then prints with at
+ * most three decimals.
+ */
 static double
 median_latency(ReplicantPipelineSlot *slot)
 {
 	float4		sorted[REPLICANT_LATENCY_SAMPLES];
 	int			n = Min(slot->nlatency, REPLICANT_LATENCY_SAMPLES);
+	double		median;
 
 	if (n == 0)
 		return 0;
 	memcpy(sorted, slot->latency_ms, sizeof(float4) * n);
 	qsort(sorted, n, sizeof(float4), float4_cmp);
-	return (n % 2) ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
+	median = (n % 2) ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
+	return rint(median * 1000.0) / 1000.0;
 }
 
 #define WORKER_STATUS_COLS 12
+
+/* Refuses callers that may not SELECT replicant.status (same schema as us). */
+static void
+check_can_read_status(FunctionCallInfo fcinfo)
+{
+	Oid			nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	Oid			viewid = get_relname_relid("status", nspid);
+	AclResult	aclresult;
+
+	if (!OidIsValid(viewid))
+		elog(ERROR, "replicant.status does not exist");
+	aclresult = pg_class_aclcheck(viewid, GetUserId(), ACL_SELECT);
+	if (aclresult != ACLCHECK_OK)
+		aclcheck_error(aclresult, OBJECT_VIEW, "status");
+}
 
 Datum
 replicant_worker_status(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int			i;
+
+	/*
+	 * Executable by PUBLIC, since the view runs it with the privileges of
+	 * whoever reads the view: the view's own privilege is the gate.
+	 */
+	check_can_read_status(fcinfo);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (!replicant_shmem_ready())

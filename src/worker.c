@@ -85,7 +85,7 @@ worker_attach(int slot_index, ReplicantWorkerArgs *args)
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (!slot->in_use || slot->generation != args->generation ||
-		(slot->pid != 0 && slot->pid != MyProcPid))
+		!slot->runnable || (slot->pid != 0 && slot->pid != MyProcPid))
 	{
 		LWLockRelease(replicant_shmem->lock);
 		proc_exit(0);
@@ -94,6 +94,7 @@ worker_attach(int slot_index, ReplicantWorkerArgs *args)
 	slot->latch = MyLatch;
 	slot->state = REPLICANT_STATE_STARTING;
 	slot->last_error[0] = '\0';
+	slot->stop_requested = false;
 	LWLockRelease(replicant_shmem->lock);
 
 	MySlot = slot;
@@ -516,6 +517,7 @@ replicant_worker_main(Datum main_arg)
 		pg_atomic_write_u32(&MySlot->nudged, 0);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
+		replicant_delivery_stop_if_requested(MySlot);
 		replicant_delivery_reload_config();
 
 		cycle_start = GetCurrentTimestamp();

@@ -501,10 +501,20 @@ def query_json(args, sql):
     print_lines(json.dumps(dict(zip(names, r))) for r in cursor)
 
 
+SUBCOMMAND_HELP = {
+    "dump": "print the stored rows as JSON lines",
+    "stats": "print the counters as JSON",
+    "txlog": "print the applied transactions as JSON lines",
+    "messages": "print the stored messages as JSON lines",
+    "bodies": "print the kept bodies (serve --keep-bodies) as JSON lines",
+}
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the sink")
+    s = sub.add_parser("serve", help="run the sink: serve --port P --db FILE")
     s.add_argument("--port", type=int, required=True, help="0: any free port")
     s.add_argument("--port-file", help="write the port here once listening")
     s.add_argument("--secret", help="verify webhook-signature with this secret")
@@ -522,7 +532,7 @@ def main():
     s.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate ...")
     s.add_argument("--tls-key", metavar="PEM", help="... and this private key")
     for name in ("serve", "dump", "stats", "txlog", "messages", "bodies"):
-        q = s if name == "serve" else sub.add_parser(name)
+        q = s if name == "serve" else sub.add_parser(name, help=SUBCOMMAND_HELP[name])
         q.add_argument("--db", required=True, help="SQLite database file")
         if name == "dump":
             q.add_argument("--table", help="schema.table (default: all tables)")
@@ -530,6 +540,9 @@ def main():
                            help="print each stored key of --table and how many "
                                 "inserts, updates and reads it received")
     sub.add_parser("canon", help="canonicalize JSON lines from stdin, sorted")
+    # What a first user needs is how to start it: show serve's options too.
+    p.epilog = ("example: %(prog)s serve --port 8080 --db /tmp/sink.db\n\n"
+                % {"prog": p.prog} + s.format_help())
     args = p.parse_args()
 
     if args.command == "serve":

@@ -280,10 +280,10 @@ CREATE PUBLICATION cd_pub FOR TABLE cd_t;
 
 	$node->safe_psql('postgres', 'ALTER TABLE cd_t DROP COLUMN b');
 	$node->safe_psql('postgres', "INSERT INTO cd_t VALUES (2, '$MARK a2', '$MARK c2')");
-	expect_halt($label, 'coldrop', qr/^a column of table "cd_t" was dropped or renamed$/);
+	expect_halt($label, 'coldrop', qr/^column "b" of table "cd_t" was dropped or renamed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 	is(sink_row('public.cd_t', 2), '', "$label: the change after the drop was not delivered");
 	$node->safe_psql('postgres', "INSERT INTO cd_t VALUES (3, '$MARK a3', '$MARK c3')");
-	halted_across_restart($label, 'coldrop', qr/^a column of table "cd_t" was dropped or renamed$/);
+	halted_across_restart($label, 'coldrop', qr/^column "b" of table "cd_t" was dropped or renamed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 
 	resume('coldrop');
 	expect_streaming($label, 'coldrop');
@@ -310,7 +310,7 @@ CREATE PUBLICATION cd_pub FOR TABLE cd_t;
 		"$label: streaming after the restart");
 	$node->safe_psql('postgres', 'ALTER TABLE cd_t DROP COLUMN a');
 	$node->safe_psql('postgres', "INSERT INTO cd_t VALUES (6, '$MARK c6')");
-	expect_halt($label, 'coldrop', qr/^a column of table "cd_t" was dropped or renamed$/);
+	expect_halt($label, 'coldrop', qr/^column "a" of table "cd_t" was dropped or renamed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 	is(sink_row('public.cd_t', 6), '', "$label: the change after the drop was not delivered");
 	resume('coldrop');
 	expect_streaming($label, 'coldrop');
@@ -335,7 +335,7 @@ CREATE PUBLICATION fc_pub FOR TABLE fc_t;
 	create_pipeline('firstchg', 'fc_pub');
 	$node->safe_psql('postgres', 'ALTER TABLE fc_t DROP COLUMN a');
 	$node->safe_psql('postgres', "INSERT INTO fc_t VALUES (1, '$MARK b1')");
-	expect_halt($label, 'firstchg', qr/^a column of table "fc_t" was dropped or renamed$/);
+	expect_halt($label, 'firstchg', qr/^column "a" of table "fc_t" was dropped or renamed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 	is(sink_row('public.fc_t', 1), '', "$label: the change after the drop was not delivered");
 	drop_pipeline($label, 'firstchg');
 }
@@ -353,9 +353,9 @@ CREATE PUBLICATION ri_pub FOR TABLE ri_t;
 
 	$node->safe_psql('postgres', 'ALTER TABLE ri_t REPLICA IDENTITY FULL');
 	$node->safe_psql('postgres', "UPDATE ri_t SET v = '$MARK 1b' WHERE id = 1");
-	expect_halt($label, 'ident', qr/^the replica identity of table "ri_t" changed$/);
+	expect_halt($label, 'ident', qr/^the replica identity of table "ri_t" changed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 	$node->safe_psql('postgres', "INSERT INTO ri_t VALUES (2, '$MARK 2')");
-	halted_across_restart($label, 'ident', qr/^the replica identity of table "ri_t" changed$/);
+	halted_across_restart($label, 'ident', qr/^the replica identity of table "ri_t" changed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 
 	resume('ident');
 	expect_streaming($label, 'ident');

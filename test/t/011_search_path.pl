@@ -214,8 +214,15 @@ is(is_superuser(), 'f', 'the workers of evil\'s pipelines did not make it a supe
 as_evil('drop_pipeline', "SELECT replicant.drop_pipeline('ev2')");
 
 # ---- item 2: bitmap planning reads the table as the owner ------------------
+# create_pipeline refuses a table its owner cannot read, so the owner loses
+# the privilege after creating the pipeline.
 as_evil('create_pipeline of a table the owner may not read',
+	"SELECT replicant.create_pipeline('ev3', 'sp_pub2', '$url')",
+	error => qr/role "evil" cannot read published table "sp_hidden"/);
+$node->safe_psql('postgres', 'GRANT SELECT ON sp_hidden TO evil');
+as_evil('create_pipeline of a table the owner may read',
 	"SELECT replicant.create_pipeline('ev3', 'sp_pub2', '$url')");
+$node->safe_psql('postgres', 'REVOKE SELECT ON sp_hidden FROM evil');
 as_evil('backfill (bitmap) of a table the owner may not read',
 	"SELECT replicant.backfill('ev3', 'sp_hidden', 'bitmap')",
 	error => qr/permission denied for table sp_hidden/);

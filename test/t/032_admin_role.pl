@@ -1,0 +1,105 @@
+# replicant_admin: a role that is only a member of it can manage its own
+# pipelines and read the views; create_pipeline refuses tables the owner
+# cannot read and warns about tables without a replica identity.
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+my $node = ReplicantTest::new_node('admin');
+my $sink = ReplicantTest::start_sink();
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION replicant;
+	CREATE TABLE t (id int PRIMARY KEY);
+	CREATE TABLE nokey (id int);
+	CREATE TABLE hidden (id int PRIMARY KEY);
+	CREATE PUBLICATION pub FOR TABLE t;
+	CREATE PUBLICATION pub_nokey FOR TABLE nokey;
+	CREATE PUBLICATION pub_hidden FOR TABLE hidden;
+	CREATE ROLE alice LOGIN;
+	GRANT replicant_admin TO alice;
+	GRANT SELECT ON t, nokey TO alice;
+	CREATE ROLE bob LOGIN;
+});
+is($node->safe_psql('postgres',
+	"SELECT rolcanlogin FROM pg_roles WHERE rolname = 'replicant_admin'"),
+	'f', 'replicant_admin exists and cannot log in');
+
+sub as_alice
+{
+	my ($sql) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres', $sql, extra_params => [ '-U', 'alice' ]);
+	return ($ret, $out, $err);
+}
+
+my ($ret, $out, $err) = as_alice(
+	"SELECT replicant.create_pipeline('a', 'pub', '$sink->{url}')");
+is($ret, 0, 'a member of replicant_admin creates a pipeline') or diag($err);
+($ret, $out, $err) = as_alice(
+	"SELECT pipeline, state IS NOT NULL FROM replicant.status");
+is($ret, 0, 'and reads replicant.status without EXECUTE on its internals') or diag($err);
+is($out, 'a|t', 'replicant.status shows the pipeline');
+ok(ReplicantTest::poll($node,
+	"SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'a'"), 'it streams');
+$node->safe_psql('postgres', 'INSERT INTO t VALUES (1)');
+($ret, $out, $err) = as_alice("SELECT replicant.await_delivered('a', pg_current_wal_lsn(), 60000)");
+is($out, 't', 'await_delivered') or diag($err);
+
+foreach my $call (
+	"replicant.alter_pipeline('a', batch_max_transactions => 100)",
+	"replicant.disable_pipeline('a')",
+	"replicant.enable_pipeline('a')",
+	"replicant.resume_pipeline('a')",
+	"replicant.backfill('a', 't')",
+	"replicant.pipeline_definitions()",
+	"replicant.generate_secret()")
+{
+	($ret, $out, $err) = as_alice("SELECT $call");
+	is($ret, 0, "a member of replicant_admin calls $call") or diag($err);
+}
+($ret, $out, $err) = as_alice('SELECT count(*) FROM replicant.backfill_status');
+is($ret, 0, 'and reads replicant.backfill_status') or diag($err);
+
+($ret, $out, $err) = as_alice('SELECT count(*) FROM replicant.pipelines');
+isnt($ret, 0, 'the catalog holding secrets stays private');
+like($err, qr/permission denied for table pipelines/, '... permission denied');
+($ret, $out, $err) = $node->psql('postgres', 'SELECT count(*) FROM replicant.status',
+	extra_params => [ '-U', 'bob' ]);
+isnt($ret, 0, 'a role outside replicant_admin cannot read replicant.status');
+($ret, $out, $err) = $node->psql('postgres',
+	"SELECT replicant.create_pipeline('b', 'pub', '$sink->{url}')",
+	extra_params => [ '-U', 'bob' ]);
+like($err, qr/permission denied for schema replicant/, 'nor create pipelines');
+
+# Checked up front, not at the table's first change.
+($ret, $out, $err) = as_alice(
+	"SELECT replicant.create_pipeline('h', 'pub_hidden', '$sink->{url}')");
+isnt($ret, 0, 'create_pipeline refuses a table its owner cannot read');
+like($err, qr/role "alice" cannot read published table "hidden"/, '... and names it');
+is($node->safe_psql('postgres',
+	"SELECT count(*) FROM replicant.pipelines WHERE name = 'h'"), '0', '... leaving nothing behind');
+is($node->safe_psql('postgres',
+	"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_h'"), '0', '... no slot either');
+
+($ret, $out, $err) = as_alice(
+	"SELECT replicant.create_pipeline('k', 'pub_nokey', '$sink->{url}')");
+is($ret, 0, 'a table without replica identity is accepted') or diag($err);
+like($err, qr/WARNING:  table "public.nokey" is published for updates or deletes but has no replica identity/,
+	'... with a warning');
+($ret, $out, $err) = as_alice(
+	"SELECT replicant.create_pipeline('k2', 'pub', '$sink->{url}')");
+unlike($err, qr/WARNING/, 'no warning for a table with a primary key');
+
+foreach my $p ('a', 'k', 'k2')
+{
+	($ret, $out, $err) = as_alice("SELECT replicant.drop_pipeline('$p')");
+	is($ret, 0, "a member of replicant_admin drops pipeline $p") or diag($err);
+}
+
+$node->stop;
+$sink->stop;
+done_testing();
