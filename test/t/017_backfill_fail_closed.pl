@@ -133,4 +133,6 @@ for my $mode ('keyset', 'bitmap')
 	$fresh->stop;
 }
 
+$sink->stop;
+
 done_testing();

@@ -68,5 +68,7 @@ ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink2, ['wide'], 30),
 my @ids = ids_of($sink2, 'snapshot');
 is(scalar(grep { !/^bs-b\d+-(\d+-\d+|first|last)$/ } @ids), 0,
 	'initial snapshot: every webhook-id reads bs-b<id>-<position>-<part> or bs-b<id>-first|last');
+$sink2->stop;
+$sink->stop;
 
 done_testing();

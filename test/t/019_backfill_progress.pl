@@ -86,5 +86,6 @@ is($node->safe_psql('postgres', "SELECT rows_done FROM replicant.backfill_status
 	'20000', 'bitmap reads each row once');
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink2, ['seq', 'rnd'], 60),
 	'the sink equals the source');
+$sink2->stop;
 
 done_testing();
