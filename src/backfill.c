@@ -13,33 +13,56 @@
  * overwrites a newer change at the sink.  Progress is recorded after every
  * delivered chunk, so a crash resumes from the last one.
  *
+ * WAL order is not visibility order: a backend writes its commit record
+ * before it leaves the proc array, so a snapshot taken after the low
+ * watermark can miss a transaction committed below it.  A chunk whose
+ * snapshot misses a transaction the clog already shows committed is not
+ * read (it is tried again shortly); a delivered transaction the snapshot
+ * did not see collides with the chunk wherever it is in the stream.
+ *
+ * Without a key no chunk row can be told apart, so nothing but a TRUNCATE
+ * drops one: such a table may arrive with duplicates, never with holes.  An
+ * UPDATE that left TOASTed columns unchanged does not drop its row: the
+ * row as read goes before the update, so a sink that never saw the row
+ * still ends with every column.
+ *
  * Read methods, chosen when the backfill is planned and never changed:
  * keyset (ORDER BY key, the last key as cursor), bitmap (key sub-ranges
  * without ORDER BY, boundaries computed at plan time) and ctid (bounded block
  * windows, a TID Range Scan; the only method for tables without a key).  A
  * ctid cursor is stamped with the table's relfilenode and starts over when
- * VACUUM FULL, CLUSTER or TRUNCATE rewrote the table.
+ * VACUUM FULL, CLUSTER or TRUNCATE rewrote the table.  Keyset and bitmap
+ * compare and order the key with the operators of its index's operator
+ * families, in the index's column order, whatever the search_path.
  */
 #include "postgres.h"
 
 #include <math.h>
 
+#include "access/genam.h"
+#include "access/stratnum.h"
 #include "access/table.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_operator.h"
 #include "catalog/pg_type_d.h"
 #include "common/hashfn.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "optimizer/plancat.h"
 #include "replication/message.h"
 #include "storage/bufmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 #include "backfill.h"
 #include "compat.h"
@@ -50,6 +73,12 @@
 /* Rows per keyset chunk; blocks per ctid chunk; rows per bitmap range. */
 #define CHUNK_ROWS 2000
 #define CHUNK_BLOCKS 32
+/* Rows fetched from a chunk's cursor at a time. */
+#define FETCH_ROWS 200
+/* Wait before a chunk whose snapshot missed a commit is tried again. */
+#define GAP_RETRY_MS 100
+/* Blocks sampled for the physical order of a table without statistics. */
+#define ORDER_SAMPLE_BLOCKS 200
 
 /* |correlation| of the leading key column from which keyset reads in order. */
 #define KEYSET_CORRELATION 0.8
@@ -60,16 +89,207 @@ typedef struct KeyEntry
 	List	   *rows;			/* of int: indexes into chunk->rows */
 } KeyEntry;
 
-/* The key columns' names, in attnum order, for queries. */
-static List *
-key_column_names(Relation rel, Bitmapset *key_columns)
+/*
+ * The key's columns as its index orders them, with the operators of the
+ * index's operator families as SQL text (OPERATOR(schema.name)): a type's
+ * operators found through the search_path (pinned to pg_catalog in the
+ * worker) can be another type's, citext's "<" resolving to text's.
+ */
+typedef struct KeyOrder
 {
-	List	   *names = NIL;
-	int			attnum = -1;
+	List	   *names;			/* column names */
+	List	   *types;			/* their types, qualified */
+	List	   *order_ops;		/* ORDER BY ... USING, as the index orders */
+	List	   *after_ops;		/* "comes after" in that order */
+	List	   *eq_ops;
+	List	   *lt_ops;			/* ascending, whatever the index */
+	List	   *ge_ops;
+} KeyOrder;
 
-	while ((attnum = bms_next_member(key_columns, attnum)) >= 0)
-		names = lappend(names, pstrdup(NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname)));
-	return names;
+static char *
+qualified_operator(Oid opno)
+{
+	HeapTuple	tuple = SearchSysCache1(OPEROID, ObjectIdGetDatum(opno));
+	Form_pg_operator op;
+	char	   *sql;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for operator %u", opno);
+	op = (Form_pg_operator) GETSTRUCT(tuple);
+	sql = psprintf("OPERATOR(%s.%s)", quote_identifier(get_namespace_name(op->oprnamespace)),
+				   NameStr(op->oprname));
+	ReleaseSysCache(tuple);
+	return sql;
+}
+
+/* The index the key comes from: the replica identity's, else the primary key. */
+static Oid
+key_index(Relation rel)
+{
+	Oid			index = RelationGetReplicaIndex(rel);
+
+	return OidIsValid(index) ? index : REPLICANT_PRIMARY_KEY_INDEX(rel);
+}
+
+static KeyOrder *
+key_order(Relation rel)
+{
+	KeyOrder   *order = palloc0(sizeof(KeyOrder));
+	Oid			indexoid = key_index(rel);
+	Relation	index;
+	int			i;
+
+	if (!OidIsValid(indexoid))
+		elog(ERROR, "table \"%s\" has no key index", RelationGetRelationName(rel));
+	index = index_open(indexoid, AccessShareLock);
+	for (i = 0; i < IndexRelationGetNumberOfKeyAttributes(index); i++)
+	{
+		AttrNumber	attnum = index->rd_index->indkey.values[i];
+		Oid			family = index->rd_opfamily[i];
+		Oid			type = index->rd_opcintype[i];
+		bool		desc = (index->rd_indoption[i] & INDOPTION_DESC) != 0;
+		Oid			lt = get_opfamily_member(family, type, type, BTLessStrategyNumber);
+		Oid			gt = get_opfamily_member(family, type, type, BTGreaterStrategyNumber);
+		Oid			eq = get_opfamily_member(family, type, type, BTEqualStrategyNumber);
+		Oid			ge = get_opfamily_member(family, type, type, BTGreaterEqualStrategyNumber);
+
+		if (attnum <= 0 || !OidIsValid(lt) || !OidIsValid(gt) || !OidIsValid(eq) || !OidIsValid(ge))
+			elog(ERROR, "key index of table \"%s\" is not a btree index on columns",
+				 RelationGetRelationName(rel));
+		order->names = lappend(order->names,
+							   pstrdup(NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname)));
+		order->types = lappend(order->types,
+							   format_type_be_qualified(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid));
+		order->order_ops = lappend(order->order_ops, qualified_operator(desc ? gt : lt));
+		order->after_ops = lappend(order->after_ops, qualified_operator(desc ? lt : gt));
+		order->eq_ops = lappend(order->eq_ops, qualified_operator(eq));
+		order->lt_ops = lappend(order->lt_ops, qualified_operator(lt));
+		order->ge_ops = lappend(order->ge_ops, qualified_operator(ge));
+	}
+	index_close(index, AccessShareLock);
+	return order;
+}
+
+/* "ORDER BY a USING op, b USING op" as the key index orders. */
+static void
+append_order_by(StringInfo sql, KeyOrder *order)
+{
+	ListCell   *lc;
+	ListCell   *lo;
+
+	appendStringInfoString(sql, " ORDER BY ");
+	forboth(lc, order->names, lo, order->order_ops)
+		appendStringInfo(sql, "%s%s USING %s", foreach_current_index(lc) ? ", " : "",
+						 quote_identifier(lfirst(lc)), (char *) lfirst(lo));
+}
+
+/*
+ * "The key comes after the cursor ($1, $2, ...)": one row comparison when
+ * every column compares with the same operator, else spelled out column by
+ * column.
+ */
+static void
+append_after_cursor(StringInfo sql, KeyOrder *order)
+{
+	int			n = list_length(order->names);
+	bool		same = true;
+	int			i;
+	int			j;
+
+	for (i = 1; i < n; i++)
+		same &= strcmp(list_nth(order->after_ops, i), linitial(order->after_ops)) == 0;
+	if (same)
+	{
+		appendStringInfoString(sql, "ROW(");
+		for (i = 0; i < n; i++)
+			appendStringInfo(sql, "%s%s", i ? ", " : "",
+							 quote_identifier(list_nth(order->names, i)));
+		appendStringInfo(sql, ") %s ROW(", (char *) linitial(order->after_ops));
+		for (i = 0; i < n; i++)
+			appendStringInfo(sql, "%s$%d::%s", i ? ", " : "", i + 1,
+							 (char *) list_nth(order->types, i));
+		appendStringInfoChar(sql, ')');
+		return;
+	}
+	appendStringInfoChar(sql, '(');
+	for (i = 0; i < n; i++)
+	{
+		appendStringInfo(sql, "%s(", i ? " OR " : "");
+		for (j = 0; j < i; j++)
+			appendStringInfo(sql, "%s %s $%d::%s AND ",
+							 quote_identifier(list_nth(order->names, j)),
+							 (char *) list_nth(order->eq_ops, j), j + 1,
+							 (char *) list_nth(order->types, j));
+		appendStringInfo(sql, "%s %s $%d::%s)",
+						 quote_identifier(list_nth(order->names, i)),
+						 (char *) list_nth(order->after_ops, i), i + 1,
+						 (char *) list_nth(order->types, i));
+	}
+	appendStringInfoChar(sql, ')');
+}
+
+int64
+replicant_backfill_estimate_rows(Relation rel)
+{
+	BlockNumber pages;
+	double		tuples;
+	double		allvisfrac;
+
+	if (rel->rd_rel->reltuples >= 0)
+		return (int64) rel->rd_rel->reltuples;
+	/* The planner assumes ten pages for an empty table; it has none. */
+	if (RelationGetNumberOfBlocks(rel) == 0)
+		return 0;
+	estimate_rel_size(rel, NULL, &pages, &tuples, &allvisfrac);
+	return (int64) tuples;
+}
+
+/*
+ * How well the table's physical order follows the key's, from the first
+ * rows of evenly spread blocks (rank correlation, as pg_stats.correlation
+ * is), for a table never analysed.  Needs SPI.
+ */
+static bool
+sampled_correlation(Relation rel, KeyOrder *order, double *correlation)
+{
+	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
+	StringInfoData tids;
+	StringInfoData sql;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1];
+	bool		isnull = true;
+	BlockNumber i;
+	BlockNumber step;
+
+	if (nblocks == 0)
+		return false;
+	step = Max(1, nblocks / ORDER_SAMPLE_BLOCKS);
+	initStringInfo(&tids);
+	appendStringInfoChar(&tids, '{');
+	for (i = 0; i < nblocks; i += step)
+		appendStringInfo(&tids, "%s\"(%u,1)\",\"(%u,2)\",\"(%u,3)\"", i ? "," : "", i, i, i);
+	appendStringInfoChar(&tids, '}');
+	args[0] = CStringGetTextDatum(tids.data);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "SELECT pg_catalog.corr(a::pg_catalog.float8, b::pg_catalog.float8) FROM ("
+					 " SELECT pg_catalog.row_number() OVER (ORDER BY ctid USING OPERATOR(pg_catalog.<)) AS a,"
+					 "        pg_catalog.row_number() OVER (");
+	append_order_by(&sql, order);
+	appendStringInfo(&sql, ") AS b FROM ONLY %s"
+					 "  WHERE ctid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.tid[])) s",
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+												RelationGetRelationName(rel)));
+	if (SPI_execute_with_args(sql.data, 1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
+		SPI_processed > 0)
+	{
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			*correlation = DatumGetFloat8(d);
+	}
+	return !isnull;
 }
 
 char *
@@ -114,13 +334,15 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 		Datum		args[3];
 		bool		isnull = true;
 		double		correlation = 0;
-		List	   *keys = key_column_names(rel, key_columns);
+		KeyOrder   *order = key_order(rel);
 
 		args[0] = CStringGetTextDatum(get_namespace_name(RelationGetNamespace(rel)));
 		args[1] = CStringGetTextDatum(RelationGetRelationName(rel));
-		args[2] = CStringGetTextDatum(linitial(keys));
+		args[2] = CStringGetTextDatum(linitial(order->names));
 		if (SPI_execute_with_args("SELECT correlation FROM pg_catalog.pg_stats"
-								  " WHERE schemaname = $1 AND tablename = $2 AND attname = $3",
+								  " WHERE schemaname OPERATOR(pg_catalog.=) $1"
+								  "   AND tablename OPERATOR(pg_catalog.=) $2"
+								  "   AND attname OPERATOR(pg_catalog.=) $3",
 								  3, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
 			SPI_processed > 0)
 		{
@@ -129,6 +351,9 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 			if (!isnull)
 				correlation = DatumGetFloat4(d);
 		}
+		/* Never analysed: look at the physical order itself. */
+		if (isnull)
+			isnull = !sampled_correlation(rel, order, &correlation);
 		if (!isnull && fabs(correlation) >= KEYSET_CORRELATION)
 			mode = "keyset";
 		else
@@ -164,30 +389,28 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 	args[0] = Int32GetDatum(pipeline_id);
 	args[1] = ObjectIdGetDatum(relid);
 	args[2] = CStringGetTextDatum(mode);
-	args[3] = Int64GetDatum((int64) Max(rel->rd_rel->reltuples, 0));
+	args[3] = Int64GetDatum(replicant_backfill_estimate_rows(rel));
 	args[4] = ObjectIdGetDatum(rel->rd_rel->relfilenode);
 
 	if (strcmp(mode, "bitmap") == 0)
 	{
 		/* Boundaries of sub-ranges of about CHUNK_ROWS rows each. */
-		Bitmapset  *key_columns;
-		bool		whole_row;
-		bool		identity_full;
-		const char *key;
+		KeyOrder   *order = key_order(rel);
+		const char *key = quote_identifier(linitial(order->names));
+		const char *lt = linitial(order->lt_ops);
 		int64		ranges;
 		StringInfoData sql;
 
-		replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
-		key = quote_identifier(linitial(key_column_names(rel, key_columns)));
 		ranges = Max(1, DatumGetInt64(args[3]) / CHUNK_ROWS);
 		initStringInfo(&sql);
-		/* Sorted as the key's type: as text, 10 would come before 9. */
+		/* Sorted as the key's index sorts: as text, 10 would come before 9. */
 		appendStringInfo(&sql,
-						 "SELECT array_agg(b::text ORDER BY b) FROM (SELECT DISTINCT b FROM unnest(("
-						 "  SELECT percentile_disc(ARRAY(SELECT g::float8 / " INT64_FORMAT
-						 "                              FROM generate_series(1, " INT64_FORMAT ") g))"
-						 "         WITHIN GROUP (ORDER BY %s) FROM ONLY %s)) b) d",
-						 ranges, ranges - 1, key,
+						 "SELECT pg_catalog.array_agg(b::pg_catalog.text ORDER BY b USING %s)"
+						 "  FROM (SELECT DISTINCT b FROM pg_catalog.unnest(("
+						 "  SELECT pg_catalog.percentile_disc(ARRAY(SELECT g::pg_catalog.float8 OPERATOR(pg_catalog./) " INT64_FORMAT
+						 "                              FROM pg_catalog.generate_series(1, " INT64_FORMAT ") g))"
+						 "         WITHIN GROUP (ORDER BY %s USING %s) FROM ONLY %s)) b) d",
+						 lt, ranges, ranges - 1, key, lt,
 						 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 													RelationGetRelationName(rel)));
 		if (SPI_execute(sql.data, true, 1) != SPI_OK_SELECT)
@@ -242,7 +465,7 @@ replicant_backfill_next(int32 pipeline_id)
 
 	replicant_catalog_begin(&access);
 	if (SPI_execute_with_args("SELECT id, relid, mode, relfilenode, cursor_key, next_block,"
-							  "       bounds, next_range, first_sent"
+							  "       bounds, next_range, first_sent, rows_done"
 							  "  FROM replicant.backfills"
 							  " WHERE pipeline_id = $1 AND kind = 'incremental'"
 							  "   AND state IN ('planned', 'running')"
@@ -255,11 +478,14 @@ replicant_backfill_next(int32 pipeline_id)
 		TupleDesc	d = SPI_tuptable->tupdesc;
 		bool		isnull;
 		Datum		v;
+		char	   *relname;
 		MemoryContext old = MemoryContextSwitchTo(caller);
 
 		b = palloc0(sizeof(ReplicantBackfill));
 		b->id = DatumGetInt64(SPI_getbinval(t, d, 1, &isnull));
 		b->relid = DatumGetObjectId(SPI_getbinval(t, d, 2, &isnull));
+		relname = get_rel_name(b->relid);
+		strlcpy(b->relname, relname ? relname : "", NAMEDATALEN);
 		b->mode = TextDatumGetCString(SPI_getbinval(t, d, 3, &isnull));
 		b->relfilenode = DatumGetObjectId(SPI_getbinval(t, d, 4, &isnull));
 		v = SPI_getbinval(t, d, 5, &isnull);
@@ -269,6 +495,7 @@ replicant_backfill_next(int32 pipeline_id)
 		b->bounds = text_array_to_list(v, isnull);
 		b->next_range = DatumGetInt32(SPI_getbinval(t, d, 8, &isnull));
 		b->first_sent = DatumGetBool(SPI_getbinval(t, d, 9, &isnull));
+		b->rows_done = DatumGetInt64(SPI_getbinval(t, d, 10, &isnull));
 		MemoryContextSwitchTo(old);
 	}
 	replicant_catalog_end(&access);
@@ -277,13 +504,10 @@ replicant_backfill_next(int32 pipeline_id)
 
 /* Builds the chunk's SELECT; parameters are the cursor's key values. */
 static char *
-chunk_query(ReplicantBackfill *b, Relation rel, List *keys, List *key_types,
+chunk_query(ReplicantBackfill *b, Relation rel, KeyOrder *order,
 			int64 nblocks, bool *last)
 {
 	StringInfoData sql;
-	ListCell   *lc;
-	ListCell   *lt;
-	int			i;
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT * FROM ONLY %s",
@@ -292,7 +516,8 @@ chunk_query(ReplicantBackfill *b, Relation rel, List *keys, List *key_types,
 	*last = false;
 	if (strcmp(b->mode, "ctid") == 0)
 	{
-		appendStringInfo(&sql, " WHERE ctid >= '(" INT64_FORMAT ",0)'::tid AND ctid < '(" INT64_FORMAT ",0)'::tid",
+		appendStringInfo(&sql, " WHERE ctid OPERATOR(pg_catalog.>=) '(" INT64_FORMAT ",0)'::pg_catalog.tid"
+						 " AND ctid OPERATOR(pg_catalog.<) '(" INT64_FORMAT ",0)'::pg_catalog.tid",
 						 b->next_block, b->next_block + CHUNK_BLOCKS);
 		*last = (b->next_block + CHUNK_BLOCKS >= nblocks);
 	}
@@ -300,35 +525,24 @@ chunk_query(ReplicantBackfill *b, Relation rel, List *keys, List *key_types,
 	{
 		if (b->cursor_key != NIL)
 		{
-			appendStringInfoString(&sql, " WHERE (");
-			foreach(lc, keys)
-				appendStringInfo(&sql, "%s%s", foreach_current_index(lc) ? ", " : "",
-								 quote_identifier(lfirst(lc)));
-			appendStringInfoString(&sql, ") > (");
-			i = 1;
-			forboth(lc, keys, lt, key_types)
-				appendStringInfo(&sql, "%s$%d::%s", i > 1 ? ", " : "", i,
-								 (char *) lfirst(lt)), i++;
-			appendStringInfoChar(&sql, ')');
+			appendStringInfoString(&sql, " WHERE ");
+			append_after_cursor(&sql, order);
 		}
-		appendStringInfoString(&sql, " ORDER BY ");
-		foreach(lc, keys)
-			appendStringInfo(&sql, "%s%s", foreach_current_index(lc) ? ", " : "",
-							 quote_identifier(lfirst(lc)));
+		append_order_by(&sql, order);
 		appendStringInfo(&sql, " LIMIT %d", CHUNK_ROWS);
 	}
 	else
 	{
 		/* bitmap: range next_range is [bounds[r-1], bounds[r]) */
 		int			nbounds = list_length(b->bounds);
-		const char *key = quote_identifier(linitial(keys));
-		char	   *type = linitial(key_types);
+		const char *key = quote_identifier(linitial(order->names));
+		char	   *type = linitial(order->types);
 
 		appendStringInfoString(&sql, " WHERE true");
 		if (b->next_range > 0)
-			appendStringInfo(&sql, " AND %s >= $1::%s", key, type);
+			appendStringInfo(&sql, " AND %s %s $1::%s", key, (char *) linitial(order->ge_ops), type);
 		if (b->next_range < nbounds)
-			appendStringInfo(&sql, " AND %s < $2::%s", key, type);
+			appendStringInfo(&sql, " AND %s %s $2::%s", key, (char *) linitial(order->lt_ops), type);
 		*last = (b->next_range >= nbounds);
 	}
 	return sql.data;
@@ -365,8 +579,24 @@ add_row(ReplicantChunk *chunk, const char *key, int keylen, const char *change, 
 	MemoryContextSwitchTo(old);
 }
 
+bool
+replicant_chunk_sees(ReplicantChunk *chunk, TransactionId xid)
+{
+	int			i;
+
+	if (TransactionIdPrecedes(xid, chunk->snap_xmin))
+		return true;
+	if (!TransactionIdPrecedes(xid, chunk->snap_xmax))
+		return false;
+	for (i = 0; i < chunk->snap_xcnt; i++)
+		if (TransactionIdEquals(xid, chunk->snap_xip[i]))
+			return false;
+	return true;
+}
+
 void
-replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len)
+replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len,
+						 ReplicantBatch *keep_in)
 {
 	uint32		h = key_hash(key, len);
 	KeyEntry   *entry = hash_search(chunk->by_key, &h, HASH_FIND, NULL);
@@ -378,8 +608,11 @@ replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len)
 	{
 		ReplicantChunkRow *row = &chunk->rows[lfirst_int(lc)];
 
-		if (strlen(row->key) == len && memcmp(row->key, key, len) == 0)
-			row->dropped = true;
+		if (row->dropped || strlen(row->key) != len || memcmp(row->key, key, len) != 0)
+			continue;
+		if (keep_in)
+			replicant_batch_add_change(keep_in, row->change, strlen(row->change));
+		row->dropped = true;
 	}
 }
 
@@ -393,18 +626,23 @@ replicant_chunk_drop_all(ReplicantChunk *chunk)
 }
 
 int
-replicant_chunk_rows(ReplicantChunk *chunk, StringInfo out)
+replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out, int max_bytes)
 {
 	int			n = 0;
-	int			i;
 
-	for (i = 0; i < chunk->nrows; i++)
+	for (; *next < chunk->nrows; (*next)++)
 	{
-		if (chunk->rows[i].dropped)
+		ReplicantChunkRow *row = &chunk->rows[*next];
+		size_t		len;
+
+		if (row->dropped)
 			continue;
+		len = strlen(row->change);
+		if (n > 0 && out->len + len + 3 > max_bytes)
+			break;
 		if (n++ > 0)
 			appendStringInfoChar(out, ',');
-		appendStringInfoString(out, chunk->rows[i].change);
+		appendBinaryStringInfo(out, row->change, len);
 	}
 	return n;
 }
@@ -417,68 +655,280 @@ write_watermark(const char *kind, const char *token)
 	return REPLICANT_LOG_LOGICAL_MESSAGE(REPLICANT_WATERMARK_PREFIX, message, strlen(message), false);
 }
 
+/*
+ * Whether the snapshot misses a transaction that already committed: its
+ * commit record may be below the low watermark, outside the window, and
+ * the chunk would read the row as it was before.
+ */
+static bool
+snapshot_misses_commits(Snapshot snapshot)
+{
+	uint32		i;
+
+	for (i = 0; i < snapshot->xcnt; i++)
+		if (TransactionIdDidCommit(snapshot->xip[i]))
+			return true;
+	return false;
+}
+
+static void
+keep_snapshot(ReplicantChunk *chunk, Snapshot snapshot)
+{
+	chunk->snap_xmin = snapshot->xmin;
+	chunk->snap_xmax = snapshot->xmax;
+	chunk->snap_xcnt = snapshot->xcnt;
+	chunk->snap_xip = MemoryContextAlloc(chunk->context,
+										 sizeof(TransactionId) * Max(1, snapshot->xcnt));
+	memcpy(chunk->snap_xip, snapshot->xip, sizeof(TransactionId) * snapshot->xcnt);
+}
+
+static ReplicantChunk *
+new_chunk(ReplicantBackfill *b, MemoryContext parent)
+{
+	ReplicantChunk *chunk = MemoryContextAllocZero(parent, sizeof(ReplicantChunk));
+	HASHCTL		ctl;
+
+	chunk->context = AllocSetContextCreate(parent, "replicant backfill chunk",
+										   ALLOCSET_DEFAULT_SIZES);
+	chunk->backfill = b;
+	snprintf(chunk->token, sizeof(chunk->token), INT64_FORMAT ":" INT64_FORMAT ":%u",
+			 b->id, b->chunks++, (uint32) pg_prng_uint32(&pg_global_prng_state));
+	ctl.keysize = sizeof(uint32);
+	ctl.entrysize = sizeof(KeyEntry);
+	ctl.hcxt = chunk->context;
+	chunk->by_key = hash_create("replicant chunk keys", CHUNK_ROWS * 2, &ctl,
+								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	if (strcmp(b->mode, "ctid") == 0)
+		chunk->position = b->next_block;
+	else if (strcmp(b->mode, "bitmap") == 0)
+		chunk->position = b->next_range;
+	else
+		chunk->position = b->rows_done;
+	return chunk;
+}
+
+/* A copy of a list of strings in the current memory context. */
+static List *
+copy_strings(List *strings)
+{
+	List	   *copy = NIL;
+	ListCell   *lc;
+
+	foreach(lc, strings)
+		copy = lappend(copy, pstrdup(lfirst(lc)));
+	return copy;
+}
+
+/* The cursor's parameters: keyset's last key, bitmap's range bounds. */
+static int
+chunk_args(ReplicantBackfill *b, Datum *args, Oid *types, char *nulls)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	if (strcmp(b->mode, "keyset") == 0)
+	{
+		foreach(lc, b->cursor_key)
+		{
+			args[n] = CStringGetTextDatum(lfirst(lc));
+			types[n] = TEXTOID;
+			nulls[n++] = ' ';
+		}
+	}
+	else if (strcmp(b->mode, "bitmap") == 0)
+	{
+		types[0] = types[1] = TEXTOID;
+		nulls[0] = nulls[1] = 'n';
+		args[0] = args[1] = (Datum) 0;
+		if (b->next_range > 0)
+		{
+			args[0] = CStringGetTextDatum(list_nth(b->bounds, b->next_range - 1));
+			nulls[0] = ' ';
+		}
+		if (b->next_range < list_length(b->bounds))
+		{
+			args[1] = CStringGetTextDatum(list_nth(b->bounds, b->next_range));
+			nulls[1] = ' ';
+		}
+		n = 2;
+	}
+	return n;
+}
+
+/*
+ * Reads the chunk's rows through a cursor under the given snapshot.  A
+ * keyset chunk ends early once its rows reach max_bytes (at least one
+ * row), its cursor then being the last row taken.
+ */
+static void
+read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *query,
+		  Snapshot snapshot, int max_bytes, bool *last)
+{
+	ReplicantBackfill *b = chunk->backfill;
+	TupleDesc	desc = RelationGetDescr(rel);
+	Bitmapset  *key_columns;
+	bool		whole_row;
+	bool		identity_full;
+	bool		keyset = strcmp(b->mode, "keyset") == 0;
+	Datum		args[INDEX_MAX_KEYS];
+	Oid			types[INDEX_MAX_KEYS];
+	char		nulls[INDEX_MAX_KEYS];
+	int			nargs = chunk_args(b, args, types, nulls);
+	StringInfoData change;
+	StringInfoData key;
+	StringInfoData names;
+	Datum	   *values = palloc(sizeof(Datum) * desc->natts);
+	bool	   *isnull = palloc(sizeof(bool) * desc->natts);
+	Portal		portal;
+	int64		bytes = 0;
+	int64		nread = 0;
+	bool		full = false;
+	HeapTuple	lastrow = NULL;
+	TupleDesc	lastdesc = NULL;
+	MemoryContext row_context = AllocSetContextCreate(CurrentMemoryContext,
+													  "replicant backfill row",
+													  ALLOCSET_DEFAULT_SIZES);
+
+	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
+	initStringInfo(&change);
+	initStringInfo(&key);
+	initStringInfo(&names);
+	appendStringInfoString(&names, "\"schema\":");
+	replicant_encode_string(&names, get_namespace_name(RelationGetNamespace(rel)));
+	appendStringInfoString(&names, ",\"table\":");
+	replicant_encode_string(&names, RelationGetRelationName(rel));
+	chunk->names = MemoryContextStrdup(chunk->context, names.data);
+
+	PushActiveSnapshot(snapshot);
+	portal = SPI_cursor_open_with_args(NULL, query, nargs, types, args,
+									   nargs ? nulls : NULL, true, 0);
+	while (!full)
+	{
+		uint64		i;
+
+		SPI_cursor_fetch(portal, true, FETCH_ROWS);
+		if (SPI_processed == 0)
+			break;
+		for (i = 0; i < SPI_processed && !full; i++)
+		{
+			/* Detoasted values die with the row; add_row keeps a copy. */
+			MemoryContext old = MemoryContextSwitchTo(row_context);
+
+			replicant_snapshot_encode_read(&change, &key, names.data, desc,
+										   SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+										   values, isnull, key_columns, whole_row);
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(row_context);
+			add_row(chunk, key.data, key.len, change.data, change.len);
+			bytes += change.len;
+			nread++;
+			full = keyset && bytes >= max_bytes;
+		}
+		if (keyset)
+		{
+			/* The cursor after this chunk, applied once it is delivered. */
+			MemoryContext old = MemoryContextSwitchTo(chunk->context);
+			ListCell   *lc;
+
+			lastrow = SPI_tuptable->vals[i - 1];
+			lastdesc = SPI_tuptable->tupdesc;
+			list_free_deep(chunk->next_cursor_key);
+			chunk->next_cursor_key = NIL;
+			foreach(lc, order->names)
+				chunk->next_cursor_key =
+					lappend(chunk->next_cursor_key,
+							SPI_getvalue(lastrow, lastdesc, SPI_fnumber(lastdesc, lfirst(lc))));
+			MemoryContextSwitchTo(old);
+		}
+		SPI_freetuptable(SPI_tuptable);
+	}
+	SPI_cursor_close(portal);
+	PopActiveSnapshot();
+	MemoryContextDelete(row_context);
+
+	if (keyset)
+	{
+		*last = !full && nread < CHUNK_ROWS;
+		if (lastrow == NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(chunk->context);
+
+			chunk->next_cursor_key = copy_strings(b->cursor_key);
+			MemoryContextSwitchTo(old);
+		}
+	}
+}
+
 ReplicantChunk *
-replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b)
+replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
+							  char **halt_reason)
 {
 	ReplicantCatalogAccess access;
 	MemoryContext caller = CurrentMemoryContext;
 	ReplicantChunk *chunk;
 	Relation	rel;
-	TupleDesc	desc;
-	Bitmapset  *key_columns;
-	bool		whole_row;
-	bool		identity_full;
-	List	   *keys = NIL;
-	List	   *key_types = NIL;
+	KeyOrder   *order = NULL;
+	Snapshot	snapshot;
 	char	   *query;
-	Datum		args[2];
-	Oid			argtypes[2] = {TEXTOID, TEXTOID};
-	int			nargs = 0;
-	StringInfoData change;
-	StringInfoData key;
-	Datum	   *values;
-	bool	   *nulls;
-	uint64		i;
 	XLogRecPtr	high;
 	bool		last;
 	int64		nblocks;
 
-	chunk = MemoryContextAllocZero(caller, sizeof(ReplicantChunk));
-	chunk->context = AllocSetContextCreate(caller, "replicant backfill chunk",
-										   ALLOCSET_DEFAULT_SIZES);
-	chunk->backfill = b;
-	snprintf(chunk->token, sizeof(chunk->token), INT64_FORMAT ":" INT64_FORMAT ":%u",
-			 b->id, b->chunks++, (uint32) pg_prng_uint32(&pg_global_prng_state));
-	{
-		HASHCTL		ctl;
+	*halt_reason = NULL;
+	chunk = new_chunk(b, caller);
 
-		ctl.keysize = sizeof(uint32);
-		ctl.entrysize = sizeof(KeyEntry);
-		ctl.hcxt = chunk->context;
-		chunk->by_key = hash_create("replicant chunk keys", CHUNK_ROWS * 2, &ctl,
-									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
-
+	/* Chunk reads take their own snapshot: no transaction snapshot first. */
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
 	replicant_catalog_begin(&access);
 
 	/* Before the chunk's snapshot exists: changes after it open the window. */
 	(void) write_watermark("low", chunk->token);
 
-	/*
-	 * Read as the pipeline's owner, as the stream would.  Not read-only: SPI
-	 * then takes a fresh snapshot for the query, after the low watermark.
-	 */
+	/* Read as the pipeline's owner, as the stream would. */
 	SetUserIdAndSecContext(access.saved_userid, access.saved_sec_context);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	if (snapshot_misses_commits(snapshot))
+	{
+		/* Not visible yet: try again once the proc array has caught up. */
+		if (!b->deferred)
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" defers a backfill chunk of table \"%s\"",
+							pipeline->name, b->relname),
+					 errdetail("A committed transaction is not visible to new snapshots yet.")));
+		b->deferred = true;
+		UnregisterSnapshot(snapshot);
+		replicant_catalog_end(&access);
+		MemoryContextDelete(chunk->context);
+		pfree(chunk);
+		b->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), GAP_RETRY_MS);
+		return NULL;
+	}
+	b->deferred = false;
+	keep_snapshot(chunk, snapshot);
+
 	rel = try_table_open(b->relid, AccessShareLock);
 	if (rel == NULL)
 	{
 		/* Dropped: nothing more to read. */
+		UnregisterSnapshot(snapshot);
 		chunk->last = true;
 		chunk->names = NULL;
 		high = write_watermark("high", chunk->token);
 		replicant_catalog_end(&access);
 		XLogFlush(high);
 		return chunk;
+	}
+	*halt_reason = replicant_snapshot_read_denied(rel);
+	if (*halt_reason)
+	{
+		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
+		table_close(rel, AccessShareLock);
+		UnregisterSnapshot(snapshot);
+		replicant_catalog_end(&access);
+		MemoryContextDelete(chunk->context);
+		pfree(chunk);
+		return NULL;
 	}
 	if (strcmp(b->mode, "ctid") == 0 && rel->rd_rel->relfilenode != b->relfilenode)
 	{
@@ -488,109 +938,20 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b)
 						RelationGetRelationName(rel))));
 		b->relfilenode = rel->rd_rel->relfilenode;
 		b->next_block = 0;
+		chunk->position = 0;
 	}
 	nblocks = RelationGetNumberOfBlocks(rel);
-	desc = RelationGetDescr(rel);
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
-	if (key_columns)
-	{
-		int			a = -1;
+	if (strcmp(b->mode, "ctid") != 0)
+		order = key_order(rel);
+	query = chunk_query(b, rel, order, nblocks, &last);
+	read_rows(chunk, rel, order, query, snapshot, pipeline->batch_max_bytes, &last);
+	UnregisterSnapshot(snapshot);
 
-		keys = key_column_names(rel, key_columns);
-		while ((a = bms_next_member(key_columns, a)) >= 0)
-			key_types = lappend(key_types, format_type_be_qualified(TupleDescAttr(desc, a - 1)->atttypid));
-	}
-	query = chunk_query(b, rel, keys, key_types, nblocks, &last);
-
-	if (strcmp(b->mode, "keyset") == 0)
-	{
-		ListCell   *lc;
-
-		nargs = list_length(b->cursor_key);
-		if (nargs > 0)
-		{
-			Datum	   *kv = palloc(sizeof(Datum) * nargs);
-			Oid		   *kt = palloc(sizeof(Oid) * nargs);
-
-			foreach(lc, b->cursor_key)
-			{
-				kv[foreach_current_index(lc)] = CStringGetTextDatum(lfirst(lc));
-				kt[foreach_current_index(lc)] = TEXTOID;
-			}
-			if (SPI_execute_with_args(query, nargs, kt, kv, NULL, false, 0) != SPI_OK_SELECT)
-				elog(ERROR, "could not read a backfill chunk");
-		}
-		else if (SPI_execute(query, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not read a backfill chunk");
-		last = SPI_processed < CHUNK_ROWS;
-	}
-	else
-	{
-		char		argnulls[2] = {'n', 'n'};
-
-		if (strcmp(b->mode, "bitmap") == 0)
-		{
-			if (b->next_range > 0)
-			{
-				args[0] = CStringGetTextDatum(list_nth(b->bounds, b->next_range - 1));
-				argnulls[0] = ' ';
-			}
-			if (b->next_range < list_length(b->bounds))
-			{
-				args[1] = CStringGetTextDatum(list_nth(b->bounds, b->next_range));
-				argnulls[1] = ' ';
-			}
-			nargs = 2;
-		}
-		if (SPI_execute_with_args(query, nargs, argtypes, args, nargs ? argnulls : NULL,
-								  false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not read a backfill chunk");
-	}
-
-	/* Encode every row as a "read", keyed like the stream keys it. */
-	values = palloc(sizeof(Datum) * desc->natts);
-	nulls = palloc(sizeof(bool) * desc->natts);
-	initStringInfo(&change);
-	initStringInfo(&key);
-	{
-		StringInfoData names;
-
-		initStringInfo(&names);
-		appendStringInfoString(&names, "\"schema\":");
-		replicant_encode_string(&names, get_namespace_name(RelationGetNamespace(rel)));
-		appendStringInfoString(&names, ",\"table\":");
-		replicant_encode_string(&names, RelationGetRelationName(rel));
-		chunk->names = MemoryContextStrdup(chunk->context, names.data);
-
-		for (i = 0; i < SPI_processed; i++)
-		{
-			replicant_snapshot_encode_read(&change, &key, names.data, desc,
-										   SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-										   values, nulls, key_columns, whole_row);
-			add_row(chunk, key.data, key.len, change.data, change.len);
-		}
-	}
-
-	/*
-	 * The cursor after this chunk, applied once it is delivered.  SPI's
-	 * memory goes away at the end of the transaction: keep it in the chunk.
-	 */
+	if (strcmp(b->mode, "keyset") != 0)
 	{
 		MemoryContext old = MemoryContextSwitchTo(chunk->context);
 
-		if (strcmp(b->mode, "keyset") == 0 && SPI_processed > 0)
-		{
-			HeapTuple	lastrow = SPI_tuptable->vals[SPI_processed - 1];
-			ListCell   *lc;
-
-			foreach(lc, keys)
-				chunk->next_cursor_key =
-					lappend(chunk->next_cursor_key,
-							SPI_getvalue(lastrow, SPI_tuptable->tupdesc,
-										 SPI_fnumber(SPI_tuptable->tupdesc, lfirst(lc))));
-		}
-		else
-			chunk->next_cursor_key = list_copy(b->cursor_key);
+		chunk->next_cursor_key = copy_strings(b->cursor_key);
 		MemoryContextSwitchTo(old);
 	}
 	chunk->next_block = b->next_block + CHUNK_BLOCKS;
@@ -619,6 +980,7 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 	MemoryContext caller = CurrentMemoryContext;
 
 	b->first_sent = true;
+	b->rows_done += delivered;
 	if (strcmp(b->mode, "ctid") == 0)
 		b->next_block = chunk->next_block;
 	else if (strcmp(b->mode, "bitmap") == 0)
@@ -627,10 +989,8 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 	{
 		/* The backfill outlives the chunk: copy the cursor where it lives. */
 		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(b));
-		List	   *cursor = NIL;
+		List	   *cursor = copy_strings(chunk->next_cursor_key);
 
-		foreach(lc, chunk->next_cursor_key)
-			cursor = lappend(cursor, pstrdup(lfirst(lc)));
 		list_free_deep(b->cursor_key);
 		b->cursor_key = cursor;
 		MemoryContextSwitchTo(old);

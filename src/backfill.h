@@ -6,10 +6,13 @@
 #ifndef REPLICANT_BACKFILL_H
 #define REPLICANT_BACKFILL_H
 
+#include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
 #include "utils/hsearch.h"
+#include "utils/rel.h"
 
+#include "batch.h"
 #include "pipeline.h"
 
 /* Prefix of the watermark messages written into WAL; never delivered. */
@@ -20,6 +23,7 @@ typedef struct ReplicantBackfill
 {
 	int64		id;
 	Oid			relid;
+	char		relname[NAMEDATALEN];	/* for messages */
 	char	   *mode;			/* keyset | bitmap | ctid */
 	Oid			relfilenode;	/* stamped at plan time (ctid) */
 	List	   *cursor_key;		/* keyset: last key delivered, as text */
@@ -27,7 +31,10 @@ typedef struct ReplicantBackfill
 	List	   *bounds;			/* bitmap: range boundaries, as text */
 	int32		next_range;		/* bitmap: first range not yet delivered */
 	bool		first_sent;
+	int64		rows_done;		/* rows delivered so far */
 	int64		chunks;			/* chunks read by this process */
+	TimestampTz retry_at;		/* read no chunk before */
+	bool		deferred;		/* the last chunk waited for a commit */
 } ReplicantBackfill;
 
 /* A row read into a chunk. */
@@ -40,9 +47,11 @@ typedef struct ReplicantChunkRow
 
 /*
  * A chunk between its watermarks.  The output plugin opens it at the low
- * watermark, drops every row whose key a delivered change touches while it
- * is open, and completes it at the high watermark, where the worker
- * delivers what is left.
+ * watermark and completes it at the high watermark, where the worker
+ * delivers what is left.  A delivered change collides with the chunk when
+ * it comes inside the window or when the chunk's snapshot did not see its
+ * transaction; it drops the chunk's rows with its key (or, for an update
+ * that left TOASTed columns unchanged, puts the read row before itself).
  */
 typedef struct ReplicantChunk
 {
@@ -57,11 +66,22 @@ typedef struct ReplicantChunk
 	HTAB	   *by_key;			/* key hash -> list of row indexes */
 	List	   *next_cursor_key;
 	int64		next_block;
+	int64		position;		/* where the chunk starts, for webhook-ids */
+	TransactionId snap_xmin;	/* the chunk's snapshot */
+	TransactionId snap_xmax;
+	TransactionId *snap_xip;
+	int			snap_xcnt;
 	MemoryContext context;
 } ReplicantChunk;
 
 /* Router: resolves 'auto' from the table's keys and pg_stats (needs SPI). */
 extern char *replicant_backfill_choose_mode(Oid relid, const char *requested);
+
+/*
+ * Rows of rel as the planner estimates them: reltuples, or for a table
+ * never vacuumed or analysed, its size over the estimated row width.
+ */
+extern int64 replicant_backfill_estimate_rows(Relation rel);
 
 /* Plans a backfill of relid for the pipeline (needs SPI); returns its id. */
 extern int64 replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid,
@@ -71,24 +91,36 @@ extern int64 replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid,
 extern ReplicantBackfill *replicant_backfill_next(int32 pipeline_id);
 
 /*
- * Writes the low watermark, reads the next chunk under a fresh snapshot,
- * writes the high watermark and flushes WAL up to it.  Returns NULL when
- * the backfill has nothing left (it is then marked done).
+ * Writes the low watermark, reads the next chunk under a snapshot taken
+ * after it, writes the high watermark and flushes WAL up to it.  Returns
+ * NULL without reading when the snapshot misses a committed transaction
+ * (backfill->retry_at says when to try again), or with *halt_reason set
+ * when the owner may not read the whole table.
  */
 extern ReplicantChunk *replicant_backfill_read_chunk(ReplicantPipeline *pipeline,
-													 ReplicantBackfill *backfill);
+													 ReplicantBackfill *backfill,
+													 char **halt_reason);
 
-/* Marks the chunk's rows with this key JSON as superseded by the stream. */
-extern void replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len);
+/* Whether the chunk's snapshot saw the committed transaction xid. */
+extern bool replicant_chunk_sees(ReplicantChunk *chunk, TransactionId xid);
+
+/*
+ * Marks the chunk's rows with this key JSON as superseded by the stream;
+ * with keep_in, first adds each of them to that batch as it was read.
+ */
+extern void replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len,
+									 ReplicantBatch *keep_in);
 
 /* Drops every row (a TRUNCATE of the table inside the window). */
 extern void replicant_chunk_drop_all(ReplicantChunk *chunk);
 
 /*
- * Appends the chunk's remaining rows to out as comma-separated changes;
- * returns how many.
+ * Appends the chunk's remaining rows from *next on to out as
+ * comma-separated changes, stopping before max_bytes unless out holds no
+ * row yet; advances *next and returns how many rows it appended.
  */
-extern int	replicant_chunk_rows(ReplicantChunk *chunk, StringInfo out);
+extern int	replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out,
+								 int max_bytes);
 
 /* Records that the chunk was delivered (own transaction). */
 extern void replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered);

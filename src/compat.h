@@ -104,6 +104,13 @@ typedef char ReplicantB64Byte;
 	LogLogicalMessage((prefix), (message), (size), (transactional))
 #endif
 
+/* PG18 asks whether a deferrable primary key will do; a key index must not be. */
+#if PG_VERSION_NUM >= 180000
+#define REPLICANT_PRIMARY_KEY_INDEX(rel) RelationGetPrimaryKeyIndex((rel), false)
+#else
+#define REPLICANT_PRIMARY_KEY_INDEX(rel) RelationGetPrimaryKeyIndex(rel)
+#endif
+
 /*
  * Why a slot was invalidated, as pg_replication_slots.invalidation_reason
  * names it ("wal_removed", ...), or NULL while it is valid.  PG15 records

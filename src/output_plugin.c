@@ -212,33 +212,59 @@ append_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 }
 
 /*
- * A delivered change to the table of an open backfill chunk supersedes the
- * chunk's rows with its old and its new key: the chunk may have read either
- * version, and the stream's is at least as new.
+ * Whether a delivered change of txn to relation collides with the backfill
+ * chunk: it comes inside the chunk's window, or the chunk's snapshot did
+ * not see its transaction (commit record below the low watermark, proc
+ * array not updated yet when the snapshot was taken).
+ */
+static bool
+collides(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation relation)
+{
+	ReplicantChunk *chunk = state->chunk;
+
+	if (chunk == NULL || chunk->complete ||
+		chunk->backfill->relid != RelationGetRelid(relation))
+		return false;
+	return chunk->open || !replicant_chunk_sees(chunk, txn->xid);
+}
+
+/*
+ * A colliding change supersedes the chunk's rows with its old and its new
+ * key: the chunk may have read either version, and the stream's is at
+ * least as new.  An update that left TOASTed columns out ("unchanged")
+ * keeps the row it updates: the row as read goes into the batch first, so
+ * a sink that never saw the row still gets those columns.  The columns are
+ * the update's too: it did not change them, and any later change to them
+ * comes after it in the stream.  A table without a key has no way to tell
+ * its rows apart: nothing is dropped (duplicates, never loss).
  */
 static void
-drop_from_chunk(ReplicantDecodingState *state, ReplicantRelInfo *info,
-				Relation relation, Datum *new_values, bool *new_nulls,
-				Datum *old_values, bool *old_nulls)
+drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
+				ReplicantRelInfo *info, Relation relation,
+				Datum *new_values, bool *new_nulls,
+				Datum *old_values, bool *old_nulls, bool unchanged_toast)
 {
 	ReplicantChunk *chunk = state->chunk;
 	TupleDesc	desc = RelationGetDescr(relation);
 	StringInfoData key;
 
-	if (chunk == NULL || !chunk->open || chunk->complete ||
-		chunk->backfill->relid != RelationGetRelid(relation))
+	if (!collides(state, txn, relation))
+		return;
+	if (info->key_columns == NULL && !info->key_whole_row)
 		return;
 	initStringInfo(&key);
 	if (old_values)
 	{
 		encode_key(&key, info, desc, old_values, old_nulls);
-		replicant_chunk_drop_key(chunk, key.data, key.len);
+		replicant_chunk_drop_key(chunk, key.data, key.len,
+								 unchanged_toast ? state->batch : NULL);
 	}
 	if (new_values)
 	{
 		resetStringInfo(&key);
 		encode_key(&key, info, desc, new_values, new_nulls);
-		replicant_chunk_drop_key(chunk, key.data, key.len);
+		replicant_chunk_drop_key(chunk, key.data, key.len,
+								 (unchanged_toast && old_values == NULL) ? state->batch : NULL);
 	}
 }
 
@@ -324,8 +350,9 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		appendStringInfo(out, ",\"unchanged\":[%s]", state->unchanged.data);
 	appendStringInfoChar(out, '}');
 
+	drop_from_chunk(state, txn, info, relation, new_values, new_nulls, old_values, old_nulls,
+					change->action == REORDER_BUFFER_CHANGE_UPDATE && state->unchanged.len > 0);
 	replicant_batch_add_change(state->batch, out->data, out->len);
-	drop_from_chunk(state, info, relation, new_values, new_nulls, old_values, old_nulls);
 
 done:
 	MemoryContextSwitchTo(old);
@@ -355,8 +382,7 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		open_txn(state, txn);
 		initStringInfo(&out);
 		appendStringInfo(&out, "{\"op\":\"truncate\",%s}", info->names_json);
-		if (state->chunk && state->chunk->open &&
-			state->chunk->backfill->relid == RelationGetRelid(relations[i]))
+		if (collides(state, txn, relations[i]))
 			replicant_chunk_drop_all(state->chunk);
 		replicant_batch_add_change(state->batch, out.data, out.len);
 		}

@@ -49,6 +49,7 @@
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
 
+#include "backfill.h"
 #include "batch.h"
 #include "compat.h"
 #include "decoder.h"
@@ -110,6 +111,53 @@ spi_int8(int row, int col)
 /*
  * Planning (pipeline worker, before the slot exists)
  */
+
+/*
+ * Estimates the rows of planned tables never vacuumed or analysed (their
+ * reltuples is -1) from their size, as the planner does.  Needs SPI, in the
+ * transaction that planned them (not read-only: it must see the plan).
+ */
+static void
+estimate_unanalysed(int32 pipeline_id)
+{
+	Oid			argtypes[1] = {INT4OID};
+	Oid			update_types[2] = {INT8OID, INT8OID};
+	Datum		args[2] = {Int32GetDatum(pipeline_id)};
+	int64	   *ids;
+	Oid		   *relids;
+	uint64		n;
+	uint64		i;
+
+	if (SPI_execute_with_args("SELECT b.id, b.relid FROM replicant.backfills b"
+							  "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) b.relid"
+							  " WHERE b.pipeline_id = $1 AND b.kind = 'initial'"
+							  "   AND c.reltuples OPERATOR(pg_catalog.<) 0::pg_catalog.float4",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the snapshot plan");
+	n = SPI_processed;
+	ids = palloc(sizeof(int64) * (n + 1));
+	relids = palloc(sizeof(Oid) * (n + 1));
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		ids[i] = spi_int8(i, 1);
+		relids[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+	}
+	for (i = 0; i < n; i++)
+	{
+		Relation	rel = try_table_open(relids[i], AccessShareLock);
+
+		if (rel == NULL)
+			continue;
+		args[0] = Int64GetDatum(replicant_backfill_estimate_rows(rel));
+		args[1] = Int64GetDatum(ids[i]);
+		table_close(rel, AccessShareLock);
+		if (SPI_execute_with_args("UPDATE replicant.backfills SET rows_estimate = $1::bigint WHERE id = $2",
+								  2, update_types, args, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not plan the snapshot");
+	}
+}
 
 /*
  * Replaces any earlier plan with one backfill row per published table and
@@ -221,6 +269,8 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 							  "                   FROM generate_series(0, t.blocks / " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) ") g) s",
 							  2, argtypes, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not plan the snapshot");
+	if (reason == NULL)
+		estimate_unanalysed(pipeline->id);
 	replicant_catalog_end(&access);
 
 	ereport(LOG,
@@ -822,6 +872,8 @@ claim_shard(int32 pipeline_id, Shard *shard)
 	if (found)
 	{
 		bool		isnull;
+		Oid			argtypes[1] = {INT8OID};
+		Datum		id[1];
 
 		shard->backfill_id = spi_int8(0, 1);
 		shard->shard = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
@@ -831,6 +883,13 @@ claim_shard(int32 pipeline_id, Shard *shard)
 		shard->hi_block = spi_int8(0, 6);
 		strlcpy(shard->relname, get_rel_name(shard->relid) ? get_rel_name(shard->relid) : "",
 				NAMEDATALEN);
+
+		/* Reading the table begins now, before its first window is delivered. */
+		id[0] = Int64GetDatum(shard->backfill_id);
+		if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'running', started_at = now()"
+								  " WHERE id = $1 AND started_at IS NULL",
+								  1, argtypes, id, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not record snapshot progress");
 	}
 	replicant_catalog_end(&access);
 	return found;
@@ -895,6 +954,18 @@ restart_table(Shard *shard, Oid relfilenode)
 	if (SPI_execute_plan(restart_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not restart a rewritten table");
 	replicant_catalog_end(&access);
+}
+
+char *
+replicant_snapshot_read_denied(Relation rel)
+{
+	if (pg_class_aclcheck(RelationGetRelid(rel), GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		return psprintf("pipeline owner has no SELECT privilege on table \"%s\"",
+						RelationGetRelationName(rel));
+	if (check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED)
+		return psprintf("table \"%s\" has row-level security that the pipeline owner does not bypass",
+						RelationGetRelationName(rel));
+	return NULL;
 }
 
 /* What a window read found. */
@@ -1011,14 +1082,12 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	}
 
 	/* The stream would halt on these; the snapshot does likewise. */
-	if (pg_class_aclcheck(shard->relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		replicant_delivery_halt(slot, pipeline,
-								psprintf("pipeline owner has no SELECT privilege on table \"%s\"",
-										 RelationGetRelationName(rel)));
-	if (check_enable_rls(shard->relid, InvalidOid, true) == RLS_ENABLED)
-		replicant_delivery_halt(slot, pipeline,
-								psprintf("table \"%s\" has row-level security that the pipeline owner does not bypass",
-										 RelationGetRelationName(rel)));
+	{
+		char	   *denied = replicant_snapshot_read_denied(rel);
+
+		if (denied)
+			replicant_delivery_halt(slot, pipeline, denied);
+	}
 
 	desc = RelationGetDescr(rel);
 	natts = desc->natts;

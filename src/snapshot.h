@@ -10,6 +10,7 @@
 #include "access/tupdesc.h"
 #include "lib/stringinfo.h"
 #include "nodes/bitmapset.h"
+#include "utils/rel.h"
 
 #include "pipeline.h"
 #include "shmem.h"
@@ -35,6 +36,13 @@ extern void replicant_snapshot_encode_read(StringInfo change, StringInfo key,
 										   HeapTuple row, TupleDesc row_desc,
 										   Datum *values, bool *nulls,
 										   const Bitmapset *key_columns, bool whole_row);
+
+/*
+ * Why the current user may not read rel as a whole (no SELECT privilege,
+ * or row-level security it does not bypass), value-free; NULL if it may.
+ * The stream halts on the same conditions.
+ */
+extern char *replicant_snapshot_read_denied(Relation rel);
 
 PGDLLEXPORT void replicant_shard_main(Datum main_arg);
 

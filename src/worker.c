@@ -255,33 +255,100 @@ deliver_range(int first, int last)
 
 /*
  * Delivers what is left of a completed backfill chunk, at its high
- * watermark's place in the stream, and records the backfill's progress.
+ * watermark's place in the stream, in requests of at most batch_max_bytes
+ * (a single larger row goes alone), and records the backfill's progress.
+ * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<part>.
  */
 static void
 deliver_chunk(ReplicantChunk *chunk)
 {
-	StringInfoData out;
-	ReplicantMemoryBody state;
-	ReplicantBody body;
-	ReplicantSinkResult result;
 	int			rows = 0;
+	int			next = 0;
+	int			part = 0;
+	bool		more = chunk->names != NULL;
+	StringInfoData changes;
+	StringInfoData out;
 
-	if (chunk->names != NULL)
+	initStringInfo(&changes);
+	initStringInfo(&out);
+	while (more)
 	{
-		initStringInfo(&out);
+		ReplicantMemoryBody state;
+		ReplicantBody body;
+		ReplicantSinkResult result;
+		int			n;
+
+		/* The prefix's length, so that the whole body stays within bounds. */
 		replicant_batch_snapshot_prefix(&out, pipeline->name, chunk->names,
-										chunk->backfill->id, !chunk->backfill->first_sent,
-										chunk->last);
-		rows = replicant_chunk_rows(chunk, &out);
+										chunk->backfill->id, false, false);
+		resetStringInfo(&changes);
+		n = replicant_chunk_rows(chunk, &next, &changes,
+								 pipeline->batch_max_bytes - out.len - 2);
+		more = next < chunk->nrows;
+		replicant_batch_snapshot_prefix(&out, pipeline->name, chunk->names,
+										chunk->backfill->id,
+										!chunk->backfill->first_sent && part == 0,
+										chunk->last && !more);
+		appendBinaryStringInfo(&out, changes.data, changes.len);
 		appendStringInfoString(&out, "]}");
 		replicant_body_from_buffer(&body, &state, &out);
-		replicant_delivery_post(MySlot, sink, psprintf("%s-b%s", pipeline->name, chunk->token),
+		replicant_delivery_post(MySlot, sink,
+								psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d", pipeline->name,
+										 chunk->backfill->id, chunk->position, part++),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(MySlot, pipeline, &result, "backfill batch", "");
-		note_delivered(0, rows, out.len);
+		note_delivered(0, n, out.len);
+		rows += n;
 	}
 	replicant_backfill_record_chunk(chunk, rows);
+}
+
+/*
+ * Reads the next chunk of the backfill, turning what retrying cannot fix
+ * into a fail-closed halt: a table the owner may not read whole, or an
+ * error while reading (a revoked privilege, a value its type cannot
+ * output).  The reason names the table and the error class, never the
+ * message, which could quote a key.
+ */
+static ReplicantChunk *
+read_chunk_or_halt(void)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ReplicantChunk *volatile chunk = NULL;
+	char	   *volatile reason = NULL;
+
+	PG_TRY();
+	{
+		char	   *denied = NULL;
+
+		chunk = replicant_backfill_read_chunk(pipeline, backfill, &denied);
+		reason = denied;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		int			class;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		class = ERRCODE_TO_CATEGORY(edata->sqlerrcode);
+		/* A cancel, a shortage or a conflict can pass: restart and retry. */
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			class == ERRCODE_INSUFFICIENT_RESOURCES ||
+			class == ERRCODE_OPERATOR_INTERVENTION ||
+			class == ERRCODE_SYSTEM_ERROR ||
+			class == ERRCODE_TRANSACTION_ROLLBACK)
+			PG_RE_THROW();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		reason = psprintf("could not read a backfill chunk of table \"%s\" (error class %s)",
+						  backfill->relname, unpack_sql_state(edata->sqlerrcode));
+	}
+	PG_END_TRY();
+	if (reason)
+		worker_halt(reason);
+	return chunk;
 }
 
 /*
@@ -492,11 +559,12 @@ run_pipeline(int slot_index)
 		MemoryContextReset(cycle_context);
 
 		/* Read the next backfill chunk; the decoder completes it at its high watermark. */
-		if (backfill != NULL && decoder->state->chunk == NULL)
+		if (backfill != NULL && decoder->state->chunk == NULL &&
+			GetCurrentTimestamp() >= backfill->retry_at)
 		{
 			MemoryContextSwitchTo(TopMemoryContext);
 			replicant_decoder_before_normal_access(decoder);
-			decoder->state->chunk = replicant_backfill_read_chunk(pipeline, backfill);
+			decoder->state->chunk = read_chunk_or_halt();
 			MemoryContextSwitchTo(cycle_context);
 		}
 

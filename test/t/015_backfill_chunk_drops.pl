@@ -1,0 +1,105 @@
+# What a backfill chunk may drop inside its window: only the rows the stream
+# changed.  A key-less table's chunk must not be dropped because some other
+# row was inserted meanwhile (every row's key is null), and an UPDATE that
+# leaves a TOASTed column unchanged must not leave the sink without it.
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+my $node = ReplicantTest::new_node('chunk_drops');
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION replicant;
+	CREATE TABLE keyless (a bigint, b text);
+	INSERT INTO keyless SELECT g, 'row ' || g FROM generate_series(1, 20000) g;
+	CREATE SEQUENCE keyless_seq START 1000000;
+	CREATE TABLE docs (id int PRIMARY KEY, n int NOT NULL, doc text NOT NULL);
+	ALTER TABLE docs ALTER COLUMN doc SET STORAGE EXTERNAL;
+	INSERT INTO docs SELECT g, 0, repeat(md5(g::text), 100) FROM generate_series(1, 4000) g;
+	ANALYZE;
+	CREATE PUBLICATION keyless_pub FOR TABLE keyless WITH (publish = 'insert');
+	CREATE PUBLICATION docs_pub FOR TABLE docs;
+});
+
+sub client
+{
+	my ($sql, $seconds) = @_;
+	my $script = PostgreSQL::Test::Utils::tempdir() . '/client.sql';
+	PostgreSQL::Test::Utils::append_to_file($script, $sql);
+	my ($out, $err) = ('', '');
+	return IPC::Run::start(
+		[
+			'pgbench', '-n', '-c', '2', '-T', $seconds, '-f', $script,
+			'-h', $node->host, '-p', $node->port, 'postgres'
+		],
+		'>', \$out, '2>', \$err);
+}
+
+sub backfill_done
+{
+	my ($id) = @_;
+	ReplicantTest::poll($node,
+		"SELECT b.state = 'done' OR s.state = 'halted' FROM replicant.backfill_status b"
+		  . " JOIN replicant.status s USING (pipeline) WHERE b.id = $id", 120);
+	return $node->safe_psql('postgres',
+		"SELECT state = 'done' FROM replicant.backfill_status WHERE id = $id") eq 't';
+}
+
+# ---- key-less: inserts of other rows inside a window ----------------------
+{
+	my $sink = ReplicantTest::start_sink(name => 'keyless');
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('kl', 'keyless_pub', '$sink->{url}')");
+	$node->poll_query_until('postgres',
+		"SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'kl'");
+	my $inserts = client(
+		"INSERT INTO keyless VALUES (nextval('keyless_seq'), 'inserted');\n", 60);
+	my $id = $node->safe_psql('postgres', "SELECT replicant.backfill('kl', 'keyless')");
+	ok(backfill_done($id), 'key-less backfill finishes under concurrent inserts');
+	$inserts->kill_kill;
+	$node->poll_query_until('postgres', q{SELECT NOT EXISTS (
+		SELECT 1 FROM pg_stat_activity WHERE application_name = 'pgbench')});
+	is($node->safe_psql('postgres', "SELECT replicant.await_delivered('kl')"), 't',
+		'every insert was delivered');
+
+	# Duplicates are allowed for a table without a key; loss is not.
+	my %sunk = map { $_ => 1 } split /\n/, $sink->dump('public.keyless');
+	my @source = split /\n/, ReplicantTest::source_rows($node, 'postgres', 'keyless');
+	my @missing = grep { !$sunk{$_} } @source;
+	is(scalar(@missing), 0,
+		'keyless_chunk_dropped_by_other_insert: every source row reached the sink'
+		  . ' (' . scalar(@missing) . ' of ' . scalar(@source) . ' missing)');
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('kl')");
+	$sink->stop;
+}
+
+# ---- unchanged TOAST: an UPDATE of another column inside a window ----------
+for my $mode ('keyset', 'ctid')
+{
+	my $sink = ReplicantTest::start_sink(name => "toast_$mode");
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('toast_$mode', 'docs_pub', '$sink->{url}')");
+	$node->poll_query_until('postgres',
+		"SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'toast_$mode'");
+	my $updates = client(
+		"\\set id random(1, 4000)\nUPDATE docs SET n = n + 1 WHERE id = :id;\n", 60);
+	my $id = $node->safe_psql('postgres',
+		"SELECT replicant.backfill('toast_$mode', 'docs', mode => '$mode')");
+	ok(backfill_done($id), "$mode: backfill of docs finishes under updates");
+	$updates->kill_kill;
+	$node->poll_query_until('postgres', q{SELECT NOT EXISTS (
+		SELECT 1 FROM pg_stat_activity WHERE application_name = 'pgbench')});
+
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['docs'], 60),
+		"unchanged_toast_wiped_in_window ($mode): the sink ends with every full row");
+	my $partial = grep { !/"doc":/ } split /\n/, $sink->dump('public.docs');
+	is($partial, 0, "$mode: no row at the sink lacks its TOASTed column");
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('toast_$mode')");
+	$sink->stop;
+}
+
+done_testing();

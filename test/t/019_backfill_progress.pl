@@ -1,0 +1,91 @@
+# Progress and planning for tables without statistics: backfill_status of
+# an initial snapshot is 'running' with started_at from when reading began
+# (a table read in one window used to stay 'planned' without started_at and
+# get the end time as started_at); a never-analysed table's rows are
+# estimated from its size (not 0), its bitmap ranges sized from that, and
+# the 'auto' router reads its physical order when pg_stats has nothing.
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+my $node = ReplicantTest::new_node('bf_progress', conf => 'autovacuum = off');
+
+# Never vacuumed nor analysed: reltuples stays -1, pg_stats is empty.
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION replicant;
+	CREATE TABLE big (id bigint PRIMARY KEY, v text);
+	INSERT INTO big SELECT g, md5(g::text) || md5(g::text) FROM generate_series(1, 60000) g;
+	CREATE TABLE seq (id bigint PRIMARY KEY, v text);
+	INSERT INTO seq SELECT g, md5(g::text) FROM generate_series(1, 20000) g;
+	CREATE TABLE rnd (id uuid PRIMARY KEY, v text);
+	INSERT INTO rnd SELECT gen_random_uuid(), md5(g::text) FROM generate_series(1, 20000) g;
+	CREATE PUBLICATION big_pub FOR TABLE big;
+	CREATE PUBLICATION seq_pub FOR TABLE seq, rnd;
+});
+is($node->safe_psql('postgres',
+		"SELECT bool_and(reltuples < 0) FROM pg_class WHERE relname IN ('big', 'seq', 'rnd')"),
+	't', 'the tables were never analysed');
+
+# ---- an initial snapshot, watched -------------------------------------------
+my $sink = ReplicantTest::start_sink(delay_ms => 250);
+is($node->safe_psql('postgres', "SELECT pg_relation_size('big') / 8192 < 1024"), 't',
+	'big fits in one snapshot window');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('prog', 'big_pub', '$sink->{url}', snapshot => 'initial',"
+	  . " batch_max_bytes => 262144)");
+# The window takes many slowed requests; watch it being read.
+my $running;
+my $deadline = time() + 180;
+while (time() < $deadline)
+{
+	my ($state, $started, $done) = split /\|/, $node->safe_psql('postgres',
+		"SELECT state, started_at IS NOT NULL, rows_done FROM replicant.backfill_status"
+		  . " WHERE pipeline = 'prog'");
+	last if defined $state && $state eq 'done';
+	$running = 1 if defined $state && $state eq 'running' && $started eq 't' && $done == 0;
+	usleep(50_000);
+}
+ok($running,
+	"snapshot_progress_started_at_at_end: 'running' with started_at while the window is read, before its rows count");
+my ($estimate, $started, $finished) = split /\|/, $node->safe_psql('postgres',
+	"SELECT rows_estimate, started_at, finished_at FROM replicant.backfill_status WHERE pipeline = 'prog'");
+ok($estimate > 30000 && $estimate < 120000,
+	"never_analysed_estimate_zero (snapshot): rows estimated from the relation's size ($estimate)");
+is($node->safe_psql('postgres', "SELECT '$finished'::timestamptz - '$started'::timestamptz > interval '1 second'"),
+	't', 'started_at is when reading began, not the end');
+$sink->stop;
+
+# ---- backfills of never-analysed tables ---------------------------------------
+my $sink2 = ReplicantTest::start_sink(name => 'backfills');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('est', 'seq_pub', '$sink2->{url}')");
+my $auto = $node->safe_psql('postgres', "SELECT replicant.backfill('est', 'seq')");
+is($node->safe_psql('postgres', "SELECT mode FROM replicant.backfill_status WHERE id = $auto"),
+	'keyset', 'router_ignores_physical_order: auto reads a sequential key in key order without statistics');
+my $est = $node->safe_psql('postgres', "SELECT rows_estimate FROM replicant.backfill_status WHERE id = $auto");
+ok($est > 10000 && $est < 40000, "never_analysed_estimate_zero (backfill): $est rows estimated");
+ok($node->poll_query_until('postgres', "SELECT state = 'done' FROM replicant.backfill_status WHERE id = $auto"),
+	'auto backfill of seq finishes');
+my $rnd = $node->safe_psql('postgres', "SELECT replicant.backfill('est', 'rnd')");
+is($node->safe_psql('postgres', "SELECT mode FROM replicant.backfill_status WHERE id = $rnd"),
+	'ctid', 'auto reads a random key by block windows without statistics');
+ok($node->poll_query_until('postgres', "SELECT state = 'done' FROM replicant.backfill_status WHERE id = $rnd"),
+	'auto backfill of rnd finishes');
+
+my $bitmap = $node->safe_psql('postgres', "SELECT replicant.backfill('est', 'seq', mode => 'bitmap')");
+ok($node->safe_psql('postgres', "SELECT coalesce(cardinality(bounds), 0) >= 5 FROM replicant.backfills WHERE id = $bitmap") eq 't',
+	'bitmap_one_range_never_analysed: ranges sized from the table\'s pages');
+ok($node->poll_query_until('postgres', "SELECT state = 'done' FROM replicant.backfill_status WHERE id = $bitmap"),
+	'bitmap backfill of seq finishes');
+is($node->safe_psql('postgres', "SELECT rows_done FROM replicant.backfill_status WHERE id = $bitmap"),
+	'20000', 'bitmap reads each row once');
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink2, ['seq', 'rnd'], 60),
+	'the sink equals the source');
+$sink2->stop;
+
+done_testing();
