@@ -577,8 +577,7 @@ check_owner_can_login(Oid owner)
 }
 
 /*
- * Looks a pipeline up for a management function: it must exist and the
- * caller must have the privileges of its owner.  Locks the row.
+ * A pipeline as a management function sees it; read_pipeline() finds it.
  */
 typedef struct PipelineRef
 {
@@ -589,17 +588,24 @@ typedef struct PipelineRef
 	bool		enabled;
 } PipelineRef;
 
+/*
+ * Looks a pipeline up for a management function; it must exist.  With lock,
+ * the row is locked FOR UPDATE; without, as for waiting on the worker, which may need to update the row (a halt) before it can exit.
+ */
 static PipelineRef
-lookup_pipeline(const char *name)
+read_pipeline(const char *name, bool lock)
 {
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(name)};
 	PipelineRef ref;
 	bool		isnull;
 
-	if (SPI_execute_with_args("SELECT id, owner, halt_reason IS NOT NULL, enabled"
-							  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(lock ?
+							  "SELECT id, owner, halt_reason IS NOT NULL, enabled"
+							  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE" :
+							  "SELECT id, owner, halt_reason IS NOT NULL, enabled"
+							  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, !lock, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -609,31 +615,6 @@ lookup_pipeline(const char *name)
 	ref.owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	ref.halted = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 	ref.enabled = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
-	ref.name = pstrdup(name);
-	return ref;
-}
-
-/*
- * As lookup_pipeline, without locking the row: for waiting on the worker,
- * which may need to update the row (a halt) before it can exit.
- */
-static PipelineRef
-peek_pipeline(const char *name)
-{
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(name)};
-	PipelineRef ref = {0};
-	bool		isnull;
-
-	if (SPI_execute_with_args("SELECT id, owner FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
-							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read replicant.pipelines");
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("pipeline \"%s\" does not exist", name)));
-	ref.id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	ref.owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	ref.name = pstrdup(name);
 	return ref;
 }
@@ -1175,7 +1156,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	}
 
 	api_spi_begin(&s);
-	ref = peek_pipeline(name);
+	ref = read_pipeline(name, false);
 	check_is_owner(&ref, &s);
 	if (!PG_ARGISNULL(10) && PG_GETARG_BOOL(10))
 		check_owner_may_receive_messages(ref.owner);
@@ -1187,7 +1168,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	stop_worker_and_wait(ref.id);
 
 	api_spi_begin(&s);
-	ref = lookup_pipeline(name);
+	ref = read_pipeline(name, true);
 	check_is_owner(&ref, &s);
 
 	memset(nulls, ' ', sizeof(nulls));
@@ -1259,7 +1240,7 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 
 	replicant_pipeline_check_name(name);
 	api_spi_begin(&s);
-	ref = lookup_pipeline(name);
+	ref = read_pipeline(name, true);
 	check_is_owner(&ref, &s);
 	if (strncmp(assignment, "halt_reason = NULL", 18) == 0)
 	{
@@ -1342,7 +1323,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 		check_prerequisites();
 
 	api_spi_begin(&s);
-	ref = lookup_pipeline(name);
+	ref = read_pipeline(name, true);
 	check_is_owner(&ref, &s);
 	args[0] = Int32GetDatum(ref.id);
 	if (SPI_execute_with_args("DELETE FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
@@ -1404,7 +1385,7 @@ replicant_backfill(PG_FUNCTION_ARGS)
 				 errmsg("mode must be \"auto\", \"keyset\", \"bitmap\" or \"ctid\"")));
 
 	api_spi_begin(&s);
-	ref = lookup_pipeline(name);
+	ref = read_pipeline(name, true);
 	check_is_owner(&ref, &s);
 
 	/* Only what the pipeline's publications deliver can be backfilled. */
@@ -1477,8 +1458,8 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("backfill " INT64_FORMAT " does not exist", id)));
-	ref = lookup_pipeline(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
-															SPI_tuptable->tupdesc, 1, &isnull)));
+	ref = read_pipeline(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
+															SPI_tuptable->tupdesc, 1, &isnull)), true);
 	check_is_owner(&ref, &s);
 	if (SPI_execute_with_args("SELECT state FROM replicant.backfills WHERE id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
