@@ -7,6 +7,7 @@ OBJS = \
 	src/shmem.o \
 	src/launcher.o \
 	src/worker.o \
+	src/catalog.o \
 	src/pipeline.o \
 	src/decoder.o \
 	src/delivery.o \

@@ -46,6 +46,7 @@
 #include "utils/wait_event.h"
 
 #include "backfill.h"
+#include "catalog.h"
 #include "compat.h"
 #include "decoder.h"
 #include "redact.h"
@@ -192,39 +193,6 @@ check_prerequisites(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("\"output_plugin_libraries\" does not list \"replicant\""),
 				 errhint("Add \"replicant\" to \"output_plugin_libraries\", for example \"output_plugin_libraries = 'pgoutput, test_decoding, replicant'\", and reload the configuration.")));
-}
-
-/*
- * Catalog access as the bootstrap superuser: callers may have been granted
- * the functions without being able to read the secrets table.  The search
- * path is pinned (replicant_pin_search_path), so nothing of the caller's
- * resolves in the queries; reading a user table switches to the pipeline's
- * owner (replicant_backfill_plan).
- */
-typedef struct ApiSpi
-{
-	Oid			saved_userid;
-	int			saved_sec_context;
-	int			guc_level;
-} ApiSpi;
-
-static void
-api_spi_begin(ApiSpi *s)
-{
-	GetUserIdAndSecContext(&s->saved_userid, &s->saved_sec_context);
-	s->guc_level = replicant_pin_search_path();
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
-						   s->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-}
-
-static void
-api_spi_end(ApiSpi *s)
-{
-	SPI_finish();
-	SetUserIdAndSecContext(s->saved_userid, s->saved_sec_context);
-	AtEOXact_GUC(true, s->guc_level);
 }
 
 /*
@@ -576,51 +544,8 @@ check_owner_can_login(Oid owner)
 				 errdetail("Pipeline workers connect as the pipeline's owner.")));
 }
 
-/*
- * A pipeline as a management function sees it; read_pipeline() finds it.
- */
-typedef struct PipelineRef
-{
-	int32		id;
-	Oid			owner;
-	char	   *name;
-	bool		halted;
-	bool		enabled;
-} PipelineRef;
-
-/*
- * Looks a pipeline up for a management function; it must exist.  With lock,
- * the row is locked FOR UPDATE; without, as for waiting on the worker, which may need to update the row (a halt) before it can exit.
- */
-static PipelineRef
-read_pipeline(const char *name, bool lock)
-{
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(name)};
-	PipelineRef ref;
-	bool		isnull;
-
-	if (SPI_execute_with_args(lock ?
-							  "SELECT id, owner, halt_reason IS NOT NULL, enabled"
-							  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE" :
-							  "SELECT id, owner, halt_reason IS NOT NULL, enabled"
-							  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
-							  1, argtypes, args, NULL, !lock, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read replicant.pipelines");
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("pipeline \"%s\" does not exist", name)));
-	ref.id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	ref.owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	ref.halted = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-	ref.enabled = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
-	ref.name = pstrdup(name);
-	return ref;
-}
-
 static void
-check_is_owner(const PipelineRef *ref, ApiSpi *s)
+check_is_owner(const ReplicantPipelineRef *ref, const ReplicantCatalogAccess *s)
 {
 	if (!has_privs_of_role(s->saved_userid, ref->owner))
 		ereport(ERROR,
@@ -892,7 +817,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	char	   *secret = NULL;
 	int			snapshot_workers;
 	Oid			owner = GetUserId();
-	ApiSpi		s;
+	ReplicantCatalogAccess s;
 	bool		messages;
 	ArrayType  *prefixes;
 	char	   *ca_file;
@@ -954,7 +879,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 				 errmsg("cannot create more than %d pipelines", replicant_max_pipelines),
 				 errhint("You might need to increase \"%s\".", "replicant.max_pipelines")));
 
-	api_spi_begin(&s);
+	replicant_catalog_enter(&s);
 	check_headers(headers);
 	check_publications_exist(pubs);
 	tables = published_tables(pubs);
@@ -1028,7 +953,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 		foreach(lc, tables)
 			(void) replicant_backfill_plan(pipeline_id, owner, lfirst_oid(lc), "auto");
 	}
-	api_spi_end(&s);
+	replicant_catalog_leave(&s);
 
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
@@ -1103,8 +1028,8 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	char	   *secret = NULL;
 	bool		clear_secret;
 	ArrayType  *prefixes;
-	PipelineRef ref;
-	ApiSpi		s;
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
 	char	   *ca_file;
 	Oid			argtypes[14] = {INT4OID, TEXTARRAYOID, TEXTOID, INT4OID, INT4OID,
 	INT4OID, INT4OID, JSONBOID, TEXTOID, BOOLOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID};
@@ -1155,8 +1080,8 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 					 errmsg("secret_previous_until must be in the next 30 days")));
 	}
 
-	api_spi_begin(&s);
-	ref = read_pipeline(name, false);
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, false);
 	check_is_owner(&ref, &s);
 	if (!PG_ARGISNULL(10) && PG_GETARG_BOOL(10))
 		check_owner_may_receive_messages(ref.owner);
@@ -1164,11 +1089,11 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 		check_headers(headers);
 	if (pubs)
 		check_publications_exist(pubs);
-	api_spi_end(&s);
+	replicant_catalog_leave(&s);
 	stop_worker_and_wait(ref.id);
 
-	api_spi_begin(&s);
-	ref = read_pipeline(name, true);
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
 	check_is_owner(&ref, &s);
 
 	memset(nulls, ' ', sizeof(nulls));
@@ -1223,7 +1148,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 			   " config_version = config_version OPERATOR(pg_catalog.+) 1"
 			   " WHERE id OPERATOR(pg_catalog.=) $1",
 			   14, argtypes, args, nulls);
-	api_spi_end(&s);
+	replicant_catalog_leave(&s);
 
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
@@ -1233,14 +1158,14 @@ static void
 set_state(FunctionCallInfo fcinfo, const char *assignment)
 {
 	char	   *name = required_text(fcinfo, 0, "pipeline name");
-	PipelineRef ref;
-	ApiSpi		s;
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		args[1];
 
 	replicant_pipeline_check_name(name);
-	api_spi_begin(&s);
-	ref = read_pipeline(name, true);
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
 	check_is_owner(&ref, &s);
 	if (strncmp(assignment, "halt_reason = NULL", 18) == 0)
 	{
@@ -1257,7 +1182,7 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 	args[0] = Int32GetDatum(ref.id);
 	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),
 			   1, argtypes, args, NULL);
-	api_spi_end(&s);
+	replicant_catalog_leave(&s);
 	replicant_shmem_request_sync_at_commit();
 }
 
@@ -1310,8 +1235,8 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 {
 	char	   *name = required_text(fcinfo, 0, "pipeline name");
 	char	   *slot_name;
-	PipelineRef ref;
-	ApiSpi		s;
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		args[1];
 	bool		slot_exists;
@@ -1322,14 +1247,14 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	if (!replicant_shmem_ready())
 		check_prerequisites();
 
-	api_spi_begin(&s);
-	ref = read_pipeline(name, true);
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
 	check_is_owner(&ref, &s);
 	args[0] = Int32GetDatum(ref.id);
 	if (SPI_execute_with_args("DELETE FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete from replicant.pipelines");
-	api_spi_end(&s);
+	replicant_catalog_leave(&s);
 
 	stop_worker(ref.id);
 	slot_name = replicant_pipeline_slot_name(name);
@@ -1365,8 +1290,8 @@ replicant_backfill(PG_FUNCTION_ARGS)
 	char	   *name = required_text(fcinfo, 0, "pipeline name");
 	Oid			relid;
 	char	   *mode;
-	PipelineRef ref;
-	ApiSpi		s;
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
 	Oid			argtypes[3] = {TEXTOID, OIDOID, INT4OID};
 	Datum		args[3];
 	int64		id;
@@ -1384,8 +1309,8 @@ replicant_backfill(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("mode must be \"auto\", \"keyset\", \"bitmap\" or \"ctid\"")));
 
-	api_spi_begin(&s);
-	ref = read_pipeline(name, true);
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
 	check_is_owner(&ref, &s);
 
 	/* Only what the pipeline's publications deliver can be backfilled. */
@@ -1424,7 +1349,7 @@ replicant_backfill(PG_FUNCTION_ARGS)
 
 	id = replicant_backfill_plan(ref.id, ref.owner, relid, mode);
 	bump_config(ref.id);
-	api_spi_end(&s);
+	replicant_catalog_leave(&s);
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_INT64(id);
 }
@@ -1434,11 +1359,11 @@ Datum
 replicant_cancel_backfill(PG_FUNCTION_ARGS)
 {
 	int64		id;
-	ApiSpi		s;
+	ReplicantCatalogAccess s;
 	Oid			argtypes[1] = {INT8OID};
 	Datum		args[1];
 	char	   *state;
-	PipelineRef ref;
+	ReplicantPipelineRef ref;
 	bool		isnull;
 
 	if (PG_ARGISNULL(0))
@@ -1448,7 +1373,7 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 	id = PG_GETARG_INT64(0);
 	args[0] = Int64GetDatum(id);
 
-	api_spi_begin(&s);
+	replicant_catalog_enter(&s);
 	if (SPI_execute_with_args("SELECT p.name, b.state FROM replicant.backfills b"
 							  "  JOIN replicant.pipelines p ON p.id OPERATOR(pg_catalog.=) b.pipeline_id"
 							  " WHERE b.id OPERATOR(pg_catalog.=) $1",
@@ -1458,7 +1383,7 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("backfill " INT64_FORMAT " does not exist", id)));
-	ref = read_pipeline(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
+	ref = replicant_pipeline_lookup(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
 															SPI_tuptable->tupdesc, 1, &isnull)), true);
 	check_is_owner(&ref, &s);
 	if (SPI_execute_with_args("SELECT state FROM replicant.backfills WHERE id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
@@ -1474,7 +1399,7 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not cancel the backfill");
 	bump_config(ref.id);
-	api_spi_end(&s);
+	replicant_catalog_leave(&s);
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
 }
@@ -1495,7 +1420,7 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 	bool		include_secrets = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
 	Oid			argtypes[2] = {BOOLOID, OIDOID};
 	Datum		args[2];
-	ApiSpi		s;
+	ReplicantCatalogAccess s;
 	uint64		i;
 	TupleDesc	desc;
 	Tuplestorestate *store;
@@ -1516,7 +1441,7 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 	MemoryContextSwitchTo(old);
 
 	args[0] = BoolGetDatum(include_secrets);
-	api_spi_begin(&s);
+	replicant_catalog_enter(&s);
 	args[1] = ObjectIdGetDatum(s.saved_userid);
 	if (SPI_execute_with_args("SELECT d FROM ("
 							  " SELECT p.name, 1 AS step, pg_catalog.format("
@@ -1555,6 +1480,6 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 
 		tuplestore_putvalues(store, desc, &value, &isnull);
 	}
-	api_spi_end(&s);
+	replicant_catalog_leave(&s);
 	return (Datum) 0;
 }

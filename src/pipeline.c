@@ -60,44 +60,6 @@ replicant_pin_worker_settings(void)
 						PGC_SUSET, PGC_S_OVERRIDE);
 }
 
-int
-replicant_pin_search_path(void)
-{
-	int			level = NewGUCNestLevel();
-
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	return level;
-}
-
-void
-replicant_catalog_begin(ReplicantCatalogAccess *access)
-{
-	access->saved_context = CurrentMemoryContext;
-	/* Workers run no statements of their own: keep now() current. */
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	access->guc_level = replicant_pin_search_path();
-	GetUserIdAndSecContext(&access->saved_userid, &access->saved_sec_context);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
-						   access->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-}
-
-void
-replicant_catalog_end(ReplicantCatalogAccess *access)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
-	AtEOXact_GUC(true, access->guc_level);
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(access->saved_context);
-}
-
 void
 replicant_pipeline_check_name(const char *name)
 {
@@ -152,6 +114,38 @@ char *
 replicant_pipeline_slot_name(const char *name)
 {
 	return psprintf(REPLICANT_SLOT_PREFIX "%s", name);
+}
+
+ReplicantPipelineRef
+replicant_pipeline_lookup(const char *name, bool lock)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	ReplicantPipelineRef ref;
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	bool		isnull;
+
+	if (SPI_execute_with_args(lock ?
+							  "SELECT id, owner, halt_reason IS NOT NULL, enabled, publications"
+							  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE" :
+							  "SELECT id, owner, halt_reason IS NOT NULL, enabled, publications"
+							  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, !lock, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("pipeline \"%s\" does not exist", name)));
+	tuple = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	ref.id = DatumGetInt32(SPI_getbinval(tuple, desc, 1, &isnull));
+	ref.owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 2, &isnull));
+	ref.halted = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
+	ref.enabled = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
+	ref.publications = DatumGetArrayTypePCopy(SPI_getbinval(tuple, desc, 5, &isnull));
+	ref.name = pstrdup(name);
+	return ref;
 }
 
 static char *

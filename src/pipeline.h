@@ -8,6 +8,9 @@
 #include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
+#include "utils/array.h"
+
+#include "catalog.h"
 
 typedef struct ReplicantPipeline
 {
@@ -41,27 +44,6 @@ typedef struct ReplicantPipeline
 } ReplicantPipeline;
 
 /*
- * Catalog access from workers: a transaction with SPI and a snapshot, as the
- * bootstrap superuser, since the extension's tables are closed to PUBLIC and
- * workers otherwise run as the pipeline's owner.  The caller's memory
- * context is current again after replicant_catalog_end.
- */
-typedef struct ReplicantCatalogAccess
-{
-	MemoryContext saved_context;
-	Oid			saved_userid;
-	int			saved_sec_context;
-	int			guc_level;
-} ReplicantCatalogAccess;
-
-/*
- * Pins search_path to "pg_catalog, pg_temp" until AtEOXact_GUC(true, level),
- * as a function's SET clause does: queries run with raised privileges must
- * resolve nothing of the caller's or of the owner's role settings.
- */
-extern int	replicant_pin_search_path(void);
-
-/*
  * Pins, for the rest of a background process, the settings replicant's
  * queries and transactions depend on (search_path, the read-only default,
  * isolation, timeouts), whatever the database's or the role's settings say.
@@ -73,9 +55,6 @@ extern void replicant_pin_worker_settings(void);
  * the SQL objects of 0.1.0 until ALTER EXTENSION replicant UPDATE.
  */
 extern bool replicant_pipeline_has_column(const char *column);
-
-extern void replicant_catalog_begin(ReplicantCatalogAccess *access);
-extern void replicant_catalog_end(ReplicantCatalogAccess *access);
 
 /*
  * messages => true hands over every pg_logical_emit_message() of the
@@ -93,6 +72,25 @@ extern void replicant_pipeline_check_publication_name(const char *name);
 
 /* Returns "replicant_<name>". */
 extern char *replicant_pipeline_slot_name(const char *name);
+
+/* A pipeline as a management function sees it. */
+typedef struct ReplicantPipelineRef
+{
+	int32		id;
+	Oid			owner;
+	char	   *name;
+	bool		halted;
+	bool		enabled;
+	ArrayType  *publications;	/* text[] */
+} ReplicantPipelineRef;
+
+/*
+ * Looks a pipeline up by name (inside replicant_catalog_enter/leave); it
+ * must exist.  With lock, the row is locked FOR UPDATE; without, as for
+ * waiting on the worker, which may need to update the row (a halt) before
+ * it can exit.  The result lives until replicant_catalog_leave.
+ */
+extern ReplicantPipelineRef replicant_pipeline_lookup(const char *name, bool lock);
 
 /*
  * Loads a pipeline and its checkpoint (inside replicant_catalog_begin/end);

@@ -8,20 +8,17 @@
 #include <math.h>
 
 #include "fmgr.h"
-#include "catalog/pg_authid_d.h"
-#include "catalog/pg_type_d.h"
-#include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "catalog.h"
 #include "compat.h"
 #include "pipeline.h"
 #include "shmem.h"
@@ -127,34 +124,14 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 static int32
 lookup_pipeline_id(const char *name, bool *halted)
 {
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(name)};
-	Oid			saved_userid;
-	int			saved_sec_context;
-	int			guc_level;
-	bool		isnull;
-	int32		id;
+	ReplicantCatalogAccess access;
+	ReplicantPipelineRef ref;
 
-	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
-	guc_level = replicant_pin_search_path();
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
-						   saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_with_args("SELECT id, halt_reason IS NOT NULL FROM replicant.pipelines"
-							  " WHERE name OPERATOR(pg_catalog.=) $1",
-							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read replicant.pipelines");
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("pipeline \"%s\" does not exist", name)));
-	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	*halted = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	SPI_finish();
-	SetUserIdAndSecContext(saved_userid, saved_sec_context);
-	AtEOXact_GUC(true, guc_level);
-	return id;
+	replicant_catalog_enter(&access);
+	ref = replicant_pipeline_lookup(name, false);
+	*halted = ref.halted;
+	replicant_catalog_leave(&access);
+	return ref.id;
 }
 
 REPLICANT_NORETURN static void

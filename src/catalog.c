@@ -1,0 +1,69 @@
+/*
+ * catalog.c
+ *		Running queries on replicant's own tables with replicant's privileges:
+ *		the one place that switches to the bootstrap superuser for them.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_authid_d.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
+#include "utils/snapmgr.h"
+
+#include "catalog.h"
+
+int
+replicant_pin_search_path(void)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+void
+replicant_catalog_enter(ReplicantCatalogAccess *access)
+{
+	access->saved_context = CurrentMemoryContext;
+	access->guc_level = replicant_pin_search_path();
+	GetUserIdAndSecContext(&access->saved_userid, &access->saved_sec_context);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
+						   access->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+void
+replicant_catalog_leave(ReplicantCatalogAccess *access)
+{
+	SPI_finish();
+	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
+	AtEOXact_GUC(true, access->guc_level);
+	MemoryContextSwitchTo(access->saved_context);
+}
+
+void
+replicant_catalog_begin(ReplicantCatalogAccess *access)
+{
+	MemoryContext caller = CurrentMemoryContext;
+
+	/* Workers run no statements of their own: keep now() current. */
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	replicant_catalog_enter(access);
+	access->saved_context = caller;
+	PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+void
+replicant_catalog_end(ReplicantCatalogAccess *access)
+{
+	PopActiveSnapshot();
+	replicant_catalog_leave(access);
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(access->saved_context);
+}

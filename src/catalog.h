@@ -1,0 +1,40 @@
+/*
+ * catalog.h
+ *		Running queries on replicant's own tables with replicant's privileges.
+ */
+#ifndef REPLICANT_CATALOG_H
+#define REPLICANT_CATALOG_H
+
+/*
+ * The extension's tables are closed to PUBLIC: management functions may
+ * have been granted to roles that cannot read the secrets, and workers run
+ * as the pipeline's owner.  Catalog access therefore runs as the bootstrap
+ * superuser, inside SPI, with search_path pinned, so that nothing of the
+ * caller's resolves in the queries; reading a user table switches to the
+ * pipeline's owner instead (replicant_backfill_plan).  The caller's memory
+ * context is current again after the matching end or leave.
+ */
+typedef struct ReplicantCatalogAccess
+{
+	MemoryContext saved_context;
+	Oid			saved_userid;	/* the caller, e.g. for privilege checks */
+	int			saved_sec_context;
+	int			guc_level;
+} ReplicantCatalogAccess;
+
+/*
+ * Pins search_path to "pg_catalog, pg_temp" until AtEOXact_GUC(true, level),
+ * as a function's SET clause does: queries run with raised privileges must
+ * resolve nothing of the caller's or of the owner's role settings.
+ */
+extern int	replicant_pin_search_path(void);
+
+/* Inside the caller's transaction (SQL-callable functions). */
+extern void replicant_catalog_enter(ReplicantCatalogAccess *access);
+extern void replicant_catalog_leave(ReplicantCatalogAccess *access);
+
+/* In a transaction of their own, with a snapshot (background workers). */
+extern void replicant_catalog_begin(ReplicantCatalogAccess *access);
+extern void replicant_catalog_end(ReplicantCatalogAccess *access);
+
+#endif							/* REPLICANT_CATALOG_H */
