@@ -683,35 +683,6 @@ count_pipelines_in_shmem(void)
 	return n;
 }
 
-/* The tables the publications deliver (their leaf partitions, not parents). */
-static List *
-published_tables(ArrayType *pubs)
-{
-	Oid			argtypes[1] = {TEXTARRAYOID};
-	Datum		args[1] = {PointerGetDatum(pubs)};
-	List	   *relids = NIL;
-	uint64		i;
-
-	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
-							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
-							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
-							  "   AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
-							  " WHERE pt.pubname OPERATOR(pg_catalog.=) ANY ($1)"
-							  "   AND n.nspname OPERATOR(pg_catalog.<>) 'replicant'"
-							  "   AND c.relkind OPERATOR(pg_catalog.=) 'r'"
-							  " ORDER BY c.oid",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list published tables");
-	for (i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-
-		relids = lappend_oid(relids, DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-																	SPI_tuptable->tupdesc, 1, &isnull)));
-	}
-	return relids;
-}
-
 /*
  * What the worker would halt on at the table's first change, refused now:
  * the owner must be able to read every published table, past row-level
@@ -742,6 +713,19 @@ check_owner_reads_tables(Oid owner, List *relids)
 	}
 }
 
+/* An oid[] of the list's OIDs. */
+static ArrayType *
+oid_array(List *oids)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(list_length(oids), 1));
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, oids)
+		elems[n++] = ObjectIdGetDatum(lfirst_oid(lc));
+	return construct_array(elems, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT);
+}
+
 /*
  * PostgreSQL refuses UPDATE and DELETE on a table published for them that
  * has no replica identity; say so now rather than when the application's
@@ -752,15 +736,28 @@ warn_tables_without_identity(ArrayType *pubs)
 {
 	Oid			argtypes[1] = {TEXTARRAYOID};
 	Datum		args[1] = {PointerGetDatum(pubs)};
+	bool		isnull;
+	Datum		changing;
+	List	   *relids;
 	uint64		i;
 
-	if (SPI_execute_with_args("SELECT DISTINCT n.nspname, c.relname"
+	if (SPI_execute_with_args("SELECT pg_catalog.array_agg(p.pubname::pg_catalog.text)"
 							  "  FROM pg_catalog.pg_publication p"
-							  "  JOIN pg_catalog.pg_publication_tables pt ON pt.pubname OPERATOR(pg_catalog.=) p.pubname"
-							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
-							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
-							  "                            AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
-							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1) AND (p.pubupdate OR p.pubdelete)"
+							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1) AND (p.pubupdate OR p.pubdelete)",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not list published tables");
+	changing = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return;
+	relids = replicant_publication_published_tables(DatumGetArrayTypeP(changing), false);
+	if (relids == NIL)
+		return;
+	argtypes[0] = OIDARRAYOID;
+	args[0] = PointerGetDatum(oid_array(relids));
+	if (SPI_execute_with_args("SELECT n.nspname, c.relname"
+							  "  FROM pg_catalog.pg_class c"
+							  "  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
+							  " WHERE c.oid OPERATOR(pg_catalog.=) ANY ($1)"
 							  "   AND (c.relreplident OPERATOR(pg_catalog.=) 'n'"
 							  "        OR (c.relreplident OPERATOR(pg_catalog.=) 'd' AND NOT EXISTS"
 							  "            (SELECT FROM pg_catalog.pg_index i"
@@ -882,7 +879,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	replicant_catalog_enter(&s);
 	check_headers(headers);
 	check_publications_exist(pubs);
-	tables = published_tables(pubs);
+	tables = replicant_publication_published_tables(pubs, true);
 	check_owner_reads_tables(owner, tables);
 	warn_tables_without_identity(pubs);
 	lock_pipeline_name(name);
@@ -1292,8 +1289,8 @@ replicant_backfill(PG_FUNCTION_ARGS)
 	char	   *mode;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
-	Oid			argtypes[3] = {TEXTOID, OIDOID, INT4OID};
-	Datum		args[3];
+	Oid			argtypes[2] = {OIDOID, INT4OID};
+	Datum		args[2];
 	int64		id;
 
 	replicant_pipeline_check_name(name);
@@ -1314,32 +1311,19 @@ replicant_backfill(PG_FUNCTION_ARGS)
 	check_is_owner(&ref, &s);
 
 	/* Only what the pipeline's publications deliver can be backfilled. */
-	args[0] = CStringGetTextDatum(name);
-	args[1] = ObjectIdGetDatum(relid);
-	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines p, pg_catalog.pg_publication_tables pt,"
-							  "       pg_catalog.pg_class c, pg_catalog.pg_namespace n"
-							  " WHERE p.name OPERATOR(pg_catalog.=) $1"
-							  "   AND pt.pubname OPERATOR(pg_catalog.=) ANY (p.publications)"
-							  "   AND c.oid OPERATOR(pg_catalog.=) $2"
-							  "   AND n.oid OPERATOR(pg_catalog.=) c.relnamespace"
-							  "   AND c.relkind OPERATOR(pg_catalog.=) 'r'"
-							  "   AND pt.schemaname OPERATOR(pg_catalog.=) n.nspname"
-							  "   AND pt.tablename OPERATOR(pg_catalog.=) c.relname"
-							  "   AND n.nspname OPERATOR(pg_catalog.<>) 'replicant'",
-							  2, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read publications");
-	if (SPI_processed == 0)
+	if (!list_member_oid(replicant_publication_published_tables(ref.publications, true), relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("\"%s\" is not a table published by pipeline \"%s\"",
 						get_rel_name(relid) ? get_rel_name(relid) : "?", name),
 				 errhint("Add the table to one of the pipeline's publications first.")));
 
-	args[2] = Int32GetDatum(ref.id);
+	args[0] = ObjectIdGetDatum(relid);
+	args[1] = Int32GetDatum(ref.id);
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.backfills"
-							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $3 AND relid OPERATOR(pg_catalog.=) $2"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $2 AND relid OPERATOR(pg_catalog.=) $1"
 							  "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running}')",
-							  3, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+							  2, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read backfills");
 	if (SPI_processed > 0)
 		ereport(ERROR,

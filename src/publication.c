@@ -635,3 +635,31 @@ replicant_publication_relinfo(Relation rel)
 		compute_relinfo(entry, rel);
 	return entry;
 }
+
+List *
+replicant_publication_published_tables(ArrayType *publications, bool delivered_only)
+{
+	Oid			argtypes[2] = {TEXTARRAYOID, BOOLOID};
+	Datum		args[2] = {PointerGetDatum(publications), BoolGetDatum(delivered_only)};
+	List	   *relids = NIL;
+	uint64		i;
+
+	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
+							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
+							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
+							  "   AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
+							  " WHERE pt.pubname OPERATOR(pg_catalog.=) ANY ($1)"
+							  "   AND (NOT $2 OR (n.nspname OPERATOR(pg_catalog.<>) 'replicant'"
+							  "                   AND c.relkind OPERATOR(pg_catalog.=) 'r'))"
+							  " ORDER BY c.oid",
+							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list published tables");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		relids = lappend_oid(relids, DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+																	SPI_tuptable->tupdesc, 1, &isnull)));
+	}
+	return relids;
+}

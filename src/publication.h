@@ -9,6 +9,7 @@
 #include "access/xlogdefs.h"
 #include "nodes/bitmapset.h"
 #include "nodes/pg_list.h"
+#include "utils/array.h"
 #include "utils/relcache.h"
 
 typedef struct ReplicantRelInfo
@@ -97,5 +98,15 @@ extern void replicant_publication_save_shapes(int32 pipeline_id);
  * commit_lsn is missing at this point of decoding, else NULL.
  */
 extern char *replicant_publication_check(XLogRecPtr commit_lsn);
+
+/*
+ * The relations pg_publication_tables lists for the publications (a text[]),
+ * in OID order, in CurrentMemoryContext; needs an SPI connection.  With
+ * delivered_only, only what a pipeline delivers: ordinary tables (leaf
+ * partitions, not their parents) outside replicant's own schema.  The one
+ * place that joins pg_publication_tables to pg_class.
+ */
+extern List *replicant_publication_published_tables(ArrayType *publications,
+													bool delivered_only);
 
 #endif							/* REPLICANT_PUBLICATION_H */

@@ -289,38 +289,22 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 static bool
 unplanned_tables(ReplicantPipeline *pipeline, const List *planned)
 {
-	Oid			argtypes[1] = {TEXTARRAYOID};
-	Datum		args[1];
 	Datum	   *pubs;
+	ArrayType  *publications;
 	ListCell   *lc;
 	int			i = 0;
-	uint64		n;
 	bool		missing = false;
 
 	pubs = palloc(sizeof(Datum) * list_length(pipeline->publications));
 	foreach(lc, pipeline->publications)
 		pubs[i++] = CStringGetTextDatum(lfirst(lc));
-	args[0] = PointerGetDatum(construct_array(pubs, i, TEXTOID, -1, false, TYPALIGN_INT));
+	publications = construct_array(pubs, i, TEXTOID, -1, false, TYPALIGN_INT);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
-							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
-							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
-							  "                           AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
-							  " WHERE pt.pubname OPERATOR(pg_catalog.=) ANY ($1)"
-							  "   AND n.nspname OPERATOR(pg_catalog.<>) 'replicant' AND c.relkind OPERATOR(pg_catalog.=) 'r'",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list published tables");
-	for (n = 0; n < SPI_processed && !missing; n++)
-	{
-		bool		isnull;
-		Oid			relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[n],
-														   SPI_tuptable->tupdesc, 1, &isnull));
-
-		missing = !list_member_oid(planned, relid);
-	}
+	foreach(lc, replicant_publication_published_tables(publications, true))
+		missing = missing || !list_member_oid(planned, lfirst_oid(lc));
 	PopActiveSnapshot();
 	SPI_finish();
 	return missing;
