@@ -16,6 +16,7 @@ OBJS = \
 	src/encoder.o \
 	src/backfill.o \
 	src/batch.o \
+	src/headers.o \
 	src/sink_http.o \
 	src/snapshot.o \
 	src/signing.o \

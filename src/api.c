@@ -49,6 +49,7 @@
 #include "catalog.h"
 #include "compat.h"
 #include "decoder.h"
+#include "headers.h"
 #include "redact.h"
 #include "pipeline.h"
 #include "publication.h"
@@ -69,13 +70,6 @@ PG_FUNCTION_INFO_V1(replicant_pipeline_definitions);
 #define MAX_URL_LENGTH 2048
 #define MAX_HEADERS 32
 #define MAX_HEADER_VALUE_LENGTH 8192
-
-/* Headers replicant sets itself. */
-static const char *const reserved_headers[] = {
-	"content-type", "content-length", "content-encoding", "transfer-encoding",
-	"host", "connection", "expect", "user-agent", "keep-alive",
-	"webhook-id", "webhook-timestamp", "webhook-signature", NULL
-};
 
 /* What a slot created in this transaction still needs at commit. */
 static bool slot_created_in_xact = false;
@@ -289,13 +283,6 @@ check_sink_url(const char *url)
 				 errmsg("sink URL is not a valid URL")));
 }
 
-static bool
-is_token_char(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		(c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
 /* Headers: a JSON object of string values, with safe names and values. */
 static void
 check_headers(Jsonb *headers)
@@ -327,23 +314,21 @@ check_headers(Jsonb *headers)
 		char	   *name = SPI_getvalue(tuple, desc, 1);
 		char	   *value = SPI_getvalue(tuple, desc, 2);
 		char	   *type = SPI_getvalue(tuple, desc, 3);
-		const char *const *reserved;
-		const char *p;
+		const char *reserved;
 
 		if (name[0] == '\0' || strlen(name) > 64)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("header names must have between 1 and 64 characters")));
-		for (p = name; *p; p++)
-			if (!is_token_char(*p))
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("header name contains a character not allowed in HTTP header names")));
-		for (reserved = reserved_headers; *reserved; reserved++)
-			if (pg_strcasecmp(name, *reserved) == 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("header \"%s\" is set by replicant and cannot be configured", *reserved)));
+		if (!replicant_header_name_ok(name))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("header name contains a character not allowed in HTTP header names")));
+		reserved = replicant_header_reserved(name);
+		if (reserved != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("header \"%s\" is set by replicant and cannot be configured", reserved)));
 		if (strcmp(type, "string") != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -352,12 +337,11 @@ check_headers(Jsonb *headers)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("value of header \"%s\" is too long", name)));
-		for (p = value; *p; p++)
-			if ((unsigned char) *p < 0x20 || (unsigned char) *p == 0x7f)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("value of header \"%s\" contains a control character", name),
-						 errdetail("Header values must not contain line breaks or other control characters.")));
+		if (!replicant_header_value_ok(value))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("value of header \"%s\" contains a control character", name),
+					 errdetail("Header values must not contain line breaks or other control characters.")));
 	}
 }
 

@@ -29,6 +29,7 @@
 
 #include "compat.h"
 #include "fault.h"
+#include "headers.h"
 #include "replicant.h"
 #include "signing.h"
 #include "sink_http.h"
@@ -130,9 +131,6 @@ static int	sink_prereq_cb(void *clientp, char *conn_primary_ip,
 #endif
 static void sink_setopt_failed(const char *option, CURLcode code);
 static void sink_configure(ReplicantSink *sink);
-static bool sink_header_token_ok(const char *name);
-static bool sink_header_value_ok(const char *value);
-static bool sink_reserved_header(const char *name);
 static bool sink_append_header(struct curl_slist **list, StringInfo buf,
 							   const char *name, const char *value);
 static bool sink_build_headers(ReplicantSink *sink, const char *webhook_id,
@@ -465,66 +463,6 @@ replicant_sink_destroy(ReplicantSink *sink)
 
 /* ---- headers ---- */
 
-/* An HTTP token (RFC 9110 tchar), so the line cannot be split or forged. */
-static bool
-sink_header_token_ok(const char *name)
-{
-	const char *p;
-
-	if (name == NULL || name[0] == '\0')
-		return false;
-	for (p = name; *p; p++)
-	{
-		unsigned char c = (unsigned char) *p;
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			  (c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c) != NULL))
-			return false;
-	}
-	return true;
-}
-
-/* No CR or LF (header injection); no other control characters but tab. */
-static bool
-sink_header_value_ok(const char *value)
-{
-	const unsigned char *p;
-
-	if (value == NULL)
-		return false;
-	for (p = (const unsigned char *) value; *p; p++)
-	{
-		if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
-			return false;
-	}
-	return true;
-}
-
-/* Headers that framing or the contract own; a configured one is skipped. */
-static bool
-sink_reserved_header(const char *name)
-{
-	static const char *const reserved[] = {
-		"content-length",
-		"transfer-encoding",
-		"host",
-		"expect",
-		"content-type",
-		"user-agent",
-		"webhook-id",
-		"webhook-timestamp",
-		"webhook-signature",
-	};
-	int			i;
-
-	for (i = 0; i < lengthof(reserved); i++)
-	{
-		if (pg_strcasecmp(name, reserved[i]) == 0)
-			return true;
-	}
-	return false;
-}
-
 /*
  * Appends "name: value".  An empty value is written "name;", libcurl's way
  * to send an empty header ("name:" would remove it).  Returns false only
@@ -589,9 +527,9 @@ sink_build_headers(ReplicantSink *sink, const char *webhook_id,
 
 		if (!ok)
 			break;
-		/* validated by the caller; still never build a line with CR or LF */
-		if (!sink_header_token_ok(name) || !sink_header_value_ok(value) ||
-			sink_reserved_header(name))
+		/* validated when configured; still never forge or override a line */
+		if (!replicant_header_name_ok(name) || !replicant_header_value_ok(value) ||
+			replicant_header_reserved(name) != NULL)
 			continue;
 		ok = sink_append_header(&sink->headers, &buf, name, value);
 	}
@@ -979,7 +917,7 @@ replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 	result->retry_after_ms = -1;
 
 	/* the id is ours, not the sink's: a CR or LF in it is a bug */
-	if (!sink_header_value_ok(webhook_id))
+	if (!replicant_header_value_ok(webhook_id))
 		elog(ERROR, "invalid webhook id");
 
 	if (sink->secret != NULL)
