@@ -211,24 +211,6 @@ check_range(const char *option, int value, int min, int max)
 				 errmsg("%s must be between %d and %d", option, min, max)));
 }
 
-/* An option argument: NULL is refused unless null_ok (alter_pipeline). */
-static bool
-int_option(FunctionCallInfo fcinfo, int argno, const char *option,
-		   int min, int max, bool null_ok, int *value)
-{
-	if (PG_ARGISNULL(argno))
-	{
-		if (!null_ok)
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("%s must not be null", option)));
-		return false;
-	}
-	*value = PG_GETARG_INT32(argno);
-	check_range(option, *value, min, max);
-	return true;
-}
-
 /*
  * Accepts http and https URLs with a host and without user information.
  * Messages never echo the URL: it may hold a token.
@@ -345,7 +327,7 @@ check_headers(Jsonb *headers)
 	}
 }
 
-/* The publications argument: text or text[], non-empty, existing, distinct. */
+/* The publications argument: text or text[], non-empty, distinct. */
 static ArrayType *
 check_publications(FunctionCallInfo fcinfo, int argno)
 {
@@ -356,10 +338,6 @@ check_publications(FunctionCallInfo fcinfo, int argno)
 	List	   *seen = NIL;
 	int			i;
 
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("publication must not be null")));
 	if (argtype == TEXTOID)
 	{
 		Datum		one = PG_GETARG_DATUM(argno);
@@ -412,20 +390,16 @@ check_publications_exist(ArrayType *pubs)
 }
 
 /* A CA bundle path: absolute, a plain file name; read by the worker. */
-static char *
-check_ca_file(FunctionCallInfo fcinfo, int argno)
+static void
+check_ca_file(const char *path)
 {
-	char	   *path;
 	const char *p;
 
-	if (PG_ARGISNULL(argno))
-		return NULL;
 	if (!superuser())
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("only superusers can set ca_file"),
 				 errdetail("Workers read the file with the server's privileges.")));
-	path = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	if (path[0] != '/' || strlen(path) >= MAXPGPATH)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -435,24 +409,18 @@ check_ca_file(FunctionCallInfo fcinfo, int argno)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("ca_file contains a control character")));
-	return path;
 }
 
 /* failover => true needs failover slots (PostgreSQL 17 and later). */
-static bool
-check_failover(FunctionCallInfo fcinfo, int argno)
+static void
+check_failover(bool failover)
 {
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("failover must not be null")));
-	if (PG_GETARG_BOOL(argno) && !REPLICANT_HAVE_FAILOVER_SLOTS)
+	if (failover && !REPLICANT_HAVE_FAILOVER_SLOTS)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("failover slots are not supported by this server"),
 				 errdetail("Failover slots need PostgreSQL 17 or later."),
 				 errhint("Create the pipeline without failover; after a promotion, recreate it with a snapshot.")));
-	return PG_GETARG_BOOL(argno);
 }
 
 /*
@@ -461,17 +429,15 @@ check_failover(FunctionCallInfo fcinfo, int argno)
  * array is accepted only where NULL means "unchanged" (empty_ok), and there
  * stands for every prefix.
  */
-static ArrayType *
-check_message_prefixes(FunctionCallInfo fcinfo, int argno, bool empty_ok)
+static void
+check_message_prefixes(ArrayType *prefixes, bool empty_ok)
 {
 	Datum	   *elems;
 	bool	   *nulls;
 	int			n;
 	int			i;
 
-	if (PG_ARGISNULL(argno))
-		return NULL;
-	deconstruct_array(PG_GETARG_ARRAYTYPE_P(argno), TEXTOID, -1, false, TYPALIGN_INT,
+	deconstruct_array(prefixes, TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &nulls, &n);
 	if (n == 0 && !empty_ok)
 		ereport(ERROR,
@@ -496,7 +462,6 @@ check_message_prefixes(FunctionCallInfo fcinfo, int argno, bool empty_ok)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("message prefix \"%s\" is reserved for replicant's own use", prefix)));
 	}
-	return PG_GETARG_ARRAYTYPE_P(argno);
 }
 
 static void
@@ -526,6 +491,210 @@ check_owner_can_login(Oid owner)
 				 errmsg("role \"%s\" cannot own a pipeline because it cannot log in",
 						GetUserNameFromId(owner, false)),
 				 errdetail("Pipeline workers connect as the pipeline's owner.")));
+}
+
+/*
+ * The options of create_pipeline and alter_pipeline, in the order they are
+ * validated (their argument order, but that alter_pipeline checks
+ * secret_previous_until, which needs the new secret, last).  Parameter $n
+ * of the INSERT and UPDATE below is option n - OPTION_PARAM_BASE.
+ */
+typedef enum PipelineOptionId
+{
+	OPT_PUBLICATION,
+	OPT_SINK_URL,
+	OPT_SNAPSHOT,
+	OPT_BATCH_MAX_BYTES,
+	OPT_BATCH_MAX_TRANSACTIONS,
+	OPT_HTTP_TIMEOUT_MS,
+	OPT_CONNECT_TIMEOUT_MS,
+	OPT_HEADERS,
+	OPT_SECRET,
+	OPT_CLEAR_SECRET,
+	OPT_SNAPSHOT_WORKERS,
+	OPT_MESSAGES,
+	OPT_MESSAGE_PREFIXES,
+	OPT_CA_FILE,
+	OPT_FAILOVER,
+	OPT_SECRET_PREVIOUS_UNTIL,
+	NUM_PIPELINE_OPTIONS
+} PipelineOptionId;
+
+typedef struct PipelineOption
+{
+	const char *name;			/* the argument's name, in messages */
+	const char *column;			/* in replicant.pipelines; NULL: none */
+	Oid			type;			/* as an SPI parameter */
+	int			min;			/* INT4OID: the accepted range */
+	int			max;
+	int			create_arg;		/* position in create_pipeline(); -1: none */
+	int			alter_arg;		/* position in alter_pipeline(); -1: none */
+	bool		create_null_ok; /* create_pipeline takes NULL (alter always does) */
+} PipelineOption;
+
+static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
+	[OPT_PUBLICATION] = {"publication", "publications", TEXTARRAYOID, 0, 0, 1, 1, false},
+	[OPT_SINK_URL] = {"sink_url", "sink_url", TEXTOID, 0, 0, 2, 2, false},
+	[OPT_SNAPSHOT] = {"snapshot", "snapshot", TEXTOID, 0, 0, 3, -1, false},
+	[OPT_BATCH_MAX_BYTES] = {"batch_max_bytes", "batch_max_bytes", INT4OID, 1024, 1024 * 1024 * 1024, 4, 3, false},
+	[OPT_BATCH_MAX_TRANSACTIONS] = {"batch_max_transactions", "batch_max_transactions", INT4OID, 1, 1000000, 5, 4, false},
+	[OPT_HTTP_TIMEOUT_MS] = {"http_timeout_ms", "http_timeout_ms", INT4OID, 100, 3600000, 6, 5, false},
+	[OPT_CONNECT_TIMEOUT_MS] = {"connect_timeout_ms", "connect_timeout_ms", INT4OID, 100, 600000, 7, 6, false},
+	[OPT_HEADERS] = {"headers", "headers", JSONBOID, 0, 0, 8, 7, false},
+	[OPT_SECRET] = {"secret", "secret", TEXTOID, 0, 0, 9, 8, true},
+	[OPT_CLEAR_SECRET] = {"clear_secret", NULL, BOOLOID, 0, 0, -1, 9, false},
+	[OPT_SNAPSHOT_WORKERS] = {"snapshot_workers", "snapshot_workers", INT4OID, 1, 16, 10, -1, false},
+	[OPT_MESSAGES] = {"messages", "messages", BOOLOID, 0, 0, 11, 10, false},
+	[OPT_MESSAGE_PREFIXES] = {"message_prefixes", "message_prefixes", TEXTARRAYOID, 0, 0, 12, 11, true},
+	[OPT_CA_FILE] = {"ca_file", "ca_file", TEXTOID, 0, 0, 13, 13, true},
+	/* 0.1.0's SQL function, before ALTER EXTENSION UPDATE, has no failover. */
+	[OPT_FAILOVER] = {"failover", "failover", BOOLOID, 0, 0, 14, -1, false},
+	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", TIMESTAMPTZOID, 0, 0, -1, 12, true},
+};
+
+/* $1 is the pipeline (its name, or its id), $2 its owner. */
+#define OPTION_PARAM_BASE 3
+#define NUM_OPTION_PARAMS (OPTION_PARAM_BASE - 1 + NUM_PIPELINE_OPTIONS)
+
+/* One call's options; an option not given (NULL to alter) is null. */
+typedef struct PipelineOptions
+{
+	Datum		values[NUM_PIPELINE_OPTIONS];
+	bool		given[NUM_PIPELINE_OPTIONS];
+} PipelineOptions;
+
+/* alter_pipeline: secret_previous_until keeps the current secret beside a new one. */
+static void
+check_secret_previous_until(const PipelineOptions *o)
+{
+	TimestampTz until = DatumGetTimestampTz(o->values[OPT_SECRET_PREVIOUS_UNTIL]);
+
+	if (!o->given[OPT_SECRET])
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("secret_previous_until needs a new secret"),
+				 errhint("It keeps the current secret valid until then, beside the new one.")));
+	if (until <= GetCurrentTimestamp() ||
+		until > TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) 30 * 24 * 3600 * 1000))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("secret_previous_until must be in the next 30 days")));
+}
+
+/* The checks of one given option that need no catalog access; returns its value. */
+static Datum
+check_option(PipelineOptionId id, FunctionCallInfo fcinfo, int argno, bool alter,
+			 const PipelineOptions *o)
+{
+	const PipelineOption *opt = &pipeline_options[id];
+	Datum		value = PG_GETARG_DATUM(argno);
+
+	if (opt->type == INT4OID)
+		check_range(opt->name, DatumGetInt32(value), opt->min, opt->max);
+	else if (opt->type == TEXTOID)
+		value = PointerGetDatum(PG_GETARG_TEXT_PP(argno));
+	switch (id)
+	{
+		case OPT_PUBLICATION:
+			return PointerGetDatum(check_publications(fcinfo, argno));
+		case OPT_SINK_URL:
+			check_sink_url(TextDatumGetCString(value));
+			break;
+		case OPT_SNAPSHOT:
+			if (strcmp(TextDatumGetCString(value), "none") != 0 &&
+				strcmp(TextDatumGetCString(value), "initial") != 0 &&
+				strcmp(TextDatumGetCString(value), "incremental") != 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("snapshot must be \"none\", \"initial\" or \"incremental\"")));
+			break;
+		case OPT_HEADERS:
+			/* checked inside catalog access (check_headers) */
+			return PointerGetDatum(PG_GETARG_JSONB_P(argno));
+		case OPT_SECRET:
+			replicant_signing_check_secret(TextDatumGetCString(value));
+			break;
+		case OPT_CLEAR_SECRET:
+			if (DatumGetBool(value) && o->given[OPT_SECRET])
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("cannot set and clear the signing secret at once")));
+			break;
+		case OPT_MESSAGE_PREFIXES:
+			/* alter_pipeline: '{}' goes back to every prefix */
+			check_message_prefixes(PG_GETARG_ARRAYTYPE_P(argno), alter);
+			return PointerGetDatum(PG_GETARG_ARRAYTYPE_P(argno));
+		case OPT_CA_FILE:
+			check_ca_file(TextDatumGetCString(value));
+			break;
+		case OPT_FAILOVER:
+			check_failover(DatumGetBool(value));
+			break;
+		case OPT_SECRET_PREVIOUS_UNTIL:
+			/* needs the new secret: checked after the others */
+			break;
+		default:
+			break;
+	}
+	return value;
+}
+
+/*
+ * Reads and checks the options of a create_pipeline (every option not
+ * create_null_ok is required) or alter_pipeline (NULL leaves it unchanged)
+ * call.  Refuses the first invalid option, in pipeline_options' order.
+ */
+static void
+parse_options(FunctionCallInfo fcinfo, bool alter, PipelineOptions *o)
+{
+	int			id;
+
+	memset(o, 0, sizeof(*o));
+	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
+	{
+		const PipelineOption *opt = &pipeline_options[id];
+		int			argno = alter ? opt->alter_arg : opt->create_arg;
+
+		if (argno < 0 || argno >= PG_NARGS())
+			continue;
+		if (PG_ARGISNULL(argno))
+		{
+			if (!alter && !opt->create_null_ok)
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("%s must not be null", opt->name),
+						 id == OPT_HEADERS ? errhint("Pass '{}' for no extra headers.") : 0));
+			continue;
+		}
+		o->values[id] = check_option(id, fcinfo, argno, alter, o);
+		o->given[id] = true;
+	}
+	if (o->given[OPT_SECRET_PREVIOUS_UNTIL])
+		check_secret_previous_until(o);
+}
+
+/*
+ * The SPI parameters of a statement on replicant.pipelines: $1 the
+ * pipeline, $2 its owner, then every option (null when not given).
+ */
+static void
+option_params(const PipelineOptions *o, Oid pipeline_type, Datum pipeline, Oid owner,
+			  Oid *types, Datum *values, char *nulls)
+{
+	int			id;
+
+	types[0] = pipeline_type;
+	values[0] = pipeline;
+	nulls[0] = ' ';
+	types[1] = OIDOID;
+	values[1] = ObjectIdGetDatum(owner);
+	nulls[1] = ' ';
+	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
+	{
+		types[OPTION_PARAM_BASE - 1 + id] = pipeline_options[id].type;
+		values[OPTION_PARAM_BASE - 1 + id] = o->values[id];
+		nulls[OPTION_PARAM_BASE - 1 + id] = o->given[id] ? ' ' : 'n';
+	}
 }
 
 static void
@@ -777,6 +946,88 @@ save_table_shapes(int32 pipeline_id, List *relids)
 	}
 }
 
+/* The checks of create_pipeline that need no catalog access. */
+static void
+check_create_owner(Oid owner, const PipelineOptions *o)
+{
+	check_owner_can_login(owner);
+	if (DatumGetBool(o->values[OPT_MESSAGES]))
+		check_owner_may_receive_messages(owner);
+	if (count_pipelines_in_shmem() >= replicant_max_pipelines)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("cannot create more than %d pipelines", replicant_max_pipelines),
+				 errhint("You might need to increase \"%s\".", "replicant.max_pipelines")));
+}
+
+/*
+ * The checks of create_pipeline inside catalog access; returns the tables
+ * the publications deliver.  Holds the name's lock from here to commit.
+ */
+static List *
+check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
+{
+	ArrayType  *pubs = DatumGetArrayTypeP(o->values[OPT_PUBLICATION]);
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	List	   *tables;
+
+	check_headers(DatumGetJsonbP(o->values[OPT_HEADERS]));
+	check_publications_exist(pubs);
+	tables = replicant_publication_published_tables(pubs, true);
+	check_owner_reads_tables(owner, tables);
+	warn_tables_without_identity(pubs);
+	lock_pipeline_name(name);
+	/* Not read-only: a fresh snapshot sees a creator we waited for. */
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("pipeline \"%s\" already exists", name)));
+	check_free_slots(strcmp(TextDatumGetCString(o->values[OPT_SNAPSHOT]), "initial") == 0,
+					 DatumGetInt32(o->values[OPT_SNAPSHOT_WORKERS]));
+	return tables;
+}
+
+/*
+ * Inserts the pipeline's row: every option create_pipeline has (nargs
+ * arguments: 0.1.0's function lacks failover) gets its column.
+ */
+static int32
+insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs)
+{
+	StringInfoData sql;
+	StringInfoData params;
+	Oid			types[NUM_OPTION_PARAMS];
+	Datum		values[NUM_OPTION_PARAMS];
+	char		nulls[NUM_OPTION_PARAMS];
+	bool		isnull;
+	int			id;
+
+	initStringInfo(&sql);
+	initStringInfo(&params);
+	appendStringInfoString(&sql, "INSERT INTO replicant.pipelines (name, owner");
+	appendStringInfoString(&params, "$1, $2");
+	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
+	{
+		const PipelineOption *opt = &pipeline_options[id];
+
+		if (opt->create_arg < 0 || opt->create_arg >= nargs || opt->column == NULL)
+			continue;
+		appendStringInfo(&sql, ", %s", opt->column);
+		appendStringInfo(&params, ", $%d", OPTION_PARAM_BASE + id);
+	}
+	appendStringInfo(&sql, ") VALUES (%s) RETURNING id", params.data);
+
+	option_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
+	if (SPI_execute_with_args(sql.data, NUM_OPTION_PARAMS, types, values, nulls,
+							  false, 0) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert into replicant.pipelines");
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 /*
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
@@ -787,27 +1038,10 @@ Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
 {
 	char	   *name;
-	ArrayType  *pubs;
-	char	   *sink_url;
-	char	   *snapshot;
-	int			batch_max_bytes;
-	int			batch_max_transactions;
-	int			http_timeout_ms;
-	int			connect_timeout_ms;
-	Jsonb	   *headers;
-	char	   *secret = NULL;
-	int			snapshot_workers;
+	PipelineOptions o;
 	Oid			owner = GetUserId();
 	ReplicantCatalogAccess s;
-	bool		messages;
-	ArrayType  *prefixes;
-	char	   *ca_file;
-	bool		failover;
-	Oid			argtypes[15] = {TEXTOID, OIDOID, TEXTARRAYOID, TEXTOID, TEXTOID,
-	INT4OID, INT4OID, INT4OID, INT4OID, JSONBOID, TEXTOID, INT4OID, BOOLOID, TEXTARRAYOID, TEXTOID};
-	Datum		args[15];
-	char		nulls[15];
-	bool		isnull;
+	char	   *snapshot;
 	int32		pipeline_id;
 	List	   *tables;
 
@@ -817,66 +1051,12 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 
 	name = required_text(fcinfo, 0, "pipeline name");
 	replicant_pipeline_check_name(name);
-	pubs = check_publications(fcinfo, 1);
-	sink_url = required_text(fcinfo, 2, "sink_url");
-	check_sink_url(sink_url);
-	snapshot = required_text(fcinfo, 3, "snapshot");
-	if (strcmp(snapshot, "none") != 0 && strcmp(snapshot, "initial") != 0 &&
-		strcmp(snapshot, "incremental") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("snapshot must be \"none\", \"initial\" or \"incremental\"")));
-	int_option(fcinfo, 4, "batch_max_bytes", 1024, 1024 * 1024 * 1024, false, &batch_max_bytes);
-	int_option(fcinfo, 5, "batch_max_transactions", 1, 1000000, false, &batch_max_transactions);
-	int_option(fcinfo, 6, "http_timeout_ms", 100, 3600000, false, &http_timeout_ms);
-	int_option(fcinfo, 7, "connect_timeout_ms", 100, 600000, false, &connect_timeout_ms);
-	if (PG_ARGISNULL(8))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("headers must not be null"),
-				 errhint("Pass '{}' for no extra headers.")));
-	headers = PG_GETARG_JSONB_P(8);
-	if (!PG_ARGISNULL(9))
-	{
-		secret = text_to_cstring(PG_GETARG_TEXT_PP(9));
-		replicant_signing_check_secret(secret);
-	}
-	int_option(fcinfo, 10, "snapshot_workers", 1, 16, false, &snapshot_workers);
-	if (PG_ARGISNULL(11))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("messages must not be null")));
-	messages = PG_GETARG_BOOL(11);
-	prefixes = check_message_prefixes(fcinfo, 12, false);
-	ca_file = check_ca_file(fcinfo, 13);
-	/* 0.1.0's SQL function, before ALTER EXTENSION UPDATE, has no failover. */
-	failover = PG_NARGS() > 14 && check_failover(fcinfo, 14);
-	check_owner_can_login(owner);
-	if (messages)
-		check_owner_may_receive_messages(owner);
-	if (count_pipelines_in_shmem() >= replicant_max_pipelines)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("cannot create more than %d pipelines", replicant_max_pipelines),
-				 errhint("You might need to increase \"%s\".", "replicant.max_pipelines")));
+	parse_options(fcinfo, false, &o);
+	snapshot = TextDatumGetCString(o.values[OPT_SNAPSHOT]);
+	check_create_owner(owner, &o);
 
 	replicant_catalog_enter(&s);
-	check_headers(headers);
-	check_publications_exist(pubs);
-	tables = replicant_publication_published_tables(pubs, true);
-	check_owner_reads_tables(owner, tables);
-	warn_tables_without_identity(pubs);
-	lock_pipeline_name(name);
-	args[0] = CStringGetTextDatum(name);
-	/* Not read-only: a fresh snapshot sees a creator we waited for. */
-	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
-							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read replicant.pipelines");
-	if (SPI_processed > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_DUPLICATE_OBJECT),
-				 errmsg("pipeline \"%s\" already exists", name)));
-	check_free_slots(strcmp(snapshot, "initial") == 0, snapshot_workers);
+	tables = check_create_catalog(name, owner, &o);
 
 	/*
 	 * Everything is valid: only now create the slot, then the row.  An
@@ -884,47 +1064,9 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		create_slot(replicant_pipeline_slot_name(name), failover);
-
-	args[1] = ObjectIdGetDatum(owner);
-	args[2] = PointerGetDatum(pubs);
-	args[3] = CStringGetTextDatum(sink_url);
-	args[4] = CStringGetTextDatum(snapshot);
-	args[5] = Int32GetDatum(batch_max_bytes);
-	args[6] = Int32GetDatum(batch_max_transactions);
-	args[7] = Int32GetDatum(http_timeout_ms);
-	args[8] = Int32GetDatum(connect_timeout_ms);
-	args[9] = JsonbPGetDatum(headers);
-	args[10] = secret ? CStringGetTextDatum(secret) : (Datum) 0;
-	args[11] = Int32GetDatum(snapshot_workers);
-	args[12] = BoolGetDatum(messages);
-	args[13] = prefixes ? PointerGetDatum(prefixes) : (Datum) 0;
-	memset(nulls, ' ', sizeof(nulls));
-	nulls[10] = secret ? ' ' : 'n';
-	nulls[13] = prefixes ? ' ' : 'n';
-	args[14] = ca_file ? CStringGetTextDatum(ca_file) : (Datum) 0;
-	nulls[14] = ca_file ? ' ' : 'n';
-	if (SPI_execute_with_args("INSERT INTO replicant.pipelines"
-							  " (name, owner, publications, sink_url, snapshot,"
-							  "  batch_max_bytes, batch_max_transactions,"
-							  "  http_timeout_ms, connect_timeout_ms, headers, secret,"
-							  "  snapshot_workers, messages, message_prefixes, ca_file)"
-							  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
-							  " RETURNING id",
-							  15, argtypes, args, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "could not insert into replicant.pipelines");
-	pipeline_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-											  SPI_tuptable->tupdesc, 1, &isnull));
-	if (failover)
-	{
-		/* Only 0.2.0's table has the column, and only its function the argument. */
-		Oid			idtype[1] = {INT4OID};
-		Datum		id[1] = {Int32GetDatum(pipeline_id)};
-
-		run_update("UPDATE replicant.pipelines SET failover = true"
-				   " WHERE id OPERATOR(pg_catalog.=) $1",
-				   1, idtype, id, NULL);
-	}
+		create_slot(replicant_pipeline_slot_name(name),
+					o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
+	pipeline_id = insert_pipeline(name, owner, &o, PG_NARGS());
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
@@ -987,10 +1129,76 @@ stop_worker_and_wait(int32 pipeline_id)
 }
 
 /*
+ * The assignment alter_pipeline makes for an option: coalesce($n, column)
+ * keeps what NULL leaves unchanged.
+ */
+static void
+append_assignment(StringInfo sql, PipelineOptionId id)
+{
+	const PipelineOption *opt = &pipeline_options[id];
+	int			n = OPTION_PARAM_BASE + id;
+
+	switch (id)
+	{
+		case OPT_SECRET:
+			appendStringInfo(sql, " secret = CASE WHEN $%d THEN NULL ELSE coalesce($%d, secret) END,",
+							 OPTION_PARAM_BASE + OPT_CLEAR_SECRET, n);
+			break;
+		case OPT_MESSAGE_PREFIXES:
+			appendStringInfo(sql, " message_prefixes = CASE WHEN $%d IS NULL THEN message_prefixes"
+							 "   WHEN pg_catalog.cardinality($%d) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $%d END,",
+							 n, n, n);
+			break;
+		case OPT_SECRET_PREVIOUS_UNTIL:
+			appendStringInfo(sql, " secret_previous = CASE WHEN $%d IS NOT NULL THEN secret END,"
+							 " secret_previous_until = $%d,", n, n);
+			break;
+		default:
+			appendStringInfo(sql, " %s = coalesce($%d, %s),", opt->column, n, opt->column);
+			break;
+	}
+}
+
+/* Applies alter_pipeline's options to the (locked) row. */
+static void
+update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o)
+{
+	StringInfoData sql;
+	Oid			types[NUM_OPTION_PARAMS];
+	Datum		values[NUM_OPTION_PARAMS];
+	char		nulls[NUM_OPTION_PARAMS];
+	int			id;
+
+	option_params(o, INT4OID, Int32GetDatum(ref->id), ref->owner, types, values, nulls);
+	/* An added publication applies to what commits from now on (0.2.0). */
+	if (o->given[OPT_PUBLICATION] && replicant_pipeline_has_column("publication_lsns"))
+		run_update(psprintf("UPDATE replicant.pipelines SET publication_lsns ="
+							"   (SELECT pg_catalog.array_agg(CASE WHEN u.name OPERATOR(pg_catalog.=) ANY (publications)"
+							"             THEN coalesce(publication_lsns[pg_catalog.array_position(publications, u.name)],"
+							"                           '0/0'::pg_catalog.pg_lsn)"
+							"             ELSE pg_catalog.pg_current_wal_insert_lsn() END ORDER BY u.n)"
+							"      FROM pg_catalog.unnest($%d) WITH ORDINALITY AS u(name, n))"
+							" WHERE id OPERATOR(pg_catalog.=) $1",
+							OPTION_PARAM_BASE + OPT_PUBLICATION),
+				   NUM_OPTION_PARAMS, types, values, nulls);
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "UPDATE replicant.pipelines SET");
+	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
+	{
+		if (pipeline_options[id].alter_arg >= 0 && pipeline_options[id].column != NULL)
+			append_assignment(&sql, id);
+	}
+	appendStringInfoString(&sql, " config_version = config_version OPERATOR(pg_catalog.+) 1"
+						   " WHERE id OPERATOR(pg_catalog.=) $1");
+	run_update(sql.data, NUM_OPTION_PARAMS, types, values, nulls);
+}
+
+/*
  * alter_pipeline(name, publication, sink_url, batch_max_bytes,
  *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				  headers, secret, clear_secret, messages, message_prefixes,
- *				  secret_previous_until)
+ *				  secret_previous_until, ca_file)
  *
  * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
  * every prefix.  The old worker is stopped before this
@@ -1001,134 +1209,31 @@ Datum
 replicant_alter_pipeline(PG_FUNCTION_ARGS)
 {
 	char	   *name;
-	ArrayType  *pubs = NULL;
-	char	   *sink_url = NULL;
-	int			values[4] = {0};
-	bool		given[4];
-	Jsonb	   *headers = NULL;
-	char	   *secret = NULL;
-	bool		clear_secret;
-	ArrayType  *prefixes;
+	PipelineOptions o;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
-	char	   *ca_file;
-	Oid			argtypes[14] = {INT4OID, TEXTARRAYOID, TEXTOID, INT4OID, INT4OID,
-	INT4OID, INT4OID, JSONBOID, TEXTOID, BOOLOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID};
-	Datum		args[14];
-	char		nulls[14];
 
 	replicant_redact_statements();
 	name = required_text(fcinfo, 0, "pipeline name");
 	replicant_pipeline_check_name(name);
-	if (!PG_ARGISNULL(1))
-		pubs = check_publications(fcinfo, 1);
-	if (!PG_ARGISNULL(2))
-	{
-		sink_url = text_to_cstring(PG_GETARG_TEXT_PP(2));
-		check_sink_url(sink_url);
-	}
-	given[0] = int_option(fcinfo, 3, "batch_max_bytes", 1024, 1024 * 1024 * 1024, true, &values[0]);
-	given[1] = int_option(fcinfo, 4, "batch_max_transactions", 1, 1000000, true, &values[1]);
-	given[2] = int_option(fcinfo, 5, "http_timeout_ms", 100, 3600000, true, &values[2]);
-	given[3] = int_option(fcinfo, 6, "connect_timeout_ms", 100, 600000, true, &values[3]);
-	if (!PG_ARGISNULL(7))
-		headers = PG_GETARG_JSONB_P(7);
-	if (!PG_ARGISNULL(8))
-	{
-		secret = text_to_cstring(PG_GETARG_TEXT_PP(8));
-		replicant_signing_check_secret(secret);
-	}
-	clear_secret = !PG_ARGISNULL(9) && PG_GETARG_BOOL(9);
-	if (clear_secret && secret != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("cannot set and clear the signing secret at once")));
-	prefixes = check_message_prefixes(fcinfo, 11, true);
-	ca_file = check_ca_file(fcinfo, 13);
-	if (!PG_ARGISNULL(12))
-	{
-		TimestampTz until = PG_GETARG_TIMESTAMPTZ(12);
-
-		if (secret == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("secret_previous_until needs a new secret"),
-					 errhint("It keeps the current secret valid until then, beside the new one.")));
-		if (until <= GetCurrentTimestamp() ||
-			until > TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) 30 * 24 * 3600 * 1000))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("secret_previous_until must be in the next 30 days")));
-	}
+	parse_options(fcinfo, true, &o);
 
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, false);
 	check_is_owner(&ref, &s);
-	if (!PG_ARGISNULL(10) && PG_GETARG_BOOL(10))
+	if (o.given[OPT_MESSAGES] && DatumGetBool(o.values[OPT_MESSAGES]))
 		check_owner_may_receive_messages(ref.owner);
-	if (headers)
-		check_headers(headers);
-	if (pubs)
-		check_publications_exist(pubs);
+	if (o.given[OPT_HEADERS])
+		check_headers(DatumGetJsonbP(o.values[OPT_HEADERS]));
+	if (o.given[OPT_PUBLICATION])
+		check_publications_exist(DatumGetArrayTypeP(o.values[OPT_PUBLICATION]));
 	replicant_catalog_leave(&s);
 	stop_worker_and_wait(ref.id);
 
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, true);
 	check_is_owner(&ref, &s);
-
-	memset(nulls, ' ', sizeof(nulls));
-	args[0] = Int32GetDatum(ref.id);
-	args[1] = pubs ? PointerGetDatum(pubs) : (Datum) 0;
-	nulls[1] = pubs ? ' ' : 'n';
-	args[2] = sink_url ? CStringGetTextDatum(sink_url) : (Datum) 0;
-	nulls[2] = sink_url ? ' ' : 'n';
-	for (int i = 0; i < 4; i++)
-	{
-		args[3 + i] = Int32GetDatum(values[i]);
-		nulls[3 + i] = given[i] ? ' ' : 'n';
-	}
-	args[7] = headers ? JsonbPGetDatum(headers) : (Datum) 0;
-	nulls[7] = headers ? ' ' : 'n';
-	args[8] = secret ? CStringGetTextDatum(secret) : (Datum) 0;
-	nulls[8] = secret ? ' ' : 'n';
-	args[9] = BoolGetDatum(clear_secret);
-	args[10] = PG_ARGISNULL(10) ? (Datum) 0 : PG_GETARG_DATUM(10);
-	nulls[10] = PG_ARGISNULL(10) ? 'n' : ' ';
-	args[11] = prefixes ? PointerGetDatum(prefixes) : (Datum) 0;
-	nulls[11] = prefixes ? ' ' : 'n';
-	args[12] = PG_ARGISNULL(12) ? (Datum) 0 : PG_GETARG_DATUM(12);
-	nulls[12] = PG_ARGISNULL(12) ? 'n' : ' ';
-	args[13] = ca_file ? CStringGetTextDatum(ca_file) : (Datum) 0;
-	nulls[13] = ca_file ? ' ' : 'n';
-	/* An added publication applies to what commits from now on (0.2.0). */
-	if (pubs != NULL && replicant_pipeline_has_column("publication_lsns"))
-		run_update("UPDATE replicant.pipelines SET publication_lsns ="
-				   "   (SELECT pg_catalog.array_agg(CASE WHEN u.name OPERATOR(pg_catalog.=) ANY (publications)"
-				   "             THEN coalesce(publication_lsns[pg_catalog.array_position(publications, u.name)],"
-				   "                           '0/0'::pg_catalog.pg_lsn)"
-				   "             ELSE pg_catalog.pg_current_wal_insert_lsn() END ORDER BY u.n)"
-				   "      FROM pg_catalog.unnest($2) WITH ORDINALITY AS u(name, n))"
-				   " WHERE id OPERATOR(pg_catalog.=) $1",
-				   2, argtypes, args, nulls);
-	run_update("UPDATE replicant.pipelines SET"
-			   " publications = coalesce($2, publications),"
-			   " sink_url = coalesce($3, sink_url),"
-			   " batch_max_bytes = coalesce($4, batch_max_bytes),"
-			   " batch_max_transactions = coalesce($5, batch_max_transactions),"
-			   " http_timeout_ms = coalesce($6, http_timeout_ms),"
-			   " connect_timeout_ms = coalesce($7, connect_timeout_ms),"
-			   " headers = coalesce($8, headers),"
-			   " secret_previous = CASE WHEN $13 IS NOT NULL THEN secret END,"
-			   " secret_previous_until = $13,"
-			   " secret = CASE WHEN $10 THEN NULL ELSE coalesce($9, secret) END,"
-			   " messages = coalesce($11, messages),"
-			   " message_prefixes = CASE WHEN $12 IS NULL THEN message_prefixes"
-			   "   WHEN pg_catalog.cardinality($12) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $12 END,"
-			   " ca_file = coalesce($14, ca_file),"
-			   " config_version = config_version OPERATOR(pg_catalog.+) 1"
-			   " WHERE id OPERATOR(pg_catalog.=) $1",
-			   14, argtypes, args, nulls);
+	update_pipeline(&ref, &o);
 	replicant_catalog_leave(&s);
 
 	replicant_shmem_request_sync_at_commit();
