@@ -327,6 +327,17 @@ check_headers(Jsonb *headers)
 	}
 }
 
+/* Element i of a deconstructed text[] argument, which must not be null. */
+static char *
+text_element(Datum *elems, bool *nulls, int i, const char *what)
+{
+	if (nulls[i])
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what)));
+	return TextDatumGetCString(elems[i]);
+}
+
 /* The publications argument: text or text[], non-empty, distinct. */
 static ArrayType *
 check_publications(FunctionCallInfo fcinfo, int argno)
@@ -353,13 +364,8 @@ check_publications(FunctionCallInfo fcinfo, int argno)
 				 errmsg("at least one publication is required")));
 	for (i = 0; i < nelems; i++)
 	{
-		char	   *name;
+		char	   *name = text_element(elems, nulls, i, "publication names");
 
-		if (nulls[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("publication names must not be null")));
-		name = TextDatumGetCString(elems[i]);
 		if (list_member(seen, makeString(name)))
 			ereport(ERROR,
 					(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -446,13 +452,8 @@ check_message_prefixes(ArrayType *prefixes, bool empty_ok)
 				 errhint("Pass NULL to deliver messages of every prefix.")));
 	for (i = 0; i < n; i++)
 	{
-		char	   *prefix;
+		char	   *prefix = text_element(elems, nulls, i, "message prefixes");
 
-		if (nulls[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("message prefixes must not be null")));
-		prefix = TextDatumGetCString(elems[i]);
 		if (prefix[0] == '\0')
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -758,17 +759,25 @@ other_background_workers(void)
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
-/* Pipelines of other databases that want a worker. */
+/*
+ * Pipelines known to shared memory: all of them, or only those of other
+ * databases that want a worker.
+ */
 static int
-runnable_pipelines_elsewhere(void)
+count_pipelines_in_shmem(bool runnable_elsewhere)
 {
 	int			n = 0;
 	int			i;
 
 	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 	for (i = 0; i < replicant_max_pipelines; i++)
-		n += (replicant_shmem->slots[i].in_use && replicant_shmem->slots[i].runnable &&
-			  replicant_shmem->slots[i].dboid != MyDatabaseId) ? 1 : 0;
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+
+		if (slot->in_use &&
+			(!runnable_elsewhere || (slot->runnable && slot->dboid != MyDatabaseId)))
+			n++;
+	}
 	LWLockRelease(replicant_shmem->lock);
 	return n;
 }
@@ -797,7 +806,7 @@ check_free_slots(bool initial_snapshot, int snapshot_workers)
 		elog(ERROR, "could not read replicant.pipelines");
 	needed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 										 &isnull));
-	needed += runnable_pipelines_elsewhere() + other_background_workers();
+	needed += count_pipelines_in_shmem(true) + other_background_workers();
 	needed += 1 + (initial_snapshot ? snapshot_workers : 0) + 1;
 	if (needed > max_worker_processes)
 		ereport(ERROR,
@@ -821,19 +830,6 @@ lock_pipeline_name(const char *name)
 	LockDatabaseObject(pipelines,
 					   DatumGetUInt32(hash_any((const unsigned char *) name, strlen(name))),
 					   0, ExclusiveLock);
-}
-
-static int
-count_pipelines_in_shmem(void)
-{
-	int			n = 0;
-	int			i;
-
-	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
-	for (i = 0; i < replicant_max_pipelines; i++)
-		n += replicant_shmem->slots[i].in_use ? 1 : 0;
-	LWLockRelease(replicant_shmem->lock);
-	return n;
 }
 
 /*
@@ -953,7 +949,7 @@ check_create_owner(Oid owner, const PipelineOptions *o)
 	check_owner_can_login(owner);
 	if (DatumGetBool(o->values[OPT_MESSAGES]))
 		check_owner_may_receive_messages(owner);
-	if (count_pipelines_in_shmem() >= replicant_max_pipelines)
+	if (count_pipelines_in_shmem(false) >= replicant_max_pipelines)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("cannot create more than %d pipelines", replicant_max_pipelines),

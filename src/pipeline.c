@@ -163,23 +163,57 @@ spi_datum(HeapTuple tuple, TupleDesc desc, int col, bool *isnull)
 	return SPI_getbinval(tuple, desc, col, isnull);
 }
 
-ReplicantPipeline *
-replicant_pipeline_load(int32 id, MemoryContext mcxt)
+/* A text[] as a List of char *, in CurrentMemoryContext. */
+static List *
+text_array_list(Datum array)
 {
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1];
-	ReplicantPipeline *p;
-	HeapTuple	tuple;
-	TupleDesc	desc;
-	MemoryContext old;
-	bool		isnull;
-	Datum		d;
-	uint64		i;
-	ArrayType  *pubs;
 	Datum	   *elems;
 	int			nelems;
+	int			i;
+	List	   *list = NIL;
 
-	args[0] = Int32GetDatum(id);
+	deconstruct_array(DatumGetArrayTypeP(array), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, NULL, &nelems);
+	for (i = 0; i < nelems; i++)
+		list = lappend(list, TextDatumGetCString(elems[i]));
+	return list;
+}
+
+/* Where each publication counts from; missing entries (0.1.0's rows): always. */
+static XLogRecPtr *
+publication_lsns(Datum array, bool isnull, int npublications)
+{
+	XLogRecPtr *lsns = palloc0(sizeof(XLogRecPtr) * npublications);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			nelems;
+	int			i;
+
+	if (isnull)
+		return lsns;
+	deconstruct_array(DatumGetArrayTypeP(array), PG_LSNOID, sizeof(XLogRecPtr),
+					  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, &nulls, &nelems);
+	for (i = 0; i < nelems && i < npublications; i++)
+		lsns[i] = nulls[i] ? InvalidXLogRecPtr : DatumGetLSN(elems[i]);
+	return lsns;
+}
+
+static XLogRecPtr
+spi_lsn(HeapTuple tuple, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
+
+	return isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+}
+
+/* Reads the pipeline's row and its checkpoint; false if it no longer exists. */
+static bool
+read_pipeline_row(int32 id)
+{
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(id)};
+
 	if (SPI_execute_with_args(psprintf(
 									   "SELECT p.name, p.owner, p.publications, p.sink_url, p.snapshot,"
 							  "       p.enabled, p.halt_reason, p.config_version,"
@@ -198,21 +232,21 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 									   "p.publication_lsns" : "NULL::pg_catalog.pg_lsn[]"),
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pipeline %d", id);
-	if (SPI_processed == 0)
-		return NULL;
+	return SPI_processed > 0;
+}
 
-	tuple = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	old = MemoryContextSwitchTo(mcxt);
+/* The pipeline from read_pipeline_row's result, in CurrentMemoryContext. */
+static ReplicantPipeline *
+pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
+{
+	ReplicantPipeline *p = palloc0(sizeof(ReplicantPipeline));
+	bool		isnull;
+	Datum		d;
 
-	p = palloc0(sizeof(ReplicantPipeline));
 	p->id = id;
 	p->name = spi_text(tuple, desc, 1);
 	p->owner = DatumGetObjectId(spi_datum(tuple, desc, 2, &isnull));
-	pubs = DatumGetArrayTypeP(spi_datum(tuple, desc, 3, &isnull));
-	deconstruct_array(pubs, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &nelems);
-	for (i = 0; i < nelems; i++)
-		p->publications = lappend(p->publications, TextDatumGetCString(elems[i]));
+	p->publications = text_array_list(spi_datum(tuple, desc, 3, &isnull));
 	p->sink_url = spi_text(tuple, desc, 4);
 	p->snapshot = spi_text(tuple, desc, 5);
 	p->enabled = DatumGetBool(spi_datum(tuple, desc, 6, &isnull));
@@ -223,57 +257,62 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	p->http_timeout_ms = DatumGetInt32(spi_datum(tuple, desc, 11, &isnull));
 	p->connect_timeout_ms = DatumGetInt32(spi_datum(tuple, desc, 12, &isnull));
 	p->secret = spi_text(tuple, desc, 13);
-	d = spi_datum(tuple, desc, 14, &isnull);
-	p->checkpoint_commit_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
-	d = spi_datum(tuple, desc, 15, &isnull);
-	p->checkpoint_end_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+	p->checkpoint_commit_lsn = spi_lsn(tuple, desc, 14);
+	p->checkpoint_end_lsn = spi_lsn(tuple, desc, 15);
 	p->snapshot_workers = DatumGetInt32(spi_datum(tuple, desc, 16, &isnull));
 	p->messages = DatumGetBool(spi_datum(tuple, desc, 17, &isnull));
 	d = spi_datum(tuple, desc, 18, &isnull);
-	if (!isnull)
-	{
-		deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
-						  &elems, NULL, &nelems);
-		for (i = 0; i < nelems; i++)
-			p->message_prefixes = lappend(p->message_prefixes, TextDatumGetCString(elems[i]));
-	}
+	p->message_prefixes = isnull ? NIL : text_array_list(d);
 	p->secret_previous = spi_text(tuple, desc, 19);
 	d = spi_datum(tuple, desc, 20, &isnull);
 	p->secret_previous_until = isnull ? 0 : DatumGetTimestampTz(d);
 	p->ca_file = spi_text(tuple, desc, 21);
-	d = spi_datum(tuple, desc, 22, &isnull);
-	p->resumed_lsn = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+	p->resumed_lsn = spi_lsn(tuple, desc, 22);
 	p->failover = DatumGetBool(spi_datum(tuple, desc, 23, &isnull));
-	p->publication_lsns = palloc0(sizeof(XLogRecPtr) * list_length(p->publications));
 	d = spi_datum(tuple, desc, 24, &isnull);
-	if (!isnull)
-	{
-		bool	   *lsn_nulls;
+	p->publication_lsns = publication_lsns(d, isnull, list_length(p->publications));
+	return p;
+}
 
-		deconstruct_array(DatumGetArrayTypeP(d), PG_LSNOID, sizeof(XLogRecPtr),
-						  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, &lsn_nulls, &nelems);
-		for (i = 0; i < nelems && i < list_length(p->publications); i++)
-			p->publication_lsns[i] = lsn_nulls[i] ? InvalidXLogRecPtr : DatumGetLSN(elems[i]);
-	}
-	MemoryContextSwitchTo(old);
+/* Headers were validated when set; here they only need splitting. */
+static void
+load_headers(ReplicantPipeline *p, MemoryContext mcxt)
+{
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(p->id)};
+	MemoryContext old;
+	uint64		i;
 
-	/* Headers were validated when set; here they only need splitting. */
 	if (SPI_execute_with_args(
 							  "SELECT h.key, h.value"
 							  "  FROM replicant.pipelines p, pg_catalog.jsonb_each_text(p.headers) h"
 							  " WHERE p.id OPERATOR(pg_catalog.=) $1 ORDER BY h.key",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read headers of pipeline %d", id);
+		elog(ERROR, "could not read headers of pipeline %d", p->id);
 	old = MemoryContextSwitchTo(mcxt);
 	for (i = 0; i < SPI_processed; i++)
 	{
-		tuple = SPI_tuptable->vals[i];
-		desc = SPI_tuptable->tupdesc;
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
 		p->header_names = lappend(p->header_names, spi_text(tuple, desc, 1));
 		p->header_values = lappend(p->header_values, spi_text(tuple, desc, 2));
 	}
 	MemoryContextSwitchTo(old);
+}
 
+ReplicantPipeline *
+replicant_pipeline_load(int32 id, MemoryContext mcxt)
+{
+	ReplicantPipeline *p;
+	MemoryContext old;
+
+	if (!read_pipeline_row(id))
+		return NULL;
+	old = MemoryContextSwitchTo(mcxt);
+	p = pipeline_from_row(id, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	MemoryContextSwitchTo(old);
+	load_headers(p, mcxt);
 	return p;
 }
 
