@@ -21,7 +21,6 @@
 #include "common/hashfn.h"
 #include "storage/lmgr.h"
 #include "catalog/pg_authid.h"
-#include "catalog/pg_authid_d.h"
 #include "catalog/pg_publication.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
@@ -496,9 +495,10 @@ check_owner_can_login(Oid owner)
 
 /*
  * The options of create_pipeline and alter_pipeline, in the order they are
- * validated (their argument order, but that alter_pipeline checks
- * secret_previous_until, which needs the new secret, last).  Parameter $n
- * of the INSERT and UPDATE below is option n - OPTION_PARAM_BASE.
+ * validated: their argument order, but that alter_pipeline checks
+ * secret_previous_until, which needs the new secret, last.  Option id is
+ * parameter $(OPTION_PARAM_BASE + id) of the INSERT and UPDATE below.  The
+ * defaults are the SQL functions' DEFAULT clauses.
  */
 typedef enum PipelineOptionId
 {
@@ -527,7 +527,7 @@ typedef struct PipelineOption
 	const char *column;			/* in replicant.pipelines; NULL: none */
 	Oid			type;			/* as an SPI parameter */
 	int			min;			/* INT4OID: the accepted range */
-	int			max;
+	int			max;			/* (inclusive) */
 	int			create_arg;		/* position in create_pipeline(); -1: none */
 	int			alter_arg;		/* position in alter_pipeline(); -1: none */
 	bool		create_null_ok; /* create_pipeline takes NULL (alter always does) */
@@ -566,10 +566,8 @@ typedef struct PipelineOptions
 
 /* alter_pipeline: secret_previous_until keeps the current secret beside a new one. */
 static void
-check_secret_previous_until(const PipelineOptions *o)
+check_secret_previous_until(TimestampTz until, const PipelineOptions *o)
 {
-	TimestampTz until = DatumGetTimestampTz(o->values[OPT_SECRET_PREVIOUS_UNTIL]);
-
 	if (!o->given[OPT_SECRET])
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -632,7 +630,7 @@ check_option(PipelineOptionId id, FunctionCallInfo fcinfo, int argno, bool alter
 			check_failover(DatumGetBool(value));
 			break;
 		case OPT_SECRET_PREVIOUS_UNTIL:
-			/* needs the new secret: checked after the others */
+			check_secret_previous_until(DatumGetTimestampTz(value), o);
 			break;
 		default:
 			break;
@@ -670,8 +668,6 @@ parse_options(FunctionCallInfo fcinfo, bool alter, PipelineOptions *o)
 		o->values[id] = check_option(id, fcinfo, argno, alter, o);
 		o->given[id] = true;
 	}
-	if (o->given[OPT_SECRET_PREVIOUS_UNTIL])
-		check_secret_previous_until(o);
 }
 
 /*

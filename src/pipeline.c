@@ -5,19 +5,15 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/namespace.h"
-#include "catalog/pg_authid_d.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
-#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "pipeline.h"
