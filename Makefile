@@ -9,11 +9,13 @@ OBJS = \
 	src/worker.o \
 	src/pipeline.o \
 	src/decoder.o \
+	src/slot.o \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
 	src/encoder.o \
 	src/backfill.o \
+	src/chunk.o \
 	src/batch.o \
 	src/sink_http.o \
 	src/snapshot.o \

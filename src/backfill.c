@@ -47,11 +47,9 @@
 #include "access/xlog.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type_d.h"
-#include "common/hashfn.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
-#include "optimizer/plancat.h"
 #include "replication/message.h"
 #include "storage/bufmgr.h"
 #include "utils/array.h"
@@ -82,12 +80,6 @@
 
 /* |correlation| of the leading key column from which keyset reads in order. */
 #define KEYSET_CORRELATION 0.8
-
-typedef struct KeyEntry
-{
-	uint32		hash;			/* hash key */
-	List	   *rows;			/* of int: indexes into chunk->rows */
-} KeyEntry;
 
 /*
  * The key's columns as its index orders them, with the operators of the
@@ -226,22 +218,6 @@ append_after_cursor(StringInfo sql, KeyOrder *order)
 						 (char *) list_nth(order->types, i));
 	}
 	appendStringInfoChar(sql, ')');
-}
-
-int64
-replicant_backfill_estimate_rows(Relation rel)
-{
-	BlockNumber pages;
-	double		tuples;
-	double		allvisfrac;
-
-	if (rel->rd_rel->reltuples >= 0)
-		return (int64) rel->rd_rel->reltuples;
-	/* The planner assumes ten pages for an empty table; it has none. */
-	if (RelationGetNumberOfBlocks(rel) == 0)
-		return 0;
-	estimate_rel_size(rel, NULL, &pages, &tuples, &allvisfrac);
-	return (int64) tuples;
 }
 
 /*
@@ -389,7 +365,7 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 	args[0] = Int32GetDatum(pipeline_id);
 	args[1] = ObjectIdGetDatum(relid);
 	args[2] = CStringGetTextDatum(mode);
-	args[3] = Int64GetDatum(replicant_backfill_estimate_rows(rel));
+	args[3] = Int64GetDatum(replicant_snapshot_estimate_rows(rel));
 	args[4] = ObjectIdGetDatum(rel->rd_rel->relfilenode);
 
 	if (strcmp(mode, "bitmap") == 0)
@@ -548,113 +524,6 @@ chunk_query(ReplicantBackfill *b, Relation rel, KeyOrder *order,
 	return sql.data;
 }
 
-static uint32
-key_hash(const char *key, int len)
-{
-	return hash_bytes((const unsigned char *) key, len);
-}
-
-static void
-add_row(ReplicantChunk *chunk, const char *key, int keylen, const char *change, int len)
-{
-	KeyEntry   *entry;
-	bool		found;
-	uint32		h = key_hash(key, keylen);
-	MemoryContext old = MemoryContextSwitchTo(chunk->context);
-	ReplicantChunkRow *row;
-
-	if (chunk->nrows % 256 == 0)
-		chunk->rows = chunk->rows ?
-			repalloc(chunk->rows, sizeof(ReplicantChunkRow) * (chunk->nrows + 256)) :
-			palloc(sizeof(ReplicantChunkRow) * 256);
-	row = &chunk->rows[chunk->nrows];
-	row->key = pnstrdup(key, keylen);
-	row->change = pnstrdup(change, len);
-	row->dropped = false;
-	entry = hash_search(chunk->by_key, &h, HASH_ENTER, &found);
-	if (!found)
-		entry->rows = NIL;
-	entry->rows = lappend_int(entry->rows, chunk->nrows);
-	chunk->nrows++;
-	MemoryContextSwitchTo(old);
-}
-
-bool
-replicant_chunk_sees(ReplicantChunk *chunk, TransactionId xid)
-{
-	int			i;
-
-	if (TransactionIdPrecedes(xid, chunk->snap_xmin))
-		return true;
-	if (!TransactionIdPrecedes(xid, chunk->snap_xmax))
-		return false;
-	for (i = 0; i < chunk->snap_xcnt; i++)
-		if (TransactionIdEquals(xid, chunk->snap_xip[i]))
-			return false;
-	return true;
-}
-
-void
-replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len,
-						 ReplicantBatch *keep_in)
-{
-	uint32		h = key_hash(key, len);
-	KeyEntry   *entry = hash_search(chunk->by_key, &h, HASH_FIND, NULL);
-	ListCell   *lc;
-
-	if (entry == NULL)
-		return;
-	foreach(lc, entry->rows)
-	{
-		ReplicantChunkRow *row = &chunk->rows[lfirst_int(lc)];
-
-		if (row->dropped || strlen(row->key) != len || memcmp(row->key, key, len) != 0)
-			continue;
-		if (keep_in)
-			replicant_batch_add_change(keep_in, row->change, strlen(row->change));
-		row->dropped = true;
-	}
-}
-
-void
-replicant_chunk_drop_all(ReplicantChunk *chunk)
-{
-	int			i;
-
-	for (i = 0; i < chunk->nrows; i++)
-		chunk->rows[i].dropped = true;
-}
-
-int
-replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out, int max_bytes)
-{
-	int			n = 0;
-
-	for (; *next < chunk->nrows; (*next)++)
-	{
-		ReplicantChunkRow *row = &chunk->rows[*next];
-		size_t		len;
-
-		if (row->dropped)
-			continue;
-		len = strlen(row->change);
-		if (n > 0 && out->len + len + 3 > max_bytes)
-			break;
-		if (n++ > 0)
-			appendStringInfoChar(out, ',');
-		appendBinaryStringInfo(out, row->change, len);
-	}
-	return n;
-}
-
-static XLogRecPtr
-write_watermark(const char *kind, const char *token)
-{
-	char	   *message = psprintf("%s:%s", kind, token);
-
-	return REPLICANT_LOG_LOGICAL_MESSAGE(REPLICANT_WATERMARK_PREFIX, message, strlen(message), false);
-}
-
 /*
  * Whether the snapshot misses a transaction that already committed: its
  * commit record may be below the low watermark, outside the window, and
@@ -671,33 +540,14 @@ snapshot_misses_commits(Snapshot snapshot)
 	return false;
 }
 
-static void
-keep_snapshot(ReplicantChunk *chunk, Snapshot snapshot)
-{
-	chunk->snap_xmin = snapshot->xmin;
-	chunk->snap_xmax = snapshot->xmax;
-	chunk->snap_xcnt = snapshot->xcnt;
-	chunk->snap_xip = MemoryContextAlloc(chunk->context,
-										 sizeof(TransactionId) * Max(1, snapshot->xcnt));
-	memcpy(chunk->snap_xip, snapshot->xip, sizeof(TransactionId) * snapshot->xcnt);
-}
-
 static ReplicantChunk *
 new_chunk(ReplicantBackfill *b, MemoryContext parent)
 {
-	ReplicantChunk *chunk = MemoryContextAllocZero(parent, sizeof(ReplicantChunk));
-	HASHCTL		ctl;
+	ReplicantChunk *chunk = replicant_chunk_create(parent, b->relid, CHUNK_ROWS * 2);
 
-	chunk->context = AllocSetContextCreate(parent, "replicant backfill chunk",
-										   ALLOCSET_DEFAULT_SIZES);
 	chunk->backfill = b;
 	snprintf(chunk->token, sizeof(chunk->token), INT64_FORMAT ":" INT64_FORMAT ":%u",
 			 b->id, b->chunks++, (uint32) pg_prng_uint32(&pg_global_prng_state));
-	ctl.keysize = sizeof(uint32);
-	ctl.entrysize = sizeof(KeyEntry);
-	ctl.hcxt = chunk->context;
-	chunk->by_key = hash_create("replicant chunk keys", CHUNK_ROWS * 2, &ctl,
-								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	if (strcmp(b->mode, "ctid") == 0)
 		chunk->position = b->next_block;
 	else if (strcmp(b->mode, "bitmap") == 0)
@@ -819,7 +669,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 										   values, isnull, key_columns, whole_row);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
-			add_row(chunk, key.data, key.len, change.data, change.len);
+			replicant_chunk_add_row(chunk, key.data, key.len, change.data, change.len);
 			bytes += change.len;
 			nread++;
 			full = keyset && bytes >= max_bytes;
@@ -883,7 +733,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	replicant_catalog_begin(&access);
 
 	/* Before the chunk's snapshot exists: changes after it open the window. */
-	(void) write_watermark("low", chunk->token);
+	(void) replicant_chunk_write_watermark(chunk, false);
 
 	/* Read as the pipeline's owner, as the stream would. */
 	SetUserIdAndSecContext(access.saved_userid, access.saved_sec_context);
@@ -899,13 +749,12 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		b->deferred = true;
 		UnregisterSnapshot(snapshot);
 		replicant_catalog_end(&access);
-		MemoryContextDelete(chunk->context);
-		pfree(chunk);
+		replicant_chunk_free(chunk);
 		b->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), GAP_RETRY_MS);
 		return NULL;
 	}
 	b->deferred = false;
-	keep_snapshot(chunk, snapshot);
+	replicant_chunk_set_snapshot(chunk, snapshot);
 
 	rel = try_table_open(b->relid, AccessShareLock);
 	if (rel == NULL)
@@ -914,7 +763,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		UnregisterSnapshot(snapshot);
 		chunk->last = true;
 		chunk->names = NULL;
-		high = write_watermark("high", chunk->token);
+		high = replicant_chunk_write_watermark(chunk, true);
 		replicant_catalog_end(&access);
 		XLogFlush(high);
 		return chunk;
@@ -926,8 +775,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		table_close(rel, AccessShareLock);
 		UnregisterSnapshot(snapshot);
 		replicant_catalog_end(&access);
-		MemoryContextDelete(chunk->context);
-		pfree(chunk);
+		replicant_chunk_free(chunk);
 		return NULL;
 	}
 	if (strcmp(b->mode, "ctid") == 0 && rel->rd_rel->relfilenode != b->relfilenode)
@@ -958,7 +806,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	chunk->last = last;
 
 	table_close(rel, AccessShareLock);
-	high = write_watermark("high", chunk->token);
+	high = replicant_chunk_write_watermark(chunk, true);
 	replicant_catalog_end(&access);
 	MemoryContextSwitchTo(caller);
 
