@@ -605,6 +605,32 @@ chunk_args(ReplicantBackfill *b, Datum *args, Oid *types, char *nulls)
 	return n;
 }
 
+/* The keyset cursor after the chunk's last row, applied once it is delivered. */
+static void
+set_next_cursor(ReplicantChunk *chunk, KeyOrder *order, HeapTuple row, TupleDesc desc)
+{
+	MemoryContext old = MemoryContextSwitchTo(chunk->context);
+	ListCell   *lc;
+
+	list_free_deep(chunk->next_cursor_key);
+	chunk->next_cursor_key = NIL;
+	foreach(lc, order->names)
+		chunk->next_cursor_key =
+			lappend(chunk->next_cursor_key,
+					SPI_getvalue(row, desc, SPI_fnumber(desc, lfirst(lc))));
+	MemoryContextSwitchTo(old);
+}
+
+/* The cursor after a chunk that read no row (or reads by position): unchanged. */
+static void
+keep_cursor(ReplicantChunk *chunk)
+{
+	MemoryContext old = MemoryContextSwitchTo(chunk->context);
+
+	chunk->next_cursor_key = copy_strings(chunk->backfill->cursor_key);
+	MemoryContextSwitchTo(old);
+}
+
 /*
  * Reads the chunk's rows through a cursor under the given snapshot.  A
  * keyset chunk ends early once its rows reach max_bytes (at least one
@@ -633,8 +659,6 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	int64		bytes = 0;
 	int64		nread = 0;
 	bool		full = false;
-	HeapTuple	lastrow = NULL;
-	TupleDesc	lastdesc = NULL;
 	MemoryContext row_context = AllocSetContextCreate(CurrentMemoryContext,
 													  "replicant backfill row",
 													  ALLOCSET_DEFAULT_SIZES);
@@ -675,21 +699,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 			full = keyset && bytes >= max_bytes;
 		}
 		if (keyset)
-		{
-			/* The cursor after this chunk, applied once it is delivered. */
-			MemoryContext old = MemoryContextSwitchTo(chunk->context);
-			ListCell   *lc;
-
-			lastrow = SPI_tuptable->vals[i - 1];
-			lastdesc = SPI_tuptable->tupdesc;
-			list_free_deep(chunk->next_cursor_key);
-			chunk->next_cursor_key = NIL;
-			foreach(lc, order->names)
-				chunk->next_cursor_key =
-					lappend(chunk->next_cursor_key,
-							SPI_getvalue(lastrow, lastdesc, SPI_fnumber(lastdesc, lfirst(lc))));
-			MemoryContextSwitchTo(old);
-		}
+			set_next_cursor(chunk, order, SPI_tuptable->vals[i - 1], SPI_tuptable->tupdesc);
 		SPI_freetuptable(SPI_tuptable);
 	}
 	SPI_cursor_close(portal);
@@ -699,44 +709,33 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	if (keyset)
 	{
 		*last = !full && nread < CHUNK_ROWS;
-		if (lastrow == NULL)
-		{
-			MemoryContext old = MemoryContextSwitchTo(chunk->context);
-
-			chunk->next_cursor_key = copy_strings(b->cursor_key);
-			MemoryContextSwitchTo(old);
-		}
+		if (nread == 0)
+			keep_cursor(chunk);
 	}
 }
 
-ReplicantChunk *
-replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
-							  char **halt_reason)
+/*
+ * Writes the chunk's low watermark and takes its snapshot after it, as the
+ * pipeline's owner, in a transaction of replicant's.  Returns NULL, the
+ * transaction ended, when the snapshot misses a committed transaction: the
+ * chunk is tried again once the proc array has caught up.
+ */
+static Snapshot
+snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
+							 ReplicantChunk *chunk, ReplicantCatalogAccess *access)
 {
-	ReplicantCatalogAccess access;
-	MemoryContext caller = CurrentMemoryContext;
-	ReplicantChunk *chunk;
-	Relation	rel;
-	KeyOrder   *order = NULL;
 	Snapshot	snapshot;
-	char	   *query;
-	XLogRecPtr	high;
-	bool		last;
-	int64		nblocks;
-
-	*halt_reason = NULL;
-	chunk = new_chunk(b, caller);
 
 	/* Chunk reads take their own snapshot: no transaction snapshot first. */
 	SetConfigOption("default_transaction_isolation", "read committed",
 					PGC_SUSET, PGC_S_OVERRIDE);
-	replicant_catalog_begin(&access);
+	replicant_catalog_begin(access);
 
 	/* Before the chunk's snapshot exists: changes after it open the window. */
 	(void) replicant_chunk_write_watermark(chunk, false);
 
 	/* Read as the pipeline's owner, as the stream would. */
-	SetUserIdAndSecContext(access.saved_userid, access.saved_sec_context);
+	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	if (snapshot_misses_commits(snapshot))
 	{
@@ -748,36 +747,28 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 					 errdetail("A committed transaction is not visible to new snapshots yet.")));
 		b->deferred = true;
 		UnregisterSnapshot(snapshot);
-		replicant_catalog_end(&access);
-		replicant_chunk_free(chunk);
+		replicant_catalog_end(access);
 		b->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), GAP_RETRY_MS);
 		return NULL;
 	}
 	b->deferred = false;
 	replicant_chunk_set_snapshot(chunk, snapshot);
+	return snapshot;
+}
 
-	rel = try_table_open(b->relid, AccessShareLock);
-	if (rel == NULL)
-	{
-		/* Dropped: nothing more to read. */
-		UnregisterSnapshot(snapshot);
-		chunk->last = true;
-		chunk->names = NULL;
-		high = replicant_chunk_write_watermark(chunk, true);
-		replicant_catalog_end(&access);
-		XLogFlush(high);
-		return chunk;
-	}
-	*halt_reason = replicant_snapshot_read_denied(rel);
-	if (*halt_reason)
-	{
-		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
-		table_close(rel, AccessShareLock);
-		UnregisterSnapshot(snapshot);
-		replicant_catalog_end(&access);
-		replicant_chunk_free(chunk);
-		return NULL;
-	}
+/*
+ * Reads the chunk's rows of the open table under snapshot, and notes where
+ * the next chunk starts.
+ */
+static void
+read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
+				ReplicantChunk *chunk, Relation rel, Snapshot snapshot)
+{
+	KeyOrder   *order = NULL;
+	char	   *query;
+	bool		last;
+	int64		nblocks;
+
 	if (strcmp(b->mode, "ctid") == 0 && rel->rd_rel->relfilenode != b->relfilenode)
 	{
 		/* Rewritten (VACUUM FULL, CLUSTER, TRUNCATE): block positions are stale. */
@@ -793,25 +784,70 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		order = key_order(rel);
 	query = chunk_query(b, rel, order, nblocks, &last);
 	read_rows(chunk, rel, order, query, snapshot, pipeline->batch_max_bytes, &last);
-	UnregisterSnapshot(snapshot);
 
 	if (strcmp(b->mode, "keyset") != 0)
-	{
-		MemoryContext old = MemoryContextSwitchTo(chunk->context);
-
-		chunk->next_cursor_key = copy_strings(b->cursor_key);
-		MemoryContextSwitchTo(old);
-	}
+		keep_cursor(chunk);
 	chunk->next_block = b->next_block + CHUNK_BLOCKS;
 	chunk->last = last;
+}
 
-	table_close(rel, AccessShareLock);
-	high = replicant_chunk_write_watermark(chunk, true);
-	replicant_catalog_end(&access);
-	MemoryContextSwitchTo(caller);
+/*
+ * Writes the chunk's high watermark, ends its transaction and flushes WAL
+ * up to the watermark: decoding reads only flushed WAL.
+ */
+static void
+close_chunk(ReplicantChunk *chunk, ReplicantCatalogAccess *access)
+{
+	XLogRecPtr	high = replicant_chunk_write_watermark(chunk, true);
 
-	/* Decoding reads only flushed WAL. */
+	replicant_catalog_end(access);
 	XLogFlush(high);
+}
+
+ReplicantChunk *
+replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
+							  char **halt_reason)
+{
+	ReplicantCatalogAccess access;
+	MemoryContext caller = CurrentMemoryContext;
+	ReplicantChunk *chunk;
+	Relation	rel;
+	Snapshot	snapshot;
+
+	*halt_reason = NULL;
+	chunk = new_chunk(b, caller);
+	snapshot = snapshot_after_low_watermark(pipeline, b, chunk, &access);
+	if (snapshot == NULL)
+	{
+		replicant_chunk_free(chunk);
+		return NULL;
+	}
+
+	rel = try_table_open(b->relid, AccessShareLock);
+	if (rel == NULL)
+	{
+		/* Dropped: nothing more to read. */
+		UnregisterSnapshot(snapshot);
+		chunk->last = true;
+		chunk->names = NULL;
+		close_chunk(chunk, &access);
+		return chunk;
+	}
+	*halt_reason = replicant_snapshot_read_denied(rel);
+	if (*halt_reason)
+	{
+		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
+		table_close(rel, AccessShareLock);
+		UnregisterSnapshot(snapshot);
+		replicant_catalog_end(&access);
+		replicant_chunk_free(chunk);
+		return NULL;
+	}
+	read_chunk_rows(pipeline, b, chunk, rel, snapshot);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
+	close_chunk(chunk, &access);
+	MemoryContextSwitchTo(caller);
 	return chunk;
 }
 
