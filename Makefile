@@ -3,6 +3,7 @@
 EXTENSION   = replicant
 MODULE_big  = replicant
 OBJS = \
+	src/module.o \
 	src/replicant.o \
 	src/shmem.o \
 	src/launcher.o \
