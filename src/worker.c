@@ -250,7 +250,7 @@ deliver_range(Worker *w, int first, int last)
 			case REPLICANT_SINK_TOO_LARGE:
 				if (first == last)
 					worker_halt(w, psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
-										 LSN_FORMAT_ARGS(w->batch->txns[last].commit_lsn)));
+											LSN_FORMAT_ARGS(w->batch->txns[last].commit_lsn)));
 				last = first + (last - first) / 2;
 				break;
 
