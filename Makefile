@@ -3,6 +3,7 @@
 EXTENSION   = replicant
 MODULE_big  = replicant
 OBJS = \
+	src/module.o \
 	src/replicant.o \
 	src/shmem.o \
 	src/launcher.o \
@@ -10,11 +11,13 @@ OBJS = \
 	src/catalog.o \
 	src/pipeline.o \
 	src/decoder.o \
+	src/slot.o \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
 	src/encoder.o \
 	src/backfill.o \
+	src/chunk.o \
 	src/batch.o \
 	src/headers.o \
 	src/sink_http.o \

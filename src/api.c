@@ -47,7 +47,6 @@
 #include "backfill.h"
 #include "catalog.h"
 #include "compat.h"
-#include "decoder.h"
 #include "headers.h"
 #include "redact.h"
 #include "pipeline.h"
@@ -55,6 +54,7 @@
 #include "replicant.h"
 #include "shmem.h"
 #include "signing.h"
+#include "slot.h"
 
 PG_FUNCTION_INFO_V1(replicant_create_pipeline);
 PG_FUNCTION_INFO_V1(replicant_alter_pipeline);
@@ -727,10 +727,8 @@ create_slot(const char *slot_name, bool failover)
 
 	CheckLogicalDecodingRequirements();
 	register_xact_callback();
-	REPLICANT_SLOT_CREATE(slot_name, RS_EPHEMERAL, failover);
+	ctx = replicant_slot_create(slot_name, failover, false);
 	slot_created_in_xact = true;
-
-	ctx = replicant_decoder_init_slot(false);
 	FreeDecodingContext(ctx);
 }
 
@@ -790,7 +788,7 @@ check_free_slots(bool initial_snapshot, int snapshot_workers)
 	int64		needed;
 	bool		isnull;
 
-	if (replicant_decoder_free_slots() == 0)
+	if (replicant_slot_free_count() == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("no free replication slot for a new pipeline"),
@@ -1317,7 +1315,6 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	ReplicantCatalogAccess s;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		args[1];
-	bool		slot_exists;
 
 	/* Dropping a slot cannot be rolled back. */
 	PreventInTransactionBlock(true, "replicant.drop_pipeline()");
@@ -1336,10 +1333,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 
 	stop_worker(ref.id);
 	slot_name = replicant_pipeline_slot_name(name);
-	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
-	slot_exists = SearchNamedReplicationSlot(slot_name, false) != NULL;
-	LWLockRelease(ReplicationSlotControlLock);
-	if (slot_exists)
+	if (replicant_slot_exists(slot_name))
 		ReplicationSlotDrop(slot_name, false);	/* waits for the worker to let go */
 
 	replicant_shmem_request_sync_at_commit();

@@ -47,11 +47,9 @@
 #include "access/xlog.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type_d.h"
-#include "common/hashfn.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
-#include "optimizer/plancat.h"
 #include "replication/message.h"
 #include "storage/bufmgr.h"
 #include "utils/array.h"
@@ -82,12 +80,6 @@
 
 /* |correlation| of the leading key column from which keyset reads in order. */
 #define KEYSET_CORRELATION 0.8
-
-typedef struct KeyEntry
-{
-	uint32		hash;			/* hash key */
-	List	   *rows;			/* of int: indexes into chunk->rows */
-} KeyEntry;
 
 /*
  * The key's columns as its index orders them, with the operators of the
@@ -226,22 +218,6 @@ append_after_cursor(StringInfo sql, KeyOrder *order)
 						 (char *) list_nth(order->types, i));
 	}
 	appendStringInfoChar(sql, ')');
-}
-
-int64
-replicant_backfill_estimate_rows(Relation rel)
-{
-	BlockNumber pages;
-	double		tuples;
-	double		allvisfrac;
-
-	if (rel->rd_rel->reltuples >= 0)
-		return (int64) rel->rd_rel->reltuples;
-	/* The planner assumes ten pages for an empty table; it has none. */
-	if (RelationGetNumberOfBlocks(rel) == 0)
-		return 0;
-	estimate_rel_size(rel, NULL, &pages, &tuples, &allvisfrac);
-	return (int64) tuples;
 }
 
 /*
@@ -389,7 +365,7 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 	args[0] = Int32GetDatum(pipeline_id);
 	args[1] = ObjectIdGetDatum(relid);
 	args[2] = CStringGetTextDatum(mode);
-	args[3] = Int64GetDatum(replicant_backfill_estimate_rows(rel));
+	args[3] = Int64GetDatum(replicant_snapshot_estimate_rows(rel));
 	args[4] = ObjectIdGetDatum(rel->rd_rel->relfilenode);
 
 	if (strcmp(mode, "bitmap") == 0)
@@ -548,113 +524,6 @@ chunk_query(ReplicantBackfill *b, Relation rel, KeyOrder *order,
 	return sql.data;
 }
 
-static uint32
-key_hash(const char *key, int len)
-{
-	return hash_bytes((const unsigned char *) key, len);
-}
-
-static void
-add_row(ReplicantChunk *chunk, const char *key, int keylen, const char *change, int len)
-{
-	KeyEntry   *entry;
-	bool		found;
-	uint32		h = key_hash(key, keylen);
-	MemoryContext old = MemoryContextSwitchTo(chunk->context);
-	ReplicantChunkRow *row;
-
-	if (chunk->nrows % 256 == 0)
-		chunk->rows = chunk->rows ?
-			repalloc(chunk->rows, sizeof(ReplicantChunkRow) * (chunk->nrows + 256)) :
-			palloc(sizeof(ReplicantChunkRow) * 256);
-	row = &chunk->rows[chunk->nrows];
-	row->key = pnstrdup(key, keylen);
-	row->change = pnstrdup(change, len);
-	row->dropped = false;
-	entry = hash_search(chunk->by_key, &h, HASH_ENTER, &found);
-	if (!found)
-		entry->rows = NIL;
-	entry->rows = lappend_int(entry->rows, chunk->nrows);
-	chunk->nrows++;
-	MemoryContextSwitchTo(old);
-}
-
-bool
-replicant_chunk_sees(ReplicantChunk *chunk, TransactionId xid)
-{
-	int			i;
-
-	if (TransactionIdPrecedes(xid, chunk->snap_xmin))
-		return true;
-	if (!TransactionIdPrecedes(xid, chunk->snap_xmax))
-		return false;
-	for (i = 0; i < chunk->snap_xcnt; i++)
-		if (TransactionIdEquals(xid, chunk->snap_xip[i]))
-			return false;
-	return true;
-}
-
-void
-replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len,
-						 ReplicantBatch *keep_in)
-{
-	uint32		h = key_hash(key, len);
-	KeyEntry   *entry = hash_search(chunk->by_key, &h, HASH_FIND, NULL);
-	ListCell   *lc;
-
-	if (entry == NULL)
-		return;
-	foreach(lc, entry->rows)
-	{
-		ReplicantChunkRow *row = &chunk->rows[lfirst_int(lc)];
-
-		if (row->dropped || strlen(row->key) != len || memcmp(row->key, key, len) != 0)
-			continue;
-		if (keep_in)
-			replicant_batch_add_change(keep_in, row->change, strlen(row->change));
-		row->dropped = true;
-	}
-}
-
-void
-replicant_chunk_drop_all(ReplicantChunk *chunk)
-{
-	int			i;
-
-	for (i = 0; i < chunk->nrows; i++)
-		chunk->rows[i].dropped = true;
-}
-
-int
-replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out, int max_bytes)
-{
-	int			n = 0;
-
-	for (; *next < chunk->nrows; (*next)++)
-	{
-		ReplicantChunkRow *row = &chunk->rows[*next];
-		size_t		len;
-
-		if (row->dropped)
-			continue;
-		len = strlen(row->change);
-		if (n > 0 && out->len + len + 3 > max_bytes)
-			break;
-		if (n++ > 0)
-			appendStringInfoChar(out, ',');
-		appendBinaryStringInfo(out, row->change, len);
-	}
-	return n;
-}
-
-static XLogRecPtr
-write_watermark(const char *kind, const char *token)
-{
-	char	   *message = psprintf("%s:%s", kind, token);
-
-	return REPLICANT_LOG_LOGICAL_MESSAGE(REPLICANT_WATERMARK_PREFIX, message, strlen(message), false);
-}
-
 /*
  * Whether the snapshot misses a transaction that already committed: its
  * commit record may be below the low watermark, outside the window, and
@@ -671,33 +540,14 @@ snapshot_misses_commits(Snapshot snapshot)
 	return false;
 }
 
-static void
-keep_snapshot(ReplicantChunk *chunk, Snapshot snapshot)
-{
-	chunk->snap_xmin = snapshot->xmin;
-	chunk->snap_xmax = snapshot->xmax;
-	chunk->snap_xcnt = snapshot->xcnt;
-	chunk->snap_xip = MemoryContextAlloc(chunk->context,
-										 sizeof(TransactionId) * Max(1, snapshot->xcnt));
-	memcpy(chunk->snap_xip, snapshot->xip, sizeof(TransactionId) * snapshot->xcnt);
-}
-
 static ReplicantChunk *
 new_chunk(ReplicantBackfill *b, MemoryContext parent)
 {
-	ReplicantChunk *chunk = MemoryContextAllocZero(parent, sizeof(ReplicantChunk));
-	HASHCTL		ctl;
+	ReplicantChunk *chunk = replicant_chunk_create(parent, b->relid, CHUNK_ROWS * 2);
 
-	chunk->context = AllocSetContextCreate(parent, "replicant backfill chunk",
-										   ALLOCSET_DEFAULT_SIZES);
 	chunk->backfill = b;
 	snprintf(chunk->token, sizeof(chunk->token), INT64_FORMAT ":" INT64_FORMAT ":%u",
 			 b->id, b->chunks++, (uint32) pg_prng_uint32(&pg_global_prng_state));
-	ctl.keysize = sizeof(uint32);
-	ctl.entrysize = sizeof(KeyEntry);
-	ctl.hcxt = chunk->context;
-	chunk->by_key = hash_create("replicant chunk keys", CHUNK_ROWS * 2, &ctl,
-								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	if (strcmp(b->mode, "ctid") == 0)
 		chunk->position = b->next_block;
 	else if (strcmp(b->mode, "bitmap") == 0)
@@ -755,6 +605,32 @@ chunk_args(ReplicantBackfill *b, Datum *args, Oid *types, char *nulls)
 	return n;
 }
 
+/* The keyset cursor after the chunk's last row, applied once it is delivered. */
+static void
+set_next_cursor(ReplicantChunk *chunk, KeyOrder *order, HeapTuple row, TupleDesc desc)
+{
+	MemoryContext old = MemoryContextSwitchTo(chunk->context);
+	ListCell   *lc;
+
+	list_free_deep(chunk->next_cursor_key);
+	chunk->next_cursor_key = NIL;
+	foreach(lc, order->names)
+		chunk->next_cursor_key =
+			lappend(chunk->next_cursor_key,
+					SPI_getvalue(row, desc, SPI_fnumber(desc, lfirst(lc))));
+	MemoryContextSwitchTo(old);
+}
+
+/* The cursor after a chunk that read no row (or reads by position): unchanged. */
+static void
+keep_cursor(ReplicantChunk *chunk)
+{
+	MemoryContext old = MemoryContextSwitchTo(chunk->context);
+
+	chunk->next_cursor_key = copy_strings(chunk->backfill->cursor_key);
+	MemoryContextSwitchTo(old);
+}
+
 /*
  * Reads the chunk's rows through a cursor under the given snapshot.  A
  * keyset chunk ends early once its rows reach max_bytes (at least one
@@ -783,8 +659,6 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	int64		bytes = 0;
 	int64		nread = 0;
 	bool		full = false;
-	HeapTuple	lastrow = NULL;
-	TupleDesc	lastdesc = NULL;
 	MemoryContext row_context = AllocSetContextCreate(CurrentMemoryContext,
 													  "replicant backfill row",
 													  ALLOCSET_DEFAULT_SIZES);
@@ -819,27 +693,13 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 										   values, isnull, key_columns, whole_row);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
-			add_row(chunk, key.data, key.len, change.data, change.len);
+			replicant_chunk_add_row(chunk, key.data, key.len, change.data, change.len);
 			bytes += change.len;
 			nread++;
 			full = keyset && bytes >= max_bytes;
 		}
 		if (keyset)
-		{
-			/* The cursor after this chunk, applied once it is delivered. */
-			MemoryContext old = MemoryContextSwitchTo(chunk->context);
-			ListCell   *lc;
-
-			lastrow = SPI_tuptable->vals[i - 1];
-			lastdesc = SPI_tuptable->tupdesc;
-			list_free_deep(chunk->next_cursor_key);
-			chunk->next_cursor_key = NIL;
-			foreach(lc, order->names)
-				chunk->next_cursor_key =
-					lappend(chunk->next_cursor_key,
-							SPI_getvalue(lastrow, lastdesc, SPI_fnumber(lastdesc, lfirst(lc))));
-			MemoryContextSwitchTo(old);
-		}
+			set_next_cursor(chunk, order, SPI_tuptable->vals[i - 1], SPI_tuptable->tupdesc);
 		SPI_freetuptable(SPI_tuptable);
 	}
 	SPI_cursor_close(portal);
@@ -849,44 +709,33 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	if (keyset)
 	{
 		*last = !full && nread < CHUNK_ROWS;
-		if (lastrow == NULL)
-		{
-			MemoryContext old = MemoryContextSwitchTo(chunk->context);
-
-			chunk->next_cursor_key = copy_strings(b->cursor_key);
-			MemoryContextSwitchTo(old);
-		}
+		if (nread == 0)
+			keep_cursor(chunk);
 	}
 }
 
-ReplicantChunk *
-replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
-							  char **halt_reason)
+/*
+ * Writes the chunk's low watermark and takes its snapshot after it, as the
+ * pipeline's owner, in a transaction of replicant's.  Returns NULL, the
+ * transaction ended, when the snapshot misses a committed transaction: the
+ * chunk is tried again once the proc array has caught up.
+ */
+static Snapshot
+snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
+							 ReplicantChunk *chunk, ReplicantCatalogAccess *access)
 {
-	ReplicantCatalogAccess access;
-	MemoryContext caller = CurrentMemoryContext;
-	ReplicantChunk *chunk;
-	Relation	rel;
-	KeyOrder   *order = NULL;
 	Snapshot	snapshot;
-	char	   *query;
-	XLogRecPtr	high;
-	bool		last;
-	int64		nblocks;
-
-	*halt_reason = NULL;
-	chunk = new_chunk(b, caller);
 
 	/* Chunk reads take their own snapshot: no transaction snapshot first. */
 	SetConfigOption("default_transaction_isolation", "read committed",
 					PGC_SUSET, PGC_S_OVERRIDE);
-	replicant_catalog_begin(&access);
+	replicant_catalog_begin(access);
 
 	/* Before the chunk's snapshot exists: changes after it open the window. */
-	(void) write_watermark("low", chunk->token);
+	(void) replicant_chunk_write_watermark(chunk, false);
 
 	/* Read as the pipeline's owner, as the stream would. */
-	SetUserIdAndSecContext(access.saved_userid, access.saved_sec_context);
+	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	if (snapshot_misses_commits(snapshot))
 	{
@@ -898,38 +747,28 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 					 errdetail("A committed transaction is not visible to new snapshots yet.")));
 		b->deferred = true;
 		UnregisterSnapshot(snapshot);
-		replicant_catalog_end(&access);
-		MemoryContextDelete(chunk->context);
-		pfree(chunk);
+		replicant_catalog_end(access);
 		b->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), GAP_RETRY_MS);
 		return NULL;
 	}
 	b->deferred = false;
-	keep_snapshot(chunk, snapshot);
+	replicant_chunk_set_snapshot(chunk, snapshot);
+	return snapshot;
+}
 
-	rel = try_table_open(b->relid, AccessShareLock);
-	if (rel == NULL)
-	{
-		/* Dropped: nothing more to read. */
-		UnregisterSnapshot(snapshot);
-		chunk->last = true;
-		chunk->names = NULL;
-		high = write_watermark("high", chunk->token);
-		replicant_catalog_end(&access);
-		XLogFlush(high);
-		return chunk;
-	}
-	*halt_reason = replicant_snapshot_read_denied(rel);
-	if (*halt_reason)
-	{
-		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
-		table_close(rel, AccessShareLock);
-		UnregisterSnapshot(snapshot);
-		replicant_catalog_end(&access);
-		MemoryContextDelete(chunk->context);
-		pfree(chunk);
-		return NULL;
-	}
+/*
+ * Reads the chunk's rows of the open table under snapshot, and notes where
+ * the next chunk starts.
+ */
+static void
+read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
+				ReplicantChunk *chunk, Relation rel, Snapshot snapshot)
+{
+	KeyOrder   *order = NULL;
+	char	   *query;
+	bool		last;
+	int64		nblocks;
+
 	if (strcmp(b->mode, "ctid") == 0 && rel->rd_rel->relfilenode != b->relfilenode)
 	{
 		/* Rewritten (VACUUM FULL, CLUSTER, TRUNCATE): block positions are stale. */
@@ -945,25 +784,70 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		order = key_order(rel);
 	query = chunk_query(b, rel, order, nblocks, &last);
 	read_rows(chunk, rel, order, query, snapshot, pipeline->batch_max_bytes, &last);
-	UnregisterSnapshot(snapshot);
 
 	if (strcmp(b->mode, "keyset") != 0)
-	{
-		MemoryContext old = MemoryContextSwitchTo(chunk->context);
-
-		chunk->next_cursor_key = copy_strings(b->cursor_key);
-		MemoryContextSwitchTo(old);
-	}
+		keep_cursor(chunk);
 	chunk->next_block = b->next_block + CHUNK_BLOCKS;
 	chunk->last = last;
+}
 
-	table_close(rel, AccessShareLock);
-	high = write_watermark("high", chunk->token);
-	replicant_catalog_end(&access);
-	MemoryContextSwitchTo(caller);
+/*
+ * Writes the chunk's high watermark, ends its transaction and flushes WAL
+ * up to the watermark: decoding reads only flushed WAL.
+ */
+static void
+close_chunk(ReplicantChunk *chunk, ReplicantCatalogAccess *access)
+{
+	XLogRecPtr	high = replicant_chunk_write_watermark(chunk, true);
 
-	/* Decoding reads only flushed WAL. */
+	replicant_catalog_end(access);
 	XLogFlush(high);
+}
+
+ReplicantChunk *
+replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
+							  char **halt_reason)
+{
+	ReplicantCatalogAccess access;
+	MemoryContext caller = CurrentMemoryContext;
+	ReplicantChunk *chunk;
+	Relation	rel;
+	Snapshot	snapshot;
+
+	*halt_reason = NULL;
+	chunk = new_chunk(b, caller);
+	snapshot = snapshot_after_low_watermark(pipeline, b, chunk, &access);
+	if (snapshot == NULL)
+	{
+		replicant_chunk_free(chunk);
+		return NULL;
+	}
+
+	rel = try_table_open(b->relid, AccessShareLock);
+	if (rel == NULL)
+	{
+		/* Dropped: nothing more to read. */
+		UnregisterSnapshot(snapshot);
+		chunk->last = true;
+		chunk->names = NULL;
+		close_chunk(chunk, &access);
+		return chunk;
+	}
+	*halt_reason = replicant_snapshot_read_denied(rel);
+	if (*halt_reason)
+	{
+		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
+		table_close(rel, AccessShareLock);
+		UnregisterSnapshot(snapshot);
+		replicant_catalog_end(&access);
+		replicant_chunk_free(chunk);
+		return NULL;
+	}
+	read_chunk_rows(pipeline, b, chunk, rel, snapshot);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
+	close_chunk(chunk, &access);
+	MemoryContextSwitchTo(caller);
 	return chunk;
 }
 

@@ -13,7 +13,6 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "access/xlogutils.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "replication/decode.h"
@@ -26,15 +25,28 @@
 #include "compat.h"
 #include "decoder.h"
 #include "fault.h"
+#include "output_plugin.h"
 #include "publication.h"
-
-/* WAL is read from this server's files, as pg_logical_slot_get_changes() does. */
-#define LOCAL_WAL_ROUTINE XL_ROUTINE(.page_read = read_local_xlog_page, \
-									 .segment_open = wal_segment_open, \
-									 .segment_close = wal_segment_close)
+#include "slot.h"
 
 /* confirmed_flush reaches disk at most this often (ms); the checkpoint row is the authority. */
 #define SLOT_SAVE_INTERVAL_MS 1000
+
+struct ReplicantDecoder
+{
+	LogicalDecodingContext *ctx;
+	ReplicantDecodingState *state;
+	MemoryContext context;		/* lives as long as the reader */
+	XLogRecPtr	confirmed;		/* last position confirmed to the slot */
+
+	/*
+	 * Catalog cache entries of user tables loaded under a normal snapshot
+	 * must not be used by decoding, nor historic ones by normal queries.
+	 */
+	bool		caches_normal;	/* normal transactions read user tables */
+	bool		caches_historic;	/* decoding ran since the last reset */
+	TimestampTz last_save;		/* when the slot was last written to disk */
+};
 
 ReplicantDecoder *
 replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
@@ -44,9 +56,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	MemoryContext caller_context = CurrentMemoryContext;
 	MemoryContext decoder_context;
 	ReplicantDecoder *decoder;
-	ReplicationSlot *slot;
 	List	   *options;
-	const char *invalidation;
 
 	*halt_reason = NULL;
 	CheckLogicalDecodingRequirements();
@@ -60,29 +70,12 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	 */
 	StartTransactionCommand();
 
-	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
-	slot = SearchNamedReplicationSlot(slot_name, false);
-	LWLockRelease(ReplicationSlotControlLock);
-	if (slot == NULL)
+	*halt_reason = replicant_slot_acquire(slot_name);
+	if (*halt_reason != NULL)
 	{
+		*halt_reason = MemoryContextStrdup(caller_context, *halt_reason);
 		CommitTransactionCommand();
-		*halt_reason = psprintf("replication slot \"%s\" does not exist (a promoted standby has it only as a failover slot): recreate the pipeline with a snapshot", slot_name);
-		return NULL;
-	}
-
-	REPLICANT_SLOT_ACQUIRE(slot_name, true);
-
-	SpinLockAcquire(&MyReplicationSlot->mutex);
-	invalidation = replicant_slot_invalidation(MyReplicationSlot);
-	SpinLockRelease(&MyReplicationSlot->mutex);
-	if (invalidation != NULL)
-	{
-		ReplicationSlotRelease();
-		CommitTransactionCommand();
-		if (strcmp(invalidation, "wal_removed") == 0)
-			*halt_reason = psprintf("replication slot \"%s\" was invalidated because the WAL it needed was removed", slot_name);
-		else
-			*halt_reason = psprintf("replication slot \"%s\" was invalidated (invalidation_reason %s)", slot_name, invalidation);
+		MemoryContextSwitchTo(caller_context);
 		return NULL;
 	}
 
@@ -91,7 +84,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	decoder->context = decoder_context;
 	options = list_make1(makeDefElem(REPLICANT_PLUGIN_OPTION, NULL, -1));
 	decoder->ctx = CreateDecodingContext(pipeline->checkpoint_end_lsn, options, false,
-										 LOCAL_WAL_ROUTINE, NULL, NULL, NULL);
+										 REPLICANT_LOCAL_WAL_ROUTINE, NULL, NULL, NULL);
 	decoder->state = replicant_output_state(decoder->ctx);
 	decoder->state->batch = batch;
 	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
@@ -111,31 +104,6 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(caller_context);
 	return decoder;
-}
-
-LogicalDecodingContext *
-replicant_decoder_init_slot(bool need_full_snapshot)
-{
-	LogicalDecodingContext *ctx;
-
-	ctx = CreateInitDecodingContext("replicant", NIL, need_full_snapshot,
-									InvalidXLogRecPtr, LOCAL_WAL_ROUTINE,
-									NULL, NULL, NULL);
-	DecodingContextFindStartpoint(ctx);
-	return ctx;
-}
-
-int
-replicant_decoder_free_slots(void)
-{
-	int			free_slots = 0;
-	int			i;
-
-	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
-	for (i = 0; i < max_replication_slots; i++)
-		free_slots += ReplicationSlotCtl->replication_slots[i].in_use ? 0 : 1;
-	LWLockRelease(ReplicationSlotControlLock);
-	return free_slots;
 }
 
 static bool
@@ -226,6 +194,12 @@ replicant_decoder_read_upto(ReplicantDecoder *decoder)
 	return decoder->ctx->reader->EndRecPtr;
 }
 
+XLogRecPtr
+replicant_decoder_confirmed(ReplicantDecoder *decoder)
+{
+	return decoder->confirmed;
+}
+
 void
 replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn)
 {
@@ -248,4 +222,43 @@ replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn)
 		ReplicationSlotSave();
 		decoder->last_save = now;
 	}
+}
+
+const char *
+replicant_decoder_halt_reason(ReplicantDecoder *decoder)
+{
+	return decoder->state->halt_reason;
+}
+
+XLogRecPtr
+replicant_decoder_halt_lsn(ReplicantDecoder *decoder)
+{
+	return decoder->state->halt_lsn;
+}
+
+const char *
+replicant_decoder_current_table(ReplicantDecoder *decoder)
+{
+	return decoder->state->current_table;
+}
+
+ReplicantChunk *
+replicant_decoder_chunk(ReplicantDecoder *decoder)
+{
+	return decoder->state->chunk;
+}
+
+void
+replicant_decoder_set_chunk(ReplicantDecoder *decoder, ReplicantChunk *chunk)
+{
+	decoder->state->chunk = chunk;
+}
+
+List *
+replicant_decoder_take_messages(ReplicantDecoder *decoder)
+{
+	List	   *messages = decoder->state->pending_messages;
+
+	decoder->state->pending_messages = NIL;
+	return messages;
 }

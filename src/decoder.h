@@ -5,37 +5,14 @@
 #ifndef REPLICANT_DECODER_H
 #define REPLICANT_DECODER_H
 
-#include "replication/logical.h"
+#include "access/xlogdefs.h"
+#include "nodes/pg_list.h"
 
 #include "batch.h"
-#include "output_plugin.h"
+#include "chunk.h"
 #include "pipeline.h"
 
-typedef struct ReplicantDecoder
-{
-	LogicalDecodingContext *ctx;
-	ReplicantDecodingState *state;
-	MemoryContext context;		/* lives as long as the reader */
-	XLogRecPtr	confirmed;		/* last position confirmed to the slot */
-
-	/*
-	 * Catalog cache entries of user tables loaded under a normal snapshot
-	 * must not be used by decoding, nor historic ones by normal queries.
-	 */
-	bool		caches_normal;	/* normal transactions read user tables */
-	bool		caches_historic;	/* decoding ran since the last reset */
-	TimestampTz last_save;		/* when the slot was last written to disk */
-} ReplicantDecoder;
-
-/*
- * Initialises the slot just created (MyReplicationSlot) up to its consistent
- * point, with a snapshot builder that can export the snapshot of that point
- * when need_full_snapshot.  The caller frees the returned context.
- */
-extern LogicalDecodingContext *replicant_decoder_init_slot(bool need_full_snapshot);
-
-/* Replication slots not in use, of max_replication_slots. */
-extern int	replicant_decoder_free_slots(void);
+typedef struct ReplicantDecoder ReplicantDecoder;
 
 /*
  * Acquires the pipeline's slot and prepares decoding from the checkpoint
@@ -66,10 +43,37 @@ extern void replicant_decoder_before_normal_access(ReplicantDecoder *decoder);
 /* Position up to which WAL has been read. */
 extern XLogRecPtr replicant_decoder_read_upto(ReplicantDecoder *decoder);
 
+/* Position last confirmed to the slot. */
+extern XLogRecPtr replicant_decoder_confirmed(ReplicantDecoder *decoder);
+
 /*
  * Tells the slot that everything before lsn is done with, so it stops
  * retaining that WAL.  Only ever called after the checkpoint is committed.
  */
 extern void replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn);
+
+/*
+ * Why decoding must stop and deliver nothing more (value-free), or NULL;
+ * and the commit LSN of the change that halted it, if any.
+ */
+extern const char *replicant_decoder_halt_reason(ReplicantDecoder *decoder);
+extern XLogRecPtr replicant_decoder_halt_lsn(ReplicantDecoder *decoder);
+
+/* The table whose change is being encoded, for error reports. */
+extern const char *replicant_decoder_current_table(ReplicantDecoder *decoder);
+
+/*
+ * The incremental backfill chunk the stream's changes are matched against,
+ * or NULL.  Reading stops when it completes (its high watermark).
+ */
+extern ReplicantChunk *replicant_decoder_chunk(ReplicantDecoder *decoder);
+extern void replicant_decoder_set_chunk(ReplicantDecoder *decoder, ReplicantChunk *chunk);
+
+/*
+ * Takes the non-transactional messages decoded since the last call (each a
+ * batch body's "message" JSON); reading stops when there are any.  The
+ * caller frees them with list_free_deep.
+ */
+extern List *replicant_decoder_take_messages(ReplicantDecoder *decoder);
 
 #endif							/* REPLICANT_DECODER_H */

@@ -42,6 +42,7 @@
 #include "pipeline.h"
 #include "replicant.h"
 #include "shmem.h"
+#include "slot.h"
 #include "worker.h"
 
 #define MAX_CONCURRENT_SYNCS 4
@@ -608,29 +609,6 @@ drop_orphan_slots(List *inactive_slots, List *rows)
 	}
 }
 
-static List *
-inactive_replicant_slots(void)
-{
-	List	   *names = NIL;
-	int			i;
-
-	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
-	for (i = 0; i < max_replication_slots; i++)
-	{
-		ReplicationSlot *s = &ReplicationSlotCtl->replication_slots[i];
-
-		/* Only slots decoded by replicant's plugin: others are not ours. */
-		if (s->in_use && s->active_pid == 0 &&
-			s->data.database == MyDatabaseId &&
-			strcmp(NameStr(s->data.plugin), "replicant") == 0 &&
-			strncmp(NameStr(s->data.name), REPLICANT_SLOT_PREFIX,
-					strlen(REPLICANT_SLOT_PREFIX)) == 0)
-			names = lappend(names, pstrdup(NameStr(s->data.name)));
-	}
-	LWLockRelease(ReplicationSlotControlLock);
-	return names;
-}
-
 void
 replicant_sync_main(Datum main_arg)
 {
@@ -646,7 +624,7 @@ replicant_sync_main(Datum main_arg)
 	pgstat_report_appname("replicant sync");
 
 	StartTransactionCommand();
-	inactive = inactive_replicant_slots();
+	inactive = replicant_slot_list_inactive();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	rows = read_pipeline_rows();

@@ -211,21 +211,14 @@ append_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 								REPLICANT_TOAST_UNCHANGED, NULL);
 }
 
-/*
- * Whether a delivered change of txn to relation collides with the backfill
- * chunk: it comes inside the chunk's window, or the chunk's snapshot did
- * not see its transaction (commit record below the low watermark, proc
- * array not updated yet when the snapshot was taken).
- */
-static bool
-collides(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation relation)
+/* Puts chunk rows, as read, into the batch before the change superseding them. */
+static void
+keep_rows(ReplicantDecodingState *state, List *changes)
 {
-	ReplicantChunk *chunk = state->chunk;
+	ListCell   *lc;
 
-	if (chunk == NULL || chunk->complete ||
-		chunk->backfill->relid != RelationGetRelid(relation))
-		return false;
-	return chunk->open || !replicant_chunk_sees(chunk, txn->xid);
+	foreach(lc, changes)
+		replicant_batch_add_change(state->batch, lfirst(lc), strlen(lfirst(lc)));
 }
 
 /*
@@ -247,8 +240,9 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 	ReplicantChunk *chunk = state->chunk;
 	TupleDesc	desc = RelationGetDescr(relation);
 	StringInfoData key;
+	List	   *dropped;
 
-	if (!collides(state, txn, relation))
+	if (!replicant_chunk_collides(chunk, RelationGetRelid(relation), txn->xid))
 		return;
 	if (info->key_columns == NULL && !info->key_whole_row)
 		return;
@@ -256,15 +250,17 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 	if (old_values)
 	{
 		encode_key(&key, info, desc, old_values, old_nulls);
-		replicant_chunk_drop_key(chunk, key.data, key.len,
-								 unchanged_toast ? state->batch : NULL);
+		dropped = replicant_chunk_drop_key(chunk, key.data, key.len);
+		if (unchanged_toast)
+			keep_rows(state, dropped);
 	}
 	if (new_values)
 	{
 		resetStringInfo(&key);
 		encode_key(&key, info, desc, new_values, new_nulls);
-		replicant_chunk_drop_key(chunk, key.data, key.len,
-								 (unchanged_toast && old_values == NULL) ? state->batch : NULL);
+		dropped = replicant_chunk_drop_key(chunk, key.data, key.len);
+		if (unchanged_toast && old_values == NULL)
+			keep_rows(state, dropped);
 	}
 }
 
@@ -382,7 +378,7 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		open_txn(state, txn);
 		initStringInfo(&out);
 		appendStringInfo(&out, "{\"op\":\"truncate\",%s}", info->names_json);
-		if (collides(state, txn, relations[i]))
+		if (replicant_chunk_collides(state->chunk, RelationGetRelid(relations[i]), txn->xid))
 			replicant_chunk_drop_all(state->chunk);
 		replicant_batch_add_change(state->batch, out.data, out.len);
 		}
@@ -447,8 +443,6 @@ replicant_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 				  Size message_size, const char *message)
 {
 	ReplicantDecodingState *state = replicant_output_state(ctx);
-	ReplicantChunk *chunk = state->chunk;
-	size_t		token_len;
 
 	if (state->halt_reason != NULL)
 		return;
@@ -481,15 +475,7 @@ replicant_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		}
 		return;
 	}
-	if (strcmp(prefix, REPLICANT_WATERMARK_PREFIX) != 0 || chunk == NULL)
-		return;
-	token_len = strlen(chunk->token);
-	if (message_size == 4 + token_len && memcmp(message, "low:", 4) == 0 &&
-		memcmp(message + 4, chunk->token, token_len) == 0)
-		chunk->open = true;
-	else if (message_size == 5 + token_len && memcmp(message, "high:", 5) == 0 &&
-			 memcmp(message + 5, chunk->token, token_len) == 0)
-		chunk->complete = true;
+	replicant_chunk_note_message(state->chunk, prefix, message, message_size);
 }
 
 void

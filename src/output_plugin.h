@@ -9,8 +9,8 @@
 
 #include "replication/logical.h"
 
-#include "backfill.h"
 #include "batch.h"
+#include "chunk.h"
 
 typedef struct ReplicantDecodingState
 {

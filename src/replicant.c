@@ -1,37 +1,23 @@
 /*
  * replicant.c
- *		Module entry point: settings, shared memory, the launcher, and the
- *		log filter that keeps secrets out of the server log.
+ *		The settings shared by every part of replicant (replicant.h).  The
+ *		entry point that defines them is module.c.
  */
 #include "postgres.h"
 
-#include "fmgr.h"
-#include "miscadmin.h"
+#include <limits.h>
+
 #include "utils/guc.h"
 
-#include "fault.h"
-#include "launcher.h"
-#include "redact.h"
 #include "replicant.h"
-#include "shmem.h"
-
-PG_MODULE_MAGIC;
 
 int			replicant_max_pipelines = 16;
 int			replicant_batch_memory_limit_kb = 16384;
 int			replicant_batch_linger_ms = 5;
 
-void		_PG_init(void);
-
 void
-_PG_init(void)
+replicant_define_settings(void)
 {
-	/* Backends that load the library late still get the log filter. */
-	replicant_redact_init();
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
 	DefineCustomIntVariable("replicant.max_pipelines",
 							"Maximum number of pipelines across all databases.",
 							NULL,
@@ -53,9 +39,4 @@ _PG_init(void)
 							5, 0, 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
-	replicant_fault_init();
-	MarkGUCPrefixReserved("replicant");
-
-	replicant_shmem_init();
-	replicant_launcher_register();
 }

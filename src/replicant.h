@@ -19,4 +19,7 @@ extern int	replicant_max_pipelines;
 extern int	replicant_batch_memory_limit_kb;
 extern int	replicant_batch_linger_ms;
 
+/* Defines the GUCs above (from _PG_init, module.c). */
+extern void replicant_define_settings(void);
+
 #endif							/* REPLICANT_H */

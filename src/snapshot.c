@@ -30,6 +30,7 @@
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "optimizer/plancat.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
@@ -49,16 +50,15 @@
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
 
-#include "backfill.h"
 #include "batch.h"
 #include "compat.h"
-#include "decoder.h"
 #include "delivery.h"
 #include "encoder.h"
 #include "fault.h"
 #include "publication.h"
 #include "replicant.h"
 #include "sink_http.h"
+#include "slot.h"
 #include "snapshot.h"
 
 /* Blocks read per transaction, and per shard claimed by one worker. */
@@ -150,7 +150,7 @@ estimate_unanalysed(int32 pipeline_id)
 
 		if (rel == NULL)
 			continue;
-		args[0] = Int64GetDatum(replicant_backfill_estimate_rows(rel));
+		args[0] = Int64GetDatum(replicant_snapshot_estimate_rows(rel));
 		args[1] = Int64GetDatum(ids[i]);
 		table_close(rel, AccessShareLock);
 		if (SPI_execute_with_args("UPDATE replicant.backfills SET rows_estimate = $1::bigint WHERE id = $2",
@@ -481,7 +481,7 @@ create_slot_and_export(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 
 	CheckLogicalDecodingRequirements();
 	/* Waiting would not free one: say so rather than fail in a loop. */
-	if (replicant_decoder_free_slots() == 0)
+	if (replicant_slot_free_count() == 0)
 		replicant_delivery_halt(slot, pipeline,
 								psprintf("cannot create replication slot \"%s\": all replication slots are in use (max_replication_slots = %d)",
 										 replicant_pipeline_slot_name(pipeline->name),
@@ -489,9 +489,8 @@ create_slot_and_export(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
 
-	REPLICANT_SLOT_CREATE(replicant_pipeline_slot_name(pipeline->name), RS_EPHEMERAL,
-						  pipeline->failover);
-	ctx = replicant_decoder_init_slot(true);
+	ctx = replicant_slot_create(replicant_pipeline_slot_name(pipeline->name),
+								pipeline->failover, true);
 
 	/* SnapBuildInitialSnapshot refuses once any catalog access set our xmin. */
 	InvalidateCatalogSnapshot();
@@ -571,18 +570,6 @@ snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 
 	*planned = total > 0;
 	return total == 0 || open > 0;
-}
-
-static bool
-slot_exists(ReplicantPipeline *pipeline)
-{
-	bool		exists;
-
-	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
-	exists = SearchNamedReplicationSlot(replicant_pipeline_slot_name(pipeline->name),
-										false) != NULL;
-	LWLockRelease(ReplicationSlotControlLock);
-	return exists;
 }
 
 static BackgroundWorkerHandle *
@@ -706,7 +693,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 
 	sink = replicant_delivery_sink(pipeline);
 
-	if (!slot_exists(pipeline))
+	if (!replicant_slot_exists(replicant_pipeline_slot_name(pipeline->name)))
 	{
 		/*
 		 * Nothing was read under an earlier plan without the slot: the
@@ -950,6 +937,22 @@ replicant_snapshot_read_denied(Relation rel)
 		return psprintf("table \"%s\" has row-level security that the pipeline owner does not bypass",
 						RelationGetRelationName(rel));
 	return NULL;
+}
+
+int64
+replicant_snapshot_estimate_rows(Relation rel)
+{
+	BlockNumber pages;
+	double		tuples;
+	double		allvisfrac;
+
+	if (rel->rd_rel->reltuples >= 0)
+		return (int64) rel->rd_rel->reltuples;
+	/* The planner assumes ten pages for an empty table; it has none. */
+	if (RelationGetNumberOfBlocks(rel) == 0)
+		return 0;
+	estimate_rel_size(rel, NULL, &pages, &tuples, &allvisfrac);
+	return (int64) tuples;
 }
 
 /* What a window read found. */

@@ -44,6 +44,12 @@ extern void replicant_snapshot_encode_read(StringInfo change, StringInfo key,
  */
 extern char *replicant_snapshot_read_denied(Relation rel);
 
+/*
+ * Rows of rel as the planner estimates them: reltuples, or for a table
+ * never vacuumed or analysed, its size over the estimated row width.
+ */
+extern int64 replicant_snapshot_estimate_rows(Relation rel);
+
 PGDLLEXPORT void replicant_shard_main(Datum main_arg);
 
 #endif							/* REPLICANT_SNAPSHOT_H */

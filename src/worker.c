@@ -27,7 +27,6 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "replication/logical.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
@@ -38,6 +37,7 @@
 
 #include "backfill.h"
 #include "batch.h"
+#include "chunk.h"
 #include "checkpoint.h"
 #include "decoder.h"
 #include "delivery.h"
@@ -56,33 +56,43 @@
 /* Sleep while WAL is inserted but not flushed yet (synchronous_commit=off). */
 #define FLUSH_WAIT_MS 10
 
-static ReplicantPipelineSlot *MySlot = NULL;
-static uint32 MyGeneration = 0;
-
-static ReplicantPipeline *pipeline;
-static ReplicantBatch *batch;
-static ReplicantDecoder *decoder;
-static ReplicantSink *sink;
-static ReplicantBackfill *backfill;	/* incremental backfill being read */
-static const char *worker_phase = "starting";	/* for a halt's reason */
+/*
+ * Everything the worker holds, passed along from replicant_worker_main.  It
+ * lives in TopMemoryContext: the exit callback reads it after an error has
+ * unwound the stack.
+ */
+typedef struct Worker
+{
+	ReplicantPipelineSlot *slot;	/* our shared-memory slot */
+	uint32		generation;		/* the slot's generation we were started for */
+	int			slot_index;
+	ReplicantPipeline *pipeline;
+	ReplicantBatch *batch;
+	ReplicantDecoder *decoder;
+	ReplicantSink *sink;
+	ReplicantBackfill *backfill;	/* incremental backfill being read */
+	const char *phase;			/* for a halt's reason */
+} Worker;
 
 static void
 worker_detach(int code, Datum arg)
 {
+	Worker	   *w = (Worker *) DatumGetPointer(arg);
+
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	if (MySlot->generation == MyGeneration && MySlot->pid == MyProcPid)
+	if (w->slot->generation == w->generation && w->slot->pid == MyProcPid)
 	{
-		MySlot->pid = 0;
-		MySlot->latch = NULL;
+		w->slot->pid = 0;
+		w->slot->latch = NULL;
 	}
 	LWLockRelease(replicant_shmem->lock);
 }
 
 /* Claims the shared slot; exits quietly if it was given to someone else. */
 static void
-worker_attach(int slot_index, ReplicantWorkerArgs *args)
+worker_attach(Worker *w, ReplicantWorkerArgs *args)
 {
-	ReplicantPipelineSlot *slot = &replicant_shmem->slots[slot_index];
+	ReplicantPipelineSlot *slot = &replicant_shmem->slots[w->slot_index];
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (!slot->in_use || slot->generation != args->generation ||
@@ -98,15 +108,15 @@ worker_attach(int slot_index, ReplicantWorkerArgs *args)
 	slot->stop_requested = false;
 	LWLockRelease(replicant_shmem->lock);
 
-	MySlot = slot;
-	MyGeneration = args->generation;
-	before_shmem_exit(worker_detach, (Datum) 0);
+	w->slot = slot;
+	w->generation = args->generation;
+	before_shmem_exit(worker_detach, PointerGetDatum(w));
 }
 
 REPLICANT_NORETURN static void
-worker_halt(const char *reason)
+worker_halt(Worker *w, const char *reason)
 {
-	replicant_delivery_halt(MySlot, pipeline, reason);
+	replicant_delivery_halt(w->slot, w->pipeline, reason);
 }
 
 /*
@@ -114,14 +124,14 @@ worker_halt(const char *reason)
  * tells await_delivered() callers how far delivery has come.
  */
 static void
-confirm(XLogRecPtr lsn)
+confirm(Worker *w, XLogRecPtr lsn)
 {
-	replicant_decoder_confirm(decoder, lsn);
+	replicant_decoder_confirm(w->decoder, lsn);
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	if (lsn > MySlot->delivered_upto)
-		MySlot->delivered_upto = lsn;
+	if (lsn > w->slot->delivered_upto)
+		w->slot->delivered_upto = lsn;
 	LWLockRelease(replicant_shmem->lock);
-	ConditionVariableBroadcast(&MySlot->delivered_cv);
+	ConditionVariableBroadcast(&w->slot->delivered_cv);
 }
 
 /*
@@ -131,15 +141,15 @@ confirm(XLogRecPtr lsn)
  * class, never the message, which could quote the value.
  */
 static bool
-read_or_halt(void)
+read_or_halt(Worker *w)
 {
 	MemoryContext context = CurrentMemoryContext;
 	bool		at_end = true;
 
 	PG_TRY();
 	{
-		at_end = replicant_decoder_read(decoder, pipeline->batch_max_transactions,
-										(uint64) pipeline->batch_max_bytes);
+		at_end = replicant_decoder_read(w->decoder, w->pipeline->batch_max_transactions,
+										(uint64) w->pipeline->batch_max_bytes);
 	}
 	PG_CATCH();
 	{
@@ -151,9 +161,9 @@ read_or_halt(void)
 			PG_RE_THROW();
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
-		replicant_delivery_halt(MySlot, pipeline,
+		replicant_delivery_halt(w->slot, w->pipeline,
 								psprintf("could not encode a change of table \"%s\" (error class %s)",
-										 decoder->state->current_table,
+										 replicant_decoder_current_table(w->decoder),
 										 unpack_sql_state(edata->sqlerrcode)));
 	}
 	PG_END_TRY();
@@ -162,7 +172,7 @@ read_or_halt(void)
 
 /* Servers from 15.19 on load only output plugins listed in this setting. */
 static void
-check_output_plugin_allowed(void)
+check_output_plugin_allowed(Worker *w)
 {
 	const char *setting = GetConfigOption("output_plugin_libraries", true, false);
 	char	   *copy;
@@ -178,21 +188,21 @@ check_output_plugin_allowed(void)
 			if (strcmp(lfirst(lc), "replicant") == 0)
 				return;
 	}
-	worker_halt("\"output_plugin_libraries\" does not list \"replicant\"");
+	worker_halt(w, "\"output_plugin_libraries\" does not list \"replicant\"");
 }
 
 /* Counts an acknowledged request in replicant.status. */
 static void
-note_delivered(int64 transactions, int64 changes, size_t bytes)
+note_delivered(Worker *w, int64 transactions, int64 changes, size_t bytes)
 {
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	MySlot->transactions_delivered += transactions;
-	MySlot->changes_delivered += changes;
-	MySlot->batches_delivered++;
-	MySlot->bytes_delivered += bytes;
-	MySlot->last_delivery_at = GetCurrentTimestamp();
-	MySlot->state = REPLICANT_STATE_STREAMING;
-	MySlot->last_error[0] = '\0';
+	w->slot->transactions_delivered += transactions;
+	w->slot->changes_delivered += changes;
+	w->slot->batches_delivered++;
+	w->slot->bytes_delivered += bytes;
+	w->slot->last_delivery_at = GetCurrentTimestamp();
+	w->slot->state = REPLICANT_STATE_STREAMING;
+	w->slot->last_error[0] = '\0';
 	LWLockRelease(replicant_shmem->lock);
 }
 
@@ -202,7 +212,7 @@ note_delivered(int64 transactions, int64 changes, size_t bytes)
  * below last when a 413 made it split the range.
  */
 static int
-deliver_range(int first, int last)
+deliver_range(Worker *w, int first, int last)
 {
 	for (;;)
 	{
@@ -211,26 +221,26 @@ deliver_range(int first, int last)
 		char		webhook_id[NAMEDATALEN + 32];
 
 		snprintf(webhook_id, sizeof(webhook_id), "%s-" UINT64_FORMAT,
-				 pipeline->name, (uint64) batch->txns[last].commit_lsn);
-		replicant_batch_body(batch, first, last, &body);
-		replicant_delivery_post(MySlot, sink, webhook_id, &body, &result);
+				 w->pipeline->name, (uint64) w->batch->txns[last].commit_lsn);
+		replicant_batch_body(w->batch, first, last, &body);
+		replicant_delivery_post(w->slot, w->sink, webhook_id, &body, &result);
 
 		switch (result.outcome)
 		{
 			case REPLICANT_SINK_OK:
 				replicant_fault("after_ack");
-				replicant_checkpoint_commit(pipeline->id,
-											batch->txns[last].commit_lsn,
-											batch->txns[last].end_lsn);
+				replicant_checkpoint_commit(w->pipeline->id,
+											w->batch->txns[last].commit_lsn,
+											w->batch->txns[last].end_lsn);
 				replicant_fault("after_checkpoint");
-				confirm(batch->txns[last].end_lsn);
+				confirm(w, w->batch->txns[last].end_lsn);
 				{
 					int64		changes = 0;
 					int			i;
 
 					for (i = first; i <= last; i++)
-						changes += batch->txns[i].nchanges;
-					note_delivered(last - first + 1, changes, body.length);
+						changes += w->batch->txns[i].nchanges;
+					note_delivered(w, last - first + 1, changes, body.length);
 				}
 				return last;
 
@@ -239,16 +249,16 @@ deliver_range(int first, int last)
 
 			case REPLICANT_SINK_TOO_LARGE:
 				if (first == last)
-					worker_halt(psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
-										 LSN_FORMAT_ARGS(batch->txns[last].commit_lsn)));
+					worker_halt(w, psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
+											LSN_FORMAT_ARGS(w->batch->txns[last].commit_lsn)));
 				last = first + (last - first) / 2;
 				break;
 
 			case REPLICANT_SINK_GONE:
 			case REPLICANT_SINK_REJECTED:
-				replicant_delivery_refused(MySlot, pipeline, &result, "batch",
+				replicant_delivery_refused(w->slot, w->pipeline, &result, "batch",
 										   psprintf(" (commit LSN %X/%X)",
-													LSN_FORMAT_ARGS(batch->txns[last].commit_lsn)));
+													LSN_FORMAT_ARGS(w->batch->txns[last].commit_lsn)));
 		}
 	}
 }
@@ -260,7 +270,7 @@ deliver_range(int first, int last)
  * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<part>.
  */
 static void
-deliver_chunk(ReplicantChunk *chunk)
+deliver_chunk(Worker *w, ReplicantChunk *chunk)
 {
 	int			rows = 0;
 	int			next = 0;
@@ -279,26 +289,26 @@ deliver_chunk(ReplicantChunk *chunk)
 		int			n;
 
 		/* The prefix's length, so that the whole body stays within bounds. */
-		replicant_batch_snapshot_prefix(&out, pipeline->name, chunk->names,
+		replicant_batch_snapshot_prefix(&out, w->pipeline->name, chunk->names,
 										chunk->backfill->id, false, false);
 		resetStringInfo(&changes);
 		n = replicant_chunk_rows(chunk, &next, &changes,
-								 pipeline->batch_max_bytes - out.len - 2);
+								 w->pipeline->batch_max_bytes - out.len - 2);
 		more = next < chunk->nrows;
-		replicant_batch_snapshot_prefix(&out, pipeline->name, chunk->names,
+		replicant_batch_snapshot_prefix(&out, w->pipeline->name, chunk->names,
 										chunk->backfill->id,
 										!chunk->backfill->first_sent && part == 0,
 										chunk->last && !more);
 		appendBinaryStringInfo(&out, changes.data, changes.len);
 		appendStringInfoString(&out, "]}");
 		replicant_body_from_buffer(&body, &state, &out);
-		replicant_delivery_post(MySlot, sink,
-								psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d", pipeline->name,
+		replicant_delivery_post(w->slot, w->sink,
+								psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d", w->pipeline->name,
 										 chunk->backfill->id, chunk->position, part++),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
-			replicant_delivery_refused(MySlot, pipeline, &result, "backfill batch", "");
-		note_delivered(0, n, out.len);
+			replicant_delivery_refused(w->slot, w->pipeline, &result, "backfill batch", "");
+		note_delivered(w, 0, n, out.len);
 		rows += n;
 	}
 	replicant_backfill_record_chunk(chunk, rows);
@@ -312,7 +322,7 @@ deliver_chunk(ReplicantChunk *chunk)
  * message, which could quote a key.
  */
 static ReplicantChunk *
-read_chunk_or_halt(void)
+read_chunk_or_halt(Worker *w)
 {
 	MemoryContext context = CurrentMemoryContext;
 	ReplicantChunk *volatile chunk = NULL;
@@ -322,7 +332,7 @@ read_chunk_or_halt(void)
 	{
 		char	   *denied = NULL;
 
-		chunk = replicant_backfill_read_chunk(pipeline, backfill, &denied);
+		chunk = replicant_backfill_read_chunk(w->pipeline, w->backfill, &denied);
 		reason = denied;
 	}
 	PG_CATCH();
@@ -343,11 +353,11 @@ read_chunk_or_halt(void)
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
 		reason = psprintf("could not read a backfill chunk of table \"%s\" (error class %s)",
-						  backfill->relname, unpack_sql_state(edata->sqlerrcode));
+						  w->backfill->relname, unpack_sql_state(edata->sqlerrcode));
 	}
 	PG_END_TRY();
 	if (reason)
-		worker_halt(reason);
+		worker_halt(w, reason);
 	return chunk;
 }
 
@@ -357,7 +367,7 @@ read_chunk_or_halt(void)
  * crash they can arrive again (at-least-once).
  */
 static void
-deliver_messages(List *messages)
+deliver_messages(Worker *w, List *messages)
 {
 	ListCell   *lc;
 
@@ -372,27 +382,27 @@ deliver_messages(List *messages)
 
 		initStringInfo(&out);
 		appendStringInfoString(&out, "{\"pipeline\":");
-		replicant_encode_string(&out, pipeline->name);
+		replicant_encode_string(&out, w->pipeline->name);
 		appendStringInfo(&out, ",\"kind\":\"message\",\"message\":%s}", message);
 		replicant_body_from_buffer(&body, &state, &out);
-		replicant_delivery_post(MySlot, sink,
-								psprintf("%s-m%.*s", pipeline->name,
+		replicant_delivery_post(w->slot, w->sink,
+								psprintf("%s-m%.*s", w->pipeline->name,
 										 (int) strspn(lsn + 6, "0123456789"), lsn + 6),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
-			replicant_delivery_refused(MySlot, pipeline, &result, "message batch", "");
-		note_delivered(0, 0, out.len);
+			replicant_delivery_refused(w->slot, w->pipeline, &result, "message batch", "");
+		note_delivered(w, 0, 0, out.len);
 	}
 }
 
 static void
-deliver_batch(void)
+deliver_batch(Worker *w)
 {
 	int			first = 0;
 
-	while (first < batch->ntxns)
-		first = deliver_range(first, batch->ntxns - 1) + 1;
-	replicant_batch_reset(batch);
+	while (first < w->batch->ntxns)
+		first = deliver_range(w, first, w->batch->ntxns - 1) + 1;
+	replicant_batch_reset(w->batch);
 }
 
 /*
@@ -414,34 +424,34 @@ linger_after(TimestampTz cycle_start)
 }
 
 static void
-load_pipeline(int32 pipeline_id)
+load_pipeline(Worker *w, int32 pipeline_id)
 {
 	ReplicantCatalogAccess access;
 	bool		may_receive_messages = false;
 
 	replicant_catalog_begin(&access);
-	pipeline = replicant_pipeline_load(pipeline_id, TopMemoryContext);
-	if (pipeline != NULL)
+	w->pipeline = replicant_pipeline_load(pipeline_id, TopMemoryContext);
+	if (w->pipeline != NULL)
 	{
 		replicant_publication_load_shapes(pipeline_id);
-		replicant_publication_load_denied(pipeline->owner);
-		may_receive_messages = has_rolreplication(pipeline->owner);
+		replicant_publication_load_denied(w->pipeline->owner);
+		may_receive_messages = has_rolreplication(w->pipeline->owner);
 	}
 	replicant_catalog_end(&access);
 
-	if (pipeline == NULL || !pipeline->enabled || pipeline->halt_reason != NULL)
+	if (w->pipeline == NULL || !w->pipeline->enabled || w->pipeline->halt_reason != NULL)
 	{
 		/* Dropped, disabled or halted since the launcher looked. */
 		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-		MySlot->runnable = false;
-		if (pipeline && pipeline->halt_reason)
-			MySlot->state = REPLICANT_STATE_HALTED;
+		w->slot->runnable = false;
+		if (w->pipeline && w->pipeline->halt_reason)
+			w->slot->state = REPLICANT_STATE_HALTED;
 		LWLockRelease(replicant_shmem->lock);
 		proc_exit(0);
 	}
 	/* The owner may have lost the attribute since create or alter. */
-	if (pipeline->messages && !may_receive_messages)
-		worker_halt(REPLICANT_MESSAGES_NEED_REPLICATION);
+	if (w->pipeline->messages && !may_receive_messages)
+		worker_halt(w, REPLICANT_MESSAGES_NEED_REPLICATION);
 }
 
 /*
@@ -466,13 +476,14 @@ retry_cannot_fix(int sqlerrcode)
 	}
 }
 
-static void run_pipeline(int slot_index);
+static void run_pipeline(Worker *w);
 
 void
 replicant_worker_main(Datum main_arg)
 {
 	ReplicantWorkerArgs args;
 	MemoryContext context;
+	Worker	   *w;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 
@@ -480,16 +491,19 @@ replicant_worker_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
-	worker_attach(DatumGetInt32(main_arg), &args);
+	w = MemoryContextAllocZero(TopMemoryContext, sizeof(Worker));
+	w->slot_index = DatumGetInt32(main_arg);
+	w->phase = "starting";
+	worker_attach(w, &args);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
 	replicant_encoder_pin_settings();
 	replicant_pin_worker_settings();
 
-	load_pipeline(args.pipeline_id);
+	load_pipeline(w, args.pipeline_id);
 	context = CurrentMemoryContext;
 	PG_TRY();
 	{
-		run_pipeline(DatumGetInt32(main_arg));
+		run_pipeline(w);
 	}
 	PG_CATCH();
 	{
@@ -502,27 +516,30 @@ replicant_worker_main(Datum main_arg)
 		/* The message could quote a value: the class and the phase only. */
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
-		worker_halt(psprintf("pipeline worker failed while %s with error class %s",
-							 worker_phase, unpack_sql_state(edata->sqlerrcode)));
+		worker_halt(w, psprintf("pipeline worker failed while %s with error class %s",
+								w->phase, unpack_sql_state(edata->sqlerrcode)));
 	}
 	PG_END_TRY();
 }
 
+/*
+ * Takes what is left of the initial snapshot, then acquires the slot, the
+ * batch and the sink, and picks the first incremental backfill to read.
+ */
 static void
-run_pipeline(int slot_index)
+start_streaming(Worker *w)
 {
 	char	   *halt_reason;
 	char	   *appname;
-	MemoryContext cycle_context;
 
-	appname = psprintf("replicant pipeline %s", pipeline->name);
+	appname = psprintf("replicant pipeline %s", w->pipeline->name);
 	SetConfigOption("application_name", appname, PGC_SUSET, PGC_S_OVERRIDE);
 	pgstat_report_appname(appname);
 
-	check_output_plugin_allowed();
-	worker_phase = "taking the initial snapshot";
-	replicant_snapshot_initial(MySlot, slot_index, pipeline);
-	worker_phase = "starting to stream";
+	check_output_plugin_allowed(w);
+	w->phase = "taking the initial snapshot";
+	replicant_snapshot_initial(w->slot, w->slot_index, w->pipeline);
+	w->phase = "starting to stream";
 
 	/*
 	 * Commit asynchronously from here on: whatever the worker committed is
@@ -532,103 +549,147 @@ run_pipeline(int slot_index)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	MemoryContextSwitchTo(TopMemoryContext);
-	batch = replicant_batch_create(pipeline->name);
-	decoder = replicant_decoder_start(pipeline, batch, &halt_reason);
-	if (decoder == NULL)
-		worker_halt(halt_reason);
-	sink = replicant_delivery_sink(pipeline);
+	w->batch = replicant_batch_create(w->pipeline->name);
+	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason);
+	if (w->decoder == NULL)
+		worker_halt(w, halt_reason);
+	w->sink = replicant_delivery_sink(w->pipeline);
 
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
-					pipeline->name, LSN_FORMAT_ARGS(decoder->confirmed))));
-	replicant_shmem_set_state(MySlot, REPLICANT_STATE_STREAMING);
-	confirm(Max(decoder->confirmed, pipeline->checkpoint_end_lsn));
-	backfill = replicant_backfill_next(pipeline->id);
-	worker_phase = "streaming";
+					w->pipeline->name, LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder)))));
+	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
+	confirm(w, Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn));
+	w->backfill = replicant_backfill_next(w->pipeline->id);
+	w->phase = "streaming";
+}
 
+/*
+ * Reads the backfill's next chunk when none is open and its retry time has
+ * come; the decoder completes it at its high watermark.
+ */
+static void
+start_chunk_if_due(Worker *w)
+{
+	MemoryContext cycle_context = CurrentMemoryContext;
+
+	if (w->backfill == NULL || replicant_decoder_chunk(w->decoder) != NULL ||
+		GetCurrentTimestamp() < w->backfill->retry_at)
+		return;
+	MemoryContextSwitchTo(TopMemoryContext);
+	replicant_decoder_before_normal_access(w->decoder);
+	replicant_decoder_set_chunk(w->decoder, read_chunk_or_halt(w));
+	MemoryContextSwitchTo(cycle_context);
+}
+
+/* Delivers a completed chunk; after a backfill's last, picks the next backfill. */
+static void
+finish_chunk(Worker *w, ReplicantChunk *chunk)
+{
+	bool		last = chunk->last;
+
+	deliver_chunk(w, chunk);
+	replicant_decoder_set_chunk(w->decoder, NULL);
+	replicant_chunk_free(chunk);
+	if (last)
+	{
+		pfree(w->backfill);
+		MemoryContextSwitchTo(TopMemoryContext);
+		replicant_decoder_before_normal_access(w->decoder);
+		w->backfill = replicant_backfill_next(w->pipeline->id);
+	}
+}
+
+/*
+ * One cycle: reads a backfill chunk if one is due, decodes, and delivers
+ * what decoding produced.  Returns true when decoding reached the end of
+ * flushed WAL and the worker should wait; false to go on at once.
+ */
+static bool
+stream_cycle(Worker *w)
+{
+	bool		at_end;
+	bool		delivered = false;
+	TimestampTz cycle_start;
+	List	   *messages;
+	ReplicantChunk *chunk;
+
+	start_chunk_if_due(w);
+
+	/* A commit after this point sets the latch again. */
+	pg_atomic_write_u32(&w->slot->nudged, 0);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+	replicant_delivery_stop_if_requested(w->slot);
+	replicant_delivery_reload_config();
+
+	cycle_start = GetCurrentTimestamp();
+	at_end = read_or_halt(w);
+	if (replicant_decoder_halt_reason(w->decoder))
+		replicant_delivery_halt_at(w->slot, w->pipeline,
+								   replicant_decoder_halt_reason(w->decoder),
+								   replicant_decoder_halt_lsn(w->decoder));
+
+	if (w->batch->ntxns > 0)
+	{
+		deliver_batch(w);
+		delivered = true;
+	}
+	messages = replicant_decoder_take_messages(w->decoder);
+	if (messages != NIL)
+	{
+		deliver_messages(w, messages);
+		list_free_deep(messages);
+		return false;
+	}
+	chunk = replicant_decoder_chunk(w->decoder);
+	if (chunk && chunk->complete)
+	{
+		finish_chunk(w, chunk);
+		return false;
+	}
+	if (w->batch->ntxns == 0 && at_end)
+	{
+		/*
+		 * Nothing published up to here: let the slot move on so quiet
+		 * pipelines never pin WAL.  Transactions still in progress are
+		 * safe, since decoding restarts at restart_lsn.
+		 */
+		confirm(w, replicant_decoder_read_upto(w->decoder));
+	}
+
+	if (!at_end)
+		return false;
+	if (delivered)
+		linger_after(cycle_start);
+	return true;
+}
+
+/* Sleeps until a commit sets the latch, or WAL inserted may have been flushed. */
+static void
+wait_for_wal(Worker *w)
+{
+	long		timeout = IDLE_TIMEOUT_MS;
+
+	if (GetXLogInsertRecPtr() > replicant_decoder_read_upto(w->decoder))
+		timeout = FLUSH_WAIT_MS;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 timeout, PG_WAIT_EXTENSION);
+}
+
+static void
+run_pipeline(Worker *w)
+{
+	MemoryContext cycle_context;
+
+	start_streaming(w);
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "replicant cycle",
 										  ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
-		bool		at_end;
-		bool		delivered = false;
-		long		timeout;
-		TimestampTz cycle_start;
-
 		MemoryContextSwitchTo(cycle_context);
 		MemoryContextReset(cycle_context);
-
-		/* Read the next backfill chunk; the decoder completes it at its high watermark. */
-		if (backfill != NULL && decoder->state->chunk == NULL &&
-			GetCurrentTimestamp() >= backfill->retry_at)
-		{
-			MemoryContextSwitchTo(TopMemoryContext);
-			replicant_decoder_before_normal_access(decoder);
-			decoder->state->chunk = read_chunk_or_halt();
-			MemoryContextSwitchTo(cycle_context);
-		}
-
-		/* A commit after this point sets the latch again. */
-		pg_atomic_write_u32(&MySlot->nudged, 0);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		replicant_delivery_stop_if_requested(MySlot);
-		replicant_delivery_reload_config();
-
-		cycle_start = GetCurrentTimestamp();
-		at_end = read_or_halt();
-		if (decoder->state->halt_reason)
-			replicant_delivery_halt_at(MySlot, pipeline, decoder->state->halt_reason,
-									   decoder->state->halt_lsn);
-
-		if (batch->ntxns > 0)
-		{
-			deliver_batch();
-			delivered = true;
-		}
-		if (decoder->state->pending_messages != NIL)
-		{
-			deliver_messages(decoder->state->pending_messages);
-			list_free_deep(decoder->state->pending_messages);
-			decoder->state->pending_messages = NIL;
-			continue;
-		}
-		if (decoder->state->chunk && decoder->state->chunk->complete)
-		{
-			ReplicantChunk *chunk = decoder->state->chunk;
-
-			deliver_chunk(chunk);
-			decoder->state->chunk = NULL;
-			MemoryContextDelete(chunk->context);
-			if (chunk->last)
-			{
-				pfree(backfill);
-				MemoryContextSwitchTo(TopMemoryContext);
-				replicant_decoder_before_normal_access(decoder);
-				backfill = replicant_backfill_next(pipeline->id);
-			}
-			pfree(chunk);
-			continue;
-		}
-		if (batch->ntxns == 0 && at_end)
-		{
-			/*
-			 * Nothing published up to here: let the slot move on so quiet
-			 * pipelines never pin WAL.  Transactions still in progress are
-			 * safe, since decoding restarts at restart_lsn.
-			 */
-			confirm(replicant_decoder_read_upto(decoder));
-		}
-
-		if (!at_end)
-			continue;
-		if (delivered)
-			linger_after(cycle_start);
-
-		timeout = IDLE_TIMEOUT_MS;
-		if (GetXLogInsertRecPtr() > replicant_decoder_read_upto(decoder))
-			timeout = FLUSH_WAIT_MS;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 timeout, PG_WAIT_EXTENSION);
+		if (stream_cycle(w))
+			wait_for_wal(w);
 	}
 }

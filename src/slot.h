@@ -1,0 +1,48 @@
+/*
+ * slot.h
+ *		Pipelines' logical replication slots: creation, lookup, the checks
+ *		that tell a lost slot, free slot count and the listing of slots that
+ *		may be orphans.
+ */
+#ifndef REPLICANT_SLOT_H
+#define REPLICANT_SLOT_H
+
+#include "access/xlogutils.h"
+#include "nodes/pg_list.h"
+#include "replication/logical.h"
+
+/* WAL is read from this server's files, as pg_logical_slot_get_changes() does. */
+#define REPLICANT_LOCAL_WAL_ROUTINE XL_ROUTINE(.page_read = read_local_xlog_page, \
+											   .segment_open = wal_segment_open, \
+											   .segment_close = wal_segment_close)
+
+/*
+ * Creates the ephemeral slot name (it becomes MyReplicationSlot) and
+ * initialises it up to its consistent point, with a snapshot builder that
+ * can export the snapshot of that point when need_full_snapshot.  The
+ * caller persists the slot and frees the returned context.
+ */
+extern LogicalDecodingContext *replicant_slot_create(const char *name, bool failover,
+													 bool need_full_snapshot);
+
+/* Whether a replication slot of that name exists. */
+extern bool replicant_slot_exists(const char *name);
+
+/*
+ * Acquires the slot as MyReplicationSlot.  Returns NULL, or a value-free
+ * reason why the slot is lost (it does not exist, or was invalidated),
+ * holding nothing then.  Call inside a transaction.
+ */
+extern char *replicant_slot_acquire(const char *name);
+
+/* Replication slots not in use, of max_replication_slots. */
+extern int	replicant_slot_free_count(void);
+
+/*
+ * Names of this database's slots that replicant's plugin decodes, named
+ * like a pipeline's and held by no process: those no pipeline owns are
+ * orphans.
+ */
+extern List *replicant_slot_list_inactive(void);
+
+#endif							/* REPLICANT_SLOT_H */
