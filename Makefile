@@ -13,6 +13,7 @@ OBJS = \
 	src/output_plugin.o \
 	src/publication.o \
 	src/encoder.o \
+	src/guc_pin.o \
 	src/backfill.o \
 	src/batch.o \
 	src/sink_http.o \
