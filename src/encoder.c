@@ -43,6 +43,7 @@
 
 #include "compat.h"
 #include "encoder.h"
+#include "guc_pin.h"
 
 PG_FUNCTION_INFO_V1(replicant_encode_row);
 
@@ -100,13 +101,7 @@ typedef struct EncodeErrorArg
 } EncodeErrorArg;
 
 /* Settings that change output functions' text; one list for both pinners. */
-typedef struct PinnedSetting
-{
-	const char *name;
-	const char *value;
-} PinnedSetting;
-
-static const PinnedSetting pinned_settings[] = {
+static const ReplicantSetting pinned_settings[] = {
 	{"DateStyle", "ISO, YMD"},
 	{"IntervalStyle", "iso_8601"},
 	{"TimeZone", "UTC"},
@@ -140,6 +135,8 @@ static void encode_array(EncodeState *st, Datum value);
 static void encode_array_dim(EncodeState *st, EncodeTypeEntry *elem,
 							 array_iter *iter, int ndim, const int *dims,
 							 int dim, int *index);
+static TupleDesc deform_composite(HeapTupleHeader td, Datum **values,
+								  bool **nulls);
 static void encode_composite(EncodeState *st, Datum value);
 
 /*
@@ -218,28 +215,11 @@ encoder_lookup_type(Oid typid)
 	return entry;
 }
 
-/*
- * Fills an entry.  valid is set last, so an error leaves the entry to be
- * rebuilt on its next use rather than half built.
- */
-static void
-encoder_build_type(EncodeTypeEntry *entry)
+/* How values of a base type are written, from its pg_type row. */
+static EncodeCategory
+encoder_category(Oid basetype, Form_pg_type typ)
 {
-	Oid			basetype;
-	HeapTuple	tup;
-	Form_pg_type typ;
 	EncodeCategory category;
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-	Oid			outfuncoid;
-	char	   *typname;
-
-	basetype = getBaseType(entry->typid);
-	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(basetype));
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for type %u", basetype);
-	typ = (Form_pg_type) GETSTRUCT(tup);
 
 	switch (basetype)
 	{
@@ -295,14 +275,39 @@ encoder_build_type(EncodeTypeEntry *entry)
 				category = ENCODE_OTHER;
 			break;
 	}
-	typlen = typ->typlen;
-	typbyval = typ->typbyval;
-	typalign = typ->typalign;
+	return category;
+}
+
+/*
+ * Fills an entry.  valid is set last, so an error leaves the entry to be
+ * rebuilt on its next use rather than half built.  Everything but the
+ * output function and the name is the same on every rebuild of an entry
+ * whose typid names the same type.
+ */
+static void
+encoder_build_type(EncodeTypeEntry *entry)
+{
+	Oid			basetype;
+	HeapTuple	tup;
+	Form_pg_type typ;
+	Oid			outfuncoid;
+	char	   *typname;
+
+	basetype = getBaseType(entry->typid);
+	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(basetype));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for type %u", basetype);
+	typ = (Form_pg_type) GETSTRUCT(tup);
+	entry->category = encoder_category(basetype, typ);
+	entry->basetype = basetype;
+	entry->typlen = typ->typlen;
+	entry->typbyval = typ->typbyval;
+	entry->typalign = typ->typalign;
 	outfuncoid = typ->typoutput;
 	ReleaseSysCache(tup);
 
-	if (category != ENCODE_NUMBER && category != ENCODE_JSONB &&
-		category != ENCODE_OTHER)
+	if (entry->category != ENCODE_NUMBER && entry->category != ENCODE_JSONB &&
+		entry->category != ENCODE_OTHER)
 		outfuncoid = InvalidOid;
 
 	/* output functions keep state in fn_extra: keep it across rebuilds */
@@ -321,11 +326,6 @@ encoder_build_type(EncodeTypeEntry *entry)
 
 	entry->hashvalue = GetSysCacheHashValue1(TYPEOID,
 											 ObjectIdGetDatum(entry->typid));
-	entry->category = category;
-	entry->basetype = basetype;
-	entry->typlen = typlen;
-	entry->typbyval = typbyval;
-	entry->typalign = typalign;
 	entry->valid = true;
 }
 
@@ -360,9 +360,13 @@ encode_error_callback(void *arg)
 static void
 append_json_string(StringInfo out, const char *s, int len)
 {
+	/* the characters escaped as a backslash and a letter, and their letters */
+	static const char json_short_escapes[] = "\b\f\n\r\t\"\\";
+	static const char json_short_escape_letters[] = "bfnrt\"\\";
 	const char *end = s + len;
 	const char *run = s;
 	const char *p;
+	const char *short_escape;
 
 	enlargeStringInfo(out, len + 2);
 	appendStringInfoCharMacro(out, '"');
@@ -377,33 +381,15 @@ append_json_string(StringInfo out, const char *s, int len)
 			appendBinaryStringInfo(out, run, p - run);
 		run = p + 1;
 
-		switch (c)
+		short_escape = (c != '\0') ? strchr(json_short_escapes, c) : NULL;
+		if (short_escape != NULL)
 		{
-			case '\b':
-				appendBinaryStringInfo(out, "\\b", 2);
-				break;
-			case '\f':
-				appendBinaryStringInfo(out, "\\f", 2);
-				break;
-			case '\n':
-				appendBinaryStringInfo(out, "\\n", 2);
-				break;
-			case '\r':
-				appendBinaryStringInfo(out, "\\r", 2);
-				break;
-			case '\t':
-				appendBinaryStringInfo(out, "\\t", 2);
-				break;
-			case '"':
-				appendBinaryStringInfo(out, "\\\"", 2);
-				break;
-			case '\\':
-				appendBinaryStringInfo(out, "\\\\", 2);
-				break;
-			default:
-				appendStringInfo(out, "\\u%04x", (int) c);
-				break;
+			appendStringInfoCharMacro(out, '\\');
+			appendStringInfoCharMacro(out,
+									  json_short_escape_letters[short_escape - json_short_escapes]);
 		}
+		else
+			appendStringInfo(out, "\\u%04x", (int) c);
 	}
 	if (p > run)
 		appendBinaryStringInfo(out, run, p - run);
@@ -531,6 +517,14 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 	error_context_stack = errcb.previous;
 }
 
+/* Appends an integer in decimal, without going through fmgr. */
+static void
+append_int64(StringInfo out, int64 value)
+{
+	enlargeStringInfo(out, MAXINT8LEN + 1);
+	out->len += pg_lltoa(value, out->data + out->len);
+}
+
 /* Appends one non-null value of the entry's type. */
 static void
 encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
@@ -555,25 +549,19 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			break;
 
 		case ENCODE_INT2:
-			enlargeStringInfo(out, MAXINT8LEN + 1);
-			out->len += pg_itoa(DatumGetInt16(value), out->data + out->len);
+			append_int64(out, DatumGetInt16(value));
 			break;
 
 		case ENCODE_INT4:
-			enlargeStringInfo(out, MAXINT8LEN + 1);
-			out->len += pg_ltoa(DatumGetInt32(value), out->data + out->len);
+			append_int64(out, DatumGetInt32(value));
 			break;
 
 		case ENCODE_INT8:
-			enlargeStringInfo(out, MAXINT8LEN + 1);
-			out->len += pg_lltoa(DatumGetInt64(value), out->data + out->len);
+			append_int64(out, DatumGetInt64(value));
 			break;
 
 		case ENCODE_OID:
-			enlargeStringInfo(out, MAXINT8LEN + 1);
-			out->len += pg_ultoa_n(DatumGetObjectId(value),
-								   out->data + out->len);
-			out->data[out->len] = '\0';
+			append_int64(out, DatumGetObjectId(value));
 			break;
 
 		case ENCODE_NUMBER:
@@ -599,8 +587,11 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			break;
 
 		case ENCODE_JSONB:
+		case ENCODE_OTHER:
+			/* jsonb's output text is JSON: embedded, not quoted */
 			str = OutputFunctionCall(&entry->outfunc, value);
-			append_utf8(out, st->dbencoding, str, strlen(str), false);
+			append_utf8(out, st->dbencoding, str, strlen(str),
+						entry->category == ENCODE_OTHER);
 			pfree(str);
 			break;
 
@@ -623,12 +614,6 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 
 		case ENCODE_COMPOSITE:
 			encode_composite(st, value);
-			break;
-
-		case ENCODE_OTHER:
-			str = OutputFunctionCall(&entry->outfunc, value);
-			append_utf8(out, st->dbencoding, str, strlen(str), true);
-			pfree(str);
 			break;
 	}
 }
@@ -700,6 +685,31 @@ encode_array_dim(EncodeState *st, EncodeTypeEntry *elem, array_iter *iter,
 }
 
 /*
+ * Deforms a composite (or blessed RECORD) datum.  Its own header names its
+ * row type, whose descriptor is returned pinned: the caller releases it
+ * with ReleaseTupleDesc.
+ */
+static TupleDesc
+deform_composite(HeapTupleHeader td, Datum **values, bool **nulls)
+{
+	TupleDesc	desc;
+	HeapTupleData tuple;
+
+	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(td),
+								  HeapTupleHeaderGetTypMod(td));
+
+	tuple.t_len = HeapTupleHeaderGetDatumLength(td);
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = td;
+
+	*values = (Datum *) palloc(desc->natts * sizeof(Datum));
+	*nulls = (bool *) palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(&tuple, desc, *values, *nulls);
+	return desc;
+}
+
+/*
  * Appends a composite (or blessed RECORD) value as a nested object.  The
  * datum's own header names its row type, which also covers domains over
  * composites.
@@ -709,24 +719,13 @@ encode_composite(EncodeState *st, Datum value)
 {
 	HeapTupleHeader td;
 	TupleDesc	desc;
-	HeapTupleData tuple;
 	Datum	   *values;
 	bool	   *nulls;
 
 	check_stack_depth();
 
 	td = DatumGetHeapTupleHeader(value);
-	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(td),
-								  HeapTupleHeaderGetTypMod(td));
-
-	tuple.t_len = HeapTupleHeaderGetDatumLength(td);
-	ItemPointerSetInvalid(&tuple.t_self);
-	tuple.t_tableOid = InvalidOid;
-	tuple.t_data = td;
-
-	values = (Datum *) palloc(desc->natts * sizeof(Datum));
-	nulls = (bool *) palloc(desc->natts * sizeof(bool));
-	heap_deform_tuple(&tuple, desc, values, nulls);
+	desc = deform_composite(td, &values, &nulls);
 
 	encode_fields(st, desc, values, nulls, NULL, false, NULL);
 
@@ -744,38 +743,13 @@ encode_composite(EncodeState *st, Datum value)
 void
 replicant_encoder_pin_settings(void)
 {
-	int			i;
-
-	for (i = 0; i < lengthof(pinned_settings); i++)
-		SetConfigOption(pinned_settings[i].name, pinned_settings[i].value,
-						PGC_SUSET, PGC_S_OVERRIDE);
+	replicant_guc_pin(pinned_settings, lengthof(pinned_settings));
 }
 
 int
 replicant_encoder_pin_settings_local(void)
 {
-	int			level = NewGUCNestLevel();
-	int			i;
-
-	for (i = 0; i < lengthof(pinned_settings); i++)
-	{
-		const char *current = GetConfigOption(pinned_settings[i].name,
-											  false, false);
-
-		/*
-		 * Setting a value, even the same one, runs its check and assign
-		 * hooks twice (set and restore; setlocale() for lc_monetary), which
-		 * costs more than encoding a small row.
-		 */
-		if (current != NULL && strcmp(current, pinned_settings[i].value) == 0)
-			continue;
-
-		(void) set_config_option(pinned_settings[i].name,
-								 pinned_settings[i].value,
-								 PGC_SUSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	}
-	return level;
+	return replicant_guc_pin_local(pinned_settings, lengthof(pinned_settings));
 }
 
 void
@@ -846,23 +820,12 @@ replicant_encode_row(PG_FUNCTION_ARGS)
 {
 	HeapTupleHeader td = PG_GETARG_HEAPTUPLEHEADER(0);
 	TupleDesc	desc;
-	HeapTupleData tuple;
 	Datum	   *values;
 	bool	   *nulls;
 	StringInfoData buf;
 	int			level;
 
-	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(td),
-								  HeapTupleHeaderGetTypMod(td));
-
-	tuple.t_len = HeapTupleHeaderGetDatumLength(td);
-	ItemPointerSetInvalid(&tuple.t_self);
-	tuple.t_tableOid = InvalidOid;
-	tuple.t_data = td;
-
-	values = (Datum *) palloc(desc->natts * sizeof(Datum));
-	nulls = (bool *) palloc(desc->natts * sizeof(bool));
-	heap_deform_tuple(&tuple, desc, values, nulls);
+	desc = deform_composite(td, &values, &nulls);
 
 	initStringInfo(&buf);
 	level = replicant_encoder_pin_settings_local();

@@ -249,6 +249,90 @@ restart_delay_ms(int failures)
 }
 
 /*
+ * Forgets a worker that exited.  Unless it was stopped on purpose, its next
+ * start waits out a backoff that grows while its runs stay short.
+ */
+static void
+reap_worker(LaunchedWorker *w, const ReplicantPipelineSlot *copy,
+			TimestampTz now)
+{
+	pfree(w->handle);
+	w->handle = NULL;
+	if (w->terminated || copy->stop_requested)
+	{
+		/* Restarted for new settings or backfills: no failure. */
+		w->next_start = 0;
+		w->terminated = false;
+	}
+	else
+	{
+		if (TimestampDifferenceExceeds(w->started_at, now, HEALTHY_RUN_MS))
+			w->failures = 0;
+		else
+			w->failures++;
+		w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
+
+		/*
+		 * It may not even have connected (its owner lost LOGIN): the sync
+		 * worker, which can read the catalog, finds out and halts the
+		 * pipeline instead of this restarting it.
+		 */
+		if (copy->in_use)
+			replicant_shmem_request_sync(copy->dboid);
+	}
+
+	/*
+	 * A pipeline gone from the catalog (dropped with the extension) left its
+	 * slot behind; it can be dropped now that it is free.
+	 */
+	if (!copy->in_use)
+		replicant_shmem_request_sync(copy->dboid);
+}
+
+/*
+ * Starts the slot's pipeline worker.  Out of background worker slots, it
+ * says so in the slot and tries again after a backoff.
+ */
+static void
+launch_worker(int slot_index, LaunchedWorker *w,
+			  const ReplicantPipelineSlot *copy, TimestampTz now)
+{
+	ReplicantWorkerArgs args = {0};
+	char		name[BGW_MAXLEN];
+
+	args.generation = copy->generation;
+	args.dboid = copy->dboid;
+	args.owner = copy->owner;
+	args.pipeline_id = copy->pipeline_id;
+	args.config_version = copy->config_version;
+	snprintf(name, sizeof(name), "replicant pipeline %s", copy->name);
+	w->handle = start_worker("replicant_worker_main", name, "replicant pipeline",
+							 Int32GetDatum(slot_index), &args, sizeof(args));
+	w->generation = copy->generation;
+	w->config_version = copy->config_version;
+	w->started_at = now;
+	if (w->handle == NULL)
+	{
+		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+		if (replicant_shmem->slots[slot_index].generation == copy->generation)
+		{
+			replicant_shmem->slots[slot_index].state = REPLICANT_STATE_RETRYING;
+			snprintf(replicant_shmem->slots[slot_index].last_error, REPLICANT_ERROR_LEN,
+					 "cannot start the pipeline worker: out of background worker slots (max_worker_processes = %d)",
+					 max_worker_processes);
+		}
+		LWLockRelease(replicant_shmem->lock);
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("out of background worker slots for replicant pipeline \"%s\"",
+						copy->name),
+				 errhint("You might need to increase \"%s\".", "max_worker_processes")));
+		w->failures++;
+		w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
+	}
+}
+
+/*
  * Makes the running workers match the slots.  Returns how long the launcher
  * may sleep before a throttled restart is due.
  */
@@ -271,39 +355,7 @@ reconcile_workers(void)
 		LWLockRelease(replicant_shmem->lock);
 
 		if (w->handle != NULL && stopped(w->handle))
-		{
-			pfree(w->handle);
-			w->handle = NULL;
-			if (w->terminated || copy.stop_requested)
-			{
-				/* Restarted for new settings or backfills: no failure. */
-				w->next_start = 0;
-				w->terminated = false;
-			}
-			else
-			{
-				if (TimestampDifferenceExceeds(w->started_at, now, HEALTHY_RUN_MS))
-					w->failures = 0;
-				else
-					w->failures++;
-				w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
-
-				/*
-				 * It may not even have connected (its owner lost LOGIN):
-				 * the sync worker, which can read the catalog, finds out
-				 * and halts the pipeline instead of this restarting it.
-				 */
-				if (copy.in_use)
-					replicant_shmem_request_sync(copy.dboid);
-			}
-
-			/*
-			 * A pipeline gone from the catalog (dropped with the extension)
-			 * left its slot behind; it can be dropped now that it is free.
-			 */
-			if (!copy.in_use)
-				replicant_shmem_request_sync(copy.dboid);
-		}
+			reap_worker(w, &copy, now);
 		running = (w->handle != NULL);
 		wanted = copy.in_use && copy.runnable;
 
@@ -337,41 +389,7 @@ reconcile_workers(void)
 			continue;
 		}
 
-		{
-			ReplicantWorkerArgs args = {0};
-			char		name[BGW_MAXLEN];
-
-			args.generation = copy.generation;
-			args.dboid = copy.dboid;
-			args.owner = copy.owner;
-			args.pipeline_id = copy.pipeline_id;
-			args.config_version = copy.config_version;
-			snprintf(name, sizeof(name), "replicant pipeline %s", copy.name);
-			w->handle = start_worker("replicant_worker_main", name, "replicant pipeline",
-									 Int32GetDatum(i), &args, sizeof(args));
-			w->generation = copy.generation;
-			w->config_version = copy.config_version;
-			w->started_at = now;
-			if (w->handle == NULL)
-			{
-				LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-				if (replicant_shmem->slots[i].generation == copy.generation)
-				{
-					replicant_shmem->slots[i].state = REPLICANT_STATE_RETRYING;
-					snprintf(replicant_shmem->slots[i].last_error, REPLICANT_ERROR_LEN,
-							 "cannot start the pipeline worker: out of background worker slots (max_worker_processes = %d)",
-							 max_worker_processes);
-				}
-				LWLockRelease(replicant_shmem->lock);
-				ereport(WARNING,
-						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("out of background worker slots for replicant pipeline \"%s\"",
-								copy.name),
-						 errhint("You might need to increase \"%s\".", "max_worker_processes")));
-				w->failures++;
-				w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
-			}
-		}
+		launch_worker(i, w, &copy, now);
 	}
 	return nap;
 }

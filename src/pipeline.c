@@ -16,6 +16,7 @@
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 
+#include "guc_pin.h"
 #include "pipeline.h"
 #include "replicant.h"
 
@@ -24,11 +25,7 @@
  * role or the database sets: under default_transaction_read_only = on every
  * checkpoint would fail and the same batch would be delivered forever.
  */
-static const struct
-{
-	const char *name;
-	const char *value;
-}			worker_settings[] = {
+static const ReplicantSetting worker_settings[] = {
 	{"default_transaction_read_only", "off"},
 	{"default_transaction_isolation", "read committed"},
 	{"statement_timeout", "0"},
@@ -49,11 +46,7 @@ replicant_pipeline_has_column(const char *column)
 void
 replicant_pin_worker_settings(void)
 {
-	int			i;
-
-	for (i = 0; i < lengthof(worker_settings); i++)
-		SetConfigOption(worker_settings[i].name, worker_settings[i].value,
-						PGC_SUSET, PGC_S_OVERRIDE);
+	replicant_guc_pin(worker_settings, lengthof(worker_settings));
 }
 
 void

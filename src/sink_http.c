@@ -559,11 +559,6 @@ sink_timer_remaining(ReplicantSink *sink)
 	return (long) ((remaining_us + 999) / 1000);
 }
 
-/*
- * Drives the attached transfer to its end.  Each round waits on the latch,
- * postmaster death and libcurl's sockets, hands what fired to libcurl, and
- * only then, outside libcurl, answers interrupts.
- */
 /* Crash tests stop here: the whole request is out, no answer has come. */
 static void
 fault_after_send(ReplicantSink *sink)
@@ -579,6 +574,113 @@ fault_after_send(ReplicantSink *sink)
 		replicant_fault("after_send");
 }
 
+/* How long one round may wait: until libcurl's timer, within bounds. */
+static long
+sink_wait_ms(ReplicantSink *sink)
+{
+	long		timer = sink_timer_remaining(sink);
+
+	if (timer >= 0)
+		return Min(timer, SINK_MAX_WAIT_MS);
+	if (sink->nsockets == 0)
+		return SINK_IDLE_WAIT_MS;
+	return SINK_MAX_WAIT_MS;
+}
+
+/*
+ * Waits on the latch, postmaster death and the sockets libcurl watches, for
+ * at most wait_ms.  Returns how many events fired into occurred.
+ */
+static int
+sink_wait(ReplicantSink *sink, long wait_ms, WaitEvent *occurred,
+		  int noccurred)
+{
+	int			nfired;
+	int			i;
+
+	sink->wes = REPLICANT_CREATE_WAIT_EVENT_SET(sink->nsockets + 2);
+	AddWaitEventToSet(sink->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(sink->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+					  NULL, NULL);
+	for (i = 0; i < sink->nsockets; i++)
+	{
+		uint32		events = 0;
+
+		if (sink->sockets[i].what & CURL_POLL_IN)
+			events |= WL_SOCKET_READABLE;
+		if (sink->sockets[i].what & CURL_POLL_OUT)
+			events |= WL_SOCKET_WRITEABLE;
+		if (events != 0)
+			AddWaitEventToSet(sink->wes, events, sink->sockets[i].fd,
+							  NULL, NULL);
+	}
+	nfired = WaitEventSetWait(sink->wes, wait_ms, occurred,
+							  noccurred, PG_WAIT_EXTENSION);
+	FreeWaitEventSet(sink->wes);
+	sink->wes = NULL;
+	return nfired;
+}
+
+/*
+ * Hands the sockets that fired to libcurl, and says whether the latch did.
+ * Returns libcurl's verdict, stopping at the first failure.
+ */
+static CURLMcode
+sink_dispatch(ReplicantSink *sink, WaitEvent *occurred, int nfired,
+			  int *running, bool *latch_fired)
+{
+	CURLMcode	mc = CURLM_OK;
+	int			i;
+
+	for (i = 0; i < nfired && mc == CURLM_OK; i++)
+	{
+		int			mask = 0;
+
+		if (occurred[i].events & WL_LATCH_SET)
+		{
+			*latch_fired = true;
+			continue;
+		}
+		if (occurred[i].events & WL_SOCKET_READABLE)
+			mask |= CURL_CSELECT_IN;
+		if (occurred[i].events & WL_SOCKET_WRITEABLE)
+			mask |= CURL_CSELECT_OUT;
+		if (mask != 0)
+			mc = curl_multi_socket_action(sink->multi, occurred[i].fd,
+										  mask, running);
+	}
+	return mc;
+}
+
+/* What the transfer came to, once the wait loop is over. */
+static CURLcode
+sink_result_code(ReplicantSink *sink, CURLMcode mc, bool hard_timeout)
+{
+	CURLcode	code;
+	CURLMsg    *msg;
+	int			pending;
+
+	if (hard_timeout)
+		return CURLE_OPERATION_TIMEDOUT;
+	if (mc == CURLM_OUT_OF_MEMORY)
+		return CURLE_OUT_OF_MEMORY;
+	if (mc != CURLM_OK || sink->socket_overflow)
+		return CURLE_FAILED_INIT;
+
+	code = CURLE_FAILED_INIT;	/* if libcurl reports no result */
+	while ((msg = curl_multi_info_read(sink->multi, &pending)) != NULL)
+	{
+		if (msg->msg == CURLMSG_DONE && msg->easy_handle == sink->easy)
+			code = msg->data.result;
+	}
+	return code;
+}
+
+/*
+ * Drives the attached transfer to its end.  Each round waits on the latch,
+ * postmaster death and libcurl's sockets, hands what fired to libcurl, and
+ * only then, outside libcurl, answers interrupts.
+ */
 static void
 sink_run(ReplicantSink *sink, SinkAttempt *attempt)
 {
@@ -586,8 +688,6 @@ sink_run(ReplicantSink *sink, SinkAttempt *attempt)
 	instr_time	start;
 	instr_time	now;
 	CURLMcode	mc;
-	CURLMsg    *msg;
-	int			pending;
 
 	INSTR_TIME_SET_CURRENT(start);
 
@@ -596,10 +696,7 @@ sink_run(ReplicantSink *sink, SinkAttempt *attempt)
 	while (mc == CURLM_OK && running > 0 && !sink->socket_overflow)
 	{
 		WaitEvent	occurred[SINK_MAX_SOCKETS + 2];
-		long		timer;
-		long		wait_ms;
 		int			nfired;
-		int			i;
 		bool		latch_fired = false;
 
 		/* libcurl's timer ends the request; this only guards against a bug */
@@ -613,52 +710,8 @@ sink_run(ReplicantSink *sink, SinkAttempt *attempt)
 			break;
 		}
 
-		timer = sink_timer_remaining(sink);
-		if (timer >= 0)
-			wait_ms = Min(timer, SINK_MAX_WAIT_MS);
-		else if (sink->nsockets == 0)
-			wait_ms = SINK_IDLE_WAIT_MS;
-		else
-			wait_ms = SINK_MAX_WAIT_MS;
-
-		sink->wes = REPLICANT_CREATE_WAIT_EVENT_SET(sink->nsockets + 2);
-		AddWaitEventToSet(sink->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-		AddWaitEventToSet(sink->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
-						  NULL, NULL);
-		for (i = 0; i < sink->nsockets; i++)
-		{
-			uint32		events = 0;
-
-			if (sink->sockets[i].what & CURL_POLL_IN)
-				events |= WL_SOCKET_READABLE;
-			if (sink->sockets[i].what & CURL_POLL_OUT)
-				events |= WL_SOCKET_WRITEABLE;
-			if (events != 0)
-				AddWaitEventToSet(sink->wes, events, sink->sockets[i].fd,
-								  NULL, NULL);
-		}
-		nfired = WaitEventSetWait(sink->wes, wait_ms, occurred,
-								  lengthof(occurred), PG_WAIT_EXTENSION);
-		FreeWaitEventSet(sink->wes);
-		sink->wes = NULL;
-
-		for (i = 0; i < nfired && mc == CURLM_OK; i++)
-		{
-			int			mask = 0;
-
-			if (occurred[i].events & WL_LATCH_SET)
-			{
-				latch_fired = true;
-				continue;
-			}
-			if (occurred[i].events & WL_SOCKET_READABLE)
-				mask |= CURL_CSELECT_IN;
-			if (occurred[i].events & WL_SOCKET_WRITEABLE)
-				mask |= CURL_CSELECT_OUT;
-			if (mask != 0)
-				mc = curl_multi_socket_action(sink->multi, occurred[i].fd,
-											  mask, &running);
-		}
+		nfired = sink_wait(sink, sink_wait_ms(sink), occurred, lengthof(occurred));
+		mc = sink_dispatch(sink, occurred, nfired, &running, &latch_fired);
 
 		/*
 		 * The timer is non-repeating: forget it before telling libcurl, which
@@ -682,21 +735,7 @@ sink_run(ReplicantSink *sink, SinkAttempt *attempt)
 		CHECK_FOR_INTERRUPTS();
 	}
 
-	if (attempt->hard_timeout)
-		attempt->code = CURLE_OPERATION_TIMEDOUT;
-	else if (mc == CURLM_OUT_OF_MEMORY)
-		attempt->code = CURLE_OUT_OF_MEMORY;
-	else if (mc != CURLM_OK || sink->socket_overflow)
-		attempt->code = CURLE_FAILED_INIT;
-	else
-	{
-		attempt->code = CURLE_FAILED_INIT;	/* if libcurl reports no result */
-		while ((msg = curl_multi_info_read(sink->multi, &pending)) != NULL)
-		{
-			if (msg->msg == CURLMSG_DONE && msg->easy_handle == sink->easy)
-				attempt->code = msg->data.result;
-		}
-	}
+	attempt->code = sink_result_code(sink, mc, attempt->hard_timeout);
 
 	INSTR_TIME_SET_CURRENT(now);
 	INSTR_TIME_SUBTRACT(now, start);
@@ -805,6 +844,87 @@ sink_classify(long status)
 	return REPLICANT_SINK_REJECTED;
 }
 
+/*
+ * The fixed text for a libcurl failure; NULL for a timeout, which says how
+ * long, and for codes without one of their own.
+ */
+static const char *
+sink_transport_message(CURLcode code)
+{
+	switch (code)
+	{
+		case CURLE_COULDNT_RESOLVE_HOST:
+		case CURLE_COULDNT_RESOLVE_PROXY:
+			return "could not resolve sink host name";
+		case CURLE_COULDNT_CONNECT:
+			return "could not connect to sink";
+		case CURLE_SEND_ERROR:
+		case CURLE_RECV_ERROR:
+			return "connection to sink was reset";
+		case CURLE_GOT_NOTHING:
+			return "sink closed the connection without answering";
+		case CURLE_PARTIAL_FILE:
+			return "sink closed the connection during its answer";
+		case CURLE_WEIRD_SERVER_REPLY:
+		case CURLE_HTTP2:
+		case CURLE_HTTP2_STREAM:
+			return "sink sent an invalid HTTP answer";
+		case CURLE_PEER_FAILED_VERIFICATION:
+			return "could not verify the sink's TLS certificate";
+		case CURLE_SSL_CACERT_BADFILE:
+			return "could not load the CA file for the sink";
+		case CURLE_SSL_CONNECT_ERROR:
+		case CURLE_SSL_CERTPROBLEM:
+		case CURLE_SSL_CIPHER:
+		case CURLE_SSL_ENGINE_NOTFOUND:
+		case CURLE_SSL_ENGINE_SETFAILED:
+		case CURLE_SSL_ISSUER_ERROR:
+		case CURLE_SSL_CRL_BADFILE:
+			return "could not establish a TLS connection to sink";
+		case CURLE_SEND_FAIL_REWIND:
+			return "could not rewind batch body";
+		case CURLE_READ_ERROR:
+			return "could not read batch body";
+		case CURLE_URL_MALFORMAT:
+			return "sink URL is not valid";
+		case CURLE_UNSUPPORTED_PROTOCOL:
+			return "sink URL scheme is not allowed";
+		case CURLE_OUT_OF_MEMORY:
+			return "out of memory while sending batch";
+		default:
+			return NULL;
+	}
+}
+
+/*
+ * A timed-out request: where libcurl can tell that no connection was made,
+ * the connection timed out, else the answer did.
+ */
+static void
+sink_timeout_error(ReplicantSink *sink, bool hard_timeout,
+				   ReplicantSinkResult *result)
+{
+#if LIBCURL_VERSION_NUM >= 0x075000
+	if (!sink->connected && !hard_timeout)
+	{
+		int			limit = sink->connect_timeout_ms;
+
+		if (limit == 0 ||
+			(sink->http_timeout_ms > 0 && sink->http_timeout_ms < limit))
+			limit = sink->http_timeout_ms;
+		if (limit > 0)
+		{
+			snprintf(result->error, sizeof(result->error),
+					 "could not connect to sink within %d ms", limit);
+			return;
+		}
+	}
+#endif
+	snprintf(result->error, sizeof(result->error),
+			 "sink did not answer within %d ms",
+			 sink->http_timeout_ms);
+}
+
 /* No usable HTTP answer: always retried, with a fixed, value-free text. */
 static void
 sink_transport_error(ReplicantSink *sink, CURLcode code, bool hard_timeout,
@@ -817,90 +937,18 @@ sink_transport_error(ReplicantSink *sink, CURLcode code, bool hard_timeout,
 
 	if (sink->body_failed)
 		msg = "could not read batch body";
-	else
+	else if (code == CURLE_OPERATION_TIMEDOUT)
 	{
-		switch (code)
-		{
-			case CURLE_COULDNT_RESOLVE_HOST:
-			case CURLE_COULDNT_RESOLVE_PROXY:
-				msg = "could not resolve sink host name";
-				break;
-			case CURLE_COULDNT_CONNECT:
-				msg = "could not connect to sink";
-				break;
-			case CURLE_OPERATION_TIMEDOUT:
-#if LIBCURL_VERSION_NUM >= 0x075000
-				if (!sink->connected && !hard_timeout)
-				{
-					int			limit = sink->connect_timeout_ms;
-
-					if (limit == 0 ||
-						(sink->http_timeout_ms > 0 && sink->http_timeout_ms < limit))
-						limit = sink->http_timeout_ms;
-					if (limit > 0)
-					{
-						snprintf(result->error, sizeof(result->error),
-								 "could not connect to sink within %d ms", limit);
-						return;
-					}
-				}
-#endif
-				snprintf(result->error, sizeof(result->error),
-						 "sink did not answer within %d ms",
-						 sink->http_timeout_ms);
-				return;
-			case CURLE_SEND_ERROR:
-			case CURLE_RECV_ERROR:
-				msg = "connection to sink was reset";
-				break;
-			case CURLE_GOT_NOTHING:
-				msg = "sink closed the connection without answering";
-				break;
-			case CURLE_PARTIAL_FILE:
-				msg = "sink closed the connection during its answer";
-				break;
-			case CURLE_WEIRD_SERVER_REPLY:
-			case CURLE_HTTP2:
-			case CURLE_HTTP2_STREAM:
-				msg = "sink sent an invalid HTTP answer";
-				break;
-			case CURLE_PEER_FAILED_VERIFICATION:
-				msg = "could not verify the sink's TLS certificate";
-				break;
-			case CURLE_SSL_CACERT_BADFILE:
-				msg = "could not load the CA file for the sink";
-				break;
-			case CURLE_SSL_CONNECT_ERROR:
-			case CURLE_SSL_CERTPROBLEM:
-			case CURLE_SSL_CIPHER:
-			case CURLE_SSL_ENGINE_NOTFOUND:
-			case CURLE_SSL_ENGINE_SETFAILED:
-			case CURLE_SSL_ISSUER_ERROR:
-			case CURLE_SSL_CRL_BADFILE:
-				msg = "could not establish a TLS connection to sink";
-				break;
-			case CURLE_SEND_FAIL_REWIND:
-				msg = "could not rewind batch body";
-				break;
-			case CURLE_READ_ERROR:
-				msg = "could not read batch body";
-				break;
-			case CURLE_URL_MALFORMAT:
-				msg = "sink URL is not valid";
-				break;
-			case CURLE_UNSUPPORTED_PROTOCOL:
-				msg = "sink URL scheme is not allowed";
-				break;
-			case CURLE_OUT_OF_MEMORY:
-				msg = "out of memory while sending batch";
-				break;
-			default:
-				/* the code is value-free; libcurl's error text may not be */
-				snprintf(result->error, sizeof(result->error),
-						 "could not send batch to sink (libcurl error %d)",
-						 (int) code);
-				return;
-		}
+		sink_timeout_error(sink, hard_timeout, result);
+		return;
+	}
+	else if ((msg = sink_transport_message(code)) == NULL)
+	{
+		/* the code is value-free; libcurl's error text may not be */
+		snprintf(result->error, sizeof(result->error),
+				 "could not send batch to sink (libcurl error %d)",
+				 (int) code);
+		return;
 	}
 	strlcpy(result->error, msg, sizeof(result->error));
 }

@@ -108,6 +108,17 @@ spi_int8(int row, int col)
 	return isnull ? -1 : DatumGetInt64(d);
 }
 
+/* Runs a query on the pipeline's ($1) snapshot plan. */
+static void
+read_plan(const char *sql, int32 pipeline_id, bool read_only)
+{
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(pipeline_id)};
+
+	if (SPI_execute_with_args(sql, 1, argtypes, args, NULL, read_only, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the snapshot plan");
+}
+
 /*
  * Planning (pipeline worker, before the slot exists)
  */
@@ -120,20 +131,18 @@ spi_int8(int row, int col)
 static void
 estimate_unanalysed(int32 pipeline_id)
 {
-	Oid			argtypes[1] = {INT4OID};
 	Oid			update_types[2] = {INT8OID, INT8OID};
-	Datum		args[2] = {Int32GetDatum(pipeline_id)};
+	Datum		args[2];
 	int64	   *ids;
 	Oid		   *relids;
 	uint64		n;
 	uint64		i;
 
-	if (SPI_execute_with_args("SELECT b.id, b.relid FROM replicant.backfills b"
-							  "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) b.relid"
-							  " WHERE b.pipeline_id = $1 AND b.kind = 'initial'"
-							  "   AND c.reltuples OPERATOR(pg_catalog.<) 0::pg_catalog.float4",
-							  1, argtypes, args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the snapshot plan");
+	read_plan("SELECT b.id, b.relid FROM replicant.backfills b"
+			  "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) b.relid"
+			  " WHERE b.pipeline_id = $1 AND b.kind = 'initial'"
+			  "   AND c.reltuples OPERATOR(pg_catalog.<) 0::pg_catalog.float4",
+			  pipeline_id, false);
 	n = SPI_processed;
 	ids = palloc(sizeof(int64) * (n + 1));
 	relids = palloc(sizeof(Oid) * (n + 1));
@@ -157,6 +166,41 @@ estimate_unanalysed(int32 pipeline_id)
 								  2, update_types, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not plan the snapshot");
 	}
+}
+
+/*
+ * One backfill per table; shards of SHARD_WINDOWS windows, the last one
+ * open-ended so rows added behind the planned size are read too.  $1 is
+ * the pipeline, $2 its publications.
+ */
+static void
+write_plan(Oid *argtypes, Datum *args)
+{
+	if (SPI_execute_with_args("WITH tables AS ("
+							  "  SELECT c.oid AS relid, c.relfilenode, greatest(c.reltuples, 0)::bigint AS estimate,"
+							  "         pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks"
+							  "    FROM pg_catalog.pg_publication_tables pt"
+							  "    JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
+							  "    JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+							  "   WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
+							  "   GROUP BY c.oid),"
+							  " planned AS ("
+							  "  INSERT INTO replicant.backfills (pipeline_id, relid, kind, mode, rows_estimate, relfilenode)"
+							  "  SELECT $1, relid, 'initial', 'ctid', estimate, relfilenode FROM tables"
+							  "   WHERE NOT EXISTS (SELECT 1 FROM replicant.backfills b"
+							  "                      WHERE b.pipeline_id = $1 AND b.kind = 'initial'"
+							  "                        AND b.relid = tables.relid)"
+							  "   ORDER BY relid"
+							  "  RETURNING id, relid)"
+							  " INSERT INTO replicant.snapshot_shards (backfill_id, shard, lo_block, hi_block, next_block)"
+							  " SELECT p.id, s.n, s.n * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) ","
+							  "        CASE WHEN s.n = s.last THEN NULL ELSE (s.n + 1) * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) " END,"
+							  "        s.n * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS)
+							  "   FROM planned p JOIN tables t USING (relid),"
+							  "        LATERAL (SELECT g AS n, t.blocks / " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) " AS last"
+							  "                   FROM generate_series(0, t.blocks / " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) ") g) s",
+							  2, argtypes, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not plan the snapshot");
 }
 
 /*
@@ -239,38 +283,11 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 		reason = psprintf("publication \"%s\" publishes via the partition root, which replicant does not support yet",
 						  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
 
-	/*
-	 * One backfill per table; shards of SHARD_WINDOWS windows, the last one
-	 * open-ended so rows added behind the planned size are read too.
-	 */
-	if (reason == NULL &&
-		SPI_execute_with_args("WITH tables AS ("
-							  "  SELECT c.oid AS relid, c.relfilenode, greatest(c.reltuples, 0)::bigint AS estimate,"
-							  "         pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks"
-							  "    FROM pg_catalog.pg_publication_tables pt"
-							  "    JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
-							  "    JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
-							  "   WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
-							  "   GROUP BY c.oid),"
-							  " planned AS ("
-							  "  INSERT INTO replicant.backfills (pipeline_id, relid, kind, mode, rows_estimate, relfilenode)"
-							  "  SELECT $1, relid, 'initial', 'ctid', estimate, relfilenode FROM tables"
-							  "   WHERE NOT EXISTS (SELECT 1 FROM replicant.backfills b"
-							  "                      WHERE b.pipeline_id = $1 AND b.kind = 'initial'"
-							  "                        AND b.relid = tables.relid)"
-							  "   ORDER BY relid"
-							  "  RETURNING id, relid)"
-							  " INSERT INTO replicant.snapshot_shards (backfill_id, shard, lo_block, hi_block, next_block)"
-							  " SELECT p.id, s.n, s.n * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) ","
-							  "        CASE WHEN s.n = s.last THEN NULL ELSE (s.n + 1) * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) " END,"
-							  "        s.n * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS)
-							  "   FROM planned p JOIN tables t USING (relid),"
-							  "        LATERAL (SELECT g AS n, t.blocks / " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) " AS last"
-							  "                   FROM generate_series(0, t.blocks / " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) ") g) s",
-							  2, argtypes, args, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not plan the snapshot");
 	if (reason == NULL)
+	{
+		write_plan(argtypes, args);
 		estimate_unanalysed(pipeline->id);
+	}
 	replicant_catalog_end(&access);
 
 	ereport(LOG,
@@ -315,17 +332,14 @@ static List *
 planned_relids(ReplicantPipeline *pipeline)
 {
 	ReplicantCatalogAccess access;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(pipeline->id)};
 	MemoryContext caller = CurrentMemoryContext;
 	List	   *relids = NIL;
 	uint64		i;
 
 	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args("SELECT relid FROM replicant.backfills"
-							  " WHERE pipeline_id = $1 AND kind = 'initial'",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the snapshot plan");
+	read_plan("SELECT relid FROM replicant.backfills"
+			  " WHERE pipeline_id = $1 AND kind = 'initial'",
+			  pipeline->id, true);
 	for (i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -407,13 +421,12 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args(last ?
-							  "SELECT id, relid FROM replicant.backfills"
-							  " WHERE pipeline_id = $1 AND kind = 'initial' AND state <> 'done' ORDER BY id" :
-							  "SELECT id, relid FROM replicant.backfills"
-							  " WHERE pipeline_id = $1 AND kind = 'initial' AND NOT first_sent ORDER BY id",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the snapshot plan");
+	read_plan(last ?
+			  "SELECT id, relid FROM replicant.backfills"
+			  " WHERE pipeline_id = $1 AND kind = 'initial' AND state <> 'done' ORDER BY id" :
+			  "SELECT id, relid FROM replicant.backfills"
+			  " WHERE pipeline_id = $1 AND kind = 'initial' AND NOT first_sent ORDER BY id",
+			  pipeline->id, true);
 	n = SPI_processed;
 	ids = palloc(sizeof(int64) * (n + 1));
 	names = palloc(sizeof(char *) * (n + 1));
@@ -552,18 +565,15 @@ static bool
 snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 {
 	ReplicantCatalogAccess access;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(pipeline->id)};
 	int64		total;
 	int64		open;
 
 	if (strcmp(pipeline->snapshot, "initial") != 0)
 		return false;
 	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args("SELECT count(*), count(*) FILTER (WHERE state <> 'done')"
-							  "  FROM replicant.backfills WHERE pipeline_id = $1 AND kind = 'initial'",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the snapshot plan");
+	read_plan("SELECT count(*), count(*) FILTER (WHERE state <> 'done')"
+			  "  FROM replicant.backfills WHERE pipeline_id = $1 AND kind = 'initial'",
+			  pipeline->id, true);
 	total = spi_int8(0, 1);
 	open = spi_int8(0, 2);
 	replicant_catalog_end(&access);
@@ -677,66 +687,41 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 	return pg_atomic_read_u32(&slot->shard_failures) == 0;
 }
 
-void
-replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
-						   ReplicantPipeline *pipeline)
+/*
+ * Plans the tables not planned yet (all of them anew with replace); halts
+ * when one cannot be snapshotted faithfully.
+ */
+static void
+plan_or_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+			 bool replace)
 {
-	bool		planned_before;
-	List	   *planned;
-	char	   *snapshot_name;
-	char	   *reason;
-	ReplicantSink *sink;
+	char	   *reason = plan_snapshot(pipeline, replace);
 
-	if (!snapshot_pending(pipeline, &planned_before))
-		return;
-	replicant_shmem_set_state(slot, REPLICANT_STATE_SNAPSHOTTING);
+	if (reason)
+		replicant_delivery_halt(slot, pipeline, reason);
+}
 
-	sink = replicant_delivery_sink(pipeline);
+/*
+ * Sends the planned tables' "first" markers and frees every unfinished
+ * shard for claiming.  Returns the planned tables.
+ */
+static List *
+prepare_shards(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+			   ReplicantSink *sink)
+{
+	send_markers(slot, pipeline, sink, false);
+	(void) count_unfinished_shards(pipeline->id, true);
+	return planned_relids(pipeline);
+}
 
-	if (!replicant_slot_exists(replicant_pipeline_slot_name(pipeline->name)))
-	{
-		/*
-		 * Nothing was read under an earlier plan without the slot: the
-		 * transaction that created it would have persisted it first.
-		 */
-		reason = plan_snapshot(pipeline, true);
-		if (reason)
-			replicant_delivery_halt(slot, pipeline, reason);
-		send_markers(slot, pipeline, sink, false);
-		(void) count_unfinished_shards(pipeline->id, true);
-		planned = planned_relids(pipeline);
-		snapshot_name = create_slot_and_export(slot, pipeline);
-	}
-	else
-	{
-		send_markers(slot, pipeline, sink, false);
-		(void) count_unfinished_shards(pipeline->id, true);
-		planned = planned_relids(pipeline);
-		snapshot_name = export_fresh_snapshot();
-		ereport(LOG,
-				(errmsg("replicant pipeline \"%s\" resumes its initial snapshot under a fresh snapshot",
-						pipeline->name),
-				 errdetail("Streaming replays changes from the slot's original consistent point.")));
-	}
-
-	/*
-	 * A table published after planning (before the slot's creation, or
-	 * before this resume) is planned now and read, with what is left, under
-	 * a newer snapshot: the stream starts at the slot's point, so the sink
-	 * converges as after an interrupted snapshot.
-	 */
-	while (unplanned_tables(pipeline, planned))
-	{
-		CommitTransactionCommand();
-		reason = plan_snapshot(pipeline, false);
-		if (reason)
-			replicant_delivery_halt(slot, pipeline, reason);
-		send_markers(slot, pipeline, sink, false);
-		(void) count_unfinished_shards(pipeline->id, true);
-		planned = planned_relids(pipeline);
-		snapshot_name = export_fresh_snapshot();
-	}
-
+/*
+ * Runs shard workers until every shard is read; exits for a restart when
+ * one failed.  The exporting transaction is still open on return.
+ */
+static void
+read_all_shards(ReplicantPipelineSlot *slot, int slot_index,
+				ReplicantPipeline *pipeline, const char *snapshot_name)
+{
 	pg_atomic_write_u32(&slot->snapshot_stale, 0);
 	for (;;)
 	{
@@ -760,6 +745,58 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 		(void) count_unfinished_shards(pipeline->id, true);
 		snapshot_name = export_fresh_snapshot();
 	}
+}
+
+void
+replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
+						   ReplicantPipeline *pipeline)
+{
+	bool		planned_before;
+	List	   *planned;
+	char	   *snapshot_name;
+	ReplicantSink *sink;
+
+	if (!snapshot_pending(pipeline, &planned_before))
+		return;
+	replicant_shmem_set_state(slot, REPLICANT_STATE_SNAPSHOTTING);
+
+	sink = replicant_delivery_sink(pipeline);
+
+	if (!replicant_slot_exists(replicant_pipeline_slot_name(pipeline->name)))
+	{
+		/*
+		 * Nothing was read under an earlier plan without the slot: the
+		 * transaction that created it would have persisted it first.
+		 */
+		plan_or_halt(slot, pipeline, true);
+		planned = prepare_shards(slot, pipeline, sink);
+		snapshot_name = create_slot_and_export(slot, pipeline);
+	}
+	else
+	{
+		planned = prepare_shards(slot, pipeline, sink);
+		snapshot_name = export_fresh_snapshot();
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" resumes its initial snapshot under a fresh snapshot",
+						pipeline->name),
+				 errdetail("Streaming replays changes from the slot's original consistent point.")));
+	}
+
+	/*
+	 * A table published after planning (before the slot's creation, or
+	 * before this resume) is planned now and read, with what is left, under
+	 * a newer snapshot: the stream starts at the slot's point, so the sink
+	 * converges as after an interrupted snapshot.
+	 */
+	while (unplanned_tables(pipeline, planned))
+	{
+		CommitTransactionCommand();
+		plan_or_halt(slot, pipeline, false);
+		planned = prepare_shards(slot, pipeline, sink);
+		snapshot_name = export_fresh_snapshot();
+	}
+
+	read_all_shards(slot, slot_index, pipeline, snapshot_name);
 
 	/* Every shard is read: the exported snapshot is no longer needed. */
 	CommitTransactionCommand();
@@ -1005,6 +1042,103 @@ snapshot_blind_to(Relation rel)
 	return blind;
 }
 
+/* Ends the window's transaction, back in the window's memory context. */
+static void
+end_window(Relation rel, MemoryContext window_context)
+{
+	if (rel != NULL)
+		table_close(rel, AccessShareLock);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(window_context);
+}
+
+/*
+ * Starts the window's transaction under the imported snapshot and opens the
+ * shard's table into *relp.  Returns WINDOW_READ when it has blocks left to
+ * read; otherwise the transaction is over and the result says why not.
+ */
+static WindowResult
+begin_window(const char *snapshot_name, Shard *shard, Relation *relp,
+			 Oid *new_relfilenode)
+{
+	MemoryContext window_context = CurrentMemoryContext;
+	Relation	rel;
+
+	StartTransactionCommand();
+	XactIsoLevel = XACT_REPEATABLE_READ;
+	ImportSnapshot(snapshot_name);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	MemoryContextSwitchTo(window_context);
+
+	rel = try_table_open(shard->relid, AccessShareLock);
+	if (rel == NULL)
+	{
+		end_window(NULL, window_context);
+		return WINDOW_GONE;
+	}
+	if (rel->rd_rel->relfilenode != shard->relfilenode)
+	{
+		bool		stale = snapshot_blind_to(rel);
+
+		*new_relfilenode = rel->rd_rel->relfilenode;
+		end_window(rel, window_context);
+		return stale ? WINDOW_STALE : WINDOW_REWRITTEN;
+	}
+	if (shard->next_block >= RelationGetNumberOfBlocks(rel))
+	{
+		end_window(rel, window_context);
+		return WINDOW_PAST_END;
+	}
+	*relp = rel;
+	return WINDOW_READ;
+}
+
+/* The snapshot batch a window is filling. */
+typedef struct WindowBatch
+{
+	ReplicantPipelineSlot *slot;
+	ReplicantPipeline *pipeline;
+	ReplicantSink *sink;
+	Shard	   *shard;
+	const char *names;			/* the table's "schema" and "table" fields */
+	StringInfoData out;			/* the body */
+	int64		in_body;		/* rows in it */
+	int			batch_no;		/* batches of the window posted before it */
+} WindowBatch;
+
+/* POSTs the batch; its webhook-id names the window and the batch's number. */
+static void
+post_window_batch(WindowBatch *batch)
+{
+	post_snapshot_body(batch->slot, batch->pipeline, batch->sink, &batch->out,
+					   psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d",
+								batch->pipeline->name, batch->shard->backfill_id,
+								batch->shard->next_block, batch->batch_no++),
+					   batch->in_body);
+	batch->in_body = 0;
+}
+
+/*
+ * Appends an encoded row to the batch, first POSTing the batch and starting
+ * the next one if the row would take it over batch_max_bytes.
+ */
+static void
+add_window_row(WindowBatch *batch, StringInfo change)
+{
+	if (batch->out.len + change->len + 2 > batch->pipeline->batch_max_bytes &&
+		batch->in_body > 0)
+	{
+		post_window_batch(batch);
+		start_snapshot_body(&batch->out, batch->pipeline, batch->names,
+							batch->shard->backfill_id, false, false);
+	}
+	else if (batch->in_body > 0)
+		appendStringInfoChar(&batch->out, ',');
+	appendBinaryStringInfo(&batch->out, change->data, change->len);
+	batch->in_body++;
+}
+
 /*
  * Reads blocks [lo, hi) of the shard's table under the imported snapshot and
  * delivers them in batches of at most batch_max_bytes.
@@ -1021,52 +1155,22 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	bool		identity_full;
 	char	   *names;
 	StringInfoData query;
-	StringInfoData out;
 	StringInfoData change;
 	StringInfoData key;
+	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink,
+						 .shard = shard};
 	Portal		portal;
 	Datum	   *values;
 	bool	   *nulls;
 	int			natts;
-	int			batch_no = 0;
-	int64		in_body = 0;
 	MemoryContext row_context;
 	MemoryContext window_context = CurrentMemoryContext;
+	WindowResult opened;
 
 	*rows = 0;
-	StartTransactionCommand();
-	XactIsoLevel = XACT_REPEATABLE_READ;
-	ImportSnapshot(snapshot_name);
-	PushActiveSnapshot(GetTransactionSnapshot());
-	MemoryContextSwitchTo(window_context);
-
-	rel = try_table_open(shard->relid, AccessShareLock);
-	if (rel == NULL)
-	{
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		MemoryContextSwitchTo(window_context);
-		return WINDOW_GONE;
-	}
-	if (rel->rd_rel->relfilenode != shard->relfilenode)
-	{
-		bool		stale = snapshot_blind_to(rel);
-
-		*new_relfilenode = rel->rd_rel->relfilenode;
-		table_close(rel, AccessShareLock);
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		MemoryContextSwitchTo(window_context);
-		return stale ? WINDOW_STALE : WINDOW_REWRITTEN;
-	}
-	if (shard->next_block >= RelationGetNumberOfBlocks(rel))
-	{
-		table_close(rel, AccessShareLock);
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		MemoryContextSwitchTo(window_context);
-		return WINDOW_PAST_END;
-	}
+	opened = begin_window(snapshot_name, shard, &rel, new_relfilenode);
+	if (opened != WINDOW_READ)
+		return opened;
 
 	/* The stream would halt on these; the snapshot does likewise. */
 	{
@@ -1082,6 +1186,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	initStringInfo(&change);
 	append_names(&change, shard->relid);
 	names = pstrdup(change.data);
+	batch.names = names;
 
 	initStringInfo(&query);
 	appendStringInfo(&query, "SELECT * FROM ONLY %s"
@@ -1099,8 +1204,8 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	values = palloc(sizeof(Datum) * natts);
 	nulls = palloc(sizeof(bool) * natts);
 	initStringInfo(&key);
-	initStringInfo(&out);
-	start_snapshot_body(&out, pipeline, names, shard->backfill_id, false, false);
+	initStringInfo(&batch.out);
+	start_snapshot_body(&batch.out, pipeline, names, shard->backfill_id, false, false);
 	row_context = AllocSetContextCreate(window_context, "replicant snapshot row",
 										ALLOCSET_DEFAULT_SIZES);
 	for (;;)
@@ -1120,37 +1225,17 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
 
-			if (out.len + change.len + 2 > pipeline->batch_max_bytes && in_body > 0)
-			{
-				post_snapshot_body(slot, pipeline, sink, &out,
-								   psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d",
-											pipeline->name, shard->backfill_id,
-											shard->next_block, batch_no++),
-								   in_body);
-				in_body = 0;
-				start_snapshot_body(&out, pipeline, names, shard->backfill_id, false, false);
-			}
-			else if (in_body > 0)
-				appendStringInfoChar(&out, ',');
-			appendBinaryStringInfo(&out, change.data, change.len);
+			add_window_row(&batch, &change);
 			(*rows)++;
-			in_body++;
 		}
 		SPI_freetuptable(SPI_tuptable);
 	}
 	SPI_cursor_close(portal);
 	SPI_finish();
-	table_close(rel, AccessShareLock);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(window_context);
+	end_window(rel, window_context);
 
-	if (in_body > 0)
-		post_snapshot_body(slot, pipeline, sink, &out,
-						   psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d",
-									pipeline->name, shard->backfill_id,
-									shard->next_block, batch_no),
-						   in_body);
+	if (batch.in_body > 0)
+		post_window_batch(&batch);
 	return WINDOW_READ;
 }
 
@@ -1200,6 +1285,65 @@ read_window_or_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	return result;
 }
 
+/*
+ * Reads a claimed shard window by window, recording progress after each,
+ * until it is done, its table starts over, or the snapshot turned stale.
+ */
+static void
+read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+		   ReplicantSink *sink, const char *snapshot_name, Shard *shard,
+		   MemoryContext window_context)
+{
+	for (;;)
+	{
+		int64		hi;
+		int64		rows = 0;
+		Oid			relfilenode = InvalidOid;
+		WindowResult r;
+		bool		done;
+
+		CHECK_FOR_INTERRUPTS();
+		if (pg_atomic_read_u32(&slot->snapshot_stale) != 0)
+			break;
+		replicant_delivery_reload_config();
+		MemoryContextSwitchTo(window_context);
+		hi = shard->next_block + WINDOW_BLOCKS;
+		if (shard->hi_block >= 0)
+			hi = Min(hi, shard->hi_block);
+
+		r = read_window_or_halt(slot, pipeline, sink, snapshot_name, shard,
+								hi, &rows, &relfilenode);
+		MemoryContextSwitchTo(TopMemoryContext);
+		MemoryContextReset(window_context);
+		replicant_fault("snapshot_window");
+
+		if (r == WINDOW_STALE)
+		{
+			ereport(LOG,
+					(errmsg("table \"%s\" was rewritten after the snapshot was taken; reading it again under a fresh snapshot",
+							shard->relname)));
+			/* Before the restart, so that no one claims it under this snapshot. */
+			pg_atomic_write_u32(&slot->snapshot_stale, 1);
+			restart_table(shard, relfilenode);
+			break;
+		}
+		if (r == WINDOW_REWRITTEN)
+		{
+			ereport(LOG,
+					(errmsg("table \"%s\" was rewritten during the snapshot; reading it again",
+							shard->relname)));
+			restart_table(shard, relfilenode);
+			break;
+		}
+		done = (r != WINDOW_READ) || (shard->hi_block >= 0 && hi >= shard->hi_block);
+		if (r == WINDOW_READ)
+			shard->next_block = hi;
+		record_progress(shard, done, rows);
+		if (done)
+			break;
+	}
+}
+
 void
 replicant_shard_main(Datum main_arg)
 {
@@ -1244,56 +1388,7 @@ replicant_shard_main(Datum main_arg)
 	 */
 	while (claim_shard(pipeline->id, &shard) &&
 		   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
-	{
-		for (;;)
-		{
-			int64		hi;
-			int64		rows = 0;
-			Oid			relfilenode = InvalidOid;
-			WindowResult r;
-			bool		done;
-
-			CHECK_FOR_INTERRUPTS();
-			if (pg_atomic_read_u32(&slot->snapshot_stale) != 0)
-				break;
-			replicant_delivery_reload_config();
-			MemoryContextSwitchTo(window_context);
-			hi = shard.next_block + WINDOW_BLOCKS;
-			if (shard.hi_block >= 0)
-				hi = Min(hi, shard.hi_block);
-
-			r = read_window_or_halt(slot, pipeline, sink, args.snapshot_name, &shard,
-									hi, &rows, &relfilenode);
-			MemoryContextSwitchTo(TopMemoryContext);
-			MemoryContextReset(window_context);
-			replicant_fault("snapshot_window");
-
-			if (r == WINDOW_STALE)
-			{
-				ereport(LOG,
-						(errmsg("table \"%s\" was rewritten after the snapshot was taken; reading it again under a fresh snapshot",
-								shard.relname)));
-				/* Before the restart, so that no one claims it under this snapshot. */
-				pg_atomic_write_u32(&slot->snapshot_stale, 1);
-				restart_table(&shard, relfilenode);
-				break;
-			}
-			if (r == WINDOW_REWRITTEN)
-			{
-				ereport(LOG,
-						(errmsg("table \"%s\" was rewritten during the snapshot; reading it again",
-								shard.relname)));
-				restart_table(&shard, relfilenode);
-				break;
-			}
-			done = (r != WINDOW_READ) || (shard.hi_block >= 0 && hi >= shard.hi_block);
-			if (r == WINDOW_READ)
-				shard.next_block = hi;
-			record_progress(&shard, done, rows);
-			if (done)
-				break;
-		}
-	}
+		read_shard(slot, pipeline, sink, args.snapshot_name, &shard, window_context);
 	replicant_sink_destroy(sink);
 	proc_exit(0);
 }
