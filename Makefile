@@ -15,6 +15,9 @@ OBJS = \
 	src/encoder.o \
 	src/backfill.o \
 	src/batch.o \
+	src/change.o \
+	src/format.o \
+	src/format_replicant.o \
 	src/sink_http.o \
 	src/snapshot.o \
 	src/signing.o \

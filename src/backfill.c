@@ -66,7 +66,7 @@
 
 #include "backfill.h"
 #include "compat.h"
-#include "encoder.h"
+#include "format.h"
 #include "publication.h"
 #include "snapshot.h"
 
@@ -762,7 +762,7 @@ chunk_args(ReplicantBackfill *b, Datum *args, Oid *types, char *nulls)
  */
 static void
 read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *query,
-		  Snapshot snapshot, int max_bytes, bool *last)
+		  Snapshot snapshot, const ReplicantFormat *format, int max_bytes, bool *last)
 {
 	ReplicantBackfill *b = chunk->backfill;
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -776,7 +776,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	int			nargs = chunk_args(b, args, types, nulls);
 	StringInfoData change;
 	StringInfoData key;
-	StringInfoData names;
+	StringInfoData new_row;
 	Datum	   *values = palloc(sizeof(Datum) * desc->natts);
 	bool	   *isnull = palloc(sizeof(bool) * desc->natts);
 	Portal		portal;
@@ -792,12 +792,11 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
 	initStringInfo(&change);
 	initStringInfo(&key);
-	initStringInfo(&names);
-	appendStringInfoString(&names, "\"schema\":");
-	replicant_encode_string(&names, get_namespace_name(RelationGetNamespace(rel)));
-	appendStringInfoString(&names, ",\"table\":");
-	replicant_encode_string(&names, RelationGetRelationName(rel));
-	chunk->names = MemoryContextStrdup(chunk->context, names.data);
+	initStringInfo(&new_row);
+	chunk->relation = MemoryContextAlloc(chunk->context, sizeof(ReplicantRelation));
+	chunk->relation->schema = MemoryContextStrdup(chunk->context,
+												  get_namespace_name(RelationGetNamespace(rel)));
+	chunk->relation->table = MemoryContextStrdup(chunk->context, RelationGetRelationName(rel));
 
 	PushActiveSnapshot(snapshot);
 	portal = SPI_cursor_open_with_args(NULL, query, nargs, types, args,
@@ -813,10 +812,13 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 		{
 			/* Detoasted values die with the row; add_row keeps a copy. */
 			MemoryContext old = MemoryContextSwitchTo(row_context);
+			ReplicantChange record;
 
-			replicant_snapshot_encode_read(&change, &key, names.data, desc,
-										   SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-										   values, isnull, key_columns, whole_row);
+			replicant_change_from_row(&record, chunk->relation, &key, &new_row, desc,
+									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+									  values, isnull, key_columns, whole_row);
+			resetStringInfo(&change);
+			format->change(&change, &record);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
 			add_row(chunk, key.data, key.len, change.data, change.len);
@@ -913,7 +915,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		/* Dropped: nothing more to read. */
 		UnregisterSnapshot(snapshot);
 		chunk->last = true;
-		chunk->names = NULL;
+		chunk->relation = NULL;
 		high = write_watermark("high", chunk->token);
 		replicant_catalog_end(&access);
 		XLogFlush(high);
@@ -944,7 +946,8 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	if (strcmp(b->mode, "ctid") != 0)
 		order = key_order(rel);
 	query = chunk_query(b, rel, order, nblocks, &last);
-	read_rows(chunk, rel, order, query, snapshot, pipeline->batch_max_bytes, &last);
+	read_rows(chunk, rel, order, query, snapshot, replicant_format_of(pipeline),
+			  pipeline->batch_max_bytes, &last);
 	UnregisterSnapshot(snapshot);
 
 	if (strcmp(b->mode, "keyset") != 0)

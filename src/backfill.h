@@ -13,6 +13,7 @@
 #include "utils/rel.h"
 
 #include "batch.h"
+#include "change.h"
 #include "pipeline.h"
 
 /* Prefix of the watermark messages written into WAL; never delivered. */
@@ -41,7 +42,7 @@ typedef struct ReplicantBackfill
 typedef struct ReplicantChunkRow
 {
 	char	   *key;			/* the key object's JSON */
-	char	   *change;			/* the whole "read" change */
+	char	   *change;			/* the "read" change, as the format renders it */
 	bool		dropped;		/* the stream changed this key meanwhile */
 } ReplicantChunkRow;
 
@@ -57,7 +58,7 @@ typedef struct ReplicantChunk
 {
 	ReplicantBackfill *backfill;
 	char		token[64];		/* tells this chunk's watermarks from old ones */
-	char	   *names;			/* "schema":...,"table":..., NULL if dropped */
+	ReplicantRelation *relation;	/* NULL if dropped */
 	bool		open;
 	bool		complete;
 	bool		last;			/* no rows beyond this chunk */

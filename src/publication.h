@@ -11,6 +11,8 @@
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
 
+#include "change.h"
+
 typedef struct ReplicantRelInfo
 {
 	Oid			relid;			/* hash key */
@@ -32,8 +34,8 @@ typedef struct ReplicantRelInfo
 	bool		key_whole_row;
 	bool		identity_full;
 
-	/* "schema":"...","table":"..." pre-encoded */
-	char	   *names_json;
+	/* How changes name the relation */
+	ReplicantRelation relation;
 
 	/*
 	 * Set when delivering this relation would be wrong or is not supported:

@@ -43,6 +43,7 @@
 #include "delivery.h"
 #include "encoder.h"
 #include "fault.h"
+#include "format.h"
 #include "pipeline.h"
 #include "publication.h"
 #include "replicant.h"
@@ -197,6 +198,29 @@ note_delivered(int64 transactions, int64 changes, size_t bytes)
 }
 
 /*
+ * POSTs the format's requests for transactions [first, last] in order,
+ * retrying each until the sink takes it or gives a final answer, which
+ * result holds; adds the bytes sent to *bytes.
+ */
+static void
+post_range(int first, int last, ReplicantSinkResult *result, size_t *bytes)
+{
+	const ReplicantFormat *format = replicant_format_of(pipeline);
+	ReplicantRequest request;
+	int			i;
+
+	/* A range the format makes no request of is delivered. */
+	result->outcome = REPLICANT_SINK_OK;
+	for (i = 0; format->stream_request(pipeline->name, batch, first, last, i, &request); i++)
+	{
+		replicant_delivery_post(MySlot, sink, request.webhook_id, &request.body, result);
+		if (result->outcome != REPLICANT_SINK_OK)
+			return;
+		*bytes += request.body.length;
+	}
+}
+
+/*
  * Delivers transactions [first, last] of the batch, retrying until the sink
  * takes them.  Returns the index of the last transaction delivered, which is
  * below last when a 413 made it split the range.
@@ -206,14 +230,10 @@ deliver_range(int first, int last)
 {
 	for (;;)
 	{
-		ReplicantBody body;
 		ReplicantSinkResult result;
-		char		webhook_id[NAMEDATALEN + 32];
+		size_t		bytes = 0;
 
-		snprintf(webhook_id, sizeof(webhook_id), "%s-" UINT64_FORMAT,
-				 pipeline->name, (uint64) batch->txns[last].commit_lsn);
-		replicant_batch_body(batch, first, last, &body);
-		replicant_delivery_post(MySlot, sink, webhook_id, &body, &result);
+		post_range(first, last, &result, &bytes);
 
 		switch (result.outcome)
 		{
@@ -230,7 +250,7 @@ deliver_range(int first, int last)
 
 					for (i = first; i <= last; i++)
 						changes += batch->txns[i].nchanges;
-					note_delivered(last - first + 1, changes, body.length);
+					note_delivered(last - first + 1, changes, bytes);
 				}
 				return last;
 
@@ -265,7 +285,8 @@ deliver_chunk(ReplicantChunk *chunk)
 	int			rows = 0;
 	int			next = 0;
 	int			part = 0;
-	bool		more = chunk->names != NULL;
+	bool		more = chunk->relation != NULL;
+	const ReplicantFormat *format = replicant_format_of(pipeline);
 	StringInfoData changes;
 	StringInfoData out;
 
@@ -279,18 +300,20 @@ deliver_chunk(ReplicantChunk *chunk)
 		int			n;
 
 		/* The prefix's length, so that the whole body stays within bounds. */
-		replicant_batch_snapshot_prefix(&out, pipeline->name, chunk->names,
-										chunk->backfill->id, false, false);
+		resetStringInfo(&out);
+		format->snapshot_begin(&out, pipeline->name, chunk->relation,
+							   chunk->backfill->id, false, false);
 		resetStringInfo(&changes);
 		n = replicant_chunk_rows(chunk, &next, &changes,
-								 pipeline->batch_max_bytes - out.len - 2);
+								 pipeline->batch_max_bytes - out.len - format->snapshot_end_len);
 		more = next < chunk->nrows;
-		replicant_batch_snapshot_prefix(&out, pipeline->name, chunk->names,
-										chunk->backfill->id,
-										!chunk->backfill->first_sent && part == 0,
-										chunk->last && !more);
+		resetStringInfo(&out);
+		format->snapshot_begin(&out, pipeline->name, chunk->relation,
+							   chunk->backfill->id,
+							   !chunk->backfill->first_sent && part == 0,
+							   chunk->last && !more);
 		appendBinaryStringInfo(&out, changes.data, changes.len);
-		appendStringInfoString(&out, "]}");
+		format->snapshot_end(&out);
 		replicant_body_from_buffer(&body, &state, &out);
 		replicant_delivery_post(MySlot, sink,
 								psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d", pipeline->name,
@@ -359,29 +382,19 @@ read_chunk_or_halt(void)
 static void
 deliver_messages(List *messages)
 {
+	const ReplicantFormat *format = replicant_format_of(pipeline);
 	ListCell   *lc;
 
 	foreach(lc, messages)
 	{
-		StringInfoData out;
-		ReplicantMemoryBody state;
-		ReplicantBody body;
+		ReplicantRequest request;
 		ReplicantSinkResult result;
-		char	   *message = lfirst(lc);
-		const char *lsn = strstr(message, "\"lsn\":");
 
-		initStringInfo(&out);
-		appendStringInfoString(&out, "{\"pipeline\":");
-		replicant_encode_string(&out, pipeline->name);
-		appendStringInfo(&out, ",\"kind\":\"message\",\"message\":%s}", message);
-		replicant_body_from_buffer(&body, &state, &out);
-		replicant_delivery_post(MySlot, sink,
-								psprintf("%s-m%.*s", pipeline->name,
-										 (int) strspn(lsn + 6, "0123456789"), lsn + 6),
-								&body, &result);
+		format->message_request(pipeline->name, lfirst(lc), &request);
+		replicant_delivery_post(MySlot, sink, request.webhook_id, &request.body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(MySlot, pipeline, &result, "message batch", "");
-		note_delivered(0, 0, out.len);
+		note_delivered(0, 0, request.body.length);
 	}
 }
 
@@ -532,7 +545,7 @@ run_pipeline(int slot_index)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	MemoryContextSwitchTo(TopMemoryContext);
-	batch = replicant_batch_create(pipeline->name);
+	batch = replicant_batch_create(replicant_format_of(pipeline)->separator);
 	decoder = replicant_decoder_start(pipeline, batch, &halt_reason);
 	if (decoder == NULL)
 		worker_halt(halt_reason);
