@@ -755,15 +755,30 @@ chunk_args(ReplicantBackfill *b, Datum *args, Oid *types, char *nulls)
 	return n;
 }
 
+/* The relation as the chunk's changes name it, kept with the chunk. */
+static ReplicantRelation *
+chunk_relation(ReplicantChunk *chunk, Relation rel)
+{
+	ReplicantRelation *relation = MemoryContextAlloc(chunk->context,
+													 sizeof(ReplicantRelation));
+
+	relation->schema = MemoryContextStrdup(chunk->context,
+										   get_namespace_name(RelationGetNamespace(rel)));
+	relation->table = MemoryContextStrdup(chunk->context, RelationGetRelationName(rel));
+	return relation;
+}
+
 /*
  * Reads the chunk's rows through a cursor under the given snapshot.  A
- * keyset chunk ends early once its rows reach max_bytes (at least one
+ * keyset chunk ends early once its rows reach batch_max_bytes (at least one
  * row), its cursor then being the last row taken.
  */
 static void
 read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *query,
-		  Snapshot snapshot, const ReplicantFormat *format, int max_bytes, bool *last)
+		  Snapshot snapshot, ReplicantPipeline *pipeline, bool *last)
 {
+	const ReplicantFormat *format = replicant_format_of(pipeline);
+	int			max_bytes = pipeline->batch_max_bytes;
 	ReplicantBackfill *b = chunk->backfill;
 	TupleDesc	desc = RelationGetDescr(rel);
 	Bitmapset  *key_columns;
@@ -793,10 +808,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	initStringInfo(&change);
 	initStringInfo(&key);
 	initStringInfo(&new_row);
-	chunk->relation = MemoryContextAlloc(chunk->context, sizeof(ReplicantRelation));
-	chunk->relation->schema = MemoryContextStrdup(chunk->context,
-												  get_namespace_name(RelationGetNamespace(rel)));
-	chunk->relation->table = MemoryContextStrdup(chunk->context, RelationGetRelationName(rel));
+	chunk->relation = chunk_relation(chunk, rel);
 
 	PushActiveSnapshot(snapshot);
 	portal = SPI_cursor_open_with_args(NULL, query, nargs, types, args,
@@ -818,7 +830,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 									  values, isnull, key_columns, whole_row);
 			resetStringInfo(&change);
-			format->change(&change, &record);
+			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
 			add_row(chunk, key.data, key.len, change.data, change.len);
@@ -946,8 +958,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	if (strcmp(b->mode, "ctid") != 0)
 		order = key_order(rel);
 	query = chunk_query(b, rel, order, nblocks, &last);
-	read_rows(chunk, rel, order, query, snapshot, replicant_format_of(pipeline),
-			  pipeline->batch_max_bytes, &last);
+	read_rows(chunk, rel, order, query, snapshot, pipeline, &last);
 	UnregisterSnapshot(snapshot);
 
 	if (strcmp(b->mode, "keyset") != 0)

@@ -33,6 +33,15 @@ typedef struct ReplicantRelation
 	char	   *table;
 } ReplicantRelation;
 
+/* The committed transaction changes are delivered in. */
+typedef struct ReplicantTxn
+{
+	TransactionId xid;
+	XLogRecPtr	commit_lsn;		/* start of the commit record */
+	XLogRecPtr	end_lsn;		/* end of the commit record */
+	TimestampTz commit_time;
+} ReplicantTxn;
+
 /*
  * One change.  Each field is JSON text from the encoder, or NULL for a JSON
  * null; which fields an op carries is the format's to decide (a truncate
@@ -42,21 +51,15 @@ typedef struct ReplicantChange
 {
 	ReplicantOp op;
 	const ReplicantRelation *relation;
+	const ReplicantTxn *txn;	/* its commit; NULL for a read */
+	int64		index;			/* among its transaction's decoded changes,
+								 * from 0; 0 for a read */
 	StringInfo	key;			/* the replica identity's columns, an object */
 	StringInfo	new_row;		/* the row after the change, an object */
 	StringInfo	old_row;		/* the row or key before it, an object */
 	StringInfo	unchanged;		/* update: TOASTed columns it left out, as
 								 * comma-separated JSON strings */
 } ReplicantChange;
-
-/* The committed transaction changes are delivered in. */
-typedef struct ReplicantTxn
-{
-	TransactionId xid;
-	XLogRecPtr	commit_lsn;		/* start of the commit record */
-	XLogRecPtr	end_lsn;		/* end of the commit record */
-	TimestampTz commit_time;
-} ReplicantTxn;
 
 /* A message from pg_logical_emit_message(). */
 typedef struct ReplicantMessage

@@ -37,17 +37,20 @@ typedef struct ReplicantFormat
 	const char *separator;
 
 	/* One change, without separator: stream, snapshot and backfill alike. */
-	void		(*change) (StringInfo out, const ReplicantChange *change);
+	void		(*change) (StringInfo out, const char *pipeline,
+						   const ReplicantChange *change);
 
 	/*
 	 * A stream batch stores each transaction as begin_txn, its changes and
 	 * end_txn; messages holds the transaction's rendered messages
 	 * (separated), or is NULL when it has none.
 	 */
-	void		(*begin_txn) (StringInfo out, const ReplicantTxn *txn);
-	void		(*message) (StringInfo out, const ReplicantMessage *message);
-	void		(*end_txn) (StringInfo out, const ReplicantTxn *txn,
-							const char *messages);
+	void		(*begin_txn) (StringInfo out, const char *pipeline,
+							  const ReplicantTxn *txn);
+	void		(*message) (StringInfo out, const char *pipeline,
+							const ReplicantMessage *message);
+	void		(*end_txn) (StringInfo out, const char *pipeline,
+							const ReplicantTxn *txn, const char *messages);
 
 	/*
 	 * Sets request to the i-th request (from 0) that delivers transactions

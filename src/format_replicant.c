@@ -54,7 +54,7 @@ append_field(StringInfo out, const char *name, StringInfo value)
  * and delete have "old"; update has "unchanged".
  */
 static void
-render_change(StringInfo out, const ReplicantChange *change)
+render_change(StringInfo out, const char *pipeline, const ReplicantChange *change)
 {
 	ReplicantOp op = change->op;
 
@@ -79,7 +79,7 @@ render_change(StringInfo out, const ReplicantChange *change)
 }
 
 static void
-begin_txn(StringInfo out, const ReplicantTxn *txn)
+begin_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn)
 {
 	appendStringInfo(out, "{\"xid\":%u,\"commit_lsn\":" UINT64_FORMAT ",\"commit_time\":",
 					 txn->xid, (uint64) txn->commit_lsn);
@@ -89,7 +89,7 @@ begin_txn(StringInfo out, const ReplicantTxn *txn)
 
 /* {"prefix":...,"content":"<base64>","lsn":N}; the content is user bytes. */
 static void
-render_message(StringInfo out, const ReplicantMessage *message)
+render_message(StringInfo out, const char *pipeline, const ReplicantMessage *message)
 {
 	int			len = pg_b64_enc_len(message->size);
 	char	   *b64 = palloc(len + 1);
@@ -104,7 +104,8 @@ render_message(StringInfo out, const ReplicantMessage *message)
 }
 
 static void
-end_txn(StringInfo out, const ReplicantTxn *txn, const char *messages)
+end_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn,
+		const char *messages)
 {
 	appendStringInfoChar(out, ']');
 	if (messages != NULL)
@@ -154,7 +155,7 @@ message_request(const char *pipeline, const ReplicantMessage *message,
 	initStringInfo(&request->buffer);
 	begin_body(&request->buffer, pipeline);
 	appendStringInfoString(&request->buffer, ",\"kind\":\"message\",\"message\":");
-	render_message(&request->buffer, message);
+	render_message(&request->buffer, pipeline, message);
 	appendStringInfoChar(&request->buffer, '}');
 	replicant_body_from_buffer(&request->body, &request->memory, &request->buffer);
 }

@@ -126,10 +126,11 @@ open_txn(ReplicantDecodingState *state, ReorderBufferTXN *txn)
 		return;
 	describe_txn(&record, txn);
 	initStringInfo(&head);
-	state->format->begin_txn(&head, &record);
+	state->format->begin_txn(&head, state->pipeline_name, &record);
 	replicant_batch_begin_txn(state->batch, txn->final_lsn, &head);
 	pfree(head.data);
 	state->txn_open = true;
+	state->txn_changes = 0;
 }
 
 /*
@@ -273,9 +274,10 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 	}
 }
 
-/* A change's encoded rows, which its record points to. */
+/* What a change's record points to. */
 typedef struct EncodedRows
 {
+	ReplicantTxn txn;
 	StringInfoData key;
 	StringInfoData new_row;
 	StringInfoData old_row;
@@ -289,6 +291,7 @@ typedef struct EncodedRows
  */
 static void
 describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
+				ReplicantDecodingState *state, ReorderBufferTXN *txn,
 				ReplicantRelInfo *info, TupleDesc desc,
 				Datum *new_values, bool *new_nulls,
 				Datum *old_values, bool *old_nulls)
@@ -296,6 +299,9 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 	memset(record, 0, sizeof(ReplicantChange));
 	record->op = op;
 	record->relation = &info->relation;
+	describe_txn(&rows->txn, txn);
+	record->txn = &rows->txn;
+	record->index = state->txn_changes++;
 	initStringInfo(&rows->key);
 	if (old_values)
 		encode_key(&rows->key, info, desc, old_values, old_nulls);
@@ -384,10 +390,10 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		goto done;				/* a delete without replica identity */
 
 	open_txn(state, txn);
-	describe_change(&record, &rows, op, info, desc,
+	describe_change(&record, &rows, op, state, txn, info, desc,
 					new_values, new_nulls, old_values, old_nulls);
 	initStringInfo(&out);
-	state->format->change(&out, &record);
+	state->format->change(&out, state->pipeline_name, &record);
 
 	drop_from_chunk(state, txn, info, relation, new_values, new_nulls, old_values, old_nulls,
 					op == REPLICANT_OP_UPDATE && rows.unchanged.len > 0);
@@ -415,14 +421,18 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	{
 		ReplicantRelInfo *info = relinfo_or_halt(state, txn, relations[i]);
 		ReplicantChange record = {.op = REPLICANT_OP_TRUNCATE};
+		ReplicantTxn txn_record;
 		StringInfoData out;
 
 		if (info == NULL || !info->pub_truncate)
 			continue;
 		open_txn(state, txn);
+		describe_txn(&txn_record, txn);
 		record.relation = &info->relation;
+		record.txn = &txn_record;
+		record.index = state->txn_changes++;
 		initStringInfo(&out);
-		state->format->change(&out, &record);
+		state->format->change(&out, state->pipeline_name, &record);
 		if (collides(state, txn, relations[i]))
 			replicant_chunk_drop_all(state->chunk);
 		replicant_batch_add_change(state->batch, out.data, out.len);
@@ -443,7 +453,7 @@ replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		return;
 	describe_txn(&record, txn);
 	initStringInfo(&tail);
-	state->format->end_txn(&tail, &record,
+	state->format->end_txn(&tail, state->pipeline_name, &record,
 						   (state->txn_messages.data && state->txn_messages.len > 0) ?
 						   state->txn_messages.data : NULL);
 	replicant_batch_end_txn(state->batch, txn->end_lsn, &tail);
@@ -518,7 +528,7 @@ replicant_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 				initStringInfo(&state->txn_messages);
 			if (state->txn_messages.len > 0)
 				appendStringInfoString(&state->txn_messages, state->format->separator);
-			state->format->message(&state->txn_messages, &record);
+			state->format->message(&state->txn_messages, state->pipeline_name, &record);
 		}
 		MemoryContextSwitchTo(old);
 		return;

@@ -17,6 +17,7 @@ typedef struct ReplicantDecodingState
 {
 	ReplicantBatch *batch;		/* where transactions go */
 	const ReplicantFormat *format;	/* what the batch holds them in */
+	const char *pipeline_name;
 	XLogRecPtr	skip_upto;		/* commits at or below were delivered */
 	char	   *halt_reason;	/* set: stop, deliver nothing more */
 	XLogRecPtr	halt_lsn;		/* commit LSN of the change that halted, if any */
@@ -33,6 +34,7 @@ typedef struct ReplicantDecodingState
 
 	/* Per transaction */
 	bool		txn_open;		/* header written (deferred to 1st change) */
+	int64		txn_changes;	/* decoded changes delivered so far */
 
 	MemoryContext change_context;	/* reset after every change */
 } ReplicantDecodingState;

@@ -361,15 +361,13 @@ planned_relids(ReplicantPipeline *pipeline)
  * Snapshot batches
  */
 
-/* The relation's names, or false when it was dropped. */
-static bool
+/* The relation's names; table is NULL when the relation was dropped. */
+static void
 relation_names(ReplicantRelation *relation, Oid relid)
 {
 	relation->table = get_rel_name(relid);
-	if (relation->table == NULL)
-		return false;
-	relation->schema = get_namespace_name(get_rel_namespace(relid));
-	return true;
+	relation->schema = relation->table ?
+		get_namespace_name(get_rel_namespace(relid)) : NULL;
 }
 
 static void
@@ -438,7 +436,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		elog(ERROR, "could not read the snapshot plan");
 	n = SPI_processed;
 	ids = palloc(sizeof(int64) * (n + 1));
-	relations = palloc0(sizeof(ReplicantRelation) * (n + 1));
+	relations = palloc(sizeof(ReplicantRelation) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;
@@ -447,7 +445,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		ids[i] = spi_int8(i, 1);
 		/* A table dropped since planning has nothing left to deliver. */
-		(void) relation_names(&relations[i], relid);
+		relation_names(&relations[i], relid);
 	}
 	replicant_catalog_end(&access);
 
@@ -1100,7 +1098,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 									  values, nulls, key_columns, whole_row);
 			resetStringInfo(&change);
-			format->change(&change, &record);
+			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
 
