@@ -829,6 +829,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 			replicant_change_from_row(&record, chunk->relation, &key, &new_row, desc,
 									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 									  values, isnull, key_columns, whole_row);
+			record.backfill_id = b->id;
 			resetStringInfo(&change);
 			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);

@@ -54,6 +54,7 @@ typedef struct ReplicantChange
 	const ReplicantTxn *txn;	/* its commit; NULL for a read */
 	int64		index;			/* among its transaction's decoded changes,
 								 * from 0; 0 for a read */
+	int64		backfill_id;	/* a read: the snapshot or backfill's id */
 	StringInfo	key;			/* the replica identity's columns, an object */
 	StringInfo	new_row;		/* the row after the change, an object */
 	StringInfo	old_row;		/* the row or key before it, an object */
@@ -75,7 +76,7 @@ typedef struct ReplicantMessage
  * SELECT * skips dropped columns, so the row's values are lined up with the
  * relation's attributes in values/nulls (natts long), and keys and values
  * encode exactly as the stream's do.  key and new_row receive the encoded
- * fields the change points to.
+ * fields the change points to; the caller sets backfill_id.
  */
 extern void replicant_change_from_row(ReplicantChange *change,
 									  const ReplicantRelation *relation,

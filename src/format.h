@@ -42,15 +42,17 @@ typedef struct ReplicantFormat
 
 	/*
 	 * A stream batch stores each transaction as begin_txn, its changes and
-	 * end_txn; messages holds the transaction's rendered messages
-	 * (separated), or is NULL when it has none.
+	 * end_txn; nchanges is how many changes were stored, messages holds
+	 * the transaction's rendered messages (separated), or is NULL when it
+	 * has none.
 	 */
 	void		(*begin_txn) (StringInfo out, const char *pipeline,
 							  const ReplicantTxn *txn);
 	void		(*message) (StringInfo out, const char *pipeline,
 							const ReplicantMessage *message);
 	void		(*end_txn) (StringInfo out, const char *pipeline,
-							const ReplicantTxn *txn, const char *messages);
+							const ReplicantTxn *txn, int64 nchanges,
+							const char *messages);
 
 	/*
 	 * Sets request to the i-th request (from 0) that delivers transactions

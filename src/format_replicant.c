@@ -105,7 +105,7 @@ render_message(StringInfo out, const char *pipeline, const ReplicantMessage *mes
 
 static void
 end_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn,
-		const char *messages)
+		int64 nchanges, const char *messages)
 {
 	appendStringInfoChar(out, ']');
 	if (messages != NULL)

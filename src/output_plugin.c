@@ -454,6 +454,7 @@ replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	describe_txn(&record, txn);
 	initStringInfo(&tail);
 	state->format->end_txn(&tail, state->pipeline_name, &record,
+						   state->batch->txn_nchanges,
 						   (state->txn_messages.data && state->txn_messages.len > 0) ?
 						   state->txn_messages.data : NULL);
 	replicant_batch_end_txn(state->batch, txn->end_lsn, &tail);

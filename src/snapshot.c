@@ -1097,6 +1097,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			replicant_change_from_row(&record, &relation, &key, &new_row, desc,
 									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 									  values, nulls, key_columns, whole_row);
+			record.backfill_id = shard->backfill_id;
 			resetStringInfo(&change);
 			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);
