@@ -43,9 +43,9 @@ typedef struct ReplicantTxn
 } ReplicantTxn;
 
 /*
- * One change.  Each field is JSON text from the encoder, or NULL for a JSON
- * null; which fields an op carries is the format's to decide (a truncate
- * has none).
+ * One change.  The row fields are JSON text from the encoder, NULL where
+ * the change has none (no key, no old row); which of them an op carries
+ * on the wire is the format's to decide (a truncate has none).
  */
 typedef struct ReplicantChange
 {
