@@ -21,6 +21,9 @@ OBJS = \
 	src/chunk.o \
 	src/batch.o \
 	src/headers.o \
+	src/change.o \
+	src/format.o \
+	src/format_replicant.o \
 	src/sink_http.o \
 	src/snapshot.o \
 	src/signing.o \

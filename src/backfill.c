@@ -64,7 +64,7 @@
 
 #include "backfill.h"
 #include "compat.h"
-#include "encoder.h"
+#include "format.h"
 #include "publication.h"
 #include "snapshot.h"
 
@@ -631,15 +631,30 @@ keep_cursor(ReplicantChunk *chunk)
 	MemoryContextSwitchTo(old);
 }
 
+/* The relation as the chunk's changes name it, kept with the chunk. */
+static ReplicantRelation *
+chunk_relation(ReplicantChunk *chunk, Relation rel)
+{
+	ReplicantRelation *relation = MemoryContextAlloc(chunk->context,
+													 sizeof(ReplicantRelation));
+
+	relation->schema = MemoryContextStrdup(chunk->context,
+										   get_namespace_name(RelationGetNamespace(rel)));
+	relation->table = MemoryContextStrdup(chunk->context, RelationGetRelationName(rel));
+	return relation;
+}
+
 /*
  * Reads the chunk's rows through a cursor under the given snapshot.  A
- * keyset chunk ends early once its rows reach max_bytes (at least one
+ * keyset chunk ends early once its rows reach batch_max_bytes (at least one
  * row), its cursor then being the last row taken.
  */
 static void
 read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *query,
-		  Snapshot snapshot, int max_bytes, bool *last)
+		  Snapshot snapshot, ReplicantPipeline *pipeline, bool *last)
 {
+	const ReplicantFormat *format = replicant_format_of(pipeline);
+	int			max_bytes = pipeline->batch_max_bytes;
 	ReplicantBackfill *b = chunk->backfill;
 	TupleDesc	desc = RelationGetDescr(rel);
 	Bitmapset  *key_columns;
@@ -652,7 +667,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	int			nargs = chunk_args(b, args, types, nulls);
 	StringInfoData change;
 	StringInfoData key;
-	StringInfoData names;
+	StringInfoData new_row;
 	Datum	   *values = palloc(sizeof(Datum) * desc->natts);
 	bool	   *isnull = palloc(sizeof(bool) * desc->natts);
 	Portal		portal;
@@ -666,12 +681,8 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
 	initStringInfo(&change);
 	initStringInfo(&key);
-	initStringInfo(&names);
-	appendStringInfoString(&names, "\"schema\":");
-	replicant_encode_string(&names, get_namespace_name(RelationGetNamespace(rel)));
-	appendStringInfoString(&names, ",\"table\":");
-	replicant_encode_string(&names, RelationGetRelationName(rel));
-	chunk->names = MemoryContextStrdup(chunk->context, names.data);
+	initStringInfo(&new_row);
+	chunk->relation = chunk_relation(chunk, rel);
 
 	PushActiveSnapshot(snapshot);
 	portal = SPI_cursor_open_with_args(NULL, query, nargs, types, args,
@@ -687,10 +698,14 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 		{
 			/* Detoasted values die with the row; add_row keeps a copy. */
 			MemoryContext old = MemoryContextSwitchTo(row_context);
+			ReplicantChange record;
 
-			replicant_snapshot_encode_read(&change, &key, names.data, desc,
-										   SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-										   values, isnull, key_columns, whole_row);
+			replicant_change_from_row(&record, chunk->relation, &key, &new_row, desc,
+									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+									  values, isnull, key_columns, whole_row);
+			record.backfill_id = b->id;
+			resetStringInfo(&change);
+			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
 			replicant_chunk_add_row(chunk, key.data, key.len, change.data, change.len);
@@ -783,7 +798,7 @@ read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	if (strcmp(b->mode, "ctid") != 0)
 		order = key_order(rel);
 	query = chunk_query(b, rel, order, nblocks, &last);
-	read_rows(chunk, rel, order, query, snapshot, pipeline->batch_max_bytes, &last);
+	read_rows(chunk, rel, order, query, snapshot, pipeline, &last);
 
 	if (strcmp(b->mode, "keyset") != 0)
 		keep_cursor(chunk);
@@ -829,7 +844,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		/* Dropped: nothing more to read. */
 		UnregisterSnapshot(snapshot);
 		chunk->last = true;
-		chunk->names = NULL;
+		chunk->relation = NULL;
 		close_chunk(chunk, &access);
 		return chunk;
 	}

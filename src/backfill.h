@@ -10,6 +10,7 @@
 #include "nodes/pg_list.h"
 #include "utils/rel.h"
 
+#include "change.h"
 #include "chunk.h"
 #include "pipeline.h"
 

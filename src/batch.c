@@ -2,11 +2,11 @@
  * batch.c
  *		Building change batches.
  *
- * A batch is a list of complete transactions.  Their JSON objects are
- * appended to a store, comma-separated, so that any run of consecutive
- * transactions [first, last] is one contiguous byte range: a body is the
- * envelope prefix, that range, and "]}".  That makes splitting a batch
- * after a 413 free.  The store lives in memory up to
+ * A batch is a list of complete transactions.  Their bytes, as a format
+ * rendered them, are appended to a store, separated, so that any run of
+ * consecutive transactions [first, last] is one contiguous byte range: a
+ * body is the format's prefix, that range, and its suffix.  That makes
+ * splitting a batch after a 413 free.  The store lives in memory up to
  * replicant.batch_memory_limit and moves to a temporary file beyond it, so a
  * transaction of any size is delivered in bounded memory.
  */
@@ -16,44 +16,22 @@
 #include "utils/memutils.h"
 
 #include "batch.h"
-#include "encoder.h"
 #include "replicant.h"
 
 /* Once spilled, the in-memory tail is flushed in chunks of this size. */
 #define SPILL_CHUNK (1024 * 1024)
 
-static const char body_suffix[] = "]}";
-
 ReplicantBatch *
-replicant_batch_create(const char *pipeline_name)
+replicant_batch_create(const char *separator)
 {
 	ReplicantBatch *batch = palloc0(sizeof(ReplicantBatch));
-	StringInfoData prefix;
 
-	initStringInfo(&prefix);
-	appendStringInfoString(&prefix, "{\"pipeline\":");
-	replicant_encode_string(&prefix, pipeline_name);
-	appendStringInfoString(&prefix, ",\"kind\":\"changes\",\"transactions\":[");
-	batch->prefix = prefix.data;
-
+	batch->separator = pstrdup(separator);
 	initStringInfo(&batch->mem);
 	batch->file = -1;
 	batch->maxtxns = 64;
 	batch->txns = palloc(sizeof(ReplicantBatchTxn) * batch->maxtxns);
 	return batch;
-}
-
-void
-replicant_batch_snapshot_prefix(StringInfo out, const char *pipeline_name,
-								const char *names, int64 backfill_id,
-								bool first, bool last)
-{
-	resetStringInfo(out);
-	appendStringInfoString(out, "{\"pipeline\":");
-	replicant_encode_string(out, pipeline_name);
-	appendStringInfo(out, ",\"kind\":\"snapshot\",\"snapshot\":{%s,\"backfill_id\":" INT64_FORMAT
-					 ",\"first\":%s,\"last\":%s},\"changes\":[",
-					 names, backfill_id, first ? "true" : "false", last ? "true" : "false");
 }
 
 void
@@ -124,26 +102,16 @@ store_truncate(ReplicantBatch *batch, uint64 length)
 }
 
 void
-replicant_batch_begin_txn(ReplicantBatch *batch, TransactionId xid,
-						  XLogRecPtr commit_lsn, TimestampTz commit_time)
+replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, StringInfo head)
 {
-	StringInfoData head;
-
 	Assert(!batch->in_txn);
 	batch->memory_limit = (size_t) replicant_batch_memory_limit_kb * 1024;
 	if (batch->ntxns > 0)
-		store_append(batch, ",", 1);
+		store_append(batch, batch->separator, strlen(batch->separator));
 	batch->txn_offset = store_length(batch);
 	batch->txn_nchanges = 0;
 	batch->in_txn = true;
-
-	initStringInfo(&head);
-	appendStringInfo(&head, "{\"xid\":%u,\"commit_lsn\":" UINT64_FORMAT ",\"commit_time\":",
-					 xid, (uint64) commit_lsn);
-	replicant_encode_timestamptz(&head, commit_time);
-	appendStringInfoString(&head, ",\"changes\":[");
-	store_append(batch, head.data, head.len);
-	pfree(head.data);
+	store_append(batch, head->data, head->len);
 
 	if (batch->ntxns == batch->maxtxns)
 	{
@@ -154,30 +122,22 @@ replicant_batch_begin_txn(ReplicantBatch *batch, TransactionId xid,
 }
 
 void
-replicant_batch_add_change(ReplicantBatch *batch, const char *json, size_t len)
+replicant_batch_add_change(ReplicantBatch *batch, const char *data, size_t len)
 {
 	Assert(batch->in_txn);
 	if (batch->txn_nchanges > 0)
-		store_append(batch, ",", 1);
-	store_append(batch, json, len);
+		store_append(batch, batch->separator, strlen(batch->separator));
+	store_append(batch, data, len);
 	batch->txn_nchanges++;
 }
 
 void
-replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn,
-						const char *messages)
+replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn, StringInfo tail)
 {
 	ReplicantBatchTxn *txn = &batch->txns[batch->ntxns];
 
 	Assert(batch->in_txn);
-	store_append(batch, "]", 1);
-	if (messages != NULL)
-	{
-		store_append(batch, ",\"messages\":[", 13);
-		store_append(batch, messages, strlen(messages));
-		store_append(batch, "]", 1);
-	}
-	store_append(batch, "}", 1);
+	store_append(batch, tail->data, tail->len);
 	txn->end_lsn = end_lsn;
 	txn->offset = batch->txn_offset;
 	txn->length = store_length(batch) - batch->txn_offset;
@@ -192,7 +152,8 @@ replicant_batch_discard_txn(ReplicantBatch *batch)
 {
 	if (!batch->in_txn)
 		return;
-	store_truncate(batch, batch->ntxns > 0 ? batch->txn_offset - 1 : 0);
+	store_truncate(batch, batch->ntxns > 0 ?
+				   batch->txn_offset - strlen(batch->separator) : 0);
 	batch->in_txn = false;
 }
 
@@ -230,7 +191,8 @@ static size_t
 body_read(void *arg, char *buf, size_t max)
 {
 	ReplicantBatch *batch = arg;
-	size_t		prefix_len = strlen(batch->prefix);
+	size_t		prefix_len = batch->body_prefix->len;
+	size_t		suffix_len = strlen(batch->body_suffix);
 	uint64		range_len = body_store_end(batch) - body_store_start(batch);
 	size_t		done = 0;
 
@@ -242,7 +204,7 @@ body_read(void *arg, char *buf, size_t max)
 		if (pos < prefix_len)
 		{
 			n = Min(max - done, prefix_len - pos);
-			memcpy(buf + done, batch->prefix + pos, n);
+			memcpy(buf + done, batch->body_prefix->data + pos, n);
 		}
 		else if (pos < prefix_len + range_len)
 		{
@@ -268,12 +230,12 @@ body_read(void *arg, char *buf, size_t max)
 				n = got;
 			}
 		}
-		else if (pos < prefix_len + range_len + sizeof(body_suffix) - 1)
+		else if (pos < prefix_len + range_len + suffix_len)
 		{
 			uint64		suffix_pos = pos - prefix_len - range_len;
 
-			n = Min(max - done, sizeof(body_suffix) - 1 - suffix_pos);
-			memcpy(buf + done, body_suffix + suffix_pos, n);
+			n = Min(max - done, suffix_len - suffix_pos);
+			memcpy(buf + done, batch->body_suffix + suffix_pos, n);
 		}
 		else
 			break;
@@ -285,15 +247,17 @@ body_read(void *arg, char *buf, size_t max)
 
 void
 replicant_batch_body(ReplicantBatch *batch, int first, int last,
-					 ReplicantBody *body)
+					 StringInfo prefix, const char *suffix, ReplicantBody *body)
 {
 	Assert(first >= 0 && first <= last && last < batch->ntxns);
 	batch->body_first = first;
 	batch->body_last = last;
 	batch->body_pos = 0;
-	body->length = strlen(batch->prefix) +
+	batch->body_prefix = prefix;
+	batch->body_suffix = suffix;
+	body->length = prefix->len +
 		(body_store_end(batch) - body_store_start(batch)) +
-		sizeof(body_suffix) - 1;
+		strlen(suffix);
 	body->rewind = body_rewind;
 	body->read = body_read;
 	body->arg = batch;

@@ -1,14 +1,13 @@
 /*
  * batch.h
- *		Change batches: the JSON body of one POST, built transaction by
- *		transaction, held in memory up to replicant.batch_memory_limit and
- *		spilled to a temporary file beyond it.
+ *		Change batches: the stored bytes of complete transactions, rendered
+ *		by a format (format.h), held in memory up to
+ *		replicant.batch_memory_limit and spilled to a temporary file beyond it.
  */
 #ifndef REPLICANT_BATCH_H
 #define REPLICANT_BATCH_H
 
 #include "access/xlogdefs.h"
-#include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
 #include "storage/fd.h"
 
@@ -41,17 +40,17 @@ typedef struct ReplicantBatchTxn
 {
 	XLogRecPtr	commit_lsn;		/* start of the commit record */
 	XLogRecPtr	end_lsn;		/* end of the commit record */
-	uint64		offset;			/* its JSON object within the store */
+	uint64		offset;			/* its bytes within the store */
 	uint64		length;
 	int64		nchanges;
 } ReplicantBatchTxn;
 
 typedef struct ReplicantBatch
 {
-	char	   *prefix;			/* {"pipeline":...,"transactions":[ */
+	const char *separator;		/* between two transactions, two changes */
 	size_t		memory_limit;
 
-	/* The store: the transactions array's contents, comma-separated. */
+	/* The store: the transactions, separated. */
 	StringInfoData mem;			/* all of it, or once spilled the unflushed tail */
 	File		file;			/* spill file, or -1 */
 	uint64		file_length;
@@ -65,37 +64,38 @@ typedef struct ReplicantBatch
 	uint64		txn_offset;
 	int64		txn_nchanges;
 
-	/* Body reader over transactions [body_first, body_last]. */
+	/* Body reader over transactions [body_first, body_last], framed. */
 	int			body_first;
 	int			body_last;
 	uint64		body_pos;
+	StringInfo	body_prefix;
+	const char *body_suffix;
 } ReplicantBatch;
 
-extern ReplicantBatch *replicant_batch_create(const char *pipeline_name);
-
-/*
- * Starts a snapshot batch body in out: the envelope up to "changes":[.
- * names is "schema":...,"table":... already encoded.  The caller appends
- * comma-separated changes and "]}".
- */
-extern void replicant_batch_snapshot_prefix(StringInfo out, const char *pipeline_name,
-											const char *names, int64 backfill_id,
-											bool first, bool last);
+/* separator: what the format writes between two transactions or changes. */
+extern ReplicantBatch *replicant_batch_create(const char *separator);
 extern void replicant_batch_reset(ReplicantBatch *batch);
 
-extern void replicant_batch_begin_txn(ReplicantBatch *batch, TransactionId xid,
-									  XLogRecPtr commit_lsn, TimestampTz commit_time);
-extern void replicant_batch_add_change(ReplicantBatch *batch, const char *json, size_t len);
-/* messages: the transaction's comma-separated message objects, or NULL. */
+/*
+ * A transaction is its head (the format's begin_txn), its changes (each a
+ * format's change) and its tail (end_txn), stored as given.
+ */
+extern void replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn,
+									  StringInfo head);
+extern void replicant_batch_add_change(ReplicantBatch *batch, const char *data, size_t len);
 extern void replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn,
-									const char *messages);
+									StringInfo tail);
 extern void replicant_batch_discard_txn(ReplicantBatch *batch);
 
-/* Bytes of transaction JSON held (not counting the envelope). */
+/* Bytes of transactions held (not counting a body's framing). */
 extern uint64 replicant_batch_size(ReplicantBatch *batch);
 
-/* Sets body up to read transactions [first, last] wrapped in the envelope. */
+/*
+ * Sets body up to read prefix, transactions [first, last] and suffix; both
+ * must live as long as the body is read.
+ */
 extern void replicant_batch_body(ReplicantBatch *batch, int first, int last,
+								 StringInfo prefix, const char *suffix,
 								 ReplicantBody *body);
 
 #endif							/* REPLICANT_BATCH_H */

@@ -14,6 +14,8 @@
 #include "utils/hsearch.h"
 #include "utils/snapshot.h"
 
+#include "change.h"
+
 /* Prefix of the watermark messages written into WAL; never delivered. */
 #define REPLICANT_WATERMARK_PREFIX "replicant.watermark"
 
@@ -23,7 +25,7 @@ struct ReplicantBackfill;
 typedef struct ReplicantChunkRow
 {
 	char	   *key;			/* the key object's JSON */
-	char	   *change;			/* the whole "read" change */
+	char	   *change;			/* the "read" change, as the format renders it */
 	bool		dropped;		/* the stream changed this key meanwhile */
 } ReplicantChunkRow;
 
@@ -40,7 +42,7 @@ typedef struct ReplicantChunk
 	struct ReplicantBackfill *backfill;
 	Oid			relid;			/* the table read */
 	char		token[64];		/* tells this chunk's watermarks from old ones */
-	char	   *names;			/* "schema":...,"table":..., NULL if dropped */
+	ReplicantRelation *relation;	/* NULL if dropped */
 	bool		open;
 	bool		complete;
 	bool		last;			/* no rows beyond this chunk */

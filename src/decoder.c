@@ -87,6 +87,8 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 										 REPLICANT_LOCAL_WAL_ROUTINE, NULL, NULL, NULL);
 	decoder->state = replicant_output_state(decoder->ctx);
 	decoder->state->batch = batch;
+	decoder->state->format = replicant_format_of(pipeline);
+	decoder->state->pipeline_name = pipeline->name;
 	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
 	decoder->state->messages = pipeline->messages;
 	decoder->state->resumed_lsn = pipeline->resumed_lsn;

@@ -25,6 +25,7 @@
 #include "checkpoint.h"
 #include "compat.h"
 #include "delivery.h"
+#include "format.h"
 
 #define RETRY_BASE_MS 200
 #define RETRY_MAX_MS 30000
@@ -196,6 +197,7 @@ replicant_delivery_sink(ReplicantPipeline *pipeline)
 	config.secret_previous = pipeline->secret_previous;
 	config.secret_previous_until = pipeline->secret_previous_until;
 	config.ca_file = pipeline->ca_file;
+	config.content_type = replicant_format_of(pipeline)->content_type;
 	return replicant_sink_create(&config);
 }
 

@@ -4,9 +4,11 @@
  *
  * The reorder buffer calls these callbacks for every committed transaction,
  * in commit order, while the pipeline worker drives decoding (decoder.c).
- * The plugin decides what the publications deliver (publication.c), has
- * each change encoded (encoder.c) and appends it to the worker's batch
- * (batch.c); it knows nothing about HTTP.  The transaction header is
+ * The plugin decides what the publications deliver (publication.c),
+ * describes each change as a record (change.h) whose rows the encoder
+ * encodes (encoder.c), has the pipeline's format render it (format.h) and
+ * appends it to the worker's batch (batch.c); it knows neither the wire
+ * format nor HTTP.  The transaction header is
  * deferred to the first delivered change, so transactions that touch no
  * published table (including the worker's own checkpoint writes) produce
  * nothing.
@@ -18,7 +20,6 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
-#include "common/base64.h"
 #include "replication/logical.h"
 #include "replication/output_plugin.h"
 #include "utils/memutils.h"
@@ -107,13 +108,29 @@ wanted(ReplicantDecodingState *state, ReorderBufferTXN *txn)
 }
 
 static void
+describe_txn(ReplicantTxn *record, ReorderBufferTXN *txn)
+{
+	record->xid = txn->xid;
+	record->commit_lsn = txn->final_lsn;
+	record->end_lsn = txn->end_lsn;
+	record->commit_time = txn->xact_time.commit_time;
+}
+
+static void
 open_txn(ReplicantDecodingState *state, ReorderBufferTXN *txn)
 {
+	ReplicantTxn record;
+	StringInfoData head;
+
 	if (state->txn_open)
 		return;
-	replicant_batch_begin_txn(state->batch, txn->xid, txn->final_lsn,
-							  txn->xact_time.commit_time);
+	describe_txn(&record, txn);
+	initStringInfo(&head);
+	state->format->begin_txn(&head, state->pipeline_name, &record);
+	replicant_batch_begin_txn(state->batch, txn->final_lsn, &head);
+	pfree(head.data);
 	state->txn_open = true;
+	state->txn_changes = 0;
 }
 
 /*
@@ -184,26 +201,15 @@ encode_key(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 		appendStringInfoString(out, "null");
 }
 
-static void
-append_key(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
-		   Datum *values, bool *nulls)
-{
-	appendStringInfoString(out, ",\"key\":");
-	encode_key(out, info, desc, values, nulls);
-}
-
 /*
- * "old": the whole old row under REPLICA IDENTITY FULL, else the old key
- * columns when the old tuple was logged (key changed, or a delete).
+ * The old row: the whole old row under REPLICA IDENTITY FULL, else the old
+ * key columns when the old tuple was logged (key changed, or a delete).
  */
 static void
-append_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
+encode_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 		   Datum *values, bool *nulls)
 {
-	appendStringInfoString(out, ",\"old\":");
-	if (values == NULL)
-		appendStringInfoString(out, "null");
-	else if (info->identity_full || info->key_columns == NULL)
+	if (info->identity_full || info->key_columns == NULL)
 		replicant_encode_object(out, desc, values, nulls, NULL,
 								REPLICANT_TOAST_UNCHANGED, NULL);
 	else
@@ -264,6 +270,58 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 	}
 }
 
+/* What a change's record points to. */
+typedef struct EncodedRows
+{
+	ReplicantTxn txn;
+	StringInfoData key;
+	StringInfoData new_row;
+	StringInfoData old_row;
+	StringInfoData unchanged;
+} EncodedRows;
+
+/*
+ * Describes a decoded change: "key" identifies the row as it was before
+ * (the old key when the old tuple was logged), "new" leaves out unchanged
+ * TOASTed columns and lists them instead.
+ */
+static void
+describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
+				ReplicantDecodingState *state, ReorderBufferTXN *txn,
+				ReplicantRelInfo *info, TupleDesc desc,
+				Datum *new_values, bool *new_nulls,
+				Datum *old_values, bool *old_nulls)
+{
+	memset(record, 0, sizeof(ReplicantChange));
+	record->op = op;
+	record->relation = &info->relation;
+	describe_txn(&rows->txn, txn);
+	record->txn = &rows->txn;
+	record->index = state->txn_changes++;
+	initStringInfo(&rows->key);
+	if (old_values)
+		encode_key(&rows->key, info, desc, old_values, old_nulls);
+	else
+		encode_key(&rows->key, info, desc, new_values, new_nulls);
+	record->key = &rows->key;
+	initStringInfo(&rows->unchanged);
+	if (new_values)
+	{
+		initStringInfo(&rows->new_row);
+		replicant_encode_object(&rows->new_row, desc, new_values, new_nulls, NULL,
+								REPLICANT_TOAST_UNCHANGED, &rows->unchanged);
+		record->new_row = &rows->new_row;
+	}
+	if (old_values)
+	{
+		initStringInfo(&rows->old_row);
+		encode_old(&rows->old_row, info, desc, old_values, old_nulls);
+		record->old_row = &rows->old_row;
+	}
+	if (op == REPLICANT_OP_UPDATE)
+		record->unchanged = &rows->unchanged;
+}
+
 static void
 replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 				 Relation relation, ReorderBufferChange *change)
@@ -277,9 +335,11 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	bool	   *new_nulls = NULL;
 	Datum	   *old_values = NULL;
 	bool	   *old_nulls = NULL;
-	const char *op;
+	ReplicantOp op;
 	bool		published;
-	StringInfo	out = &state->change;
+	ReplicantChange record;
+	EncodedRows rows;
+	StringInfoData out;
 	MemoryContext old;
 
 	if (!wanted(state, txn))
@@ -293,15 +353,15 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	switch (change->action)
 	{
 		case REORDER_BUFFER_CHANGE_INSERT:
-			op = "insert";
+			op = REPLICANT_OP_INSERT;
 			published = info->pub_insert;
 			break;
 		case REORDER_BUFFER_CHANGE_UPDATE:
-			op = "update";
+			op = REPLICANT_OP_UPDATE;
 			published = info->pub_update;
 			break;
 		case REORDER_BUFFER_CHANGE_DELETE:
-			op = "delete";
+			op = REPLICANT_OP_DELETE;
 			published = info->pub_delete;
 			break;
 		default:
@@ -326,29 +386,14 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		goto done;				/* a delete without replica identity */
 
 	open_txn(state, txn);
-	initStringInfo(out);
-	appendStringInfo(out, "{\"op\":\"%s\",%s", op, info->names_json);
-	if (old_values)
-		append_key(out, info, desc, old_values, old_nulls);
-	else
-		append_key(out, info, desc, new_values, new_nulls);
-
-	if (new_values)
-	{
-		initStringInfo(&state->unchanged);
-		appendStringInfoString(out, ",\"new\":");
-		replicant_encode_object(out, desc, new_values, new_nulls, NULL,
-								REPLICANT_TOAST_UNCHANGED, &state->unchanged);
-	}
-	if (change->action != REORDER_BUFFER_CHANGE_INSERT)
-		append_old(out, info, desc, old_values, old_nulls);
-	if (change->action == REORDER_BUFFER_CHANGE_UPDATE)
-		appendStringInfo(out, ",\"unchanged\":[%s]", state->unchanged.data);
-	appendStringInfoChar(out, '}');
+	describe_change(&record, &rows, op, state, txn, info, desc,
+					new_values, new_nulls, old_values, old_nulls);
+	initStringInfo(&out);
+	state->format->change(&out, state->pipeline_name, &record);
 
 	drop_from_chunk(state, txn, info, relation, new_values, new_nulls, old_values, old_nulls,
-					change->action == REORDER_BUFFER_CHANGE_UPDATE && state->unchanged.len > 0);
-	replicant_batch_add_change(state->batch, out->data, out->len);
+					op == REPLICANT_OP_UPDATE && rows.unchanged.len > 0);
+	replicant_batch_add_change(state->batch, out.data, out.len);
 
 done:
 	MemoryContextSwitchTo(old);
@@ -371,17 +416,23 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	for (i = 0; i < nrelations && state->halt_reason == NULL; i++)
 	{
 		ReplicantRelInfo *info = relinfo_or_halt(state, txn, relations[i]);
+		ReplicantChange record = {.op = REPLICANT_OP_TRUNCATE};
+		ReplicantTxn txn_record;
 		StringInfoData out;
 
 		if (info == NULL || !info->pub_truncate)
 			continue;
 		open_txn(state, txn);
+		describe_txn(&txn_record, txn);
+		record.relation = &info->relation;
+		record.txn = &txn_record;
+		record.index = state->txn_changes++;
 		initStringInfo(&out);
-		appendStringInfo(&out, "{\"op\":\"truncate\",%s}", info->names_json);
+		state->format->change(&out, state->pipeline_name, &record);
 		if (replicant_chunk_collides(state->chunk, RelationGetRelid(relations[i]), txn->xid))
 			replicant_chunk_drop_all(state->chunk);
 		replicant_batch_add_change(state->batch, out.data, out.len);
-		}
+	}
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
 }
@@ -391,11 +442,19 @@ replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 				 XLogRecPtr commit_lsn)
 {
 	ReplicantDecodingState *state = replicant_output_state(ctx);
+	ReplicantTxn record;
+	StringInfoData tail;
 
-	if (state->txn_open)
-		replicant_batch_end_txn(state->batch, txn->end_lsn,
-								(state->txn_messages.data && state->txn_messages.len > 0) ?
-								state->txn_messages.data : NULL);
+	if (!state->txn_open)
+		return;
+	describe_txn(&record, txn);
+	initStringInfo(&tail);
+	state->format->end_txn(&tail, state->pipeline_name, &record,
+						   state->batch->txn_nchanges,
+						   (state->txn_messages.data && state->txn_messages.len > 0) ?
+						   state->txn_messages.data : NULL);
+	replicant_batch_end_txn(state->batch, txn->end_lsn, &tail);
+	pfree(tail.data);
 	state->txn_open = false;
 }
 
@@ -415,20 +474,21 @@ message_wanted(ReplicantDecodingState *state, const char *prefix)
 	return false;
 }
 
-/* {"prefix":...,"content":"<base64>","lsn":N}; the content is user bytes. */
-static void
-encode_message(StringInfo out, XLogRecPtr lsn, const char *prefix,
-			   Size size, const char *message)
+/* A copy of a non-transactional message in one chunk, to keep till delivery. */
+static ReplicantMessage *
+copy_message(XLogRecPtr lsn, const char *prefix, Size size, const char *content)
 {
-	int			len = pg_b64_enc_len(size);
-	char	   *b64 = palloc(len + 1);
+	size_t		prefix_len = strlen(prefix);
+	ReplicantMessage *copy = palloc(sizeof(ReplicantMessage) + prefix_len + 1 + size);
+	char	   *data = (char *) copy + sizeof(ReplicantMessage);
 
-	len = pg_b64_encode((const ReplicantB64Byte *) message, size, b64, len);
-	b64[Max(len, 0)] = '\0';
-	appendStringInfoString(out, "{\"prefix\":");
-	replicant_encode_string(out, prefix);
-	appendStringInfo(out, ",\"content\":\"%s\",\"lsn\":" UINT64_FORMAT "}", b64, (uint64) lsn);
-	pfree(b64);
+	memcpy(data, prefix, prefix_len + 1);
+	memcpy(data + prefix_len + 1, content, size);
+	copy->lsn = lsn;
+	copy->prefix = data;
+	copy->content = data + prefix_len + 1;
+	copy->size = size;
+	return copy;
 }
 
 /*
@@ -448,31 +508,24 @@ replicant_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		return;
 	if (message_wanted(state, prefix))
 	{
-		MemoryContext old;
+		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
 
-		if (transactional)
+		if (!transactional)
+			state->pending_messages =
+				lappend(state->pending_messages,
+						copy_message(message_lsn, prefix, message_size, message));
+		else if (wanted(state, txn))
 		{
-			if (!wanted(state, txn))
-				return;
+			ReplicantMessage record = {message_lsn, prefix, message, message_size};
+
 			open_txn(state, txn);
-			old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
 			if (state->txn_messages.data == NULL)
 				initStringInfo(&state->txn_messages);
-			MemoryContextSwitchTo(old);
 			if (state->txn_messages.len > 0)
-				appendStringInfoChar(&state->txn_messages, ',');
-			encode_message(&state->txn_messages, message_lsn, prefix, message_size, message);
+				appendStringInfoString(&state->txn_messages, state->format->separator);
+			state->format->message(&state->txn_messages, state->pipeline_name, &record);
 		}
-		else
-		{
-			StringInfoData out;
-
-			old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
-			initStringInfo(&out);
-			encode_message(&out, message_lsn, prefix, message_size, message);
-			state->pending_messages = lappend(state->pending_messages, out.data);
-			MemoryContextSwitchTo(old);
-		}
+		MemoryContextSwitchTo(old);
 		return;
 	}
 	replicant_chunk_note_message(state->chunk, prefix, message, message_size);

@@ -11,10 +11,13 @@
 
 #include "batch.h"
 #include "chunk.h"
+#include "format.h"
 
 typedef struct ReplicantDecodingState
 {
 	ReplicantBatch *batch;		/* where transactions go */
+	const ReplicantFormat *format;	/* what the batch holds them in */
+	const char *pipeline_name;
 	XLogRecPtr	skip_upto;		/* commits at or below were delivered */
 	char	   *halt_reason;	/* set: stop, deliver nothing more */
 	XLogRecPtr	halt_lsn;		/* commit LSN of the change that halted, if any */
@@ -25,15 +28,15 @@ typedef struct ReplicantDecodingState
 	/* pg_logical_emit_message() delivery (options messages, message_prefixes) */
 	bool		messages;
 	List	   *message_prefixes;	/* of char *; NIL: all */
-	StringInfoData txn_messages;	/* the open transaction's, comma-separated */
-	List	   *pending_messages;	/* non-transactional, each a batch body's "message" */
+	StringInfoData txn_messages;	/* the open transaction's, rendered, separated */
+	List	   *pending_messages;	/* non-transactional, of ReplicantMessage *,
+									 * each allocated as one chunk */
 
 	/* Per transaction */
 	bool		txn_open;		/* header written (deferred to 1st change) */
+	int64		txn_changes;	/* decoded changes delivered so far */
 
 	MemoryContext change_context;	/* reset after every change */
-	StringInfoData change;		/* one change's JSON */
-	StringInfoData unchanged;
 } ReplicantDecodingState;
 
 /* Option that marks a context as created by a pipeline worker. */

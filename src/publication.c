@@ -38,7 +38,6 @@
 #include "utils/syscache.h"
 
 #include "compat.h"
-#include "encoder.h"
 #include "publication.h"
 
 static List *publication_names = NIL;
@@ -558,13 +557,14 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	List	   *ancestors = NIL;
 	ListCell   *lc;
 	ListCell   *lc2;
-	StringInfoData names;
 	char	   *old_fingerprint = entry->fingerprint;
 	char	   *schema_change = entry->schema_change;
 
 	bms_free(entry->key_columns);
-	if (entry->names_json)
-		pfree(entry->names_json);
+	if (entry->relation.schema)
+		pfree(entry->relation.schema);
+	if (entry->relation.table)
+		pfree(entry->relation.table);
 	if (entry->halt_reason)
 		pfree(entry->halt_reason);
 	memset(entry, 0, sizeof(ReplicantRelInfo));
@@ -592,12 +592,10 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 							  &entry->identity_full);
 	entry->key_columns = bms_copy_in(CacheMemoryContext, entry->key_columns);
 
-	initStringInfo(&names);
-	appendStringInfoString(&names, "\"schema\":");
-	replicant_encode_string(&names, get_namespace_name(RelationGetNamespace(rel)));
-	appendStringInfoString(&names, ",\"table\":");
-	replicant_encode_string(&names, RelationGetRelationName(rel));
-	entry->names_json = MemoryContextStrdup(CacheMemoryContext, names.data);
+	entry->relation.schema = MemoryContextStrdup(CacheMemoryContext,
+												 get_namespace_name(RelationGetNamespace(rel)));
+	entry->relation.table = MemoryContextStrdup(CacheMemoryContext,
+												RelationGetRelationName(rel));
 
 	if (entry->halt_reason == NULL &&
 		pg_class_aclcheck(relid, pipeline_owner, ACL_SELECT) != ACLCHECK_OK)

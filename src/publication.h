@@ -12,6 +12,8 @@
 #include "utils/array.h"
 #include "utils/relcache.h"
 
+#include "change.h"
+
 typedef struct ReplicantRelInfo
 {
 	Oid			relid;			/* hash key */
@@ -33,8 +35,8 @@ typedef struct ReplicantRelInfo
 	bool		key_whole_row;
 	bool		identity_full;
 
-	/* "schema":"...","table":"..." pre-encoded */
-	char	   *names_json;
+	/* How changes name the relation */
+	ReplicantRelation relation;
 
 	/*
 	 * Set when delivering this relation would be wrong or is not supported:

@@ -80,6 +80,7 @@ struct ReplicantSink
 	char	   *secret_previous;
 	TimestampTz secret_previous_until;
 	char	   *ca_file;
+	char	   *content_type;
 
 	/* set by the socket and timer callbacks */
 	SinkSocket	sockets[SINK_MAX_SOCKETS];
@@ -404,6 +405,7 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 	sink->secret_previous = config->secret_previous ? pstrdup(config->secret_previous) : NULL;
 	sink->secret_previous_until = config->secret_previous_until;
 	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
+	sink->content_type = pstrdup(config->content_type);
 
 	PG_TRY();
 	{
@@ -458,6 +460,7 @@ replicant_sink_destroy(ReplicantSink *sink)
 	pfree(sink->url);
 	if (sink->ca_file != NULL)
 		pfree(sink->ca_file);
+	pfree(sink->content_type);
 	pfree(sink);
 }
 
@@ -501,7 +504,7 @@ sink_build_headers(ReplicantSink *sink, const char *webhook_id,
 	snprintf(ts, sizeof(ts), INT64_FORMAT, timestamp);
 
 	ok = sink_append_header(&sink->headers, &buf, "Content-Type",
-							"application/json") &&
+							sink->content_type) &&
 		sink_append_header(&sink->headers, &buf, "User-Agent",
 						   "replicant/" REPLICANT_VERSION) &&
 		sink_append_header(&sink->headers, &buf, "webhook-id", webhook_id) &&

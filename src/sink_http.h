@@ -26,6 +26,7 @@ typedef struct ReplicantSinkConfig
 	const char *secret_previous;	/* also signs, until secret_previous_until */
 	TimestampTz secret_previous_until;
 	const char *ca_file;		/* PEM CA bundle; NULL: the system CAs */
+	const char *content_type;	/* of every body, as the format says */
 } ReplicantSinkConfig;
 
 typedef enum ReplicantSinkOutcome

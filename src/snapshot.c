@@ -55,6 +55,7 @@
 #include "delivery.h"
 #include "encoder.h"
 #include "fault.h"
+#include "format.h"
 #include "publication.h"
 #include "replicant.h"
 #include "sink_http.h"
@@ -358,20 +359,23 @@ planned_relids(ReplicantPipeline *pipeline)
  * Snapshot batches
  */
 
+/* The relation's names; table is NULL when the relation was dropped. */
 static void
-append_names(StringInfo out, Oid relid)
+relation_names(ReplicantRelation *relation, Oid relid)
 {
-	appendStringInfoString(out, "\"schema\":");
-	replicant_encode_string(out, get_namespace_name(get_rel_namespace(relid)));
-	appendStringInfoString(out, ",\"table\":");
-	replicant_encode_string(out, get_rel_name(relid));
+	relation->table = get_rel_name(relid);
+	relation->schema = relation->table ?
+		get_namespace_name(get_rel_namespace(relid)) : NULL;
 }
 
 static void
-start_snapshot_body(StringInfo out, ReplicantPipeline *pipeline, const char *names,
+start_snapshot_body(StringInfo out, ReplicantPipeline *pipeline,
+					const ReplicantRelation *relation,
 					int64 backfill_id, bool first, bool last)
 {
-	replicant_batch_snapshot_prefix(out, pipeline->name, names, backfill_id, first, last);
+	resetStringInfo(out);
+	replicant_format_of(pipeline)->snapshot_begin(out, pipeline->name, relation,
+												  backfill_id, first, last);
 }
 
 /* POSTs a snapshot body; halts on anything but a 2xx. */
@@ -384,7 +388,7 @@ post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	ReplicantBody body;
 	ReplicantSinkResult result;
 
-	appendStringInfoString(out, "]}");
+	replicant_format_of(pipeline)->snapshot_end(out);
 	replicant_body_from_buffer(&body, &state, out);
 	replicant_delivery_post(slot, sink, webhook_id, &body, &result);
 	if (result.outcome != REPLICANT_SINK_OK)
@@ -414,7 +418,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	Oid			argtypes[2] = {INT4OID, INT8OID};
 	Datum		args[2];
 	int64	   *ids;
-	char	  **names;
+	ReplicantRelation *relations;
 	uint64		n;
 	uint64		i;
 	StringInfoData out;
@@ -429,7 +433,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			  pipeline->id, true);
 	n = SPI_processed;
 	ids = palloc(sizeof(int64) * (n + 1));
-	names = palloc(sizeof(char *) * (n + 1));
+	relations = palloc(sizeof(ReplicantRelation) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;
@@ -437,16 +441,8 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 														   SPI_tuptable->tupdesc, 2, &isnull));
 
 		ids[i] = spi_int8(i, 1);
-		names[i] = NULL;
 		/* A table dropped since planning has nothing left to deliver. */
-		if (get_rel_name(relid) != NULL)
-		{
-			StringInfoData buf;
-
-			initStringInfo(&buf);
-			append_names(&buf, relid);
-			names[i] = buf.data;
-		}
+		relation_names(&relations[i], relid);
 	}
 	replicant_catalog_end(&access);
 
@@ -455,9 +451,9 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	{
 		char	   *webhook_id;
 
-		if (names[i] != NULL)
+		if (relations[i].table != NULL)
 		{
-			start_snapshot_body(&out, pipeline, names[i], ids[i], !last, last);
+			start_snapshot_body(&out, pipeline, &relations[i], ids[i], !last, last);
 			webhook_id = psprintf("%s-b" INT64_FORMAT "-%s", pipeline->name, ids[i],
 								  last ? "last" : "first");
 			post_snapshot_body(slot, pipeline, sink, &out, webhook_id, 0);
@@ -806,39 +802,6 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 			(errmsg("replicant pipeline \"%s\" finished its initial snapshot", pipeline->name)));
 }
 
-void
-replicant_snapshot_encode_read(StringInfo change, StringInfo key, const char *names,
-							   TupleDesc desc, HeapTuple row, TupleDesc row_desc,
-							   Datum *values, bool *nulls,
-							   const Bitmapset *key_columns, bool whole_row)
-{
-	int			attnum;
-	int			col = 1;
-
-	for (attnum = 1; attnum <= desc->natts; attnum++)
-	{
-		if (TupleDescAttr(desc, attnum - 1)->attisdropped)
-		{
-			values[attnum - 1] = (Datum) 0;
-			nulls[attnum - 1] = true;
-			continue;
-		}
-		values[attnum - 1] = SPI_getbinval(row, row_desc, col++, &nulls[attnum - 1]);
-	}
-
-	resetStringInfo(key);
-	if (key_columns || whole_row)
-		replicant_encode_object(key, desc, values, nulls, key_columns,
-								REPLICANT_TOAST_DETOAST, NULL);
-	else
-		appendStringInfoString(key, "null");
-
-	resetStringInfo(change);
-	appendStringInfo(change, "{\"op\":\"read\",%s,\"key\":%s,\"new\":", names, key->data);
-	replicant_encode_object(change, desc, values, nulls, NULL, REPLICANT_TOAST_DETOAST, NULL);
-	appendStringInfoChar(change, '}');
-}
-
 /*
  * Shard workers
  */
@@ -1101,7 +1064,7 @@ typedef struct WindowBatch
 	ReplicantPipeline *pipeline;
 	ReplicantSink *sink;
 	Shard	   *shard;
-	const char *names;			/* the table's "schema" and "table" fields */
+	const ReplicantRelation *relation;	/* the table read */
 	StringInfoData out;			/* the body */
 	int64		in_body;		/* rows in it */
 	int			batch_no;		/* batches of the window posted before it */
@@ -1126,15 +1089,17 @@ post_window_batch(WindowBatch *batch)
 static void
 add_window_row(WindowBatch *batch, StringInfo change)
 {
-	if (batch->out.len + change->len + 2 > batch->pipeline->batch_max_bytes &&
-		batch->in_body > 0)
+	const ReplicantFormat *format = replicant_format_of(batch->pipeline);
+
+	if (batch->out.len + change->len + format->snapshot_end_len >
+		batch->pipeline->batch_max_bytes && batch->in_body > 0)
 	{
 		post_window_batch(batch);
-		start_snapshot_body(&batch->out, batch->pipeline, batch->names,
+		start_snapshot_body(&batch->out, batch->pipeline, batch->relation,
 							batch->shard->backfill_id, false, false);
 	}
 	else if (batch->in_body > 0)
-		appendStringInfoChar(&batch->out, ',');
+		appendStringInfoString(&batch->out, format->separator);
 	appendBinaryStringInfo(&batch->out, change->data, change->len);
 	batch->in_body++;
 }
@@ -1153,12 +1118,14 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	Bitmapset  *key_columns;
 	bool		whole_row;
 	bool		identity_full;
-	char	   *names;
+	const ReplicantFormat *format = replicant_format_of(pipeline);
+	ReplicantRelation relation;
 	StringInfoData query;
 	StringInfoData change;
 	StringInfoData key;
 	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink,
 						 .shard = shard};
+	StringInfoData new_row;
 	Portal		portal;
 	Datum	   *values;
 	bool	   *nulls;
@@ -1183,10 +1150,9 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	desc = RelationGetDescr(rel);
 	natts = desc->natts;
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
-	initStringInfo(&change);
-	append_names(&change, shard->relid);
-	names = pstrdup(change.data);
-	batch.names = names;
+	relation.schema = get_namespace_name(RelationGetNamespace(rel));
+	relation.table = pstrdup(RelationGetRelationName(rel));
+	batch.relation = &relation;
 
 	initStringInfo(&query);
 	appendStringInfo(&query, "SELECT * FROM ONLY %s"
@@ -1203,9 +1169,11 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 	values = palloc(sizeof(Datum) * natts);
 	nulls = palloc(sizeof(bool) * natts);
+	initStringInfo(&change);
 	initStringInfo(&key);
+	initStringInfo(&new_row);
 	initStringInfo(&batch.out);
-	start_snapshot_body(&batch.out, pipeline, names, shard->backfill_id, false, false);
+	start_snapshot_body(&batch.out, pipeline, &relation, shard->backfill_id, false, false);
 	row_context = AllocSetContextCreate(window_context, "replicant snapshot row",
 										ALLOCSET_DEFAULT_SIZES);
 	for (;;)
@@ -1218,10 +1186,14 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		for (i = 0; i < SPI_processed; i++)
 		{
 			MemoryContext old = MemoryContextSwitchTo(row_context);
+			ReplicantChange record;
 
-			replicant_snapshot_encode_read(&change, &key, names, desc,
-										   SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-										   values, nulls, key_columns, whole_row);
+			replicant_change_from_row(&record, &relation, &key, &new_row, desc,
+									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+									  values, nulls, key_columns, whole_row);
+			record.backfill_id = shard->backfill_id;
+			resetStringInfo(&change);
+			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
 

@@ -6,10 +6,6 @@
 #ifndef REPLICANT_SNAPSHOT_H
 #define REPLICANT_SNAPSHOT_H
 
-#include "access/htup.h"
-#include "access/tupdesc.h"
-#include "lib/stringinfo.h"
-#include "nodes/bitmapset.h"
 #include "utils/rel.h"
 
 #include "pipeline.h"
@@ -23,19 +19,6 @@
  */
 extern void replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 									   ReplicantPipeline *pipeline);
-
-/*
- * Encodes one row of a SELECT * over a relation (desc) as a "read" change
- * into change, and its key object into key.  SELECT * skips dropped
- * columns: the row's values are lined up with the relation's attributes in
- * values/nulls (natts long), so keys and values encode exactly as the
- * stream's do.  names is "schema":...,"table":... already encoded.
- */
-extern void replicant_snapshot_encode_read(StringInfo change, StringInfo key,
-										   const char *names, TupleDesc desc,
-										   HeapTuple row, TupleDesc row_desc,
-										   Datum *values, bool *nulls,
-										   const Bitmapset *key_columns, bool whole_row);
 
 /*
  * Why the current user may not read rel as a whole (no SELECT privilege,

@@ -43,6 +43,7 @@
 #include "delivery.h"
 #include "encoder.h"
 #include "fault.h"
+#include "format.h"
 #include "pipeline.h"
 #include "publication.h"
 #include "replicant.h"
@@ -207,6 +208,29 @@ note_delivered(Worker *w, int64 transactions, int64 changes, size_t bytes)
 }
 
 /*
+ * POSTs the format's requests for transactions [first, last] in order,
+ * retrying each until the sink takes it or gives a final answer, which
+ * result holds; adds the bytes sent to *bytes.
+ */
+static void
+post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *bytes)
+{
+	const ReplicantFormat *format = replicant_format_of(w->pipeline);
+	ReplicantRequest request;
+	int			i;
+
+	/* A range the format makes no request of is delivered. */
+	result->outcome = REPLICANT_SINK_OK;
+	for (i = 0; format->stream_request(w->pipeline->name, w->batch, first, last, i, &request); i++)
+	{
+		replicant_delivery_post(w->slot, w->sink, request.webhook_id, &request.body, result);
+		if (result->outcome != REPLICANT_SINK_OK)
+			return;
+		*bytes += request.body.length;
+	}
+}
+
+/*
  * Delivers transactions [first, last] of the batch, retrying until the sink
  * takes them.  Returns the index of the last transaction delivered, which is
  * below last when a 413 made it split the range.
@@ -216,14 +240,10 @@ deliver_range(Worker *w, int first, int last)
 {
 	for (;;)
 	{
-		ReplicantBody body;
 		ReplicantSinkResult result;
-		char		webhook_id[NAMEDATALEN + 32];
+		size_t		bytes = 0;
 
-		snprintf(webhook_id, sizeof(webhook_id), "%s-" UINT64_FORMAT,
-				 w->pipeline->name, (uint64) w->batch->txns[last].commit_lsn);
-		replicant_batch_body(w->batch, first, last, &body);
-		replicant_delivery_post(w->slot, w->sink, webhook_id, &body, &result);
+		post_range(w, first, last, &result, &bytes);
 
 		switch (result.outcome)
 		{
@@ -240,7 +260,7 @@ deliver_range(Worker *w, int first, int last)
 
 					for (i = first; i <= last; i++)
 						changes += w->batch->txns[i].nchanges;
-					note_delivered(w, last - first + 1, changes, body.length);
+					note_delivered(w, last - first + 1, changes, bytes);
 				}
 				return last;
 
@@ -275,7 +295,8 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 	int			rows = 0;
 	int			next = 0;
 	int			part = 0;
-	bool		more = chunk->names != NULL;
+	bool		more = chunk->relation != NULL;
+	const ReplicantFormat *format = replicant_format_of(w->pipeline);
 	StringInfoData changes;
 	StringInfoData out;
 
@@ -289,18 +310,20 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		int			n;
 
 		/* The prefix's length, so that the whole body stays within bounds. */
-		replicant_batch_snapshot_prefix(&out, w->pipeline->name, chunk->names,
-										chunk->backfill->id, false, false);
+		resetStringInfo(&out);
+		format->snapshot_begin(&out, w->pipeline->name, chunk->relation,
+							   chunk->backfill->id, false, false);
 		resetStringInfo(&changes);
 		n = replicant_chunk_rows(chunk, &next, &changes,
-								 w->pipeline->batch_max_bytes - out.len - 2);
+								 w->pipeline->batch_max_bytes - out.len - format->snapshot_end_len);
 		more = next < chunk->nrows;
-		replicant_batch_snapshot_prefix(&out, w->pipeline->name, chunk->names,
-										chunk->backfill->id,
-										!chunk->backfill->first_sent && part == 0,
-										chunk->last && !more);
+		resetStringInfo(&out);
+		format->snapshot_begin(&out, w->pipeline->name, chunk->relation,
+							   chunk->backfill->id,
+							   !chunk->backfill->first_sent && part == 0,
+							   chunk->last && !more);
 		appendBinaryStringInfo(&out, changes.data, changes.len);
-		appendStringInfoString(&out, "]}");
+		format->snapshot_end(&out);
 		replicant_body_from_buffer(&body, &state, &out);
 		replicant_delivery_post(w->slot, w->sink,
 								psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d", w->pipeline->name,
@@ -369,29 +392,19 @@ read_chunk_or_halt(Worker *w)
 static void
 deliver_messages(Worker *w, List *messages)
 {
+	const ReplicantFormat *format = replicant_format_of(w->pipeline);
 	ListCell   *lc;
 
 	foreach(lc, messages)
 	{
-		StringInfoData out;
-		ReplicantMemoryBody state;
-		ReplicantBody body;
+		ReplicantRequest request;
 		ReplicantSinkResult result;
-		char	   *message = lfirst(lc);
-		const char *lsn = strstr(message, "\"lsn\":");
 
-		initStringInfo(&out);
-		appendStringInfoString(&out, "{\"pipeline\":");
-		replicant_encode_string(&out, w->pipeline->name);
-		appendStringInfo(&out, ",\"kind\":\"message\",\"message\":%s}", message);
-		replicant_body_from_buffer(&body, &state, &out);
-		replicant_delivery_post(w->slot, w->sink,
-								psprintf("%s-m%.*s", w->pipeline->name,
-										 (int) strspn(lsn + 6, "0123456789"), lsn + 6),
-								&body, &result);
+		format->message_request(w->pipeline->name, lfirst(lc), &request);
+		replicant_delivery_post(w->slot, w->sink, request.webhook_id, &request.body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(w->slot, w->pipeline, &result, "message batch", "");
-		note_delivered(w, 0, 0, out.len);
+		note_delivered(w, 0, 0, request.body.length);
 	}
 }
 
@@ -549,7 +562,7 @@ start_streaming(Worker *w)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	MemoryContextSwitchTo(TopMemoryContext);
-	w->batch = replicant_batch_create(w->pipeline->name);
+	w->batch = replicant_batch_create(replicant_format_of(w->pipeline)->separator);
 	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason);
 	if (w->decoder == NULL)
 		worker_halt(w, halt_reason);

@@ -1,0 +1,88 @@
+/*
+ * change.h
+ *		The in-memory description of what a pipeline delivers: a change, the
+ *		transaction it commits with, a logical decoding message.  The output
+ *		plugin, the snapshot reader and the backfill reader produce these;
+ *		a format (format.h) turns them into request bodies.  Row values are
+ *		already encoded, by the one encoder (encoder.c), as JSON values.
+ */
+#ifndef REPLICANT_CHANGE_H
+#define REPLICANT_CHANGE_H
+
+#include "access/htup.h"
+#include "access/transam.h"
+#include "access/tupdesc.h"
+#include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
+#include "lib/stringinfo.h"
+#include "nodes/bitmapset.h"
+
+typedef enum ReplicantOp
+{
+	REPLICANT_OP_INSERT,
+	REPLICANT_OP_UPDATE,
+	REPLICANT_OP_DELETE,
+	REPLICANT_OP_TRUNCATE,
+	REPLICANT_OP_READ			/* a row read by a snapshot or backfill */
+} ReplicantOp;
+
+/* A relation as it is named on the wire. */
+typedef struct ReplicantRelation
+{
+	char	   *schema;
+	char	   *table;
+} ReplicantRelation;
+
+/* The committed transaction changes are delivered in. */
+typedef struct ReplicantTxn
+{
+	TransactionId xid;
+	XLogRecPtr	commit_lsn;		/* start of the commit record */
+	XLogRecPtr	end_lsn;		/* end of the commit record */
+	TimestampTz commit_time;
+} ReplicantTxn;
+
+/*
+ * One change.  The row fields are JSON text from the encoder, NULL where
+ * the change has none (no key, no old row); which of them an op carries
+ * on the wire is the format's to decide (a truncate has none).
+ */
+typedef struct ReplicantChange
+{
+	ReplicantOp op;
+	const ReplicantRelation *relation;
+	const ReplicantTxn *txn;	/* its commit; NULL for a read */
+	int64		index;			/* among its transaction's decoded changes,
+								 * from 0; 0 for a read */
+	int64		backfill_id;	/* a read: the snapshot or backfill's id */
+	StringInfo	key;			/* the replica identity's columns, an object */
+	StringInfo	new_row;		/* the row after the change, an object */
+	StringInfo	old_row;		/* the row or key before it, an object */
+	StringInfo	unchanged;		/* update: TOASTed columns it left out, as
+								 * comma-separated JSON strings */
+} ReplicantChange;
+
+/* A message from pg_logical_emit_message(). */
+typedef struct ReplicantMessage
+{
+	XLogRecPtr	lsn;
+	const char *prefix;
+	const char *content;		/* user bytes, not terminated */
+	Size		size;
+} ReplicantMessage;
+
+/*
+ * Fills a "read" change from one row of a SELECT * over a relation (desc):
+ * SELECT * skips dropped columns, so the row's values are lined up with the
+ * relation's attributes in values/nulls (natts long), and keys and values
+ * encode exactly as the stream's do.  key and new_row receive the encoded
+ * fields the change points to; the caller sets backfill_id.
+ */
+extern void replicant_change_from_row(ReplicantChange *change,
+									  const ReplicantRelation *relation,
+									  StringInfo key, StringInfo new_row,
+									  TupleDesc desc, HeapTuple row, TupleDesc row_desc,
+									  Datum *values, bool *nulls,
+									  const Bitmapset *key_columns, bool whole_row);
+
+#endif							/* REPLICANT_CHANGE_H */

@@ -1,0 +1,92 @@
+/*
+ * format.h
+ *		Wire formats: how change records (change.h) become request bodies.
+ *
+ * A format renders each change, transaction and message into bytes, and
+ * frames those bytes into requests.  The pipeline worker, the snapshot
+ * reader and the backfill reader only go through this interface, so that
+ * adding a format means adding one file that fills in a ReplicantFormat
+ * (and a line in format.c's list).  Rendering callbacks append to out and
+ * may raise errors; they run while a batch is built, never inside libcurl.
+ */
+#ifndef REPLICANT_FORMAT_H
+#define REPLICANT_FORMAT_H
+
+#include "lib/stringinfo.h"
+
+#include "batch.h"
+#include "change.h"
+#include "pipeline.h"
+
+/* One HTTP request made by a format. */
+typedef struct ReplicantRequest
+{
+	char	   *webhook_id;		/* stable across retries of this request */
+	ReplicantBody body;
+	/* Storage the format may build the body (or its framing) in. */
+	StringInfoData buffer;
+	ReplicantMemoryBody memory;
+} ReplicantRequest;
+
+typedef struct ReplicantFormat
+{
+	const char *name;			/* as pipelines select it */
+	const char *content_type;	/* of every request */
+
+	/* Written between two changes, two transactions or two messages. */
+	const char *separator;
+
+	/* One change, without separator: stream, snapshot and backfill alike. */
+	void		(*change) (StringInfo out, const char *pipeline,
+						   const ReplicantChange *change);
+
+	/*
+	 * A stream batch stores each transaction as begin_txn, its changes and
+	 * end_txn; nchanges is how many changes were stored, messages holds
+	 * the transaction's rendered messages (separated), or is NULL when it
+	 * has none.
+	 */
+	void		(*begin_txn) (StringInfo out, const char *pipeline,
+							  const ReplicantTxn *txn);
+	void		(*message) (StringInfo out, const char *pipeline,
+							const ReplicantMessage *message);
+	void		(*end_txn) (StringInfo out, const char *pipeline,
+							const ReplicantTxn *txn, int64 nchanges,
+							const char *messages);
+
+	/*
+	 * Sets request to the i-th request (from 0) that delivers transactions
+	 * [first, last] of batch; false when there are no more.  The worker
+	 * sends them in order and checkpoints after the last.
+	 */
+	bool		(*stream_request) (const char *pipeline, ReplicantBatch *batch,
+								   int first, int last, int i,
+								   ReplicantRequest *request);
+
+	/*
+	 * A snapshot body for one relation: snapshot_begin, then separated
+	 * changes, then snapshot_end.  snapshot_end_len is how many bytes
+	 * snapshot_end appends, for callers that keep a body within a limit.
+	 */
+	void		(*snapshot_begin) (StringInfo out, const char *pipeline,
+								   const ReplicantRelation *relation,
+								   int64 backfill_id, bool first, bool last);
+	void		(*snapshot_end) (StringInfo out);
+	int			snapshot_end_len;
+
+	/* A non-transactional message, alone in its request. */
+	void		(*message_request) (const char *pipeline,
+									const ReplicantMessage *message,
+									ReplicantRequest *request);
+} ReplicantFormat;
+
+/* The format called name, or NULL. */
+extern const ReplicantFormat *replicant_format_lookup(const char *name);
+
+/* The format the pipeline delivers in. */
+extern const ReplicantFormat *replicant_format_of(const ReplicantPipeline *pipeline);
+
+/* Implementations. */
+extern const ReplicantFormat replicant_format_replicant;
+
+#endif							/* REPLICANT_FORMAT_H */
