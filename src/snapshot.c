@@ -1104,6 +1104,17 @@ add_window_row(WindowBatch *batch, StringInfo change)
 	batch->in_body++;
 }
 
+/* The query reading blocks [shard's next block, hi) of rel. */
+static char *
+window_query(Relation rel, Shard *shard, int64 hi)
+{
+	return psprintf("SELECT * FROM ONLY %s"
+					" WHERE ctid >= '(" INT64_FORMAT ",0)'::tid AND ctid < '(" INT64_FORMAT ",0)'::tid",
+					quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+											   RelationGetRelationName(rel)),
+					shard->next_block, hi);
+}
+
 /*
  * Reads blocks [lo, hi) of the shard's table under the imported snapshot and
  * delivers them in batches of at most batch_max_bytes.
@@ -1120,7 +1131,6 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	bool		identity_full;
 	const ReplicantFormat *format = replicant_format_of(pipeline);
 	ReplicantRelation relation;
-	StringInfoData query;
 	StringInfoData change;
 	StringInfoData key;
 	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink,
@@ -1154,16 +1164,10 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	relation.table = pstrdup(RelationGetRelationName(rel));
 	batch.relation = &relation;
 
-	initStringInfo(&query);
-	appendStringInfo(&query, "SELECT * FROM ONLY %s"
-					 " WHERE ctid >= '(" INT64_FORMAT ",0)'::tid AND ctid < '(" INT64_FORMAT ",0)'::tid",
-					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-												RelationGetRelationName(rel)),
-					 shard->next_block, hi);
-
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	portal = SPI_cursor_open_with_args(NULL, query.data, 0, NULL, NULL, NULL, true, 0);
+	portal = SPI_cursor_open_with_args(NULL, window_query(rel, shard, hi),
+									   0, NULL, NULL, NULL, true, 0);
 	/* What follows must outlive SPI_finish. */
 	MemoryContextSwitchTo(window_context);
 
