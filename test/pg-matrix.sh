@@ -11,7 +11,9 @@
 # second run reuses it and starts in seconds.  The repository is copied in
 # and .ci/suite.sh runs there: build with warnings as errors, install,
 # `make installcheck` (pg_regress, then every TAP file, or only the TAP files
-# given), and the final line "N passed, M failed".  If the version cannot be
+# given), and the final line "N passed, M failed".  The copy includes
+# test/js/node_modules (`npm ci --prefix test/js`, as .ci/run does): the
+# chroot has Node.js but no npm.  If the version cannot be
 # installed, built or started, the run says so and fails: it never skips.
 set -euo pipefail
 
@@ -42,7 +44,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 APT=(apt-get -q -o Acquire::Check-Valid-Until=false)
 PACKAGES=("postgresql-$version" "postgresql-server-dev-$version"
 	"postgresql-contrib-$version" libcurl4-openssl-dev libipc-run-perl python3
-	make gcc openssl ca-certificates)
+	make gcc openssl ca-certificates nodejs)
 
 fail() {
 	echo "test/pg-matrix.sh: PostgreSQL $version ($suite) is unusable: $*" >&2
@@ -107,6 +109,20 @@ mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
 mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
 mountpoint -q "$root/dev/shm" || mount --bind /dev/shm "$root/dev/shm"
 
+# Packages added to PACKAGES after the chroot was made.
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+	chroot "$root" dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null |
+		grep -q ' installed$' || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "=== installing ${missing[*]} in the $suite chroot"
+	chroot "$root" "${APT[@]}" update || fail "apt-get update failed in the chroot"
+	DEBIAN_FRONTEND=noninteractive chroot "$root" "${APT[@]}" install -y \
+		--no-install-recommends "${missing[@]}" ||
+		fail "Debian $suite does not offer ${missing[*]}"
+fi
+
 pg_config=/usr/lib/postgresql/$version/bin/pg_config
 chroot "$root" test -x "$pg_config" || fail "$pg_config is missing in the chroot"
 got=$(chroot "$root" "$pg_config" --version) || fail "$pg_config does not run"
@@ -129,7 +145,7 @@ if [ $demo = 1 ]; then
 fi
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 	REGRESS_TIMEOUT="${REGRESS_TIMEOUT:-300}" TAP_TIMEOUT="${TAP_TIMEOUT:-1200}" \
-	CI_KEEP="${CI_KEEP:-0}" \
+	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" \
 	bash /build/replicant/.ci/suite.sh "$pg_config" "$@" || {
 	rc=$?
 	echo "(PostgreSQL $version: the paths above are inside $root)"
