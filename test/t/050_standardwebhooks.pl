@@ -150,3 +150,10 @@ ok(ReplicantTest::poll($node,
 $handle->kill_kill(grace => 5);
 
 done_testing();
+
+# The receiver must not outlive a test that died half-way.
+END
+{
+	local $?;
+	$handle->kill_kill(grace => 5) if $handle && $handle->pumpable;
+}
