@@ -52,6 +52,9 @@ our @EXPORT = qw(new_node start_sink source_rows wait_until_synced);
 # The sink script, found next to this module whatever the current directory.
 our $SINK_SCRIPT = dirname(abs_path(__FILE__)) . '/sink/replicant_sink.py';
 our $PYTHON      = $ENV{PYTHON} || 'python3';
+# Node.js and the npm packages of test/js (`npm ci --prefix test/js`).
+our $NODE    = $ENV{NODE} || 'node';
+our $JS_DIR  = dirname(abs_path(__FILE__)) . '/js';
 
 # Runs the sink script with the given arguments; returns its stdout.
 sub run_sink_script
@@ -266,6 +269,57 @@ sub poll
 
 =pod
 
+=item require_node(@packages)
+
+Makes sure Node.js runs and test/js holds the given npm packages, installed
+by C<npm ci --prefix test/js> (.ci/run does it). Without Node.js the test is
+skipped, except under CI=true, where anything missing fails the test.
+
+=cut
+
+sub require_node
+{
+	my (@packages) = @_;
+	my ($out, $err) = ('', '');
+	my $runs = eval {
+		IPC::Run::run([ $NODE, '--version' ], '<', \'', '>', \$out, '2>', \$err);
+	};
+	if (!$runs)
+	{
+		my $why = "Node.js ($NODE) does not run";
+		die "$why, and CI=true needs it: install nodejs\n" if $ENV{CI};
+		plan skip_all => "$why: install Node.js 20 or later (CI=true fails instead)";
+	}
+	foreach my $package (@packages)
+	{
+		die "npm package $package is missing in $JS_DIR: run npm ci --prefix test/js\n"
+		  unless -f "$JS_DIR/node_modules/$package/package.json";
+	}
+	chomp $out;
+	note("node $out");
+	return;
+}
+
+=pod
+
+=item run_node($script, \@args, $stdin)
+
+Runs test/js/$script with Node.js; returns its stdout, dies if it fails.
+
+=cut
+
+sub run_node
+{
+	my ($script, $args, $stdin) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $NODE, "$JS_DIR/$script", @$args ],
+		'<', \($stdin // ''), '>', \$out, '2>', \$err)
+	  or die "node $script failed: $err";
+	return $out;
+}
+
+=pod
+
 =item crash_workload($node, $sink, $pipeline)
 
 The write workload of the crash tests (005, soak): tables kv and txn in
@@ -372,6 +426,11 @@ C<keep_bodies>, the accepted requests in arrival order (arrays of hashes;
 a body is C<< {webhook_id, headers => {lower-case name => value}, body} >>
 with the JSON body decoded), read from the sink's database; they work while
 the sink is stopped.
+
+=item $sink->raw_bodies
+
+As C<bodies>, but each body as received, base64-encoded in C<body_base64>:
+the exact bytes a signature covers.
 
 =back
 
@@ -526,14 +585,15 @@ sub stats
 
 sub _json_lines
 {
-	my ($self, $command) = @_;
-	my $out = ReplicantTest::run_sink_script([ $command, '--db', $self->{db} ]);
+	my ($self, $command, @options) = @_;
+	my $out = ReplicantTest::run_sink_script([ $command, @options, '--db', $self->{db} ]);
 	return [ map { decode_json($_) } split /\n/, $out ];
 }
 
 sub txlog    { return $_[0]->_json_lines('txlog'); }
 sub messages { return $_[0]->_json_lines('messages'); }
 sub bodies   { return $_[0]->_json_lines('bodies'); }
+sub raw_bodies { return $_[0]->_json_lines('bodies', '--raw'); }
 
 # A test killed by a signal (a timeout) still runs the END block below.
 foreach my $signal (qw(TERM INT HUP))

@@ -11,7 +11,9 @@
 # second run reuses it and starts in seconds.  The repository is copied in
 # and .ci/suite.sh runs there: build with warnings as errors, install,
 # `make installcheck` (pg_regress, then every TAP file, or only the TAP files
-# given), and the final line "N passed, M failed".  If the version cannot be
+# given), and the final line "N passed, M failed".  The copy includes
+# test/js/node_modules (`npm ci --prefix test/js`, as .ci/run does): the
+# chroot has Node.js but no npm.  If the version cannot be
 # installed, built or started, the run says so and fails: it never skips.
 set -euo pipefail
 
@@ -42,7 +44,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 APT=(apt-get -q -o Acquire::Check-Valid-Until=false)
 PACKAGES=("postgresql-$version" "postgresql-server-dev-$version"
 	"postgresql-contrib-$version" libcurl4-openssl-dev libipc-run-perl python3
-	make gcc openssl ca-certificates)
+	make gcc openssl ca-certificates nodejs)
 
 fail() {
 	echo "test/pg-matrix.sh: PostgreSQL $version ($suite) is unusable: $*" >&2
@@ -107,6 +109,17 @@ mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
 mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
 mountpoint -q "$root/dev/shm" || mount --bind /dev/shm "$root/dev/shm"
 
+# Packages added to PACKAGES after the chroot was made.  apt's simulation
+# knows virtual packages (postgresql-contrib-17 is one), dpkg-query does not.
+if ! plan=$(chroot "$root" "${APT[@]}" install -s --no-install-recommends \
+	"${PACKAGES[@]}" 2>&1) || grep -q '^Inst ' <<<"$plan"; then
+	echo "=== installing what is missing of ${PACKAGES[*]} in the $suite chroot"
+	chroot "$root" "${APT[@]}" update || fail "apt-get update failed in the chroot"
+	DEBIAN_FRONTEND=noninteractive chroot "$root" "${APT[@]}" install -y \
+		--no-install-recommends "${PACKAGES[@]}" ||
+		fail "Debian $suite does not offer ${PACKAGES[*]}"
+fi
+
 pg_config=/usr/lib/postgresql/$version/bin/pg_config
 chroot "$root" test -x "$pg_config" || fail "$pg_config is missing in the chroot"
 got=$(chroot "$root" "$pg_config" --version) || fail "$pg_config does not run"
@@ -116,7 +129,33 @@ case $got in
 esac
 chroot "$root" id postgres >/dev/null || fail "the chroot has no postgres user"
 
-# ---- 3. the suite, on a copy of the tree ------------------------------------
+# ---- 3. ClickHouse ---------------------------------------------------------
+# Debian 13 and later have no clickhouse-server package: the host's (Debian
+# 12's, which .ci/run installs) runs in the chroot with its own libraries and
+# loader, copied to /opt/replicant-clickhouse (once per host binary).
+clickhouse_env=()
+host_ch=/usr/sbin/clickhouse-server
+if [ -x "$host_ch" ]; then
+	ch=$root/opt/replicant-clickhouse
+	if ! cmp -s "$host_ch" "$ch/clickhouse-server"; then
+		rm -rf "$ch"
+		mkdir -p "$ch/lib"
+		ldd "$host_ch" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' |
+			xargs -r cp -L -t "$ch/lib" || fail "could not copy the libraries of $host_ch"
+		cat >"$ch/run" <<-'EOF'
+			#!/bin/sh
+			d=/opt/replicant-clickhouse
+			exec $d/lib/ld-linux-x86-64.so.2 --library-path $d/lib $d/clickhouse-server "$@"
+		EOF
+		chmod 755 "$ch/run"
+		cp "$host_ch" "$ch/clickhouse-server" # last: it marks the copy complete
+	fi
+	clickhouse_env=(CLICKHOUSE_SERVER=/opt/replicant-clickhouse/run)
+else
+	clickhouse_env=(REPLICANT_NO_CLICKHOUSE="Debian $suite has no clickhouse-server package, and the host none to lend")
+fi
+
+# ---- 4. the suite, on a copy of the tree ------------------------------------
 rm -rf "$root/build"
 mkdir -p "$root/build"
 cp -a "$repo/." "$root/build/replicant"
@@ -129,7 +168,7 @@ if [ $demo = 1 ]; then
 fi
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 	REGRESS_TIMEOUT="${REGRESS_TIMEOUT:-300}" TAP_TIMEOUT="${TAP_TIMEOUT:-1200}" \
-	CI_KEEP="${CI_KEEP:-0}" \
+	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" "${clickhouse_env[@]}" \
 	bash /build/replicant/.ci/suite.sh "$pg_config" "$@" || {
 	rc=$?
 	echo "(PostgreSQL $version: the paths above are inside $root)"

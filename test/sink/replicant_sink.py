@@ -18,10 +18,12 @@ and it can inject faults (errors, hangs, resets, ...) at start or at runtime.
   replicant_sink.py dump --db PATH [--table schema.table [--counts]]
   replicant_sink.py canon < json-lines
   replicant_sink.py stats|txlog|messages|bodies --db PATH
+  replicant_sink.py bodies --raw --db PATH
 
 With --keep-bodies it also keeps, for every batch it answered 2xx, the raw
 body and the request headers a test may check (see KEPT_HEADERS); `bodies`
-prints them in arrival order.
+prints them in arrival order, the body decoded, or with --raw its exact bytes
+in base64 (what a signature covers).
 
 With --tls-cert and --tls-key it serves HTTPS instead of HTTP.
 
@@ -486,6 +488,10 @@ def bodies(args):
     db = open_db(args.db)
     for webhook_id, headers, body in db.execute(
             "SELECT webhook_id, headers_json, body FROM bodies ORDER BY seq"):
+        if args.raw:
+            sys.stdout.write('{"webhook_id":%s,"headers":%s,"body_base64":"%s"}\n' % (
+                json.dumps(webhook_id), headers, base64.b64encode(body).decode()))
+            continue
         # canon() keeps numbers exactly as they were sent.
         sys.stdout.write('{"webhook_id":%s,"headers":%s,"body":%s}\n' % (
             json.dumps(webhook_id), headers, canon(loads(body))))
@@ -540,6 +546,9 @@ def main():
             q.add_argument("--counts", action="store_true",
                            help="print each stored key of --table and how many "
                                 "inserts, updates and reads it received")
+        if name == "bodies":
+            q.add_argument("--raw", action="store_true",
+                           help="print each body's exact bytes, base64-encoded")
     sub.add_parser("canon", help="canonicalize JSON lines from stdin, sorted")
     # What a first user needs is how to start it: show serve's options too.
     p.epilog = ("example: %(prog)s serve --port 8080 --db /tmp/sink.db\n\n"
