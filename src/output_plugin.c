@@ -28,6 +28,7 @@
 #include "encoder.h"
 #include "output_plugin.h"
 #include "publication.h"
+#include "pubfilter.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 
@@ -204,7 +205,7 @@ append_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 	if (values == NULL)
 		appendStringInfoString(out, "null");
 	else if (info->identity_full || info->key_columns == NULL)
-		replicant_encode_object(out, desc, values, nulls, NULL,
+		replicant_encode_object(out, desc, values, nulls, info->filter->columns,
 								REPLICANT_TOAST_UNCHANGED, NULL);
 	else
 		replicant_encode_object(out, desc, values, nulls, info->key_columns,
@@ -268,6 +269,34 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 	}
 }
 
+/*
+ * The row filters' verdict on a change (pubfilter.c); halts when the change
+ * cannot be delivered whole.  An error while evaluating a filter is turned
+ * into a halt by the worker (in_row_filter names the cause).
+ */
+static bool
+filter_change(ReplicantDecodingState *state, ReorderBufferTXN *txn,
+			  ReplicantRelInfo *info, Relation relation,
+			  ReorderBufferChangeType *action,
+			  Datum *old_values, bool *old_nulls,
+			  Datum **new_values, bool **new_nulls)
+{
+	char	   *reason;
+	bool		deliver;
+
+	state->in_row_filter = true;
+	deliver = replicant_pubfilter_change(info->filter, relation, action,
+										 old_values, old_nulls,
+										 new_values, new_nulls, &reason);
+	state->in_row_filter = false;
+	if (reason)
+	{
+		state->halt_lsn = txn->final_lsn;
+		halt(state, reason);
+	}
+	return deliver;
+}
+
 static void
 replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 				 Relation relation, ReorderBufferChange *change)
@@ -281,6 +310,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	bool	   *new_nulls = NULL;
 	Datum	   *old_values = NULL;
 	bool	   *old_nulls = NULL;
+	ReorderBufferChangeType action = change->action;
 	const char *op;
 	bool		published;
 	StringInfo	out = &state->change;
@@ -294,18 +324,15 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	if (info == NULL)
 		goto done;
 
-	switch (change->action)
+	switch (action)
 	{
 		case REORDER_BUFFER_CHANGE_INSERT:
-			op = "insert";
 			published = info->pub_insert;
 			break;
 		case REORDER_BUFFER_CHANGE_UPDATE:
-			op = "update";
 			published = info->pub_update;
 			break;
 		case REORDER_BUFFER_CHANGE_DELETE:
-			op = "delete";
 			published = info->pub_delete;
 			break;
 		default:
@@ -329,10 +356,19 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	if (new_values == NULL && old_values == NULL)
 		goto done;				/* a delete without replica identity */
 
+	/* The row filter may drop the change or make an update an insert or delete. */
+	if (!filter_change(state, txn, info, relation, &action,
+					   old_values, old_nulls, &new_values, &new_nulls))
+		goto done;
+	op = (action == REORDER_BUFFER_CHANGE_INSERT) ? "insert" :
+		(action == REORDER_BUFFER_CHANGE_UPDATE) ? "update" : "delete";
+	if (action == REORDER_BUFFER_CHANGE_DELETE)
+		new_values = NULL;
+
 	open_txn(state, txn);
 	initStringInfo(out);
 	appendStringInfo(out, "{\"op\":\"%s\",%s", op, info->names_json);
-	if (old_values)
+	if (old_values && action != REORDER_BUFFER_CHANGE_INSERT)
 		append_key(out, info, desc, old_values, old_nulls);
 	else
 		append_key(out, info, desc, new_values, new_nulls);
@@ -341,17 +377,17 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	{
 		initStringInfo(&state->unchanged);
 		appendStringInfoString(out, ",\"new\":");
-		replicant_encode_object(out, desc, new_values, new_nulls, NULL,
+		replicant_encode_object(out, desc, new_values, new_nulls, info->filter->columns,
 								REPLICANT_TOAST_UNCHANGED, &state->unchanged);
 	}
-	if (change->action != REORDER_BUFFER_CHANGE_INSERT)
+	if (action != REORDER_BUFFER_CHANGE_INSERT)
 		append_old(out, info, desc, old_values, old_nulls);
-	if (change->action == REORDER_BUFFER_CHANGE_UPDATE)
+	if (action == REORDER_BUFFER_CHANGE_UPDATE)
 		appendStringInfo(out, ",\"unchanged\":[%s]", state->unchanged.data);
 	appendStringInfoChar(out, '}');
 
 	drop_from_chunk(state, txn, info, relation, new_values, new_nulls, old_values, old_nulls,
-					change->action == REORDER_BUFFER_CHANGE_UPDATE && state->unchanged.len > 0);
+					action == REORDER_BUFFER_CHANGE_UPDATE && state->unchanged.len > 0);
 	replicant_batch_add_change(state->batch, out->data, out->len);
 
 done:

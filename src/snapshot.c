@@ -175,7 +175,6 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 	int			i = 0;
 	char	   *reason = NULL;
 	uint64		ntables;
-	uint64		t;
 
 	pubs = palloc(sizeof(Datum) * list_length(pipeline->publications));
 	foreach(lc, pipeline->publications)
@@ -190,39 +189,16 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not clear the snapshot plan");
 
-	/*
-	 * What pgoutput would publish: the union over the publications.  A
-	 * column list is read from pg_publication_rel (on the table or an
-	 * ancestor), since pg_publication_tables.attnames lists the published
-	 * columns even without one from PostgreSQL 16 on.
-	 */
-	if (SPI_execute_with_args("SELECT c.oid, c.relname, bool_or(pt.rowfilter IS NOT NULL),"
-							  "       bool_or(EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel pr"
-							  "                        JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid"
-							  "                       WHERE p.pubname = pt.pubname AND pr.prattrs IS NOT NULL"
-							  "                         AND pr.prrelid IN (SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid))))"
+	/* What pgoutput would publish: the union over the publications. */
+	if (SPI_execute_with_args("SELECT DISTINCT c.oid"
 							  "  FROM pg_catalog.pg_publication_tables pt"
 							  "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
 							  "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
 							  " WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant'"
-							  "   AND c.relkind = 'r'"
-							  " GROUP BY c.oid, c.relname ORDER BY c.oid",
+							  "   AND c.relkind = 'r'",
 							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list published tables");
 	ntables = SPI_processed;
-	for (t = 0; t < ntables && reason == NULL; t++)
-	{
-		bool		isnull;
-		HeapTuple	tuple = SPI_tuptable->vals[t];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-
-		if (DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull)))
-			reason = psprintf("a publication has a row filter on table \"%s\", which replicant does not support yet",
-							  SPI_getvalue(tuple, desc, 2));
-		else if (DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull)))
-			reason = psprintf("a publication has a column list on table \"%s\", which replicant does not support yet",
-							  SPI_getvalue(tuple, desc, 2));
-	}
 
 	/* The stream halts on these; the snapshot must not skip them silently. */
 	if (reason == NULL &&
@@ -802,7 +778,8 @@ void
 replicant_snapshot_encode_read(StringInfo change, StringInfo key, const char *names,
 							   TupleDesc desc, HeapTuple row, TupleDesc row_desc,
 							   Datum *values, bool *nulls,
-							   const Bitmapset *key_columns, bool whole_row)
+							   const Bitmapset *key_columns, bool whole_row,
+							   const Bitmapset *columns)
 {
 	int			attnum;
 	int			col = 1;
@@ -827,7 +804,7 @@ replicant_snapshot_encode_read(StringInfo change, StringInfo key, const char *na
 
 	resetStringInfo(change);
 	appendStringInfo(change, "{\"op\":\"read\",%s,\"key\":%s,\"new\":", names, key->data);
-	replicant_encode_object(change, desc, values, nulls, NULL, REPLICANT_TOAST_DETOAST, NULL);
+	replicant_encode_object(change, desc, values, nulls, columns, REPLICANT_TOAST_DETOAST, NULL);
 	appendStringInfoChar(change, '}');
 }
 
@@ -1032,6 +1009,8 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	Bitmapset  *key_columns;
 	bool		whole_row;
 	bool		identity_full;
+	char	   *row_filter;
+	Bitmapset  *columns;
 	char	   *names;
 	StringInfoData query;
 	StringInfoData out;
@@ -1089,6 +1068,15 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			replicant_delivery_halt(slot, pipeline, denied);
 	}
 
+	/* Only the rows and columns the publications deliver, as table sync reads. */
+	{
+		char	   *refused = replicant_publication_read_filter(rel, pipeline->publications,
+																&row_filter, &columns);
+
+		if (refused)
+			replicant_delivery_halt(slot, pipeline, refused);
+	}
+
 	desc = RelationGetDescr(rel);
 	natts = desc->natts;
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
@@ -1102,6 +1090,8 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 												RelationGetRelationName(rel)),
 					 shard->next_block, hi);
+	if (row_filter)
+		appendStringInfo(&query, " AND (%s)", row_filter);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -1129,7 +1119,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 			replicant_snapshot_encode_read(&change, &key, names, desc,
 										   SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-										   values, nulls, key_columns, whole_row);
+										   values, nulls, key_columns, whole_row, columns);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
 

@@ -29,13 +29,15 @@ extern void replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_ind
  * into change, and its key object into key.  SELECT * skips dropped
  * columns: the row's values are lined up with the relation's attributes in
  * values/nulls (natts long), so keys and values encode exactly as the
- * stream's do.  names is "schema":...,"table":... already encoded.
+ * stream's do.  names is "schema":...,"table":... already encoded; columns
+ * are the published ones (replicant_publication_read_filter; NULL: all).
  */
 extern void replicant_snapshot_encode_read(StringInfo change, StringInfo key,
 										   const char *names, TupleDesc desc,
 										   HeapTuple row, TupleDesc row_desc,
 										   Datum *values, bool *nulls,
-										   const Bitmapset *key_columns, bool whole_row);
+										   const Bitmapset *key_columns, bool whole_row,
+										   const Bitmapset *columns);
 
 /*
  * Why the current user may not read rel as a whole (no SELECT privilege,

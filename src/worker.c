@@ -152,7 +152,9 @@ read_or_halt(void)
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
 		replicant_delivery_halt(MySlot, pipeline,
-								psprintf("could not encode a change of table \"%s\" (error class %s)",
+								psprintf(decoder->state->in_row_filter ?
+										 "the row filter of table \"%s\" failed on a change (error class %s)" :
+										 "could not encode a change of table \"%s\" (error class %s)",
 										 decoder->state->current_table,
 										 unpack_sql_state(edata->sqlerrcode)));
 	}
