@@ -123,7 +123,7 @@ replicant_pubfilter_add(ReplicantPubFilter *filter, Relation rel,
 	bool		actions[REPLICANT_PUBFILTER_ACTIONS];
 	int			a;
 
-	if (!pub->alltables)
+	if (OidIsValid(published_relid))
 		tuple = SearchSysCache2(PUBLICATIONRELMAP, ObjectIdGetDatum(published_relid),
 								ObjectIdGetDatum(pub->oid));
 	if (HeapTupleIsValid(tuple))

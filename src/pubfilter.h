@@ -47,9 +47,11 @@ extern ReplicantPubFilter *replicant_pubfilter_create(MemoryContext parent);
 
 /*
  * Adds a publication that publishes rel as published_relid (rel itself, or
- * the ancestor it is published as): its filter and column list are those of
- * published_relid's FOR TABLE entry; FOR ALL TABLES and schema publications
- * have neither.  Columns are numbered as published_relid's.
+ * the ancestor it is published as, whose descriptor rel then is): its
+ * filter and column list are those of published_relid's FOR TABLE entry.
+ * InvalidOid: the publication has the whole table (FOR ALL TABLES, or
+ * TABLES IN SCHEMA of its schema, which outranks a FOR TABLE entry in the
+ * same publication, as in pgoutput).
  */
 extern void replicant_pubfilter_add(ReplicantPubFilter *filter, Relation rel,
 									Oid published_relid, Publication *pub);

@@ -298,6 +298,13 @@ replicant_publication_key(Relation rel, Bitmapset **key_columns,
 		plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_IDENTITY_KEY));
 }
 
+/* FOR ALL TABLES, or rel's schema: no row filter, no column list. */
+static bool
+whole_table(Publication *pub, List *schema_pubs)
+{
+	return pub->alltables || list_member_oid(schema_pubs, pub->oid);
+}
+
 /*
  * Whether pub delivers rel: FOR ALL TABLES, its schema, itself or (as a
  * partition) an ancestor listed.
@@ -306,8 +313,7 @@ static bool
 publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
 		  List *ancestors)
 {
-	if (pub->alltables || list_member_oid(schema_pubs, pub->oid) ||
-		list_member_oid(rel_pubs, pub->oid))
+	if (whole_table(pub, schema_pubs) || list_member_oid(rel_pubs, pub->oid))
 		return true;
 	return ancestors != NIL &&
 		OidIsValid(GetTopMostAncestorInPublication(pub->oid, ancestors, NULL));
@@ -325,8 +331,13 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 		entry->halt_reason = psprintf("publication \"%s\" publishes via the partition root, which replicant does not support yet",
 									  pub->name);
 
-	/* Filters and column lists as pgoutput reads them: rel's own entry. */
-	replicant_pubfilter_add(entry->filter, rel, RelationGetRelid(rel), pub);
+	/*
+	 * Filters and column lists as pgoutput reads them: from rel's own FOR
+	 * TABLE entry, unless the publication has the whole table anyway.
+	 */
+	replicant_pubfilter_add(entry->filter, rel,
+							whole_table(pub, schema_pubs) ? InvalidOid : RelationGetRelid(rel),
+							pub);
 	if (entry->filter->conflict && entry->halt_reason == NULL)
 		entry->halt_reason = pstrdup(entry->filter->conflict);
 
@@ -357,7 +368,8 @@ replicant_publication_read_filter(Relation rel, List *names,
 		Publication *pub = GetPublicationByName(lfirst(lc), true);
 
 		if (pub && publishes(pub, rel, rel_pubs, schema_pubs, ancestors))
-			replicant_pubfilter_add(filter, rel, relid, pub);
+			replicant_pubfilter_add(filter, rel,
+									whole_table(pub, schema_pubs) ? InvalidOid : relid, pub);
 	}
 	*where_sql = replicant_pubfilter_read_sql(filter, rel);
 	*columns = bms_copy(filter->columns);

@@ -396,6 +396,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	uint64		n;
 	uint64		i;
 	StringInfoData out;
+	MemoryContext caller = CurrentMemoryContext;	/* outlives the SPI connection */
 
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
@@ -407,8 +408,8 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the snapshot plan");
 	n = SPI_processed;
-	ids = palloc(sizeof(int64) * (n + 1));
-	names = palloc(sizeof(char *) * (n + 1));
+	ids = MemoryContextAlloc(caller, sizeof(int64) * (n + 1));
+	names = MemoryContextAlloc(caller, sizeof(char *) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;
@@ -424,7 +425,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 			initStringInfo(&buf);
 			append_names(&buf, relid);
-			names[i] = buf.data;
+			names[i] = MemoryContextStrdup(caller, buf.data);
 		}
 	}
 	replicant_catalog_end(&access);
