@@ -187,6 +187,41 @@ ok(ReplicantTest::wait_until_synced($node, 'mix', $sink, [ 'test_mix_2', 's3.tes
 $node->safe_psql('mix', "SELECT replicant.drop_pipeline('mix')");
 $node->safe_psql('mix', "SELECT replicant.drop_pipeline('mix2')");
 
+# Partitions published under their own names take their own FOR TABLE
+# entry's list (publish_via_partition_root = false), whatever the root's;
+# a partition published through its root's schema and directly with every
+# column has no list.
+$node->safe_psql('postgres', q{
+CREATE TABLE test_part_c (a int, b int, c int) PARTITION BY LIST (a);
+CREATE TABLE test_part_c_1 PARTITION OF test_part_c FOR VALUES IN (1, 3);
+ALTER TABLE test_part_c_1 ADD PRIMARY KEY (a);
+CREATE TABLE test_part_c_2 PARTITION OF test_part_c FOR VALUES IN (2, 4);
+ALTER TABLE test_part_c_2 ADD PRIMARY KEY (b);
+INSERT INTO test_part_c VALUES (1, 3, 5), (2, 4, 6);
+CREATE PUBLICATION pub8 FOR TABLE test_part_c WITH (publish_via_partition_root = false);
+ALTER PUBLICATION pub8 ADD TABLE test_part_c_1 (a, c);
+ALTER PUBLICATION pub8 ADD TABLE test_part_c_2 (a, b);
+CREATE SCHEMA s1;
+CREATE TABLE s1.t (a int PRIMARY KEY, b int, c int) PARTITION BY RANGE (a);
+CREATE TABLE t_1 PARTITION OF s1.t FOR VALUES FROM (1) TO (10);
+CREATE PUBLICATION pub_s1 FOR TABLES IN SCHEMA s1;
+CREATE PUBLICATION pub_t_1 FOR TABLE t_1 (a, b, c);
+INSERT INTO s1.t VALUES (1, 2, 3);
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('parts', '{pub8,pub_s1,pub_t_1}'::text[], '$sink->{url}', snapshot => 'initial')");
+$node->safe_psql('postgres', q{
+INSERT INTO test_part_c VALUES (3, 7, 8), (4, 9, 10);
+INSERT INTO s1.t VALUES (4, 5, 6);
+});
+sink_has('postgres', 'public.test_part_c_1', 'SELECT a, c FROM test_part_c_1',
+	'test_part_c_1: its own list (a, c): 1|5, 3|8');
+sink_has('postgres', 'public.test_part_c_2', 'SELECT a, b FROM test_part_c_2',
+	'test_part_c_2: its own list (a, b): 2|4, 4|9');
+sink_has('postgres', 'public.t_1', 'SELECT * FROM t_1',
+	'through the root\'s schema and with every column listed: all columns');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('parts')");
+
 # Different column lists for one table: the server refuses them, so does
 # the pipeline, at its snapshot and when a publication changes later.
 $node->safe_psql('postgres', q{
