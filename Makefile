@@ -15,6 +15,7 @@ OBJS = \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
+	src/pubfilter.o \
 	src/encoder.o \
 	src/guc_pin.o \
 	src/backfill.o \

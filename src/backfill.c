@@ -478,30 +478,36 @@ replicant_backfill_next(int32 pipeline_id)
 	return b;
 }
 
-/* Builds the chunk's SELECT; parameters are the cursor's key values. */
+/*
+ * Builds the chunk's SELECT; parameters are the cursor's key values.  Only
+ * rows that pass the publications' row filter (row_filter, if not NULL).
+ */
 static char *
 chunk_query(ReplicantBackfill *b, Relation rel, KeyOrder *order,
-			int64 nblocks, bool *last)
+			int64 nblocks, const char *row_filter, bool *last)
 {
 	StringInfoData sql;
+	const char *where = row_filter ? " AND " : " WHERE ";
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT * FROM ONLY %s",
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 												RelationGetRelationName(rel)));
+	if (row_filter)
+		appendStringInfo(&sql, " WHERE (%s)", row_filter);
 	*last = false;
 	if (strcmp(b->mode, "ctid") == 0)
 	{
-		appendStringInfo(&sql, " WHERE ctid OPERATOR(pg_catalog.>=) '(" INT64_FORMAT ",0)'::pg_catalog.tid"
+		appendStringInfo(&sql, "%sctid OPERATOR(pg_catalog.>=) '(" INT64_FORMAT ",0)'::pg_catalog.tid"
 						 " AND ctid OPERATOR(pg_catalog.<) '(" INT64_FORMAT ",0)'::pg_catalog.tid",
-						 b->next_block, b->next_block + CHUNK_BLOCKS);
+						 where, b->next_block, b->next_block + CHUNK_BLOCKS);
 		*last = (b->next_block + CHUNK_BLOCKS >= nblocks);
 	}
 	else if (strcmp(b->mode, "keyset") == 0)
 	{
 		if (b->cursor_key != NIL)
 		{
-			appendStringInfoString(&sql, " WHERE ");
+			appendStringInfoString(&sql, where);
 			append_after_cursor(&sql, order);
 		}
 		append_order_by(&sql, order);
@@ -514,7 +520,7 @@ chunk_query(ReplicantBackfill *b, Relation rel, KeyOrder *order,
 		const char *key = quote_identifier(linitial(order->names));
 		char	   *type = linitial(order->types);
 
-		appendStringInfoString(&sql, " WHERE true");
+		appendStringInfo(&sql, "%strue", where);
 		if (b->next_range > 0)
 			appendStringInfo(&sql, " AND %s %s $1::%s", key, (char *) linitial(order->ge_ops), type);
 		if (b->next_range < nbounds)
@@ -647,11 +653,13 @@ chunk_relation(ReplicantChunk *chunk, Relation rel)
 /*
  * Reads the chunk's rows through a cursor under the given snapshot.  A
  * keyset chunk ends early once its rows reach batch_max_bytes (at least one
- * row), its cursor then being the last row taken.
+ * row), its cursor then being the last row taken.  Rows carry the published
+ * columns only (NULL: all).
  */
 static void
 read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *query,
-		  Snapshot snapshot, ReplicantPipeline *pipeline, bool *last)
+		  Snapshot snapshot, ReplicantPipeline *pipeline, const Bitmapset *columns,
+		  bool *last)
 {
 	const ReplicantFormat *format = replicant_format_of(pipeline);
 	int			max_bytes = pipeline->batch_max_bytes;
@@ -702,7 +710,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 
 			replicant_change_from_row(&record, chunk->relation, &key, &new_row, desc,
 									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-									  values, isnull, key_columns, whole_row);
+									  values, isnull, key_columns, whole_row, columns);
 			record.backfill_id = b->id;
 			resetStringInfo(&change);
 			format->change(&change, pipeline->name, &record);
@@ -772,12 +780,14 @@ snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 }
 
 /*
- * Reads the chunk's rows of the open table under snapshot, and notes where
- * the next chunk starts.
+ * Reads the chunk's rows of the open table under snapshot (those matching
+ * row_filter, if any; the published columns), and notes where the next
+ * chunk starts.
  */
 static void
 read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
-				ReplicantChunk *chunk, Relation rel, Snapshot snapshot)
+				ReplicantChunk *chunk, Relation rel, Snapshot snapshot,
+				const char *row_filter, const Bitmapset *columns)
 {
 	KeyOrder   *order = NULL;
 	char	   *query;
@@ -797,8 +807,8 @@ read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	nblocks = RelationGetNumberOfBlocks(rel);
 	if (strcmp(b->mode, "ctid") != 0)
 		order = key_order(rel);
-	query = chunk_query(b, rel, order, nblocks, &last);
-	read_rows(chunk, rel, order, query, snapshot, pipeline, &last);
+	query = chunk_query(b, rel, order, nblocks, row_filter, &last);
+	read_rows(chunk, rel, order, query, snapshot, pipeline, columns, &last);
 
 	if (strcmp(b->mode, "keyset") != 0)
 		keep_cursor(chunk);
@@ -828,6 +838,8 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	ReplicantChunk *chunk;
 	Relation	rel;
 	Snapshot	snapshot;
+	char	   *row_filter = NULL;
+	Bitmapset  *columns = NULL;
 
 	*halt_reason = NULL;
 	chunk = new_chunk(b, caller);
@@ -849,6 +861,9 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		return chunk;
 	}
 	*halt_reason = replicant_snapshot_read_denied(rel);
+	if (*halt_reason == NULL)
+		*halt_reason = replicant_publication_read_filter(rel, pipeline->publications,
+														 &row_filter, &columns);
 	if (*halt_reason)
 	{
 		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
@@ -858,7 +873,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		replicant_chunk_free(chunk);
 		return NULL;
 	}
-	read_chunk_rows(pipeline, b, chunk, rel, snapshot);
+	read_chunk_rows(pipeline, b, chunk, rel, snapshot, row_filter, columns);
 	UnregisterSnapshot(snapshot);
 	table_close(rel, AccessShareLock);
 	close_chunk(chunk, &access);

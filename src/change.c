@@ -18,7 +18,8 @@ replicant_change_from_row(ReplicantChange *change, const ReplicantRelation *rela
 						  StringInfo key, StringInfo new_row,
 						  TupleDesc desc, HeapTuple row, TupleDesc row_desc,
 						  Datum *values, bool *nulls,
-						  const Bitmapset *key_columns, bool whole_row)
+						  const Bitmapset *key_columns, bool whole_row,
+						  const Bitmapset *columns)
 {
 	int			attnum;
 	int			col = 1;
@@ -41,7 +42,7 @@ replicant_change_from_row(ReplicantChange *change, const ReplicantRelation *rela
 	else
 		appendStringInfoString(key, "null");
 	resetStringInfo(new_row);
-	replicant_encode_object(new_row, desc, values, nulls, NULL, REPLICANT_TOAST_DETOAST, NULL);
+	replicant_encode_object(new_row, desc, values, nulls, columns, REPLICANT_TOAST_DETOAST, NULL);
 
 	memset(change, 0, sizeof(ReplicantChange));
 	change->op = REPLICANT_OP_READ;

@@ -76,13 +76,15 @@ typedef struct ReplicantMessage
  * SELECT * skips dropped columns, so the row's values are lined up with the
  * relation's attributes in values/nulls (natts long), and keys and values
  * encode exactly as the stream's do.  key and new_row receive the encoded
- * fields the change points to; the caller sets backfill_id.
+ * fields the change points to; the caller sets backfill_id.  columns are
+ * the published ones (NULL: all); the key is not limited by them.
  */
 extern void replicant_change_from_row(ReplicantChange *change,
 									  const ReplicantRelation *relation,
 									  StringInfo key, StringInfo new_row,
 									  TupleDesc desc, HeapTuple row, TupleDesc row_desc,
 									  Datum *values, bool *nulls,
-									  const Bitmapset *key_columns, bool whole_row);
+									  const Bitmapset *key_columns, bool whole_row,
+									  const Bitmapset *columns);
 
 #endif							/* REPLICANT_CHANGE_H */

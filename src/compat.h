@@ -88,6 +88,18 @@ replicant_wait_for_standby_confirmation(XLogRecPtr lsn)
 #define REPLICANT_ATT_IS_VIRTUAL(att) false
 #endif
 
+/*
+ * PG18's publish_generated_columns: a publication without a column list
+ * publishes stored generated columns only when it says "stored".  Earlier
+ * servers never publish generated columns.
+ */
+#if PG_VERSION_NUM >= 180000
+#define REPLICANT_PUB_PUBLISHES_STORED_GENERATED(pub) \
+	((pub)->pubgencols_type == PUBLISH_GENCOLS_STORED)
+#else
+#define REPLICANT_PUB_PUBLISHES_STORED_GENERATED(pub) false
+#endif
+
 /* PG18 types the binary side of pg_b64_encode and pg_b64_decode as uint8. */
 #if PG_VERSION_NUM >= 180000
 typedef uint8 ReplicantB64Byte;

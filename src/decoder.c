@@ -244,6 +244,12 @@ replicant_decoder_current_table(ReplicantDecoder *decoder)
 	return decoder->state->current_table;
 }
 
+bool
+replicant_decoder_in_row_filter(ReplicantDecoder *decoder)
+{
+	return decoder->state->in_row_filter;
+}
+
 ReplicantChunk *
 replicant_decoder_chunk(ReplicantDecoder *decoder)
 {

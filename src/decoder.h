@@ -62,6 +62,9 @@ extern XLogRecPtr replicant_decoder_halt_lsn(ReplicantDecoder *decoder);
 /* The table whose change is being encoded, for error reports. */
 extern const char *replicant_decoder_current_table(ReplicantDecoder *decoder);
 
+/* Whether that change's error came from evaluating a row filter. */
+extern bool replicant_decoder_in_row_filter(ReplicantDecoder *decoder);
+
 /*
  * The incremental backfill chunk the stream's changes are matched against,
  * or NULL.  Reading stops when it completes (its high watermark).

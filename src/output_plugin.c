@@ -29,6 +29,7 @@
 #include "encoder.h"
 #include "output_plugin.h"
 #include "publication.h"
+#include "pubfilter.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 
@@ -210,7 +211,7 @@ encode_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 		   Datum *values, bool *nulls)
 {
 	if (info->identity_full || info->key_columns == NULL)
-		replicant_encode_object(out, desc, values, nulls, NULL,
+		replicant_encode_object(out, desc, values, nulls, info->filter->columns,
 								REPLICANT_TOAST_UNCHANGED, NULL);
 	else
 		replicant_encode_object(out, desc, values, nulls, info->key_columns,
@@ -299,7 +300,7 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 	record->txn = &rows->txn;
 	record->index = state->txn_changes++;
 	initStringInfo(&rows->key);
-	if (old_values)
+	if (old_values && op != REPLICANT_OP_INSERT)
 		encode_key(&rows->key, info, desc, old_values, old_nulls);
 	else
 		encode_key(&rows->key, info, desc, new_values, new_nulls);
@@ -308,7 +309,8 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 	if (new_values)
 	{
 		initStringInfo(&rows->new_row);
-		replicant_encode_object(&rows->new_row, desc, new_values, new_nulls, NULL,
+		replicant_encode_object(&rows->new_row, desc, new_values, new_nulls,
+								info->filter->columns,
 								REPLICANT_TOAST_UNCHANGED, &rows->unchanged);
 		record->new_row = &rows->new_row;
 	}
@@ -320,6 +322,34 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 	}
 	if (op == REPLICANT_OP_UPDATE)
 		record->unchanged = &rows->unchanged;
+}
+
+/*
+ * The row filters' verdict on a change (pubfilter.c); halts when the change
+ * cannot be delivered whole.  An error while evaluating a filter is turned
+ * into a halt by the worker (in_row_filter names the cause).
+ */
+static bool
+filter_change(ReplicantDecodingState *state, ReorderBufferTXN *txn,
+			  ReplicantRelInfo *info, Relation relation,
+			  ReorderBufferChangeType *action,
+			  Datum *old_values, bool *old_nulls,
+			  Datum **new_values, bool **new_nulls)
+{
+	char	   *reason;
+	bool		deliver;
+
+	state->in_row_filter = true;
+	deliver = replicant_pubfilter_change(info->filter, relation, action,
+										 old_values, old_nulls,
+										 new_values, new_nulls, &reason);
+	state->in_row_filter = false;
+	if (reason)
+	{
+		state->halt_lsn = txn->final_lsn;
+		halt(state, reason);
+	}
+	return deliver;
 }
 
 static void
@@ -335,6 +365,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	bool	   *new_nulls = NULL;
 	Datum	   *old_values = NULL;
 	bool	   *old_nulls = NULL;
+	ReorderBufferChangeType action = change->action;
 	ReplicantOp op;
 	bool		published;
 	ReplicantChange record;
@@ -350,18 +381,15 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	if (info == NULL)
 		goto done;
 
-	switch (change->action)
+	switch (action)
 	{
 		case REORDER_BUFFER_CHANGE_INSERT:
-			op = REPLICANT_OP_INSERT;
 			published = info->pub_insert;
 			break;
 		case REORDER_BUFFER_CHANGE_UPDATE:
-			op = REPLICANT_OP_UPDATE;
 			published = info->pub_update;
 			break;
 		case REORDER_BUFFER_CHANGE_DELETE:
-			op = REPLICANT_OP_DELETE;
 			published = info->pub_delete;
 			break;
 		default:
@@ -384,6 +412,15 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	}
 	if (new_values == NULL && old_values == NULL)
 		goto done;				/* a delete without replica identity */
+
+	/* The row filter may drop the change or make an update an insert or delete. */
+	if (!filter_change(state, txn, info, relation, &action,
+					   old_values, old_nulls, &new_values, &new_nulls))
+		goto done;
+	op = (action == REORDER_BUFFER_CHANGE_INSERT) ? REPLICANT_OP_INSERT :
+		(action == REORDER_BUFFER_CHANGE_UPDATE) ? REPLICANT_OP_UPDATE : REPLICANT_OP_DELETE;
+	if (action == REORDER_BUFFER_CHANGE_DELETE)
+		new_values = NULL;
 
 	open_txn(state, txn);
 	describe_change(&record, &rows, op, state, txn, info, desc,

@@ -23,6 +23,7 @@ typedef struct ReplicantDecodingState
 	XLogRecPtr	halt_lsn;		/* commit LSN of the change that halted, if any */
 	XLogRecPtr	resumed_lsn;	/* halts met by changes before it were resumed past */
 	char		current_table[NAMEDATALEN];	/* being encoded, for error reports */
+	bool		in_row_filter;	/* evaluating current_table's row filter */
 	ReplicantChunk *chunk;		/* incremental backfill chunk, or NULL */
 
 	/* pg_logical_emit_message() delivery (options messages, message_prefixes) */

@@ -11,9 +11,9 @@
  * cached per relation and dropped by catalog invalidations, which the
  * reorder buffer replays at their own positions.
  *
- * What replicant cannot deliver faithfully yet (row filters, column lists,
- * publish_via_partition_root) makes the pipeline halt instead of delivering
- * rows the publication would not.
+ * Row filters and column lists are pubfilter.c's.  What replicant cannot
+ * deliver faithfully yet (publish_via_partition_root) makes the pipeline
+ * halt instead of delivering rows the publication would not.
  */
 #include "postgres.h"
 
@@ -39,6 +39,7 @@
 
 #include "compat.h"
 #include "publication.h"
+#include "pubfilter.h"
 
 static List *publication_names = NIL;
 static XLogRecPtr *publication_lsns = NULL;	/* per name: counts from here on */
@@ -296,48 +297,48 @@ replicant_publication_key(Relation rel, Bitmapset **key_columns,
 		plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_IDENTITY_KEY));
 }
 
+/* FOR ALL TABLES, or rel's schema: no row filter, no column list. */
+static bool
+whole_table(Publication *pub, List *schema_pubs)
+{
+	return pub->alltables || list_member_oid(schema_pubs, pub->oid);
+}
+
+/*
+ * Whether pub delivers rel: FOR ALL TABLES, its schema, itself or (as a
+ * partition) an ancestor listed.
+ */
+static bool
+publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
+		  List *ancestors)
+{
+	if (whole_table(pub, schema_pubs) || list_member_oid(rel_pubs, pub->oid))
+		return true;
+	return ancestors != NIL &&
+		OidIsValid(GetTopMostAncestorInPublication(pub->oid, ancestors, NULL));
+}
+
 /* Adds pub's actions to entry if pub delivers rel; may set a halt reason. */
 static void
 apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 				  XLogRecPtr from, List *rel_pubs, List *schema_pubs, List *ancestors)
 {
-	Oid			listed_relid = InvalidOid;
-	HeapTuple	tuple;
-
-	if (!pub->alltables && !list_member_oid(schema_pubs, pub->oid))
-	{
-		if (list_member_oid(rel_pubs, pub->oid))
-			listed_relid = RelationGetRelid(rel);
-		else if (ancestors != NIL)
-			listed_relid = GetTopMostAncestorInPublication(pub->oid, ancestors, NULL);
-		if (!OidIsValid(listed_relid))
-			return;
-
-		/* Only FOR TABLE entries carry row filters and column lists. */
-		tuple = SearchSysCache2(PUBLICATIONRELMAP,
-								ObjectIdGetDatum(listed_relid),
-								ObjectIdGetDatum(pub->oid));
-		if (HeapTupleIsValid(tuple))
-		{
-			bool		isnull;
-
-			(void) SysCacheGetAttr(PUBLICATIONRELMAP, tuple,
-								   Anum_pg_publication_rel_prqual, &isnull);
-			if (!isnull && entry->halt_reason == NULL)
-				entry->halt_reason = psprintf("publication \"%s\" has a row filter on table \"%s\", which replicant does not support yet",
-											  pub->name, RelationGetRelationName(rel));
-			(void) SysCacheGetAttr(PUBLICATIONRELMAP, tuple,
-								   Anum_pg_publication_rel_prattrs, &isnull);
-			if (!isnull && entry->halt_reason == NULL)
-				entry->halt_reason = psprintf("publication \"%s\" has a column list on table \"%s\", which replicant does not support yet",
-											  pub->name, RelationGetRelationName(rel));
-			ReleaseSysCache(tuple);
-		}
-	}
+	if (!publishes(pub, rel, rel_pubs, schema_pubs, ancestors))
+		return;
 
 	if (pub->pubviaroot && ancestors != NIL && entry->halt_reason == NULL)
 		entry->halt_reason = psprintf("publication \"%s\" publishes via the partition root, which replicant does not support yet",
 									  pub->name);
+
+	/*
+	 * Filters and column lists as pgoutput reads them: from rel's own FOR
+	 * TABLE entry, unless the publication has the whole table anyway.
+	 */
+	replicant_pubfilter_add(entry->filter, rel,
+							whole_table(pub, schema_pubs) ? InvalidOid : RelationGetRelid(rel),
+							pub);
+	if (entry->filter->conflict && entry->halt_reason == NULL)
+		entry->halt_reason = pstrdup(entry->filter->conflict);
 
 	entry->published_from = entry->published ? Min(entry->published_from, from) : from;
 	entry->published = true;
@@ -345,6 +346,35 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 	entry->pub_update |= pub->pubactions.pubupdate;
 	entry->pub_delete |= pub->pubactions.pubdelete;
 	entry->pub_truncate |= pub->pubactions.pubtruncate;
+}
+
+char *
+replicant_publication_read_filter(Relation rel, List *names,
+								  char **where_sql, Bitmapset **columns)
+{
+	ReplicantPubFilter *filter = replicant_pubfilter_create(CurrentMemoryContext);
+	Oid			relid = RelationGetRelid(rel);
+	List	   *rel_pubs = GetRelationPublications(relid);
+	List	   *schema_pubs = GetSchemaPublications(RelationGetNamespace(rel));
+	List	   *ancestors = NIL;
+	ListCell   *lc;
+	char	   *reason;
+
+	if (rel->rd_rel->relispartition)
+		ancestors = get_partition_ancestors(relid);
+	foreach(lc, names)
+	{
+		Publication *pub = GetPublicationByName(lfirst(lc), true);
+
+		if (pub && publishes(pub, rel, rel_pubs, schema_pubs, ancestors))
+			replicant_pubfilter_add(filter, rel,
+									whole_table(pub, schema_pubs) ? InvalidOid : relid, pub);
+	}
+	*where_sql = replicant_pubfilter_read_sql(filter, rel);
+	*columns = bms_copy(filter->columns);
+	reason = filter->conflict ? pstrdup(filter->conflict) : NULL;
+	replicant_pubfilter_free(filter);
+	return reason;
 }
 
 /*
@@ -561,6 +591,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	char	   *schema_change = entry->schema_change;
 
 	bms_free(entry->key_columns);
+	replicant_pubfilter_free(entry->filter);
 	if (entry->relation.schema)
 		pfree(entry->relation.schema);
 	if (entry->relation.table)
@@ -582,6 +613,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	schema_pubs = GetSchemaPublications(RelationGetNamespace(rel));
 	if (rel->rd_rel->relispartition)
 		ancestors = get_partition_ancestors(relid);
+	entry->filter = replicant_pubfilter_create(CacheMemoryContext);
 	forboth(lc, publications, lc2, publications_from)
 		apply_publication(entry, rel, lfirst(lc), *(XLogRecPtr *) lfirst(lc2),
 						  rel_pubs, schema_pubs, ancestors);

@@ -38,6 +38,9 @@ typedef struct ReplicantRelInfo
 	/* How changes name the relation */
 	ReplicantRelation relation;
 
+	/* Row filters and published columns (pubfilter.h); set when published. */
+	struct ReplicantPubFilter *filter;
+
 	/*
 	 * Set when delivering this relation would be wrong or is not supported:
 	 * the pipeline halts with this value-free reason.
@@ -94,6 +97,16 @@ extern void replicant_publication_key(Relation rel, Bitmapset **key_columns,
 extern void replicant_publication_save_table_shape(int32 pipeline_id, Relation rel);
 extern void replicant_publication_load_shapes(int32 pipeline_id);
 extern void replicant_publication_save_shapes(int32 pipeline_id);
+
+/*
+ * What a snapshot or backfill of rel reads under these publications (by
+ * name): *where_sql the row filter as SQL (NULL: every row), *columns the
+ * published columns (NULL: every live column).  Returns a value-free reason
+ * when the server would refuse to synchronize the table, else NULL.  Runs
+ * in a transaction, outside decoding.
+ */
+extern char *replicant_publication_read_filter(Relation rel, List *publication_names,
+											   char **where_sql, Bitmapset **columns);
 
 /*
  * A value-free reason if a publication that counts for a commit at

@@ -220,7 +220,6 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 	int			i = 0;
 	char	   *reason = NULL;
 	uint64		ntables;
-	uint64		t;
 
 	pubs = palloc(sizeof(Datum) * list_length(pipeline->publications));
 	foreach(lc, pipeline->publications)
@@ -235,39 +234,16 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not clear the snapshot plan");
 
-	/*
-	 * What pgoutput would publish: the union over the publications.  A
-	 * column list is read from pg_publication_rel (on the table or an
-	 * ancestor), since pg_publication_tables.attnames lists the published
-	 * columns even without one from PostgreSQL 16 on.
-	 */
-	if (SPI_execute_with_args("SELECT c.oid, c.relname, bool_or(pt.rowfilter IS NOT NULL),"
-							  "       bool_or(EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel pr"
-							  "                        JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid"
-							  "                       WHERE p.pubname = pt.pubname AND pr.prattrs IS NOT NULL"
-							  "                         AND pr.prrelid IN (SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid))))"
+	/* What pgoutput would publish: the union over the publications. */
+	if (SPI_execute_with_args("SELECT DISTINCT c.oid"
 							  "  FROM pg_catalog.pg_publication_tables pt"
 							  "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
 							  "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
 							  " WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant'"
-							  "   AND c.relkind = 'r'"
-							  " GROUP BY c.oid, c.relname ORDER BY c.oid",
+							  "   AND c.relkind = 'r'",
 							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list published tables");
 	ntables = SPI_processed;
-	for (t = 0; t < ntables && reason == NULL; t++)
-	{
-		bool		isnull;
-		HeapTuple	tuple = SPI_tuptable->vals[t];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-
-		if (DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull)))
-			reason = psprintf("a publication has a row filter on table \"%s\", which replicant does not support yet",
-							  SPI_getvalue(tuple, desc, 2));
-		else if (DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull)))
-			reason = psprintf("a publication has a column list on table \"%s\", which replicant does not support yet",
-							  SPI_getvalue(tuple, desc, 2));
-	}
 
 	/* The stream halts on these; the snapshot must not skip them silently. */
 	if (reason == NULL &&
@@ -361,11 +337,14 @@ planned_relids(ReplicantPipeline *pipeline)
 
 /* The relation's names; table is NULL when the relation was dropped. */
 static void
-relation_names(ReplicantRelation *relation, Oid relid)
+relation_names(ReplicantRelation *relation, Oid relid, MemoryContext mcxt)
 {
+	MemoryContext old = MemoryContextSwitchTo(mcxt);
+
 	relation->table = get_rel_name(relid);
 	relation->schema = relation->table ?
 		get_namespace_name(get_rel_namespace(relid)) : NULL;
+	MemoryContextSwitchTo(old);
 }
 
 static void
@@ -422,6 +401,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	uint64		n;
 	uint64		i;
 	StringInfoData out;
+	MemoryContext caller = CurrentMemoryContext;	/* outlives the SPI connection */
 
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
@@ -432,8 +412,8 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			  " WHERE pipeline_id = $1 AND kind = 'initial' AND NOT first_sent ORDER BY id",
 			  pipeline->id, true);
 	n = SPI_processed;
-	ids = palloc(sizeof(int64) * (n + 1));
-	relations = palloc(sizeof(ReplicantRelation) * (n + 1));
+	ids = MemoryContextAlloc(caller, sizeof(int64) * (n + 1));
+	relations = MemoryContextAlloc(caller, sizeof(ReplicantRelation) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;
@@ -442,7 +422,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		ids[i] = spi_int8(i, 1);
 		/* A table dropped since planning has nothing left to deliver. */
-		relation_names(&relations[i], relid);
+		relation_names(&relations[i], relid, caller);
 	}
 	replicant_catalog_end(&access);
 
@@ -1104,15 +1084,29 @@ add_window_row(WindowBatch *batch, StringInfo change)
 	batch->in_body++;
 }
 
-/* The query reading blocks [shard's next block, hi) of rel. */
+/*
+ * The query reading blocks [shard's next block, hi) of rel: only the rows
+ * the publications deliver, as table synchronization reads them; sets
+ * *columns to the published columns.  Halts when the publications
+ * disagree on them.
+ */
 static char *
-window_query(Relation rel, Shard *shard, int64 hi)
+window_query(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+			 Relation rel, Shard *shard, int64 hi, Bitmapset **columns)
 {
+	char	   *row_filter;
+	char	   *refused = replicant_publication_read_filter(rel, pipeline->publications,
+															&row_filter, columns);
+
+	if (refused)
+		replicant_delivery_halt(slot, pipeline, refused);
 	return psprintf("SELECT * FROM ONLY %s"
-					" WHERE ctid >= '(" INT64_FORMAT ",0)'::tid AND ctid < '(" INT64_FORMAT ",0)'::tid",
+					" WHERE ctid >= '(" INT64_FORMAT ",0)'::tid AND ctid < '(" INT64_FORMAT ",0)'::tid%s%s%s",
 					quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 											   RelationGetRelationName(rel)),
-					shard->next_block, hi);
+					shard->next_block, hi,
+					row_filter ? " AND (" : "", row_filter ? row_filter : "",
+					row_filter ? ")" : "");
 }
 
 /*
@@ -1131,6 +1125,8 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	bool		identity_full;
 	const ReplicantFormat *format = replicant_format_of(pipeline);
 	ReplicantRelation relation;
+	Bitmapset  *columns;
+	char	   *query;
 	StringInfoData change;
 	StringInfoData key;
 	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink,
@@ -1164,10 +1160,10 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	relation.table = pstrdup(RelationGetRelationName(rel));
 	batch.relation = &relation;
 
+	query = window_query(slot, pipeline, rel, shard, hi, &columns);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	portal = SPI_cursor_open_with_args(NULL, window_query(rel, shard, hi),
-									   0, NULL, NULL, NULL, true, 0);
+	portal = SPI_cursor_open_with_args(NULL, query, 0, NULL, NULL, NULL, true, 0);
 	/* What follows must outlive SPI_finish. */
 	MemoryContextSwitchTo(window_context);
 
@@ -1194,7 +1190,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 			replicant_change_from_row(&record, &relation, &key, &new_row, desc,
 									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-									  values, nulls, key_columns, whole_row);
+									  values, nulls, key_columns, whole_row, columns);
 			record.backfill_id = shard->backfill_id;
 			resetStringInfo(&change);
 			format->change(&change, pipeline->name, &record);

@@ -163,7 +163,9 @@ read_or_halt(Worker *w)
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
 		replicant_delivery_halt(w->slot, w->pipeline,
-								psprintf("could not encode a change of table \"%s\" (error class %s)",
+								psprintf(replicant_decoder_in_row_filter(w->decoder) ?
+										 "the row filter of table \"%s\" failed on a change (error class %s)" :
+										 "could not encode a change of table \"%s\" (error class %s)",
 										 replicant_decoder_current_table(w->decoder),
 										 unpack_sql_state(edata->sqlerrcode)));
 	}

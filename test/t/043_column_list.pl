@@ -1,0 +1,261 @@
+# Column lists (CREATE PUBLICATION ... FOR TABLE t (a, b)) and generated
+# columns deliver what a PostgreSQL subscriber of the same publications
+# receives: the scenarios of PostgreSQL's
+# src/test/subscription/t/031_column_list.pl that publish leaf tables, with
+# its expected rows, on the snapshot and the stream.  Different column lists
+# for one table halt the pipeline, as the server refuses them.  Generated
+# columns are not published before PostgreSQL 18, nor on 18 unless
+# publish_generated_columns = stored (041 covers that).
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+my $node = ReplicantTest::new_node('collist');
+my $sink = ReplicantTest::start_sink(keep_bodies => 1);
+
+# Waits until the sink's rows of $table are the source's $select.
+sub sink_has
+{
+	my ($db, $table, $select, $name) = @_;
+	my $expected = ReplicantTest::source_rows($node, $db, "($select)");
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	my $sunk;
+	while (1)
+	{
+		$sunk = $sink->dump($table);
+		last if $sunk eq $expected || time() > $deadline;
+		usleep(200_000);
+	}
+	is($sunk, $expected, $name);
+}
+
+sub state_of
+{
+	my ($db, $pipeline) = @_;
+	return $node->safe_psql($db,
+		"SELECT state || '|' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = '$pipeline'");
+}
+
+# The changes of table $table the sink received, in order.
+sub changes_of
+{
+	my ($table) = @_;
+	return [ grep { $_->{table} eq $table }
+		  map { @{ $_->{body}{changes} // [] }, map { @{ $_->{changes} } } @{ $_->{body}{transactions} // [] } }
+		  @{ $sink->bodies } ];
+}
+
+$node->safe_psql('postgres', q{
+CREATE EXTENSION replicant;
+CREATE TABLE tab1 (a int PRIMARY KEY, "B" int, c int);
+CREATE TABLE tab2 (a int PRIMARY KEY, b varchar, c int);
+CREATE TABLE tab3 ("a'" int PRIMARY KEY, "B" varchar, "c'" int);
+CREATE TYPE test_typ AS ENUM ('blue', 'red');
+CREATE TABLE tab4 (a int PRIMARY KEY, b test_typ, c int, d text);
+CREATE PUBLICATION pub1 FOR TABLE tab1 (a, "B"), tab3 ("a'", "c'"), tab4 (a, b, d);
+INSERT INTO tab1 VALUES (1, 2, 3), (4, 5, 6);
+INSERT INTO tab3 VALUES (1, 2, 3), (4, 5, 6);
+INSERT INTO tab4 VALUES (1, 'red', 3, 'oh my'), (2, 'blue', 4, 'hello');
+INSERT INTO tab2 VALUES (1, 'abc', 3);
+
+CREATE TABLE tab5 (a int PRIMARY KEY, b int, c int, d int);
+CREATE PUBLICATION pub2 FOR TABLE tab5 (a, b);
+CREATE PUBLICATION pub3 FOR TABLE tab5 (a, b);
+INSERT INTO tab5 VALUES (1, 11, 111, 1111), (2, 22, 222, 2222);
+
+CREATE TABLE test_mix_4 (a int PRIMARY KEY, b int, c int, d int GENERATED ALWAYS AS (a + 1) STORED);
+ALTER TABLE test_mix_4 DROP COLUMN c;
+CREATE PUBLICATION pub_mix_7 FOR TABLE test_mix_4 (a, b);
+CREATE PUBLICATION pub_mix_8 FOR TABLE test_mix_4;
+INSERT INTO test_mix_4 VALUES (1, 2);
+
+CREATE TABLE gen (id int PRIMARY KEY, a int, s int GENERATED ALWAYS AS (a * 2) STORED);
+CREATE PUBLICATION pub_gen FOR TABLE gen;
+INSERT INTO gen (id, a) VALUES (1, 10);
+
+CREATE TABLE toasty (id int PRIMARY KEY, v int, outside text, inside text);
+ALTER TABLE toasty ALTER COLUMN outside SET STORAGE EXTERNAL;
+ALTER TABLE toasty ALTER COLUMN inside SET STORAGE EXTERNAL;
+CREATE PUBLICATION pub_toast FOR TABLE toasty (id, v, inside);
+INSERT INTO toasty VALUES (1, 1, repeat('o', 5000), repeat('i', 5000));
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('cl', '{pub1,pub2,pub3,pub_mix_7,pub_mix_8,pub_gen,pub_toast}'::text[], '$sink->{url}', snapshot => 'initial')");
+
+sink_has('postgres', 'public.tab1', 'SELECT a, "B" FROM tab1', 'snapshot tab1: only (a, "B")');
+sink_has('postgres', 'public.tab3', q{SELECT "a'", "c'" FROM tab3},
+	'snapshot tab3: only ("a\'", "c\'")');
+sink_has('postgres', 'public.tab4', 'SELECT a, b, d FROM tab4', 'snapshot tab4: only (a, b, d)');
+sink_has('postgres', 'public.tab5', 'SELECT a, b FROM tab5',
+	'snapshot tab5: two publications with the same column list');
+sink_has('postgres', 'public.test_mix_4', 'SELECT a, b FROM test_mix_4',
+	'snapshot test_mix_4: a list of every column but the generated one equals no list');
+sink_has('postgres', 'public.gen', 'SELECT id, a FROM gen',
+	'snapshot gen: the stored generated column is not published');
+sink_has('postgres', 'public.toasty', 'SELECT id, v, inside FROM toasty',
+	'snapshot toasty: only (id, v, inside)');
+
+$node->safe_psql('postgres', q{
+INSERT INTO tab1 VALUES (2, 3, 4), (5, 6, 7);
+INSERT INTO tab3 VALUES (2, 3, 4), (5, 6, 7);
+INSERT INTO tab4 VALUES (3, 'red', 5, 'foo'), (4, 'blue', 6, 'bar');
+UPDATE tab1 SET "B" = 2 * "B" WHERE a = 1;
+UPDATE tab1 SET c = 2 * c WHERE a = 4;
+UPDATE tab3 SET "B" = "B" || ' updated' WHERE "a'" = 4;
+UPDATE tab3 SET "c'" = 2 * "c'" WHERE "a'" = 1;
+UPDATE tab4 SET b = 'blue', c = c * 2, d = d || ' updated' WHERE a = 1;
+UPDATE tab4 SET b = 'red', c = c * 2, d = d || ' updated' WHERE a = 2;
+INSERT INTO tab5 VALUES (3, 33, 333, 3333), (4, 44, 444, 4444);
+INSERT INTO test_mix_4 VALUES (3, 4);
+INSERT INTO gen (id, a) VALUES (2, 20);
+UPDATE gen SET a = 11 WHERE id = 1;
+UPDATE toasty SET v = 2;
+});
+sink_has('postgres', 'public.tab1', 'SELECT a, "B" FROM tab1',
+	'stream tab1: 1|4, 2|3, 4|5, 5|6');
+is($node->safe_psql('postgres', 'SELECT string_agg(a || \'|\' || "B", \',\' ORDER BY a) FROM tab1'),
+	'1|4,2|3,4|5,5|6', 'tab1 holds the rows of PostgreSQL\'s test');
+sink_has('postgres', 'public.tab3', q{SELECT "a'", "c'" FROM tab3},
+	'stream tab3: 1|6, 2|4, 4|6, 5|7');
+sink_has('postgres', 'public.tab4', 'SELECT a, b, d FROM tab4',
+	'stream tab4: updates carry (a, b, d)');
+sink_has('postgres', 'public.tab5', 'SELECT a, b FROM tab5',
+	'stream tab5: overlapping publications with the same column list');
+sink_has('postgres', 'public.test_mix_4', 'SELECT a, b FROM test_mix_4', 'stream test_mix_4');
+sink_has('postgres', 'public.gen', 'SELECT id, a FROM gen',
+	'stream gen: the stored generated column is not published');
+sink_has('postgres', 'public.toasty', 'SELECT id, v, inside FROM toasty', 'stream toasty');
+
+my ($update) = grep { $_->{op} eq 'update' } @{ changes_of('toasty') };
+is_deeply($update->{unchanged}, ['inside'],
+	'an unchanged TOAST column outside the list is not mentioned');
+is_deeply([ sort keys %{ $update->{new} } ], [ 'id', 'v' ], 'new carries listed columns only');
+is_deeply($update->{key}, { id => 1 }, 'the key is unaffected');
+
+# The old row carries the listed columns only (REPLICA IDENTITY FULL needs
+# every column listed on 15; here the key changes).
+$node->safe_psql('postgres', q{
+CREATE TABLE test_oldtuple_col (a int PRIMARY KEY, b int, c int);
+ALTER PUBLICATION pub1 ADD TABLE test_oldtuple_col (a, b);
+INSERT INTO test_oldtuple_col VALUES (1, 2, 3);
+UPDATE test_oldtuple_col SET a = 2;
+DELETE FROM test_oldtuple_col;
+});
+sink_has('postgres', 'public.test_oldtuple_col', 'SELECT a, b FROM test_oldtuple_col',
+	'stream test_oldtuple_col: inserted, moved and deleted');
+my @old = map { $_->{old} } grep { $_->{op} ne 'insert' } @{ changes_of('test_oldtuple_col') };
+is_deeply(\@old, [ { a => 1 }, { a => 2 } ], 'old rows of update and delete: the key only');
+
+# A table added to the publication later: its column list applies.
+$node->safe_psql('postgres', q{
+ALTER PUBLICATION pub1 ADD TABLE tab2 (a, b);
+INSERT INTO tab2 VALUES (2, 'def', 6);
+UPDATE tab2 SET c = 5 WHERE a = 1;
+UPDATE tab2 SET b = 'xyz' WHERE a = 2;
+});
+sink_has('postgres', 'public.tab2', 'SELECT a, b FROM tab2',
+	'tab2 added later: 1|abc, 2|xyz');
+is(state_of('postgres', 'cl'), 'streaming|', 'pipeline cl still streaming');
+
+# FOR ALL TABLES, or TABLES IN SCHEMA, beside a list of every column: all
+# columns (a database of its own, so FOR ALL TABLES publishes nothing else).
+$node->safe_psql('postgres', 'CREATE DATABASE mix');
+$node->safe_psql('mix', q{
+CREATE EXTENSION replicant;
+CREATE TABLE test_mix_2 (a int PRIMARY KEY, b int, c int);
+CREATE PUBLICATION pub_mix_3 FOR TABLE test_mix_2 (a, b, c);
+CREATE PUBLICATION pub_mix_4 FOR ALL TABLES;
+INSERT INTO test_mix_2 VALUES (1, 2, 3);
+CREATE SCHEMA s3;
+CREATE TABLE s3.test_mix_3 (a int PRIMARY KEY, b int, c int);
+CREATE PUBLICATION pub_mix_5 FOR TABLE s3.test_mix_3 (a, b, c);
+CREATE PUBLICATION pub_mix_6 FOR TABLES IN SCHEMA s3;
+INSERT INTO s3.test_mix_3 VALUES (1, 2, 3);
+});
+$node->safe_psql('mix',
+	"SELECT replicant.create_pipeline('mix', '{pub_mix_3,pub_mix_4}'::text[], '$sink->{url}', snapshot => 'initial')");
+$node->safe_psql('mix',
+	"SELECT replicant.create_pipeline('mix2', '{pub_mix_5,pub_mix_6}'::text[], '$sink->{url}', snapshot => 'initial')");
+$node->safe_psql('mix', 'INSERT INTO test_mix_2 VALUES (4, 5, 6); INSERT INTO s3.test_mix_3 VALUES (4, 5, 6);');
+ok(ReplicantTest::wait_until_synced($node, 'mix', $sink, [ 'test_mix_2', 's3.test_mix_3' ]),
+	'FOR ALL TABLES / TABLES IN SCHEMA beside a list of every column: all columns');
+$node->safe_psql('mix', "SELECT replicant.drop_pipeline('mix')");
+$node->safe_psql('mix', "SELECT replicant.drop_pipeline('mix2')");
+
+# Partitions published under their own names take their own FOR TABLE
+# entry's list (publish_via_partition_root = false), whatever the root's;
+# a partition published through its root's schema and directly with every
+# column has no list.
+$node->safe_psql('postgres', q{
+CREATE TABLE test_part_c (a int, b int, c int) PARTITION BY LIST (a);
+CREATE TABLE test_part_c_1 PARTITION OF test_part_c FOR VALUES IN (1, 3);
+ALTER TABLE test_part_c_1 ADD PRIMARY KEY (a);
+CREATE TABLE test_part_c_2 PARTITION OF test_part_c FOR VALUES IN (2, 4);
+ALTER TABLE test_part_c_2 ADD PRIMARY KEY (b);
+INSERT INTO test_part_c VALUES (1, 3, 5), (2, 4, 6);
+CREATE PUBLICATION pub8 FOR TABLE test_part_c WITH (publish_via_partition_root = false);
+ALTER PUBLICATION pub8 ADD TABLE test_part_c_1 (a, c);
+ALTER PUBLICATION pub8 ADD TABLE test_part_c_2 (a, b);
+CREATE SCHEMA s1;
+CREATE TABLE s1.t (a int PRIMARY KEY, b int, c int) PARTITION BY RANGE (a);
+CREATE TABLE t_1 PARTITION OF s1.t FOR VALUES FROM (1) TO (10);
+CREATE PUBLICATION pub_s1 FOR TABLES IN SCHEMA s1;
+CREATE PUBLICATION pub_t_1 FOR TABLE t_1 (a, b, c);
+INSERT INTO s1.t VALUES (1, 2, 3);
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('parts', '{pub8,pub_s1,pub_t_1}'::text[], '$sink->{url}', snapshot => 'initial')");
+$node->safe_psql('postgres', q{
+INSERT INTO test_part_c VALUES (3, 7, 8), (4, 9, 10);
+INSERT INTO s1.t VALUES (4, 5, 6);
+});
+sink_has('postgres', 'public.test_part_c_1', 'SELECT a, c FROM test_part_c_1',
+	'test_part_c_1: its own list (a, c): 1|5, 3|8');
+sink_has('postgres', 'public.test_part_c_2', 'SELECT a, b FROM test_part_c_2',
+	'test_part_c_2: its own list (a, b): 2|4, 4|9');
+sink_has('postgres', 'public.t_1', 'SELECT * FROM t_1',
+	'through the root\'s schema and with every column listed: all columns');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('parts')");
+
+# Different column lists for one table: the server refuses them, so does
+# the pipeline, at its snapshot and when a publication changes later.
+$node->safe_psql('postgres', q{
+CREATE TABLE test_mix_1 (a int PRIMARY KEY, b int, c int);
+CREATE PUBLICATION pub_mix_1 FOR TABLE test_mix_1 (a, b);
+CREATE PUBLICATION pub_mix_2 FOR TABLE test_mix_1 (a, c);
+INSERT INTO test_mix_1 VALUES (0, 0, 0);
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('mix1', '{pub_mix_1,pub_mix_2}'::text[], '$sink->{url}', snapshot => 'initial')");
+ok(ReplicantTest::poll($node,
+		"SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'mix1'"),
+	'different column lists: the snapshot halts');
+is(state_of('postgres', 'mix1'),
+	'halted|publications publish different columns of table "public.test_mix_1" (column lists or publish_generated_columns differ), which PostgreSQL refuses too',
+	'the reason says why');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('mix1')");
+
+$node->safe_psql('postgres', 'ALTER PUBLICATION pub_mix_1 SET TABLE test_mix_1 (a, c)');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('mix1b', '{pub_mix_1,pub_mix_2}'::text[], '$sink->{url}')");
+$node->safe_psql('postgres', 'INSERT INTO test_mix_1 VALUES (1, 1, 1)');
+sink_has('postgres', 'public.test_mix_1', 'SELECT a, c FROM test_mix_1 WHERE a = 1',
+	'the same lists: (a, c) streamed');
+$node->safe_psql('postgres', q{
+ALTER PUBLICATION pub_mix_1 SET TABLE test_mix_1 (a, b);
+INSERT INTO test_mix_1 VALUES (2, 2, 2);
+});
+ok(ReplicantTest::poll($node,
+		"SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'mix1b'"),
+	'a column list changed to differ: the stream halts');
+like(state_of('postgres', 'mix1b'), qr/^halted\|publications publish different columns of table "public.test_mix_1"/,
+	'the stream says why');
+sink_has('postgres', 'public.test_mix_1', 'SELECT a, c FROM test_mix_1 WHERE a = 1',
+	'nothing of the refused change was delivered');
+
+done_testing();
