@@ -12,6 +12,7 @@ OBJS = \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
+	src/partition_root.o \
 	src/encoder.o \
 	src/backfill.o \
 	src/batch.o \

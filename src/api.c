@@ -50,6 +50,7 @@
 #include "decoder.h"
 #include "redact.h"
 #include "pipeline.h"
+#include "partition_root.h"
 #include "publication.h"
 #include "replicant.h"
 #include "shmem.h"
@@ -758,7 +759,10 @@ count_pipelines_in_shmem(void)
 	return n;
 }
 
-/* The tables the publications deliver (their leaf partitions, not parents). */
+/*
+ * The tables the publications deliver: their leaf partitions, not parents,
+ * also those of a root published via the partition root.
+ */
 static List *
 published_tables(ArrayType *pubs)
 {
@@ -768,9 +772,7 @@ published_tables(ArrayType *pubs)
 	uint64		i;
 
 	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
-							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
-							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
-							  "   AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
+							  REPLICANT_PUBLISHED_LEAVES_JOIN
 							  " WHERE pt.pubname OPERATOR(pg_catalog.=) ANY ($1)"
 							  "   AND n.nspname OPERATOR(pg_catalog.<>) 'replicant'"
 							  "   AND c.relkind OPERATOR(pg_catalog.=) 'r'"
@@ -1391,18 +1393,21 @@ replicant_backfill(PG_FUNCTION_ARGS)
 	/* Only what the pipeline's publications deliver can be backfilled. */
 	args[0] = CStringGetTextDatum(name);
 	args[1] = ObjectIdGetDatum(relid);
-	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines p, pg_catalog.pg_publication_tables pt,"
-							  "       pg_catalog.pg_class c, pg_catalog.pg_namespace n"
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines p, pg_catalog.pg_publication_tables pt"
+							  REPLICANT_PUBLISHED_LEAVES_JOIN
 							  " WHERE p.name OPERATOR(pg_catalog.=) $1"
 							  "   AND pt.pubname OPERATOR(pg_catalog.=) ANY (p.publications)"
 							  "   AND c.oid OPERATOR(pg_catalog.=) $2"
-							  "   AND n.oid OPERATOR(pg_catalog.=) c.relnamespace"
 							  "   AND c.relkind OPERATOR(pg_catalog.=) 'r'"
-							  "   AND pt.schemaname OPERATOR(pg_catalog.=) n.nspname"
-							  "   AND pt.tablename OPERATOR(pg_catalog.=) c.relname"
 							  "   AND n.nspname OPERATOR(pg_catalog.<>) 'replicant'",
 							  2, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read publications");
+	if (SPI_processed == 0 && get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("cannot backfill partitioned table \"%s\"", get_rel_name(relid)),
+				 errdetail("Backfills read one table at a time."),
+				 errhint("Backfill its partitions; under publish_via_partition_root their rows are delivered as the partitioned table's.")));
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

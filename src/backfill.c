@@ -67,6 +67,7 @@
 #include "backfill.h"
 #include "compat.h"
 #include "encoder.h"
+#include "partition_root.h"
 #include "publication.h"
 #include "snapshot.h"
 
@@ -502,15 +503,18 @@ replicant_backfill_next(int32 pipeline_id)
 	return b;
 }
 
-/* Builds the chunk's SELECT; parameters are the cursor's key values. */
+/*
+ * Builds the chunk's SELECT of select_list from rel; parameters are the
+ * cursor's key values.
+ */
 static char *
-chunk_query(ReplicantBackfill *b, Relation rel, KeyOrder *order,
-			int64 nblocks, bool *last)
+chunk_query(ReplicantBackfill *b, Relation rel, const char *select_list,
+			KeyOrder *order, int64 nblocks, bool *last)
 {
 	StringInfoData sql;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT * FROM ONLY %s",
+	appendStringInfo(&sql, "SELECT %s FROM ONLY %s", select_list,
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 												RelationGetRelationName(rel)));
 	*last = false;
@@ -758,7 +762,8 @@ chunk_args(ReplicantBackfill *b, Datum *args, Oid *types, char *nulls)
 /*
  * Reads the chunk's rows through a cursor under the given snapshot.  A
  * keyset chunk ends early once its rows reach max_bytes (at least one
- * row), its cursor then being the last row taken.
+ * row), its cursor then being the last row taken.  Rows take the names,
+ * columns and key of rel: the table read, or the root it is published as.
  */
 static void
 read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *query,
@@ -867,6 +872,8 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	MemoryContext caller = CurrentMemoryContext;
 	ReplicantChunk *chunk;
 	Relation	rel;
+	Relation	target;
+	char	   *select_list;
 	KeyOrder   *order = NULL;
 	Snapshot	snapshot;
 	char	   *query;
@@ -943,9 +950,14 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	nblocks = RelationGetNumberOfBlocks(rel);
 	if (strcmp(b->mode, "ctid") != 0)
 		order = key_order(rel);
-	query = chunk_query(b, rel, order, nblocks, &last);
-	read_rows(chunk, rel, order, query, snapshot, pipeline->batch_max_bytes, &last);
+	/* A partition published via its root reads as the root. */
+	target = replicant_partition_root_open_for_read(rel, pipeline->publications,
+													AccessShareLock, &select_list);
+	query = chunk_query(b, rel, select_list, order, nblocks, &last);
+	read_rows(chunk, target, order, query, snapshot, pipeline->batch_max_bytes, &last);
 	UnregisterSnapshot(snapshot);
+	if (target != rel)
+		table_close(target, AccessShareLock);
 
 	if (strcmp(b->mode, "keyset") != 0)
 	{

@@ -27,6 +27,7 @@
 #include "compat.h"
 #include "encoder.h"
 #include "output_plugin.h"
+#include "partition_root.h"
 #include "publication.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
@@ -245,7 +246,7 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 				Datum *old_values, bool *old_nulls, bool unchanged_toast)
 {
 	ReplicantChunk *chunk = state->chunk;
-	TupleDesc	desc = RelationGetDescr(relation);
+	TupleDesc	desc = replicant_partition_root_desc(&info->root, relation);
 	StringInfoData key;
 
 	if (!collides(state, txn, relation))
@@ -274,9 +275,9 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 {
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 	ReplicantRelInfo *info;
-	TupleDesc	desc = RelationGetDescr(relation);
-	HeapTuple	newtuple = REPLICANT_CHANGE_NEWTUPLE(change);
-	HeapTuple	oldtuple = REPLICANT_CHANGE_OLDTUPLE(change);
+	TupleDesc	desc;
+	HeapTuple	newtuple;
+	HeapTuple	oldtuple;
 	Datum	   *new_values = NULL;
 	bool	   *new_nulls = NULL;
 	Datum	   *old_values = NULL;
@@ -314,6 +315,10 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	if (!published)
 		goto done;
 
+	/* A partition published via its root: the root's columns, by name. */
+	desc = replicant_partition_root_desc(&info->root, relation);
+	newtuple = replicant_partition_root_tuple(&info->root, REPLICANT_CHANGE_NEWTUPLE(change));
+	oldtuple = replicant_partition_root_tuple(&info->root, REPLICANT_CHANGE_OLDTUPLE(change));
 	if (newtuple)
 	{
 		new_values = palloc(desc->natts * sizeof(Datum));
@@ -366,6 +371,9 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 {
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 	MemoryContext old;
+	List	   *delivered = NIL;	/* relids whose truncate was delivered */
+	List	   *as_root = NIL;	/* partitions left out (indexes), */
+	List	   *roots = NIL;	/* and the roots they are delivered as */
 	int			i;
 
 	if (!wanted(state, txn))
@@ -379,13 +387,26 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 
 		if (info == NULL || !info->pub_truncate)
 			continue;
+		/* A partition delivered as its root: truncated when the root is. */
+		if (replicant_partition_root_skips_truncate(&info->root, relations[i]))
+		{
+			as_root = lappend_int(as_root, i);
+			roots = lappend_oid(roots, info->root.relid);
+			continue;
+		}
 		open_txn(state, txn);
 		initStringInfo(&out);
 		appendStringInfo(&out, "{\"op\":\"truncate\",%s}", info->names_json);
+		delivered = lappend_oid(delivered, RelationGetRelid(relations[i]));
 		if (collides(state, txn, relations[i]))
 			replicant_chunk_drop_all(state->chunk);
 		replicant_batch_add_change(state->batch, out.data, out.len);
-		}
+	}
+	/* A chunk of such a partition read rows that its root's truncate removed. */
+	for (i = 0; i < list_length(as_root) && state->halt_reason == NULL; i++)
+		if (list_member_oid(delivered, list_nth_oid(roots, i)) &&
+			collides(state, txn, relations[list_nth_int(as_root, i)]))
+			replicant_chunk_drop_all(state->chunk);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
 }

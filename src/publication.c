@@ -11,9 +11,10 @@
  * cached per relation and dropped by catalog invalidations, which the
  * reorder buffer replays at their own positions.
  *
- * What replicant cannot deliver faithfully yet (row filters, column lists,
- * publish_via_partition_root) makes the pipeline halt instead of delivering
- * rows the publication would not.
+ * A partition published via its root is delivered as that root
+ * (partition_root.c).  What replicant cannot deliver faithfully yet (row
+ * filters, column lists) makes the pipeline halt instead of delivering rows
+ * the publication would not.
  */
 #include "postgres.h"
 
@@ -99,6 +100,19 @@ invalidate_all_relinfo(void)
 		entry->valid = false;
 }
 
+/* Partitions delivered as relid take its new name and columns too. */
+static void
+invalidate_delivered_as(Oid relid)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (entry->root.relid == relid)
+			entry->valid = false;
+}
+
 static void
 relcache_callback(Datum arg, Oid relid)
 {
@@ -114,6 +128,7 @@ relcache_callback(Datum arg, Oid relid)
 	entry = hash_search(relinfo_hash, &relid, HASH_FIND, NULL);
 	if (entry)
 		entry->valid = false;
+	invalidate_delivered_as(relid);
 }
 
 static void
@@ -305,6 +320,8 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 	Oid			listed_relid = InvalidOid;
 	HeapTuple	tuple;
 
+	if (!replicant_partition_root_publishes_parent(pub, rel))
+		return;
 	if (!pub->alltables && !list_member_oid(schema_pubs, pub->oid))
 	{
 		if (list_member_oid(rel_pubs, pub->oid))
@@ -336,10 +353,7 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 		}
 	}
 
-	if (pub->pubviaroot && ancestors != NIL && entry->halt_reason == NULL)
-		entry->halt_reason = psprintf("publication \"%s\" publishes via the partition root, which replicant does not support yet",
-									  pub->name);
-
+	replicant_partition_root_consider(&entry->root, pub, rel, ancestors);
 	entry->published_from = entry->published ? Min(entry->published_from, from) : from;
 	entry->published = true;
 	entry->pub_insert |= pub->pubactions.pubinsert;
@@ -405,7 +419,18 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 
 	if (!entry->published)
 		return;
-	now = fingerprint(rel, entry->key_columns);
+	if (OidIsValid(entry->root.relid) && entry->root.relid != entry->relid)
+	{
+		/* The shape saved at create_pipeline is the partition's own. */
+		Bitmapset  *own_key;
+		bool		whole_row;
+		bool		identity_full;
+
+		replicant_publication_key(rel, &own_key, &whole_row, &identity_full);
+		now = fingerprint(rel, own_key);
+	}
+	else
+		now = fingerprint(rel, entry->key_columns);
 	baseline = entry->fingerprint;
 	if (baseline == NULL && saved_shapes != NULL)
 	{
@@ -546,6 +571,31 @@ replicant_publication_save_shapes(int32 pipeline_id)
 }
 
 /*
+ * The names and key of the relation rel's changes are delivered as (an
+ * ancestor when published via the partition root).  "old" carries what rel
+ * logged, so identity_full is rel's own.
+ */
+static void
+describe_as_delivered(ReplicantRelInfo *entry, Relation rel)
+{
+	Relation	target = replicant_partition_root_open(&entry->root, rel);
+	StringInfoData names;
+
+	replicant_publication_key(target, &entry->key_columns, &entry->key_whole_row,
+							  &entry->identity_full);
+	entry->key_columns = bms_copy_in(CacheMemoryContext, entry->key_columns);
+	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
+
+	initStringInfo(&names);
+	appendStringInfoString(&names, "\"schema\":");
+	replicant_encode_string(&names, get_namespace_name(RelationGetNamespace(target)));
+	appendStringInfoString(&names, ",\"table\":");
+	replicant_encode_string(&names, RelationGetRelationName(target));
+	entry->names_json = MemoryContextStrdup(CacheMemoryContext, names.data);
+	replicant_partition_root_close(target, rel);
+}
+
+/*
  * Fills entry for rel.  Works in the caller's (per-change) memory context and
  * copies only what the entry keeps into CacheMemoryContext.
  */
@@ -558,11 +608,11 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	List	   *ancestors = NIL;
 	ListCell   *lc;
 	ListCell   *lc2;
-	StringInfoData names;
 	char	   *old_fingerprint = entry->fingerprint;
 	char	   *schema_change = entry->schema_change;
 
 	bms_free(entry->key_columns);
+	replicant_partition_root_reset(&entry->root);
 	if (entry->names_json)
 		pfree(entry->names_json);
 	if (entry->halt_reason)
@@ -588,16 +638,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	if (!entry->published)
 		return;
 
-	replicant_publication_key(rel, &entry->key_columns, &entry->key_whole_row,
-							  &entry->identity_full);
-	entry->key_columns = bms_copy_in(CacheMemoryContext, entry->key_columns);
-
-	initStringInfo(&names);
-	appendStringInfoString(&names, "\"schema\":");
-	replicant_encode_string(&names, get_namespace_name(RelationGetNamespace(rel)));
-	appendStringInfoString(&names, ",\"table\":");
-	replicant_encode_string(&names, RelationGetRelationName(rel));
-	entry->names_json = MemoryContextStrdup(CacheMemoryContext, names.data);
+	describe_as_delivered(entry, rel);
 
 	if (entry->halt_reason == NULL &&
 		pg_class_aclcheck(relid, pipeline_owner, ACL_SELECT) != ACLCHECK_OK)

@@ -11,6 +11,8 @@
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
 
+#include "partition_root.h"
+
 typedef struct ReplicantRelInfo
 {
 	Oid			relid;			/* hash key */
@@ -22,6 +24,12 @@ typedef struct ReplicantRelInfo
 	bool		pub_update;
 	bool		pub_delete;
 	bool		pub_truncate;
+
+	/*
+	 * The relation the changes are delivered as (publish_via_partition_root:
+	 * an ancestor); names_json and key_columns are that relation's.
+	 */
+	ReplicantPartitionRoot root;
 
 	/*
 	 * The change's "key": the replica identity's columns, or under REPLICA

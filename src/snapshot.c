@@ -56,6 +56,7 @@
 #include "delivery.h"
 #include "encoder.h"
 #include "fault.h"
+#include "partition_root.h"
 #include "publication.h"
 #include "replicant.h"
 #include "sink_http.h"
@@ -202,8 +203,7 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 							  "                       WHERE p.pubname = pt.pubname AND pr.prattrs IS NOT NULL"
 							  "                         AND pr.prrelid IN (SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid))))"
 							  "  FROM pg_catalog.pg_publication_tables pt"
-							  "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
-							  "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+							  REPLICANT_PUBLISHED_LEAVES_JOIN
 							  " WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant'"
 							  "   AND c.relkind = 'r'"
 							  " GROUP BY c.oid, c.relname ORDER BY c.oid",
@@ -224,21 +224,6 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 							  SPI_getvalue(tuple, desc, 2));
 	}
 
-	/* The stream halts on these; the snapshot must not skip them silently. */
-	if (reason == NULL &&
-		SPI_execute_with_args("SELECT p.pubname FROM pg_catalog.pg_publication p"
-							  " WHERE p.pubname = ANY ($2) AND p.pubviaroot"
-							  "   AND EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables pt"
-							  "                 JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
-							  "                 JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid"
-							  "                                           AND c.relname = pt.tablename"
-							  "                WHERE pt.pubname = p.pubname AND c.relkind = 'p')"
-							  " LIMIT 1",
-							  2, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
-		SPI_processed > 0)
-		reason = psprintf("publication \"%s\" publishes via the partition root, which replicant does not support yet",
-						  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
-
 	/*
 	 * One backfill per table; shards of SHARD_WINDOWS windows, the last one
 	 * open-ended so rows added behind the planned size are read too.
@@ -248,8 +233,7 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 							  "  SELECT c.oid AS relid, c.relfilenode, greatest(c.reltuples, 0)::bigint AS estimate,"
 							  "         pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks"
 							  "    FROM pg_catalog.pg_publication_tables pt"
-							  "    JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
-							  "    JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+							  REPLICANT_PUBLISHED_LEAVES_JOIN
 							  "   WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
 							  "   GROUP BY c.oid),"
 							  " planned AS ("
@@ -306,9 +290,7 @@ unplanned_tables(ReplicantPipeline *pipeline, const List *planned)
 		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
-							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
-							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
-							  "                           AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
+							  REPLICANT_PUBLISHED_LEAVES_JOIN
 							  " WHERE pt.pubname OPERATOR(pg_catalog.=) ANY ($1)"
 							  "   AND n.nspname OPERATOR(pg_catalog.<>) 'replicant' AND c.relkind OPERATOR(pg_catalog.=) 'r'",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
@@ -367,6 +349,30 @@ append_names(StringInfo out, Oid relid)
 	replicant_encode_string(out, get_namespace_name(get_rel_namespace(relid)));
 	appendStringInfoString(out, ",\"table\":");
 	replicant_encode_string(out, get_rel_name(relid));
+}
+
+/*
+ * The names a planned table's rows are delivered under (its root's when
+ * published via the partition root), or NULL once it was dropped.
+ */
+static char *
+delivered_names(Oid relid, List *publications)
+{
+	Relation	rel = try_table_open(relid, AccessShareLock);
+	Relation	target;
+	char	   *select_list;
+	StringInfoData buf;
+
+	if (rel == NULL)
+		return NULL;
+	target = replicant_partition_root_open_for_read(rel, publications, AccessShareLock,
+													&select_list);
+	initStringInfo(&buf);
+	append_names(&buf, RelationGetRelid(target));
+	if (target != rel)
+		table_close(target, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return buf.data;
 }
 
 static void
@@ -442,14 +448,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		ids[i] = spi_int8(i, 1);
 		names[i] = NULL;
 		/* A table dropped since planning has nothing left to deliver. */
-		if (get_rel_name(relid) != NULL)
-		{
-			StringInfoData buf;
-
-			initStringInfo(&buf);
-			append_names(&buf, relid);
-			names[i] = buf.data;
-		}
+		names[i] = delivered_names(relid, pipeline->publications);
 	}
 	replicant_catalog_end(&access);
 
@@ -1028,6 +1027,8 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			int64 hi, int64 *rows, Oid *new_relfilenode)
 {
 	Relation	rel;
+	Relation	target;
+	char	   *select_list;
 	TupleDesc	desc;
 	Bitmapset  *key_columns;
 	bool		whole_row;
@@ -1089,16 +1090,20 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			replicant_delivery_halt(slot, pipeline, denied);
 	}
 
-	desc = RelationGetDescr(rel);
+	/* A partition published via its root reads as the root. */
+	target = replicant_partition_root_open_for_read(rel, pipeline->publications,
+													AccessShareLock, &select_list);
+	desc = RelationGetDescr(target);
 	natts = desc->natts;
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
+	replicant_publication_key(target, &key_columns, &whole_row, &identity_full);
 	initStringInfo(&change);
-	append_names(&change, shard->relid);
+	append_names(&change, RelationGetRelid(target));
 	names = pstrdup(change.data);
 
 	initStringInfo(&query);
-	appendStringInfo(&query, "SELECT * FROM ONLY %s"
+	appendStringInfo(&query, "SELECT %s FROM ONLY %s"
 					 " WHERE ctid >= '(" INT64_FORMAT ",0)'::tid AND ctid < '(" INT64_FORMAT ",0)'::tid",
+					 select_list,
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 												RelationGetRelationName(rel)),
 					 shard->next_block, hi);
@@ -1153,6 +1158,8 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	}
 	SPI_cursor_close(portal);
 	SPI_finish();
+	if (target != rel)
+		table_close(target, AccessShareLock);
 	table_close(rel, AccessShareLock);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
