@@ -426,6 +426,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	uint64		n;
 	uint64		i;
 	StringInfoData out;
+	MemoryContext old;
 
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
@@ -437,6 +438,8 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the snapshot plan");
 	n = SPI_processed;
+	/* Used after SPI_finish, which frees what was allocated under SPI. */
+	old = MemoryContextSwitchTo(access.saved_context);
 	ids = palloc(sizeof(int64) * (n + 1));
 	names = palloc(sizeof(char *) * (n + 1));
 	for (i = 0; i < n; i++)
@@ -446,10 +449,10 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 														   SPI_tuptable->tupdesc, 2, &isnull));
 
 		ids[i] = spi_int8(i, 1);
-		names[i] = NULL;
 		/* A table dropped since planning has nothing left to deliver. */
 		names[i] = delivered_names(relid, pipeline->publications);
 	}
+	MemoryContextSwitchTo(old);
 	replicant_catalog_end(&access);
 
 	initStringInfo(&out);
