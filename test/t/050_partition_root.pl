@@ -17,6 +17,8 @@
 #       subscriber); TRUNCATE of the root is, under the root's name only
 #     a FOR TABLES IN SCHEMA publication with a partitioned table, one of
 #       whose partitions lives in another schema
+#     replicant.backfill of a partition (keyset and ctid): its rows under the
+#       root; of the partitioned table itself: refused
 #   publish_via_partition_root = false (the default)
 #     every leaf under its own name; a partitioned table's truncate arrives as
 #       its leaves'; a partition attached later is delivered from the attach
@@ -77,7 +79,7 @@ CREATE TABLE tab (a int PRIMARY KEY, b text, c int);
 CREATE SCHEMA s;
 CREATE TABLE s.parted (k int PRIMARY KEY, v text);
 });
-my $connstr = $node->connstr('postgres');
+my $connstr = $node->connstr . ' dbname=postgres';
 $sub->safe_psql('postgres',
 	"CREATE SUBSCRIPTION sub_root CONNECTION '$connstr' PUBLICATION pub_root, pub_schema");
 $sub->poll_query_until('postgres',
@@ -123,7 +125,7 @@ same_as_subscriber('public.tab', 'snapshot');
 same_as_subscriber('s.parted', 'schema publication snapshot');
 {
 	my @snap = grep { $_->{kind} eq 'snapshot' } map { $_->{body} } @{ $sink->bodies };
-	my %names = map { "$_->{snapshot}{schema}.$_->{snapshot}{table}" => 1 } @snap;
+	my %names = map { ("$_->{snapshot}{schema}.$_->{snapshot}{table}" => 1) } @snap;
 	is(join(',', sort keys %names), 'public.tab,s.parted',
 		'snapshot: batches and markers name the roots only');
 	my %read_names = map { ("$_->{schema}.$_->{table}" => 1) } map { @{ $_->{changes} } } @snap;
@@ -184,6 +186,25 @@ INSERT INTO tab VALUES (304, 'still attached', 304);
 same_as_subscriber('public.tab', 'detach');
 like($sink->dump('public.tab'), qr/"b":"ONE"/, 'detach: the detached rows stay as they were');
 unlike($sink->dump('public.tab'), qr/"a":50\b/, 'detach: later changes of the detached table are not delivered');
+
+# ---- via root: backfills ----------------------------------------------------------
+{
+	my ($ret, $out, $err) = $node->psql('postgres', "SELECT replicant.backfill('p_root', 'tab')");
+	like($err, qr/cannot backfill partitioned table "tab"/, 'backfill: a partitioned table is refused');
+	for my $mode (qw(keyset ctid))
+	{
+		my $id = query("SELECT replicant.backfill('p_root', 'tab_2', mode => '$mode')");
+		ok(poll("SELECT state = 'done' FROM replicant.backfill_status WHERE id = $id"),
+			"backfill ($mode): a partition of the root is backfilled");
+		my @reads = grep { ($_->{snapshot}{backfill_id} // -1) == $id }
+		  map { $_->{body} } grep { $_->{body}{kind} eq 'snapshot' } @{ $sink->bodies };
+		my @rows = map { @{ $_->{changes} } } @reads;
+		is(join(',', sort map { "$_->{schema}.$_->{table}:$_->{key}{a}" } @rows),
+			'public.tab:101,public.tab:103', "backfill ($mode): its rows under the root, by the root's key");
+		is(join(',', sort keys %{ $rows[0]{new} }), 'a,b,c', "backfill ($mode): in the root's columns");
+	}
+	same_as_subscriber('public.tab', 'backfill');
+}
 
 # ---- via root: truncate -----------------------------------------------------------
 query('TRUNCATE tab_2');
