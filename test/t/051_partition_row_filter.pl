@@ -2,9 +2,9 @@
 # src/test/subscription/t/028_row_filter.pl (the rows a subscriber ends up
 # with are carried over as facts).  Needs row filters (branch "rowfilter").
 #
-#   publish_via_partition_root = false: each partition's own filter decides,
-#     the root's filter is not used; a partition without a filter of its own
-#     delivers every row
+#   publish_via_partition_root = false: each partition's own filter decides
+#     (PostgreSQL refuses a filter on the partitioned table itself then); a
+#     partition without a filter of its own delivers every row
 #   publish_via_partition_root = true: the root's filter decides for every
 #     partition (other column orders too), a partition's own filter is not
 #     used; updates are transformed against it (old and new match: update;
@@ -42,7 +42,7 @@ CREATE EXTENSION replicant;
 CREATE TABLE rp (a int PRIMARY KEY, b int) PARTITION BY RANGE (a);
 CREATE TABLE rp_less_10k PARTITION OF rp FOR VALUES FROM (MINVALUE) TO (10000);
 CREATE TABLE rp_greater_10k PARTITION OF rp FOR VALUES FROM (10000) TO (MAXVALUE);
-CREATE PUBLICATION pub_leaf_filters FOR TABLE rp WHERE (a < 5000), rp_less_10k WHERE (a < 6000);
+CREATE PUBLICATION pub_leaf_filters FOR TABLE rp, rp_less_10k WHERE (a < 6000);
 INSERT INTO rp VALUES (1, 100), (7000, 101), (15000, 102), (5500, 300);
 INSERT INTO rp_less_10k VALUES (2, 200), (6005, 201);
 INSERT INTO rp_greater_10k VALUES (16000, 103);
@@ -72,7 +72,7 @@ unless (is(query("SELECT string_agg(state, ',') FROM replicant.status"), 'stream
 # ---- leaf filters: snapshot ---------------------------------------------------------
 is($sink_leaf->dump('public.rp_less_10k'),
 	canon_rows('{"a":1,"b":100}', '{"a":2,"b":200}', '{"a":5500,"b":300}'),
-	"snapshot: rp_less_10k by its own filter (a < 6000), not the root's (a < 5000)");
+	'snapshot: rp_less_10k by its own filter (a < 6000)');
 is($sink_leaf->dump('public.rp_greater_10k'),
 	canon_rows('{"a":15000,"b":102}', '{"a":16000,"b":103}'),
 	'snapshot: rp_greater_10k has no filter of its own: every row');
