@@ -16,6 +16,7 @@ OBJS = \
 	src/output_plugin.o \
 	src/publication.o \
 	src/pubfilter.o \
+	src/partition_root.o \
 	src/encoder.o \
 	src/guc_pin.o \
 	src/backfill.o \

@@ -50,6 +50,7 @@
 #include "headers.h"
 #include "redact.h"
 #include "pipeline.h"
+#include "partition_root.h"
 #include "publication.h"
 #include "replicant.h"
 #include "shmem.h"
@@ -1386,6 +1387,13 @@ replicant_backfill(PG_FUNCTION_ARGS)
 	check_is_owner(&ref, &s);
 
 	/* Only what the pipeline's publications deliver can be backfilled. */
+	if (!list_member_oid(replicant_publication_published_tables(ref.publications, true), relid) &&
+		get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("cannot backfill partitioned table \"%s\"", get_rel_name(relid)),
+				 errdetail("Backfills read one table at a time."),
+				 errhint("Backfill its partitions; under publish_via_partition_root their rows are delivered as the partitioned table's.")));
 	if (!list_member_oid(replicant_publication_published_tables(ref.publications, true), relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

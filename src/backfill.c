@@ -65,6 +65,7 @@
 #include "backfill.h"
 #include "compat.h"
 #include "format.h"
+#include "partition_root.h"
 #include "publication.h"
 #include "snapshot.h"
 
@@ -479,18 +480,19 @@ replicant_backfill_next(int32 pipeline_id)
 }
 
 /*
- * Builds the chunk's SELECT; parameters are the cursor's key values.  Only
- * rows that pass the publications' row filter (row_filter, if not NULL).
+ * Builds the chunk's SELECT of select_list from rel; parameters are the
+ * cursor's key values.  Only rows that pass the publications' row filter
+ * (row_filter, if not NULL).
  */
 static char *
-chunk_query(ReplicantBackfill *b, Relation rel, KeyOrder *order,
-			int64 nblocks, const char *row_filter, bool *last)
+chunk_query(ReplicantBackfill *b, Relation rel, const char *select_list,
+			KeyOrder *order, int64 nblocks, const char *row_filter, bool *last)
 {
 	StringInfoData sql;
 	const char *where = row_filter ? " AND " : " WHERE ";
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT * FROM ONLY %s",
+	appendStringInfo(&sql, "SELECT %s FROM ONLY %s", select_list,
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 												RelationGetRelationName(rel)));
 	if (row_filter)
@@ -653,8 +655,9 @@ chunk_relation(ReplicantChunk *chunk, Relation rel)
 /*
  * Reads the chunk's rows through a cursor under the given snapshot.  A
  * keyset chunk ends early once its rows reach batch_max_bytes (at least one
- * row), its cursor then being the last row taken.  Rows carry the published
- * columns only (NULL: all).
+ * row), its cursor then being the last row taken.  Rows take the names,
+ * columns and key of rel: the table read, or the root it is published as;
+ * they carry the published columns only (NULL: all).
  */
 static void
 read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *query,
@@ -780,15 +783,65 @@ snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 }
 
 /*
- * Reads the chunk's rows of the open table under snapshot (those matching
- * row_filter, if any; the published columns), and notes where the next
+ * What a chunk reads: the table, the relation its rows are delivered as
+ * (itself, or its partition root) and their columns as select_list, the
+ * row filter (NULL: every row) and the published columns (NULL: all).
+ */
+typedef struct ChunkSource
+{
+	Relation	rel;
+	Relation	target;
+	char	   *select_list;
+	char	   *row_filter;
+	Bitmapset  *columns;
+} ChunkSource;
+
+static void
+close_chunk_source(ChunkSource *src)
+{
+	if (src->target != src->rel)
+		table_close(src->target, AccessShareLock);
+	table_close(src->rel, AccessShareLock);
+}
+
+/*
+ * Opens what the chunk reads (b's table, NULL when dropped) and checks that
+ * the owner may read it; returns a value-free reason when not, having
+ * closed it again.
+ */
+static char *
+open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource *src)
+{
+	char	   *reason;
+
+	memset(src, 0, sizeof(ChunkSource));
+	src->rel = try_table_open(b->relid, AccessShareLock);
+	if (src->rel == NULL)
+		return NULL;
+	reason = replicant_snapshot_read_denied(src->rel);
+	if (reason)
+	{
+		table_close(src->rel, AccessShareLock);
+		return reason;
+	}
+	src->target = replicant_partition_root_open_for_read(src->rel, pipeline->publications,
+														 AccessShareLock, &src->select_list);
+	reason = replicant_publication_read_filter(src->rel, src->target, pipeline->publications,
+											   &src->row_filter, &src->columns);
+	if (reason)
+		close_chunk_source(src);
+	return reason;
+}
+
+/*
+ * Reads the chunk's rows of src under snapshot, and notes where the next
  * chunk starts.
  */
 static void
 read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
-				ReplicantChunk *chunk, Relation rel, Snapshot snapshot,
-				const char *row_filter, const Bitmapset *columns)
+				ReplicantChunk *chunk, ChunkSource *src, Snapshot snapshot)
 {
+	Relation	rel = src->rel;
 	KeyOrder   *order = NULL;
 	char	   *query;
 	bool		last;
@@ -807,8 +860,8 @@ read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	nblocks = RelationGetNumberOfBlocks(rel);
 	if (strcmp(b->mode, "ctid") != 0)
 		order = key_order(rel);
-	query = chunk_query(b, rel, order, nblocks, row_filter, &last);
-	read_rows(chunk, rel, order, query, snapshot, pipeline, columns, &last);
+	query = chunk_query(b, rel, src->select_list, order, nblocks, src->row_filter, &last);
+	read_rows(chunk, src->target, order, query, snapshot, pipeline, src->columns, &last);
 
 	if (strcmp(b->mode, "keyset") != 0)
 		keep_cursor(chunk);
@@ -836,10 +889,8 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	ReplicantCatalogAccess access;
 	MemoryContext caller = CurrentMemoryContext;
 	ReplicantChunk *chunk;
-	Relation	rel;
+	ChunkSource src;
 	Snapshot	snapshot;
-	char	   *row_filter = NULL;
-	Bitmapset  *columns = NULL;
 
 	*halt_reason = NULL;
 	chunk = new_chunk(b, caller);
@@ -850,8 +901,16 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		return NULL;
 	}
 
-	rel = try_table_open(b->relid, AccessShareLock);
-	if (rel == NULL)
+	*halt_reason = open_chunk_source(pipeline, b, &src);
+	if (*halt_reason)
+	{
+		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
+		UnregisterSnapshot(snapshot);
+		replicant_catalog_end(&access);
+		replicant_chunk_free(chunk);
+		return NULL;
+	}
+	if (src.rel == NULL)
 	{
 		/* Dropped: nothing more to read. */
 		UnregisterSnapshot(snapshot);
@@ -860,22 +919,9 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		close_chunk(chunk, &access);
 		return chunk;
 	}
-	*halt_reason = replicant_snapshot_read_denied(rel);
-	if (*halt_reason == NULL)
-		*halt_reason = replicant_publication_read_filter(rel, pipeline->publications,
-														 &row_filter, &columns);
-	if (*halt_reason)
-	{
-		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
-		table_close(rel, AccessShareLock);
-		UnregisterSnapshot(snapshot);
-		replicant_catalog_end(&access);
-		replicant_chunk_free(chunk);
-		return NULL;
-	}
-	read_chunk_rows(pipeline, b, chunk, rel, snapshot, row_filter, columns);
+	read_chunk_rows(pipeline, b, chunk, &src, snapshot);
 	UnregisterSnapshot(snapshot);
-	table_close(rel, AccessShareLock);
+	close_chunk_source(&src);
 	close_chunk(chunk, &access);
 	MemoryContextSwitchTo(caller);
 	return chunk;

@@ -28,6 +28,7 @@
 #include "compat.h"
 #include "encoder.h"
 #include "output_plugin.h"
+#include "partition_root.h"
 #include "publication.h"
 #include "pubfilter.h"
 
@@ -245,7 +246,7 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 				Datum *old_values, bool *old_nulls, bool unchanged_toast)
 {
 	ReplicantChunk *chunk = state->chunk;
-	TupleDesc	desc = RelationGetDescr(relation);
+	TupleDesc	desc = replicant_partition_root_desc(&info->root, relation);
 	StringInfoData key;
 	List	   *dropped;
 
@@ -331,7 +332,7 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
  */
 static bool
 filter_change(ReplicantDecodingState *state, ReorderBufferTXN *txn,
-			  ReplicantRelInfo *info, Relation relation,
+			  ReplicantRelInfo *info, TupleDesc desc,
 			  ReorderBufferChangeType *action,
 			  Datum *old_values, bool *old_nulls,
 			  Datum **new_values, bool **new_nulls)
@@ -340,7 +341,7 @@ filter_change(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 	bool		deliver;
 
 	state->in_row_filter = true;
-	deliver = replicant_pubfilter_change(info->filter, relation, action,
+	deliver = replicant_pubfilter_change(info->filter, desc, info->relation.table, action,
 										 old_values, old_nulls,
 										 new_values, new_nulls, &reason);
 	state->in_row_filter = false;
@@ -358,9 +359,9 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 {
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 	ReplicantRelInfo *info;
-	TupleDesc	desc = RelationGetDescr(relation);
-	HeapTuple	newtuple = REPLICANT_CHANGE_NEWTUPLE(change);
-	HeapTuple	oldtuple = REPLICANT_CHANGE_OLDTUPLE(change);
+	TupleDesc	desc;
+	HeapTuple	newtuple;
+	HeapTuple	oldtuple;
 	Datum	   *new_values = NULL;
 	bool	   *new_nulls = NULL;
 	Datum	   *old_values = NULL;
@@ -398,6 +399,10 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	if (!published)
 		goto done;
 
+	/* A partition published via its root: the root's columns, by name. */
+	desc = replicant_partition_root_desc(&info->root, relation);
+	newtuple = replicant_partition_root_tuple(&info->root, REPLICANT_CHANGE_NEWTUPLE(change));
+	oldtuple = replicant_partition_root_tuple(&info->root, REPLICANT_CHANGE_OLDTUPLE(change));
 	if (newtuple)
 	{
 		new_values = palloc(desc->natts * sizeof(Datum));
@@ -414,7 +419,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		goto done;				/* a delete without replica identity */
 
 	/* The row filter may drop the change or make an update an insert or delete. */
-	if (!filter_change(state, txn, info, relation, &action,
+	if (!filter_change(state, txn, info, desc, &action,
 					   old_values, old_nulls, &new_values, &new_nulls))
 		goto done;
 	op = (action == REORDER_BUFFER_CHANGE_INSERT) ? REPLICANT_OP_INSERT :
@@ -444,6 +449,9 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 {
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 	MemoryContext old;
+	List	   *delivered = NIL;	/* relids whose truncate was delivered */
+	List	   *as_root = NIL;	/* partitions left out (indexes), */
+	List	   *roots = NIL;	/* and the roots they are delivered as */
 	int			i;
 
 	if (!wanted(state, txn))
@@ -459,6 +467,13 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 
 		if (info == NULL || !info->pub_truncate)
 			continue;
+		/* A partition delivered as its root: truncated when the root is. */
+		if (replicant_partition_root_skips_truncate(&info->root, relations[i]))
+		{
+			as_root = lappend_int(as_root, i);
+			roots = lappend_oid(roots, info->root.relid);
+			continue;
+		}
 		open_txn(state, txn);
 		describe_txn(&txn_record, txn);
 		record.relation = &info->relation;
@@ -466,10 +481,18 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		record.index = state->txn_changes++;
 		initStringInfo(&out);
 		state->format->change(&out, state->pipeline_name, &record);
+		delivered = lappend_oid(delivered, RelationGetRelid(relations[i]));
 		if (replicant_chunk_collides(state->chunk, RelationGetRelid(relations[i]), txn->xid))
 			replicant_chunk_drop_all(state->chunk);
 		replicant_batch_add_change(state->batch, out.data, out.len);
 	}
+	/* A chunk of such a partition read rows that its root's truncate removed. */
+	for (i = 0; i < list_length(as_root) && state->halt_reason == NULL; i++)
+		if (list_member_oid(delivered, list_nth_oid(roots, i)) &&
+			replicant_chunk_collides(state->chunk,
+									 RelationGetRelid(relations[list_nth_int(as_root, i)]),
+									 txn->xid))
+			replicant_chunk_drop_all(state->chunk);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
 }

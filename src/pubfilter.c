@@ -178,7 +178,7 @@ ored(List *quals)
 
 /* Prepares the stream side's expressions on first use. */
 static void
-prepare(ReplicantPubFilter *filter, Relation rel)
+prepare(ReplicantPubFilter *filter, TupleDesc desc)
 {
 	MemoryContext old;
 	int			a;
@@ -193,7 +193,7 @@ prepare(ReplicantPubFilter *filter, Relation rel)
 		if (filter->estate == NULL)
 		{
 			filter->estate = CreateExecutorState();
-			filter->slot = MakeSingleTupleTableSlot(CreateTupleDescCopy(RelationGetDescr(rel)),
+			filter->slot = MakeSingleTupleTableSlot(CreateTupleDescCopy(desc),
 													&TTSOpsVirtual);
 		}
 		filter->exprstate[a] = ExecPrepareExpr(ored(filter->quals[a]), filter->estate);
@@ -268,9 +268,9 @@ complete_new_row(TupleDesc desc, Datum *old_values, bool *old_nulls,
 
 /* A value-free reason if an insert of this row would lack a column. */
 static char *
-missing_column(ReplicantPubFilter *filter, Relation rel, Datum *values, bool *nulls)
+missing_column(ReplicantPubFilter *filter, TupleDesc desc, const char *relname,
+			   Datum *values, bool *nulls)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
 	int			i;
 
 	for (i = 0; i < desc->natts; i++)
@@ -282,14 +282,14 @@ missing_column(ReplicantPubFilter *filter, Relation rel, Datum *values, bool *nu
 			continue;
 		if (is_unchanged_toast(att, values[i], nulls[i]))
 			return psprintf("an update moved a row of table \"%s\" into a row filter, and the WAL lacks the value of its unchanged TOAST column \"%s\"",
-							RelationGetRelationName(rel), NameStr(att->attname));
+							relname, NameStr(att->attname));
 	}
 	return NULL;
 }
 
 bool
-replicant_pubfilter_change(ReplicantPubFilter *filter, Relation rel,
-						   ReorderBufferChangeType *action,
+replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc desc,
+						   const char *relname, ReorderBufferChangeType *action,
 						   Datum *old_values, bool *old_nulls,
 						   Datum **new_values, bool **new_nulls,
 						   char **reason)
@@ -301,7 +301,7 @@ replicant_pubfilter_change(ReplicantPubFilter *filter, Relation rel,
 	bool		new_match;
 
 	*reason = NULL;
-	prepare(filter, rel);
+	prepare(filter, desc);
 	switch (*action)
 	{
 		case REORDER_BUFFER_CHANGE_INSERT:
@@ -322,7 +322,7 @@ replicant_pubfilter_change(ReplicantPubFilter *filter, Relation rel,
 		return values ? matches(filter, state, values, nulls)
 			: matches(filter, state, old_values, old_nulls);
 
-	complete_new_row(RelationGetDescr(rel), old_values, old_nulls, &values, &nulls);
+	complete_new_row(desc, old_values, old_nulls, &values, &nulls);
 	old_match = matches(filter, state, old_values, old_nulls);
 	new_match = matches(filter, state, values, nulls);
 	if (!old_match && !new_match)
@@ -334,7 +334,7 @@ replicant_pubfilter_change(ReplicantPubFilter *filter, Relation rel,
 		*action = REORDER_BUFFER_CHANGE_INSERT;
 		*new_values = values;
 		*new_nulls = nulls;
-		*reason = missing_column(filter, rel, values, nulls);
+		*reason = missing_column(filter, desc, relname, values, nulls);
 		return *reason == NULL;
 	}
 	return true;

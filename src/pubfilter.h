@@ -59,14 +59,16 @@ extern void replicant_pubfilter_add(ReplicantPubFilter *filter, Relation rel,
 extern void replicant_pubfilter_free(ReplicantPubFilter *filter);
 
 /*
- * Applies the row filter to a change of rel (rows deformed in rel's
- * descriptor) as pgoutput does.  Returns false when nothing is delivered;
- * else *action is what to deliver (an update may become an insert or a
- * delete), and for an insert made from an update the new row arrays may
- * point to the new row completed with the old row's values.  *reason is set
- * (and false returned) when the change cannot be delivered whole.
+ * Applies the row filter to a change of relation relname, its rows deformed
+ * in desc (the descriptor of what it is delivered as), as pgoutput does.
+ * Returns false when nothing is delivered; else *action is what to deliver
+ * (an update may become an insert or a delete), and for an insert made from
+ * an update the new row arrays may point to the new row completed with the
+ * old row's values.  *reason is set (and false returned) when the change
+ * cannot be delivered whole.
  */
-extern bool replicant_pubfilter_change(ReplicantPubFilter *filter, Relation rel,
+extern bool replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc desc,
+									   const char *relname,
 									   ReorderBufferChangeType *action,
 									   Datum *old_values, bool *old_nulls,
 									   Datum **new_values, bool **new_nulls,

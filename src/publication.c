@@ -11,9 +11,10 @@
  * cached per relation and dropped by catalog invalidations, which the
  * reorder buffer replays at their own positions.
  *
- * Row filters and column lists are pubfilter.c's.  What replicant cannot
- * deliver faithfully yet (publish_via_partition_root) makes the pipeline
- * halt instead of delivering rows the publication would not.
+ * A partition published via its root is delivered as that root
+ * (partition_root.c); row filters and column lists are pubfilter.c's,
+ * taken from the publications that publish the relation as what it is
+ * delivered as, as pgoutput takes them.
  */
 #include "postgres.h"
 
@@ -99,6 +100,19 @@ invalidate_all_relinfo(void)
 		entry->valid = false;
 }
 
+/* Partitions delivered as relid take its new name and columns too. */
+static void
+invalidate_delivered_as(Oid relid)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (entry->root.relid == relid)
+			entry->valid = false;
+}
+
 static void
 relcache_callback(Datum arg, Oid relid)
 {
@@ -114,6 +128,7 @@ relcache_callback(Datum arg, Oid relid)
 	entry = hash_search(relinfo_hash, &relid, HASH_FIND, NULL);
 	if (entry)
 		entry->valid = false;
+	invalidate_delivered_as(relid);
 }
 
 static void
@@ -318,28 +333,42 @@ publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
 		OidIsValid(GetTopMostAncestorInPublication(pub->oid, ancestors, NULL));
 }
 
+/*
+ * Adds to filter the row filters and column lists of those of pubs that
+ * publish rel as target (rel itself, or the root it is delivered as): as
+ * pgoutput, only the publications through which the relation is published
+ * as what it is delivered as count.  They come from target's FOR TABLE
+ * entry, unless a publication has the whole table anyway.
+ */
+static void
+add_filters(ReplicantPubFilter *filter, Relation rel, Relation target, List *pubs,
+			List *rel_pubs, List *schema_pubs, List *ancestors)
+{
+	Oid			target_relid = RelationGetRelid(target);
+	ListCell   *lc;
+
+	foreach(lc, pubs)
+	{
+		Publication *pub = lfirst(lc);
+
+		if (!replicant_partition_root_publishes_parent(pub, rel) ||
+			!publishes(pub, rel, rel_pubs, schema_pubs, ancestors) ||
+			replicant_partition_root_published_as(pub, rel, ancestors, NULL) != target_relid)
+			continue;
+		replicant_pubfilter_add(filter, target,
+								whole_table(pub, schema_pubs) ? InvalidOid : target_relid, pub);
+	}
+}
+
 /* Adds pub's actions to entry if pub delivers rel; may set a halt reason. */
 static void
 apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 				  XLogRecPtr from, List *rel_pubs, List *schema_pubs, List *ancestors)
 {
-	if (!publishes(pub, rel, rel_pubs, schema_pubs, ancestors))
+	if (!replicant_partition_root_publishes_parent(pub, rel) ||
+		!publishes(pub, rel, rel_pubs, schema_pubs, ancestors))
 		return;
-
-	if (pub->pubviaroot && ancestors != NIL && entry->halt_reason == NULL)
-		entry->halt_reason = psprintf("publication \"%s\" publishes via the partition root, which replicant does not support yet",
-									  pub->name);
-
-	/*
-	 * Filters and column lists as pgoutput reads them: from rel's own FOR
-	 * TABLE entry, unless the publication has the whole table anyway.
-	 */
-	replicant_pubfilter_add(entry->filter, rel,
-							whole_table(pub, schema_pubs) ? InvalidOid : RelationGetRelid(rel),
-							pub);
-	if (entry->filter->conflict && entry->halt_reason == NULL)
-		entry->halt_reason = pstrdup(entry->filter->conflict);
-
+	replicant_partition_root_consider(&entry->root, pub, rel, ancestors);
 	entry->published_from = entry->published ? Min(entry->published_from, from) : from;
 	entry->published = true;
 	entry->pub_insert |= pub->pubactions.pubinsert;
@@ -349,13 +378,12 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 }
 
 char *
-replicant_publication_read_filter(Relation rel, List *names,
+replicant_publication_read_filter(Relation rel, Relation target, List *names,
 								  char **where_sql, Bitmapset **columns)
 {
 	ReplicantPubFilter *filter = replicant_pubfilter_create(CurrentMemoryContext);
 	Oid			relid = RelationGetRelid(rel);
-	List	   *rel_pubs = GetRelationPublications(relid);
-	List	   *schema_pubs = GetSchemaPublications(RelationGetNamespace(rel));
+	List	   *pubs = NIL;
 	List	   *ancestors = NIL;
 	ListCell   *lc;
 	char	   *reason;
@@ -366,11 +394,12 @@ replicant_publication_read_filter(Relation rel, List *names,
 	{
 		Publication *pub = GetPublicationByName(lfirst(lc), true);
 
-		if (pub && publishes(pub, rel, rel_pubs, schema_pubs, ancestors))
-			replicant_pubfilter_add(filter, rel,
-									whole_table(pub, schema_pubs) ? InvalidOid : relid, pub);
+		if (pub)
+			pubs = lappend(pubs, pub);
 	}
-	*where_sql = replicant_pubfilter_read_sql(filter, rel);
+	add_filters(filter, rel, target, pubs, GetRelationPublications(relid),
+				GetSchemaPublications(RelationGetNamespace(rel)), ancestors);
+	*where_sql = replicant_pubfilter_read_sql(filter, target);
 	*columns = bms_copy(filter->columns);
 	reason = filter->conflict ? pstrdup(filter->conflict) : NULL;
 	replicant_pubfilter_free(filter);
@@ -434,7 +463,18 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 
 	if (!entry->published)
 		return;
-	now = fingerprint(rel, entry->key_columns);
+	if (OidIsValid(entry->root.relid) && entry->root.relid != entry->relid)
+	{
+		/* The shape saved at create_pipeline is the partition's own. */
+		Bitmapset  *own_key;
+		bool		whole_row;
+		bool		identity_full;
+
+		replicant_publication_key(rel, &own_key, &whole_row, &identity_full);
+		now = fingerprint(rel, own_key);
+	}
+	else
+		now = fingerprint(rel, entry->key_columns);
 	baseline = entry->fingerprint;
 	if (baseline == NULL && saved_shapes != NULL)
 	{
@@ -575,6 +615,31 @@ replicant_publication_save_shapes(int32 pipeline_id)
 }
 
 /*
+ * The names and key of the relation rel's changes are delivered as (an
+ * ancestor when published via the partition root).  "old" carries what rel
+ * logged, so identity_full is rel's own.
+ */
+static void
+describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
+					  List *schema_pubs, List *ancestors)
+{
+	Relation	target = replicant_partition_root_open(&entry->root, rel);
+
+	replicant_publication_key(target, &entry->key_columns, &entry->key_whole_row,
+							  &entry->identity_full);
+	entry->key_columns = bms_copy_in(CacheMemoryContext, entry->key_columns);
+	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
+	entry->relation.schema = MemoryContextStrdup(CacheMemoryContext,
+												 get_namespace_name(RelationGetNamespace(target)));
+	entry->relation.table = MemoryContextStrdup(CacheMemoryContext,
+												RelationGetRelationName(target));
+	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
+	if (entry->filter->conflict && entry->halt_reason == NULL)
+		entry->halt_reason = pstrdup(entry->filter->conflict);
+	replicant_partition_root_close(target, rel);
+}
+
+/*
  * Fills entry for rel.  Works in the caller's (per-change) memory context and
  * copies only what the entry keeps into CacheMemoryContext.
  */
@@ -592,6 +657,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 
 	bms_free(entry->key_columns);
 	replicant_pubfilter_free(entry->filter);
+	replicant_partition_root_reset(&entry->root);
 	if (entry->relation.schema)
 		pfree(entry->relation.schema);
 	if (entry->relation.table)
@@ -620,14 +686,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	if (!entry->published)
 		return;
 
-	replicant_publication_key(rel, &entry->key_columns, &entry->key_whole_row,
-							  &entry->identity_full);
-	entry->key_columns = bms_copy_in(CacheMemoryContext, entry->key_columns);
-
-	entry->relation.schema = MemoryContextStrdup(CacheMemoryContext,
-												 get_namespace_name(RelationGetNamespace(rel)));
-	entry->relation.table = MemoryContextStrdup(CacheMemoryContext,
-												RelationGetRelationName(rel));
+	describe_as_delivered(entry, rel, rel_pubs, schema_pubs, ancestors);
 
 	if (entry->halt_reason == NULL &&
 		pg_class_aclcheck(relid, pipeline_owner, ACL_SELECT) != ACLCHECK_OK)
@@ -675,9 +734,7 @@ replicant_publication_published_tables(ArrayType *publications, bool delivered_o
 	uint64		i;
 
 	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
-							  "  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname"
-							  "  JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid"
-							  "   AND c.relname OPERATOR(pg_catalog.=) pt.tablename"
+							  REPLICANT_PUBLISHED_LEAVES_JOIN
 							  " WHERE pt.pubname OPERATOR(pg_catalog.=) ANY ($1)"
 							  "   AND (NOT $2 OR (n.nspname OPERATOR(pg_catalog.<>) 'replicant'"
 							  "                   AND c.relkind OPERATOR(pg_catalog.=) 'r'))"

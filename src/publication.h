@@ -13,6 +13,7 @@
 #include "utils/relcache.h"
 
 #include "change.h"
+#include "partition_root.h"
 
 typedef struct ReplicantRelInfo
 {
@@ -25,6 +26,12 @@ typedef struct ReplicantRelInfo
 	bool		pub_update;
 	bool		pub_delete;
 	bool		pub_truncate;
+
+	/*
+	 * The relation the changes are delivered as (publish_via_partition_root:
+	 * an ancestor); names_json and key_columns are that relation's.
+	 */
+	ReplicantPartitionRoot root;
 
 	/*
 	 * The change's "key": the replica identity's columns, or under REPLICA
@@ -99,13 +106,14 @@ extern void replicant_publication_load_shapes(int32 pipeline_id);
 extern void replicant_publication_save_shapes(int32 pipeline_id);
 
 /*
- * What a snapshot or backfill of rel reads under these publications (by
- * name): *where_sql the row filter as SQL (NULL: every row), *columns the
+ * What a snapshot or backfill of rel, delivered as target (rel itself or
+ * its partition root), reads under these publications (by name): *where_sql the row filter as SQL (NULL: every row), *columns the
  * published columns (NULL: every live column).  Returns a value-free reason
  * when the server would refuse to synchronize the table, else NULL.  Runs
  * in a transaction, outside decoding.
  */
-extern char *replicant_publication_read_filter(Relation rel, List *publication_names,
+extern char *replicant_publication_read_filter(Relation rel, Relation target,
+											   List *publication_names,
 											   char **where_sql, Bitmapset **columns);
 
 /*
@@ -116,7 +124,8 @@ extern char *replicant_publication_check(XLogRecPtr commit_lsn);
 
 /*
  * The relations pg_publication_tables lists for the publications (a text[]),
- * in OID order, in CurrentMemoryContext; needs an SPI connection.  With
+ * a partitioned table standing for its leaf partitions, in OID order, in
+ * CurrentMemoryContext; needs an SPI connection.  With
  * delivered_only, only what a pipeline delivers: ordinary tables (leaf
  * partitions, not their parents) outside replicant's own schema.  The one
  * place that joins pg_publication_tables to pg_class.

@@ -56,6 +56,7 @@
 #include "encoder.h"
 #include "fault.h"
 #include "format.h"
+#include "partition_root.h"
 #include "publication.h"
 #include "replicant.h"
 #include "sink_http.h"
@@ -181,8 +182,7 @@ write_plan(Oid *argtypes, Datum *args)
 							  "  SELECT c.oid AS relid, c.relfilenode, greatest(c.reltuples, 0)::bigint AS estimate,"
 							  "         pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks"
 							  "    FROM pg_catalog.pg_publication_tables pt"
-							  "    JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
-							  "    JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+							  REPLICANT_PUBLISHED_LEAVES_JOIN
 							  "   WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
 							  "   GROUP BY c.oid),"
 							  " planned AS ("
@@ -335,16 +335,32 @@ planned_relids(ReplicantPipeline *pipeline)
  * Snapshot batches
  */
 
-/* The relation's names; table is NULL when the relation was dropped. */
+/*
+ * The names a planned table's rows are delivered under, in mcxt: its
+ * root's when published via the partition root; table is NULL once the
+ * table was dropped.
+ */
 static void
-relation_names(ReplicantRelation *relation, Oid relid, MemoryContext mcxt)
+delivered_names(ReplicantRelation *relation, Oid relid, List *publications,
+				MemoryContext mcxt)
 {
-	MemoryContext old = MemoryContextSwitchTo(mcxt);
+	Relation	rel = try_table_open(relid, AccessShareLock);
+	Relation	target;
+	char	   *select_list;
+	MemoryContext old;
 
-	relation->table = get_rel_name(relid);
-	relation->schema = relation->table ?
-		get_namespace_name(get_rel_namespace(relid)) : NULL;
+	relation->schema = relation->table = NULL;
+	if (rel == NULL)
+		return;
+	target = replicant_partition_root_open_for_read(rel, publications, AccessShareLock,
+													&select_list);
+	old = MemoryContextSwitchTo(mcxt);
+	relation->schema = get_namespace_name(RelationGetNamespace(target));
+	relation->table = pstrdup(RelationGetRelationName(target));
 	MemoryContextSwitchTo(old);
+	if (target != rel)
+		table_close(target, AccessShareLock);
+	table_close(rel, AccessShareLock);
 }
 
 static void
@@ -422,7 +438,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		ids[i] = spi_int8(i, 1);
 		/* A table dropped since planning has nothing left to deliver. */
-		relation_names(&relations[i], relid, caller);
+		delivered_names(&relations[i], relid, pipeline->publications, caller);
 	}
 	replicant_catalog_end(&access);
 
@@ -641,12 +657,6 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 
-		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
-		halted = (slot->state == REPLICANT_STATE_HALTED);
-		LWLockRelease(replicant_shmem->lock);
-		if (halted)
-			proc_exit(0);		/* a shard worker recorded why */
-
 		running = 0;
 		for (i = 0; i < nshard_handles; i++)
 		{
@@ -658,6 +668,13 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 			}
 			running += (shard_handles[i] != NULL);
 		}
+
+		/* After the count: a shard worker records its halt before it stops. */
+		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+		halted = (slot->state == REPLICANT_STATE_HALTED);
+		LWLockRelease(replicant_shmem->lock);
+		if (halted)
+			proc_exit(0);		/* a shard worker recorded why */
 	} while (running > 0);
 
 	return pg_atomic_read_u32(&slot->shard_failures) == 0;
@@ -1085,23 +1102,44 @@ add_window_row(WindowBatch *batch, StringInfo change)
 }
 
 /*
- * The query reading blocks [shard's next block, hi) of rel: only the rows
- * the publications deliver, as table synchronization reads them; sets
- * *columns to the published columns.  Halts when the publications
- * disagree on them.
+ * Opens the relation the rows of rel are delivered as (rel itself, or the
+ * partition root it is published via), its columns as *select_list; halts
+ * where the stream would: the owner may not read rel.
+ */
+static Relation
+window_target(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, Relation rel,
+			  char **select_list)
+{
+	char	   *denied = replicant_snapshot_read_denied(rel);
+
+	if (denied)
+		replicant_delivery_halt(slot, pipeline, denied);
+	return replicant_partition_root_open_for_read(rel, pipeline->publications,
+												  AccessShareLock, select_list);
+}
+
+/*
+ * The query reading blocks [shard's next block, hi) of rel in the columns of
+ * target, the relation its rows are delivered as (select_list): only the
+ * rows the publications deliver, as table synchronization reads them; sets
+ * *columns to the published columns.  Halts when the publications disagree
+ * on them.
  */
 static char *
 window_query(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-			 Relation rel, Shard *shard, int64 hi, Bitmapset **columns)
+			 Relation rel, Relation target, const char *select_list,
+			 Shard *shard, int64 hi, Bitmapset **columns)
 {
 	char	   *row_filter;
-	char	   *refused = replicant_publication_read_filter(rel, pipeline->publications,
+	char	   *refused = replicant_publication_read_filter(rel, target,
+															pipeline->publications,
 															&row_filter, columns);
 
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
-	return psprintf("SELECT * FROM ONLY %s"
+	return psprintf("SELECT %s FROM ONLY %s"
 					" WHERE ctid >= '(" INT64_FORMAT ",0)'::tid AND ctid < '(" INT64_FORMAT ",0)'::tid%s%s%s",
+					select_list,
 					quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 											   RelationGetRelationName(rel)),
 					shard->next_block, hi,
@@ -1119,6 +1157,8 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			int64 hi, int64 *rows, Oid *new_relfilenode)
 {
 	Relation	rel;
+	Relation	target;
+	char	   *select_list;
 	TupleDesc	desc;
 	Bitmapset  *key_columns;
 	bool		whole_row;
@@ -1145,22 +1185,15 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	if (opened != WINDOW_READ)
 		return opened;
 
-	/* The stream would halt on these; the snapshot does likewise. */
-	{
-		char	   *denied = replicant_snapshot_read_denied(rel);
-
-		if (denied)
-			replicant_delivery_halt(slot, pipeline, denied);
-	}
-
-	desc = RelationGetDescr(rel);
+	target = window_target(slot, pipeline, rel, &select_list);
+	desc = RelationGetDescr(target);
 	natts = desc->natts;
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
-	relation.schema = get_namespace_name(RelationGetNamespace(rel));
-	relation.table = pstrdup(RelationGetRelationName(rel));
+	replicant_publication_key(target, &key_columns, &whole_row, &identity_full);
+	relation.schema = get_namespace_name(RelationGetNamespace(target));
+	relation.table = pstrdup(RelationGetRelationName(target));
 	batch.relation = &relation;
 
-	query = window_query(slot, pipeline, rel, shard, hi, &columns);
+	query = window_query(slot, pipeline, rel, target, select_list, shard, hi, &columns);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	portal = SPI_cursor_open_with_args(NULL, query, 0, NULL, NULL, NULL, true, 0);
@@ -1204,6 +1237,8 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	}
 	SPI_cursor_close(portal);
 	SPI_finish();
+	if (target != rel)
+		table_close(target, AccessShareLock);
 	end_window(rel, window_context);
 
 	if (batch.in_body > 0)

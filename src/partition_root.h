@@ -1,0 +1,98 @@
+/*
+ * partition_root.h
+ *		publish_via_partition_root: under which relation a partition's rows
+ *		are delivered, and their conversion to that relation's columns.
+ */
+#ifndef REPLICANT_PARTITION_ROOT_H
+#define REPLICANT_PARTITION_ROOT_H
+
+#include "access/htup.h"
+#include "access/tupconvert.h"
+#include "catalog/pg_publication.h"
+#include "nodes/pg_list.h"
+#include "storage/lockdefs.h"
+#include "utils/relcache.h"
+
+/*
+ * The relation a published relation's changes are delivered as: itself, or
+ * the topmost ancestor a publish_via_partition_root publication publishes
+ * it through (the deepest such ancestor over all publications, as pgoutput
+ * chooses).  Kept in a ReplicantRelInfo; desc and map live in
+ * CacheMemoryContext.
+ */
+typedef struct ReplicantPartitionRoot
+{
+	Oid			relid;			/* InvalidOid: not decided yet */
+	int			level;			/* ancestor level of relid (0: itself) */
+	TupleDesc	desc;			/* relid's descriptor; NULL when rel itself */
+	TupleDesc	leaf_desc;		/* rel's, which map converts from */
+	TupleConversionMap *map;	/* rel's columns to desc's by name; NULL: same */
+} ReplicantPartitionRoot;
+
+/*
+ * The leaf tables behind the rows of pg_publication_tables "pt": the table
+ * it lists, or each leaf partition of a partitioned table it lists (under
+ * publish_via_partition_root it lists the root).  Leaves are read one by
+ * one, and what they read is delivered as the relation the stream delivers
+ * their changes as.  Yields pg_namespace "n" (of the listed table) and
+ * pg_class "c" (the leaf).
+ */
+#define REPLICANT_PUBLISHED_LEAVES_JOIN \
+	"  JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) pt.schemaname" \
+	"  JOIN pg_catalog.pg_class listed ON listed.relnamespace OPERATOR(pg_catalog.=) n.oid" \
+	"   AND listed.relname OPERATOR(pg_catalog.=) pt.tablename" \
+	"  LEFT JOIN LATERAL pg_catalog.pg_partition_tree(listed.oid) leaf ON leaf.isleaf" \
+	"  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) coalesce(leaf.relid, listed.oid)"
+
+/*
+ * The relation pub publishes rel as (rel, or the topmost ancestor it
+ * publishes via the root) and, if level is not NULL, that ancestor's level
+ * (0: rel itself).  ancestors: rel's, or NIL.
+ */
+extern Oid	replicant_partition_root_published_as(Publication *pub, Relation rel,
+												  List *ancestors, int *level);
+
+/* Takes pub, which publishes rel, into account (ancestors: rel's, or NIL). */
+extern void replicant_partition_root_consider(ReplicantPartitionRoot *root,
+											  Publication *pub, Relation rel,
+											  List *ancestors);
+
+/*
+ * Whether pub delivers changes of rel, a partitioned table, as its own:
+ * only through the root; otherwise its partitions' changes are delivered.
+ */
+extern bool replicant_partition_root_publishes_parent(Publication *pub, Relation rel);
+
+/*
+ * Opens the relation rel is delivered as (rel itself when it is not
+ * published via an ancestor) and prepares root's descriptor and column map.
+ * Close it with replicant_partition_root_close.
+ */
+extern Relation replicant_partition_root_open(ReplicantPartitionRoot *root, Relation rel);
+extern void replicant_partition_root_close(Relation target, Relation rel);
+
+/* Frees what root holds and forgets the decision. */
+extern void replicant_partition_root_reset(ReplicantPartitionRoot *root);
+
+/* The descriptor rel's changes are encoded with. */
+extern TupleDesc replicant_partition_root_desc(ReplicantPartitionRoot *root, Relation rel);
+
+/* tuple (of rel) in the delivered relation's columns; NULL stays NULL. */
+extern HeapTuple replicant_partition_root_tuple(ReplicantPartitionRoot *root, HeapTuple tuple);
+
+/*
+ * Whether a TRUNCATE of rel is left out: a partition delivered as an
+ * ancestor (pgoutput sends a truncate only for the relation it publishes
+ * as, so truncating one partition alone does not reach subscribers).
+ */
+extern bool replicant_partition_root_skips_truncate(ReplicantPartitionRoot *root, Relation rel);
+
+/*
+ * Snapshot and backfill reads: opens (with lockmode) the relation the rows
+ * of leaf are delivered as under the named publications, and returns the
+ * select list that reads leaf's rows in that relation's columns (by name).
+ */
+extern Relation replicant_partition_root_open_for_read(Relation leaf, List *publication_names,
+													   LOCKMODE lockmode, char **select_list);
+
+#endif							/* REPLICANT_PARTITION_ROOT_H */
