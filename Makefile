@@ -63,3 +63,25 @@ test/generated.conf: FORCE
 
 .PHONY: FORCE
 FORCE:
+
+# clang-format 14 with the top-level .clang-format (docs/development.md).
+CLANG_FORMAT ?= clang-format
+FORMAT_FILES = $(sort $(wildcard src/*.c src/*.h))
+
+format:
+	$(CLANG_FORMAT) -i $(FORMAT_FILES)
+
+# Lists each file clang-format would change, then the first differences.
+format-check:
+	@$(CLANG_FORMAT) --version; status=0; \
+	for f in $(FORMAT_FILES); do \
+		n=$$($(CLANG_FORMAT) "$$f" | diff "$$f" - | grep -c '^<'); \
+		[ "$$n" = 0 ] || { echo "$$f: $$n lines to reformat"; status=1; }; \
+	done; \
+	if [ $$status != 0 ]; then \
+		for f in $(FORMAT_FILES); do $(CLANG_FORMAT) "$$f" | diff -u "$$f" -; done | head -n 80; \
+		echo "format-check: run 'make format'"; \
+	else echo "format-check: ok"; fi; \
+	exit $$status
+
+.PHONY: format format-check

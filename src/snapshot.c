@@ -66,6 +66,8 @@
 /* Blocks read per transaction, and per shard claimed by one worker. */
 #define WINDOW_BLOCKS 1024
 #define SHARD_WINDOWS 8
+/* A shard's blocks, as text for the SQL that plans the shards. */
+#define SHARD_BLOCKS_SQL CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS)
 /* Rows fetched from the cursor at a time. */
 #define FETCH_ROWS 1000
 
@@ -194,12 +196,12 @@ write_plan(Oid *argtypes, Datum *args)
 							  "   ORDER BY relid"
 							  "  RETURNING id, relid)"
 							  " INSERT INTO replicant.snapshot_shards (backfill_id, shard, lo_block, hi_block, next_block)"
-							  " SELECT p.id, s.n, s.n * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) ","
-							  "        CASE WHEN s.n = s.last THEN NULL ELSE (s.n + 1) * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) " END,"
-							  "        s.n * " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS)
+							  " SELECT p.id, s.n, s.n * " SHARD_BLOCKS_SQL ","
+							  "        CASE WHEN s.n = s.last THEN NULL ELSE (s.n + 1) * " SHARD_BLOCKS_SQL " END,"
+							  "        s.n * " SHARD_BLOCKS_SQL
 							  "   FROM planned p JOIN tables t USING (relid),"
-							  "        LATERAL (SELECT g AS n, t.blocks / " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) " AS last"
-							  "                   FROM generate_series(0, t.blocks / " CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS) ") g) s",
+							  "        LATERAL (SELECT g AS n, t.blocks / " SHARD_BLOCKS_SQL " AS last"
+							  "                   FROM generate_series(0, t.blocks / " SHARD_BLOCKS_SQL ") g) s",
 							  2, argtypes, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not plan the snapshot");
 }
