@@ -67,7 +67,10 @@ def include_graph(src):
                 match = LOCAL_INCLUDE.match(line)
                 if not match:
                     continue
-                target = os.path.splitext(os.path.basename(match.group(1)))[0]
+                # "replication/slot.h" is the server's, not src/slot.h.
+                if "/" in match.group(1):
+                    continue
+                target = os.path.splitext(match.group(1))[0]
                 if match.group(1).endswith(".h") and target in modules and target != module:
                     graph[module].add(target)
     return graph
