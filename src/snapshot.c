@@ -207,11 +207,12 @@ write_plan(Oid *argtypes, Datum *args)
 }
 
 /*
- * Replaces any earlier plan with one backfill row per published table and
- * its shards.  Returns a value-free reason if a table cannot be snapshotted
- * faithfully, else NULL.
+ * Plans the tables not planned yet: one backfill row per published table
+ * and its shards; with replace, all of them anew.  Every published table
+ * can be read as pgoutput publishes it (row filters, column lists and
+ * partition roots are applied when its windows are read).
  */
-static char *
+static void
 plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 {
 	ReplicantCatalogAccess access;
@@ -220,8 +221,7 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 	Datum	   *pubs;
 	ListCell   *lc;
 	int			i = 0;
-	char	   *reason = NULL;
-	uint64		ntables;
+	int			ntables;
 
 	pubs = palloc(sizeof(Datum) * list_length(pipeline->publications));
 	foreach(lc, pipeline->publications)
@@ -235,44 +235,15 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 							  " WHERE pipeline_id = $1 AND kind = 'initial'",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not clear the snapshot plan");
-
-	/* What pgoutput would publish: the union over the publications. */
-	if (SPI_execute_with_args("SELECT DISTINCT c.oid"
-							  "  FROM pg_catalog.pg_publication_tables pt"
-							  "  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
-							  "  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
-							  " WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant'"
-							  "   AND c.relkind = 'r'",
-							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list published tables");
-	ntables = SPI_processed;
-
-	/* The stream halts on these; the snapshot must not skip them silently. */
-	if (reason == NULL &&
-		SPI_execute_with_args("SELECT p.pubname FROM pg_catalog.pg_publication p"
-							  " WHERE p.pubname = ANY ($2) AND p.pubviaroot"
-							  "   AND EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables pt"
-							  "                 JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname"
-							  "                 JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid"
-							  "                                           AND c.relname = pt.tablename"
-							  "                WHERE pt.pubname = p.pubname AND c.relkind = 'p')"
-							  " LIMIT 1",
-							  2, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
-		SPI_processed > 0)
-		reason = psprintf("publication \"%s\" publishes via the partition root, which replicant does not support yet",
-						  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
-
-	if (reason == NULL)
-	{
-		write_plan(argtypes, args);
-		estimate_unanalysed(pipeline->id);
-	}
+	ntables = list_length(replicant_publication_published_tables(DatumGetArrayTypeP(args[1]),
+																 true));
+	write_plan(argtypes, args);
+	estimate_unanalysed(pipeline->id);
 	replicant_catalog_end(&access);
 
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" planned an initial snapshot of %d tables",
-					pipeline->name, (int) ntables)));
-	return reason;
+					pipeline->name, ntables)));
 }
 
 /*
@@ -683,20 +654,6 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 }
 
 /*
- * Plans the tables not planned yet (all of them anew with replace); halts
- * when one cannot be snapshotted faithfully.
- */
-static void
-plan_or_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-			 bool replace)
-{
-	char	   *reason = plan_snapshot(pipeline, replace);
-
-	if (reason)
-		replicant_delivery_halt(slot, pipeline, reason);
-}
-
-/*
  * Sends the planned tables' "first" markers and frees every unfinished
  * shard for claiming.  Returns the planned tables.
  */
@@ -763,7 +720,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 		 * Nothing was read under an earlier plan without the slot: the
 		 * transaction that created it would have persisted it first.
 		 */
-		plan_or_halt(slot, pipeline, true);
+		plan_snapshot(pipeline, true);
 		planned = prepare_shards(slot, pipeline, sink);
 		snapshot_name = create_slot_and_export(slot, pipeline);
 	}
@@ -786,7 +743,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	while (unplanned_tables(pipeline, planned))
 	{
 		CommitTransactionCommand();
-		plan_or_halt(slot, pipeline, false);
+		plan_snapshot(pipeline, false);
 		planned = prepare_shards(slot, pipeline, sink);
 		snapshot_name = export_fresh_snapshot();
 	}
