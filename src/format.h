@@ -91,5 +91,6 @@ extern const ReplicantFormat *replicant_format_of(const ReplicantPipeline *pipel
 
 /* Implementations. */
 extern const ReplicantFormat replicant_format_replicant;
+extern const ReplicantFormat replicant_format_cloudevents;
 
 #endif							/* REPLICANT_FORMAT_H */
