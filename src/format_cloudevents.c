@@ -44,14 +44,16 @@ source_prefix(void)
 	return prefix;
 }
 
-/* {"specversion":"1.0","type":...,"source":...,"id":"<pipeline>-<id>" */
+/*
+ * {"specversion":"1.0","type":...,"source":...,"id":"<pipeline>-<id>"; the
+ * pipeline's name ([a-z0-9_]) and the ids need no escaping.
+ */
 static void
 event_start(StringInfo out, const char *type, const char *pipeline, const char *id)
 {
-	appendStringInfo(out, "{\"specversion\":\"1.0\",\"type\":\"%s\",\"source\":", type);
-	replicant_encode_string(out, psprintf("%s%s", source_prefix(), pipeline));
-	appendStringInfoString(out, ",\"id\":");
-	replicant_encode_string(out, psprintf("%s-%s", pipeline, id));
+	appendStringInfo(out, "{\"specversion\":\"1.0\",\"type\":\"%s\","
+					 "\"source\":\"%s%s\",\"id\":\"%s-%s\"",
+					 type, source_prefix(), pipeline, pipeline, id);
 }
 
 static void
