@@ -26,6 +26,7 @@ OBJS = \
 	src/change.o \
 	src/format.o \
 	src/format_replicant.o \
+	src/format_cloudevents.o \
 	src/sink_http.o \
 	src/snapshot.o \
 	src/signing.o \

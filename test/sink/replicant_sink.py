@@ -23,7 +23,8 @@ and it can inject faults (errors, hangs, resets, ...) at start or at runtime.
 With --keep-bodies it also keeps, for every batch it answered 2xx, the raw
 body and the request headers a test may check (see KEPT_HEADERS); `bodies`
 prints them in arrival order, the body decoded, or with --raw its exact bytes
-in base64 (what a signature covers).
+in base64 (what a signature covers).  A CloudEvents batch (a JSON array) is
+only kept, not applied.
 
 With --tls-cert and --tls-key it serves HTTPS instead of HTTP.
 
@@ -382,7 +383,11 @@ class Handler(BaseHTTPRequestHandler):
         status = 204
         try:
             with transaction(server.db, server.lock) as db:
-                apply_batch(db, loads(body), self.headers.get("webhook-id"), arrival)
+                batch = loads(body)
+                if isinstance(batch, list):   # format => 'cloudevents': kept, not applied
+                    bump(db, requests=1, batches_applied=1)
+                else:
+                    apply_batch(db, batch, self.headers.get("webhook-id"), arrival)
                 if server.keep_bodies:   # in the same transaction: kept iff 2xx
                     keep_body(db, self.headers, body)
         except Exception as e:

@@ -1,0 +1,275 @@
+/*
+ * format_cloudevents.c
+ *		CloudEvents 1.0 in structured batch mode: every request is a JSON
+ *		array (application/cloudevents-batch+json) with one event per change
+ *		or message, whose data is the change as replicant's own format
+ *		writes it.  README's "CloudEvents" section is the mapping.
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "miscadmin.h"
+
+#include "encoder.h"
+#include "format.h"
+
+static const char *const type_names[] = {
+	[REPLICANT_OP_INSERT] = "io.replicant.insert",
+	[REPLICANT_OP_UPDATE] = "io.replicant.update",
+	[REPLICANT_OP_DELETE] = "io.replicant.delete",
+	[REPLICANT_OP_TRUNCATE] = "io.replicant.truncate",
+	[REPLICANT_OP_READ] = "io.replicant.read",
+};
+
+#define SNAPSHOT_END_TYPE "io.replicant.snapshot.end"
+/* How every snapshot end event starts (event_start's first bytes). */
+#define SNAPSHOT_END_START "[{\"specversion\":\"1.0\",\"type\":\"" SNAPSHOT_END_TYPE "\""
+
+/*
+ * "/replicant/<system identifier>/<database oid>/": the database's OID, not
+ * its name, which needs catalog access (markers are built outside a
+ * transaction) and changes with ALTER DATABASE RENAME, while source and id
+ * together must identify an event for good.
+ */
+static const char *
+source_prefix(void)
+{
+	static char prefix[64];
+
+	if (prefix[0] == '\0')
+		snprintf(prefix, sizeof(prefix), "/replicant/" UINT64_FORMAT "/%u/",
+				 GetSystemIdentifier(), MyDatabaseId);
+	return prefix;
+}
+
+/*
+ * {"specversion":"1.0","type":...,"source":...,"id":"<pipeline>-<id>"; the
+ * pipeline's name ([a-z0-9_]) and the ids need no escaping.
+ */
+static void
+event_start(StringInfo out, const char *type, const char *pipeline, const char *id)
+{
+	appendStringInfo(out, "{\"specversion\":\"1.0\",\"type\":\"%s\","
+					 "\"source\":\"%s%s\",\"id\":\"%s-%s\"",
+					 type, source_prefix(), pipeline, pipeline, id);
+}
+
+static void
+append_subject(StringInfo out, const ReplicantRelation *relation)
+{
+	appendStringInfoString(out, ",\"subject\":");
+	replicant_encode_string(out, psprintf("%s.%s", relation->schema, relation->table));
+}
+
+/* The commit's time and the extension attributes commitlsn and xid. */
+static void
+append_commit(StringInfo out, const ReplicantTxn *txn)
+{
+	appendStringInfoString(out, ",\"time\":");
+	replicant_encode_timestamptz(out, txn->commit_time);
+	appendStringInfo(out, ",\"commitlsn\":\"" UINT64_FORMAT "\",\"xid\":\"%u\"",
+					 (uint64) txn->commit_lsn, txn->xid);
+}
+
+/*
+ * A read has no commit: its id is the backfill's and a digest of the row's
+ * key (of the row itself when the table has none), the same whenever the
+ * row is read again.
+ */
+static char *
+read_id(const ReplicantChange *change)
+{
+	StringInfo	identity = (change->key && strcmp(change->key->data, "null") != 0) ?
+		change->key : change->new_row;
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	StringInfoData id;
+	int			i;
+
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) identity->data, identity->len) < 0 ||
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "could not compute the id of a read event");
+	pg_cryptohash_free(ctx);
+	initStringInfo(&id);
+	appendStringInfo(&id, "b" INT64_FORMAT "-", change->backfill_id);
+	/* 128 bits: no two keys of one table share an id in practice */
+	for (i = 0; i < 16; i++)
+		appendStringInfo(&id, "%02x", digest[i]);
+	return id.data;
+}
+
+static void
+render_change(StringInfo out, const char *pipeline, const ReplicantChange *change)
+{
+	char	   *id;
+
+	if (change->op == REPLICANT_OP_READ)
+		id = read_id(change);
+	else
+		id = psprintf(UINT64_FORMAT "-" INT64_FORMAT,
+					  (uint64) change->txn->commit_lsn, change->index);
+	event_start(out, type_names[change->op], pipeline, id);
+	append_subject(out, change->relation);
+	if (change->txn)
+		append_commit(out, change->txn);
+	if (change->op == REPLICANT_OP_READ)
+		appendStringInfo(out, ",\"backfillid\":\"" INT64_FORMAT "\"", change->backfill_id);
+	appendStringInfoString(out, ",\"datacontenttype\":\"application/json\",\"data\":");
+	replicant_format_replicant.change(out, pipeline, change);
+	appendStringInfoChar(out, '}');
+}
+
+/* A message, transactional or not; its id is its LSN. */
+static void
+render_message(StringInfo out, const char *pipeline, const ReplicantMessage *message)
+{
+	event_start(out, "io.replicant.message", pipeline,
+				psprintf("m" UINT64_FORMAT, (uint64) message->lsn));
+	appendStringInfoString(out, ",\"subject\":");
+	replicant_encode_string(out, message->prefix);
+	appendStringInfoString(out, ",\"datacontenttype\":\"application/json\",\"data\":");
+	replicant_format_replicant.message(out, pipeline, message);
+	appendStringInfoChar(out, '}');
+}
+
+/* A transaction is its events, without framing: the array is flat. */
+static void
+begin_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn)
+{
+}
+
+static void
+end_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn,
+		int64 nchanges, const char *messages)
+{
+	if (messages != NULL)
+		appendStringInfo(out, "%s%s", nchanges > 0 ? "," : "", messages);
+}
+
+static bool
+stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
+			   int i, ReplicantRequest *request)
+{
+	if (i > 0)
+		return false;
+	request->webhook_id = psprintf("%s-" UINT64_FORMAT, pipeline,
+								   (uint64) batch->txns[last].commit_lsn);
+	initStringInfo(&request->buffer);
+	appendStringInfoChar(&request->buffer, '[');
+	replicant_batch_body(batch, first, last, &request->buffer, "]", &request->body);
+	return true;
+}
+
+static void
+snapshot_marker(StringInfo out, const char *type, const char *pipeline,
+				const ReplicantRelation *relation, int64 backfill_id, const char *which)
+{
+	event_start(out, type, pipeline, psprintf("b" INT64_FORMAT "-%s", backfill_id, which));
+	append_subject(out, relation);
+	appendStringInfo(out, ",\"backfillid\":\"" INT64_FORMAT "\"}", backfill_id);
+}
+
+/*
+ * Each marker is an event followed by a separator.  snapshot_end cannot
+ * know the flags, so the end event goes first, where snapshot_end finds
+ * it and moves it behind the rows.
+ */
+static void
+snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
+			   int64 backfill_id, bool first, bool last)
+{
+	appendStringInfoChar(out, '[');
+	if (last)
+	{
+		snapshot_marker(out, SNAPSHOT_END_TYPE, pipeline, relation, backfill_id, "end");
+		appendStringInfoChar(out, ',');
+	}
+	if (first)
+	{
+		snapshot_marker(out, "io.replicant.snapshot.begin", pipeline, relation,
+						backfill_id, "begin");
+		appendStringInfoChar(out, ',');
+	}
+}
+
+/* The length of the JSON object at s (written by this file), braces included. */
+static int
+object_length(const char *s, int len)
+{
+	int			depth = 0;
+	bool		in_string = false;
+	int			i;
+
+	for (i = 0; i < len; i++)
+	{
+		if (in_string)
+		{
+			if (s[i] == '\\')
+				i++;
+			else if (s[i] == '"')
+				in_string = false;
+		}
+		else if (s[i] == '"')
+			in_string = true;
+		else if (s[i] == '{')
+			depth++;
+		else if (s[i] == '}' && --depth == 0)
+			return i + 1;
+	}
+	elog(ERROR, "snapshot body does not start with a whole event");
+	return 0;
+}
+
+/* Closes the array: without a dangling separator, the end event last. */
+static void
+snapshot_end(StringInfo out)
+{
+	if (out->data[out->len - 1] == ',')
+		out->data[--out->len] = '\0';
+	if (strncmp(out->data, SNAPSHOT_END_START, strlen(SNAPSHOT_END_START)) == 0)
+	{
+		int			end_len = object_length(out->data + 1, out->len - 1);
+		int			rest = out->len - 1 - end_len;
+		char	   *end_event = pnstrdup(out->data + 1, end_len);
+
+		if (rest > 0)
+		{
+			/* [END,REST -> [REST,END */
+			memmove(out->data + 1, out->data + 1 + end_len + 1, rest - 1);
+			out->data[rest] = ',';
+			memcpy(out->data + rest + 1, end_event, end_len);
+		}
+		pfree(end_event);
+	}
+	appendStringInfoChar(out, ']');
+}
+
+static void
+message_request(const char *pipeline, const ReplicantMessage *message,
+				ReplicantRequest *request)
+{
+	request->webhook_id = psprintf("%s-m" UINT64_FORMAT, pipeline, (uint64) message->lsn);
+	initStringInfo(&request->buffer);
+	appendStringInfoChar(&request->buffer, '[');
+	render_message(&request->buffer, pipeline, message);
+	appendStringInfoChar(&request->buffer, ']');
+	replicant_body_from_buffer(&request->body, &request->memory, &request->buffer);
+}
+
+const ReplicantFormat replicant_format_cloudevents = {
+	.name = "cloudevents",
+	.content_type = "application/cloudevents-batch+json",
+	.separator = ",",
+	.change = render_change,
+	.begin_txn = begin_txn,
+	.message = render_message,
+	.end_txn = end_txn,
+	.stream_request = stream_request,
+	.snapshot_begin = snapshot_begin,
+	.snapshot_end = snapshot_end,
+	.snapshot_end_len = 1,
+	.message_request = message_request,
+};
