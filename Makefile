@@ -23,6 +23,7 @@ OBJS = \
 	src/headers.o \
 	src/change.o \
 	src/format.o \
+	src/format_clickhouse.o \
 	src/format_replicant.o \
 	src/sink_http.o \
 	src/snapshot.o \

@@ -8,6 +8,7 @@
 
 static const ReplicantFormat *const formats[] = {
 	&replicant_format_replicant,
+	&replicant_format_clickhouse,
 };
 
 const ReplicantFormat *

@@ -388,6 +388,15 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	open_txn(state, txn);
 	describe_change(&record, &rows, op, state, txn, info, desc,
 					new_values, new_nulls, old_values, old_nulls);
+	if (state->format->whole_rows && op == REPLICANT_OP_UPDATE &&
+		rows.unchanged.len > 0 && record.old_row == NULL)
+	{
+		/* the format cannot leave the columns out, nor knows their values */
+		state->halt_lsn = txn->final_lsn;
+		halt(state, psprintf("update of table \"%s\" left TOASTed columns unchanged, and the table's replica identity does not log them (the clickhouse format needs ALTER TABLE ... REPLICA IDENTITY FULL)",
+							 RelationGetRelationName(relation)));
+		goto done;
+	}
 	initStringInfo(&out);
 	state->format->change(&out, state->pipeline_name, &record);
 
