@@ -25,6 +25,7 @@ OBJS = \
 	src/format.o \
 	src/format_clickhouse.o \
 	src/format_replicant.o \
+	src/sink_ddl.o \
 	src/sink_http.o \
 	src/snapshot.o \
 	src/signing.o \
