@@ -90,6 +90,13 @@ SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', messages => t
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', secret => '');
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', secret => 'whsec_!!!not base64');
 
+-- wire formats
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', format => NULL);
+\set VERBOSITY default
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', format => 'bogus');
+\set VERBOSITY terse
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', format => 'Replicant');
+
 -- a transaction block cannot create or drop pipelines
 BEGIN;
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/');
@@ -118,6 +125,9 @@ SELECT replicant.alter_pipeline('orders', secret_previous_until => now() + inter
 SELECT replicant.alter_pipeline('orders', secret => 'whsec_bmV3', secret_previous_until => now() - interval '1 hour');
 SELECT replicant.alter_pipeline('orders', secret => 'whsec_bmV3', secret_previous_until => now() + interval '90 days');
 SELECT replicant.alter_pipeline('orders', message_prefixes => ARRAY['replicant.x']);
+SELECT replicant.alter_pipeline('orders', format => 'bogus');
+SELECT format FROM replicant.pipelines;
+SELECT replicant.alter_pipeline('orders', format => 'replicant');
 SELECT replicant.await_delivered('nope');
 SELECT replicant.await_delivered('orders', NULL);
 SELECT replicant.await_delivered('orders', timeout_ms => -1);

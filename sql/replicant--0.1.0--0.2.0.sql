@@ -63,12 +63,13 @@ CREATE FUNCTION replicant.create_pipeline(
     messages                boolean DEFAULT false,
     message_prefixes        text[] DEFAULT NULL,
     ca_file                 text DEFAULT NULL,
-    failover                boolean DEFAULT false)
+    failover                boolean DEFAULT false,
+    format                  text DEFAULT 'replicant')
 RETURNS void
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
-COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean) IS
+COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text) IS
     'Creates a pipeline streaming the publications'' changes to sink_url';
 
 CREATE FUNCTION replicant.create_pipeline(
@@ -86,17 +87,18 @@ CREATE FUNCTION replicant.create_pipeline(
     messages                boolean DEFAULT false,
     message_prefixes        text[] DEFAULT NULL,
     ca_file                 text DEFAULT NULL,
-    failover                boolean DEFAULT false)
+    failover                boolean DEFAULT false,
+    format                  text DEFAULT 'replicant')
 RETURNS void
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
-COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean) IS
+COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text) IS
     'Creates a pipeline streaming one publication''s changes to sink_url';
 
 REVOKE ALL ON FUNCTION
-    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean),
-    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean)
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text)
 FROM PUBLIC;
 
 -- In recovery no worker runs and pg_current_wal_lsn() raises an error: the
@@ -157,6 +159,39 @@ AS 'MODULE_PATHNAME', 'replicant_pipeline_definitions';
 COMMENT ON FUNCTION replicant.pipeline_definitions(boolean) IS
     'The create_pipeline calls that recreate the caller''s pipelines (after pg_dump/pg_restore); secrets and header values only if asked for';
 REVOKE ALL ON FUNCTION replicant.pipeline_definitions(boolean) FROM PUBLIC;
+
+-- ---- Wire formats (issue 15): format => 'replicant' (replicant's own
+-- JSON), 'cloudevents', ...; create_pipeline above takes it, alter_pipeline
+-- changes it.
+ALTER TABLE replicant.pipelines ADD COLUMN format text NOT NULL DEFAULT 'replicant';
+
+DROP FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text);
+
+CREATE FUNCTION replicant.alter_pipeline(
+    name                    text,
+    publication             text[] DEFAULT NULL,
+    sink_url                text DEFAULT NULL,
+    batch_max_bytes         integer DEFAULT NULL,
+    batch_max_transactions  integer DEFAULT NULL,
+    http_timeout_ms         integer DEFAULT NULL,
+    connect_timeout_ms      integer DEFAULT NULL,
+    headers                 jsonb DEFAULT NULL,
+    secret                  text DEFAULT NULL,
+    clear_secret            boolean DEFAULT false,
+    messages                boolean DEFAULT NULL,
+    message_prefixes        text[] DEFAULT NULL,
+    secret_previous_until   timestamptz DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    format                  text DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_alter_pipeline';
+COMMENT ON FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text) IS
+    'Changes a pipeline''s options; NULL leaves an option as it is; the worker restarts with them';
+REVOKE ALL ON FUNCTION
+    replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text)
+FROM PUBLIC;
 
 -- replicant_admin: what managing pipelines needs, as pg_monitor is for
 -- monitoring.  Members manage the pipelines of roles whose privileges they

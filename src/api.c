@@ -47,6 +47,7 @@
 #include "backfill.h"
 #include "catalog.h"
 #include "compat.h"
+#include "format.h"
 #include "headers.h"
 #include "redact.h"
 #include "pipeline.h"
@@ -517,6 +518,7 @@ typedef enum PipelineOptionId
 	OPT_MESSAGE_PREFIXES,
 	OPT_CA_FILE,
 	OPT_FAILOVER,
+	OPT_FORMAT,
 	OPT_SECRET_PREVIOUS_UNTIL,
 	NUM_PIPELINE_OPTIONS
 } PipelineOptionId;
@@ -550,6 +552,8 @@ static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
 	[OPT_CA_FILE] = {"ca_file", "ca_file", TEXTOID, 0, 0, 13, 13, true},
 	/* 0.1.0's SQL function, before ALTER EXTENSION UPDATE, has no failover. */
 	[OPT_FAILOVER] = {"failover", "failover", BOOLOID, 0, 0, 14, -1, false},
+	/* Nor has either function format. */
+	[OPT_FORMAT] = {"format", "format", TEXTOID, 0, 0, 15, 14, false},
 	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", TIMESTAMPTZOID, 0, 0, -1, 12, true},
 };
 
@@ -628,6 +632,9 @@ check_option(PipelineOptionId id, FunctionCallInfo fcinfo, int argno, bool alter
 			break;
 		case OPT_FAILOVER:
 			check_failover(DatumGetBool(value));
+			break;
+		case OPT_FORMAT:
+			replicant_format_check_name(TextDatumGetCString(value));
 			break;
 		case OPT_SECRET_PREVIOUS_UNTIL:
 			check_secret_previous_until(DatumGetTimestampTz(value), o);
@@ -1022,7 +1029,7 @@ insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				   headers, secret, snapshot_workers, messages, message_prefixes,
- *				   ca_file, failover)
+ *				   ca_file, failover, format)
  */
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
@@ -1149,9 +1156,12 @@ append_assignment(StringInfo sql, PipelineOptionId id)
 	}
 }
 
-/* Applies alter_pipeline's options to the (locked) row. */
+/*
+ * Applies alter_pipeline's options to the (locked) row: those the function
+ * has (nargs arguments: 0.1.0's lacks format, and its table the column).
+ */
 static void
-update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o)
+update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int nargs)
 {
 	StringInfoData sql;
 	Oid			types[NUM_OPTION_PARAMS];
@@ -1176,7 +1186,9 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o)
 	appendStringInfoString(&sql, "UPDATE replicant.pipelines SET");
 	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
 	{
-		if (pipeline_options[id].alter_arg >= 0 && pipeline_options[id].column != NULL)
+		const PipelineOption *opt = &pipeline_options[id];
+
+		if (opt->alter_arg >= 0 && opt->alter_arg < nargs && opt->column != NULL)
 			append_assignment(&sql, id);
 	}
 	appendStringInfoString(&sql, " config_version = config_version OPERATOR(pg_catalog.+) 1"
@@ -1188,7 +1200,7 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o)
  * alter_pipeline(name, publication, sink_url, batch_max_bytes,
  *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				  headers, secret, clear_secret, messages, message_prefixes,
- *				  secret_previous_until, ca_file)
+ *				  secret_previous_until, ca_file, format)
  *
  * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
  * every prefix.  The old worker is stopped before this
@@ -1223,7 +1235,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, true);
 	check_is_owner(&ref, &s);
-	update_pipeline(&ref, &o);
+	update_pipeline(&ref, &o, PG_NARGS());
 	replicant_catalog_leave(&s);
 
 	replicant_shmem_request_sync_at_commit();
@@ -1508,12 +1520,13 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
 							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
 							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
-							  " ca_file => %L, failover => %s);%s',"
+							  " ca_file => %L, failover => %s, format => %L);%s',"
 							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
 							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
 							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
 							  "  CASE WHEN $1 THEN p.secret END,"
 							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
+							  "  p.format,"
 							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
 							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
 							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"

@@ -22,9 +22,37 @@ replicant_format_lookup(const char *name)
 	return NULL;
 }
 
-/* Pipelines have no format option yet: all deliver replicant's own. */
+void
+replicant_format_check_name(const char *name)
+{
+	StringInfoData names;
+	int			i;
+
+	if (replicant_format_lookup(name) != NULL)
+		return;
+	initStringInfo(&names);
+	for (i = 0; i < lengthof(formats); i++)
+		appendStringInfo(&names, "%s\"%s\"", i > 0 ? ", " : "", formats[i]->name);
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown format \"%s\"", name),
+			 errhint("The formats are %s.", names.data)));
+}
+
+/*
+ * The format was checked when it was set; a name this library does not
+ * know (a catalog written by a newer one) is not silently replaced.
+ */
 const ReplicantFormat *
 replicant_format_of(const ReplicantPipeline *pipeline)
 {
-	return replicant_format_lookup("replicant");
+	const ReplicantFormat *format = replicant_format_lookup(pipeline->format);
+
+	if (format == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pipeline \"%s\" uses unknown format \"%s\"",
+						pipeline->name, pipeline->format),
+				 errhint("Set a known format with replicant.alter_pipeline.")));
+	return format;
 }

@@ -98,6 +98,9 @@ typedef struct ReplicantFormat
 /* The format called name, or NULL. */
 extern const ReplicantFormat *replicant_format_lookup(const char *name);
 
+/* Raises an error, with a hint listing the formats, unless name is one. */
+extern void replicant_format_check_name(const char *name);
+
 /* The format the pipeline delivers in. */
 extern const ReplicantFormat *replicant_format_of(const ReplicantPipeline *pipeline);
 

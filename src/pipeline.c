@@ -211,8 +211,9 @@ read_pipeline_row(int32 id)
 							  "       c.commit_lsn, c.end_lsn, p.snapshot_workers, p.messages,"
 							  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
 							  "       p.resumed_lsn,"
-							  /* 0.1.0's table has no failover column until ALTER EXTENSION UPDATE */
+							  /* 0.1.0's table has no failover or format column until ALTER EXTENSION UPDATE */
 							  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'failover')::pg_catalog.bool, false),"
+							  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'format', 'replicant'),"
 							  "       %s"
 							  "  FROM replicant.pipelines p"
 							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
@@ -258,7 +259,8 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 	p->ca_file = spi_text(tuple, desc, 21);
 	p->resumed_lsn = spi_lsn(tuple, desc, 22);
 	p->failover = DatumGetBool(spi_datum(tuple, desc, 23, &isnull));
-	d = spi_datum(tuple, desc, 24, &isnull);
+	p->format = spi_text(tuple, desc, 24);
+	d = spi_datum(tuple, desc, 25, &isnull);
 	p->publication_lsns = publication_lsns(d, isnull, list_length(p->publications));
 	return p;
 }
