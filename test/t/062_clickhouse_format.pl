@@ -31,18 +31,18 @@ ALTER TABLE items ALTER COLUMN big SET STORAGE EXTERNAL;
 CREATE TABLE kv (a int, b text, v bigint, PRIMARY KEY (a, b));
 CREATE TABLE types (id int PRIMARY KEY, s smallint, i int, l bigint, n numeric(12, 2),
     r real, d double precision, t text, vc varchar(20), u uuid, day date,
-    ts timestamp, tstz timestamptz, bin bytea, ints int[], texts text[]);
+    ts timestamp, tstz timestamptz, bin bytea, ints int[], texts text[], b boolean);
 CREATE TABLE log (at int, what text);
 CREATE PUBLICATION pub FOR TABLE items, kv, types, log;
 INSERT INTO items SELECT g, 'item ' || g, g, NULL FROM generate_series(1, 20) g;
 INSERT INTO kv VALUES (1, 'x', 10), (1, 'y', 11), (2, 'x', 20);
 INSERT INTO types VALUES (1, 1, 2, 9007199254740993, 12.5, 1.5, 2.25, 'it''s "q"\n',
     'vc', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '2026-12-01', '2026-12-01 10:00:00.123456',
-    '2026-12-01 10:00:00+02', '\x00ff', '{1,2,3}', '{"a","b c"}');
-INSERT INTO types (id, s, i, l, n, r, d, t, vc, u, day, ts, tstz, bin, ints, texts)
+    '2026-12-01 10:00:00+02', '\x00ff', '{1,2,3}', '{"a","b c"}', true);
+INSERT INTO types (id, s, i, l, n, r, d, t, vc, u, day, ts, tstz, bin, ints, texts, b)
     VALUES (2, -32768, -2147483648, -9223372036854775808, -0.01, -1e-10, 1e300, '',
     '', '00000000-0000-0000-0000-000000000000', '1970-01-02', '2000-02-29 00:00:00',
-    '1999-12-31 23:59:59.999999+00', '\x', '{}', '{}');
+    '1999-12-31 23:59:59.999999+00', '\x', '{}', '{}', false);
 INSERT INTO log VALUES (1, 'first');
 });
 
@@ -133,7 +133,7 @@ TRUNCATE kv;
 INSERT INTO kv VALUES (5, 'after', 50);
 COMMIT;
 UPDATE kv SET b = 'moved' WHERE a = 5;
-INSERT INTO types SELECT 3, s, i, l, n, r, d, t, vc, u, day, ts, tstz, bin, ints, texts FROM types WHERE id = 1;
+INSERT INTO types SELECT 3, s, i, l, n, r, d, t, vc, u, day, ts, tstz, bin, ints, texts, NULL FROM types WHERE id = 1;
 UPDATE types SET texts = '{}', n = 99.99 WHERE id = 1;
 DELETE FROM types WHERE id = 2;
 INSERT INTO log VALUES (2, 'second');
