@@ -149,6 +149,15 @@ converges('items', 'id', 'an unchanged TOASTed column comes from the old row und
 is($ch->select_rows('SELECT length(big) AS n FROM replica.items FINAL WHERE id = 21')->[0]{n},
 	800000, '... the whole value');
 
+# A backfill on the streaming pipeline, the target emptied first: its rows
+# (version 0) fill it, and the stream's later changes win over them.
+$ch->query_ok('TRUNCATE TABLE replica.kv');
+my $backfill = $node->safe_psql('postgres', "SELECT replicant.backfill('ch', 'kv')");
+ok(ReplicantTest::poll($node, "SELECT state = 'done' FROM replicant.backfill_status WHERE id = $backfill"),
+	'a backfill completes');
+$node->safe_psql('postgres', q{UPDATE kv SET v = v + 1});
+converges('kv', 'a, b', 'backfilled rows, then the stream over them');
+
 # ---- halts ---------------------------------------------------------------------
 $node->safe_psql('postgres', q{
 CREATE TABLE missing (id int PRIMARY KEY);
