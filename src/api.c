@@ -1266,6 +1266,12 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 		check_headers(DatumGetJsonbP(o.values[OPT_HEADERS]));
 	if (o.given[OPT_PUBLICATION])
 		check_publications_exist(DatumGetArrayTypeP(o.values[OPT_PUBLICATION]));
+	if (o.given[OPT_FORMAT] &&
+		replicant_format_lookup(TextDatumGetCString(o.values[OPT_FORMAT]))->whole_rows)
+		warn_tables_leaving_toast_out(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
+																			 DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
+																			 ref.publications, true),
+									  TextDatumGetCString(o.values[OPT_FORMAT]));
 	replicant_catalog_leave(&s);
 	stop_worker_and_wait(ref.id);
 

@@ -181,6 +181,10 @@ $node->psql('postgres',
 like($stderr, qr/WARNING:  table "public.plain" has columns that can be TOASTed but not REPLICA IDENTITY FULL.*HINT:  Set ALTER TABLE ... REPLICA IDENTITY FULL/s,
 	'create_pipeline warns of a table that may leave TOASTed columns out');
 unlike($stderr, qr/table "public.items"/, '... and not of one with REPLICA IDENTITY FULL');
+$node->psql('postgres', "SELECT replicant.alter_pipeline('ch_missing', format => 'clickhouse', publication => ARRAY['pub_plain'])",
+	stderr => \$stderr);
+like($stderr, qr/WARNING:  table "public.plain" has columns that can be TOASTed/,
+	'alter_pipeline warns likewise when it sets the format');
 $ch->query_ok('CREATE TABLE replica.plain (id Int32, big Nullable(String), n Nullable(Int32), _version UInt64, _deleted UInt8) ENGINE = ReplacingMergeTree(_version) ORDER BY id');
 $node->safe_psql('postgres', q{
 INSERT INTO plain VALUES (1, repeat('x', 100000), 1);
