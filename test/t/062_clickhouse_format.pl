@@ -174,6 +174,24 @@ ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHE
 like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'ch_missing'"),
 	qr/error code 60 .*table `missing`/, '... naming the code and the table');
 
+# Bad data for the target's type: 18.16 answers 500 with "Code: N" opening the
+# body (current servers a 4xx and X-ClickHouse-Exception-Code): a halt too.
+$node->safe_psql('postgres', q{
+CREATE TABLE badtype (id int PRIMARY KEY, v text);
+CREATE PUBLICATION pub_badtype FOR TABLE badtype;
+});
+$ch->query_ok('CREATE TABLE replica.badtype (id Int32, v UInt8, _version UInt64, _deleted UInt8) ENGINE = ReplacingMergeTree(_version) ORDER BY id');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('ch_badtype', ARRAY['pub_badtype'], '$sink_url', format => 'clickhouse')");
+$node->safe_psql('postgres', q{INSERT INTO badtype SELECT 1, 'not a' || ' number'});
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'ch_badtype'"),
+	'a value the target column cannot take halts the pipeline');
+like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'ch_badtype'"),
+	qr/^sink rejected batch: HTTP \d+, error code \d+ \(table `badtype`, commit LSN [0-9A-F\/]+\)$/,
+	'... naming the code and the table, and nothing of the answer');
+unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile), qr/not a number/,
+	'the value is in no log line');
+
 my ($stdout, $stderr);
 $node->psql('postgres',
 	"SELECT replicant.create_pipeline('ch_plain', ARRAY['pub_plain', 'pub'], '$sink_url', format => 'clickhouse')",
