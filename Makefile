@@ -25,8 +25,10 @@ OBJS = \
 	src/headers.o \
 	src/change.o \
 	src/format.o \
+	src/format_clickhouse.o \
 	src/format_replicant.o \
 	src/format_cloudevents.o \
+	src/sink_ddl.o \
 	src/sink_http.o \
 	src/snapshot.o \
 	src/signing.o \

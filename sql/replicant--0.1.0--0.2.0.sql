@@ -4,6 +4,15 @@
 -- every change to the SQL objects of 0.2.0 is written here once.
 \echo Use "ALTER EXTENSION replicant UPDATE" to load this file. \quit
 
+-- ---- format => 'clickhouse': the target tables' DDL (README: "ClickHouse").
+CREATE FUNCTION replicant.sink_ddl(pipeline text)
+RETURNS SETOF text
+LANGUAGE C STABLE
+AS 'MODULE_PATHNAME', 'replicant_sink_ddl';
+COMMENT ON FUNCTION replicant.sink_ddl(text) IS
+    'The ClickHouse CREATE TABLE statement for each table the pipeline publishes';
+REVOKE ALL ON FUNCTION replicant.sink_ddl(text) FROM PUBLIC;
+
 -- ---- Privileges: every function runs with search_path pinned, so no object
 -- of the caller's (an operator or function shadowing a built-in one) takes
 -- part in what the extension runs with raised rights.  This covers every

@@ -926,6 +926,40 @@ warn_tables_without_identity(ArrayType *pubs)
 }
 
 /*
+ * A format that needs whole rows (format.h) halts on an update that leaves
+ * a TOASTed column out unless the old row holds it: name such tables now.
+ */
+static void
+warn_tables_leaving_toast_out(List *relids, const char *format)
+{
+	Oid			argtypes[1] = {OIDARRAYOID};
+	Datum		args[1];
+	uint64		i;
+
+	if (relids == NIL)
+		return;
+	args[0] = PointerGetDatum(oid_array(relids));
+	if (SPI_execute_with_args("SELECT n.nspname, c.relname"
+							  "  FROM pg_catalog.pg_class c"
+							  "  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
+							  " WHERE c.oid OPERATOR(pg_catalog.=) ANY ($1)"
+							  "   AND c.relreplident OPERATOR(pg_catalog.<>) 'f'"
+							  "   AND EXISTS (SELECT FROM pg_catalog.pg_attribute a"
+							  "                WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attnum OPERATOR(pg_catalog.>) 0"
+							  "                  AND NOT a.attisdropped AND a.attstorage OPERATOR(pg_catalog.<>) 'p')"
+							  " ORDER BY 1, 2",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list published tables");
+	for (i = 0; i < SPI_processed; i++)
+		ereport(WARNING,
+				(errmsg("table \"%s.%s\" has columns that can be TOASTed but not REPLICA IDENTITY FULL",
+						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
+						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
+				 errdetail("Format \"%s\" writes whole rows: an update that leaves a TOASTed column unchanged will halt the pipeline.", format),
+				 errhint("Set ALTER TABLE ... REPLICA IDENTITY FULL on the table.")));
+}
+
+/*
  * Saves the shape of every published table as the pipeline starts, so that
  * a destructive change made before the table's first streamed change halts
  * the pipeline too (publication.c compares later versions with it).
@@ -975,6 +1009,9 @@ check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
 	tables = replicant_publication_published_tables(pubs, true);
 	check_owner_reads_tables(owner, tables);
 	warn_tables_without_identity(pubs);
+	if (o->given[OPT_FORMAT] &&
+		replicant_format_lookup(TextDatumGetCString(o->values[OPT_FORMAT]))->whole_rows)
+		warn_tables_leaving_toast_out(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	lock_pipeline_name(name);
 	/* Not read-only: a fresh snapshot sees a creator we waited for. */
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
@@ -1230,6 +1267,12 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 		check_headers(DatumGetJsonbP(o.values[OPT_HEADERS]));
 	if (o.given[OPT_PUBLICATION])
 		check_publications_exist(DatumGetArrayTypeP(o.values[OPT_PUBLICATION]));
+	if (o.given[OPT_FORMAT] &&
+		replicant_format_lookup(TextDatumGetCString(o.values[OPT_FORMAT]))->whole_rows)
+		warn_tables_leaving_toast_out(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
+																			 DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
+																			 ref.publications, true),
+									  TextDatumGetCString(o.values[OPT_FORMAT]));
 	replicant_catalog_leave(&s);
 	stop_worker_and_wait(ref.id);
 

@@ -198,6 +198,7 @@ replicant_delivery_sink(ReplicantPipeline *pipeline)
 	config.secret_previous_until = pipeline->secret_previous_until;
 	config.ca_file = pipeline->ca_file;
 	config.content_type = replicant_format_of(pipeline)->content_type;
+	config.code_is_final = replicant_format_of(pipeline)->code_is_final;
 	return replicant_sink_create(&config);
 }
 
@@ -238,8 +239,8 @@ replicant_delivery_refused(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 	if (result->outcome == REPLICANT_SINK_GONE)
 		disable(slot, pipeline, psprintf("sink answered HTTP 410 Gone to %s%s", what, context));
 	replicant_delivery_halt(slot, pipeline,
-							psprintf("sink rejected %s: HTTP %ld%s", what,
-									 result->http_status, context));
+							psprintf("sink rejected %s: %s%s", what,
+									 result->error, context));
 }
 
 void

@@ -9,6 +9,7 @@
 static const ReplicantFormat *const formats[] = {
 	&replicant_format_replicant,
 	&replicant_format_cloudevents,
+	&replicant_format_clickhouse,
 };
 
 const ReplicantFormat *

@@ -22,6 +22,7 @@
 typedef struct ReplicantRequest
 {
 	char	   *webhook_id;		/* stable across retries of this request */
+	const char *target;			/* what it writes to, for a refusal; or NULL */
 	ReplicantBody body;
 	/* Storage the format may build the body (or its framing) in. */
 	StringInfoData buffer;
@@ -32,6 +33,20 @@ typedef struct ReplicantFormat
 {
 	const char *name;			/* as pipelines select it */
 	const char *content_type;	/* of every request */
+
+	/*
+	 * Whether the format needs every column of a new row: an update that
+	 * left TOASTed columns unchanged then halts unless its old row (REPLICA
+	 * IDENTITY FULL) has them.
+	 */
+	bool		whole_rows;
+
+	/*
+	 * For a sink that reports an error code (X-ClickHouse-Exception-Code or
+	 * "Code: N" in the body): whether retrying cannot fix that error.  NULL:
+	 * answers are classified by their HTTP status alone.
+	 */
+	bool		(*code_is_final) (int code);
 
 	/* Written between two changes, two transactions or two messages. */
 	const char *separator;
@@ -74,7 +89,7 @@ typedef struct ReplicantFormat
 	void		(*snapshot_end) (StringInfo out);
 	int			snapshot_end_len;
 
-	/* A non-transactional message, alone in its request. */
+	/* A non-transactional message, alone in its request; NULL: not delivered. */
 	void		(*message_request) (const char *pipeline,
 									const ReplicantMessage *message,
 									ReplicantRequest *request);
@@ -92,5 +107,6 @@ extern const ReplicantFormat *replicant_format_of(const ReplicantPipeline *pipel
 /* Implementations. */
 extern const ReplicantFormat replicant_format_replicant;
 extern const ReplicantFormat replicant_format_cloudevents;
+extern const ReplicantFormat replicant_format_clickhouse;
 
 #endif							/* REPLICANT_FORMAT_H */

@@ -236,7 +236,8 @@ keep_rows(ReplicantDecodingState *state, List *changes)
  * keeps the row it updates: the row as read goes into the batch first, so
  * a sink that never saw the row still gets those columns.  The columns are
  * the update's too: it did not change them, and any later change to them
- * comes after it in the stream.  A table without a key has no way to tell
+ * comes after it in the stream (a whole-row format's update carries them
+ * itself, so the caller does not ask).  A table without a key has no way to tell
  * its rows apart: nothing is dropped (duplicates, never loss).
  */
 static void
@@ -430,11 +431,21 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	open_txn(state, txn);
 	describe_change(&record, &rows, op, state, txn, info, desc,
 					new_values, new_nulls, old_values, old_nulls);
+	if (state->format->whole_rows && op == REPLICANT_OP_UPDATE &&
+		rows.unchanged.len > 0 && record.old_row == NULL)
+	{
+		/* the format cannot leave the columns out, nor knows their values */
+		state->halt_lsn = txn->final_lsn;
+		halt(state, psprintf("update of table \"%s\" left TOASTed columns unchanged, and the table's replica identity does not log them (the clickhouse format needs ALTER TABLE ... REPLICA IDENTITY FULL)",
+							 RelationGetRelationName(relation)));
+		goto done;
+	}
 	initStringInfo(&out);
 	state->format->change(&out, state->pipeline_name, &record);
 
 	drop_from_chunk(state, txn, info, relation, new_values, new_nulls, old_values, old_nulls,
-					op == REPLICANT_OP_UPDATE && rows.unchanged.len > 0);
+					op == REPLICANT_OP_UPDATE && rows.unchanged.len > 0 &&
+					!state->format->whole_rows);
 	replicant_batch_add_change(state->batch, out.data, out.len);
 
 done:

@@ -57,6 +57,7 @@
 
 /* Room for a Retry-After value, either delta-seconds or an HTTP-date. */
 #define SINK_RETRY_AFTER_LEN	64
+#define SINK_BODY_START_LEN	24
 
 typedef struct SinkSocket
 {
@@ -81,6 +82,7 @@ struct ReplicantSink
 	TimestampTz secret_previous_until;
 	char	   *ca_file;
 	char	   *content_type;
+	bool		(*code_is_final) (int code);
 
 	/* set by the socket and timer callbacks */
 	SinkSocket	sockets[SINK_MAX_SOCKETS];
@@ -97,6 +99,9 @@ struct ReplicantSink
 	bool		connected;		/* a connection was made or reused */
 	bool		retry_after_seen;
 	char		retry_after[SINK_RETRY_AFTER_LEN];
+	int			error_code;		/* the sink's own, from a header; 0 if none */
+	char		body_start[SINK_BODY_START_LEN];	/* only to read "Code: N" */
+	size_t		body_start_len;
 
 	/* freed on error exits */
 	WaitEventSet *wes;
@@ -143,6 +148,7 @@ static void sink_attempt(ReplicantSink *sink, const char *webhook_id,
 static long sink_timer_remaining(ReplicantSink *sink);
 static int	sink_parse_retry_after(const char *value);
 static ReplicantSinkOutcome sink_classify(long status);
+static void sink_classify_code(ReplicantSink *sink, ReplicantSinkResult *result);
 static void sink_transport_error(ReplicantSink *sink, CURLcode code,
 								 bool hard_timeout, ReplicantSinkResult *result);
 
@@ -244,10 +250,22 @@ sink_seek_cb(void *userdata, curl_off_t offset, int origin)
 	return CURL_SEEKFUNC_OK;
 }
 
-/* The response body is never kept: it may quote the data we sent. */
+/*
+ * The response body is never kept: it may quote the data we sent.  Only
+ * its first bytes are looked at, for an error code ("Code: 27, ...").
+ */
 static size_t
 sink_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
+	ReplicantSink *sink = (ReplicantSink *) userdata;
+	size_t		n = Min(size * nmemb, SINK_BODY_START_LEN - 1 - sink->body_start_len);
+
+	if (sink->code_is_final != NULL)
+	{
+		memcpy(sink->body_start + sink->body_start_len, ptr, n);
+		sink->body_start_len += n;
+		sink->body_start[sink->body_start_len] = '\0';
+	}
 	return size * nmemb;
 }
 
@@ -263,9 +281,24 @@ sink_header_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 	size_t		len = size * nitems;
 	static const char name[] = "retry-after:";
 	size_t		namelen = sizeof(name) - 1;
+	static const char code_name[] = "x-clickhouse-exception-code:";
+	size_t		codelen = sizeof(code_name) - 1;
 
 	if (len >= 5 && strncmp(buffer, "HTTP/", 5) == 0)
+	{
 		sink->retry_after_seen = false;
+		sink->error_code = 0;
+		sink->body_start_len = 0;
+	}
+	else if (len > codelen && pg_strncasecmp(buffer, code_name, codelen) == 0)
+	{
+		char		digits[16];
+		size_t		n = Min(len - codelen, sizeof(digits) - 1);
+
+		memcpy(digits, buffer + codelen, n);
+		digits[n] = '\0';
+		sink->error_code = atoi(digits);
+	}
 	else if (len > namelen && pg_strncasecmp(buffer, name, namelen) == 0)
 	{
 		const char *p = buffer + namelen;
@@ -406,6 +439,7 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 	sink->secret_previous_until = config->secret_previous_until;
 	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
 	sink->content_type = pstrdup(config->content_type);
+	sink->code_is_final = config->code_is_final;
 
 	PG_TRY();
 	{
@@ -759,6 +793,9 @@ sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 	sink->body_failed = false;
 	sink->connected = false;
 	sink->retry_after_seen = false;
+	sink->error_code = 0;
+	sink->body_start_len = 0;
+	sink->body_start[0] = '\0';
 	sink->socket_overflow = false;
 	body->rewind(body->arg);
 
@@ -928,6 +965,31 @@ sink_timeout_error(ReplicantSink *sink, bool hard_timeout,
 			 sink->http_timeout_ms);
 }
 
+/*
+ * A sink that names its errors by code (ClickHouse: the header, or "Code: N"
+ * opening the body of older servers' 500s) is classified by the code: a
+ * final one halts, any other is retried, whatever the status.
+ */
+static void
+sink_classify_code(ReplicantSink *sink, ReplicantSinkResult *result)
+{
+	int			code = sink->error_code;
+
+	if (sink->code_is_final == NULL)
+		return;
+	if (code == 0 && strncmp(sink->body_start, "Code: ", 6) == 0)
+		code = atoi(sink->body_start + 6);
+	if (code <= 0)
+		return;
+	result->error_code = code;
+	if (sink->code_is_final(code))
+		result->outcome = REPLICANT_SINK_REJECTED;
+	else if (result->outcome != REPLICANT_SINK_TOO_LARGE)
+		result->outcome = REPLICANT_SINK_RETRY;
+	snprintf(result->error, sizeof(result->error), "HTTP %ld, error code %d",
+			 result->http_status, code);
+}
+
 /* No usable HTTP answer: always retried, with a fixed, value-free text. */
 static void
 sink_transport_error(ReplicantSink *sink, CURLcode code, bool hard_timeout,
@@ -1021,6 +1083,8 @@ replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 					 attempt.status);
 		if (sink->retry_after_seen)
 			result->retry_after_ms = sink_parse_retry_after(sink->retry_after);
+		if (result->outcome != REPLICANT_SINK_OK)
+			sink_classify_code(sink, result);
 	}
 	else
 	{

@@ -27,6 +27,7 @@ typedef struct ReplicantSinkConfig
 	TimestampTz secret_previous_until;
 	const char *ca_file;		/* PEM CA bundle; NULL: the system CAs */
 	const char *content_type;	/* of every body, as the format says */
+	bool		(*code_is_final) (int code);	/* as the format says, or NULL */
 } ReplicantSinkConfig;
 
 typedef enum ReplicantSinkOutcome
@@ -44,6 +45,7 @@ typedef struct ReplicantSinkResult
 	long		http_status;	/* 0 when there was no HTTP answer */
 	int			retry_after_ms; /* from Retry-After, or -1 */
 	double		elapsed_ms;		/* wall time of the HTTP exchange */
+	int			error_code;		/* the sink's own error code, or 0 */
 	char		error[128];		/* value-free: "HTTP 503", "could not connect
 								 * to sink"; empty on REPLICANT_SINK_OK */
 } ReplicantSinkResult;

@@ -212,10 +212,12 @@ note_delivered(Worker *w, int64 transactions, int64 changes, size_t bytes)
 /*
  * POSTs the format's requests for transactions [first, last] in order,
  * retrying each until the sink takes it or gives a final answer, which
- * result holds; adds the bytes sent to *bytes.
+ * result holds; adds the bytes sent to *bytes.  *target is what the last
+ * request wrote to, when the format names it.
  */
 static void
-post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *bytes)
+post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *bytes,
+		   const char **target)
 {
 	const ReplicantFormat *format = replicant_format_of(w->pipeline);
 	ReplicantRequest request;
@@ -223,9 +225,11 @@ post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *
 
 	/* A range the format makes no request of is delivered. */
 	result->outcome = REPLICANT_SINK_OK;
+	*target = NULL;
 	for (i = 0; format->stream_request(w->pipeline->name, w->batch, first, last, i, &request); i++)
 	{
 		replicant_delivery_post(w->slot, w->sink, request.webhook_id, &request.body, result);
+		*target = request.target;
 		if (result->outcome != REPLICANT_SINK_OK)
 			return;
 		*bytes += request.body.length;
@@ -244,8 +248,9 @@ deliver_range(Worker *w, int first, int last)
 	{
 		ReplicantSinkResult result;
 		size_t		bytes = 0;
+		const char *target;
 
-		post_range(w, first, last, &result, &bytes);
+		post_range(w, first, last, &result, &bytes, &target);
 
 		switch (result.outcome)
 		{
@@ -279,7 +284,9 @@ deliver_range(Worker *w, int first, int last)
 			case REPLICANT_SINK_GONE:
 			case REPLICANT_SINK_REJECTED:
 				replicant_delivery_refused(w->slot, w->pipeline, &result, "batch",
-										   psprintf(" (commit LSN %X/%X)",
+										   psprintf(" (%s%s%scommit LSN %X/%X)",
+													target ? "table " : "", target ? target : "",
+													target ? ", " : "",
 													LSN_FORMAT_ARGS(w->batch->txns[last].commit_lsn)));
 		}
 	}
@@ -401,6 +408,9 @@ deliver_messages(Worker *w, List *messages)
 	{
 		ReplicantRequest request;
 		ReplicantSinkResult result;
+
+		if (format->message_request == NULL)
+			continue;
 
 		format->message_request(w->pipeline->name, lfirst(lc), &request);
 		replicant_delivery_post(w->slot, w->sink, request.webhook_id, &request.body, &result);

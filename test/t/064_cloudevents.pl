@@ -191,7 +191,7 @@ is($json->encode($ce_alone->{data} // {}), $json->encode($alone->{body}{message}
 
 # ---- alter_pipeline: a pipeline changes its format -------------------------
 my ($rc, $out, $err) = $node->psql('postgres', "SELECT replicant.alter_pipeline('rp', format => 'json')");
-like($err, qr/ERROR:  unknown format "json"\nHINT:  The formats are "replicant", "cloudevents"/,
+like($err, qr/ERROR:  unknown format "json"\nHINT:  The formats are "replicant", "cloudevents", "clickhouse"/,
 	'an unknown format is refused, naming the formats');
 $node->safe_psql('postgres', "SELECT replicant.alter_pipeline('rp', format => 'cloudevents')");
 $node->safe_psql('postgres', q{INSERT INTO t VALUES (10, 'ten', 10, NULL)});

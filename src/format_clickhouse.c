@@ -1,0 +1,620 @@
+/*
+ * format_clickhouse.c
+ *		Rows for ClickHouse's HTTP interface: each published table goes to
+ *		the ClickHouse table of the same name (in the database the sink URL
+ *		names with ?database=, else the server's default) as
+ *		"INSERT INTO `t` FORMAT JSONEachRow" and one JSON object per row,
+ *		for a ReplacingMergeTree(_version) read with FINAL and _deleted = 0.
+ *
+ * Every row carries _version, its transaction's commit LSN, and _deleted.
+ * Two rows of one key with the same version come from one transaction,
+ * in one INSERT, in the order of its changes; ClickHouse keeps the last row
+ * of the most recent insert among equal versions, so the transaction's
+ * last change of the key wins, and a re-sent batch changes nothing.  A
+ * snapshot or backfill row has _version 0: a stream change of its key is
+ * never older than the read (the stream starts at the snapshot's point, a
+ * backfill chunk drops rows the stream changed inside its window).
+ *
+ * A batch stores one record per change, tagged with its target so that a
+ * request can read one table's rows out of the batch's single byte stream:
+ *		R<target>\t<length>\n<JSON object and newline, length bytes>
+ *		T<target>\t0\n				(a truncate)
+ * The first request of a batch scans it once to plan its requests: for
+ * each table in order of first appearance its rows up to its first
+ * truncate, then the TRUNCATE TABLE, then its rows up to the next, ...;
+ * tables are independent, so only a table's own order matters.  A row
+ * request's body is read from the store through a filter, in bounded
+ * memory whatever the batch's size.
+ */
+#include "postgres.h"
+
+#include "utils/memutils.h"
+
+#include "encoder.h"
+#include "format.h"
+
+/* A record's header: kind, a quoted name (NAMEDATALEN, escaped) and a length. */
+#define HEAD_MAX	(2 + 4 * NAMEDATALEN + 24)
+#define READ_CHUNK	8192
+
+/* One request of the planned batch. */
+typedef struct PlannedRequest
+{
+	char	   *target;			/* `name`, quoted for ClickHouse */
+	int			segment;		/* truncates of target before its rows */
+	bool		truncate;		/* TRUNCATE TABLE, not rows */
+	uint64		length;			/* bytes of its rows */
+} PlannedRequest;
+
+/*
+ * Reads a batch's records; passes the rows of (target, segment) on, or with
+ * target NULL reads them all for the plan.  Never raises an error: it may
+ * run inside libcurl callbacks.
+ */
+typedef struct RecordReader
+{
+	ReplicantBody store;		/* the batch's transactions, unframed */
+	const char *target;
+	int			segment;
+	int			seen_truncates; /* of target so far */
+	char		head[HEAD_MAX];
+	int			head_len;
+	uint64		payload_left;	/* bytes left of the current row */
+	bool		pass;			/* whether they belong to the body */
+	char		buf[READ_CHUNK];
+	size_t		buf_len;
+	size_t		buf_pos;
+	/* the plan scan's: the header just completed */
+	bool		head_done;
+} RecordReader;
+
+/* A request body: its query line, then the filtered rows. */
+typedef struct RowsBody
+{
+	StringInfoData query;
+	size_t		pos;			/* within the query line, then past it */
+	RecordReader reader;
+} RowsBody;
+
+static MemoryContext plan_context = NULL;
+static List *plan = NIL;		/* of PlannedRequest, the current batch's */
+static RowsBody rows_body;
+
+/* `name` as a ClickHouse identifier: no tab or newline left raw. */
+static void
+append_target(StringInfo out, const char *table)
+{
+	const char *p;
+
+	appendStringInfoChar(out, '`');
+	for (p = table; *p; p++)
+	{
+		switch (*p)
+		{
+			case '`':
+			case '\\':
+				appendStringInfoChar(out, '\\');
+				appendStringInfoChar(out, *p);
+				break;
+			case '\t':
+				appendStringInfoString(out, "\\t");
+				break;
+			case '\n':
+				appendStringInfoString(out, "\\n");
+				break;
+			case '\r':
+				appendStringInfoString(out, "\\r");
+				break;
+			default:
+				appendStringInfoChar(out, *p);
+		}
+	}
+	appendStringInfoChar(out, '`');
+}
+
+/* Past the JSON string at p (which is at its opening quote). */
+static const char *
+skip_string(const char *p)
+{
+	for (p++; *p && *p != '"'; p++)
+		if (*p == '\\' && p[1])
+			p++;
+	return *p ? p + 1 : p;
+}
+
+/* Past the JSON value at p. */
+static const char *
+skip_value(const char *p)
+{
+	int			depth = 0;
+
+	do
+	{
+		if (*p == '"')
+			p = skip_string(p);
+		else
+		{
+			if (*p == '{' || *p == '[')
+				depth++;
+			else if (*p == '}' || *p == ']')
+				depth--;
+			else if (depth == 0 && (*p == ',' || *p == '\0'))
+				break;
+			p++;
+		}
+	} while (*p && depth > 0);
+	while (depth == 0 && *p && *p != ',' && *p != '}')
+		p++;
+	return p;
+}
+
+/* Whether the JSON string name (len bytes, quoted) is an element of list. */
+static bool
+in_list(const char *list, const char *name, size_t len)
+{
+	const char *p = list;
+
+	while (*p == '"')
+	{
+		const char *end = skip_string(p);
+
+		if ((size_t) (end - p) == len && memcmp(p, name, len) == 0)
+			return true;
+		p = *end == ',' ? end + 1 : end;
+	}
+	return false;
+}
+
+/*
+ * Appends ,"col":value for each member of the old row whose column the
+ * update left unchanged; returns how many.  The encoder writes objects
+ * without whitespace between members.
+ */
+static int
+append_unchanged(StringInfo out, const char *old_row, const char *unchanged)
+{
+	const char *p = old_row + 1;
+	int			found = 0;
+
+	while (*p == '"')
+	{
+		const char *name_end = skip_string(p);
+		const char *value_end = skip_value(name_end + 1);
+
+		if (in_list(unchanged, p, name_end - p))
+		{
+			appendStringInfoChar(out, ',');
+			appendBinaryStringInfo(out, p, value_end - p);
+			found++;
+		}
+		p = *value_end == ',' ? value_end + 1 : value_end;
+	}
+	return found;
+}
+
+static int
+count_list(const char *list)
+{
+	const char *p = list;
+	int			n = 0;
+
+	while (*p == '"')
+	{
+		p = skip_string(p);
+		n++;
+		if (*p == ',')
+			p++;
+	}
+	return n;
+}
+
+/* object (without its closing brace) then the version and deleted flag */
+static void
+append_row(StringInfo out, const ReplicantChange *change, StringInfo object,
+		   bool deleted)
+{
+	XLogRecPtr	version = change->txn ? change->txn->commit_lsn : 0;
+
+	appendBinaryStringInfo(out, object->data, object->len - 1);
+	if (change->op == REPLICANT_OP_UPDATE && !deleted &&
+		change->unchanged && change->unchanged->len > 0)
+	{
+		/* the output plugin halts before an update without its old row */
+		if (change->old_row == NULL ||
+			append_unchanged(out, change->old_row->data, change->unchanged->data) !=
+			count_list(change->unchanged->data))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("update of table \"%s\" left TOASTed columns out of its new row",
+							change->relation->table)));
+	}
+	appendStringInfo(out, "%s\"_version\":" UINT64_FORMAT ",\"_deleted\":%d}\n",
+					 object->len > 2 ? "," : "", (uint64) version, deleted ? 1 : 0);
+}
+
+/* Appends a tagged record whose payload is built by the caller at *payload. */
+static void
+begin_record(StringInfo out, char kind, const ReplicantChange *change, int *length_at)
+{
+	appendStringInfoChar(out, kind);
+	append_target(out, change->relation->table);
+	appendStringInfoChar(out, '\t');
+	*length_at = out->len;
+	/* a fixed-width length, filled in once the payload is known */
+	appendStringInfoString(out, "00000000000000000000\n");
+}
+
+static void
+end_record(StringInfo out, int length_at)
+{
+	char		digits[21];
+	uint64		length = out->len - (length_at + 21);
+
+	snprintf(digits, sizeof(digits), "%020" INT64_MODIFIER "u", length);
+	memcpy(out->data + length_at, digits, 20);
+}
+
+/*
+ * A read is a bare row (snapshot bodies hold one table's rows); a stream
+ * change is a tagged record.  An update that moved its key, or any update
+ * under REPLICA IDENTITY FULL (which logs the old row), first deletes the
+ * old key, in the same transaction, so the new row wins if the key stayed.
+ */
+static void
+render_change(StringInfo out, const char *pipeline, const ReplicantChange *change)
+{
+	int			length_at;
+
+	if (change->op == REPLICANT_OP_READ)
+	{
+		append_row(out, change, change->new_row, false);
+		return;
+	}
+	begin_record(out, change->op == REPLICANT_OP_TRUNCATE ? 'T' : 'R', change, &length_at);
+	switch (change->op)
+	{
+		case REPLICANT_OP_INSERT:
+			append_row(out, change, change->new_row, false);
+			break;
+		case REPLICANT_OP_UPDATE:
+			if (change->old_row != NULL && change->key != NULL)
+				append_row(out, change, change->key, true);
+			append_row(out, change, change->new_row, false);
+			break;
+		case REPLICANT_OP_DELETE:
+			if (change->key != NULL)
+				append_row(out, change, change->key, true);
+			break;
+		default:
+			break;
+	}
+	end_record(out, length_at);
+}
+
+static void
+render_nothing(StringInfo out, const char *pipeline, const ReplicantTxn *txn)
+{
+}
+
+static void
+render_no_message(StringInfo out, const char *pipeline, const ReplicantMessage *message)
+{
+}
+
+static void
+end_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn,
+		int64 nchanges, const char *messages)
+{
+}
+
+/* ---- reading records ---- */
+
+static void
+reader_start(RecordReader *r, ReplicantBatch *batch, int first, int last,
+			 const char *target, int segment)
+{
+	static StringInfoData empty;
+
+	if (empty.data == NULL)
+		initStringInfo(&empty);
+	replicant_batch_body(batch, first, last, &empty, "", &r->store);
+	r->store.rewind(r->store.arg);
+	r->target = target;
+	r->segment = segment;
+	r->seen_truncates = 0;
+	r->head_len = 0;
+	r->payload_left = 0;
+	r->pass = false;
+	r->buf_len = r->buf_pos = 0;
+	r->head_done = false;
+}
+
+/* Takes in a completed header: whether its row bytes belong to the body. */
+static void
+reader_header(RecordReader *r)
+{
+	char	   *tab = memchr(r->head, '\t', r->head_len);
+	bool		ours;
+
+	r->head[r->head_len] = '\0';
+	r->payload_left = tab ? strtou64(tab + 1, NULL, 10) : 0;
+	ours = r->target && tab &&
+		(size_t) (tab - r->head - 1) == strlen(r->target) &&
+		memcmp(r->head + 1, r->target, tab - r->head - 1) == 0;
+	if (ours && r->head[0] == 'T')
+		r->seen_truncates++;
+	r->pass = ours && r->head[0] == 'R' && r->seen_truncates == r->segment;
+	r->head_len = 0;
+	r->head_done = true;
+}
+
+/*
+ * Copies up to max bytes of passed rows to out; stops after each header
+ * when planning (target NULL).  Returns the bytes copied, 0 at the end
+ * (head_done tells a header from the end), or -1 on a read failure.
+ */
+static ssize_t
+reader_read(RecordReader *r, char *out, size_t max)
+{
+	size_t		done = 0;
+
+	r->head_done = false;
+	while (done < max || r->target == NULL)
+	{
+		if (r->buf_pos == r->buf_len)
+		{
+			size_t		got = r->store.read(r->store.arg, r->buf, READ_CHUNK);
+
+			if (got == (size_t) -1)
+				return -1;
+			if (got == 0)
+				break;
+			r->buf_len = got;
+			r->buf_pos = 0;
+		}
+		if (r->payload_left > 0)
+		{
+			size_t		n = Min(r->payload_left, r->buf_len - r->buf_pos);
+
+			if (r->pass)
+			{
+				n = Min(n, max - done);
+				memcpy(out + done, r->buf + r->buf_pos, n);
+				done += n;
+			}
+			r->buf_pos += n;
+			r->payload_left -= n;
+			continue;
+		}
+		if (r->head_len == HEAD_MAX - 1)
+			return -1;
+		if ((r->head[r->head_len++] = r->buf[r->buf_pos++]) == '\n')
+		{
+			reader_header(r);
+			if (r->target == NULL)
+				break;
+		}
+	}
+	return done;
+}
+
+/* ---- planning and building requests ---- */
+
+static PlannedRequest *
+plan_find(const char *target, int segment)
+{
+	ListCell   *lc;
+
+	foreach(lc, plan)
+	{
+		PlannedRequest *p = lfirst(lc);
+
+		if (!p->truncate && p->segment == segment && strcmp(p->target, target) == 0)
+			return p;
+	}
+	return NULL;
+}
+
+static int
+plan_truncates(const char *target)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, plan)
+	{
+		PlannedRequest *p = lfirst(lc);
+
+		if (p->truncate && strcmp(p->target, target) == 0)
+			n++;
+	}
+	return n;
+}
+
+static void
+plan_batch(ReplicantBatch *batch, int first, int last)
+{
+	RecordReader *r = palloc(sizeof(RecordReader));
+	MemoryContext old;
+
+	if (plan_context == NULL)
+		plan_context = AllocSetContextCreate(TopMemoryContext, "replicant clickhouse plan",
+											 ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(plan_context);
+	plan = NIL;
+	old = MemoryContextSwitchTo(plan_context);
+	reader_start(r, batch, first, last, NULL, 0);
+	for (;;)
+	{
+		char	   *tab;
+		char	   *target;
+		int			segment;
+		PlannedRequest *p;
+
+		if (reader_read(r, NULL, 0) < 0)
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not read batch spill file: %m")));
+		if (!r->head_done)
+			break;
+		tab = strchr(r->head, '\t');
+		target = pnstrdup(r->head + 1, tab - r->head - 1);
+		segment = plan_truncates(target);
+		if (r->head[0] == 'T' || (p = plan_find(target, segment)) == NULL)
+		{
+			p = palloc0(sizeof(PlannedRequest));
+			p->target = target;
+			p->segment = segment;
+			p->truncate = r->head[0] == 'T';
+			plan = lappend(plan, p);
+		}
+		p->length += r->payload_left;
+	}
+	MemoryContextSwitchTo(old);
+	pfree(r);
+}
+
+static void
+rows_body_rewind(void *arg)
+{
+	RowsBody   *body = arg;
+
+	body->pos = 0;
+	body->reader.store.rewind(body->reader.store.arg);
+	body->reader.seen_truncates = 0;
+	body->reader.head_len = 0;
+	body->reader.payload_left = 0;
+	body->reader.pass = false;
+	body->reader.buf_len = body->reader.buf_pos = 0;
+}
+
+static size_t
+rows_body_read(void *arg, char *buf, size_t max)
+{
+	RowsBody   *body = arg;
+	size_t		done = 0;
+	ssize_t		got;
+
+	if (body->pos < (size_t) body->query.len)
+	{
+		done = Min(max, body->query.len - body->pos);
+		memcpy(buf, body->query.data + body->pos, done);
+		body->pos += done;
+		if (done == max)
+			return done;
+	}
+	got = reader_read(&body->reader, buf + done, max - done);
+	return got < 0 ? (size_t) -1 : done + got;
+}
+
+/*
+ * The i-th planned request: a table's rows as an INSERT, or its TRUNCATE.
+ * Named <pipeline>-<last commit LSN>-<i>.
+ */
+static bool
+stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
+			   int i, ReplicantRequest *request)
+{
+	PlannedRequest *p;
+
+	if (i == 0)
+		plan_batch(batch, first, last);
+	if (i >= list_length(plan))
+		return false;
+	p = list_nth(plan, i);
+	memset(request, 0, sizeof(ReplicantRequest));
+	request->webhook_id = psprintf("%s-" UINT64_FORMAT "-%d", pipeline,
+								   (uint64) batch->txns[last].commit_lsn, i);
+	request->target = p->target;
+	initStringInfo(&request->buffer);
+	if (p->truncate)
+	{
+		appendStringInfo(&request->buffer, "TRUNCATE TABLE %s", p->target);
+		replicant_body_from_buffer(&request->body, &request->memory, &request->buffer);
+		return true;
+	}
+	if (rows_body.query.data == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		initStringInfo(&rows_body.query);
+		MemoryContextSwitchTo(old);
+	}
+	resetStringInfo(&rows_body.query);
+	appendStringInfo(&rows_body.query, "INSERT INTO %s FORMAT JSONEachRow\n", p->target);
+	rows_body.pos = 0;
+	reader_start(&rows_body.reader, batch, first, last, p->target, p->segment);
+	request->body.length = rows_body.query.len + p->length;
+	request->body.rewind = rows_body_rewind;
+	request->body.read = rows_body_read;
+	request->body.arg = &rows_body;
+	return true;
+}
+
+static void
+snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
+			   int64 backfill_id, bool first, bool last)
+{
+	appendStringInfoString(out, "INSERT INTO ");
+	append_target(out, relation->table);
+	appendStringInfoString(out, " FORMAT JSONEachRow\n");
+}
+
+static void
+snapshot_end(StringInfo out)
+{
+}
+
+/*
+ * ClickHouse error codes a retry cannot fix: the data or the target is
+ * wrong.  Any other code (memory, too many parts, timeouts, a replica
+ * away) is retried.
+ */
+static bool
+code_is_final(int code)
+{
+	static const int final_codes[] = {
+		6,						/* CANNOT_PARSE_TEXT */
+		16,						/* NO_SUCH_COLUMN_IN_TABLE */
+		26,						/* CANNOT_PARSE_QUOTED_STRING */
+		27,						/* CANNOT_PARSE_INPUT_ASSERTION_FAILED */
+		38,						/* CANNOT_PARSE_DATE */
+		41,						/* CANNOT_PARSE_DATETIME */
+		47,						/* UNKNOWN_IDENTIFIER */
+		53,						/* TYPE_MISMATCH */
+		60,						/* UNKNOWN_TABLE */
+		62,						/* SYNTAX_ERROR */
+		69,						/* ARGUMENT_OUT_OF_BOUND */
+		70,						/* CANNOT_CONVERT_TYPE */
+		72,						/* CANNOT_PARSE_NUMBER */
+		81,						/* UNKNOWN_DATABASE */
+		117,					/* INCORRECT_DATA (unknown field) */
+		192,					/* UNKNOWN_USER */
+		193,					/* WRONG_PASSWORD */
+		497,					/* ACCESS_DENIED */
+		516,					/* AUTHENTICATION_FAILED */
+	};
+	int			i;
+
+	for (i = 0; i < lengthof(final_codes); i++)
+		if (final_codes[i] == code)
+			return true;
+	return false;
+}
+
+const ReplicantFormat replicant_format_clickhouse = {
+	.name = "clickhouse",
+	.content_type = "text/plain; charset=utf-8",
+	.separator = "",
+	.whole_rows = true,
+	.code_is_final = code_is_final,
+	.change = render_change,
+	.begin_txn = render_nothing,
+	.message = render_no_message,
+	.end_txn = end_txn,
+	.stream_request = stream_request,
+	.snapshot_begin = snapshot_begin,
+	.snapshot_end = snapshot_end,
+	.snapshot_end_len = 0,
+	.message_request = NULL,
+};
