@@ -89,7 +89,7 @@ static List *resumed_at_commit = NIL;
 static void
 clear_resumed_halts(void)
 {
-	ListCell   *lc;
+	ListCell *lc;
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	foreach(lc, resumed_at_commit)
@@ -157,11 +157,11 @@ static bool
 output_plugin_allowed(void)
 {
 	const char *setting = GetConfigOption("output_plugin_libraries", true, false);
-	List	   *names;
-	ListCell   *lc;
+	List *names;
+	ListCell *lc;
 
 	if (setting == NULL)
-		return true;			/* servers before 15.19 load any plugin */
+		return true; /* servers before 15.19 load any plugin */
 	if (!SplitIdentifierString(pstrdup(setting), ',', &names))
 		return false;
 	foreach(lc, names)
@@ -219,10 +219,10 @@ check_range(const char *option, int value, int min, int max)
 static void
 check_sink_url(const char *url)
 {
-	CURLU	   *parsed;
-	char	   *part = NULL;
+	CURLU *parsed;
+	char *part = NULL;
 	const char *p;
-	CURLUcode	rc;
+	CURLUcode rc;
 
 	if (strlen(url) > MAX_URL_LENGTH)
 		ereport(ERROR,
@@ -270,9 +270,9 @@ check_sink_url(const char *url)
 static void
 check_headers(Jsonb *headers)
 {
-	Oid			argtypes[1] = {JSONBOID};
-	Datum		args[1] = {JsonbPGetDatum(headers)};
-	uint64		i;
+	Oid argtypes[1] = {JSONBOID};
+	Datum args[1] = {JsonbPGetDatum(headers)};
+	uint64 i;
 
 	if (SPI_execute_with_args("SELECT pg_catalog.jsonb_typeof($1)", 1, argtypes, args,
 							  NULL, true, 1) != SPI_OK_SELECT)
@@ -292,11 +292,11 @@ check_headers(Jsonb *headers)
 				 errmsg("at most %d headers may be set", MAX_HEADERS)));
 	for (i = 0; i < SPI_processed; i++)
 	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		char	   *name = SPI_getvalue(tuple, desc, 1);
-		char	   *value = SPI_getvalue(tuple, desc, 2);
-		char	   *type = SPI_getvalue(tuple, desc, 3);
+		HeapTuple tuple = SPI_tuptable->vals[i];
+		TupleDesc desc = SPI_tuptable->tupdesc;
+		char *name = SPI_getvalue(tuple, desc, 1);
+		char *value = SPI_getvalue(tuple, desc, 2);
+		char *type = SPI_getvalue(tuple, desc, 3);
 		const char *reserved;
 
 		if (name[0] == '\0' || strlen(name) > 64)
@@ -343,16 +343,16 @@ text_element(Datum *elems, bool *nulls, int i, const char *what)
 static ArrayType *
 check_publications(FunctionCallInfo fcinfo, int argno)
 {
-	Oid			argtype = get_fn_expr_argtype(fcinfo->flinfo, argno);
-	Datum	   *elems;
-	bool	   *nulls;
-	int			nelems;
-	List	   *seen = NIL;
-	int			i;
+	Oid argtype = get_fn_expr_argtype(fcinfo->flinfo, argno);
+	Datum *elems;
+	bool *nulls;
+	int nelems;
+	List *seen = NIL;
+	int i;
 
 	if (argtype == TEXTOID)
 	{
-		Datum		one = PG_GETARG_DATUM(argno);
+		Datum one = PG_GETARG_DATUM(argno);
 
 		return construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT);
 	}
@@ -365,7 +365,7 @@ check_publications(FunctionCallInfo fcinfo, int argno)
 				 errmsg("at least one publication is required")));
 	for (i = 0; i < nelems; i++)
 	{
-		char	   *name = text_element(elems, nulls, i, "publication names");
+		char *name = text_element(elems, nulls, i, "publication names");
 
 		if (list_member(seen, makeString(name)))
 			ereport(ERROR,
@@ -379,14 +379,14 @@ check_publications(FunctionCallInfo fcinfo, int argno)
 static void
 check_publications_exist(ArrayType *pubs)
 {
-	Datum	   *elems;
-	int			nelems;
-	int			i;
+	Datum *elems;
+	int nelems;
+	int i;
 
 	deconstruct_array(pubs, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &nelems);
 	for (i = 0; i < nelems; i++)
 	{
-		char	   *name = TextDatumGetCString(elems[i]);
+		char *name = TextDatumGetCString(elems[i]);
 
 		replicant_pipeline_check_publication_name(name);
 		if (!OidIsValid(get_publication_oid(name, true)))
@@ -439,10 +439,10 @@ check_failover(bool failover)
 static void
 check_message_prefixes(ArrayType *prefixes, bool empty_ok)
 {
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
-	int			i;
+	Datum *elems;
+	bool *nulls;
+	int n;
+	int i;
 
 	deconstruct_array(prefixes, TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &nulls, &n);
@@ -453,7 +453,7 @@ check_message_prefixes(ArrayType *prefixes, bool empty_ok)
 				 errhint("Pass NULL to deliver messages of every prefix.")));
 	for (i = 0; i < n; i++)
 	{
-		char	   *prefix = text_element(elems, nulls, i, "message prefixes");
+		char *prefix = text_element(elems, nulls, i, "message prefixes");
 
 		if (prefix[0] == '\0')
 			ereport(ERROR,
@@ -480,8 +480,8 @@ check_owner_may_receive_messages(Oid owner)
 static void
 check_owner_can_login(Oid owner)
 {
-	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(owner));
-	bool		can_login;
+	HeapTuple tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(owner));
+	bool can_login;
 
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for role %u", owner);
@@ -526,14 +526,14 @@ typedef enum PipelineOptionId
 
 typedef struct PipelineOption
 {
-	const char *name;			/* the argument's name, in messages */
-	const char *column;			/* in replicant.pipelines; NULL: none */
-	Oid			type;			/* as an SPI parameter */
-	int			min;			/* INT4OID: the accepted range */
-	int			max;			/* (inclusive) */
-	int			create_arg;		/* position in create_pipeline(); -1: none */
-	int			alter_arg;		/* position in alter_pipeline(); -1: none */
-	bool		create_null_ok; /* create_pipeline takes NULL (alter always does) */
+	const char *name;    /* the argument's name, in messages */
+	const char *column;  /* in replicant.pipelines; NULL: none */
+	Oid type;            /* as an SPI parameter */
+	int min;             /* INT4OID: the accepted range */
+	int max;             /* (inclusive) */
+	int create_arg;      /* position in create_pipeline(); -1: none */
+	int alter_arg;       /* position in alter_pipeline(); -1: none */
+	bool create_null_ok; /* create_pipeline takes NULL (alter always does) */
 } PipelineOption;
 
 static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
@@ -565,8 +565,8 @@ static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
 /* One call's options; an option not given (NULL to alter) is null. */
 typedef struct PipelineOptions
 {
-	Datum		values[NUM_PIPELINE_OPTIONS];
-	bool		given[NUM_PIPELINE_OPTIONS];
+	Datum values[NUM_PIPELINE_OPTIONS];
+	bool given[NUM_PIPELINE_OPTIONS];
 } PipelineOptions;
 
 /* alter_pipeline: secret_previous_until keeps the current secret beside a new one. */
@@ -591,7 +591,7 @@ check_option(PipelineOptionId id, FunctionCallInfo fcinfo, int argno, bool alter
 			 const PipelineOptions *o)
 {
 	const PipelineOption *opt = &pipeline_options[id];
-	Datum		value = PG_GETARG_DATUM(argno);
+	Datum value = PG_GETARG_DATUM(argno);
 
 	if (opt->type == INT4OID)
 		check_range(opt->name, DatumGetInt32(value), opt->min, opt->max);
@@ -654,13 +654,13 @@ check_option(PipelineOptionId id, FunctionCallInfo fcinfo, int argno, bool alter
 static void
 parse_options(FunctionCallInfo fcinfo, bool alter, PipelineOptions *o)
 {
-	int			id;
+	int id;
 
 	memset(o, 0, sizeof(*o));
 	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
 	{
 		const PipelineOption *opt = &pipeline_options[id];
-		int			argno = alter ? opt->alter_arg : opt->create_arg;
+		int argno = alter ? opt->alter_arg : opt->create_arg;
 
 		if (argno < 0 || argno >= PG_NARGS())
 			continue;
@@ -686,7 +686,7 @@ static void
 option_params(const PipelineOptions *o, Oid pipeline_type, Datum pipeline, Oid owner,
 			  Oid *types, Datum *values, char *nulls)
 {
-	int			id;
+	int id;
 
 	types[0] = pipeline_type;
 	values[0] = pipeline;
@@ -748,7 +748,7 @@ create_slot(const char *slot_name, bool failover)
 static int64
 other_background_workers(void)
 {
-	bool		isnull;
+	bool isnull;
 
 	if (SPI_execute("SELECT count(*) FROM pg_catalog.pg_stat_activity"
 					" WHERE backend_type OPERATOR(pg_catalog.<>) ALL (ARRAY["
@@ -768,8 +768,8 @@ other_background_workers(void)
 static int
 count_pipelines_in_shmem(bool runnable_elsewhere)
 {
-	int			n = 0;
-	int			i;
+	int n = 0;
+	int i;
 
 	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 	for (i = 0; i < replicant_max_pipelines; i++)
@@ -793,8 +793,8 @@ count_pipelines_in_shmem(bool runnable_elsewhere)
 static void
 check_free_slots(bool initial_snapshot, int snapshot_workers)
 {
-	int64		needed;
-	bool		isnull;
+	int64 needed;
+	bool isnull;
 
 	if (replicant_slot_free_count() == 0)
 		ereport(ERROR,
@@ -804,7 +804,8 @@ check_free_slots(bool initial_snapshot, int snapshot_workers)
 				 errhint("Free one or increase \"%s\".", "max_replication_slots")));
 
 	if (SPI_execute("SELECT count(*) FROM replicant.pipelines"
-					" WHERE enabled AND halt_reason IS NULL", true, 0) != SPI_OK_SELECT)
+					" WHERE enabled AND halt_reason IS NULL",
+					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	needed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 										 &isnull));
@@ -827,7 +828,7 @@ check_free_slots(bool initial_snapshot, int snapshot_workers)
 static void
 lock_pipeline_name(const char *name)
 {
-	Oid			pipelines = get_relname_relid("pipelines", get_namespace_oid("replicant", false));
+	Oid pipelines = get_relname_relid("pipelines", get_namespace_oid("replicant", false));
 
 	LockDatabaseObject(pipelines,
 					   DatumGetUInt32(hash_any((const unsigned char *) name, strlen(name))),
@@ -842,11 +843,11 @@ lock_pipeline_name(const char *name)
 static void
 check_owner_reads_tables(Oid owner, List *relids)
 {
-	ListCell   *lc;
+	ListCell *lc;
 
 	foreach(lc, relids)
 	{
-		Oid			relid = lfirst_oid(lc);
+		Oid relid = lfirst_oid(lc);
 
 		if (pg_class_aclcheck(relid, owner, ACL_SELECT) != ACLCHECK_OK)
 			ereport(ERROR,
@@ -868,9 +869,9 @@ check_owner_reads_tables(Oid owner, List *relids)
 static ArrayType *
 oid_array(List *oids)
 {
-	Datum	   *elems = palloc(sizeof(Datum) * Max(list_length(oids), 1));
-	ListCell   *lc;
-	int			n = 0;
+	Datum *elems = palloc(sizeof(Datum) * Max(list_length(oids), 1));
+	ListCell *lc;
+	int n = 0;
 
 	foreach(lc, oids)
 		elems[n++] = ObjectIdGetDatum(lfirst_oid(lc));
@@ -885,12 +886,12 @@ oid_array(List *oids)
 static void
 warn_tables_without_identity(ArrayType *pubs)
 {
-	Oid			argtypes[1] = {TEXTARRAYOID};
-	Datum		args[1] = {PointerGetDatum(pubs)};
-	bool		isnull;
-	Datum		changing;
-	List	   *relids;
-	uint64		i;
+	Oid argtypes[1] = {TEXTARRAYOID};
+	Datum args[1] = {PointerGetDatum(pubs)};
+	bool isnull;
+	Datum changing;
+	List *relids;
+	uint64 i;
 
 	if (SPI_execute_with_args("SELECT pg_catalog.array_agg(p.pubname::pg_catalog.text)"
 							  "  FROM pg_catalog.pg_publication p"
@@ -932,9 +933,9 @@ warn_tables_without_identity(ArrayType *pubs)
 static void
 warn_tables_leaving_toast_out(List *relids, const char *format)
 {
-	Oid			argtypes[1] = {OIDARRAYOID};
-	Datum		args[1];
-	uint64		i;
+	Oid argtypes[1] = {OIDARRAYOID};
+	Datum args[1];
+	uint64 i;
 
 	if (relids == NIL)
 		return;
@@ -967,11 +968,11 @@ warn_tables_leaving_toast_out(List *relids, const char *format)
 static void
 save_table_shapes(int32 pipeline_id, List *relids)
 {
-	ListCell   *lc;
+	ListCell *lc;
 
 	foreach(lc, relids)
 	{
-		Relation	rel = table_open(lfirst_oid(lc), AccessShareLock);
+		Relation rel = table_open(lfirst_oid(lc), AccessShareLock);
 
 		replicant_publication_save_table_shape(pipeline_id, rel);
 		table_close(rel, AccessShareLock);
@@ -999,10 +1000,10 @@ check_create_owner(Oid owner, const PipelineOptions *o)
 static List *
 check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
 {
-	ArrayType  *pubs = DatumGetArrayTypeP(o->values[OPT_PUBLICATION]);
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(name)};
-	List	   *tables;
+	ArrayType *pubs = DatumGetArrayTypeP(o->values[OPT_PUBLICATION]);
+	Oid argtypes[1] = {TEXTOID};
+	Datum args[1] = {CStringGetTextDatum(name)};
+	List *tables;
 
 	check_headers(DatumGetJsonbP(o->values[OPT_HEADERS]));
 	check_publications_exist(pubs);
@@ -1035,11 +1036,11 @@ insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs
 {
 	StringInfoData sql;
 	StringInfoData params;
-	Oid			types[NUM_OPTION_PARAMS];
-	Datum		values[NUM_OPTION_PARAMS];
-	char		nulls[NUM_OPTION_PARAMS];
-	bool		isnull;
-	int			id;
+	Oid types[NUM_OPTION_PARAMS];
+	Datum values[NUM_OPTION_PARAMS];
+	char nulls[NUM_OPTION_PARAMS];
+	bool isnull;
+	int id;
 
 	initStringInfo(&sql);
 	initStringInfo(&params);
@@ -1072,13 +1073,13 @@ insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
 {
-	char	   *name;
+	char *name;
 	PipelineOptions o;
-	Oid			owner = GetUserId();
+	Oid owner = GetUserId();
 	ReplicantCatalogAccess s;
-	char	   *snapshot;
-	int32		pipeline_id;
-	List	   *tables;
+	char *snapshot;
+	int32 pipeline_id;
+	List *tables;
 
 	replicant_redact_statements();
 	PreventInTransactionBlock(true, "replicant.create_pipeline()");
@@ -1105,7 +1106,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
-		ListCell   *lc;
+		ListCell *lc;
 
 		/* An incremental backfill of every table the publications deliver. */
 		foreach(lc, tables)
@@ -1134,8 +1135,8 @@ stop_worker_and_wait(int32 pipeline_id)
 	for (;;)
 	{
 		ReplicantPipelineSlot *slot;
-		pid_t		pid = 0;
-		bool		snapshotting = false;
+		pid_t pid = 0;
+		bool snapshotting = false;
 
 		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 		slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
@@ -1171,7 +1172,7 @@ static void
 append_assignment(StringInfo sql, PipelineOptionId id)
 {
 	const PipelineOption *opt = &pipeline_options[id];
-	int			n = OPTION_PARAM_BASE + id;
+	int n = OPTION_PARAM_BASE + id;
 
 	switch (id)
 	{
@@ -1181,12 +1182,13 @@ append_assignment(StringInfo sql, PipelineOptionId id)
 			break;
 		case OPT_MESSAGE_PREFIXES:
 			appendStringInfo(sql, " message_prefixes = CASE WHEN $%d IS NULL THEN message_prefixes"
-							 "   WHEN pg_catalog.cardinality($%d) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $%d END,",
+								  "   WHEN pg_catalog.cardinality($%d) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $%d END,",
 							 n, n, n);
 			break;
 		case OPT_SECRET_PREVIOUS_UNTIL:
 			appendStringInfo(sql, " secret_previous = CASE WHEN $%d IS NOT NULL THEN secret END,"
-							 " secret_previous_until = $%d,", n, n);
+								  " secret_previous_until = $%d,",
+							 n, n);
 			break;
 		default:
 			appendStringInfo(sql, " %s = coalesce($%d, %s),", opt->column, n, opt->column);
@@ -1202,10 +1204,10 @@ static void
 update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int nargs)
 {
 	StringInfoData sql;
-	Oid			types[NUM_OPTION_PARAMS];
-	Datum		values[NUM_OPTION_PARAMS];
-	char		nulls[NUM_OPTION_PARAMS];
-	int			id;
+	Oid types[NUM_OPTION_PARAMS];
+	Datum values[NUM_OPTION_PARAMS];
+	char nulls[NUM_OPTION_PARAMS];
+	int id;
 
 	option_params(o, INT4OID, Int32GetDatum(ref->id), ref->owner, types, values, nulls);
 	/* An added publication applies to what commits from now on (0.2.0). */
@@ -1230,7 +1232,7 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int n
 			append_assignment(&sql, id);
 	}
 	appendStringInfoString(&sql, " config_version = config_version OPERATOR(pg_catalog.+) 1"
-						   " WHERE id OPERATOR(pg_catalog.=) $1");
+								 " WHERE id OPERATOR(pg_catalog.=) $1");
 	run_update(sql.data, NUM_OPTION_PARAMS, types, values, nulls);
 }
 
@@ -1248,7 +1250,7 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int n
 Datum
 replicant_alter_pipeline(PG_FUNCTION_ARGS)
 {
-	char	   *name;
+	char *name;
 	PipelineOptions o;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
@@ -1270,8 +1272,9 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	if (o.given[OPT_FORMAT] &&
 		replicant_format_lookup(TextDatumGetCString(o.values[OPT_FORMAT]))->whole_rows)
 		warn_tables_leaving_toast_out(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
-																			 DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
-																			 ref.publications, true),
+																				 DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
+																				 ref.publications,
+																			 true),
 									  TextDatumGetCString(o.values[OPT_FORMAT]));
 	replicant_catalog_leave(&s);
 	stop_worker_and_wait(ref.id);
@@ -1289,11 +1292,11 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 static void
 set_state(FunctionCallInfo fcinfo, const char *assignment)
 {
-	char	   *name = required_text(fcinfo, 0, "pipeline name");
+	char *name = required_text(fcinfo, 0, "pipeline name");
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1];
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1];
 
 	replicant_pipeline_check_name(name);
 	replicant_catalog_enter(&s);
@@ -1344,7 +1347,7 @@ static void
 stop_worker(int32 pipeline_id)
 {
 	ReplicantPipelineSlot *slot;
-	pid_t		pid = 0;
+	pid_t pid = 0;
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
@@ -1365,12 +1368,12 @@ stop_worker(int32 pipeline_id)
 Datum
 replicant_drop_pipeline(PG_FUNCTION_ARGS)
 {
-	char	   *name = required_text(fcinfo, 0, "pipeline name");
-	char	   *slot_name;
+	char *name = required_text(fcinfo, 0, "pipeline name");
+	char *slot_name;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1];
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1];
 
 	/* Dropping a slot cannot be rolled back. */
 	PreventInTransactionBlock(true, "replicant.drop_pipeline()");
@@ -1390,7 +1393,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	stop_worker(ref.id);
 	slot_name = replicant_pipeline_slot_name(name);
 	if (replicant_slot_exists(slot_name))
-		ReplicationSlotDrop(slot_name, false);	/* waits for the worker to let go */
+		ReplicationSlotDrop(slot_name, false); /* waits for the worker to let go */
 
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
@@ -1400,8 +1403,8 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 static void
 bump_config(int32 pipeline_id)
 {
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(pipeline_id)};
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
 
 	run_update("UPDATE replicant.pipelines SET config_version = config_version OPERATOR(pg_catalog.+) 1"
 			   " WHERE id OPERATOR(pg_catalog.=) $1",
@@ -1415,14 +1418,14 @@ bump_config(int32 pipeline_id)
 Datum
 replicant_backfill(PG_FUNCTION_ARGS)
 {
-	char	   *name = required_text(fcinfo, 0, "pipeline name");
-	Oid			relid;
-	char	   *mode;
+	char *name = required_text(fcinfo, 0, "pipeline name");
+	Oid relid;
+	char *mode;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
-	Oid			argtypes[2] = {OIDOID, INT4OID};
-	Datum		args[2];
-	int64		id;
+	Oid argtypes[2] = {OIDOID, INT4OID};
+	Datum args[2];
+	int64 id;
 
 	replicant_pipeline_check_name(name);
 	if (PG_ARGISNULL(1))
@@ -1480,13 +1483,13 @@ replicant_backfill(PG_FUNCTION_ARGS)
 Datum
 replicant_cancel_backfill(PG_FUNCTION_ARGS)
 {
-	int64		id;
+	int64 id;
 	ReplicantCatalogAccess s;
-	Oid			argtypes[1] = {INT8OID};
-	Datum		args[1];
-	char	   *state;
+	Oid argtypes[1] = {INT8OID};
+	Datum args[1];
+	char *state;
 	ReplicantPipelineRef ref;
-	bool		isnull;
+	bool isnull;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -1506,7 +1509,8 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("backfill " INT64_FORMAT " does not exist", id)));
 	ref = replicant_pipeline_lookup(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
-															SPI_tuptable->tupdesc, 1, &isnull)), true);
+																	  SPI_tuptable->tupdesc, 1, &isnull)),
+									true);
 	check_is_owner(&ref, &s);
 	if (SPI_execute_with_args("SELECT state FROM replicant.backfills WHERE id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
@@ -1539,12 +1543,12 @@ Datum
 replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	bool		include_secrets = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
-	Oid			argtypes[2] = {BOOLOID, OIDOID};
-	Datum		args[2];
+	bool include_secrets = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
+	Oid argtypes[2] = {BOOLOID, OIDOID};
+	Datum args[2];
 	ReplicantCatalogAccess s;
-	uint64		i;
-	TupleDesc	desc;
+	uint64 i;
+	TupleDesc desc;
 	Tuplestorestate *store;
 	MemoryContext old;
 
@@ -1598,8 +1602,8 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not read replicant.pipelines");
 	for (i = 0; i < SPI_processed; i++)
 	{
-		bool		isnull;
-		Datum		value = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+		bool isnull;
+		Datum value = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
 
 		tuplestore_putvalues(store, desc, &value, &isnull);
 	}

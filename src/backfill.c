@@ -90,21 +90,21 @@
  */
 typedef struct KeyOrder
 {
-	List	   *names;			/* column names */
-	List	   *types;			/* their types, qualified */
-	List	   *order_ops;		/* ORDER BY ... USING, as the index orders */
-	List	   *after_ops;		/* "comes after" in that order */
-	List	   *eq_ops;
-	List	   *lt_ops;			/* ascending, whatever the index */
-	List	   *ge_ops;
+	List *names;     /* column names */
+	List *types;     /* their types, qualified */
+	List *order_ops; /* ORDER BY ... USING, as the index orders */
+	List *after_ops; /* "comes after" in that order */
+	List *eq_ops;
+	List *lt_ops; /* ascending, whatever the index */
+	List *ge_ops;
 } KeyOrder;
 
 static char *
 qualified_operator(Oid opno)
 {
-	HeapTuple	tuple = SearchSysCache1(OPEROID, ObjectIdGetDatum(opno));
+	HeapTuple tuple = SearchSysCache1(OPEROID, ObjectIdGetDatum(opno));
 	Form_pg_operator op;
-	char	   *sql;
+	char *sql;
 
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for operator %u", opno);
@@ -119,7 +119,7 @@ qualified_operator(Oid opno)
 static Oid
 key_index(Relation rel)
 {
-	Oid			index = RelationGetReplicaIndex(rel);
+	Oid index = RelationGetReplicaIndex(rel);
 
 	return OidIsValid(index) ? index : REPLICANT_PRIMARY_KEY_INDEX(rel);
 }
@@ -127,24 +127,24 @@ key_index(Relation rel)
 static KeyOrder *
 key_order(Relation rel)
 {
-	KeyOrder   *order = palloc0(sizeof(KeyOrder));
-	Oid			indexoid = key_index(rel);
-	Relation	index;
-	int			i;
+	KeyOrder *order = palloc0(sizeof(KeyOrder));
+	Oid indexoid = key_index(rel);
+	Relation index;
+	int i;
 
 	if (!OidIsValid(indexoid))
 		elog(ERROR, "table \"%s\" has no key index", RelationGetRelationName(rel));
 	index = index_open(indexoid, AccessShareLock);
 	for (i = 0; i < IndexRelationGetNumberOfKeyAttributes(index); i++)
 	{
-		AttrNumber	attnum = index->rd_index->indkey.values[i];
-		Oid			family = index->rd_opfamily[i];
-		Oid			type = index->rd_opcintype[i];
-		bool		desc = (index->rd_indoption[i] & INDOPTION_DESC) != 0;
-		Oid			lt = get_opfamily_member(family, type, type, BTLessStrategyNumber);
-		Oid			gt = get_opfamily_member(family, type, type, BTGreaterStrategyNumber);
-		Oid			eq = get_opfamily_member(family, type, type, BTEqualStrategyNumber);
-		Oid			ge = get_opfamily_member(family, type, type, BTGreaterEqualStrategyNumber);
+		AttrNumber attnum = index->rd_index->indkey.values[i];
+		Oid family = index->rd_opfamily[i];
+		Oid type = index->rd_opcintype[i];
+		bool desc = (index->rd_indoption[i] & INDOPTION_DESC) != 0;
+		Oid lt = get_opfamily_member(family, type, type, BTLessStrategyNumber);
+		Oid gt = get_opfamily_member(family, type, type, BTGreaterStrategyNumber);
+		Oid eq = get_opfamily_member(family, type, type, BTEqualStrategyNumber);
+		Oid ge = get_opfamily_member(family, type, type, BTGreaterEqualStrategyNumber);
 
 		if (attnum <= 0 || !OidIsValid(lt) || !OidIsValid(gt) || !OidIsValid(eq) || !OidIsValid(ge))
 			elog(ERROR, "key index of table \"%s\" is not a btree index on columns",
@@ -167,8 +167,8 @@ key_order(Relation rel)
 static void
 append_order_by(StringInfo sql, KeyOrder *order)
 {
-	ListCell   *lc;
-	ListCell   *lo;
+	ListCell *lc;
+	ListCell *lo;
 
 	appendStringInfoString(sql, " ORDER BY ");
 	forboth(lc, order->names, lo, order->order_ops)
@@ -184,10 +184,10 @@ append_order_by(StringInfo sql, KeyOrder *order)
 static void
 append_after_cursor(StringInfo sql, KeyOrder *order)
 {
-	int			n = list_length(order->names);
-	bool		same = true;
-	int			i;
-	int			j;
+	int n = list_length(order->names);
+	bool same = true;
+	int i;
+	int j;
 
 	for (i = 1; i < n; i++)
 		same &= strcmp(list_nth(order->after_ops, i), linitial(order->after_ops)) == 0;
@@ -232,9 +232,9 @@ sampled_correlation(Relation rel, KeyOrder *order, double *correlation)
 	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
 	StringInfoData tids;
 	StringInfoData sql;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1];
-	bool		isnull = true;
+	Oid argtypes[1] = {TEXTOID};
+	Datum args[1];
+	bool isnull = true;
 	BlockNumber i;
 	BlockNumber step;
 
@@ -255,13 +255,13 @@ sampled_correlation(Relation rel, KeyOrder *order, double *correlation)
 					 "        pg_catalog.row_number() OVER (");
 	append_order_by(&sql, order);
 	appendStringInfo(&sql, ") AS b FROM ONLY %s"
-					 "  WHERE ctid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.tid[])) s",
+						   "  WHERE ctid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.tid[])) s",
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 												RelationGetRelationName(rel)));
 	if (SPI_execute_with_args(sql.data, 1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
 		SPI_processed > 0)
 	{
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 
 		if (!isnull)
 			*correlation = DatumGetFloat8(d);
@@ -272,11 +272,11 @@ sampled_correlation(Relation rel, KeyOrder *order, double *correlation)
 char *
 replicant_backfill_choose_mode(Oid relid, const char *requested)
 {
-	Relation	rel = table_open(relid, AccessShareLock);
-	Bitmapset  *key_columns;
-	bool		whole_row;
-	bool		identity_full;
-	char	   *mode;
+	Relation rel = table_open(relid, AccessShareLock);
+	Bitmapset *key_columns;
+	bool whole_row;
+	bool identity_full;
+	char *mode;
 
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
 	if (strcmp(requested, "ctid") == 0)
@@ -307,11 +307,11 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 		 * random-UUID table: ctid 125,000, keyset 108,000, bitmap 92,000
 		 * rows/s).
 		 */
-		Oid			argtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
-		Datum		args[3];
-		bool		isnull = true;
-		double		correlation = 0;
-		KeyOrder   *order = key_order(rel);
+		Oid argtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
+		Datum args[3];
+		bool isnull = true;
+		double correlation = 0;
+		KeyOrder *order = key_order(rel);
 
 		args[0] = CStringGetTextDatum(get_namespace_name(RelationGetNamespace(rel)));
 		args[1] = CStringGetTextDatum(RelationGetRelationName(rel));
@@ -323,7 +323,7 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 								  3, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
 			SPI_processed > 0)
 		{
-			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+			Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 
 			if (!isnull)
 				correlation = DatumGetFloat4(d);
@@ -343,15 +343,15 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 int64
 replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *requested_mode)
 {
-	char	   *mode;
-	Relation	rel;
-	Datum		args[5];
-	Datum		bounds = (Datum) 0;
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
-	int64		id;
-	bool		isnull;
-	Oid			saved_userid;
-	int			saved_sec_context;
+	char *mode;
+	Relation rel;
+	Datum args[5];
+	Datum bounds = (Datum) 0;
+	char nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	int64 id;
+	bool isnull;
+	Oid saved_userid;
+	int saved_sec_context;
 
 	/*
 	 * Planning reads the table and runs its key type's comparison: as the
@@ -372,10 +372,10 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 	if (strcmp(mode, "bitmap") == 0)
 	{
 		/* Boundaries of sub-ranges of about CHUNK_ROWS rows each. */
-		KeyOrder   *order = key_order(rel);
+		KeyOrder *order = key_order(rel);
 		const char *key = quote_identifier(linitial(order->names));
 		const char *lt = linitial(order->lt_ops);
-		int64		ranges;
+		int64 ranges;
 		StringInfoData sql;
 
 		ranges = Max(1, DatumGetInt64(args[3]) / CHUNK_ROWS);
@@ -401,8 +401,8 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 	SetUserIdAndSecContext(saved_userid, saved_sec_context);
 
 	{
-		Oid			types[6] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID};
-		Datum		values[6] = {args[0], args[1], args[2], args[3], args[4], bounds};
+		Oid types[6] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID};
+		Datum values[6] = {args[0], args[1], args[2], args[3], args[4], bounds};
 
 		nulls[5] = bounds ? ' ' : 'n';
 		if (SPI_execute_with_args("INSERT INTO replicant.backfills"
@@ -418,10 +418,10 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 static List *
 text_array_to_list(Datum d, bool isnull)
 {
-	Datum	   *elems;
-	int			n;
-	int			i;
-	List	   *list = NIL;
+	Datum *elems;
+	int n;
+	int i;
+	List *list = NIL;
 
 	if (isnull)
 		return NIL;
@@ -435,8 +435,8 @@ ReplicantBackfill *
 replicant_backfill_next(int32 pipeline_id)
 {
 	ReplicantCatalogAccess access;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(pipeline_id)};
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
 	ReplicantBackfill *b = NULL;
 	MemoryContext caller = CurrentMemoryContext;
 
@@ -451,11 +451,11 @@ replicant_backfill_next(int32 pipeline_id)
 		elog(ERROR, "could not read backfills");
 	if (SPI_processed > 0)
 	{
-		HeapTuple	t = SPI_tuptable->vals[0];
-		TupleDesc	d = SPI_tuptable->tupdesc;
-		bool		isnull;
-		Datum		v;
-		char	   *relname;
+		HeapTuple t = SPI_tuptable->vals[0];
+		TupleDesc d = SPI_tuptable->tupdesc;
+		bool isnull;
+		Datum v;
+		char *relname;
 		MemoryContext old = MemoryContextSwitchTo(caller);
 
 		b = palloc0(sizeof(ReplicantBackfill));
@@ -501,7 +501,7 @@ chunk_query(ReplicantBackfill *b, Relation rel, const char *select_list,
 	if (strcmp(b->mode, "ctid") == 0)
 	{
 		appendStringInfo(&sql, "%sctid OPERATOR(pg_catalog.>=) '(" INT64_FORMAT ",0)'::pg_catalog.tid"
-						 " AND ctid OPERATOR(pg_catalog.<) '(" INT64_FORMAT ",0)'::pg_catalog.tid",
+							   " AND ctid OPERATOR(pg_catalog.<) '(" INT64_FORMAT ",0)'::pg_catalog.tid",
 						 where, b->next_block, b->next_block + CHUNK_BLOCKS);
 		*last = (b->next_block + CHUNK_BLOCKS >= nblocks);
 	}
@@ -518,9 +518,9 @@ chunk_query(ReplicantBackfill *b, Relation rel, const char *select_list,
 	else
 	{
 		/* bitmap: range next_range is [bounds[r-1], bounds[r]) */
-		int			nbounds = list_length(b->bounds);
+		int nbounds = list_length(b->bounds);
 		const char *key = quote_identifier(linitial(order->names));
-		char	   *type = linitial(order->types);
+		char *type = linitial(order->types);
 
 		appendStringInfo(&sql, "%strue", where);
 		if (b->next_range > 0)
@@ -540,7 +540,7 @@ chunk_query(ReplicantBackfill *b, Relation rel, const char *select_list,
 static bool
 snapshot_misses_commits(Snapshot snapshot)
 {
-	uint32		i;
+	uint32 i;
 
 	for (i = 0; i < snapshot->xcnt; i++)
 		if (TransactionIdDidCommit(snapshot->xip[i]))
@@ -569,8 +569,8 @@ new_chunk(ReplicantBackfill *b, MemoryContext parent)
 static List *
 copy_strings(List *strings)
 {
-	List	   *copy = NIL;
-	ListCell   *lc;
+	List *copy = NIL;
+	ListCell *lc;
 
 	foreach(lc, strings)
 		copy = lappend(copy, pstrdup(lfirst(lc)));
@@ -581,8 +581,8 @@ copy_strings(List *strings)
 static int
 chunk_args(ReplicantBackfill *b, Datum *args, Oid *types, char *nulls)
 {
-	ListCell   *lc;
-	int			n = 0;
+	ListCell *lc;
+	int n = 0;
 
 	if (strcmp(b->mode, "keyset") == 0)
 	{
@@ -618,7 +618,7 @@ static void
 set_next_cursor(ReplicantChunk *chunk, KeyOrder *order, HeapTuple row, TupleDesc desc)
 {
 	MemoryContext old = MemoryContextSwitchTo(chunk->context);
-	ListCell   *lc;
+	ListCell *lc;
 
 	list_free_deep(chunk->next_cursor_key);
 	chunk->next_cursor_key = NIL;
@@ -665,26 +665,26 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 		  bool *last)
 {
 	const ReplicantFormat *format = replicant_format_of(pipeline);
-	int			max_bytes = pipeline->batch_max_bytes;
+	int max_bytes = pipeline->batch_max_bytes;
 	ReplicantBackfill *b = chunk->backfill;
-	TupleDesc	desc = RelationGetDescr(rel);
-	Bitmapset  *key_columns;
-	bool		whole_row;
-	bool		identity_full;
-	bool		keyset = strcmp(b->mode, "keyset") == 0;
-	Datum		args[INDEX_MAX_KEYS];
-	Oid			types[INDEX_MAX_KEYS];
-	char		nulls[INDEX_MAX_KEYS];
-	int			nargs = chunk_args(b, args, types, nulls);
+	TupleDesc desc = RelationGetDescr(rel);
+	Bitmapset *key_columns;
+	bool whole_row;
+	bool identity_full;
+	bool keyset = strcmp(b->mode, "keyset") == 0;
+	Datum args[INDEX_MAX_KEYS];
+	Oid types[INDEX_MAX_KEYS];
+	char nulls[INDEX_MAX_KEYS];
+	int nargs = chunk_args(b, args, types, nulls);
 	StringInfoData change;
 	StringInfoData key;
 	StringInfoData new_row;
-	Datum	   *values = palloc(sizeof(Datum) * desc->natts);
-	bool	   *isnull = palloc(sizeof(bool) * desc->natts);
-	Portal		portal;
-	int64		bytes = 0;
-	int64		nread = 0;
-	bool		full = false;
+	Datum *values = palloc(sizeof(Datum) * desc->natts);
+	bool *isnull = palloc(sizeof(bool) * desc->natts);
+	Portal portal;
+	int64 bytes = 0;
+	int64 nread = 0;
+	bool full = false;
 	MemoryContext row_context = AllocSetContextCreate(CurrentMemoryContext,
 													  "replicant backfill row",
 													  ALLOCSET_DEFAULT_SIZES);
@@ -700,7 +700,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 									   nargs ? nulls : NULL, true, 0);
 	while (!full)
 	{
-		uint64		i;
+		uint64 i;
 
 		SPI_cursor_fetch(portal, true, FETCH_ROWS);
 		if (SPI_processed == 0)
@@ -750,7 +750,7 @@ static Snapshot
 snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 							 ReplicantChunk *chunk, ReplicantCatalogAccess *access)
 {
-	Snapshot	snapshot;
+	Snapshot snapshot;
 
 	/* Chunk reads take their own snapshot: no transaction snapshot first. */
 	SetConfigOption("default_transaction_isolation", "read committed",
@@ -789,11 +789,11 @@ snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
  */
 typedef struct ChunkSource
 {
-	Relation	rel;
-	Relation	target;
-	char	   *select_list;
-	char	   *row_filter;
-	Bitmapset  *columns;
+	Relation rel;
+	Relation target;
+	char *select_list;
+	char *row_filter;
+	Bitmapset *columns;
 } ChunkSource;
 
 static void
@@ -812,7 +812,7 @@ close_chunk_source(ChunkSource *src)
 static char *
 open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource *src)
 {
-	char	   *reason;
+	char *reason;
 
 	memset(src, 0, sizeof(ChunkSource));
 	src->rel = try_table_open(b->relid, AccessShareLock);
@@ -841,11 +841,11 @@ static void
 read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 				ReplicantChunk *chunk, ChunkSource *src, Snapshot snapshot)
 {
-	Relation	rel = src->rel;
-	KeyOrder   *order = NULL;
-	char	   *query;
-	bool		last;
-	int64		nblocks;
+	Relation rel = src->rel;
+	KeyOrder *order = NULL;
+	char *query;
+	bool last;
+	int64 nblocks;
 
 	if (strcmp(b->mode, "ctid") == 0 && rel->rd_rel->relfilenode != b->relfilenode)
 	{
@@ -876,7 +876,7 @@ read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 static void
 close_chunk(ReplicantChunk *chunk, ReplicantCatalogAccess *access)
 {
-	XLogRecPtr	high = replicant_chunk_write_watermark(chunk, true);
+	XLogRecPtr high = replicant_chunk_write_watermark(chunk, true);
 
 	replicant_catalog_end(access);
 	XLogFlush(high);
@@ -890,7 +890,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	MemoryContext caller = CurrentMemoryContext;
 	ReplicantChunk *chunk;
 	ChunkSource src;
-	Snapshot	snapshot;
+	Snapshot snapshot;
 
 	*halt_reason = NULL;
 	chunk = new_chunk(b, caller);
@@ -932,11 +932,11 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 {
 	ReplicantBackfill *b = chunk->backfill;
 	ReplicantCatalogAccess access;
-	Oid			argtypes[7] = {INT8OID, TEXTARRAYOID, INT8OID, INT4OID, INT8OID, BOOLOID, OIDOID};
-	Datum		args[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	ListCell   *lc;
-	Datum	   *keys;
+	Oid argtypes[7] = {INT8OID, TEXTARRAYOID, INT8OID, INT4OID, INT8OID, BOOLOID, OIDOID};
+	Datum args[7];
+	char nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	ListCell *lc;
+	Datum *keys;
 	MemoryContext caller = CurrentMemoryContext;
 
 	b->first_sent = true;
@@ -949,7 +949,7 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 	{
 		/* The backfill outlives the chunk: copy the cursor where it lives. */
 		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(b));
-		List	   *cursor = copy_strings(chunk->next_cursor_key);
+		List *cursor = copy_strings(chunk->next_cursor_key);
 
 		list_free_deep(b->cursor_key);
 		b->cursor_key = cursor;

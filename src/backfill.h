@@ -17,20 +17,20 @@
 /* One incremental backfill being read by the pipeline worker. */
 typedef struct ReplicantBackfill
 {
-	int64		id;
-	Oid			relid;
-	char		relname[NAMEDATALEN];	/* for messages */
-	char	   *mode;			/* keyset | bitmap | ctid */
-	Oid			relfilenode;	/* stamped at plan time (ctid) */
-	List	   *cursor_key;		/* keyset: last key delivered, as text */
-	int64		next_block;		/* ctid: first block not yet delivered */
-	List	   *bounds;			/* bitmap: range boundaries, as text */
-	int32		next_range;		/* bitmap: first range not yet delivered */
-	bool		first_sent;
-	int64		rows_done;		/* rows delivered so far */
-	int64		chunks;			/* chunks read by this process */
-	TimestampTz retry_at;		/* read no chunk before */
-	bool		deferred;		/* the last chunk waited for a commit */
+	int64 id;
+	Oid relid;
+	char relname[NAMEDATALEN]; /* for messages */
+	char *mode;                /* keyset | bitmap | ctid */
+	Oid relfilenode;           /* stamped at plan time (ctid) */
+	List *cursor_key;          /* keyset: last key delivered, as text */
+	int64 next_block;          /* ctid: first block not yet delivered */
+	List *bounds;              /* bitmap: range boundaries, as text */
+	int32 next_range;          /* bitmap: first range not yet delivered */
+	bool first_sent;
+	int64 rows_done;      /* rows delivered so far */
+	int64 chunks;         /* chunks read by this process */
+	TimestampTz retry_at; /* read no chunk before */
+	bool deferred;        /* the last chunk waited for a commit */
 } ReplicantBackfill;
 
 /* Router: resolves 'auto' from the table's keys and pg_stats (needs SPI). */
@@ -57,4 +57,4 @@ extern ReplicantChunk *replicant_backfill_read_chunk(ReplicantPipeline *pipeline
 /* Records that the chunk was delivered (own transaction). */
 extern void replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered);
 
-#endif							/* REPLICANT_BACKFILL_H */
+#endif /* REPLICANT_BACKFILL_H */

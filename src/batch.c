@@ -55,7 +55,7 @@ store_length(ReplicantBatch *batch)
 static void
 store_flush(ReplicantBatch *batch)
 {
-	int			written;
+	int written;
 
 	if (batch->file < 0 || batch->mem.len == 0)
 		return;
@@ -153,7 +153,8 @@ replicant_batch_discard_txn(ReplicantBatch *batch)
 	if (!batch->in_txn)
 		return;
 	store_truncate(batch, batch->ntxns > 0 ?
-				   batch->txn_offset - strlen(batch->separator) : 0);
+							  batch->txn_offset - strlen(batch->separator) :
+							  0);
 	batch->in_txn = false;
 }
 
@@ -191,15 +192,15 @@ static size_t
 body_read(void *arg, char *buf, size_t max)
 {
 	ReplicantBatch *batch = arg;
-	size_t		prefix_len = batch->body_prefix->len;
-	size_t		suffix_len = strlen(batch->body_suffix);
-	uint64		range_len = body_store_end(batch) - body_store_start(batch);
-	size_t		done = 0;
+	size_t prefix_len = batch->body_prefix->len;
+	size_t suffix_len = strlen(batch->body_suffix);
+	uint64 range_len = body_store_end(batch) - body_store_start(batch);
+	size_t done = 0;
 
 	while (done < max)
 	{
-		uint64		pos = batch->body_pos;
-		size_t		n;
+		uint64 pos = batch->body_pos;
+		size_t n;
 
 		if (pos < prefix_len)
 		{
@@ -208,8 +209,8 @@ body_read(void *arg, char *buf, size_t max)
 		}
 		else if (pos < prefix_len + range_len)
 		{
-			uint64		store_pos = body_store_start(batch) + (pos - prefix_len);
-			uint64		range_left = prefix_len + range_len - pos;
+			uint64 store_pos = body_store_start(batch) + (pos - prefix_len);
+			uint64 range_left = prefix_len + range_len - pos;
 
 			n = Min(max - done, range_left);
 			if (store_pos >= batch->file_length)
@@ -219,7 +220,7 @@ body_read(void *arg, char *buf, size_t max)
 			}
 			else
 			{
-				int			got;
+				int got;
 
 				n = Min(n, batch->file_length - store_pos);
 				n = Min(n, (size_t) PG_INT32_MAX);
@@ -232,7 +233,7 @@ body_read(void *arg, char *buf, size_t max)
 		}
 		else if (pos < prefix_len + range_len + suffix_len)
 		{
-			uint64		suffix_pos = pos - prefix_len - range_len;
+			uint64 suffix_pos = pos - prefix_len - range_len;
 
 			n = Min(max - done, suffix_len - suffix_pos);
 			memcpy(buf + done, batch->body_suffix + suffix_pos, n);
@@ -256,8 +257,8 @@ replicant_batch_body(ReplicantBatch *batch, int first, int last,
 	batch->body_prefix = prefix;
 	batch->body_suffix = suffix;
 	body->length = prefix->len +
-		(body_store_end(batch) - body_store_start(batch)) +
-		strlen(suffix);
+				   (body_store_end(batch) - body_store_start(batch)) +
+				   strlen(suffix);
 	body->rewind = body_rewind;
 	body->read = body_read;
 	body->arg = batch;
@@ -273,7 +274,7 @@ static size_t
 memory_body_read(void *arg, char *buf, size_t max)
 {
 	ReplicantMemoryBody *state = arg;
-	size_t		n = Min(max, state->data->len - state->pos);
+	size_t n = Min(max, state->data->len - state->pos);
 
 	memcpy(buf, state->data->data + state->pos, n);
 	state->pos += n;

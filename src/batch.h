@@ -19,17 +19,17 @@
  */
 typedef struct ReplicantBody
 {
-	size_t		length;
-	void		(*rewind) (void *arg);
-	size_t		(*read) (void *arg, char *buf, size_t max);
-	void	   *arg;
+	size_t length;
+	void (*rewind)(void *arg);
+	size_t (*read)(void *arg, char *buf, size_t max);
+	void *arg;
 } ReplicantBody;
 
 /* A body held in one memory buffer (snapshot batches, markers). */
 typedef struct ReplicantMemoryBody
 {
-	StringInfo	data;
-	size_t		pos;
+	StringInfo data;
+	size_t pos;
 } ReplicantMemoryBody;
 
 extern void replicant_body_from_buffer(ReplicantBody *body, ReplicantMemoryBody *state,
@@ -38,37 +38,37 @@ extern void replicant_body_from_buffer(ReplicantBody *body, ReplicantMemoryBody 
 /* One complete transaction inside a batch. */
 typedef struct ReplicantBatchTxn
 {
-	XLogRecPtr	commit_lsn;		/* start of the commit record */
-	XLogRecPtr	end_lsn;		/* end of the commit record */
-	uint64		offset;			/* its bytes within the store */
-	uint64		length;
-	int64		nchanges;
+	XLogRecPtr commit_lsn; /* start of the commit record */
+	XLogRecPtr end_lsn;    /* end of the commit record */
+	uint64 offset;         /* its bytes within the store */
+	uint64 length;
+	int64 nchanges;
 } ReplicantBatchTxn;
 
 typedef struct ReplicantBatch
 {
-	const char *separator;		/* between two transactions, two changes */
-	size_t		memory_limit;
+	const char *separator; /* between two transactions, two changes */
+	size_t memory_limit;
 
 	/* The store: the transactions, separated. */
-	StringInfoData mem;			/* all of it, or once spilled the unflushed tail */
-	File		file;			/* spill file, or -1 */
-	uint64		file_length;
+	StringInfoData mem; /* all of it, or once spilled the unflushed tail */
+	File file;          /* spill file, or -1 */
+	uint64 file_length;
 
 	ReplicantBatchTxn *txns;
-	int			ntxns;
-	int			maxtxns;
+	int ntxns;
+	int maxtxns;
 
 	/* The transaction being appended, if any. */
-	bool		in_txn;
-	uint64		txn_offset;
-	int64		txn_nchanges;
+	bool in_txn;
+	uint64 txn_offset;
+	int64 txn_nchanges;
 
 	/* Body reader over transactions [body_first, body_last], framed. */
-	int			body_first;
-	int			body_last;
-	uint64		body_pos;
-	StringInfo	body_prefix;
+	int body_first;
+	int body_last;
+	uint64 body_pos;
+	StringInfo body_prefix;
 	const char *body_suffix;
 } ReplicantBatch;
 
@@ -98,4 +98,4 @@ extern void replicant_batch_body(ReplicantBatch *batch, int first, int last,
 								 StringInfo prefix, const char *suffix,
 								 ReplicantBody *body);
 
-#endif							/* REPLICANT_BATCH_H */
+#endif /* REPLICANT_BATCH_H */

@@ -17,7 +17,7 @@
 int
 replicant_pin_search_path(void)
 {
-	int			level = NewGUCNestLevel();
+	int level = NewGUCNestLevel();
 
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
 							 PGC_USERSET, PGC_S_SESSION,

@@ -17,9 +17,9 @@
 typedef struct ReplicantCatalogAccess
 {
 	MemoryContext saved_context;
-	Oid			saved_userid;	/* the caller, e.g. for privilege checks */
-	int			saved_sec_context;
-	int			guc_level;
+	Oid saved_userid; /* the caller, e.g. for privilege checks */
+	int saved_sec_context;
+	int guc_level;
 } ReplicantCatalogAccess;
 
 /*
@@ -27,7 +27,7 @@ typedef struct ReplicantCatalogAccess
  * as a function's SET clause does: queries run with raised privileges must
  * resolve nothing of the caller's or of the owner's role settings.
  */
-extern int	replicant_pin_search_path(void);
+extern int replicant_pin_search_path(void);
 
 /* Inside the caller's transaction (SQL-callable functions). */
 extern void replicant_catalog_enter(ReplicantCatalogAccess *access);
@@ -37,4 +37,4 @@ extern void replicant_catalog_leave(ReplicantCatalogAccess *access);
 extern void replicant_catalog_begin(ReplicantCatalogAccess *access);
 extern void replicant_catalog_end(ReplicantCatalogAccess *access);
 
-#endif							/* REPLICANT_CATALOG_H */
+#endif /* REPLICANT_CATALOG_H */

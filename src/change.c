@@ -21,8 +21,8 @@ replicant_change_from_row(ReplicantChange *change, const ReplicantRelation *rela
 						  const Bitmapset *key_columns, bool whole_row,
 						  const Bitmapset *columns)
 {
-	int			attnum;
-	int			col = 1;
+	int attnum;
+	int col = 1;
 
 	for (attnum = 1; attnum <= desc->natts; attnum++)
 	{

@@ -23,22 +23,22 @@ typedef enum ReplicantOp
 	REPLICANT_OP_UPDATE,
 	REPLICANT_OP_DELETE,
 	REPLICANT_OP_TRUNCATE,
-	REPLICANT_OP_READ			/* a row read by a snapshot or backfill */
+	REPLICANT_OP_READ /* a row read by a snapshot or backfill */
 } ReplicantOp;
 
 /* A relation as it is named on the wire. */
 typedef struct ReplicantRelation
 {
-	char	   *schema;
-	char	   *table;
+	char *schema;
+	char *table;
 } ReplicantRelation;
 
 /* The committed transaction changes are delivered in. */
 typedef struct ReplicantTxn
 {
 	TransactionId xid;
-	XLogRecPtr	commit_lsn;		/* start of the commit record */
-	XLogRecPtr	end_lsn;		/* end of the commit record */
+	XLogRecPtr commit_lsn; /* start of the commit record */
+	XLogRecPtr end_lsn;    /* end of the commit record */
 	TimestampTz commit_time;
 } ReplicantTxn;
 
@@ -51,24 +51,24 @@ typedef struct ReplicantChange
 {
 	ReplicantOp op;
 	const ReplicantRelation *relation;
-	const ReplicantTxn *txn;	/* its commit; NULL for a read */
-	int64		index;			/* among its transaction's decoded changes,
+	const ReplicantTxn *txn; /* its commit; NULL for a read */
+	int64 index;             /* among its transaction's decoded changes,
 								 * from 0; 0 for a read */
-	int64		backfill_id;	/* a read: the snapshot or backfill's id */
-	StringInfo	key;			/* the replica identity's columns, an object */
-	StringInfo	new_row;		/* the row after the change, an object */
-	StringInfo	old_row;		/* the row or key before it, an object */
-	StringInfo	unchanged;		/* update: TOASTed columns it left out, as
+	int64 backfill_id;       /* a read: the snapshot or backfill's id */
+	StringInfo key;          /* the replica identity's columns, an object */
+	StringInfo new_row;      /* the row after the change, an object */
+	StringInfo old_row;      /* the row or key before it, an object */
+	StringInfo unchanged;    /* update: TOASTed columns it left out, as
 								 * comma-separated JSON strings */
 } ReplicantChange;
 
 /* A message from pg_logical_emit_message(). */
 typedef struct ReplicantMessage
 {
-	XLogRecPtr	lsn;
+	XLogRecPtr lsn;
 	const char *prefix;
-	const char *content;		/* user bytes, not terminated */
-	Size		size;
+	const char *content; /* user bytes, not terminated */
+	Size size;
 } ReplicantMessage;
 
 /*
@@ -87,4 +87,4 @@ extern void replicant_change_from_row(ReplicantChange *change,
 									  const Bitmapset *key_columns, bool whole_row,
 									  const Bitmapset *columns);
 
-#endif							/* REPLICANT_CHANGE_H */
+#endif /* REPLICANT_CHANGE_H */

@@ -32,8 +32,8 @@ static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr
 prepare(const char *sql)
 {
-	Oid			argtypes[3] = {INT4OID, PG_LSNOID, PG_LSNOID};
-	SPIPlanPtr	plan = SPI_prepare(sql, 3, argtypes);
+	Oid argtypes[3] = {INT4OID, PG_LSNOID, PG_LSNOID};
+	SPIPlanPtr plan = SPI_prepare(sql, 3, argtypes);
 
 	if (plan == NULL || SPI_keepplan(plan) != 0)
 		elog(ERROR, "could not prepare checkpoint statement");
@@ -49,7 +49,7 @@ replicant_checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn,
 							XLogRecPtr end_lsn)
 {
 	ReplicantCatalogAccess access;
-	Datum		args[3];
+	Datum args[3];
 
 	args[0] = Int32GetDatum(pipeline_id);
 	args[1] = LSNGetDatum(commit_lsn);

@@ -20,4 +20,4 @@ extern void replicant_checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn
 /* Flushes the WAL of everything this process committed, if not flushed yet. */
 extern void replicant_checkpoint_make_durable(void);
 
-#endif							/* REPLICANT_CHECKPOINT_H */
+#endif /* REPLICANT_CHECKPOINT_H */

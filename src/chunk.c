@@ -14,15 +14,15 @@
 
 typedef struct KeyEntry
 {
-	uint32		hash;			/* hash key */
-	List	   *rows;			/* of int: indexes into chunk->rows */
+	uint32 hash; /* hash key */
+	List *rows;  /* of int: indexes into chunk->rows */
 } KeyEntry;
 
 ReplicantChunk *
 replicant_chunk_create(MemoryContext parent, Oid relid, long expected_rows)
 {
 	ReplicantChunk *chunk = MemoryContextAllocZero(parent, sizeof(ReplicantChunk));
-	HASHCTL		ctl;
+	HASHCTL ctl;
 
 	chunk->context = AllocSetContextCreate(parent, "replicant backfill chunk",
 										   ALLOCSET_DEFAULT_SIZES);
@@ -63,16 +63,16 @@ void
 replicant_chunk_add_row(ReplicantChunk *chunk, const char *key, int keylen,
 						const char *change, int len)
 {
-	KeyEntry   *entry;
-	bool		found;
-	uint32		h = key_hash(key, keylen);
+	KeyEntry *entry;
+	bool found;
+	uint32 h = key_hash(key, keylen);
 	MemoryContext old = MemoryContextSwitchTo(chunk->context);
 	ReplicantChunkRow *row;
 
 	if (chunk->nrows % 256 == 0)
 		chunk->rows = chunk->rows ?
-			repalloc(chunk->rows, sizeof(ReplicantChunkRow) * (chunk->nrows + 256)) :
-			palloc(sizeof(ReplicantChunkRow) * 256);
+						  repalloc(chunk->rows, sizeof(ReplicantChunkRow) * (chunk->nrows + 256)) :
+						  palloc(sizeof(ReplicantChunkRow) * 256);
 	row = &chunk->rows[chunk->nrows];
 	row->key = pnstrdup(key, keylen);
 	row->change = pnstrdup(change, len);
@@ -88,7 +88,7 @@ replicant_chunk_add_row(ReplicantChunk *chunk, const char *key, int keylen,
 XLogRecPtr
 replicant_chunk_write_watermark(ReplicantChunk *chunk, bool high)
 {
-	char	   *message = psprintf("%s:%s", high ? "high" : "low", chunk->token);
+	char *message = psprintf("%s:%s", high ? "high" : "low", chunk->token);
 
 	return REPLICANT_LOG_LOGICAL_MESSAGE(REPLICANT_WATERMARK_PREFIX, message, strlen(message), false);
 }
@@ -97,7 +97,7 @@ void
 replicant_chunk_note_message(ReplicantChunk *chunk, const char *prefix,
 							 const char *message, Size size)
 {
-	size_t		token_len;
+	size_t token_len;
 
 	if (strcmp(prefix, REPLICANT_WATERMARK_PREFIX) != 0 || chunk == NULL)
 		return;
@@ -114,7 +114,7 @@ replicant_chunk_note_message(ReplicantChunk *chunk, const char *prefix,
 static bool
 chunk_sees(ReplicantChunk *chunk, TransactionId xid)
 {
-	int			i;
+	int i;
 
 	if (TransactionIdPrecedes(xid, chunk->snap_xmin))
 		return true;
@@ -137,10 +137,10 @@ replicant_chunk_collides(ReplicantChunk *chunk, Oid relid, TransactionId xid)
 List *
 replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len)
 {
-	uint32		h = key_hash(key, len);
-	KeyEntry   *entry = hash_search(chunk->by_key, &h, HASH_FIND, NULL);
-	List	   *dropped = NIL;
-	ListCell   *lc;
+	uint32 h = key_hash(key, len);
+	KeyEntry *entry = hash_search(chunk->by_key, &h, HASH_FIND, NULL);
+	List *dropped = NIL;
+	ListCell *lc;
 
 	if (entry == NULL)
 		return NIL;
@@ -159,7 +159,7 @@ replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len)
 void
 replicant_chunk_drop_all(ReplicantChunk *chunk)
 {
-	int			i;
+	int i;
 
 	for (i = 0; i < chunk->nrows; i++)
 		chunk->rows[i].dropped = true;
@@ -168,12 +168,12 @@ replicant_chunk_drop_all(ReplicantChunk *chunk)
 int
 replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out, int max_bytes)
 {
-	int			n = 0;
+	int n = 0;
 
 	for (; *next < chunk->nrows; (*next)++)
 	{
 		ReplicantChunkRow *row = &chunk->rows[*next];
-		size_t		len;
+		size_t len;
 
 		if (row->dropped)
 			continue;

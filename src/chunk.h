@@ -24,9 +24,9 @@ struct ReplicantBackfill;
 /* A row read into a chunk. */
 typedef struct ReplicantChunkRow
 {
-	char	   *key;			/* the key object's JSON */
-	char	   *change;			/* the "read" change, as the format renders it */
-	bool		dropped;		/* the stream changed this key meanwhile */
+	char *key;    /* the key object's JSON */
+	char *change; /* the "read" change, as the format renders it */
+	bool dropped; /* the stream changed this key meanwhile */
 } ReplicantChunkRow;
 
 /*
@@ -40,22 +40,22 @@ typedef struct ReplicantChunkRow
 typedef struct ReplicantChunk
 {
 	struct ReplicantBackfill *backfill;
-	Oid			relid;			/* the table read */
-	char		token[64];		/* tells this chunk's watermarks from old ones */
-	ReplicantRelation *relation;	/* NULL if dropped */
-	bool		open;
-	bool		complete;
-	bool		last;			/* no rows beyond this chunk */
+	Oid relid;                   /* the table read */
+	char token[64];              /* tells this chunk's watermarks from old ones */
+	ReplicantRelation *relation; /* NULL if dropped */
+	bool open;
+	bool complete;
+	bool last; /* no rows beyond this chunk */
 	ReplicantChunkRow *rows;
-	int			nrows;
-	HTAB	   *by_key;			/* key hash -> list of row indexes */
-	List	   *next_cursor_key;
-	int64		next_block;
-	int64		position;		/* where the chunk starts, for webhook-ids */
-	TransactionId snap_xmin;	/* the chunk's snapshot */
+	int nrows;
+	HTAB *by_key; /* key hash -> list of row indexes */
+	List *next_cursor_key;
+	int64 next_block;
+	int64 position;          /* where the chunk starts, for webhook-ids */
+	TransactionId snap_xmin; /* the chunk's snapshot */
 	TransactionId snap_xmax;
 	TransactionId *snap_xip;
-	int			snap_xcnt;
+	int snap_xcnt;
 	MemoryContext context;
 } ReplicantChunk;
 
@@ -114,7 +114,7 @@ extern void replicant_chunk_drop_all(ReplicantChunk *chunk);
  * comma-separated changes, stopping before max_bytes unless out holds no
  * row yet; advances *next and returns how many rows it appended.
  */
-extern int	replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out,
-								 int max_bytes);
+extern int replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out,
+								int max_bytes);
 
-#endif							/* REPLICANT_CHUNK_H */
+#endif /* REPLICANT_CHUNK_H */

@@ -148,4 +148,4 @@ replicant_slot_invalidation(ReplicationSlot *slot)
 #endif
 }
 
-#endif							/* REPLICANT_COMPAT_H */
+#endif /* REPLICANT_COMPAT_H */

@@ -36,27 +36,27 @@ struct ReplicantDecoder
 {
 	LogicalDecodingContext *ctx;
 	ReplicantDecodingState *state;
-	MemoryContext context;		/* lives as long as the reader */
-	XLogRecPtr	confirmed;		/* last position confirmed to the slot */
+	MemoryContext context; /* lives as long as the reader */
+	XLogRecPtr confirmed;  /* last position confirmed to the slot */
 
 	/*
 	 * Catalog cache entries of user tables loaded under a normal snapshot
 	 * must not be used by decoding, nor historic ones by normal queries.
 	 */
-	bool		caches_normal;	/* normal transactions read user tables */
-	bool		caches_historic;	/* decoding ran since the last reset */
-	TimestampTz last_save;		/* when the slot was last written to disk */
+	bool caches_normal;    /* normal transactions read user tables */
+	bool caches_historic;  /* decoding ran since the last reset */
+	TimestampTz last_save; /* when the slot was last written to disk */
 };
 
 ReplicantDecoder *
 replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 						char **halt_reason)
 {
-	char	   *slot_name = replicant_pipeline_slot_name(pipeline->name);
+	char *slot_name = replicant_pipeline_slot_name(pipeline->name);
 	MemoryContext caller_context = CurrentMemoryContext;
 	MemoryContext decoder_context;
 	ReplicantDecoder *decoder;
-	List	   *options;
+	List *options;
 
 	*halt_reason = NULL;
 	CheckLogicalDecodingRequirements();
@@ -94,7 +94,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	decoder->state->resumed_lsn = pipeline->resumed_lsn;
 	decoder->state->message_prefixes = pipeline->message_prefixes;
 	decoder->confirmed = MyReplicationSlot->data.confirmed_flush;
-	decoder->caches_normal = true;	/* the pipeline was loaded with them */
+	decoder->caches_normal = true; /* the pipeline was loaded with them */
 	decoder->last_save = GetCurrentTimestamp();
 
 	replicant_publication_init(pipeline->publications, pipeline->publication_lsns,
@@ -120,8 +120,8 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	LogicalDecodingContext *ctx = decoder->ctx;
 	ResourceOwner saved_owner = CurrentResourceOwner;
 	MemoryContext saved_context = CurrentMemoryContext;
-	XLogRecPtr	end_of_wal = GetFlushRecPtr(NULL);
-	bool		at_end = true;
+	XLogRecPtr end_of_wal = GetFlushRecPtr(NULL);
+	bool at_end = true;
 
 	replicant_wait_for_standby_confirmation(end_of_wal);
 
@@ -141,7 +141,7 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 		while (ctx->reader->EndRecPtr < end_of_wal)
 		{
 			XLogRecord *record;
-			char	   *errm = NULL;
+			char *errm = NULL;
 
 			record = XLogReadRecord(ctx->reader, &errm);
 			if (errm)
@@ -265,7 +265,7 @@ replicant_decoder_set_chunk(ReplicantDecoder *decoder, ReplicantChunk *chunk)
 List *
 replicant_decoder_take_messages(ReplicantDecoder *decoder)
 {
-	List	   *messages = decoder->state->pending_messages;
+	List *messages = decoder->state->pending_messages;
 
 	decoder->state->pending_messages = NIL;
 	return messages;

@@ -79,4 +79,4 @@ extern void replicant_decoder_set_chunk(ReplicantDecoder *decoder, ReplicantChun
  */
 extern List *replicant_decoder_take_messages(ReplicantDecoder *decoder);
 
-#endif							/* REPLICANT_DECODER_H */
+#endif /* REPLICANT_DECODER_H */

@@ -45,7 +45,7 @@ replicant_delivery_reload_config(void)
 static bool
 stop_requested(ReplicantPipelineSlot *slot)
 {
-	bool		requested;
+	bool requested;
 
 	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 	requested = slot->stop_requested && slot->pid == MyProcPid;
@@ -79,7 +79,7 @@ retry_sleep(ReplicantPipelineSlot *slot, long ms)
 
 	for (;;)
 	{
-		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		long left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 
 		if (left <= 0 || stop_requested(slot))
 			break;
@@ -99,7 +99,7 @@ retry_sleep(ReplicantPipelineSlot *slot, long ms)
 static long
 backoff_ms(int attempt, const ReplicantSinkResult *result)
 {
-	long		cap = RETRY_BASE_MS;
+	long cap = RETRY_BASE_MS;
 
 	if (result->retry_after_ms > 0)
 		return result->retry_after_ms;
@@ -135,7 +135,7 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 						const char *webhook_id, ReplicantBody *body,
 						ReplicantSinkResult *result)
 {
-	int			attempt = 0;
+	int attempt = 0;
 	TimestampTz first_failure = 0;
 	TimestampTz last_logged = 0;
 
@@ -207,8 +207,8 @@ REPLICANT_NORETURN static void
 disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *reason)
 {
 	ReplicantCatalogAccess access;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(pipeline->id)};
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline->id)};
 
 	if (IsTransactionState())
 		AbortCurrentTransaction();

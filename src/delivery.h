@@ -29,13 +29,13 @@ extern void replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *
  * resume_pipeline.  Aborts any open transaction first.
  */
 REPLICANT_NORETURN extern void replicant_delivery_halt(ReplicantPipelineSlot *slot,
-									ReplicantPipeline *pipeline,
-									const char *reason);
+													   ReplicantPipeline *pipeline,
+													   const char *reason);
 
 /* The same, for a schema change met at lsn, which resume_pipeline accepts. */
 REPLICANT_NORETURN extern void replicant_delivery_halt_at(ReplicantPipelineSlot *slot,
-									   ReplicantPipeline *pipeline,
-									   const char *reason, XLogRecPtr lsn);
+														  ReplicantPipeline *pipeline,
+														  const char *reason, XLogRecPtr lsn);
 
 /*
  * Acts on a final answer that is not a 2xx: 410 Gone disables the pipeline,
@@ -59,4 +59,4 @@ extern void replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot);
 /* Handles a pending SIGHUP. */
 extern void replicant_delivery_reload_config(void);
 
-#endif							/* REPLICANT_DELIVERY_H */
+#endif /* REPLICANT_DELIVERY_H */

@@ -55,14 +55,14 @@ typedef enum EncodeCategory
 	ENCODE_INT4,
 	ENCODE_INT8,
 	ENCODE_OID,
-	ENCODE_NUMBER,				/* float4, float8, numeric: output text */
-	ENCODE_TEXT,				/* text, varchar, bpchar: from the varlena */
-	ENCODE_JSON,				/* embedded as stored */
-	ENCODE_JSONB,				/* embedded output text */
-	ENCODE_DATETIME,			/* date, timestamp, timestamptz: ISO 8601 */
+	ENCODE_NUMBER,   /* float4, float8, numeric: output text */
+	ENCODE_TEXT,     /* text, varchar, bpchar: from the varlena */
+	ENCODE_JSON,     /* embedded as stored */
+	ENCODE_JSONB,    /* embedded output text */
+	ENCODE_DATETIME, /* date, timestamp, timestamptz: ISO 8601 */
 	ENCODE_ARRAY,
 	ENCODE_COMPOSITE,
-	ENCODE_OTHER				/* output text as a JSON string */
+	ENCODE_OTHER /* output text as a JSON string */
 } EncodeCategory;
 
 /*
@@ -72,25 +72,25 @@ typedef enum EncodeCategory
  */
 typedef struct EncodeTypeEntry
 {
-	Oid			typid;			/* hash key */
-	bool		valid;
-	Oid			basetype;		/* typid, or a domain's base type */
-	uint32		hashvalue;		/* TYPEOID syscache hash of typid */
+	Oid typid; /* hash key */
+	bool valid;
+	Oid basetype;     /* typid, or a domain's base type */
+	uint32 hashvalue; /* TYPEOID syscache hash of typid */
 	EncodeCategory category;
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-	Oid			outfuncoid;		/* InvalidOid unless category needs it */
-	FmgrInfo	outfunc;		/* in EncoderCacheContext */
-	char	   *typname;		/* for error context, in EncoderCacheContext */
+	int16 typlen;
+	bool typbyval;
+	char typalign;
+	Oid outfuncoid;   /* InvalidOid unless category needs it */
+	FmgrInfo outfunc; /* in EncoderCacheContext */
+	char *typname;    /* for error context, in EncoderCacheContext */
 } EncodeTypeEntry;
 
 /* What every level of a nested encoding shares. */
 typedef struct EncodeState
 {
-	StringInfo	out;
+	StringInfo out;
 	ReplicantToastPolicy policy;
-	int			dbencoding;
+	int dbencoding;
 } EncodeState;
 
 /* The column being encoded, for the error context callback. */
@@ -146,7 +146,7 @@ static void encode_composite(EncodeState *st, Datum value);
 static void
 encoder_init_cache(void)
 {
-	HASHCTL		ctl;
+	HASHCTL ctl;
 
 	if (CacheMemoryContext == NULL)
 		CreateCacheMemoryContext();
@@ -195,7 +195,7 @@ static EncodeTypeEntry *
 encoder_lookup_type(Oid typid)
 {
 	EncodeTypeEntry *entry;
-	bool		found;
+	bool found;
 
 	if (EncoderTypeCache == NULL)
 		encoder_init_cache();
@@ -287,11 +287,11 @@ encoder_category(Oid basetype, Form_pg_type typ)
 static void
 encoder_build_type(EncodeTypeEntry *entry)
 {
-	Oid			basetype;
-	HeapTuple	tup;
+	Oid basetype;
+	HeapTuple tup;
 	Form_pg_type typ;
-	Oid			outfuncoid;
-	char	   *typname;
+	Oid outfuncoid;
+	char *typname;
 
 	basetype = getBaseType(entry->typid);
 	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(basetype));
@@ -404,7 +404,7 @@ static void
 append_utf8(StringInfo out, int dbencoding, const char *s, int len,
 			bool quote)
 {
-	char	   *converted = NULL;
+	char *converted = NULL;
 
 	if (dbencoding != PG_UTF8 && len > 0)
 	{
@@ -455,11 +455,11 @@ static void
 encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 			  const Bitmapset *columns, bool toplevel, StringInfo unchanged)
 {
-	StringInfo	out = st->out;
+	StringInfo out = st->out;
 	EncodeErrorArg errarg;
 	ErrorContextCallback errcb;
-	bool		first = true;
-	int			i;
+	bool first = true;
+	int i;
 
 	errarg.colname = NULL;
 	errarg.typname = NULL;
@@ -529,10 +529,10 @@ append_int64(StringInfo out, int64 value)
 static void
 encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 {
-	StringInfo	out = st->out;
-	char	   *str;
-	text	   *txt;
-	char		datebuf[MAXDATELEN + 1];
+	StringInfo out = st->out;
+	char *str;
+	text *txt;
+	char datebuf[MAXDATELEN + 1];
 
 	/* not reachable: flattened composites and arrays hold no such pointer */
 	if (entry->typlen == -1 && st->policy == REPLICANT_TOAST_UNCHANGED &&
@@ -626,8 +626,8 @@ static void
 encode_array(EncodeState *st, Datum value)
 {
 	AnyArrayType *arr;
-	int			ndim;
-	const int  *dims;
+	int ndim;
+	const int *dims;
 
 	check_stack_depth();
 
@@ -640,8 +640,8 @@ encode_array(EncodeState *st, Datum value)
 	else
 	{
 		EncodeTypeEntry *elem = encoder_lookup_type(AARR_ELEMTYPE(arr));
-		array_iter	iter;
-		int			index = 0;
+		array_iter iter;
+		int index = 0;
 
 		array_iter_setup(&iter, arr);
 		encode_array_dim(st, elem, &iter, ndim, dims, 0, &index);
@@ -657,8 +657,8 @@ static void
 encode_array_dim(EncodeState *st, EncodeTypeEntry *elem, array_iter *iter,
 				 int ndim, const int *dims, int dim, int *index)
 {
-	StringInfo	out = st->out;
-	int			i;
+	StringInfo out = st->out;
+	int i;
 
 	appendStringInfoCharMacro(out, '[');
 	for (i = 0; i < dims[dim]; i++)
@@ -670,8 +670,8 @@ encode_array_dim(EncodeState *st, EncodeTypeEntry *elem, array_iter *iter,
 			encode_array_dim(st, elem, iter, ndim, dims, dim + 1, index);
 		else
 		{
-			Datum		d;
-			bool		isnull;
+			Datum d;
+			bool isnull;
 
 			d = array_iter_next(iter, &isnull, (*index)++,
 								elem->typlen, elem->typbyval, elem->typalign);
@@ -692,7 +692,7 @@ encode_array_dim(EncodeState *st, EncodeTypeEntry *elem, array_iter *iter,
 static TupleDesc
 deform_composite(HeapTupleHeader td, Datum **values, bool **nulls)
 {
-	TupleDesc	desc;
+	TupleDesc desc;
 	HeapTupleData tuple;
 
 	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(td),
@@ -718,9 +718,9 @@ static void
 encode_composite(EncodeState *st, Datum value)
 {
 	HeapTupleHeader td;
-	TupleDesc	desc;
-	Datum	   *values;
-	bool	   *nulls;
+	TupleDesc desc;
+	Datum *values;
+	bool *nulls;
 
 	check_stack_depth();
 
@@ -783,7 +783,7 @@ void
 replicant_encode_timestamptz(StringInfo out, TimestampTz t)
 {
 	struct pg_tm tm;
-	fsec_t		fsec;
+	fsec_t fsec;
 
 	if (TIMESTAMP_IS_NOBEGIN(t))
 	{
@@ -819,11 +819,11 @@ Datum
 replicant_encode_row(PG_FUNCTION_ARGS)
 {
 	HeapTupleHeader td = PG_GETARG_HEAPTUPLEHEADER(0);
-	TupleDesc	desc;
-	Datum	   *values;
-	bool	   *nulls;
+	TupleDesc desc;
+	Datum *values;
+	bool *nulls;
 	StringInfoData buf;
-	int			level;
+	int level;
 
 	desc = deform_composite(td, &values, &nulls);
 

@@ -31,7 +31,7 @@ extern void replicant_encoder_pin_settings(void);
  * Same, but only until AtEOXact_GUC(false, level) with the returned nest
  * level; for SQL-callable functions running in ordinary backends.
  */
-extern int	replicant_encoder_pin_settings_local(void);
+extern int replicant_encoder_pin_settings_local(void);
 
 /*
  * Appends a JSON object {"column": value, ...} for the columns of a
@@ -56,4 +56,4 @@ extern void replicant_encode_string(StringInfo out, const char *s);
 /* Appends a timestamptz as a JSON string "YYYY-MM-DDTHH:MI:SS.ffffffZ". */
 extern void replicant_encode_timestamptz(StringInfo out, TimestampTz t);
 
-#endif							/* REPLICANT_ENCODER_H */
+#endif /* REPLICANT_ENCODER_H */

@@ -19,7 +19,7 @@
 
 #include "fault.h"
 
-char	   *replicant_fault_point = NULL;
+char *replicant_fault_point = NULL;
 
 void
 replicant_fault_init(void)
@@ -36,7 +36,7 @@ replicant_fault_init(void)
 void
 replicant_fault(const char *point)
 {
-	size_t		len;
+	size_t len;
 
 	if (replicant_fault_point == NULL || replicant_fault_point[0] == '\0')
 		return;

@@ -16,4 +16,4 @@ extern void replicant_fault_init(void);
  */
 extern void replicant_fault(const char *point);
 
-#endif							/* REPLICANT_FAULT_H */
+#endif /* REPLICANT_FAULT_H */

@@ -15,7 +15,7 @@ static const ReplicantFormat *const formats[] = {
 const ReplicantFormat *
 replicant_format_lookup(const char *name)
 {
-	int			i;
+	int i;
 
 	for (i = 0; i < lengthof(formats); i++)
 		if (strcmp(formats[i]->name, name) == 0)
@@ -27,7 +27,7 @@ void
 replicant_format_check_name(const char *name)
 {
 	StringInfoData names;
-	int			i;
+	int i;
 
 	if (replicant_format_lookup(name) != NULL)
 		return;

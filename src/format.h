@@ -21,8 +21,8 @@
 /* One HTTP request made by a format. */
 typedef struct ReplicantRequest
 {
-	char	   *webhook_id;		/* stable across retries of this request */
-	const char *target;			/* what it writes to, for a refusal; or NULL */
+	char *webhook_id;   /* stable across retries of this request */
+	const char *target; /* what it writes to, for a refusal; or NULL */
 	ReplicantBody body;
 	/* Storage the format may build the body (or its framing) in. */
 	StringInfoData buffer;
@@ -31,29 +31,29 @@ typedef struct ReplicantRequest
 
 typedef struct ReplicantFormat
 {
-	const char *name;			/* as pipelines select it */
-	const char *content_type;	/* of every request */
+	const char *name;         /* as pipelines select it */
+	const char *content_type; /* of every request */
 
 	/*
 	 * Whether the format needs every column of a new row: an update that
 	 * left TOASTed columns unchanged then halts unless its old row (REPLICA
 	 * IDENTITY FULL) has them.
 	 */
-	bool		whole_rows;
+	bool whole_rows;
 
 	/*
 	 * For a sink that reports an error code (X-ClickHouse-Exception-Code or
 	 * "Code: N" in the body): whether retrying cannot fix that error.  NULL:
 	 * answers are classified by their HTTP status alone.
 	 */
-	bool		(*code_is_final) (int code);
+	bool (*code_is_final)(int code);
 
 	/* Written between two changes, two transactions or two messages. */
 	const char *separator;
 
 	/* One change, without separator: stream, snapshot and backfill alike. */
-	void		(*change) (StringInfo out, const char *pipeline,
-						   const ReplicantChange *change);
+	void (*change)(StringInfo out, const char *pipeline,
+				   const ReplicantChange *change);
 
 	/*
 	 * A stream batch stores each transaction as begin_txn, its changes and
@@ -61,38 +61,38 @@ typedef struct ReplicantFormat
 	 * the transaction's rendered messages (separated), or is NULL when it
 	 * has none.
 	 */
-	void		(*begin_txn) (StringInfo out, const char *pipeline,
-							  const ReplicantTxn *txn);
-	void		(*message) (StringInfo out, const char *pipeline,
-							const ReplicantMessage *message);
-	void		(*end_txn) (StringInfo out, const char *pipeline,
-							const ReplicantTxn *txn, int64 nchanges,
-							const char *messages);
+	void (*begin_txn)(StringInfo out, const char *pipeline,
+					  const ReplicantTxn *txn);
+	void (*message)(StringInfo out, const char *pipeline,
+					const ReplicantMessage *message);
+	void (*end_txn)(StringInfo out, const char *pipeline,
+					const ReplicantTxn *txn, int64 nchanges,
+					const char *messages);
 
 	/*
 	 * Sets request to the i-th request (from 0) that delivers transactions
 	 * [first, last] of batch; false when there are no more.  The worker
 	 * sends them in order and checkpoints after the last.
 	 */
-	bool		(*stream_request) (const char *pipeline, ReplicantBatch *batch,
-								   int first, int last, int i,
-								   ReplicantRequest *request);
+	bool (*stream_request)(const char *pipeline, ReplicantBatch *batch,
+						   int first, int last, int i,
+						   ReplicantRequest *request);
 
 	/*
 	 * A snapshot body for one relation: snapshot_begin, then separated
 	 * changes, then snapshot_end.  snapshot_end_len is how many bytes
 	 * snapshot_end appends, for callers that keep a body within a limit.
 	 */
-	void		(*snapshot_begin) (StringInfo out, const char *pipeline,
-								   const ReplicantRelation *relation,
-								   int64 backfill_id, bool first, bool last);
-	void		(*snapshot_end) (StringInfo out);
-	int			snapshot_end_len;
+	void (*snapshot_begin)(StringInfo out, const char *pipeline,
+						   const ReplicantRelation *relation,
+						   int64 backfill_id, bool first, bool last);
+	void (*snapshot_end)(StringInfo out);
+	int snapshot_end_len;
 
 	/* A non-transactional message, alone in its request; NULL: not delivered. */
-	void		(*message_request) (const char *pipeline,
-									const ReplicantMessage *message,
-									ReplicantRequest *request);
+	void (*message_request)(const char *pipeline,
+							const ReplicantMessage *message,
+							ReplicantRequest *request);
 } ReplicantFormat;
 
 /* The format called name, or NULL. */
@@ -109,4 +109,4 @@ extern const ReplicantFormat replicant_format_replicant;
 extern const ReplicantFormat replicant_format_cloudevents;
 extern const ReplicantFormat replicant_format_clickhouse;
 
-#endif							/* REPLICANT_FORMAT_H */
+#endif /* REPLICANT_FORMAT_H */

@@ -34,16 +34,16 @@
 #include "format.h"
 
 /* A record's header: kind, a quoted name (NAMEDATALEN, escaped) and a length. */
-#define HEAD_MAX	(2 + 4 * NAMEDATALEN + 24)
-#define READ_CHUNK	8192
+#define HEAD_MAX (2 + 4 * NAMEDATALEN + 24)
+#define READ_CHUNK 8192
 
 /* One request of the planned batch. */
 typedef struct PlannedRequest
 {
-	char	   *target;			/* `name`, quoted for ClickHouse */
-	int			segment;		/* truncates of target before its rows */
-	bool		truncate;		/* TRUNCATE TABLE, not rows */
-	uint64		length;			/* bytes of its rows */
+	char *target;  /* `name`, quoted for ClickHouse */
+	int segment;   /* truncates of target before its rows */
+	bool truncate; /* TRUNCATE TABLE, not rows */
+	uint64 length; /* bytes of its rows */
 } PlannedRequest;
 
 /*
@@ -53,31 +53,31 @@ typedef struct PlannedRequest
  */
 typedef struct RecordReader
 {
-	ReplicantBody store;		/* the batch's transactions, unframed */
+	ReplicantBody store; /* the batch's transactions, unframed */
 	const char *target;
-	int			segment;
-	int			seen_truncates; /* of target so far */
-	char		head[HEAD_MAX];
-	int			head_len;
-	uint64		payload_left;	/* bytes left of the current row */
-	bool		pass;			/* whether they belong to the body */
-	char		buf[READ_CHUNK];
-	size_t		buf_len;
-	size_t		buf_pos;
+	int segment;
+	int seen_truncates; /* of target so far */
+	char head[HEAD_MAX];
+	int head_len;
+	uint64 payload_left; /* bytes left of the current row */
+	bool pass;           /* whether they belong to the body */
+	char buf[READ_CHUNK];
+	size_t buf_len;
+	size_t buf_pos;
 	/* the plan scan's: the header just completed */
-	bool		head_done;
+	bool head_done;
 } RecordReader;
 
 /* A request body: its query line, then the filtered rows. */
 typedef struct RowsBody
 {
 	StringInfoData query;
-	size_t		pos;			/* within the query line, then past it */
+	size_t pos; /* within the query line, then past it */
 	RecordReader reader;
 } RowsBody;
 
 static MemoryContext plan_context = NULL;
-static List *plan = NIL;		/* of PlannedRequest, the current batch's */
+static List *plan = NIL; /* of PlannedRequest, the current batch's */
 static RowsBody rows_body;
 
 /* `name` as a ClickHouse identifier: no tab or newline left raw. */
@@ -126,7 +126,7 @@ skip_string(const char *p)
 static const char *
 skip_value(const char *p)
 {
-	int			depth = 0;
+	int depth = 0;
 
 	do
 	{
@@ -174,7 +174,7 @@ static int
 append_unchanged(StringInfo out, const char *old_row, const char *unchanged)
 {
 	const char *p = old_row + 1;
-	int			found = 0;
+	int found = 0;
 
 	while (*p == '"')
 	{
@@ -196,7 +196,7 @@ static int
 count_list(const char *list)
 {
 	const char *p = list;
-	int			n = 0;
+	int n = 0;
 
 	while (*p == '"')
 	{
@@ -213,7 +213,7 @@ static void
 append_row(StringInfo out, const ReplicantChange *change, StringInfo object,
 		   bool deleted)
 {
-	XLogRecPtr	version = change->txn ? change->txn->commit_lsn : 0;
+	XLogRecPtr version = change->txn ? change->txn->commit_lsn : 0;
 
 	appendBinaryStringInfo(out, object->data, object->len - 1);
 	if (change->op == REPLICANT_OP_UPDATE && !deleted &&
@@ -222,7 +222,7 @@ append_row(StringInfo out, const ReplicantChange *change, StringInfo object,
 		/* the output plugin halts before an update without its old row */
 		if (change->old_row == NULL ||
 			append_unchanged(out, change->old_row->data, change->unchanged->data) !=
-			count_list(change->unchanged->data))
+				count_list(change->unchanged->data))
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("update of table \"%s\" left TOASTed columns out of its new row",
@@ -247,8 +247,8 @@ begin_record(StringInfo out, char kind, const ReplicantChange *change, int *leng
 static void
 end_record(StringInfo out, int length_at)
 {
-	char		digits[21];
-	uint64		length = out->len - (length_at + 21);
+	char digits[21];
+	uint64 length = out->len - (length_at + 21);
 
 	snprintf(digits, sizeof(digits), "%020" INT64_MODIFIER "u", length);
 	memcpy(out->data + length_at, digits, 20);
@@ -263,7 +263,7 @@ end_record(StringInfo out, int length_at)
 static void
 render_change(StringInfo out, const char *pipeline, const ReplicantChange *change)
 {
-	int			length_at;
+	int length_at;
 
 	if (change->op == REPLICANT_OP_READ)
 	{
@@ -333,14 +333,14 @@ reader_start(RecordReader *r, ReplicantBatch *batch, int first, int last,
 static void
 reader_header(RecordReader *r)
 {
-	char	   *tab = memchr(r->head, '\t', r->head_len);
-	bool		ours;
+	char *tab = memchr(r->head, '\t', r->head_len);
+	bool ours;
 
 	r->head[r->head_len] = '\0';
 	r->payload_left = tab ? strtou64(tab + 1, NULL, 10) : 0;
 	ours = r->target && tab &&
-		(size_t) (tab - r->head - 1) == strlen(r->target) &&
-		memcmp(r->head + 1, r->target, tab - r->head - 1) == 0;
+		   (size_t) (tab - r->head - 1) == strlen(r->target) &&
+		   memcmp(r->head + 1, r->target, tab - r->head - 1) == 0;
 	if (ours && r->head[0] == 'T')
 		r->seen_truncates++;
 	r->pass = ours && r->head[0] == 'R' && r->seen_truncates == r->segment;
@@ -356,14 +356,14 @@ reader_header(RecordReader *r)
 static ssize_t
 reader_read(RecordReader *r, char *out, size_t max)
 {
-	size_t		done = 0;
+	size_t done = 0;
 
 	r->head_done = false;
 	while (done < max || r->target == NULL)
 	{
 		if (r->buf_pos == r->buf_len)
 		{
-			size_t		got = r->store.read(r->store.arg, r->buf, READ_CHUNK);
+			size_t got = r->store.read(r->store.arg, r->buf, READ_CHUNK);
 
 			if (got == (size_t) -1)
 				return -1;
@@ -374,7 +374,7 @@ reader_read(RecordReader *r, char *out, size_t max)
 		}
 		if (r->payload_left > 0)
 		{
-			size_t		n = Min(r->payload_left, r->buf_len - r->buf_pos);
+			size_t n = Min(r->payload_left, r->buf_len - r->buf_pos);
 
 			if (r->pass)
 			{
@@ -403,7 +403,7 @@ reader_read(RecordReader *r, char *out, size_t max)
 static PlannedRequest *
 plan_find(const char *target, int segment)
 {
-	ListCell   *lc;
+	ListCell *lc;
 
 	foreach(lc, plan)
 	{
@@ -418,8 +418,8 @@ plan_find(const char *target, int segment)
 static int
 plan_truncates(const char *target)
 {
-	ListCell   *lc;
-	int			n = 0;
+	ListCell *lc;
+	int n = 0;
 
 	foreach(lc, plan)
 	{
@@ -446,9 +446,9 @@ plan_batch(ReplicantBatch *batch, int first, int last)
 	reader_start(r, batch, first, last, NULL, 0);
 	for (;;)
 	{
-		char	   *tab;
-		char	   *target;
-		int			segment;
+		char *tab;
+		char *target;
+		int segment;
 		PlannedRequest *p;
 
 		if (reader_read(r, NULL, 0) < 0)
@@ -477,7 +477,7 @@ plan_batch(ReplicantBatch *batch, int first, int last)
 static void
 rows_body_rewind(void *arg)
 {
-	RowsBody   *body = arg;
+	RowsBody *body = arg;
 
 	body->pos = 0;
 	body->reader.store.rewind(body->reader.store.arg);
@@ -491,18 +491,18 @@ rows_body_rewind(void *arg)
 static size_t
 rows_body_read(void *arg, char *buf, size_t max)
 {
-	RowsBody   *body = arg;
-	size_t		done = 0;
-	ssize_t		got;
+	RowsBody *body = arg;
+	size_t done = 0;
+	ssize_t got;
 
 	if (body->pos < (size_t) body->query.len)
 	{
 		done = Min(max, body->query.len - body->pos);
 		memcpy(buf, body->query.data + body->pos, done);
 		body->pos += done;
-		if (done == max)
-			return done;
 	}
+	if (done == max)
+		return done;
 	got = reader_read(&body->reader, buf + done, max - done);
 	return got < 0 ? (size_t) -1 : done + got;
 }
@@ -574,27 +574,27 @@ static bool
 code_is_final(int code)
 {
 	static const int final_codes[] = {
-		6,						/* CANNOT_PARSE_TEXT */
-		16,						/* NO_SUCH_COLUMN_IN_TABLE */
-		26,						/* CANNOT_PARSE_QUOTED_STRING */
-		27,						/* CANNOT_PARSE_INPUT_ASSERTION_FAILED */
-		38,						/* CANNOT_PARSE_DATE */
-		41,						/* CANNOT_PARSE_DATETIME */
-		47,						/* UNKNOWN_IDENTIFIER */
-		53,						/* TYPE_MISMATCH */
-		60,						/* UNKNOWN_TABLE */
-		62,						/* SYNTAX_ERROR */
-		69,						/* ARGUMENT_OUT_OF_BOUND */
-		70,						/* CANNOT_CONVERT_TYPE */
-		72,						/* CANNOT_PARSE_NUMBER */
-		81,						/* UNKNOWN_DATABASE */
-		117,					/* INCORRECT_DATA (unknown field) */
-		192,					/* UNKNOWN_USER */
-		193,					/* WRONG_PASSWORD */
-		497,					/* ACCESS_DENIED */
-		516,					/* AUTHENTICATION_FAILED */
+		6,   /* CANNOT_PARSE_TEXT */
+		16,  /* NO_SUCH_COLUMN_IN_TABLE */
+		26,  /* CANNOT_PARSE_QUOTED_STRING */
+		27,  /* CANNOT_PARSE_INPUT_ASSERTION_FAILED */
+		38,  /* CANNOT_PARSE_DATE */
+		41,  /* CANNOT_PARSE_DATETIME */
+		47,  /* UNKNOWN_IDENTIFIER */
+		53,  /* TYPE_MISMATCH */
+		60,  /* UNKNOWN_TABLE */
+		62,  /* SYNTAX_ERROR */
+		69,  /* ARGUMENT_OUT_OF_BOUND */
+		70,  /* CANNOT_CONVERT_TYPE */
+		72,  /* CANNOT_PARSE_NUMBER */
+		81,  /* UNKNOWN_DATABASE */
+		117, /* INCORRECT_DATA (unknown field) */
+		192, /* UNKNOWN_USER */
+		193, /* WRONG_PASSWORD */
+		497, /* ACCESS_DENIED */
+		516, /* AUTHENTICATION_FAILED */
 	};
-	int			i;
+	int i;
 
 	for (i = 0; i < lengthof(final_codes); i++)
 		if (final_codes[i] == code)

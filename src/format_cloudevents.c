@@ -52,7 +52,7 @@ static void
 event_start(StringInfo out, const char *type, const char *pipeline, const char *id)
 {
 	appendStringInfo(out, "{\"specversion\":\"1.0\",\"type\":\"%s\","
-					 "\"source\":\"%s%s\",\"id\":\"%s-%s\"",
+						  "\"source\":\"%s%s\",\"id\":\"%s-%s\"",
 					 type, source_prefix(), pipeline, pipeline, id);
 }
 
@@ -81,12 +81,13 @@ append_commit(StringInfo out, const ReplicantTxn *txn)
 static char *
 read_id(const ReplicantChange *change)
 {
-	StringInfo	identity = (change->key && strcmp(change->key->data, "null") != 0) ?
-		change->key : change->new_row;
-	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	StringInfo identity = (change->key && strcmp(change->key->data, "null") != 0) ?
+							  change->key :
+							  change->new_row;
+	uint8 digest[PG_SHA256_DIGEST_LENGTH];
 	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
 	StringInfoData id;
-	int			i;
+	int i;
 
 	if (pg_cryptohash_init(ctx) < 0 ||
 		pg_cryptohash_update(ctx, (const uint8 *) identity->data, identity->len) < 0 ||
@@ -104,7 +105,7 @@ read_id(const ReplicantChange *change)
 static void
 render_change(StringInfo out, const char *pipeline, const ReplicantChange *change)
 {
-	char	   *id;
+	char *id;
 
 	if (change->op == REPLICANT_OP_READ)
 		id = read_id(change);
@@ -199,9 +200,9 @@ snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *re
 static int
 object_length(const char *s, int len)
 {
-	int			depth = 0;
-	bool		in_string = false;
-	int			i;
+	int depth = 0;
+	bool in_string = false;
+	int i;
 
 	for (i = 0; i < len; i++)
 	{
@@ -231,9 +232,9 @@ snapshot_end(StringInfo out)
 		out->data[--out->len] = '\0';
 	if (strncmp(out->data, SNAPSHOT_END_START, strlen(SNAPSHOT_END_START)) == 0)
 	{
-		int			end_len = object_length(out->data + 1, out->len - 1);
-		int			rest = out->len - 1 - end_len;
-		char	   *end_event = pnstrdup(out->data + 1, end_len);
+		int end_len = object_length(out->data + 1, out->len - 1);
+		int rest = out->len - 1 - end_len;
+		char *end_event = pnstrdup(out->data + 1, end_len);
 
 		if (rest > 0)
 		{

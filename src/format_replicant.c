@@ -91,8 +91,8 @@ begin_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn)
 static void
 render_message(StringInfo out, const char *pipeline, const ReplicantMessage *message)
 {
-	int			len = pg_b64_enc_len(message->size);
-	char	   *b64 = palloc(len + 1);
+	int len = pg_b64_enc_len(message->size);
+	char *b64 = palloc(len + 1);
 
 	len = pg_b64_encode((const ReplicantB64Byte *) message->content, message->size, b64, len);
 	b64[Max(len, 0)] = '\0';

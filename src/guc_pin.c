@@ -12,7 +12,7 @@
 void
 replicant_guc_pin(const ReplicantSetting *settings, int nsettings)
 {
-	int			i;
+	int i;
 
 	for (i = 0; i < nsettings; i++)
 		SetConfigOption(settings[i].name, settings[i].value,
@@ -22,8 +22,8 @@ replicant_guc_pin(const ReplicantSetting *settings, int nsettings)
 int
 replicant_guc_pin_local(const ReplicantSetting *settings, int nsettings)
 {
-	int			level = NewGUCNestLevel();
-	int			i;
+	int level = NewGUCNestLevel();
+	int i;
 
 	for (i = 0; i < nsettings; i++)
 	{

@@ -22,7 +22,7 @@ extern void replicant_guc_pin(const ReplicantSetting *settings, int nsettings);
  * Same, but only until AtEOXact_GUC(false, level) with the returned nest
  * level; a setting that already has the value is left alone.
  */
-extern int	replicant_guc_pin_local(const ReplicantSetting *settings,
-									int nsettings);
+extern int replicant_guc_pin_local(const ReplicantSetting *settings,
+								   int nsettings);
 
-#endif							/* REPLICANT_GUC_PIN_H */
+#endif /* REPLICANT_GUC_PIN_H */

@@ -14,9 +14,18 @@
 
 /* Headers replicant sets itself, or that belong to the framing. */
 static const char *const reserved_headers[] = {
-	"content-type", "content-length", "content-encoding", "transfer-encoding",
-	"host", "connection", "expect", "user-agent", "keep-alive",
-	"webhook-id", "webhook-timestamp", "webhook-signature",
+	"content-type",
+	"content-length",
+	"content-encoding",
+	"transfer-encoding",
+	"host",
+	"connection",
+	"expect",
+	"user-agent",
+	"keep-alive",
+	"webhook-id",
+	"webhook-timestamp",
+	"webhook-signature",
 };
 
 bool
@@ -40,7 +49,7 @@ replicant_header_name_ok(const char *name)
 const char *
 replicant_header_reserved(const char *name)
 {
-	int			i;
+	int i;
 
 	for (i = 0; i < lengthof(reserved_headers); i++)
 	{

@@ -18,4 +18,4 @@ extern const char *replicant_header_reserved(const char *name);
 /* Whether value has no control character (no CR or LF: no injection). */
 extern bool replicant_header_value_ok(const char *value);
 
-#endif							/* REPLICANT_HEADERS_H */
+#endif /* REPLICANT_HEADERS_H */

@@ -56,19 +56,19 @@
 typedef struct LaunchedWorker
 {
 	BackgroundWorkerHandle *handle;
-	uint32		generation;
-	int32		config_version;
+	uint32 generation;
+	int32 config_version;
 	TimestampTz started_at;
 	TimestampTz next_start;
-	int			failures;
-	bool		wanted;			/* as of the last round */
-	bool		terminated;		/* stopped by us, for a new configuration */
+	int failures;
+	bool wanted;     /* as of the last round */
+	bool terminated; /* stopped by us, for a new configuration */
 } LaunchedWorker;
 
 typedef struct LaunchedSync
 {
 	BackgroundWorkerHandle *handle;
-	Oid			dboid;
+	Oid dboid;
 } LaunchedSync;
 
 static LaunchedWorker *launched;
@@ -82,12 +82,12 @@ static LaunchedSync syncs[MAX_CONCURRENT_SYNCS];
 static void
 stop_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w)
 {
-	bool		cooperative;
+	bool cooperative;
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	cooperative = slot->in_use && slot->generation == w->generation &&
-		slot->pid != 0 && slot->latch != NULL &&
-		slot->state != REPLICANT_STATE_SNAPSHOTTING;
+				  slot->pid != 0 && slot->latch != NULL &&
+				  slot->state != REPLICANT_STATE_SNAPSHOTTING;
 	if (cooperative)
 	{
 		slot->stop_requested = true;
@@ -127,11 +127,11 @@ launcher_detach(int code, Datum arg)
 static void
 queue_all_databases(void)
 {
-	Relation	rel;
+	Relation rel;
 	TableScanDesc scan;
-	HeapTuple	tuple;
-	List	   *dbs = NIL;
-	ListCell   *lc;
+	HeapTuple tuple;
+	List *dbs = NIL;
+	ListCell *lc;
 
 	StartTransactionCommand();
 	rel = table_open(DatabaseRelationId, AccessShareLock);
@@ -154,14 +154,14 @@ queue_all_databases(void)
 static Oid
 next_dirty_database(void)
 {
-	Oid			dboid = InvalidOid;
-	int			i;
+	Oid dboid = InvalidOid;
+	int i;
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	for (i = 0; i < replicant_shmem->ndirty; i++)
 	{
-		int			j;
-		bool		busy = false;
+		int j;
+		bool busy = false;
 
 		for (j = 0; j < MAX_CONCURRENT_SYNCS; j++)
 			busy |= (syncs[j].handle != NULL && syncs[j].dboid == replicant_shmem->dirty_dbs[i]);
@@ -201,7 +201,7 @@ start_worker(const char *function, const char *name, const char *type,
 static bool
 stopped(BackgroundWorkerHandle *handle)
 {
-	pid_t		pid;
+	pid_t pid;
 
 	return GetBackgroundWorkerPid(handle, &pid) == BGWH_STOPPED;
 }
@@ -209,7 +209,7 @@ stopped(BackgroundWorkerHandle *handle)
 static void
 run_syncs(void)
 {
-	int			i;
+	int i;
 
 	for (i = 0; i < MAX_CONCURRENT_SYNCS; i++)
 	{
@@ -220,7 +220,7 @@ run_syncs(void)
 		}
 		if (syncs[i].handle == NULL)
 		{
-			Oid			dboid = next_dirty_database();
+			Oid dboid = next_dirty_database();
 
 			if (!OidIsValid(dboid))
 				continue;
@@ -241,7 +241,7 @@ run_syncs(void)
 static long
 restart_delay_ms(int failures)
 {
-	long		delay = RESTART_MIN_MS;
+	long delay = RESTART_MIN_MS;
 
 	while (failures-- > 0 && delay < RESTART_MAX_MS)
 		delay *= 2;
@@ -298,7 +298,7 @@ launch_worker(int slot_index, LaunchedWorker *w,
 			  const ReplicantPipelineSlot *copy, TimestampTz now)
 {
 	ReplicantWorkerArgs args = {0};
-	char		name[BGW_MAXLEN];
+	char name[BGW_MAXLEN];
 
 	args.generation = copy->generation;
 	args.dboid = copy->dboid;
@@ -340,15 +340,15 @@ static long
 reconcile_workers(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	long		nap = LAUNCHER_NAP_MS;
-	int			i;
+	long nap = LAUNCHER_NAP_MS;
+	int i;
 
 	for (i = 0; i < replicant_max_pipelines; i++)
 	{
 		ReplicantPipelineSlot copy;
 		LaunchedWorker *w = &launched[i];
-		bool		running;
-		bool		wanted;
+		bool running;
+		bool wanted;
 
 		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 		memcpy(&copy, &replicant_shmem->slots[i], sizeof(copy));
@@ -416,8 +416,8 @@ replicant_launcher_main(Datum main_arg)
 
 	while (!ShutdownRequestPending)
 	{
-		bool		rescan;
-		long		nap;
+		bool rescan;
+		long nap;
 
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
@@ -449,11 +449,11 @@ replicant_launcher_main(Datum main_arg)
 
 typedef struct PipelineRow
 {
-	int32		id;
-	char		name[NAMEDATALEN];
-	Oid			owner;
-	bool		runnable;
-	int32		config_version;
+	int32 id;
+	char name[NAMEDATALEN];
+	Oid owner;
+	bool runnable;
+	int32 config_version;
 } PipelineRow;
 
 /*
@@ -464,7 +464,7 @@ typedef struct PipelineRow
 static void
 halt_unconnectable_pipelines(void)
 {
-	uint64		i;
+	uint64 i;
 
 	/* search_path is pinned: the operators are pg_catalog's. */
 	if (SPI_execute("UPDATE replicant.pipelines p"
@@ -474,7 +474,8 @@ halt_unconnectable_pipelines(void)
 					"         'pipeline owner (role OID ' || p.owner::text || ') no longer exists')"
 					" WHERE p.enabled AND p.halt_reason IS NULL"
 					"   AND NOT EXISTS (SELECT 1 FROM pg_authid r WHERE r.oid = p.owner AND r.rolcanlogin)"
-					" RETURNING p.name, p.halt_reason", false, 0) != SPI_OK_UPDATE_RETURNING)
+					" RETURNING p.name, p.halt_reason",
+					false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update replicant.pipelines");
 	for (i = 0; i < SPI_processed; i++)
 		ereport(LOG,
@@ -488,22 +489,23 @@ halt_unconnectable_pipelines(void)
 static List *
 read_pipeline_rows(void)
 {
-	List	   *rows = NIL;
-	uint64		i;
+	List *rows = NIL;
+	uint64 i;
 
 	if (!OidIsValid(get_extension_oid("replicant", true)))
 		return NIL;
 	halt_unconnectable_pipelines();
 	/* Not read-only: a new snapshot, which sees the halts just recorded. */
 	if (SPI_execute("SELECT id, name, owner, enabled AND halt_reason IS NULL, config_version"
-					"  FROM replicant.pipelines", false, 0) != SPI_OK_SELECT)
+					"  FROM replicant.pipelines",
+					false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	for (i = 0; i < SPI_processed; i++)
 	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		HeapTuple tuple = SPI_tuptable->vals[i];
+		TupleDesc desc = SPI_tuptable->tupdesc;
 		PipelineRow *row = MemoryContextAllocZero(TopMemoryContext, sizeof(PipelineRow));
-		bool		isnull;
+		bool isnull;
 
 		row->id = DatumGetInt32(SPI_getbinval(tuple, desc, 1, &isnull));
 		strlcpy(row->name, TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull)),
@@ -519,8 +521,8 @@ read_pipeline_rows(void)
 static void
 mirror_rows(List *rows)
 {
-	ListCell   *lc;
-	int			i;
+	ListCell *lc;
+	int i;
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 
@@ -528,7 +530,7 @@ mirror_rows(List *rows)
 	for (i = 0; i < replicant_max_pipelines; i++)
 	{
 		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
-		bool		found = false;
+		bool found = false;
 
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
@@ -603,17 +605,17 @@ mirror_rows(List *rows)
 static void
 drop_orphan_slots(List *inactive_slots, List *rows)
 {
-	ListCell   *lc;
-	ListCell   *lc2;
+	ListCell *lc;
+	ListCell *lc2;
 
 	foreach(lc, inactive_slots)
 	{
-		char	   *slot_name = lfirst(lc);
-		bool		owned = false;
+		char *slot_name = lfirst(lc);
+		bool owned = false;
 
 		foreach(lc2, rows)
 		{
-			char	   *owner_slot = replicant_pipeline_slot_name(((PipelineRow *) lfirst(lc2))->name);
+			char *owner_slot = replicant_pipeline_slot_name(((PipelineRow *) lfirst(lc2))->name);
 
 			owned |= (strcmp(owner_slot, slot_name) == 0);
 		}
@@ -630,9 +632,9 @@ drop_orphan_slots(List *inactive_slots, List *rows)
 void
 replicant_sync_main(Datum main_arg)
 {
-	Oid			dboid;
-	List	   *inactive;
-	List	   *rows;
+	Oid dboid;
+	List *inactive;
+	List *rows;
 
 	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(dboid));
 	pqsignal(SIGTERM, die);

@@ -20,7 +20,7 @@
 
 PG_MODULE_MAGIC;
 
-void		_PG_init(void);
+void _PG_init(void);
 
 void
 _PG_init(void)

@@ -45,8 +45,8 @@ replicant_startup(LogicalDecodingContext *ctx, OutputPluginOptions *options,
 				  bool is_init)
 {
 	ReplicantDecodingState *state;
-	bool		from_worker = false;
-	ListCell   *lc;
+	bool from_worker = false;
+	ListCell *lc;
 
 	options->output_type = OUTPUT_PLUGIN_TEXTUAL_OUTPUT;
 	options->receive_rewrites = false;
@@ -55,7 +55,7 @@ replicant_startup(LogicalDecodingContext *ctx, OutputPluginOptions *options,
 
 	foreach(lc, ctx->output_plugin_options)
 	{
-		DefElem    *elem = lfirst(lc);
+		DefElem *elem = lfirst(lc);
 
 		if (strcmp(elem->defname, REPLICANT_PLUGIN_OPTION) == 0)
 			from_worker = true;
@@ -145,8 +145,8 @@ static ReplicantRelInfo *
 relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation rel)
 {
 	ReplicantRelInfo *info = replicant_publication_relinfo(rel);
-	bool		resumed = txn->final_lsn <= state->resumed_lsn;
-	char	   *missing;
+	bool resumed = txn->final_lsn <= state->resumed_lsn;
+	char *missing;
 
 	if (info->own)
 		return NULL;
@@ -223,7 +223,7 @@ encode_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 static void
 keep_rows(ReplicantDecodingState *state, List *changes)
 {
-	ListCell   *lc;
+	ListCell *lc;
 
 	foreach(lc, changes)
 		replicant_batch_add_change(state->batch, lfirst(lc), strlen(lfirst(lc)));
@@ -247,9 +247,9 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 				Datum *old_values, bool *old_nulls, bool unchanged_toast)
 {
 	ReplicantChunk *chunk = state->chunk;
-	TupleDesc	desc = replicant_partition_root_desc(&info->root, relation);
+	TupleDesc desc = replicant_partition_root_desc(&info->root, relation);
 	StringInfoData key;
-	List	   *dropped;
+	List *dropped;
 
 	if (!replicant_chunk_collides(chunk, RelationGetRelid(relation), txn->xid))
 		return;
@@ -338,8 +338,8 @@ filter_change(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 			  Datum *old_values, bool *old_nulls,
 			  Datum **new_values, bool **new_nulls)
 {
-	char	   *reason;
-	bool		deliver;
+	char *reason;
+	bool deliver;
 
 	state->in_row_filter = true;
 	deliver = replicant_pubfilter_change(info->filter, desc, info->relation.table, action,
@@ -360,16 +360,16 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 {
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 	ReplicantRelInfo *info;
-	TupleDesc	desc;
-	HeapTuple	newtuple;
-	HeapTuple	oldtuple;
-	Datum	   *new_values = NULL;
-	bool	   *new_nulls = NULL;
-	Datum	   *old_values = NULL;
-	bool	   *old_nulls = NULL;
+	TupleDesc desc;
+	HeapTuple newtuple;
+	HeapTuple oldtuple;
+	Datum *new_values = NULL;
+	bool *new_nulls = NULL;
+	Datum *old_values = NULL;
+	bool *old_nulls = NULL;
 	ReorderBufferChangeType action = change->action;
 	ReplicantOp op;
-	bool		published;
+	bool published;
 	ReplicantChange record;
 	EncodedRows rows;
 	StringInfoData out;
@@ -417,14 +417,15 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		heap_deform_tuple(oldtuple, desc, old_values, old_nulls);
 	}
 	if (new_values == NULL && old_values == NULL)
-		goto done;				/* a delete without replica identity */
+		goto done; /* a delete without replica identity */
 
 	/* The row filter may drop the change or make an update an insert or delete. */
 	if (!filter_change(state, txn, info, desc, &action,
 					   old_values, old_nulls, &new_values, &new_nulls))
 		goto done;
 	op = (action == REORDER_BUFFER_CHANGE_INSERT) ? REPLICANT_OP_INSERT :
-		(action == REORDER_BUFFER_CHANGE_UPDATE) ? REPLICANT_OP_UPDATE : REPLICANT_OP_DELETE;
+		 (action == REORDER_BUFFER_CHANGE_UPDATE) ? REPLICANT_OP_UPDATE :
+													REPLICANT_OP_DELETE;
 	if (action == REORDER_BUFFER_CHANGE_DELETE)
 		new_values = NULL;
 
@@ -445,7 +446,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 
 	drop_from_chunk(state, txn, info, relation, new_values, new_nulls, old_values, old_nulls,
 					op == REPLICANT_OP_UPDATE && rows.unchanged.len > 0 &&
-					!state->format->whole_rows);
+						!state->format->whole_rows);
 	replicant_batch_add_change(state->batch, out.data, out.len);
 
 done:
@@ -460,10 +461,10 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 {
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 	MemoryContext old;
-	List	   *delivered = NIL;	/* relids whose truncate was delivered */
-	List	   *as_root = NIL;	/* partitions left out (indexes), */
-	List	   *roots = NIL;	/* and the roots they are delivered as */
-	int			i;
+	List *delivered = NIL; /* relids whose truncate was delivered */
+	List *as_root = NIL;   /* partitions left out (indexes), */
+	List *roots = NIL;     /* and the roots they are delivered as */
+	int i;
 
 	if (!wanted(state, txn))
 		return;
@@ -523,7 +524,8 @@ replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	state->format->end_txn(&tail, state->pipeline_name, &record,
 						   state->batch->txn_nchanges,
 						   (state->txn_messages.data && state->txn_messages.len > 0) ?
-						   state->txn_messages.data : NULL);
+							   state->txn_messages.data :
+							   NULL);
 	replicant_batch_end_txn(state->batch, txn->end_lsn, &tail);
 	pfree(tail.data);
 	state->txn_open = false;
@@ -533,7 +535,7 @@ replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 static bool
 message_wanted(ReplicantDecodingState *state, const char *prefix)
 {
-	ListCell   *lc;
+	ListCell *lc;
 
 	if (!state->messages || strncmp(prefix, "replicant.", 10) == 0)
 		return false;
@@ -549,9 +551,9 @@ message_wanted(ReplicantDecodingState *state, const char *prefix)
 static ReplicantMessage *
 copy_message(XLogRecPtr lsn, const char *prefix, Size size, const char *content)
 {
-	size_t		prefix_len = strlen(prefix);
+	size_t prefix_len = strlen(prefix);
 	ReplicantMessage *copy = palloc(sizeof(ReplicantMessage) + prefix_len + 1 + size);
-	char	   *data = (char *) copy + sizeof(ReplicantMessage);
+	char *data = (char *) copy + sizeof(ReplicantMessage);
 
 	memcpy(data, prefix, prefix_len + 1);
 	memcpy(data + prefix_len + 1, content, size);

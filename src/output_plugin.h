@@ -15,29 +15,29 @@
 
 typedef struct ReplicantDecodingState
 {
-	ReplicantBatch *batch;		/* where transactions go */
-	const ReplicantFormat *format;	/* what the batch holds them in */
+	ReplicantBatch *batch;         /* where transactions go */
+	const ReplicantFormat *format; /* what the batch holds them in */
 	const char *pipeline_name;
-	XLogRecPtr	skip_upto;		/* commits at or below were delivered */
-	char	   *halt_reason;	/* set: stop, deliver nothing more */
-	XLogRecPtr	halt_lsn;		/* commit LSN of the change that halted, if any */
-	XLogRecPtr	resumed_lsn;	/* halts met by changes before it were resumed past */
-	char		current_table[NAMEDATALEN];	/* being encoded, for error reports */
-	bool		in_row_filter;	/* evaluating current_table's row filter */
-	ReplicantChunk *chunk;		/* incremental backfill chunk, or NULL */
+	XLogRecPtr skip_upto;            /* commits at or below were delivered */
+	char *halt_reason;               /* set: stop, deliver nothing more */
+	XLogRecPtr halt_lsn;             /* commit LSN of the change that halted, if any */
+	XLogRecPtr resumed_lsn;          /* halts met by changes before it were resumed past */
+	char current_table[NAMEDATALEN]; /* being encoded, for error reports */
+	bool in_row_filter;              /* evaluating current_table's row filter */
+	ReplicantChunk *chunk;           /* incremental backfill chunk, or NULL */
 
 	/* pg_logical_emit_message() delivery (options messages, message_prefixes) */
-	bool		messages;
-	List	   *message_prefixes;	/* of char *; NIL: all */
-	StringInfoData txn_messages;	/* the open transaction's, rendered, separated */
-	List	   *pending_messages;	/* non-transactional, of ReplicantMessage *,
+	bool messages;
+	List *message_prefixes;      /* of char *; NIL: all */
+	StringInfoData txn_messages; /* the open transaction's, rendered, separated */
+	List *pending_messages;      /* non-transactional, of ReplicantMessage *,
 									 * each allocated as one chunk */
 
 	/* Per transaction */
-	bool		txn_open;		/* header written (deferred to 1st change) */
-	int64		txn_changes;	/* decoded changes delivered so far */
+	bool txn_open;     /* header written (deferred to 1st change) */
+	int64 txn_changes; /* decoded changes delivered so far */
 
-	MemoryContext change_context;	/* reset after every change */
+	MemoryContext change_context; /* reset after every change */
 } ReplicantDecodingState;
 
 /* Option that marks a context as created by a pipeline worker. */
@@ -45,4 +45,4 @@ typedef struct ReplicantDecodingState
 
 extern ReplicantDecodingState *replicant_output_state(LogicalDecodingContext *ctx);
 
-#endif							/* REPLICANT_OUTPUT_PLUGIN_H */
+#endif /* REPLICANT_OUTPUT_PLUGIN_H */

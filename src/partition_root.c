@@ -32,8 +32,8 @@ Oid
 replicant_partition_root_published_as(Publication *pub, Relation rel, List *ancestors,
 									  int *level)
 {
-	Oid			relid = RelationGetRelid(rel);
-	int			found = 0;
+	Oid relid = RelationGetRelid(rel);
+	int found = 0;
 
 	if (pub->pubviaroot && ancestors != NIL)
 	{
@@ -44,8 +44,8 @@ replicant_partition_root_published_as(Publication *pub, Relation rel, List *ance
 		}
 		else
 		{
-			Oid			ancestor = GetTopMostAncestorInPublication(pub->oid, ancestors,
-																   &found);
+			Oid ancestor = GetTopMostAncestorInPublication(pub->oid, ancestors,
+														   &found);
 
 			if (OidIsValid(ancestor))
 				relid = ancestor;
@@ -62,8 +62,8 @@ void
 replicant_partition_root_consider(ReplicantPartitionRoot *root, Publication *pub,
 								  Relation rel, List *ancestors)
 {
-	int			level;
-	Oid			relid = replicant_partition_root_published_as(pub, rel, ancestors, &level);
+	int level;
+	Oid relid = replicant_partition_root_published_as(pub, rel, ancestors, &level);
 
 	if (!OidIsValid(root->relid) || level > root->level)
 	{
@@ -81,7 +81,7 @@ replicant_partition_root_publishes_parent(Publication *pub, Relation rel)
 Relation
 replicant_partition_root_open(ReplicantPartitionRoot *root, Relation rel)
 {
-	Relation	target;
+	Relation target;
 	MemoryContext old;
 
 	if (!OidIsValid(root->relid) || root->relid == RelationGetRelid(rel))
@@ -138,7 +138,7 @@ bool
 replicant_partition_root_skips_truncate(ReplicantPartitionRoot *root, Relation rel)
 {
 	return rel->rd_rel->relispartition && OidIsValid(root->relid) &&
-		root->relid != RelationGetRelid(rel);
+		   root->relid != RelationGetRelid(rel);
 }
 
 /* Whether pub publishes rel (listed, in a listed schema, or via an ancestor). */
@@ -147,19 +147,19 @@ publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
 		  List *ancestors)
 {
 	return pub->alltables ||
-		list_member_oid(rel_pubs, pub->oid) ||
-		list_member_oid(schema_pubs, pub->oid) ||
-		(ancestors != NIL &&
-		 OidIsValid(GetTopMostAncestorInPublication(pub->oid, ancestors, NULL)));
+		   list_member_oid(rel_pubs, pub->oid) ||
+		   list_member_oid(schema_pubs, pub->oid) ||
+		   (ancestors != NIL &&
+			OidIsValid(GetTopMostAncestorInPublication(pub->oid, ancestors, NULL)));
 }
 
 /* "a", "b", ...: target's columns, to read them by name from a partition. */
 static char *
 column_names(Relation target)
 {
-	TupleDesc	desc = RelationGetDescr(target);
+	TupleDesc desc = RelationGetDescr(target);
 	StringInfoData buf;
-	int			i;
+	int i;
 
 	initStringInfo(&buf);
 	for (i = 0; i < desc->natts; i++)
@@ -180,12 +180,12 @@ replicant_partition_root_open_for_read(Relation leaf, List *publication_names,
 									   LOCKMODE lockmode, char **select_list)
 {
 	ReplicantPartitionRoot root = {0};
-	Oid			relid = RelationGetRelid(leaf);
-	List	   *ancestors;
-	List	   *rel_pubs;
-	List	   *schema_pubs;
-	ListCell   *lc;
-	Relation	target;
+	Oid relid = RelationGetRelid(leaf);
+	List *ancestors;
+	List *rel_pubs;
+	List *schema_pubs;
+	ListCell *lc;
+	Relation target;
 
 	*select_list = "*";
 	if (!leaf->rd_rel->relispartition)

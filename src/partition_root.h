@@ -22,11 +22,11 @@
  */
 typedef struct ReplicantPartitionRoot
 {
-	Oid			relid;			/* InvalidOid: not decided yet */
-	int			level;			/* ancestor level of relid (0: itself) */
-	TupleDesc	desc;			/* relid's descriptor; NULL when rel itself */
-	TupleDesc	leaf_desc;		/* rel's, which map converts from */
-	TupleConversionMap *map;	/* rel's columns to desc's by name; NULL: same */
+	Oid relid;               /* InvalidOid: not decided yet */
+	int level;               /* ancestor level of relid (0: itself) */
+	TupleDesc desc;          /* relid's descriptor; NULL when rel itself */
+	TupleDesc leaf_desc;     /* rel's, which map converts from */
+	TupleConversionMap *map; /* rel's columns to desc's by name; NULL: same */
 } ReplicantPartitionRoot;
 
 /*
@@ -49,8 +49,8 @@ typedef struct ReplicantPartitionRoot
  * publishes via the root) and, if level is not NULL, that ancestor's level
  * (0: rel itself).  ancestors: rel's, or NIL.
  */
-extern Oid	replicant_partition_root_published_as(Publication *pub, Relation rel,
-												  List *ancestors, int *level);
+extern Oid replicant_partition_root_published_as(Publication *pub, Relation rel,
+												 List *ancestors, int *level);
 
 /* Takes pub, which publishes rel, into account (ancestors: rel's, or NIL). */
 extern void replicant_partition_root_consider(ReplicantPartitionRoot *root,
@@ -95,4 +95,4 @@ extern bool replicant_partition_root_skips_truncate(ReplicantPartitionRoot *root
 extern Relation replicant_partition_root_open_for_read(Relation leaf, List *publication_names,
 													   LOCKMODE lockmode, char **select_list);
 
-#endif							/* REPLICANT_PARTITION_ROOT_H */
+#endif /* REPLICANT_PARTITION_ROOT_H */

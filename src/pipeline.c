@@ -37,8 +37,8 @@ static const ReplicantSetting worker_settings[] = {
 bool
 replicant_pipeline_has_column(const char *column)
 {
-	Oid			pipelines = get_relname_relid("pipelines",
-											  get_namespace_oid("replicant", false));
+	Oid pipelines = get_relname_relid("pipelines",
+									  get_namespace_oid("replicant", false));
 
 	return get_attnum(pipelines, column) != InvalidAttrNumber;
 }
@@ -108,18 +108,18 @@ replicant_pipeline_slot_name(const char *name)
 ReplicantPipelineRef
 replicant_pipeline_lookup(const char *name, bool lock)
 {
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(name)};
+	Oid argtypes[1] = {TEXTOID};
+	Datum args[1] = {CStringGetTextDatum(name)};
 	ReplicantPipelineRef ref;
-	HeapTuple	tuple;
-	TupleDesc	desc;
-	bool		isnull;
+	HeapTuple tuple;
+	TupleDesc desc;
+	bool isnull;
 
 	if (SPI_execute_with_args(lock ?
-							  "SELECT id, owner, halt_reason IS NOT NULL, enabled, publications"
-							  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE" :
-							  "SELECT id, owner, halt_reason IS NOT NULL, enabled, publications"
-							  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
+								  "SELECT id, owner, halt_reason IS NOT NULL, enabled, publications"
+								  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE" :
+								  "SELECT id, owner, halt_reason IS NOT NULL, enabled, publications"
+								  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, !lock, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	if (SPI_processed == 0)
@@ -140,8 +140,8 @@ replicant_pipeline_lookup(const char *name, bool lock)
 static char *
 spi_text(HeapTuple tuple, TupleDesc desc, int col)
 {
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
+	bool isnull;
+	Datum d = SPI_getbinval(tuple, desc, col, &isnull);
 
 	return isnull ? NULL : TextDatumGetCString(d);
 }
@@ -156,10 +156,10 @@ spi_datum(HeapTuple tuple, TupleDesc desc, int col, bool *isnull)
 static List *
 text_array_list(Datum array)
 {
-	Datum	   *elems;
-	int			nelems;
-	int			i;
-	List	   *list = NIL;
+	Datum *elems;
+	int nelems;
+	int i;
+	List *list = NIL;
 
 	deconstruct_array(DatumGetArrayTypeP(array), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, NULL, &nelems);
@@ -173,10 +173,10 @@ static XLogRecPtr *
 publication_lsns(Datum array, bool isnull, int npublications)
 {
 	XLogRecPtr *lsns = palloc0(sizeof(XLogRecPtr) * npublications);
-	Datum	   *elems;
-	bool	   *nulls;
-	int			nelems;
-	int			i;
+	Datum *elems;
+	bool *nulls;
+	int nelems;
+	int i;
 
 	if (isnull)
 		return lsns;
@@ -190,8 +190,8 @@ publication_lsns(Datum array, bool isnull, int npublications)
 static XLogRecPtr
 spi_lsn(HeapTuple tuple, TupleDesc desc, int col)
 {
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
+	bool isnull;
+	Datum d = SPI_getbinval(tuple, desc, col, &isnull);
 
 	return isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
 }
@@ -200,26 +200,27 @@ spi_lsn(HeapTuple tuple, TupleDesc desc, int col)
 static bool
 read_pipeline_row(int32 id)
 {
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(id)};
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(id)};
 
 	if (SPI_execute_with_args(psprintf(
-									   "SELECT p.name, p.owner, p.publications, p.sink_url, p.snapshot,"
-							  "       p.enabled, p.halt_reason, p.config_version,"
-							  "       p.batch_max_bytes, p.batch_max_transactions,"
-							  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
-							  "       c.commit_lsn, c.end_lsn, p.snapshot_workers, p.messages,"
-							  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
-							  "       p.resumed_lsn,"
-							  /* 0.1.0's table has no failover or format column until ALTER EXTENSION UPDATE */
-							  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'failover')::pg_catalog.bool, false),"
-							  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'format', 'replicant'),"
-							  "       %s"
-							  "  FROM replicant.pipelines p"
-							  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
-							  " WHERE p.id OPERATOR(pg_catalog.=) $1",
-									   replicant_pipeline_has_column("publication_lsns") ?
-									   "p.publication_lsns" : "NULL::pg_catalog.pg_lsn[]"),
+								  "SELECT p.name, p.owner, p.publications, p.sink_url, p.snapshot,"
+								  "       p.enabled, p.halt_reason, p.config_version,"
+								  "       p.batch_max_bytes, p.batch_max_transactions,"
+								  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
+								  "       c.commit_lsn, c.end_lsn, p.snapshot_workers, p.messages,"
+								  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
+								  "       p.resumed_lsn,"
+								  /* 0.1.0's table has no failover or format column until ALTER EXTENSION UPDATE */
+								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'failover')::pg_catalog.bool, false),"
+								  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'format', 'replicant'),"
+								  "       %s"
+								  "  FROM replicant.pipelines p"
+								  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
+								  " WHERE p.id OPERATOR(pg_catalog.=) $1",
+								  replicant_pipeline_has_column("publication_lsns") ?
+									  "p.publication_lsns" :
+									  "NULL::pg_catalog.pg_lsn[]"),
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pipeline %d", id);
 	return SPI_processed > 0;
@@ -230,8 +231,8 @@ static ReplicantPipeline *
 pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 {
 	ReplicantPipeline *p = palloc0(sizeof(ReplicantPipeline));
-	bool		isnull;
-	Datum		d;
+	bool isnull;
+	Datum d;
 
 	p->id = id;
 	p->name = spi_text(tuple, desc, 1);
@@ -269,22 +270,22 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 static void
 load_headers(ReplicantPipeline *p, MemoryContext mcxt)
 {
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(p->id)};
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(p->id)};
 	MemoryContext old;
-	uint64		i;
+	uint64 i;
 
 	if (SPI_execute_with_args(
-							  "SELECT h.key, h.value"
-							  "  FROM replicant.pipelines p, pg_catalog.jsonb_each_text(p.headers) h"
-							  " WHERE p.id OPERATOR(pg_catalog.=) $1 ORDER BY h.key",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+			"SELECT h.key, h.value"
+			"  FROM replicant.pipelines p, pg_catalog.jsonb_each_text(p.headers) h"
+			" WHERE p.id OPERATOR(pg_catalog.=) $1 ORDER BY h.key",
+			1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read headers of pipeline %d", p->id);
 	old = MemoryContextSwitchTo(mcxt);
 	for (i = 0; i < SPI_processed; i++)
 	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		HeapTuple tuple = SPI_tuptable->vals[i];
+		TupleDesc desc = SPI_tuptable->tupdesc;
 
 		p->header_names = lappend(p->header_names, spi_text(tuple, desc, 1));
 		p->header_values = lappend(p->header_values, spi_text(tuple, desc, 2));
@@ -310,9 +311,9 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 void
 replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn)
 {
-	Oid			argtypes[3] = {INT4OID, TEXTOID, PG_LSNOID};
-	Datum		args[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Oid argtypes[3] = {INT4OID, TEXTOID, PG_LSNOID};
+	Datum args[3];
+	char nulls[3] = {' ', ' ', ' '};
 
 	args[0] = Int32GetDatum(id);
 	args[1] = CStringGetTextDatum(reason);

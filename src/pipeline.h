@@ -14,34 +14,34 @@
 
 typedef struct ReplicantPipeline
 {
-	int32		id;
-	char	   *name;
-	Oid			owner;
-	List	   *publications;	/* of char * */
-	XLogRecPtr *publication_lsns;	/* per publication: delivered from here on */
-	char	   *sink_url;
-	char	   *snapshot;
-	bool		enabled;
-	char	   *halt_reason;	/* NULL unless halted */
-	int32		config_version;
-	int			batch_max_bytes;
-	int			batch_max_transactions;
-	int			http_timeout_ms;
-	int			connect_timeout_ms;
-	List	   *header_names;	/* of char * */
-	List	   *header_values;	/* of char * */
-	char	   *secret;			/* NULL: unsigned */
-	int			snapshot_workers;
-	bool		messages;		/* deliver pg_logical_emit_message() messages */
-	List	   *message_prefixes;	/* of char *; NIL: every non-internal prefix */
-	char	   *secret_previous;	/* also signs until secret_previous_until */
+	int32 id;
+	char *name;
+	Oid owner;
+	List *publications;           /* of char * */
+	XLogRecPtr *publication_lsns; /* per publication: delivered from here on */
+	char *sink_url;
+	char *snapshot;
+	bool enabled;
+	char *halt_reason; /* NULL unless halted */
+	int32 config_version;
+	int batch_max_bytes;
+	int batch_max_transactions;
+	int http_timeout_ms;
+	int connect_timeout_ms;
+	List *header_names;  /* of char * */
+	List *header_values; /* of char * */
+	char *secret;        /* NULL: unsigned */
+	int snapshot_workers;
+	bool messages;          /* deliver pg_logical_emit_message() messages */
+	List *message_prefixes; /* of char *; NIL: every non-internal prefix */
+	char *secret_previous;  /* also signs until secret_previous_until */
 	TimestampTz secret_previous_until;
-	char	   *ca_file;		/* CA bundle for https sinks; NULL: system CAs */
-	bool		failover;		/* the slot is a failover slot (17+) */
-	char	   *format;			/* its wire format's name (format.h) */
-	XLogRecPtr	resumed_lsn;	/* halts met by changes before it were resumed past */
-	XLogRecPtr	checkpoint_commit_lsn;	/* last acknowledged commit, or 0 */
-	XLogRecPtr	checkpoint_end_lsn;
+	char *ca_file;                    /* CA bundle for https sinks; NULL: system CAs */
+	bool failover;                    /* the slot is a failover slot (17+) */
+	char *format;                     /* its wire format's name (format.h) */
+	XLogRecPtr resumed_lsn;           /* halts met by changes before it were resumed past */
+	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
+	XLogRecPtr checkpoint_end_lsn;
 } ReplicantPipeline;
 
 /*
@@ -77,12 +77,12 @@ extern char *replicant_pipeline_slot_name(const char *name);
 /* A pipeline as a management function sees it. */
 typedef struct ReplicantPipelineRef
 {
-	int32		id;
-	Oid			owner;
-	char	   *name;
-	bool		halted;
-	bool		enabled;
-	ArrayType  *publications;	/* text[] */
+	int32 id;
+	Oid owner;
+	char *name;
+	bool halted;
+	bool enabled;
+	ArrayType *publications; /* text[] */
 } ReplicantPipelineRef;
 
 /*
@@ -105,4 +105,4 @@ extern ReplicantPipeline *replicant_pipeline_load(int32 id, MemoryContext mcxt);
  */
 extern void replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn);
 
-#endif							/* REPLICANT_PIPELINE_H */
+#endif /* REPLICANT_PIPELINE_H */

@@ -77,14 +77,14 @@ published_by_default(Form_pg_attribute att, Publication *pub)
 static Bitmapset *
 publication_columns(TupleDesc desc, Publication *pub, Datum list, bool has_list)
 {
-	Bitmapset  *columns = NULL;
-	bool		all = true;
-	int			i;
+	Bitmapset *columns = NULL;
+	bool all = true;
+	int i;
 
 	if (has_list)
 	{
-		ArrayType  *arr = DatumGetArrayTypeP(list);
-		int16	   *attnums = (int16 *) ARR_DATA_PTR(arr);
+		ArrayType *arr = DatumGetArrayTypeP(list);
+		int16 *attnums = (int16 *) ARR_DATA_PTR(arr);
 
 		for (i = 0; i < ARR_DIMS(arr)[0]; i++)
 			columns = bms_add_member(columns, attnums[i]);
@@ -92,12 +92,11 @@ publication_columns(TupleDesc desc, Publication *pub, Datum list, bool has_list)
 	for (i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
-		bool		published;
+		bool published;
 
 		if (att->attisdropped || REPLICANT_ATT_IS_VIRTUAL(att))
 			continue;
-		published = has_list ? bms_is_member(att->attnum, columns)
-			: published_by_default(att, pub);
+		published = has_list ? bms_is_member(att->attnum, columns) : published_by_default(att, pub);
 		if (published && !has_list)
 			columns = bms_add_member(columns, att->attnum);
 		all &= published;
@@ -115,22 +114,22 @@ replicant_pubfilter_add(ReplicantPubFilter *filter, Relation rel,
 						Oid published_relid, Publication *pub)
 {
 	MemoryContext old = MemoryContextSwitchTo(filter->context);
-	HeapTuple	tuple = NULL;
-	Node	   *qual = NULL;
-	Datum		list = (Datum) 0;
-	bool		has_list = false;
-	Bitmapset  *columns;
-	bool		actions[REPLICANT_PUBFILTER_ACTIONS];
-	int			a;
+	HeapTuple tuple = NULL;
+	Node *qual = NULL;
+	Datum list = (Datum) 0;
+	bool has_list = false;
+	Bitmapset *columns;
+	bool actions[REPLICANT_PUBFILTER_ACTIONS];
+	int a;
 
 	if (OidIsValid(published_relid))
 		tuple = SearchSysCache2(PUBLICATIONRELMAP, ObjectIdGetDatum(published_relid),
 								ObjectIdGetDatum(pub->oid));
 	if (HeapTupleIsValid(tuple))
 	{
-		bool		isnull;
-		Datum		d = SysCacheGetAttr(PUBLICATIONRELMAP, tuple,
-										Anum_pg_publication_rel_prqual, &isnull);
+		bool isnull;
+		Datum d = SysCacheGetAttr(PUBLICATIONRELMAP, tuple,
+								  Anum_pg_publication_rel_prqual, &isnull);
 
 		if (!isnull)
 			qual = stringToNode(TextDatumGetCString(d));
@@ -181,7 +180,7 @@ static void
 prepare(ReplicantPubFilter *filter, TupleDesc desc)
 {
 	MemoryContext old;
-	int			a;
+	int a;
 
 	if (filter->prepared)
 		return;
@@ -208,8 +207,8 @@ matches(ReplicantPubFilter *filter, ExprState *state, Datum *values, bool *nulls
 {
 	TupleTableSlot *slot = filter->slot;
 	ExprContext *econtext;
-	Datum		result;
-	bool		isnull;
+	Datum result;
+	bool isnull;
 
 	ResetPerTupleExprContext(filter->estate);
 	econtext = GetPerTupleExprContext(filter->estate);
@@ -226,7 +225,7 @@ static bool
 is_unchanged_toast(Form_pg_attribute att, Datum value, bool isnull)
 {
 	return !isnull && att->attlen == -1 &&
-		VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(value));
+		   VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(value));
 }
 
 /*
@@ -235,12 +234,12 @@ is_unchanged_toast(Form_pg_attribute att, Datum value, bool isnull)
  * arrays are replaced only when something was taken.
  */
 static void
-complete_new_row(TupleDesc desc, Datum *old_values, bool *old_nulls,
+complete_new_row(TupleDesc desc, Datum *old_values, const bool *old_nulls,
 				 Datum **new_values, bool **new_nulls)
 {
-	Datum	   *values = NULL;
-	bool	   *nulls = NULL;
-	int			i;
+	Datum *values = NULL;
+	bool *nulls = NULL;
+	int i;
 
 	for (i = 0; i < desc->natts; i++)
 	{
@@ -271,7 +270,7 @@ static char *
 missing_column(ReplicantPubFilter *filter, TupleDesc desc, const char *relname,
 			   Datum *values, bool *nulls)
 {
-	int			i;
+	int i;
 
 	for (i = 0; i < desc->natts; i++)
 	{
@@ -294,11 +293,11 @@ replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc desc,
 						   Datum **new_values, bool **new_nulls,
 						   char **reason)
 {
-	ExprState  *state;
-	Datum	   *values = *new_values;
-	bool	   *nulls = *new_nulls;
-	bool		old_match;
-	bool		new_match;
+	ExprState *state;
+	Datum *values = *new_values;
+	bool *nulls = *new_nulls;
+	bool old_match;
+	bool new_match;
 
 	*reason = NULL;
 	prepare(filter, desc);
@@ -319,8 +318,7 @@ replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc desc,
 
 	/* An insert, a delete, or an update that did not log the old row. */
 	if (values == NULL || old_values == NULL)
-		return values ? matches(filter, state, values, nulls)
-			: matches(filter, state, old_values, old_nulls);
+		return values ? matches(filter, state, values, nulls) : matches(filter, state, old_values, old_nulls);
 
 	complete_new_row(desc, old_values, old_nulls, &values, &nulls);
 	old_match = matches(filter, state, old_values, old_nulls);

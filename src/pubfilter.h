@@ -14,31 +14,31 @@
 #include "replication/reorderbuffer.h"
 #include "utils/relcache.h"
 
-#define REPLICANT_PUBFILTER_ACTIONS 3	/* insert, update, delete */
+#define REPLICANT_PUBFILTER_ACTIONS 3 /* insert, update, delete */
 
 typedef struct ReplicantPubFilter
 {
-	MemoryContext context;		/* everything below lives here */
+	MemoryContext context; /* everything below lives here */
 
 	/* Per action: the filters ORed, unless a publication has none for it. */
-	List	   *quals[REPLICANT_PUBFILTER_ACTIONS];
-	bool		unfiltered[REPLICANT_PUBFILTER_ACTIONS];
+	List *quals[REPLICANT_PUBFILTER_ACTIONS];
+	bool unfiltered[REPLICANT_PUBFILTER_ACTIONS];
 	/* What table synchronization reads: every publication's filter, ORed. */
-	List	   *read_quals;
-	bool		read_unfiltered;
+	List *read_quals;
+	bool read_unfiltered;
 
 	/*
 	 * The columns delivered (attribute numbers); NULL means every live
 	 * column.  Every publication must deliver the same ones.
 	 */
-	Bitmapset  *columns;
-	bool		have_columns;	/* a publication was added */
-	char	   *conflict;		/* value-free reason the server refuses them */
+	Bitmapset *columns;
+	bool have_columns; /* a publication was added */
+	char *conflict;    /* value-free reason the server refuses them */
 
 	/* Built on first use on the stream path. */
-	EState	   *estate;
-	ExprState  *exprstate[REPLICANT_PUBFILTER_ACTIONS];
-	bool		prepared;
+	EState *estate;
+	ExprState *exprstate[REPLICANT_PUBFILTER_ACTIONS];
+	bool prepared;
 	TupleTableSlot *slot;
 } ReplicantPubFilter;
 
@@ -80,4 +80,4 @@ extern bool replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc des
  */
 extern char *replicant_pubfilter_read_sql(ReplicantPubFilter *filter, Relation rel);
 
-#endif							/* REPLICANT_PUBFILTER_H */
+#endif /* REPLICANT_PUBFILTER_H */

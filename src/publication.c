@@ -43,12 +43,12 @@
 #include "pubfilter.h"
 
 static List *publication_names = NIL;
-static XLogRecPtr *publication_lsns = NULL;	/* per name: counts from here on */
-static Oid	pipeline_owner = InvalidOid;
+static XLogRecPtr *publication_lsns = NULL; /* per name: counts from here on */
+static Oid pipeline_owner = InvalidOid;
 
 static MemoryContext publication_context = NULL;
-static List *publications = NIL;	/* of Publication *, when valid */
-static List *publications_from = NIL;	/* of XLogRecPtr *, parallel to it */
+static List *publications = NIL;      /* of Publication *, when valid */
+static List *publications_from = NIL; /* of XLogRecPtr *, parallel to it */
 static bool publications_valid = false;
 static char *publications_missing = NULL;
 
@@ -60,7 +60,7 @@ static char *publications_missing = NULL;
  */
 static char *added_missing = NULL;
 static XLogRecPtr added_missing_from = InvalidXLogRecPtr;
-static Oid	replicant_namespace = InvalidOid;
+static Oid replicant_namespace = InvalidOid;
 
 static HTAB *relinfo_hash = NULL;
 
@@ -79,8 +79,8 @@ static List *denied_now = NIL;
  */
 typedef struct SavedShape
 {
-	Oid			relid;			/* hash key */
-	char	   *shape;
+	Oid relid; /* hash key */
+	char *shape;
 } SavedShape;
 
 static HTAB *saved_shapes = NULL;
@@ -147,8 +147,8 @@ membership_callback(Datum arg, int cacheid, uint32 hashvalue)
 void
 replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner)
 {
-	HASHCTL		ctl;
-	ListCell   *lc;
+	HASHCTL ctl;
+	ListCell *lc;
 	MemoryContext old;
 
 	Assert(relinfo_hash == NULL);
@@ -182,10 +182,10 @@ replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner)
 void
 replicant_publication_load_denied(Oid owner)
 {
-	Oid			argtypes[1] = {OIDOID};
-	Datum		args[1] = {ObjectIdGetDatum(owner)};
+	Oid argtypes[1] = {OIDOID};
+	Datum args[1] = {ObjectIdGetDatum(owner)};
 	MemoryContext old;
-	uint64		i;
+	uint64 i;
 
 	if (SPI_execute_with_args("SELECT c.oid, pg_catalog.has_table_privilege($1, c.oid, 'SELECT')"
 							  "  FROM pg_catalog.pg_class c"
@@ -199,11 +199,11 @@ replicant_publication_load_denied(Oid owner)
 	denied_now = NIL;
 	for (i = 0; i < SPI_processed; i++)
 	{
-		bool		isnull;
-		Oid			relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-														   SPI_tuptable->tupdesc, 1, &isnull));
-		bool		may_select = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
-															SPI_tuptable->tupdesc, 2, &isnull));
+		bool isnull;
+		Oid relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+												   SPI_tuptable->tupdesc, 1, &isnull));
+		bool may_select = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+													 SPI_tuptable->tupdesc, 2, &isnull));
 
 		if (!may_select || check_enable_rls(relid, owner, true) == RLS_ENABLED)
 			denied_now = lappend_oid(denied_now, relid);
@@ -215,7 +215,7 @@ static void
 load_publications(void)
 {
 	MemoryContext old;
-	ListCell   *lc;
+	ListCell *lc;
 
 	MemoryContextReset(publication_context);
 	publications = NIL;
@@ -228,8 +228,8 @@ load_publications(void)
 	replicant_namespace = get_namespace_oid("replicant", true);
 	foreach(lc, publication_names)
 	{
-		char	   *name = lfirst(lc);
-		XLogRecPtr	from = publication_lsns[foreach_current_index(lc)];
+		char *name = lfirst(lc);
+		XLogRecPtr from = publication_lsns[foreach_current_index(lc)];
 		Publication *pub = GetPublicationByName(name, true);
 		XLogRecPtr *from_copy;
 
@@ -271,8 +271,8 @@ replicant_publication_check(XLogRecPtr commit_lsn)
 static Bitmapset *
 plain_attnums(Bitmapset *offset_attnums)
 {
-	Bitmapset  *result = NULL;
-	int			x = -1;
+	Bitmapset *result = NULL;
+	int x = -1;
 
 	while ((x = bms_next_member(offset_attnums, x)) >= 0)
 		result = bms_add_member(result, x + FirstLowInvalidHeapAttributeNumber);
@@ -284,7 +284,7 @@ static Bitmapset *
 bms_copy_in(MemoryContext mcxt, const Bitmapset *set)
 {
 	MemoryContext old = MemoryContextSwitchTo(mcxt);
-	Bitmapset  *copy = bms_copy(set);
+	Bitmapset *copy = bms_copy(set);
 
 	MemoryContextSwitchTo(old);
 	return copy;
@@ -294,7 +294,7 @@ void
 replicant_publication_key(Relation rel, Bitmapset **key_columns,
 						  bool *whole_row, bool *identity_full)
 {
-	char		identity = rel->rd_rel->relreplident;
+	char identity = rel->rd_rel->relreplident;
 
 	*key_columns = NULL;
 	*whole_row = false;
@@ -330,7 +330,7 @@ publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
 	if (whole_table(pub, schema_pubs) || list_member_oid(rel_pubs, pub->oid))
 		return true;
 	return ancestors != NIL &&
-		OidIsValid(GetTopMostAncestorInPublication(pub->oid, ancestors, NULL));
+		   OidIsValid(GetTopMostAncestorInPublication(pub->oid, ancestors, NULL));
 }
 
 /*
@@ -344,8 +344,8 @@ static void
 add_filters(ReplicantPubFilter *filter, Relation rel, Relation target, List *pubs,
 			List *rel_pubs, List *schema_pubs, List *ancestors)
 {
-	Oid			target_relid = RelationGetRelid(target);
-	ListCell   *lc;
+	Oid target_relid = RelationGetRelid(target);
+	ListCell *lc;
 
 	foreach(lc, pubs)
 	{
@@ -382,11 +382,11 @@ replicant_publication_read_filter(Relation rel, Relation target, List *names,
 								  char **where_sql, Bitmapset **columns)
 {
 	ReplicantPubFilter *filter = replicant_pubfilter_create(CurrentMemoryContext);
-	Oid			relid = RelationGetRelid(rel);
-	List	   *pubs = NIL;
-	List	   *ancestors = NIL;
-	ListCell   *lc;
-	char	   *reason;
+	Oid relid = RelationGetRelid(rel);
+	List *pubs = NIL;
+	List *ancestors = NIL;
+	ListCell *lc;
+	char *reason;
 
 	if (rel->rd_rel->relispartition)
 		ancestors = get_partition_ancestors(relid);
@@ -412,9 +412,9 @@ replicant_publication_read_filter(Relation rel, Relation target, List *names,
 static char *
 fingerprint(Relation rel, Bitmapset *key_columns)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
+	TupleDesc desc = RelationGetDescr(rel);
 	StringInfoData buf;
-	int			i;
+	int i;
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "%c:", rel->rd_rel->relreplident);
@@ -435,14 +435,14 @@ column_lost(const char *old_fp, const char *new_fp)
 {
 	const char *old_cols = strchr(old_fp, '|') + 1;
 	const char *new_cols = strchr(new_fp, '|');
-	char	   *copy = pstrdup(old_cols);
-	char	   *col;
-	char	   *save;
+	char *copy = pstrdup(old_cols);
+	char *col;
+	char *save;
 
 	for (col = strtok_r(copy, ",", &save); col; col = strtok_r(NULL, ",", &save))
 	{
-		char	   *needle = psprintf(",%s,", col);
-		char	   *hay = psprintf(",%s", new_cols + 1);
+		char *needle = psprintf(",%s,", col);
+		char *hay = psprintf(",%s", new_cols + 1);
 
 		if (strstr(hay, needle) == NULL)
 			return col;
@@ -458,7 +458,7 @@ column_lost(const char *old_fp, const char *new_fp)
 static void
 check_schema(ReplicantRelInfo *entry, Relation rel)
 {
-	char	   *now;
+	char *now;
 	const char *baseline;
 
 	if (!entry->published)
@@ -466,9 +466,9 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 	if (OidIsValid(entry->root.relid) && entry->root.relid != entry->relid)
 	{
 		/* The shape saved at create_pipeline is the partition's own. */
-		Bitmapset  *own_key;
-		bool		whole_row;
-		bool		identity_full;
+		Bitmapset *own_key;
+		bool whole_row;
+		bool identity_full;
 
 		replicant_publication_key(rel, &own_key, &whole_row, &identity_full);
 		now = fingerprint(rel, own_key);
@@ -484,9 +484,9 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 	}
 	if (baseline != NULL && strcmp(now, baseline) != 0)
 	{
-		char	   *what = NULL;
-		char	   *lost;
-		size_t		identity_len = strchr(now, '|') - now;
+		char *what = NULL;
+		char *lost;
+		size_t identity_len = strchr(now, '|') - now;
 
 		if (strncmp(now, baseline, identity_len + 1) != 0)
 			what = psprintf("the replica identity of table \"%s\" changed",
@@ -511,12 +511,12 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 static void
 store_shape(int32 pipeline_id, Oid relid, const char *shape)
 {
-	Datum		args[3];
+	Datum args[3];
 
 	if (save_shape_plan == NULL)
 	{
-		Oid			argtypes[3] = {INT4OID, OIDOID, TEXTOID};
-		SPIPlanPtr	plan;
+		Oid argtypes[3] = {INT4OID, OIDOID, TEXTOID};
+		SPIPlanPtr plan;
 
 		plan = SPI_prepare("INSERT INTO replicant.table_shapes (pipeline_id, relid, shape)"
 						   " VALUES ($1, $2, $3)"
@@ -536,9 +536,9 @@ store_shape(int32 pipeline_id, Oid relid, const char *shape)
 void
 replicant_publication_save_table_shape(int32 pipeline_id, Relation rel)
 {
-	Bitmapset  *key_columns;
-	bool		whole_row;
-	bool		identity_full;
+	Bitmapset *key_columns;
+	bool whole_row;
+	bool identity_full;
 
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
 	store_shape(pipeline_id, RelationGetRelid(rel), fingerprint(rel, key_columns));
@@ -547,10 +547,10 @@ replicant_publication_save_table_shape(int32 pipeline_id, Relation rel)
 void
 replicant_publication_load_shapes(int32 pipeline_id)
 {
-	HASHCTL		ctl;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(pipeline_id)};
-	uint64		i;
+	HASHCTL ctl;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
+	uint64 i;
 
 	ctl.keysize = sizeof(Oid);
 	ctl.entrysize = sizeof(SavedShape);
@@ -564,9 +564,9 @@ replicant_publication_load_shapes(int32 pipeline_id)
 		elog(ERROR, "could not read the table shapes of pipeline %d", pipeline_id);
 	for (i = 0; i < SPI_processed; i++)
 	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		bool		isnull;
-		Oid			relid = DatumGetObjectId(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull));
+		HeapTuple tuple = SPI_tuptable->vals[i];
+		bool isnull;
+		Oid relid = DatumGetObjectId(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull));
 		SavedShape *saved = hash_search(saved_shapes, &relid, HASH_ENTER, NULL);
 
 		saved->shape = MemoryContextStrdup(CacheMemoryContext,
@@ -623,7 +623,7 @@ static void
 describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 					  List *schema_pubs, List *ancestors)
 {
-	Relation	target = replicant_partition_root_open(&entry->root, rel);
+	Relation target = replicant_partition_root_open(&entry->root, rel);
 
 	replicant_publication_key(target, &entry->key_columns, &entry->key_whole_row,
 							  &entry->identity_full);
@@ -646,14 +646,14 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 static void
 compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 {
-	Oid			relid = RelationGetRelid(rel);
-	List	   *rel_pubs;
-	List	   *schema_pubs;
-	List	   *ancestors = NIL;
-	ListCell   *lc;
-	ListCell   *lc2;
-	char	   *old_fingerprint = entry->fingerprint;
-	char	   *schema_change = entry->schema_change;
+	Oid relid = RelationGetRelid(rel);
+	List *rel_pubs;
+	List *schema_pubs;
+	List *ancestors = NIL;
+	ListCell *lc;
+	ListCell *lc2;
+	char *old_fingerprint = entry->fingerprint;
+	char *schema_change = entry->schema_change;
 
 	bms_free(entry->key_columns);
 	replicant_pubfilter_free(entry->filter);
@@ -710,9 +710,9 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 ReplicantRelInfo *
 replicant_publication_relinfo(Relation rel)
 {
-	Oid			relid = RelationGetRelid(rel);
+	Oid relid = RelationGetRelid(rel);
 	ReplicantRelInfo *entry;
-	bool		found;
+	bool found;
 
 	if (!publications_valid)
 		load_publications();
@@ -728,13 +728,12 @@ replicant_publication_relinfo(Relation rel)
 List *
 replicant_publication_published_tables(ArrayType *publications, bool delivered_only)
 {
-	Oid			argtypes[2] = {TEXTARRAYOID, BOOLOID};
-	Datum		args[2] = {PointerGetDatum(publications), BoolGetDatum(delivered_only)};
-	List	   *relids = NIL;
-	uint64		i;
+	Oid argtypes[2] = {TEXTARRAYOID, BOOLOID};
+	Datum args[2] = {PointerGetDatum(publications), BoolGetDatum(delivered_only)};
+	List *relids = NIL;
+	uint64 i;
 
-	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt"
-							  REPLICANT_PUBLISHED_LEAVES_JOIN
+	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt" REPLICANT_PUBLISHED_LEAVES_JOIN
 							  " WHERE pt.pubname OPERATOR(pg_catalog.=) ANY ($1)"
 							  "   AND (NOT $2 OR (n.nspname OPERATOR(pg_catalog.<>) 'replicant'"
 							  "                   AND c.relkind OPERATOR(pg_catalog.=) 'r'))"
@@ -743,7 +742,7 @@ replicant_publication_published_tables(ArrayType *publications, bool delivered_o
 		elog(ERROR, "could not list published tables");
 	for (i = 0; i < SPI_processed; i++)
 	{
-		bool		isnull;
+		bool isnull;
 
 		relids = lappend_oid(relids, DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
 																	SPI_tuptable->tupdesc, 1, &isnull)));

@@ -17,15 +17,15 @@
 
 typedef struct ReplicantRelInfo
 {
-	Oid			relid;			/* hash key */
-	bool		valid;
+	Oid relid; /* hash key */
+	bool valid;
 
-	bool		published;		/* in any of the pipeline's publications */
-	XLogRecPtr	published_from; /* for commits from here on (a publication added later) */
-	bool		pub_insert;
-	bool		pub_update;
-	bool		pub_delete;
-	bool		pub_truncate;
+	bool published;            /* in any of the pipeline's publications */
+	XLogRecPtr published_from; /* for commits from here on (a publication added later) */
+	bool pub_insert;
+	bool pub_update;
+	bool pub_delete;
+	bool pub_truncate;
 
 	/*
 	 * The relation the changes are delivered as (publish_via_partition_root:
@@ -38,9 +38,9 @@ typedef struct ReplicantRelInfo
 	 * IDENTITY FULL the primary key.  key_whole_row means FULL without a
 	 * primary key; neither means the table has no identity (key is null).
 	 */
-	Bitmapset  *key_columns;
-	bool		key_whole_row;
-	bool		identity_full;
+	Bitmapset *key_columns;
+	bool key_whole_row;
+	bool identity_full;
 
 	/* How changes name the relation */
 	ReplicantRelation relation;
@@ -52,9 +52,9 @@ typedef struct ReplicantRelInfo
 	 * Set when delivering this relation would be wrong or is not supported:
 	 * the pipeline halts with this value-free reason.
 	 */
-	char	   *halt_reason;
-	bool		halt_resumable; /* the operator can fix it (privileges) */
-	bool		own;			/* one of replicant's own tables */
+	char *halt_reason;
+	bool halt_resumable; /* the operator can fix it (privileges) */
+	bool own;            /* one of replicant's own tables */
 
 	/*
 	 * Live column names and replica identity as seen last (the baseline
@@ -63,8 +63,8 @@ typedef struct ReplicantRelInfo
 	 * schema_change, a destructive change the pipeline halts on unless the
 	 * operator resumed past it.
 	 */
-	char	   *fingerprint;
-	char	   *schema_change;
+	char *fingerprint;
+	char *schema_change;
 } ReplicantRelInfo;
 
 /*
@@ -133,4 +133,4 @@ extern char *replicant_publication_check(XLogRecPtr commit_lsn);
 extern List *replicant_publication_published_tables(ArrayType *publications,
 													bool delivered_only);
 
-#endif							/* REPLICANT_PUBLICATION_H */
+#endif /* REPLICANT_PUBLICATION_H */

@@ -54,14 +54,13 @@ static uint32 hidden_statement_hash;
  * is log_statement's "execute <name>: ..." of the extended protocol.
  */
 static const char *const statement_formats[] = {
-	"statement: ", "duration: ", "%s %s%s%s: %s", NULL
-};
+	"statement: ", "duration: ", "%s %s%s%s: %s", NULL};
 
 /* Case-insensitive search without allocating: this runs inside elog. */
 static bool
 mentions(const char *text, const char *needle)
 {
-	size_t		len = strlen(needle);
+	size_t len = strlen(needle);
 	const char *p;
 
 	for (p = text; *p; p++)
@@ -189,7 +188,7 @@ replicant_redacted_url(const char *url)
 Datum
 replicant_redact_url(PG_FUNCTION_ARGS)
 {
-	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
 
 	PG_RETURN_TEXT_P(cstring_to_text(replicant_redacted_url(url)));
 }

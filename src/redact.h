@@ -18,4 +18,4 @@ extern void replicant_redact_statements(void);
 /* Returns url with any user information ("user:pass@") replaced by "***@". */
 extern char *replicant_redacted_url(const char *url);
 
-#endif							/* REPLICANT_REDACT_H */
+#endif /* REPLICANT_REDACT_H */

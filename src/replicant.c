@@ -11,9 +11,9 @@
 
 #include "replicant.h"
 
-int			replicant_max_pipelines = 16;
-int			replicant_batch_memory_limit_kb = 16384;
-int			replicant_batch_linger_ms = 5;
+int replicant_max_pipelines = 16;
+int replicant_batch_memory_limit_kb = 16384;
+int replicant_batch_linger_ms = 5;
 
 void
 replicant_define_settings(void)

@@ -15,11 +15,11 @@
 #define REPLICANT_ERROR_LEN 256
 
 /* GUCs */
-extern int	replicant_max_pipelines;
-extern int	replicant_batch_memory_limit_kb;
-extern int	replicant_batch_linger_ms;
+extern int replicant_max_pipelines;
+extern int replicant_batch_memory_limit_kb;
+extern int replicant_batch_linger_ms;
 
 /* Defines the GUCs above (from _PG_init, module.c). */
 extern void replicant_define_settings(void);
 
-#endif							/* REPLICANT_H */
+#endif /* REPLICANT_H */

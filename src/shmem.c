@@ -51,7 +51,7 @@ replicant_shmem_request(void)
 static void
 replicant_shmem_startup(void)
 {
-	bool		found;
+	bool found;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
@@ -60,7 +60,7 @@ replicant_shmem_startup(void)
 	replicant_shmem = ShmemInitStruct("replicant", replicant_shmem_size(), &found);
 	if (!found)
 	{
-		int			i;
+		int i;
 
 		memset(replicant_shmem, 0, replicant_shmem_size());
 		replicant_shmem->lock = &(GetNamedLWLockTranche("replicant"))->lock;
@@ -85,7 +85,7 @@ replicant_shmem_startup(void)
 static void
 replicant_xact_callback(XactEvent event, void *arg)
 {
-	int			i;
+	int i;
 
 	switch (event)
 	{
@@ -102,7 +102,7 @@ replicant_xact_callback(XactEvent event, void *arg)
 			for (i = 0; i < replicant_max_pipelines; i++)
 			{
 				ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
-				Latch	   *latch = slot->latch;
+				Latch *latch = slot->latch;
 
 				/* A worker's own checkpoint commit is no news to it. */
 				if (latch == NULL || latch == MyLatch ||
@@ -159,8 +159,8 @@ replicant_shmem_ready(void)
 void
 replicant_shmem_request_sync(Oid dboid)
 {
-	Latch	   *latch;
-	int			i;
+	Latch *latch;
+	int i;
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	for (i = 0; i < replicant_shmem->ndirty; i++)
@@ -189,7 +189,7 @@ replicant_shmem_request_sync_at_commit(void)
 ReplicantPipelineSlot *
 replicant_shmem_find(Oid dboid, int32 pipeline_id)
 {
-	int			i;
+	int i;
 
 	for (i = 0; i < replicant_max_pipelines; i++)
 	{

@@ -31,11 +31,11 @@ typedef enum ReplicantWorkerState
 typedef struct ReplicantPipelineSlot
 {
 	/* Catalog mirror, written by a database's sync worker. */
-	bool		in_use;
-	Oid			dboid;
-	int32		pipeline_id;
-	Oid			owner;
-	bool		runnable;		/* enabled and not halted */
+	bool in_use;
+	Oid dboid;
+	int32 pipeline_id;
+	Oid owner;
+	bool runnable; /* enabled and not halted */
 
 	/*
 	 * Set by whoever wants the worker gone (alter_pipeline, the launcher);
@@ -43,50 +43,50 @@ typedef struct ReplicantPipelineSlot
 	 * acknowledged is checkpointed and nothing is in flight.  Cleared when a
 	 * worker attaches.
 	 */
-	bool		stop_requested;
-	int32		config_version;
-	char		name[NAMEDATALEN];
+	bool stop_requested;
+	int32 config_version;
+	char name[NAMEDATALEN];
 
 	/* Bumped whenever the slot is given to another pipeline. */
-	uint32		generation;
+	uint32 generation;
 
 	/* Written by the pipeline's worker while it runs. */
-	pid_t		pid;
-	Latch	   *latch;
-	pg_atomic_uint32 nudged;	/* a commit set the latch since last reset */
-	pg_atomic_uint32 shard_failures;	/* snapshot workers that exited on error */
-	pg_atomic_uint32 snapshot_stale;	/* a table was rewritten after the snapshot */
+	pid_t pid;
+	Latch *latch;
+	pg_atomic_uint32 nudged;         /* a commit set the latch since last reset */
+	pg_atomic_uint32 shard_failures; /* snapshot workers that exited on error */
+	pg_atomic_uint32 snapshot_stale; /* a table was rewritten after the snapshot */
 	ReplicantWorkerState state;
-	uint64		transactions_delivered;
-	uint64		changes_delivered;
-	uint64		batches_delivered;
-	uint64		bytes_delivered;
-	uint64		retries;
+	uint64 transactions_delivered;
+	uint64 changes_delivered;
+	uint64 batches_delivered;
+	uint64 bytes_delivered;
+	uint64 retries;
 	TimestampTz last_delivery_at;
-	char		last_error[REPLICANT_ERROR_LEN];
-	int			last_http_status;	/* 0: none yet, or no HTTP answer */
-	float4		latency_ms[REPLICANT_LATENCY_SAMPLES];	/* ring of request durations */
-	int			nlatency;		/* requests recorded, ever */
+	char last_error[REPLICANT_ERROR_LEN];
+	int last_http_status;                         /* 0: none yet, or no HTTP answer */
+	float4 latency_ms[REPLICANT_LATENCY_SAMPLES]; /* ring of request durations */
+	int nlatency;                                 /* requests recorded, ever */
 
 	/*
 	 * Everything before delivered_upto was acknowledged by the sink or is
 	 * not delivered by this pipeline; await_delivered() sleeps on the
 	 * condition variable until it passes the LSN it waits for.
 	 */
-	XLogRecPtr	delivered_upto;
+	XLogRecPtr delivered_upto;
 	ConditionVariable delivered_cv;
 } ReplicantPipelineSlot;
 
 typedef struct ReplicantShmem
 {
-	LWLock	   *lock;
-	pid_t		launcher_pid;
-	Latch	   *launcher_latch;
+	LWLock *lock;
+	pid_t launcher_pid;
+	Latch *launcher_latch;
 
 	/* Databases whose pipelines the launcher must re-read. */
-	bool		rescan_all;
-	int			ndirty;
-	Oid			dirty_dbs[REPLICANT_MAX_DIRTY_DBS];
+	bool rescan_all;
+	int ndirty;
+	Oid dirty_dbs[REPLICANT_MAX_DIRTY_DBS];
 
 	ReplicantPipelineSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } ReplicantShmem;
@@ -109,4 +109,4 @@ extern void replicant_shmem_set_state(ReplicantPipelineSlot *slot, ReplicantWork
 
 extern const char *replicant_state_name(ReplicantWorkerState state);
 
-#endif							/* REPLICANT_SHMEM_H */
+#endif /* REPLICANT_SHMEM_H */

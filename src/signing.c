@@ -19,9 +19,9 @@
 #include "compat.h"
 #include "signing.h"
 
-#define SIGNING_PREFIX			"whsec_"
-#define SIGNING_PREFIX_LEN		(sizeof(SIGNING_PREFIX) - 1)
-#define SIGNING_CHUNK_SIZE		65536
+#define SIGNING_PREFIX "whsec_"
+#define SIGNING_PREFIX_LEN (sizeof(SIGNING_PREFIX) - 1)
+#define SIGNING_CHUNK_SIZE 65536
 
 static bool signing_decode_key(const char *secret, uint8 **key, int *keylen);
 static bool signing_hmac_body(pg_hmac_ctx *ctx, ReplicantBody *body);
@@ -33,13 +33,13 @@ static bool signing_hmac_body(pg_hmac_ctx *ctx, ReplicantBody *body);
 static bool
 signing_decode_key(const char *secret, uint8 **key, int *keylen)
 {
-	size_t		len = strlen(secret);
+	size_t len = strlen(secret);
 
 	if (strncmp(secret, SIGNING_PREFIX, SIGNING_PREFIX_LEN) == 0)
 	{
 		const char *b64 = secret + SIGNING_PREFIX_LEN;
-		int			b64len = (int) (len - SIGNING_PREFIX_LEN);
-		int			maxlen = pg_b64_dec_len(b64len);
+		int b64len = (int) (len - SIGNING_PREFIX_LEN);
+		int maxlen = pg_b64_dec_len(b64len);
 
 		/* +1 so that an empty remainder still gets a buffer */
 		*key = palloc(maxlen + 1);
@@ -62,9 +62,9 @@ signing_decode_key(const char *secret, uint8 **key, int *keylen)
 void
 replicant_signing_check_secret(const char *secret)
 {
-	uint8	   *key;
-	int			keylen;
-	bool		valid;
+	uint8 *key;
+	int keylen;
+	bool valid;
 
 	if (secret == NULL || secret[0] == '\0')
 		ereport(ERROR,
@@ -97,15 +97,15 @@ replicant_signing_check_secret(const char *secret)
 static bool
 signing_hmac_body(pg_hmac_ctx *ctx, ReplicantBody *body)
 {
-	char	   *buf = palloc(SIGNING_CHUNK_SIZE);
-	size_t		done = 0;
-	bool		ok = true;
+	char *buf = palloc(SIGNING_CHUNK_SIZE);
+	size_t done = 0;
+	bool ok = true;
 
 	body->rewind(body->arg);
 	while (done < body->length)
 	{
-		size_t		want = Min(body->length - done, (size_t) SIGNING_CHUNK_SIZE);
-		size_t		got = body->read(body->arg, buf, want);
+		size_t want = Min(body->length - done, (size_t) SIGNING_CHUNK_SIZE);
+		size_t got = body->read(body->arg, buf, want);
 
 		if (got == (size_t) -1 || got == 0 || got > want)
 		{
@@ -131,11 +131,11 @@ replicant_signing_signature(const char *secret, const char *msg_id,
 	ResourceOwner saved_owner = CurrentResourceOwner;
 	ResourceOwner volatile own_owner = NULL;
 	pg_hmac_ctx *volatile ctx = NULL;
-	char	   *volatile result = NULL;
-	uint8	   *key;
-	int			keylen;
-	char		middle[32];
-	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	char *volatile result = NULL;
+	uint8 *key;
+	int keylen;
+	char middle[32];
+	uint8 digest[PG_SHA256_DIGEST_LENGTH];
 
 	if (!signing_decode_key(secret, &key, &keylen))
 		ereport(ERROR,
@@ -168,9 +168,9 @@ replicant_signing_signature(const char *secret, const char *msg_id,
 
 		if (signing_hmac_body(ctx, body))
 		{
-			int			enclen = pg_b64_enc_len(sizeof(digest));
-			int			len;
-			char	   *sig;
+			int enclen = pg_b64_enc_len(sizeof(digest));
+			int len;
+			char *sig;
 
 			if (pg_hmac_final(ctx, digest, sizeof(digest)) < 0)
 				elog(ERROR, "could not compute webhook signature: %s",
@@ -219,8 +219,8 @@ PG_FUNCTION_INFO_V1(replicant_generate_secret);
 Datum
 replicant_generate_secret(PG_FUNCTION_ARGS)
 {
-	bytea	   *raw = (bytea *) palloc(VARHDRSZ + SIGNING_SECRET_BYTES);
-	text	   *encoded;
+	bytea *raw = (bytea *) palloc(VARHDRSZ + SIGNING_SECRET_BYTES);
+	text *encoded;
 
 	SET_VARSIZE(raw, VARHDRSZ + SIGNING_SECRET_BYTES);
 	if (!pg_strong_random(VARDATA(raw), SIGNING_SECRET_BYTES))

@@ -22,4 +22,4 @@ extern void replicant_signing_check_secret(const char *secret);
 extern char *replicant_signing_signature(const char *secret, const char *msg_id,
 										 int64 timestamp, ReplicantBody *body);
 
-#endif							/* REPLICANT_SIGNING_H */
+#endif /* REPLICANT_SIGNING_H */

@@ -70,7 +70,7 @@ scalar_type(Oid typid, int32 typmod)
 static void
 append_column(StringInfo out, Form_pg_attribute att, bool key)
 {
-	Oid			element = get_element_type(att->atttypid);
+	Oid element = get_element_type(att->atttypid);
 	const char *type;
 
 	if (OidIsValid(element))
@@ -101,14 +101,14 @@ append_target(StringInfo out, const char *name)
 static char *
 table_ddl(Oid relid)
 {
-	Relation	rel = table_open(relid, AccessShareLock);
-	TupleDesc	desc = RelationGetDescr(rel);
-	Bitmapset  *key_columns;
-	bool		whole_row;
-	bool		identity_full;
+	Relation rel = table_open(relid, AccessShareLock);
+	TupleDesc desc = RelationGetDescr(rel);
+	Bitmapset *key_columns;
+	bool whole_row;
+	bool identity_full;
 	StringInfoData out;
 	StringInfoData order;
-	int			i;
+	int i;
 
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
 	initStringInfo(&out);
@@ -119,7 +119,7 @@ table_ddl(Oid relid)
 	for (i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
-		bool		key;
+		bool key;
 
 		if (att->attisdropped || att->attgenerated)
 			continue;
@@ -143,11 +143,11 @@ Datum
 replicant_sink_ddl(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *name;
+	char *name;
 	ReplicantCatalogAccess s;
 	ReplicantPipelineRef ref;
-	List	   *relids;
-	ListCell   *lc;
+	List *relids;
+	ListCell *lc;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -166,8 +166,8 @@ replicant_sink_ddl(PG_FUNCTION_ARGS)
 	relids = replicant_publication_published_tables(ref.publications, true);
 	foreach(lc, relids)
 	{
-		Datum		value = CStringGetTextDatum(table_ddl(lfirst_oid(lc)));
-		bool		isnull = false;
+		Datum value = CStringGetTextDatum(table_ddl(lfirst_oid(lc)));
+		bool isnull = false;
 
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &value, &isnull);
 	}

@@ -38,70 +38,70 @@
  * One easy handle uses one or two sockets (two while happy eyeballs races
  * IPv4 and IPv6), plus the resolver's wakeup pipe; this is ample.
  */
-#define SINK_MAX_SOCKETS		16
+#define SINK_MAX_SOCKETS 16
 
 /* Wait when libcurl watches nothing yet, e.g. while the resolver runs. */
-#define SINK_IDLE_WAIT_MS		100
+#define SINK_IDLE_WAIT_MS 100
 
 /* Upper bound on one wait, so the safety deadline below is checked. */
-#define SINK_MAX_WAIT_MS		1000
+#define SINK_MAX_WAIT_MS 1000
 
 /*
  * Beyond http_timeout_ms, libcurl's own timer should have ended the request;
  * this much later we stop waiting for it ourselves.
  */
-#define SINK_DEADLINE_SLACK_MS	5000
+#define SINK_DEADLINE_SLACK_MS 5000
 
 /* Longest Retry-After we honour (a sink cannot park us for hours). */
 #define SINK_MAX_RETRY_AFTER_MS (10 * 60 * 1000)
 
 /* Room for a Retry-After value, either delta-seconds or an HTTP-date. */
-#define SINK_RETRY_AFTER_LEN	64
-#define SINK_BODY_START_LEN	24
+#define SINK_RETRY_AFTER_LEN 64
+#define SINK_BODY_START_LEN 24
 
 typedef struct SinkSocket
 {
 	curl_socket_t fd;
-	int			what;			/* CURL_POLL_IN, _OUT or _INOUT */
+	int what; /* CURL_POLL_IN, _OUT or _INOUT */
 } SinkSocket;
 
 struct ReplicantSink
 {
-	CURLM	   *multi;			/* owns the connection cache: keep-alive */
-	CURL	   *easy;
-	bool		attached;		/* easy is in multi */
+	CURLM *multi; /* owns the connection cache: keep-alive */
+	CURL *easy;
+	bool attached; /* easy is in multi */
 
 	/* our copy of the configuration */
-	char	   *url;
-	int			http_timeout_ms;
-	int			connect_timeout_ms;
-	List	   *header_names;
-	List	   *header_values;
-	char	   *secret;
-	char	   *secret_previous;
+	char *url;
+	int http_timeout_ms;
+	int connect_timeout_ms;
+	List *header_names;
+	List *header_values;
+	char *secret;
+	char *secret_previous;
 	TimestampTz secret_previous_until;
-	char	   *ca_file;
-	char	   *content_type;
-	bool		(*code_is_final) (int code);
+	char *ca_file;
+	char *content_type;
+	bool (*code_is_final)(int code);
 
 	/* set by the socket and timer callbacks */
-	SinkSocket	sockets[SINK_MAX_SOCKETS];
-	int			nsockets;
-	bool		socket_overflow;
-	bool		timer_armed;
-	long		timer_ms;
-	instr_time	timer_set_at;
+	SinkSocket sockets[SINK_MAX_SOCKETS];
+	int nsockets;
+	bool socket_overflow;
+	bool timer_armed;
+	long timer_ms;
+	instr_time timer_set_at;
 
 	/* per-request state, set by the transfer callbacks */
 	ReplicantBody *body;
-	size_t		body_sent;
-	bool		body_failed;
-	bool		connected;		/* a connection was made or reused */
-	bool		retry_after_seen;
-	char		retry_after[SINK_RETRY_AFTER_LEN];
-	int			error_code;		/* the sink's own, from a header; 0 if none */
-	char		body_start[SINK_BODY_START_LEN];	/* only to read "Code: N" */
-	size_t		body_start_len;
+	size_t body_sent;
+	bool body_failed;
+	bool connected; /* a connection was made or reused */
+	bool retry_after_seen;
+	char retry_after[SINK_RETRY_AFTER_LEN];
+	int error_code;                       /* the sink's own, from a header; 0 if none */
+	char body_start[SINK_BODY_START_LEN]; /* only to read "Code: N" */
+	size_t body_start_len;
 
 	/* freed on error exits */
 	WaitEventSet *wes;
@@ -111,29 +111,29 @@ struct ReplicantSink
 /* What one attempt came to, before classification. */
 typedef struct SinkAttempt
 {
-	CURLcode	code;			/* libcurl's result for the transfer */
-	long		status;			/* HTTP status, 0 if none */
-	bool		hard_timeout;	/* our safety deadline ended it */
-	bool		latch_was_set;	/* we reset the latch while waiting */
-	double		elapsed_ms;
+	CURLcode code;      /* libcurl's result for the transfer */
+	long status;        /* HTTP status, 0 if none */
+	bool hard_timeout;  /* our safety deadline ended it */
+	bool latch_was_set; /* we reset the latch while waiting */
+	double elapsed_ms;
 } SinkAttempt;
 
 static bool curl_initialized = false;
 
-static int	sink_socket_cb(CURL *easy, curl_socket_t fd, int what,
-						   void *userp, void *socketp);
-static int	sink_timer_cb(CURLM *multi, long timeout_ms, void *userp);
+static int sink_socket_cb(CURL *easy, curl_socket_t fd, int what,
+						  void *userp, void *socketp);
+static int sink_timer_cb(CURLM *multi, long timeout_ms, void *userp);
 static size_t sink_read_cb(char *buffer, size_t size, size_t nitems,
 						   void *userdata);
-static int	sink_seek_cb(void *userdata, curl_off_t offset, int origin);
+static int sink_seek_cb(void *userdata, curl_off_t offset, int origin);
 static size_t sink_write_cb(char *ptr, size_t size, size_t nmemb,
 							void *userdata);
 static size_t sink_header_cb(char *buffer, size_t size, size_t nitems,
 							 void *userdata);
 #if LIBCURL_VERSION_NUM >= 0x075000
-static int	sink_prereq_cb(void *clientp, char *conn_primary_ip,
-						   char *conn_local_ip, int conn_primary_port,
-						   int conn_local_port);
+static int sink_prereq_cb(void *clientp, char *conn_primary_ip,
+						  char *conn_local_ip, int conn_primary_port,
+						  int conn_local_port);
 #endif
 static void sink_setopt_failed(const char *option, CURLcode code);
 static void sink_configure(ReplicantSink *sink);
@@ -146,7 +146,7 @@ static void sink_attempt(ReplicantSink *sink, const char *webhook_id,
 						 int64 timestamp, const char *signature,
 						 ReplicantBody *body, SinkAttempt *attempt);
 static long sink_timer_remaining(ReplicantSink *sink);
-static int	sink_parse_retry_after(const char *value);
+static int sink_parse_retry_after(const char *value);
 static ReplicantSinkOutcome sink_classify(long status);
 static void sink_classify_code(ReplicantSink *sink, ReplicantSinkResult *result);
 static void sink_transport_error(ReplicantSink *sink, CURLcode code,
@@ -160,7 +160,7 @@ sink_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
 			   void *socketp)
 {
 	ReplicantSink *sink = (ReplicantSink *) userp;
-	int			i;
+	int i;
 
 	for (i = 0; i < sink->nsockets; i++)
 	{
@@ -180,7 +180,7 @@ sink_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
 		if (sink->nsockets == SINK_MAX_SOCKETS)
 		{
 			sink->socket_overflow = true;
-			return -1;			/* libcurl fails the transfer */
+			return -1; /* libcurl fails the transfer */
 		}
 		sink->sockets[i].fd = fd;
 		sink->nsockets++;
@@ -216,8 +216,8 @@ sink_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 {
 	ReplicantSink *sink = (ReplicantSink *) userdata;
 	ReplicantBody *body = sink->body;
-	size_t		max = size * nitems;
-	size_t		got;
+	size_t max = size * nitems;
+	size_t got;
 
 	if (sink->body_sent >= body->length)
 		return 0;
@@ -258,7 +258,7 @@ static size_t
 sink_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	ReplicantSink *sink = (ReplicantSink *) userdata;
-	size_t		n = Min(size * nmemb, SINK_BODY_START_LEN - 1 - sink->body_start_len);
+	size_t n = Min(size * nmemb, SINK_BODY_START_LEN - 1 - sink->body_start_len);
 
 	if (sink->code_is_final != NULL)
 	{
@@ -278,11 +278,11 @@ static size_t
 sink_header_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 {
 	ReplicantSink *sink = (ReplicantSink *) userdata;
-	size_t		len = size * nitems;
+	size_t len = size * nitems;
 	static const char name[] = "retry-after:";
-	size_t		namelen = sizeof(name) - 1;
+	size_t namelen = sizeof(name) - 1;
 	static const char code_name[] = "x-clickhouse-exception-code:";
-	size_t		codelen = sizeof(code_name) - 1;
+	size_t codelen = sizeof(code_name) - 1;
 
 	if (len >= 5 && strncmp(buffer, "HTTP/", 5) == 0)
 	{
@@ -292,8 +292,8 @@ sink_header_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 	}
 	else if (len > codelen && pg_strncasecmp(buffer, code_name, codelen) == 0)
 	{
-		char		digits[16];
-		size_t		n = Min(len - codelen, sizeof(digits) - 1);
+		char digits[16];
+		size_t n = Min(len - codelen, sizeof(digits) - 1);
 
 		memcpy(digits, buffer + codelen, n);
 		digits[n] = '\0';
@@ -346,7 +346,7 @@ sink_setopt_failed(const char *option, CURLcode code)
 #define SINK_SETOPT(easy, option, value) \
 	do \
 	{ \
-		CURLcode	rc_ = curl_easy_setopt((easy), option, (value)); \
+		CURLcode rc_ = curl_easy_setopt((easy), option, (value)); \
 		if (rc_ != CURLE_OK) \
 			sink_setopt_failed(#option, rc_); \
 	} while (0)
@@ -362,7 +362,7 @@ sink_setopt_failed(const char *option, CURLcode code)
 static void
 sink_configure(ReplicantSink *sink)
 {
-	CURL	   *easy = sink->easy;
+	CURL *easy = sink->easy;
 
 	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_SOCKETFUNCTION, sink_socket_cb);
 	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_SOCKETDATA, sink);
@@ -407,8 +407,8 @@ ReplicantSink *
 replicant_sink_create(const ReplicantSinkConfig *config)
 {
 	ReplicantSink *sink;
-	ListCell   *lc1,
-			   *lc2;
+	ListCell *lc1,
+		*lc2;
 
 	/* libcurl's global state belongs to this process, never the postmaster */
 	if (IsPostmasterEnvironment && !IsUnderPostmaster)
@@ -529,20 +529,20 @@ sink_build_headers(ReplicantSink *sink, const char *webhook_id,
 				   int64 timestamp, const char *signature)
 {
 	StringInfoData buf;
-	char		ts[32];
-	bool		ok;
-	ListCell   *lc1,
-			   *lc2;
+	char ts[32];
+	bool ok;
+	ListCell *lc1,
+		*lc2;
 
 	initStringInfo(&buf);
 	snprintf(ts, sizeof(ts), INT64_FORMAT, timestamp);
 
 	ok = sink_append_header(&sink->headers, &buf, "Content-Type",
 							sink->content_type) &&
-		sink_append_header(&sink->headers, &buf, "User-Agent",
-						   "replicant/" REPLICANT_VERSION) &&
-		sink_append_header(&sink->headers, &buf, "webhook-id", webhook_id) &&
-		sink_append_header(&sink->headers, &buf, "webhook-timestamp", ts);
+		 sink_append_header(&sink->headers, &buf, "User-Agent",
+							"replicant/" REPLICANT_VERSION) &&
+		 sink_append_header(&sink->headers, &buf, "webhook-id", webhook_id) &&
+		 sink_append_header(&sink->headers, &buf, "webhook-timestamp", ts);
 
 	/* "Expect:" removes libcurl's 100-continue: one round trip less */
 	if (ok)
@@ -581,9 +581,9 @@ sink_build_headers(ReplicantSink *sink, const char *webhook_id,
 static long
 sink_timer_remaining(ReplicantSink *sink)
 {
-	instr_time	now;
-	int64		elapsed_us;
-	int64		remaining_us;
+	instr_time now;
+	int64 elapsed_us;
+	int64 remaining_us;
 
 	if (!sink->timer_armed)
 		return -1;
@@ -600,8 +600,8 @@ sink_timer_remaining(ReplicantSink *sink)
 static void
 fault_after_send(ReplicantSink *sink)
 {
-	curl_off_t	uploaded = 0;
-	long		status = 0;
+	curl_off_t uploaded = 0;
+	long status = 0;
 
 	if (replicant_fault_point == NULL || replicant_fault_point[0] == '\0')
 		return;
@@ -615,7 +615,7 @@ fault_after_send(ReplicantSink *sink)
 static long
 sink_wait_ms(ReplicantSink *sink)
 {
-	long		timer = sink_timer_remaining(sink);
+	long timer = sink_timer_remaining(sink);
 
 	if (timer >= 0)
 		return Min(timer, SINK_MAX_WAIT_MS);
@@ -632,8 +632,8 @@ static int
 sink_wait(ReplicantSink *sink, long wait_ms, WaitEvent *occurred,
 		  int noccurred)
 {
-	int			nfired;
-	int			i;
+	int nfired;
+	int i;
 
 	sink->wes = REPLICANT_CREATE_WAIT_EVENT_SET(sink->nsockets + 2);
 	AddWaitEventToSet(sink->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
@@ -641,7 +641,7 @@ sink_wait(ReplicantSink *sink, long wait_ms, WaitEvent *occurred,
 					  NULL, NULL);
 	for (i = 0; i < sink->nsockets; i++)
 	{
-		uint32		events = 0;
+		uint32 events = 0;
 
 		if (sink->sockets[i].what & CURL_POLL_IN)
 			events |= WL_SOCKET_READABLE;
@@ -666,12 +666,12 @@ static CURLMcode
 sink_dispatch(ReplicantSink *sink, WaitEvent *occurred, int nfired,
 			  int *running, bool *latch_fired)
 {
-	CURLMcode	mc = CURLM_OK;
-	int			i;
+	CURLMcode mc = CURLM_OK;
+	int i;
 
 	for (i = 0; i < nfired && mc == CURLM_OK; i++)
 	{
-		int			mask = 0;
+		int mask = 0;
 
 		if (occurred[i].events & WL_LATCH_SET)
 		{
@@ -693,9 +693,9 @@ sink_dispatch(ReplicantSink *sink, WaitEvent *occurred, int nfired,
 static CURLcode
 sink_result_code(ReplicantSink *sink, CURLMcode mc, bool hard_timeout)
 {
-	CURLcode	code;
-	CURLMsg    *msg;
-	int			pending;
+	CURLcode code;
+	CURLMsg *msg;
+	int pending;
 
 	if (hard_timeout)
 		return CURLE_OPERATION_TIMEDOUT;
@@ -704,7 +704,7 @@ sink_result_code(ReplicantSink *sink, CURLMcode mc, bool hard_timeout)
 	if (mc != CURLM_OK || sink->socket_overflow)
 		return CURLE_FAILED_INIT;
 
-	code = CURLE_FAILED_INIT;	/* if libcurl reports no result */
+	code = CURLE_FAILED_INIT; /* if libcurl reports no result */
 	while ((msg = curl_multi_info_read(sink->multi, &pending)) != NULL)
 	{
 		if (msg->msg == CURLMSG_DONE && msg->easy_handle == sink->easy)
@@ -721,10 +721,10 @@ sink_result_code(ReplicantSink *sink, CURLMcode mc, bool hard_timeout)
 static void
 sink_run(ReplicantSink *sink, SinkAttempt *attempt)
 {
-	int			running = 1;
-	instr_time	start;
-	instr_time	now;
-	CURLMcode	mc;
+	int running = 1;
+	instr_time start;
+	instr_time now;
+	CURLMcode mc;
 
 	INSTR_TIME_SET_CURRENT(start);
 
@@ -732,16 +732,16 @@ sink_run(ReplicantSink *sink, SinkAttempt *attempt)
 
 	while (mc == CURLM_OK && running > 0 && !sink->socket_overflow)
 	{
-		WaitEvent	occurred[SINK_MAX_SOCKETS + 2];
-		int			nfired;
-		bool		latch_fired = false;
+		WaitEvent occurred[SINK_MAX_SOCKETS + 2];
+		int nfired;
+		bool latch_fired = false;
 
 		/* libcurl's timer ends the request; this only guards against a bug */
 		INSTR_TIME_SET_CURRENT(now);
 		INSTR_TIME_SUBTRACT(now, start);
 		if (sink->http_timeout_ms > 0 &&
 			INSTR_TIME_GET_MILLISEC(now) >
-			(double) sink->http_timeout_ms + SINK_DEADLINE_SLACK_MS)
+				(double) sink->http_timeout_ms + SINK_DEADLINE_SLACK_MS)
 		{
 			attempt->hard_timeout = true;
 			break;
@@ -840,7 +840,7 @@ sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 static int
 sink_parse_retry_after(const char *value)
 {
-	int64		seconds = 0;
+	int64 seconds = 0;
 	const char *p;
 
 	if (value[0] >= '0' && value[0] <= '9')
@@ -858,7 +858,7 @@ sink_parse_retry_after(const char *value)
 	else
 	{
 		/* HTTP-date */
-		time_t		when = curl_getdate(value, NULL);
+		time_t when = curl_getdate(value, NULL);
 
 		if (when == (time_t) -1)
 			return -1;
@@ -947,7 +947,7 @@ sink_timeout_error(ReplicantSink *sink, bool hard_timeout,
 #if LIBCURL_VERSION_NUM >= 0x075000
 	if (!sink->connected && !hard_timeout)
 	{
-		int			limit = sink->connect_timeout_ms;
+		int limit = sink->connect_timeout_ms;
 
 		if (limit == 0 ||
 			(sink->http_timeout_ms > 0 && sink->http_timeout_ms < limit))
@@ -973,7 +973,7 @@ sink_timeout_error(ReplicantSink *sink, bool hard_timeout,
 static void
 sink_classify_code(ReplicantSink *sink, ReplicantSinkResult *result)
 {
-	int			code = sink->error_code;
+	int code = sink->error_code;
 
 	if (sink->code_is_final == NULL)
 		return;
@@ -1022,8 +1022,8 @@ void
 replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 					ReplicantBody *body, ReplicantSinkResult *result)
 {
-	int64		timestamp = (int64) time(NULL);
-	char	   *signature = NULL;
+	int64 timestamp = (int64) time(NULL);
+	char *signature = NULL;
 	SinkAttempt attempt = {CURLE_OK, 0, false, false, 0.0};
 
 	memset(result, 0, sizeof(*result));
@@ -1045,8 +1045,8 @@ replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 		if (signature != NULL && sink->secret_previous != NULL &&
 			GetCurrentTimestamp() < sink->secret_previous_until)
 		{
-			char	   *previous = replicant_signing_signature(sink->secret_previous,
-															   webhook_id, timestamp, body);
+			char *previous = replicant_signing_signature(sink->secret_previous,
+														 webhook_id, timestamp, body);
 
 			signature = previous ? psprintf("%s %s", signature, previous) : NULL;
 		}

@@ -27,7 +27,7 @@ replicant_slot_create(const char *name, bool failover, bool need_full_snapshot)
 bool
 replicant_slot_exists(const char *name)
 {
-	bool		exists;
+	bool exists;
 
 	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
 	exists = SearchNamedReplicationSlot(name, false) != NULL;
@@ -59,8 +59,8 @@ replicant_slot_acquire(const char *name)
 int
 replicant_slot_free_count(void)
 {
-	int			free_slots = 0;
-	int			i;
+	int free_slots = 0;
+	int i;
 
 	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
 	for (i = 0; i < max_replication_slots; i++)
@@ -72,8 +72,8 @@ replicant_slot_free_count(void)
 List *
 replicant_slot_list_inactive(void)
 {
-	List	   *names = NIL;
-	int			i;
+	List *names = NIL;
+	int i;
 
 	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
 	for (i = 0; i < max_replication_slots; i++)

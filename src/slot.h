@@ -36,7 +36,7 @@ extern bool replicant_slot_exists(const char *name);
 extern char *replicant_slot_acquire(const char *name);
 
 /* Replication slots not in use, of max_replication_slots. */
-extern int	replicant_slot_free_count(void);
+extern int replicant_slot_free_count(void);
 
 /*
  * Names of this database's slots that replicant's plugin decodes, named
@@ -45,4 +45,4 @@ extern int	replicant_slot_free_count(void);
  */
 extern List *replicant_slot_list_inactive(void);
 
-#endif							/* REPLICANT_SLOT_H */
+#endif /* REPLICANT_SLOT_H */

@@ -67,36 +67,36 @@
 #define WINDOW_BLOCKS 1024
 #define SHARD_WINDOWS 8
 /* A shard's blocks, as text for the SQL that plans the shards. */
-#define SHARD_BLOCKS_SQL CppAsString2(WINDOW_BLOCKS * SHARD_WINDOWS)
+#define SHARD_BLOCKS_SQL CppAsString2(WINDOW_BLOCKS *SHARD_WINDOWS)
 /* Rows fetched from the cursor at a time. */
 #define FETCH_ROWS 1000
 
 typedef struct ShardArgs
 {
-	Oid			dboid;
-	Oid			owner;
-	int32		pipeline_id;
-	int32		slot_index;
-	uint32		generation;
-	char		snapshot_name[64];
+	Oid dboid;
+	Oid owner;
+	int32 pipeline_id;
+	int32 slot_index;
+	uint32 generation;
+	char snapshot_name[64];
 } ShardArgs;
 
 /* One claimed shard. */
 typedef struct Shard
 {
-	int64		backfill_id;
-	int32		shard;
-	Oid			relid;
-	char		relname[NAMEDATALEN];	/* for messages, "" if dropped */
-	Oid			relfilenode;
-	int64		next_block;
-	int64		hi_block;		/* -1: to the end of the table */
+	int64 backfill_id;
+	int32 shard;
+	Oid relid;
+	char relname[NAMEDATALEN]; /* for messages, "" if dropped */
+	Oid relfilenode;
+	int64 next_block;
+	int64 hi_block; /* -1: to the end of the table */
 } Shard;
 
 static SPIPlanPtr
 prepare(const char *sql, int nargs, Oid *argtypes)
 {
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+	SPIPlanPtr plan = SPI_prepare(sql, nargs, argtypes);
 
 	if (plan == NULL || SPI_keepplan(plan) != 0)
 		elog(ERROR, "could not prepare \"%s\"", sql);
@@ -106,8 +106,8 @@ prepare(const char *sql, int nargs, Oid *argtypes)
 static int64
 spi_int8(int row, int col)
 {
-	bool		isnull;
-	Datum		d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, &isnull);
+	bool isnull;
+	Datum d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, &isnull);
 
 	return isnull ? -1 : DatumGetInt64(d);
 }
@@ -116,8 +116,8 @@ spi_int8(int row, int col)
 static void
 read_plan(const char *sql, int32 pipeline_id, bool read_only)
 {
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(pipeline_id)};
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
 
 	if (SPI_execute_with_args(sql, 1, argtypes, args, NULL, read_only, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the snapshot plan");
@@ -135,12 +135,12 @@ read_plan(const char *sql, int32 pipeline_id, bool read_only)
 static void
 estimate_unanalysed(int32 pipeline_id)
 {
-	Oid			update_types[2] = {INT8OID, INT8OID};
-	Datum		args[2];
-	int64	   *ids;
-	Oid		   *relids;
-	uint64		n;
-	uint64		i;
+	Oid update_types[2] = {INT8OID, INT8OID};
+	Datum args[2];
+	int64 *ids;
+	Oid *relids;
+	uint64 n;
+	uint64 i;
 
 	read_plan("SELECT b.id, b.relid FROM replicant.backfills b"
 			  "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) b.relid"
@@ -152,14 +152,14 @@ estimate_unanalysed(int32 pipeline_id)
 	relids = palloc(sizeof(Oid) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
-		bool		isnull;
+		bool isnull;
 
 		ids[i] = spi_int8(i, 1);
 		relids[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
 	}
 	for (i = 0; i < n; i++)
 	{
-		Relation	rel = try_table_open(relids[i], AccessShareLock);
+		Relation rel = try_table_open(relids[i], AccessShareLock);
 
 		if (rel == NULL)
 			continue;
@@ -183,8 +183,7 @@ write_plan(Oid *argtypes, Datum *args)
 	if (SPI_execute_with_args("WITH tables AS ("
 							  "  SELECT c.oid AS relid, c.relfilenode, greatest(c.reltuples, 0)::bigint AS estimate,"
 							  "         pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks"
-							  "    FROM pg_catalog.pg_publication_tables pt"
-							  REPLICANT_PUBLISHED_LEAVES_JOIN
+							  "    FROM pg_catalog.pg_publication_tables pt" REPLICANT_PUBLISHED_LEAVES_JOIN
 							  "   WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
 							  "   GROUP BY c.oid),"
 							  " planned AS ("
@@ -216,12 +215,12 @@ static void
 plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 {
 	ReplicantCatalogAccess access;
-	Oid			argtypes[2] = {INT4OID, TEXTARRAYOID};
-	Datum		args[2];
-	Datum	   *pubs;
-	ListCell   *lc;
-	int			i = 0;
-	int			ntables;
+	Oid argtypes[2] = {INT4OID, TEXTARRAYOID};
+	Datum args[2];
+	Datum *pubs;
+	ListCell *lc;
+	int i = 0;
+	int ntables;
 
 	pubs = palloc(sizeof(Datum) * list_length(pipeline->publications));
 	foreach(lc, pipeline->publications)
@@ -256,11 +255,11 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 static bool
 unplanned_tables(ReplicantPipeline *pipeline, const List *planned)
 {
-	Datum	   *pubs;
-	ArrayType  *publications;
-	ListCell   *lc;
-	int			i = 0;
-	bool		missing = false;
+	Datum *pubs;
+	ArrayType *publications;
+	ListCell *lc;
+	int i = 0;
+	bool missing = false;
 
 	pubs = palloc(sizeof(Datum) * list_length(pipeline->publications));
 	foreach(lc, pipeline->publications)
@@ -283,8 +282,8 @@ planned_relids(ReplicantPipeline *pipeline)
 {
 	ReplicantCatalogAccess access;
 	MemoryContext caller = CurrentMemoryContext;
-	List	   *relids = NIL;
-	uint64		i;
+	List *relids = NIL;
+	uint64 i;
 
 	replicant_catalog_begin(&access);
 	read_plan("SELECT relid FROM replicant.backfills"
@@ -292,7 +291,7 @@ planned_relids(ReplicantPipeline *pipeline)
 			  pipeline->id, true);
 	for (i = 0; i < SPI_processed; i++)
 	{
-		bool		isnull;
+		bool isnull;
 		MemoryContext old = MemoryContextSwitchTo(caller);
 
 		relids = lappend_oid(relids,
@@ -317,9 +316,9 @@ static void
 delivered_names(ReplicantRelation *relation, Oid relid, List *publications,
 				MemoryContext mcxt)
 {
-	Relation	rel = try_table_open(relid, AccessShareLock);
-	Relation	target;
-	char	   *select_list;
+	Relation rel = try_table_open(relid, AccessShareLock);
+	Relation target;
+	char *select_list;
 	MemoryContext old;
 
 	relation->schema = relation->table = NULL;
@@ -383,31 +382,31 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			 ReplicantSink *sink, bool last)
 {
 	ReplicantCatalogAccess access;
-	Oid			argtypes[2] = {INT4OID, INT8OID};
-	Datum		args[2];
-	int64	   *ids;
+	Oid argtypes[2] = {INT4OID, INT8OID};
+	Datum args[2];
+	int64 *ids;
 	ReplicantRelation *relations;
-	uint64		n;
-	uint64		i;
+	uint64 n;
+	uint64 i;
 	StringInfoData out;
-	MemoryContext caller = CurrentMemoryContext;	/* outlives the SPI connection */
+	MemoryContext caller = CurrentMemoryContext; /* outlives the SPI connection */
 
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
 	read_plan(last ?
-			  "SELECT id, relid FROM replicant.backfills"
-			  " WHERE pipeline_id = $1 AND kind = 'initial' AND state <> 'done' ORDER BY id" :
-			  "SELECT id, relid FROM replicant.backfills"
-			  " WHERE pipeline_id = $1 AND kind = 'initial' AND NOT first_sent ORDER BY id",
+				  "SELECT id, relid FROM replicant.backfills"
+				  " WHERE pipeline_id = $1 AND kind = 'initial' AND state <> 'done' ORDER BY id" :
+				  "SELECT id, relid FROM replicant.backfills"
+				  " WHERE pipeline_id = $1 AND kind = 'initial' AND NOT first_sent ORDER BY id",
 			  pipeline->id, true);
 	n = SPI_processed;
 	ids = MemoryContextAlloc(caller, sizeof(int64) * (n + 1));
 	relations = MemoryContextAlloc(caller, sizeof(ReplicantRelation) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
-		bool		isnull;
-		Oid			relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-														   SPI_tuptable->tupdesc, 2, &isnull));
+		bool isnull;
+		Oid relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+												   SPI_tuptable->tupdesc, 2, &isnull));
 
 		ids[i] = spi_int8(i, 1);
 		/* A table dropped since planning has nothing left to deliver. */
@@ -418,7 +417,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	initStringInfo(&out);
 	for (i = 0; i < n; i++)
 	{
-		char	   *webhook_id;
+		char *webhook_id;
 
 		if (relations[i].table != NULL)
 		{
@@ -431,9 +430,9 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		args[1] = Int64GetDatum(ids[i]);
 		replicant_catalog_begin(&access);
 		if (SPI_execute_with_args(last ?
-								  "UPDATE replicant.backfills SET state = 'done', finished_at = now(),"
-								  " started_at = coalesce(started_at, now()) WHERE id = $2" :
-								  "UPDATE replicant.backfills SET first_sent = true WHERE id = $2",
+									  "UPDATE replicant.backfills SET state = 'done', finished_at = now(),"
+									  " started_at = coalesce(started_at, now()) WHERE id = $2" :
+									  "UPDATE replicant.backfills SET first_sent = true WHERE id = $2",
 								  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not record snapshot progress");
 		replicant_catalog_end(&access);
@@ -453,8 +452,8 @@ static char *
 create_slot_and_export(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 {
 	LogicalDecodingContext *ctx;
-	Snapshot	snap;
-	char	   *name;
+	Snapshot snap;
+	char *name;
 	MemoryContext caller = CurrentMemoryContext;
 
 	CheckLogicalDecodingRequirements();
@@ -492,7 +491,7 @@ static char *
 export_fresh_snapshot(void)
 {
 	MemoryContext caller = CurrentMemoryContext;
-	char	   *name;
+	char *name;
 
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
@@ -504,9 +503,9 @@ static int64
 count_unfinished_shards(int32 pipeline_id, bool reset_claims)
 {
 	ReplicantCatalogAccess access;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(pipeline_id)};
-	int64		n;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
+	int64 n;
 
 	replicant_catalog_begin(&access);
 	if (reset_claims &&
@@ -530,8 +529,8 @@ static bool
 snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 {
 	ReplicantCatalogAccess access;
-	int64		total;
-	int64		open;
+	int64 total;
+	int64 open;
 
 	if (strcmp(pipeline->snapshot, "initial") != 0)
 		return false;
@@ -553,7 +552,7 @@ launch_shard_worker(ReplicantPipeline *pipeline, int slot_index,
 {
 	BackgroundWorker worker = {0};
 	BackgroundWorkerHandle *handle;
-	ShardArgs	args = {0};
+	ShardArgs args = {0};
 
 	args.dboid = MyDatabaseId;
 	args.owner = pipeline->owner;
@@ -577,13 +576,13 @@ launch_shard_worker(ReplicantPipeline *pipeline, int slot_index,
 }
 
 static BackgroundWorkerHandle **shard_handles = NULL;
-static int	nshard_handles = 0;
+static int nshard_handles = 0;
 
 /* Shard workers must not outlive the worker that holds their snapshot. */
 static void
 terminate_shard_workers(int code, Datum arg)
 {
-	int			i;
+	int i;
 
 	for (i = 0; i < nshard_handles; i++)
 		if (shard_handles[i] != NULL)
@@ -602,8 +601,8 @@ static bool
 run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 				  ReplicantPipeline *pipeline, const char *snapshot_name)
 {
-	int			i;
-	int			running;
+	int i;
+	int running;
 
 	pg_atomic_write_u32(&slot->shard_failures, 0);
 	if (shard_handles == NULL)
@@ -622,8 +621,8 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 
 	do
 	{
-		bool		halted;
-		pid_t		pid;
+		bool halted;
+		pid_t pid;
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 1000, PG_WAIT_EXTENSION);
@@ -647,7 +646,7 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 		halted = (slot->state == REPLICANT_STATE_HALTED);
 		LWLockRelease(replicant_shmem->lock);
 		if (halted)
-			proc_exit(0);		/* a shard worker recorded why */
+			proc_exit(0); /* a shard worker recorded why */
 	} while (running > 0);
 
 	return pg_atomic_read_u32(&slot->shard_failures) == 0;
@@ -703,9 +702,9 @@ void
 replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 						   ReplicantPipeline *pipeline)
 {
-	bool		planned_before;
-	List	   *planned;
-	char	   *snapshot_name;
+	bool planned_before;
+	List *planned;
+	char *snapshot_name;
 	ReplicantSink *sink;
 
 	if (!snapshot_pending(pipeline, &planned_before))
@@ -771,13 +770,13 @@ static bool
 claim_shard(int32 pipeline_id, Shard *shard)
 {
 	ReplicantCatalogAccess access;
-	Datum		args[1] = {Int32GetDatum(pipeline_id)};
-	bool		found;
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
+	bool found;
 
 	replicant_catalog_begin(&access);
 	if (claim_plan == NULL)
 	{
-		Oid			argtypes[1] = {INT4OID};
+		Oid argtypes[1] = {INT4OID};
 
 		claim_plan = prepare("UPDATE replicant.snapshot_shards s SET claimed = true"
 							 "  FROM replicant.backfills b"
@@ -798,9 +797,9 @@ claim_shard(int32 pipeline_id, Shard *shard)
 	found = SPI_processed > 0;
 	if (found)
 	{
-		bool		isnull;
-		Oid			argtypes[1] = {INT8OID};
-		Datum		id[1];
+		bool isnull;
+		Oid argtypes[1] = {INT8OID};
+		Datum id[1];
 
 		shard->backfill_id = spi_int8(0, 1);
 		shard->shard = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
@@ -830,7 +829,7 @@ static void
 record_progress(Shard *shard, bool done, int64 rows)
 {
 	ReplicantCatalogAccess access;
-	Datum		args[6];
+	Datum args[6];
 
 	args[0] = Int64GetDatum(shard->backfill_id);
 	args[1] = Int32GetDatum(shard->shard);
@@ -842,7 +841,7 @@ record_progress(Shard *shard, bool done, int64 rows)
 	replicant_catalog_begin(&access);
 	if (progress_plan == NULL)
 	{
-		Oid			argtypes[6] = {INT8OID, INT4OID, INT8OID, BOOLOID, INT8OID, OIDOID};
+		Oid argtypes[6] = {INT8OID, INT4OID, INT8OID, BOOLOID, INT8OID, OIDOID};
 
 		progress_plan = prepare("WITH b AS ("
 								"  UPDATE replicant.backfills SET rows_done = rows_done + $5,"
@@ -863,12 +862,12 @@ static void
 restart_table(Shard *shard, Oid relfilenode)
 {
 	ReplicantCatalogAccess access;
-	Datum		args[2] = {Int64GetDatum(shard->backfill_id), ObjectIdGetDatum(relfilenode)};
+	Datum args[2] = {Int64GetDatum(shard->backfill_id), ObjectIdGetDatum(relfilenode)};
 
 	replicant_catalog_begin(&access);
 	if (restart_plan == NULL)
 	{
-		Oid			argtypes[2] = {INT8OID, OIDOID};
+		Oid argtypes[2] = {INT8OID, OIDOID};
 
 		restart_plan = prepare("WITH b AS ("
 							   "  UPDATE replicant.backfills SET relfilenode = $2, rows_done = 0"
@@ -899,8 +898,8 @@ int64
 replicant_snapshot_estimate_rows(Relation rel)
 {
 	BlockNumber pages;
-	double		tuples;
-	double		allvisfrac;
+	double tuples;
+	double allvisfrac;
 
 	if (rel->rd_rel->reltuples >= 0)
 		return (int64) rel->rd_rel->reltuples;
@@ -914,11 +913,11 @@ replicant_snapshot_estimate_rows(Relation rel)
 /* What a window read found. */
 typedef enum WindowResult
 {
-	WINDOW_READ,				/* rows of the window delivered */
-	WINDOW_PAST_END,			/* the window starts beyond the table */
-	WINDOW_REWRITTEN,			/* relfilenode changed: start the table over */
-	WINDOW_STALE,				/* rewritten after the snapshot, which sees none of it */
-	WINDOW_GONE					/* the table was dropped */
+	WINDOW_READ,      /* rows of the window delivered */
+	WINDOW_PAST_END,  /* the window starts beyond the table */
+	WINDOW_REWRITTEN, /* relfilenode changed: start the table over */
+	WINDOW_STALE,     /* rewritten after the snapshot, which sees none of it */
+	WINDOW_GONE       /* the table was dropped */
 } WindowResult;
 
 /*
@@ -932,9 +931,9 @@ typedef enum WindowResult
 static bool
 snapshot_blind_to(Relation rel)
 {
-	Oid			argtypes[1] = {OIDOID};
-	Datum		args[1] = {ObjectIdGetDatum(RelationGetRelid(rel))};
-	bool		blind;
+	Oid argtypes[1] = {OIDOID};
+	Datum args[1] = {ObjectIdGetDatum(RelationGetRelid(rel))};
+	bool blind;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -943,14 +942,14 @@ snapshot_blind_to(Relation rel)
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_class");
 	blind = SPI_processed == 0 ||
-		strtoul(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), NULL, 10) !=
-		rel->rd_rel->relfilenode;
+			strtoul(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), NULL, 10) !=
+				rel->rd_rel->relfilenode;
 	/* Rewritten later: blind if the new heap has rows and it sees none. */
 	if (blind)
 	{
-		char	   *query = psprintf("SELECT FROM ONLY %s LIMIT 1",
-									 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-																RelationGetRelationName(rel)));
+		char *query = psprintf("SELECT FROM ONLY %s LIMIT 1",
+							   quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+														  RelationGetRelationName(rel)));
 
 		blind = RelationGetNumberOfBlocks(rel) > 0;
 		if (blind && SPI_execute(query, true, 1) != SPI_OK_SELECT)
@@ -982,7 +981,7 @@ begin_window(const char *snapshot_name, Shard *shard, Relation *relp,
 			 Oid *new_relfilenode)
 {
 	MemoryContext window_context = CurrentMemoryContext;
-	Relation	rel;
+	Relation rel;
 
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
@@ -998,7 +997,7 @@ begin_window(const char *snapshot_name, Shard *shard, Relation *relp,
 	}
 	if (rel->rd_rel->relfilenode != shard->relfilenode)
 	{
-		bool		stale = snapshot_blind_to(rel);
+		bool stale = snapshot_blind_to(rel);
 
 		*new_relfilenode = rel->rd_rel->relfilenode;
 		end_window(rel, window_context);
@@ -1019,11 +1018,11 @@ typedef struct WindowBatch
 	ReplicantPipelineSlot *slot;
 	ReplicantPipeline *pipeline;
 	ReplicantSink *sink;
-	Shard	   *shard;
-	const ReplicantRelation *relation;	/* the table read */
-	StringInfoData out;			/* the body */
-	int64		in_body;		/* rows in it */
-	int			batch_no;		/* batches of the window posted before it */
+	Shard *shard;
+	const ReplicantRelation *relation; /* the table read */
+	StringInfoData out;                /* the body */
+	int64 in_body;                     /* rows in it */
+	int batch_no;                      /* batches of the window posted before it */
 } WindowBatch;
 
 /* POSTs the batch; its webhook-id names the window and the batch's number. */
@@ -1048,7 +1047,8 @@ add_window_row(WindowBatch *batch, StringInfo change)
 	const ReplicantFormat *format = replicant_format_of(batch->pipeline);
 
 	if (batch->out.len + change->len + format->snapshot_end_len >
-		batch->pipeline->batch_max_bytes && batch->in_body > 0)
+			batch->pipeline->batch_max_bytes &&
+		batch->in_body > 0)
 	{
 		post_window_batch(batch);
 		start_snapshot_body(&batch->out, batch->pipeline, batch->relation,
@@ -1069,7 +1069,7 @@ static Relation
 window_target(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, Relation rel,
 			  char **select_list)
 {
-	char	   *denied = replicant_snapshot_read_denied(rel);
+	char *denied = replicant_snapshot_read_denied(rel);
 
 	if (denied)
 		replicant_delivery_halt(slot, pipeline, denied);
@@ -1089,10 +1089,10 @@ window_query(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			 Relation rel, Relation target, const char *select_list,
 			 Shard *shard, int64 hi, Bitmapset **columns)
 {
-	char	   *row_filter;
-	char	   *refused = replicant_publication_read_filter(rel, target,
-															pipeline->publications,
-															&row_filter, columns);
+	char *row_filter;
+	char *refused = replicant_publication_read_filter(rel, target,
+													  pipeline->publications,
+													  &row_filter, columns);
 
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
@@ -1115,26 +1115,25 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			ReplicantSink *sink, const char *snapshot_name, Shard *shard,
 			int64 hi, int64 *rows, Oid *new_relfilenode)
 {
-	Relation	rel;
-	Relation	target;
-	char	   *select_list;
-	TupleDesc	desc;
-	Bitmapset  *key_columns;
-	bool		whole_row;
-	bool		identity_full;
+	Relation rel;
+	Relation target;
+	char *select_list;
+	TupleDesc desc;
+	Bitmapset *key_columns;
+	bool whole_row;
+	bool identity_full;
 	const ReplicantFormat *format = replicant_format_of(pipeline);
 	ReplicantRelation relation;
-	Bitmapset  *columns;
-	char	   *query;
+	Bitmapset *columns;
+	char *query;
 	StringInfoData change;
 	StringInfoData key;
-	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink,
-						 .shard = shard};
+	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink, .shard = shard};
 	StringInfoData new_row;
-	Portal		portal;
-	Datum	   *values;
-	bool	   *nulls;
-	int			natts;
+	Portal portal;
+	Datum *values;
+	bool *nulls;
+	int natts;
 	MemoryContext row_context;
 	MemoryContext window_context = CurrentMemoryContext;
 	WindowResult opened;
@@ -1170,7 +1169,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 										ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
-		uint64		i;
+		uint64 i;
 
 		SPI_cursor_fetch(portal, true, FETCH_ROWS);
 		if (SPI_processed == 0)
@@ -1235,7 +1234,7 @@ read_window_or_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData *edata;
 
 		MemoryContextSwitchTo(context);
 		edata = CopyErrorData();
@@ -1262,11 +1261,11 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 {
 	for (;;)
 	{
-		int64		hi;
-		int64		rows = 0;
-		Oid			relfilenode = InvalidOid;
+		int64 hi;
+		int64 rows = 0;
+		Oid relfilenode = InvalidOid;
 		WindowResult r;
-		bool		done;
+		bool done;
 
 		CHECK_FOR_INTERRUPTS();
 		if (pg_atomic_read_u32(&slot->snapshot_stale) != 0)
@@ -1313,12 +1312,12 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 void
 replicant_shard_main(Datum main_arg)
 {
-	ShardArgs	args;
+	ShardArgs args;
 	ReplicantPipelineSlot *slot;
 	ReplicantPipeline *pipeline;
 	ReplicantCatalogAccess access;
 	ReplicantSink *sink;
-	Shard		shard;
+	Shard shard;
 	MemoryContext window_context;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));

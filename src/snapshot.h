@@ -35,4 +35,4 @@ extern int64 replicant_snapshot_estimate_rows(Relation rel);
 
 PGDLLEXPORT void replicant_shard_main(Datum main_arg);
 
-#endif							/* REPLICANT_SNAPSHOT_H */
+#endif /* REPLICANT_SNAPSHOT_H */

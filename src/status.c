@@ -29,8 +29,8 @@ PG_FUNCTION_INFO_V1(replicant_await_delivered);
 static int
 float4_cmp(const void *a, const void *b)
 {
-	float4		x = *(const float4 *) a;
-	float4		y = *(const float4 *) b;
+	float4 x = *(const float4 *) a;
+	float4 y = *(const float4 *) b;
 
 	return (x > y) - (x < y);
 }
@@ -43,9 +43,9 @@ float4_cmp(const void *a, const void *b)
 static double
 median_latency(ReplicantPipelineSlot *slot)
 {
-	float4		sorted[REPLICANT_LATENCY_SAMPLES];
-	int			n = Min(slot->nlatency, REPLICANT_LATENCY_SAMPLES);
-	double		median;
+	float4 sorted[REPLICANT_LATENCY_SAMPLES];
+	int n = Min(slot->nlatency, REPLICANT_LATENCY_SAMPLES);
+	double median;
 
 	if (n == 0)
 		return 0;
@@ -61,9 +61,9 @@ median_latency(ReplicantPipelineSlot *slot)
 static void
 check_can_read_status(FunctionCallInfo fcinfo)
 {
-	Oid			nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
-	Oid			viewid = get_relname_relid("status", nspid);
-	AclResult	aclresult;
+	Oid nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	Oid viewid = get_relname_relid("status", nspid);
+	AclResult aclresult;
 
 	if (!OidIsValid(viewid))
 		elog(ERROR, "replicant.status does not exist");
@@ -76,7 +76,7 @@ Datum
 replicant_worker_status(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int			i;
+	int i;
 
 	/*
 	 * Executable by PUBLIC, since the view runs it with the privileges of
@@ -92,8 +92,8 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 	for (i = 0; i < replicant_max_pipelines; i++)
 	{
 		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
-		Datum		values[WORKER_STATUS_COLS];
-		bool		nulls[WORKER_STATUS_COLS] = {0};
+		Datum values[WORKER_STATUS_COLS];
+		bool nulls[WORKER_STATUS_COLS] = {0};
 
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
@@ -152,13 +152,13 @@ halted_error(const char *name)
 Datum
 replicant_await_delivered(PG_FUNCTION_ARGS)
 {
-	char	   *name;
-	XLogRecPtr	lsn;
-	int			timeout_ms;
-	int32		pipeline_id;
-	bool		halted;
+	char *name;
+	XLogRecPtr lsn;
+	int timeout_ms;
+	int32 pipeline_id;
+	bool halted;
 	TimestampTz deadline;
-	bool		reached = false;
+	bool reached = false;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -185,7 +185,7 @@ replicant_await_delivered(PG_FUNCTION_ARGS)
 	{
 		ReplicantPipelineSlot *slot;
 		ConditionVariable *cv = NULL;
-		long		left;
+		long left;
 
 		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 		slot = replicant_shmem_find(MyDatabaseId, pipeline_id);

@@ -64,21 +64,21 @@
  */
 typedef struct Worker
 {
-	ReplicantPipelineSlot *slot;	/* our shared-memory slot */
-	uint32		generation;		/* the slot's generation we were started for */
-	int			slot_index;
+	ReplicantPipelineSlot *slot; /* our shared-memory slot */
+	uint32 generation;           /* the slot's generation we were started for */
+	int slot_index;
 	ReplicantPipeline *pipeline;
 	ReplicantBatch *batch;
 	ReplicantDecoder *decoder;
 	ReplicantSink *sink;
-	ReplicantBackfill *backfill;	/* incremental backfill being read */
-	const char *phase;			/* for a halt's reason */
+	ReplicantBackfill *backfill; /* incremental backfill being read */
+	const char *phase;           /* for a halt's reason */
 } Worker;
 
 static void
 worker_detach(int code, Datum arg)
 {
-	Worker	   *w = (Worker *) DatumGetPointer(arg);
+	Worker *w = (Worker *) DatumGetPointer(arg);
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (w->slot->generation == w->generation && w->slot->pid == MyProcPid)
@@ -145,7 +145,7 @@ static bool
 read_or_halt(Worker *w)
 {
 	MemoryContext context = CurrentMemoryContext;
-	bool		at_end = true;
+	bool at_end = true;
 
 	PG_TRY();
 	{
@@ -154,7 +154,7 @@ read_or_halt(Worker *w)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData *edata;
 
 		MemoryContextSwitchTo(context);
 		edata = CopyErrorData();
@@ -164,8 +164,8 @@ read_or_halt(Worker *w)
 		AbortOutOfAnyTransaction();
 		replicant_delivery_halt(w->slot, w->pipeline,
 								psprintf(replicant_decoder_in_row_filter(w->decoder) ?
-										 "the row filter of table \"%s\" failed on a change (error class %s)" :
-										 "could not encode a change of table \"%s\" (error class %s)",
+											 "the row filter of table \"%s\" failed on a change (error class %s)" :
+											 "could not encode a change of table \"%s\" (error class %s)",
 										 replicant_decoder_current_table(w->decoder),
 										 unpack_sql_state(edata->sqlerrcode)));
 	}
@@ -178,9 +178,9 @@ static void
 check_output_plugin_allowed(Worker *w)
 {
 	const char *setting = GetConfigOption("output_plugin_libraries", true, false);
-	char	   *copy;
-	List	   *names;
-	ListCell   *lc;
+	char *copy;
+	List *names;
+	ListCell *lc;
 
 	if (setting == NULL)
 		return;
@@ -221,7 +221,7 @@ post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *
 {
 	const ReplicantFormat *format = replicant_format_of(w->pipeline);
 	ReplicantRequest request;
-	int			i;
+	int i;
 
 	/* A range the format makes no request of is delivered. */
 	result->outcome = REPLICANT_SINK_OK;
@@ -247,7 +247,7 @@ deliver_range(Worker *w, int first, int last)
 	for (;;)
 	{
 		ReplicantSinkResult result;
-		size_t		bytes = 0;
+		size_t bytes = 0;
 		const char *target;
 
 		post_range(w, first, last, &result, &bytes, &target);
@@ -262,8 +262,8 @@ deliver_range(Worker *w, int first, int last)
 				replicant_fault("after_checkpoint");
 				confirm(w, w->batch->txns[last].end_lsn);
 				{
-					int64		changes = 0;
-					int			i;
+					int64 changes = 0;
+					int i;
 
 					for (i = first; i <= last; i++)
 						changes += w->batch->txns[i].nchanges;
@@ -301,10 +301,10 @@ deliver_range(Worker *w, int first, int last)
 static void
 deliver_chunk(Worker *w, ReplicantChunk *chunk)
 {
-	int			rows = 0;
-	int			next = 0;
-	int			part = 0;
-	bool		more = chunk->relation != NULL;
+	int rows = 0;
+	int next = 0;
+	int part = 0;
+	bool more = chunk->relation != NULL;
 	const ReplicantFormat *format = replicant_format_of(w->pipeline);
 	StringInfoData changes;
 	StringInfoData out;
@@ -316,7 +316,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		ReplicantMemoryBody state;
 		ReplicantBody body;
 		ReplicantSinkResult result;
-		int			n;
+		int n;
 
 		/* The prefix's length, so that the whole body stays within bounds. */
 		resetStringInfo(&out);
@@ -358,19 +358,19 @@ read_chunk_or_halt(Worker *w)
 {
 	MemoryContext context = CurrentMemoryContext;
 	ReplicantChunk *volatile chunk = NULL;
-	char	   *volatile reason = NULL;
+	char *volatile reason = NULL;
 
 	PG_TRY();
 	{
-		char	   *denied = NULL;
+		char *denied = NULL;
 
 		chunk = replicant_backfill_read_chunk(w->pipeline, w->backfill, &denied);
 		reason = denied;
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-		int			class;
+		ErrorData *edata;
+		int class;
 
 		MemoryContextSwitchTo(context);
 		edata = CopyErrorData();
@@ -402,7 +402,7 @@ static void
 deliver_messages(Worker *w, List *messages)
 {
 	const ReplicantFormat *format = replicant_format_of(w->pipeline);
-	ListCell   *lc;
+	ListCell *lc;
 
 	foreach(lc, messages)
 	{
@@ -423,7 +423,7 @@ deliver_messages(Worker *w, List *messages)
 static void
 deliver_batch(Worker *w)
 {
-	int			first = 0;
+	int first = 0;
 
 	while (first < w->batch->ntxns)
 		first = deliver_range(w, first, w->batch->ntxns - 1) + 1;
@@ -441,7 +441,7 @@ deliver_batch(Worker *w)
 static void
 linger_after(TimestampTz cycle_start)
 {
-	long		elapsed_ms = (long) ((GetCurrentTimestamp() - cycle_start) / 1000);
+	long elapsed_ms = (long) ((GetCurrentTimestamp() - cycle_start) / 1000);
 
 	if (elapsed_ms < replicant_batch_linger_ms)
 		(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -452,7 +452,7 @@ static void
 load_pipeline(Worker *w, int32 pipeline_id)
 {
 	ReplicantCatalogAccess access;
-	bool		may_receive_messages = false;
+	bool may_receive_messages = false;
 
 	replicant_catalog_begin(&access);
 	w->pipeline = replicant_pipeline_load(pipeline_id, TopMemoryContext);
@@ -508,7 +508,7 @@ replicant_worker_main(Datum main_arg)
 {
 	ReplicantWorkerArgs args;
 	MemoryContext context;
-	Worker	   *w;
+	Worker *w;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 
@@ -532,7 +532,7 @@ replicant_worker_main(Datum main_arg)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData *edata;
 
 		MemoryContextSwitchTo(context);
 		edata = CopyErrorData();
@@ -554,8 +554,8 @@ replicant_worker_main(Datum main_arg)
 static void
 start_streaming(Worker *w)
 {
-	char	   *halt_reason;
-	char	   *appname;
+	char *halt_reason;
+	char *appname;
 
 	appname = psprintf("replicant pipeline %s", w->pipeline->name);
 	SetConfigOption("application_name", appname, PGC_SUSET, PGC_S_OVERRIDE);
@@ -611,7 +611,7 @@ start_chunk_if_due(Worker *w)
 static void
 finish_chunk(Worker *w, ReplicantChunk *chunk)
 {
-	bool		last = chunk->last;
+	bool last = chunk->last;
 
 	deliver_chunk(w, chunk);
 	replicant_decoder_set_chunk(w->decoder, NULL);
@@ -633,10 +633,10 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 static bool
 stream_cycle(Worker *w)
 {
-	bool		at_end;
-	bool		delivered = false;
+	bool at_end;
+	bool delivered = false;
 	TimestampTz cycle_start;
-	List	   *messages;
+	List *messages;
 	ReplicantChunk *chunk;
 
 	start_chunk_if_due(w);
@@ -694,7 +694,7 @@ stream_cycle(Worker *w)
 static void
 wait_for_wal(Worker *w)
 {
-	long		timeout = IDLE_TIMEOUT_MS;
+	long timeout = IDLE_TIMEOUT_MS;
 
 	if (GetXLogInsertRecPtr() > replicant_decoder_read_upto(w->decoder))
 		timeout = FLUSH_WAIT_MS;

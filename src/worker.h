@@ -8,13 +8,13 @@
 /* Passed in bgw_extra; bgw_main_arg is the shared-memory slot index. */
 typedef struct ReplicantWorkerArgs
 {
-	uint32		generation;
-	Oid			dboid;
-	Oid			owner;
-	int32		pipeline_id;
-	int32		config_version;
+	uint32 generation;
+	Oid dboid;
+	Oid owner;
+	int32 pipeline_id;
+	int32 config_version;
 } ReplicantWorkerArgs;
 
 PGDLLEXPORT void replicant_worker_main(Datum main_arg);
 
-#endif							/* REPLICANT_WORKER_H */
+#endif /* REPLICANT_WORKER_H */
