@@ -79,7 +79,8 @@ replicant_partition_root_publishes_parent(Publication *pub, Relation rel)
 }
 
 Relation
-replicant_partition_root_open(ReplicantPartitionRoot *root, Relation rel)
+replicant_partition_root_open(ReplicantPartitionRoot *root, Relation rel,
+							  MemoryContext mcxt)
 {
 	Relation target;
 	MemoryContext old;
@@ -92,7 +93,7 @@ replicant_partition_root_open(ReplicantPartitionRoot *root, Relation rel)
 	if (root->desc == NULL)
 	{
 		/* With defaults: a stored old row may lack columns added later. */
-		old = MemoryContextSwitchTo(CacheMemoryContext);
+		old = MemoryContextSwitchTo(mcxt);
 		root->desc = CreateTupleDescCopyConstr(RelationGetDescr(target));
 		root->leaf_desc = CreateTupleDescCopyConstr(RelationGetDescr(rel));
 		root->map = convert_tuples_by_name(root->leaf_desc, root->desc);

@@ -17,8 +17,8 @@
  * The relation a published relation's changes are delivered as: itself, or
  * the topmost ancestor a publish_via_partition_root publication publishes
  * it through (the deepest such ancestor over all publications, as pgoutput
- * chooses).  Kept in a ReplicantRelInfo; desc and map live in
- * CacheMemoryContext.
+ * chooses).  Kept in a ReplicantRelInfo; desc and map live in the context
+ * replicant_partition_root_open was given.
  */
 typedef struct ReplicantPartitionRoot
 {
@@ -65,10 +65,12 @@ extern bool replicant_partition_root_publishes_parent(Publication *pub, Relation
 
 /*
  * Opens the relation rel is delivered as (rel itself when it is not
- * published via an ancestor) and prepares root's descriptor and column map.
+ * published via an ancestor) and prepares root's descriptor and column map
+ * in mcxt.
  * Close it with replicant_partition_root_close.
  */
-extern Relation replicant_partition_root_open(ReplicantPartitionRoot *root, Relation rel);
+extern Relation replicant_partition_root_open(ReplicantPartitionRoot *root, Relation rel,
+											  MemoryContext mcxt);
 extern void replicant_partition_root_close(Relation target, Relation rel);
 
 /* Frees what root holds and forgets the decision. */

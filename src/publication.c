@@ -47,6 +47,7 @@ static XLogRecPtr *publication_lsns = NULL; /* per name: counts from here on */
 static Oid pipeline_owner = InvalidOid;
 
 static MemoryContext publication_context = NULL;
+static MemoryContext relinfo_context = NULL;
 static List *publications = NIL;      /* of Publication *, when valid */
 static List *publications_from = NIL; /* of XLogRecPtr *, parallel to it */
 static bool publications_valid = false;
@@ -144,6 +145,16 @@ membership_callback(Datum arg, int cacheid, uint32 hashvalue)
 	invalidate_all_relinfo();
 }
 
+/* The relation info cache and the saved shapes live in a context of their own. */
+static void
+create_relinfo_context(void)
+{
+	if (relinfo_context == NULL)
+		relinfo_context = AllocSetContextCreate(CacheMemoryContext,
+												"replicant relation info",
+												ALLOCSET_DEFAULT_SIZES);
+}
+
 void
 replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner)
 {
@@ -155,6 +166,7 @@ replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner)
 	publication_context = AllocSetContextCreate(CacheMemoryContext,
 												"replicant publications",
 												ALLOCSET_SMALL_SIZES);
+	create_relinfo_context();
 	old = MemoryContextSwitchTo(CacheMemoryContext);
 	foreach(lc, names)
 		publication_names = lappend(publication_names, pstrdup(lfirst(lc)));
@@ -165,7 +177,7 @@ replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner)
 
 	ctl.keysize = sizeof(Oid);
 	ctl.entrysize = sizeof(ReplicantRelInfo);
-	ctl.hcxt = CacheMemoryContext;
+	ctl.hcxt = relinfo_context;
 	relinfo_hash = hash_create("replicant relation info", 128, &ctl,
 							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
@@ -497,13 +509,13 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 
 		/* Nothing to fix: the operator decides whether sinks take the new shape. */
 		if (what && entry->schema_change == NULL)
-			entry->schema_change = MemoryContextStrdup(CacheMemoryContext,
+			entry->schema_change = MemoryContextStrdup(relinfo_context,
 													   psprintf("%s; replicant.resume_pipeline() accepts the new shape",
 																what));
 	}
 	if (entry->fingerprint)
 		pfree(entry->fingerprint);
-	entry->fingerprint = MemoryContextStrdup(CacheMemoryContext, now);
+	entry->fingerprint = MemoryContextStrdup(relinfo_context, now);
 	shapes_unsaved = true;
 }
 
@@ -552,9 +564,10 @@ replicant_publication_load_shapes(int32 pipeline_id)
 	Datum args[1] = {Int32GetDatum(pipeline_id)};
 	uint64 i;
 
+	create_relinfo_context();
 	ctl.keysize = sizeof(Oid);
 	ctl.entrysize = sizeof(SavedShape);
-	ctl.hcxt = CacheMemoryContext;
+	ctl.hcxt = relinfo_context;
 	saved_shapes = hash_create("replicant saved table shapes", 128, &ctl,
 							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
@@ -569,7 +582,7 @@ replicant_publication_load_shapes(int32 pipeline_id)
 		Oid relid = DatumGetObjectId(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull));
 		SavedShape *saved = hash_search(saved_shapes, &relid, HASH_ENTER, NULL);
 
-		saved->shape = MemoryContextStrdup(CacheMemoryContext,
+		saved->shape = MemoryContextStrdup(relinfo_context,
 										   SPI_getvalue(tuple, SPI_tuptable->tupdesc, 2));
 	}
 }
@@ -610,7 +623,7 @@ replicant_publication_save_shapes(int32 pipeline_id)
 			pfree(saved->shape);
 		else
 			saved = hash_search(saved_shapes, &entry->relid, HASH_ENTER, NULL);
-		saved->shape = MemoryContextStrdup(CacheMemoryContext, entry->fingerprint);
+		saved->shape = MemoryContextStrdup(relinfo_context, entry->fingerprint);
 	}
 }
 
@@ -623,15 +636,15 @@ static void
 describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 					  List *schema_pubs, List *ancestors)
 {
-	Relation target = replicant_partition_root_open(&entry->root, rel);
+	Relation target = replicant_partition_root_open(&entry->root, rel, relinfo_context);
 
 	replicant_publication_key(target, &entry->key_columns, &entry->key_whole_row,
 							  &entry->identity_full);
-	entry->key_columns = bms_copy_in(CacheMemoryContext, entry->key_columns);
+	entry->key_columns = bms_copy_in(relinfo_context, entry->key_columns);
 	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
-	entry->relation.schema = MemoryContextStrdup(CacheMemoryContext,
+	entry->relation.schema = MemoryContextStrdup(relinfo_context,
 												 get_namespace_name(RelationGetNamespace(target)));
-	entry->relation.table = MemoryContextStrdup(CacheMemoryContext,
+	entry->relation.table = MemoryContextStrdup(relinfo_context,
 												RelationGetRelationName(target));
 	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
 	if (entry->filter->conflict && entry->halt_reason == NULL)
@@ -641,7 +654,7 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 
 /*
  * Fills entry for rel.  Works in the caller's (per-change) memory context and
- * copies only what the entry keeps into CacheMemoryContext.
+ * copies only what the entry keeps into the cache's context.
  */
 static void
 compute_relinfo(ReplicantRelInfo *entry, Relation rel)
@@ -679,7 +692,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	schema_pubs = GetSchemaPublications(RelationGetNamespace(rel));
 	if (rel->rd_rel->relispartition)
 		ancestors = get_partition_ancestors(relid);
-	entry->filter = replicant_pubfilter_create(CacheMemoryContext);
+	entry->filter = replicant_pubfilter_create(relinfo_context);
 	forboth(lc, publications, lc2, publications_from)
 		apply_publication(entry, rel, lfirst(lc), *(XLogRecPtr *) lfirst(lc2),
 						  rel_pubs, schema_pubs, ancestors);
@@ -703,7 +716,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 		entry->halt_resumable = !list_member_oid(denied_now, relid);
 	}
 	if (entry->halt_reason)
-		entry->halt_reason = MemoryContextStrdup(CacheMemoryContext, entry->halt_reason);
+		entry->halt_reason = MemoryContextStrdup(relinfo_context, entry->halt_reason);
 	check_schema(entry, rel);
 }
 
