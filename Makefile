@@ -31,6 +31,7 @@ OBJS = \
 	src/sink_ddl.o \
 	src/sink_http.o \
 	src/snapshot.o \
+	src/table_read.o \
 	src/signing.o \
 	src/checkpoint.o \
 	src/fault.o \

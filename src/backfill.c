@@ -67,7 +67,7 @@
 #include "format.h"
 #include "partition_root.h"
 #include "publication.h"
-#include "snapshot.h"
+#include "table_read.h"
 
 /* Rows per keyset chunk; blocks per ctid chunk; rows per bitmap range. */
 #define CHUNK_ROWS 2000
@@ -366,7 +366,7 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 	args[0] = Int32GetDatum(pipeline_id);
 	args[1] = ObjectIdGetDatum(relid);
 	args[2] = CStringGetTextDatum(mode);
-	args[3] = Int64GetDatum(replicant_snapshot_estimate_rows(rel));
+	args[3] = Int64GetDatum(replicant_table_estimate_rows(rel));
 	args[4] = ObjectIdGetDatum(rel->rd_rel->relfilenode);
 
 	if (strcmp(mode, "bitmap") == 0)
@@ -818,7 +818,7 @@ open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource
 	src->rel = try_table_open(b->relid, AccessShareLock);
 	if (src->rel == NULL)
 		return NULL;
-	reason = replicant_snapshot_read_denied(src->rel);
+	reason = replicant_table_read_denied(src->rel);
 	if (reason)
 	{
 		table_close(src->rel, AccessShareLock);

@@ -62,6 +62,7 @@
 #include "sink_http.h"
 #include "slot.h"
 #include "snapshot.h"
+#include "table_read.h"
 
 /* Blocks read per transaction, and per shard claimed by one worker. */
 #define WINDOW_BLOCKS 1024
@@ -163,7 +164,7 @@ estimate_unanalysed(int32 pipeline_id)
 
 		if (rel == NULL)
 			continue;
-		args[0] = Int64GetDatum(replicant_snapshot_estimate_rows(rel));
+		args[0] = Int64GetDatum(replicant_table_estimate_rows(rel));
 		args[1] = Int64GetDatum(ids[i]);
 		table_close(rel, AccessShareLock);
 		if (SPI_execute_with_args("UPDATE replicant.backfills SET rows_estimate = $1::bigint WHERE id = $2",
@@ -882,34 +883,6 @@ restart_table(Shard *shard, Oid relfilenode)
 	replicant_catalog_end(&access);
 }
 
-char *
-replicant_snapshot_read_denied(Relation rel)
-{
-	if (pg_class_aclcheck(RelationGetRelid(rel), GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		return psprintf("pipeline owner has no SELECT privilege on table \"%s\"",
-						RelationGetRelationName(rel));
-	if (check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED)
-		return psprintf("table \"%s\" has row-level security that the pipeline owner does not bypass",
-						RelationGetRelationName(rel));
-	return NULL;
-}
-
-int64
-replicant_snapshot_estimate_rows(Relation rel)
-{
-	BlockNumber pages;
-	double tuples;
-	double allvisfrac;
-
-	if (rel->rd_rel->reltuples >= 0)
-		return (int64) rel->rd_rel->reltuples;
-	/* The planner assumes ten pages for an empty table; it has none. */
-	if (RelationGetNumberOfBlocks(rel) == 0)
-		return 0;
-	estimate_rel_size(rel, NULL, &pages, &tuples, &allvisfrac);
-	return (int64) tuples;
-}
-
 /* What a window read found. */
 typedef enum WindowResult
 {
@@ -1069,7 +1042,7 @@ static Relation
 window_target(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, Relation rel,
 			  char **select_list)
 {
-	char *denied = replicant_snapshot_read_denied(rel);
+	char *denied = replicant_table_read_denied(rel);
 
 	if (denied)
 		replicant_delivery_halt(slot, pipeline, denied);

@@ -20,19 +20,6 @@
 extern void replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 									   ReplicantPipeline *pipeline);
 
-/*
- * Why the current user may not read rel as a whole (no SELECT privilege,
- * or row-level security it does not bypass), value-free; NULL if it may.
- * The stream halts on the same conditions.
- */
-extern char *replicant_snapshot_read_denied(Relation rel);
-
-/*
- * Rows of rel as the planner estimates them: reltuples, or for a table
- * never vacuumed or analysed, its size over the estimated row width.
- */
-extern int64 replicant_snapshot_estimate_rows(Relation rel);
-
 PGDLLEXPORT void replicant_shard_main(Datum main_arg);
 
 #endif /* REPLICANT_SNAPSHOT_H */
