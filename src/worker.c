@@ -226,8 +226,12 @@ post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *
 	/* A range the format makes no request of is delivered. */
 	result->outcome = REPLICANT_SINK_OK;
 	*target = NULL;
-	for (i = 0; format->stream_request(w->pipeline->name, w->batch, first, last, i, &request); i++)
+	for (i = 0;; i++)
 	{
+		/* A format sets only what it has: target stays NULL for most. */
+		memset(&request, 0, sizeof(request));
+		if (!format->stream_request(w->pipeline->name, w->batch, first, last, i, &request))
+			break;
 		replicant_delivery_post(w->slot, w->sink, request.webhook_id, &request.body, result);
 		*target = request.target;
 		if (result->outcome != REPLICANT_SINK_OK)
