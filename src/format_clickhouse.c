@@ -250,7 +250,7 @@ end_record(StringInfo out, int length_at)
 	char digits[21];
 	uint64 length = out->len - (length_at + 21);
 
-	snprintf(digits, sizeof(digits), "%020" INT64_MODIFIER "u", length);
+	snprintf(digits, sizeof(digits), "%020llu", (unsigned long long) length);
 	memcpy(out->data + length_at, digits, 20);
 }
 
