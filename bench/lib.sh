@@ -56,9 +56,10 @@ unix_socket_directories = '$SOCKDIR'
 shared_preload_libraries = 'replicant'
 wal_level = logical
 $plugins
-max_replication_slots = 16
+max_replication_slots = 40
 max_wal_senders = 8
-max_worker_processes = 16
+max_worker_processes = 32
+replicant.max_pipelines = 32
 shared_buffers = 1GB
 max_wal_size = 8GB
 min_wal_size = 1GB
@@ -89,6 +90,16 @@ cluster_stop() {
 	if [ -f "$PGDATA_DIR/postmaster.pid" ]; then
 		as_pg "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m fast -w -t 120 stop >/dev/null 2>&1 || true
 	fi
+}
+
+# pgbench as postgres against the bench database; PGB_OPTIONS (e.g.
+# "-c synchronous_commit=off") are the sessions' settings.
+pgbench_b() { as_pg env PGOPTIONS="${PGB_OPTIONS:-}" "$BINDIR/pgbench" -h "$SOCKDIR" -p "$PGPORT" "$@" bench; }
+
+# Per-round values: "median (min–max)" is computed by report.py; a round's
+# order alternates A/B, B/A so that drift favours neither.
+round_order() { # round_order R A B -> "A B" for odd R, "B A" for even
+	if [ $(($1 % 2)) = 1 ]; then echo "$2 $3"; else echo "$3 $2"; fi
 }
 
 # ------------------------------------------------------------------- sink --

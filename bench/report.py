@@ -79,6 +79,52 @@ def met(value, op, target):
     return "yes" if ok else "**no**"
 
 
+def med(vals):
+    vals = sorted(v for v in vals if v is not None)
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def spread(vals, unit=""):
+    """"median (min–max)" of per-round values."""
+    if not vals:
+        return "–"
+    return f"{fmt(med(vals), unit)} ({fmt(min(vals))}–{fmt(max(vals))})"
+
+
+def zip_rounds(r, key_a, key_b):
+    """(a, b) of the rounds that have both."""
+    out = []
+    for k, v in r.raw.items():
+        m = re.fullmatch(re.escape(key_a) + r"\.(\d+)", k)
+        if m and f"{key_b}.{m.group(1)}" in r.raw:
+            try:
+                out.append((float(v), float(r.raw[f"{key_b}.{m.group(1)}"])))
+            except ValueError:
+                pass
+    return out
+
+
+def ratios(r, key_a, key_b, invert=False):
+    """Per round a / b (b / a with invert)."""
+    return [(b / a if invert else a / b) for a, b in zip_rounds(r, key_a, key_b) if a and b]
+
+
+def ratio_spread(r, key_a, key_b, unit="×", invert=False):
+    """Per-round a / b of the same round: "median× (min–max, N rounds)"."""
+    vals = ratios(r, key_a, key_b, invert)
+    if not vals:
+        return "–"
+    return f"{fmt(med(vals), unit, 2)} ({fmt(min(vals), '', 2)}–{fmt(max(vals), '', 2)}, {len(vals)} rounds)"
+
+
+def S4_secs(r):
+    m = re.search(r"s4=(\d+)s", r.get("meta.sizes") or "")
+    return float(m.group(1)) if m else 10.0
+
+
 def build(r):
     rows = []      # the target table
     extra = []     # informational rows
@@ -207,20 +253,115 @@ def build(r):
              "what 2 workers can get from this 2-core machine at best")
 
     # ---- scenario 4
-    if r.num("s4.p50_ms") is not None:
-        t = "4 latency"
-        p50, p95, p99 = r.num("s4.p50_ms"), r.num("s4.p95_ms"), r.num("s4.p99_ms")
-        add(t, "commit-to-sink p50", fmt(p50, "ms", 2), "–", "–", "–", "≤ 5 ms", met(p50, "<=", 5))
-        add(t, "commit-to-sink p95", fmt(p95, "ms", 2), "–", "–", "–", "(info)", "")
-        add(t, "commit-to-sink p99", fmt(p99, "ms", 2), "–", "–", "–", "≤ 50 ms", met(p99, "<=", 50))
-        if r.num("s4.worker_cpu_s") is not None:
-            info(t, "pipeline worker CPU during the run",
-                 f"{fmt(r.num('s4.worker_cpu_s'), 's', 1)}",
-                 f"{fmt(1e6 * r.num('s4.worker_cpu_s') / r.num('s4.rows') if r.num('s4.rows') else None, 'µs', 0)} per transaction")
-        info(t, "rows / POSTs / achieved rate",
-             f"{fmt(r.num('s4.rows'))} / {fmt(r.num('s4.requests'))} / {fmt(r.num('s4.tps'), 'tps')}",
-             f"p90 {fmt(r.num('s4.p90_ms'), 'ms', 2)}, p99.9 {fmt(r.num('s4.p999_ms'), 'ms', 2)}, max {fmt(r.num('s4.max_ms'), 'ms', 2)}; "
-             f"pgbench schedule lag avg {r.get('s4.pgbench_lag_ms')} ms")
+    rates = [x for x in (r.get("s4.rates") or "").split(",") if x]
+    for rate in rates:
+        t = f"4 latency, {rate} txn/s"
+        k = f"s4.{rate}"
+        if not r.reps(f"{k}.rep_p50_ms"):
+            continue
+        for pk, target in (("p50", 1.5), ("p99", 5.0)):
+            rep = med(r.reps(f"{k}.rep_{pk}_ms"))
+            w2j = med(r.reps(f"{k}.w2j_{pk}_ms"))
+            add(t, f"commit-to-2xx {pk}, median of rounds {spread(r.reps(f'{k}.rep_{pk}_ms'), 'ms')}",
+                fmt(rep, "ms", 2), f"pg_recvlogical + wal2json v2, {pk}", fmt(w2j, "ms", 2),
+                ratio_spread(r, f"{k}.rep_{pk}_ms", f"{k}.w2j_{pk}_ms"),
+                f"≤ {target} ms", met(max(r.reps(f"{k}.rep_{pk}_ms")), "<=", target))
+        # CPU per 1,000 transactions: the worker vs walsender + pg_recvlogical.
+        per_k = lambda c: [1000 * cpu / (tps * S4_secs(r)) for cpu, tps in
+                           zip_rounds(r, f"{k}.{c}_cpu_s", f"{k}.{c}_tps")]
+        rep_c, w2j_c = per_k("rep"), per_k("w2j")
+        if rep_c and w2j_c:
+            rs = [a / b for a, b in zip(rep_c, w2j_c) if b]
+            add(t, "consumer CPU per 1,000 txns (worker)", fmt(1000 * med(rep_c), "ms", 1),
+                "walsender + pg_recvlogical", fmt(1000 * med(w2j_c), "ms", 1),
+                f"{fmt(med(rs), '×')} ({fmt(min(rs), '', 2)}–{fmt(max(rs), '', 2)})" if rs else "–",
+                "≤ 0.5×", met(max(rs) if rs else None, "<=", 0.5))
+        info(t, "rows / POSTs / achieved rate (replicant rounds)",
+             f"{fmt(sum(r.reps(f'{k}.rep_rows')))} / {fmt(sum(r.reps(f'{k}.rep_requests')))} / "
+             f"{fmt(med(r.reps(f'{k}.rep_tps')), 'tps')}",
+             f"p95 {spread(r.reps(f'{k}.rep_p95_ms'), 'ms')}, max {spread(r.reps(f'{k}.rep_max_ms'), 'ms')}; "
+             f"wal2json max {spread(r.reps(f'{k}.w2j_max_ms'), 'ms')}")
+
+    # ---- scenario 7
+    if r.reps("s7.snap_rep_s"):
+        t = "7 ClickHouse"
+        n, m = r.num("s7.rows"), r.num("s7.backlog_rows")
+        for what, count, label in (("snap", n, "initial snapshot, 1 worker"),
+                                   ("stream", m, f"streamed backlog ({r.get('s7.backlog_txn_rows')}-row txns)")):
+            rep_s, cli_s = med(r.reps(f"s7.{what}_rep_s")), med(r.reps(f"s7.{what}_client_s"))
+            add(t, f"{label}, {fmt(count)} rows", fmt(count / rep_s if rep_s else None, "row/s"),
+                "clickhouse-client, same rows from a JSONEachRow file",
+                fmt(count / cli_s if cli_s else None, "row/s"),
+                ratio_spread(r, f"s7.{what}_client_s", f"s7.{what}_rep_s"), "(report)", "")
+        info(t, "server / JSONEachRow file of the snapshot",
+             f"{r.get('s7.clickhouse')} / {fmt((r.num('s7.snap_json_bytes') or 0) / 1e6, 'MB')}",
+             f"backlog: {fmt(r.num('s7.stream_requests'))} requests of one pipeline")
+
+    # ---- scenario 8
+    if r.reps("s8.replicant_s"):
+        t = "8 catch-up vs pgoutput"
+        n = r.num("s8.txns")
+        rep_s, po_s = med(r.reps("s8.replicant_s")), med(r.reps("s8.pgoutput_s"))
+        add(t, f"replicant catch-up, {fmt(n)} single-row txns", fmt(n / rep_s if rep_s else None, "txn/s"),
+            "pgoutput decode-only peek, count(*)", fmt(n / po_s if po_s else None, "txn/s"),
+            ratio_spread(r, "s8.pgoutput_s", "s8.replicant_s"), "≥ 1.0×",
+            met(min(ratios(r, "s8.pgoutput_s", "s8.replicant_s"), default=None), ">=", 1.0))
+        info(t, "WAL / pgoutput messages / worker start (in the time)",
+             f"{fmt((r.num('s8.wal_bytes') or 0) / 1e6, 'MB')} / {fmt(r.num('s8.pgoutput_messages'))} / "
+             f"{spread(r.reps('s8.replicant_start_s'), 's')}", "times: replicant "
+             + spread(r.reps("s8.replicant_s"), "s") + ", pgoutput " + spread(r.reps("s8.pgoutput_s"), "s"))
+
+    # ---- scenario 9
+    counts = [x for x in (r.get("s9.counts") or "").split(",") if x]
+    if counts and r.reps(f"s9.catchup_{counts[0]}_s"):
+        t = "9 N pipelines"
+        base = counts[0]
+        for k in counts:
+            s = med(r.reps(f"s9.catchup_{k}_s"))
+            add(t, f"catch-up of {k} pipeline(s), one publication", fmt(s, "s", 2),
+                f"{base} pipeline", fmt(med(r.reps(f"s9.catchup_{base}_s")), "s", 2),
+                ratio_spread(r, f"s9.catchup_{k}_s", f"s9.catchup_{base}_s", "time ×"),
+                "(linear: N×, ÷ cores)", "")
+        for k in counts:
+            w = med(r.reps(f"s9.tps_{k}"))
+            cpu = [1000 * c / x for c, x in zip_rounds(r, f"s9.cpu_{k}_s", f"s9.txns_{k}") if x]
+            add(t, f"pgbench TPS with {k} pipeline(s) streaming", fmt(w, "tps"), "no pipeline",
+                fmt(med(r.reps("s9.tps_0")), "tps"), ratio_spread(r, f"s9.tps_{k}", "s9.tps_0", "×", invert=False),
+                "≥ 0.97×", met(med(ratios(r, f"s9.tps_{k}", "s9.tps_0", invert=False)), ">=", 0.97))
+            info(t, f"{k} pipeline(s): summed worker CPU per 1,000 source txns",
+                 fmt(1000 * med(cpu), "ms", 1) if cpu else "–", "user + system, /proc, all workers")
+        if r.num("s9.share_samples"):
+            info(t, "one worker's catch-up CPU by kind (perf, cpu-clock, DWARF stacks)",
+                 ", ".join(f"{k} {r.get(f's9.share_{k}_pct')} %" for k in
+                           ("decode", "encode", "txn", "http", "other")),
+                 f"{fmt(r.num('s9.share_samples'))} samples; decode = what N pipelines could share "
+                 "(bench/decode_share.py; frames: bench/out/decode-share-s9-frames.txt)")
+
+    # ---- scenario 10
+    sizes = [x for x in (r.get("s10.sizes") or "").split(",") if x]
+    for n in sizes:
+        if not r.reps(f"s10.{n}.replicant_s"):
+            continue
+        t = "10 snapshot size"
+        nn = float(n)
+        rep_s, copy_s = med(r.reps(f"s10.{n}.replicant_s")), med(r.reps(f"s10.{n}.copy_s"))
+        add(t, f"snapshot of {fmt(nn)} rows, 1 worker ({fmt(rep_s, 's', 1)})", fmt(nn / rep_s, "row/s"),
+            "COPY t TO '/dev/null'", fmt(nn / copy_s if copy_s else None, "row/s"),
+            ratio_spread(r, f"s10.{n}.copy_s", f"s10.{n}.replicant_s"), "≥ 0.7×",
+            met(min(ratios(r, f"s10.{n}.copy_s", f"s10.{n}.replicant_s"), default=None), ">=", 0.7))
+        hwm = max(r.reps(f"s10.{n}.vmhwm_kb"), default=None)
+        anon = max(r.reps(f"s10.{n}.rssanon_kb"), default=None)
+        add(t, f"worker peak memory, {fmt(nn)} rows: VmHWM (RssAnon {fmt(anon / 1024 if anon else None, 'MiB')})",
+            fmt(hwm / 1024 if hwm else None, "MiB"), "table size",
+            fmt((r.num(f"s10.{n}.table_bytes") or 0) / 2**20, "MiB"), "–", "(report)", "")
+        info(t, f"{fmt(nn)} rows: snapshot times, create_pipeline -> done / first backfill start -> done",
+             f"{spread(r.reps(f's10.{n}.replicant_s'), 's')} / {spread(r.reps(f's10.{n}.replicant_inner_s'), 's')}",
+             "the second is the workers' own clock (no worker start)")
+    if len(sizes) > 1 and all(r.reps(f"s10.{n}.replicant_s") for n in sizes):
+        a, b = sizes[0], sizes[-1]
+        growth = med(r.reps(f"s10.{b}.replicant_s")) / med(r.reps(f"s10.{a}.replicant_s"))
+        info("10 snapshot size", f"time {b} rows / time {a} rows", fmt(growth, "×"),
+             f"linear would be {fmt(float(b) / float(a), '×')}")
 
     # ---- scenario 5
     if r.num("s5.worker_vmhwm_kb") is not None:

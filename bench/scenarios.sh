@@ -4,8 +4,7 @@
 # measures, and only calls record KEY VALUE; bench/report.py computes the
 # rates, ratios and targets from those raw values.
 
-# pgbench as postgres against the bench database; script files live in WORK.
-pgbench_b() { as_pg "$BINDIR/pgbench" -h "$SOCKDIR" -p "$PGPORT" "$@" bench; }
+# Script files for pgbench live in WORK.
 # pgbench_tps OUTPUT -> tps value
 pgbench_tps() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$1"; }
 script_file() { # script_file NAME <<< content
@@ -361,41 +360,112 @@ SQL
 }
 
 # ----------------------------------------------------------- 4: latency --
+#
+# Commit-to-consumer latency at steady rates of single-row INSERTs (2
+# clients, pgbench --rate), each rate in ROUNDS interleaved rounds of
+# replicant (the C sink answers at once, 204) and pg_recvlogical + wal2json
+# format-version 2 (its output piped into the same sink program, -i).  Per
+# row: arrival of the bytes that carry it - the row's ts, which is
+# clock_timestamp() in the INSERT, just before the commit.  Also the
+# consumer's CPU: the pipeline worker, or walsender + pg_recvlogical.
+
+# latency_round_rep RATE R: one replicant round.
+latency_round_rep() {
+	local rate=$1 r=$2 out lat wpid cpu0 k id="s4.$1"
+	sink_start -l -c ts
+	psql_b -c "SELECT replicant.enable_pipeline('lat')" >/dev/null
+	pipeline_wait_state lat streaming
+	# What piled up while the pipeline was disabled is not this round's.
+	wait_drained lat "$(q "SELECT pg_current_wal_lsn()")" >/dev/null
+	sink_get reset >/dev/null
+	wpid=$(worker_pid lat)
+	cpu0=$(proc_cpu_s "$wpid")
+	out=$(pgbench_b -n -c 2 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
+	record "$id.rep_cpu_s.$r" "$(calc "$(proc_cpu_s "$wpid") - $cpu0")"
+	record "$id.rep_tps.$r" "$(pgbench_tps "$out")"
+	wait_drained lat "$(q "SELECT pg_current_wal_lsn()")" >/dev/null
+	lat=$(sink_get latency)
+	record "$id.rep_rows.$r" "$(json_field "$lat" n)"
+	record "$id.rep_requests.$r" "$(json_field "$lat" requests)"
+	for k in p50 p95 p99 max; do
+		record "$id.rep_${k}_ms.$r" "$(json_field "$lat" "${k}_ms")"
+	done
+	cp "$WORK/latency_samples.txt" "$OUTDIR/latency-samples-us-$rate-replicant-$r.txt" 2>/dev/null || true
+	pipeline_disable lat
+	sink_stop
+}
+
+# latency_round_w2j RATE R: one pg_recvlogical + wal2json v2 round, on a
+# slot created for it (so that it starts with this round's rows).
+latency_round_w2j() {
+	local rate=$1 r=$2 out lat wspid rlpid cpu0 k n0 want id="s4.$1"
+	q "SELECT pg_create_logical_replication_slot('bench_lat', 'wal2json')" >/dev/null
+	rm -f "$WORK/recvlogical.pid"
+	# pg_recvlogical's pid through exec, so that it is stopped by its id.
+	as_pg bash -c "echo \$\$ >'$WORK/recvlogical.pid'; exec env PGOPTIONS='-c TimeZone=UTC' \
+		'$BINDIR/pg_recvlogical' -h '$SOCKDIR' -p '$PGPORT' -d bench -S bench_lat --start \
+		-o format-version=2 -o include-transaction=false -F 0 -f - 2>>'$WORK/recvlogical.log'" |
+		"$WORK/bin/sink" -p "$SINK_PORT" -l -c value -i -o "$WORK/latency_samples.txt" 2>>"$WORK/sink.log" &
+	SINK_PID=$!
+	for _ in $(seq 200); do
+		wspid=$(q "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_lat'")
+		[ -n "$wspid" ] && sink_get stats >/dev/null 2>&1 && break
+		sleep 0.05
+	done
+	[ -n "$wspid" ] || die "s4: pg_recvlogical did not connect"
+	rlpid=$(cat "$WORK/recvlogical.pid")
+	sink_get reset >/dev/null
+	cpu0=$(calc "$(proc_cpu_s "$wspid") + $(proc_cpu_s "$rlpid")")
+	n0=$(q "SELECT coalesce(max(id), 0) FROM lat")
+	out=$(pgbench_b -n -c 2 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
+	record "$id.w2j_tps.$r" "$(pgbench_tps "$out")"
+	want=$(q "SELECT count(*) FROM lat WHERE id > $n0")
+	for _ in $(seq 600); do
+		[ "$(json_field "$(sink_get stats)" rows)" -ge "$want" ] && break
+		sleep 0.05
+	done
+	record "$id.w2j_cpu_s.$r" "$(calc "$(proc_cpu_s "$wspid") + $(proc_cpu_s "$rlpid") - $cpu0")"
+	lat=$(sink_get latency)
+	record "$id.w2j_rows.$r" "$(json_field "$lat" n)"
+	for k in p50 p95 p99 max; do
+		record "$id.w2j_${k}_ms.$r" "$(json_field "$lat" "${k}_ms")"
+	done
+	kill -INT "$rlpid" 2>/dev/null || true
+	sink_stop
+	for _ in $(seq 100); do
+		[ -z "$(q "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_lat'")" ] && break
+		sleep 0.05
+	done
+	q "SELECT pg_drop_replication_slot('bench_lat')" >/dev/null
+}
 
 scenario_4() {
-	local secs=$S4_SECS rate=1000 out lat f
-	log "== scenario 4: latency (steady $rate single-row txn/s for $secs s)"
+	local rate r c rates
+	IFS=, read -r -a rates <<<"$S4_RATES"
+	log "== scenario 4: latency (steady ${S4_RATES} single-row txn/s, $ROUNDS rounds of ${S4_SECS}s per consumer and rate)"
 	cluster_start s4
-	sink_start -l -c ts
 	psql_b -c "CREATE TABLE lat (id bigserial PRIMARY KEY, payload text NOT NULL,
 		ts timestamptz NOT NULL DEFAULT clock_timestamp())"
 	psql_b -c "CREATE PUBLICATION lat_pub FOR TABLE lat"
-	pipeline_create lat lat_pub
-	pipeline_wait_state lat streaming
-	f=$(script_file lat.sql <<'SQL'
+	script_file lat.sql >/dev/null <<'SQL'
 INSERT INTO lat (payload) VALUES ('latency probe row');
 SQL
-)
+	sink_start
+	pipeline_create lat lat_pub
+	pipeline_wait_state lat streaming
+	pipeline_disable lat
+	sink_stop
+	record s4.rates "$S4_RATES"
 	record s4.loadavg_before "$(loadavg)"
-	sink_get reset >/dev/null
-	local wpid cpu0
-	wpid=$(worker_pid lat)
-	cpu0=$(proc_cpu_s "$wpid")
-	out=$(pgbench_b -n -c 2 -j 2 --rate=$rate -T "$secs" -f "$f" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
-	record s4.worker_cpu_s "$(calc "$(proc_cpu_s "$wpid") - $cpu0")"
-	record s4.tps "$(pgbench_tps "$out")"
-	record s4.pgbench_lag_ms "$(sed -n 's/^rate limit schedule lag: avg \([0-9.]*\) .*/\1/p' <<<"$out")"
-	wait_drained lat "$(q "SELECT pg_current_wal_lsn()")"
-	lat=$(sink_get latency)
-	record s4.rows "$(json_field "$lat" n)"
-	record s4.requests "$(json_field "$lat" requests)"
-	local k
-	for k in p50 p90 p95 p99 p999 max; do
-		record "s4.${k}_ms" "$(json_field "$lat" "${k}_ms")"
+	for rate in "${rates[@]}"; do
+		for r in $(seq "$ROUNDS"); do
+			for c in $(round_order "$r" rep w2j); do
+				log "s4: $rate txn/s, round $r: $c"
+				"latency_round_$c" "$rate" "$r"
+			done
+		done
 	done
 	record s4.loadavg_after "$(loadavg)"
-	cp "$WORK/latency_samples.txt" "$OUTDIR/latency-samples-us.txt" 2>/dev/null || true
-	sink_stop
 	cluster_stop
 }
 

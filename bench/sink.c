@@ -1,7 +1,7 @@
 /*
  * bench/sink.c -- a fast HTTP sink for replicant's benchmarks.
  *
- *   sink -p PORT [-l] [-c COLUMN] [-o LATENCY_FILE]
+ *   sink -p PORT [-l] [-c COLUMN] [-o LATENCY_FILE] [-i]
  *
  * One thread, epoll, HTTP/1.1 keep-alive.  Every POST body is read in full
  * (Content-Length) and answered "204 No Content"; requests and bytes are
@@ -14,6 +14,13 @@
  * value (default column "ts") and stores arrival - ts per row.  Parsing is a
  * memmem() per value plus fixed-position digit reads, and only happens in
  * this mode.
+ *
+ * With -i (latency mode only) the rows come from standard input instead of
+ * POSTs: lines such as pg_recvlogical + wal2json writes to a pipe, each read
+ * stamped with its arrival time and scanned the same way (with -c value:
+ * wal2json format-version 2's {"name":"ts",...,"value":"<timestamptz>"}; a
+ * non-timestamp value is skipped).  The control requests still answer, so
+ * both consumers are measured by one program.
  *
  * Control requests (not counted):
  *   GET /stats    {"requests":N,"body_bytes":B,"rows":R,"last_arrival_us":T}
@@ -61,6 +68,10 @@ typedef struct Conn
 } Conn;
 
 static int	latency_mode = 0;
+static int	stdin_mode = 0;
+static char *stdin_buf;			/* -i: a line that has not fully arrived yet */
+static size_t stdin_have;
+#define STDIN_BUF (4 * 1024 * 1024)
 static const char *ts_column = "ts";
 static const char *latency_file = NULL;
 static char ts_needle[128];
@@ -75,6 +86,7 @@ static int64_t *samples;		/* per-row latency, microseconds */
 static size_t nsamples, samples_cap;
 
 static char discard_buf[DISCARD_SIZE];
+static Conn *stdin_conn;		/* -i: the epoll tag of standard input */
 
 static int64_t
 now_us(void)
@@ -443,6 +455,41 @@ on_readable(int ep, Conn *c)
 	}
 }
 
+/*
+ * -i: reads what standard input has, scans the complete lines and keeps a
+ * partial last line for the next read.  Returns 0 at end of input.
+ */
+static int
+on_stdin(void)
+{
+	for (;;)
+	{
+		ssize_t		n = read(0, stdin_buf + stdin_have, STDIN_BUF - stdin_have);
+		char	   *last;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return 1;
+		if (n <= 0)
+			return 0;
+		stat_last_arrival_us = now_us();
+		stat_requests++;
+		stat_body_bytes += n;
+		stdin_have += n;
+		last = memrchr(stdin_buf, '\n', stdin_have);
+		if (last == NULL)
+		{
+			if (stdin_have == STDIN_BUF)
+				stdin_have = 0;	/* a line longer than the buffer: skipped */
+			continue;
+		}
+		scan_latency(stdin_buf, last + 1 - stdin_buf, stat_last_arrival_us);
+		stdin_have -= last + 1 - stdin_buf;
+		memmove(stdin_buf, last + 1, stdin_have);
+	}
+}
+
 int
 main(int argc, char **argv)
 {
@@ -450,7 +497,7 @@ main(int argc, char **argv)
 	struct sockaddr_in addr;
 	struct epoll_event ev, events[MAX_EVENTS];
 
-	while ((opt = getopt(argc, argv, "p:lc:o:")) != -1)
+	while ((opt = getopt(argc, argv, "p:lc:o:i")) != -1)
 	{
 		switch (opt)
 		{
@@ -466,8 +513,11 @@ main(int argc, char **argv)
 			case 'o':
 				latency_file = optarg;
 				break;
+			case 'i':
+				stdin_mode = latency_mode = 1;
+				break;
 			default:
-				fprintf(stderr, "usage: sink -p PORT [-l] [-c COLUMN] [-o FILE]\n");
+				fprintf(stderr, "usage: sink -p PORT [-l] [-c COLUMN] [-o FILE] [-i]\n");
 				return 2;
 		}
 	}
@@ -495,6 +545,17 @@ main(int argc, char **argv)
 	ev.events = EPOLLIN;
 	ev.data.ptr = NULL;			/* NULL marks the listening socket */
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+	if (stdin_mode)
+	{
+		static Conn stdin_marker;	/* only its address marks standard input */
+
+		stdin_buf = malloc(STDIN_BUF);
+		fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+		ev.events = EPOLLIN;
+		ev.data.ptr = &stdin_marker;
+		epoll_ctl(ep, EPOLL_CTL_ADD, 0, &ev);
+		stdin_conn = &stdin_marker;
+	}
 	fprintf(stderr, "sink: listening on 127.0.0.1:%d%s\n", port,
 			latency_mode ? " (latency mode)" : "");
 
@@ -520,6 +581,11 @@ main(int argc, char **argv)
 					ev.data.ptr = c;
 					epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
 				}
+			}
+			else if (events[i].data.ptr == stdin_conn)
+			{
+				if (!on_stdin())
+					epoll_ctl(ep, EPOLL_CTL_DEL, 0, NULL);	/* the writer is gone */
 			}
 			else
 				on_readable(ep, (Conn *) events[i].data.ptr);

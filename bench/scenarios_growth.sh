@@ -1,0 +1,316 @@
+# bench/scenarios_growth.sh -- scenarios 8-10, sourced by bench/run: how far
+# catch-up is from the cheapest decoder (pgoutput), and how cost grows with
+# the number of pipelines and the size of a snapshot.
+
+# The single-row INSERT script of scenarios 8 and 9 (table: create_stream_table).
+small_insert_script() {
+	script_file "small_$1.sql" <<SQL
+\set k random(1, 1000000)
+INSERT INTO $1 (k, v, amount) VALUES (:k, 'customer ' || :k || ' ordered something', :k / 100.0);
+SQL
+}
+
+# Pipelines NAME1..NAMEn on PUB, created, started once, then disabled:
+# each keeps its slot's position while the workload runs.
+pipelines_create_disabled() { # PREFIX FIRST LAST PUB
+	local i
+	for i in $(seq "$2" "$3"); do
+		pipeline_create "$1$i" "$4"
+	done
+	for i in $(seq "$2" "$3"); do
+		pipeline_wait_state "$1$i" streaming
+		pipeline_disable "$1$i"
+	done
+}
+
+# ------------------------------------------------- 8: catch-up vs pgoutput --
+#
+# The issue's target 4: 200k single-row transactions; replicant's catch-up
+# beside the in-server decode-only limit of pgoutput over the same WAL:
+#   SELECT count(*) FROM pg_logical_slot_peek_binary_changes(slot, end, NULL,
+#          'proto_version', '1', 'publication_names', 'bench_pub')
+# on a slot created at the same point as replicant's.  A peek does not
+# consume, so one pgoutput slot serves every round; each replicant round has
+# its own pipeline.  The workload runs with synchronous_commit off (only the
+# WAL it leaves matters here).
+scenario_8() {
+	local n=$S8_TXNS r c t0 end last_end secs start_s cnt
+	log "== scenario 8: catch-up vs pgoutput decode-only ($n single-row txns, $ROUNDS rounds)"
+	cluster_start s8
+	sink_start
+	create_stream_table small
+	psql_b -c "CREATE PUBLICATION bench_pub FOR TABLE small"
+	bench_wait_setup
+	pipelines_create_disabled bench 1 "$ROUNDS" bench_pub
+	psql_b >/dev/null <<'SQL'
+SELECT pg_create_logical_replication_slot('bench_po', 'pgoutput');
+SELECT pg_create_logical_replication_slot('bench_td1', 'test_decoding');
+SQL
+	log "s8: workload"
+	PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -c 2 -j 2 -t $((n / 2)) -f "$(small_insert_script small)" >/dev/null 2>&1 ||
+		die "s8: workload failed"
+	end=$(workload_end_lsn)
+	last_end=$(last_commit_end "$end")
+	record s8.txns "$(q "SELECT count(*) FROM small")"
+	record s8.wal_bytes "$(q "SELECT pg_wal_lsn_diff('$end', confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name = 'bench_po'")"
+	q "CHECKPOINT" >/dev/null
+	record s8.loadavg_before "$(loadavg)"
+	for r in $(seq "$ROUNDS"); do
+		for c in $(round_order "$r" pgoutput rep); do
+			case $c in
+				pgoutput)
+					t0=$(now)
+					cnt=$(q "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('bench_po', '$end', NULL,
+						'proto_version', '1', 'publication_names', 'bench_pub')")
+					record "s8.pgoutput_s.$r" "$(since "$t0")"
+					record s8.pgoutput_messages "$cnt"
+					;;
+				rep)
+					read -r start_s secs <<<"$(pipeline_catchup "bench$r" "$last_end")"
+					[ -n "$secs" ] || die "s8: catch-up did not finish"
+					record "s8.replicant_s.$r" "$secs"
+					record "s8.replicant_start_s.$r" "$start_s"
+					record s8.replicant_changes "$(q "SELECT changes_delivered FROM replicant.status WHERE pipeline = 'bench$r'")"
+					pipeline_disable "bench$r"
+					;;
+			esac
+		done
+	done
+	record s8.loadavg_after "$(loadavg)"
+	sink_stop
+	cluster_stop
+}
+
+# ------------------------------------------------ 9: 1, 2, 4, 8 pipelines --
+#
+# (a) Catch-up: per round, a fresh workload of single-row transactions
+#     behind 1+2+4+8 disabled pipelines on one publication; then each group
+#     is enabled at once and timed until every pipeline of it acknowledged
+#     the last commit (groups in alternating order over the rounds).
+# (b) Source overhead: pgbench TPC-B-like (scale 10, 2 clients,
+#     synchronous_commit off, -M prepared) in slices with 0, 1, 2, 4, 8
+#     pipelines streaming (enabled and caught up before the slice), forward
+#     and backward order in alternate rounds; TPS and the summed CPU of the
+#     pipeline workers.
+# (c) The decode share of a worker's CPU: perf record (cpu-clock, DWARF call
+#     graphs) of one separate catch-up, each sample attributed by
+#     bench/decode_share.py to WAL decoding (what N pipelines could share),
+#     replicant's encoding, its own transactions, HTTP, or the rest.
+fanout_catchup_round() {
+	local r=$1 counts=("${@:2}") total=0 k i end last_end t0 list
+	for k in "${counts[@]}"; do total=$((total + k)); done
+	for k in "${counts[@]}"; do
+		pipelines_create_disabled "f${k}_" 1 "$k" fan_pub
+	done
+	[ "$r" = 1 ] && [ "$S9_PERF" = 1 ] && pipelines_create_disabled fperf 1 1 fan_pub
+	q "SELECT pg_create_logical_replication_slot('bench_td1', 'test_decoding')" >/dev/null
+	log "s9: round $r: workload of $S9_TXNS transactions behind $total pipelines"
+	PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -c 2 -j 2 -t $((S9_TXNS / 2)) -f "$WORK/small_fan.sql" >/dev/null 2>&1 ||
+		die "s9: workload failed"
+	end=$(workload_end_lsn)
+	last_end=$(last_commit_end "$end")
+	q "CHECKPOINT" >/dev/null
+	[ "$r" = 1 ] && record s9.wal_bytes "$(q "SELECT pg_wal_lsn_diff('$end', confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name = 'bench_td1'")"
+	if [ $((r % 2)) = 0 ]; then
+		counts=($(printf '%s\n' "${counts[@]}" | tac))
+	fi
+	for k in "${counts[@]}"; do
+		list=$(seq -f "'f${k}_%g'" 1 "$k" | paste -sd,)
+		t0=$(now)
+		psql_b -c "SELECT replicant.enable_pipeline(p) FROM unnest(ARRAY[$list]) p" >/dev/null
+		for i in $(seq "$k"); do
+			pipeline_wait_acked "f${k}_$i" "$last_end" >/dev/null
+		done
+		record "s9.catchup_${k}_s.$r" "$(since "$t0")"
+	done
+	if [ "$r" = 1 ] && [ "$S9_PERF" = 1 ]; then
+		decode_share_profile fperf1 "$last_end"
+	fi
+	psql_b -c "SELECT replicant.drop_pipeline(name) FROM replicant.pipelines" >/dev/null
+	q "SELECT pg_drop_replication_slot('bench_td1')" >/dev/null
+}
+
+# decode_share_profile PIPELINE LAST_END: the profile of (c).
+decode_share_profile() {
+	local pid t0 data="$WORK/perf-s9.data"
+	log "s9: perf profile of a separate 1-pipeline catch-up (decode share)"
+	# Machine-wide from before the worker exists; reported for its pid.
+	perf record -e cpu-clock -F 999 --call-graph dwarf,16384 -a -q -o "$data" >/dev/null 2>&1 &
+	local perf_pid=$!
+	sleep 0.5
+	psql_b -c "SELECT replicant.enable_pipeline('$1')" >/dev/null
+	for _ in $(seq 2000); do
+		pid=$(worker_pid "$1")
+		[ -n "$pid" ] && break
+		sleep 0.005
+	done
+	pipeline_wait_acked "$1" "$2" >/dev/null
+	kill -INT "$perf_pid" 2>/dev/null || true
+	wait "$perf_pid" 2>/dev/null || true
+	[ -n "$pid" ] || { log "s9: no worker pid for the profile"; return 0; }
+	perf script -i "$data" --pid "$pid" -F comm,pid,ip,sym,dso 2>/dev/null >"$WORK/perf-s9.script" || true
+	python3 "$BENCH_DIR/decode_share.py" "$WORK/perf-s9.script" "$OUTDIR/decode-share-s9-frames.txt" >"$WORK/decode_share.tsv" ||
+		log "s9: decode share: no profile"
+	while IFS=$'\t' read -r k v; do
+		[ -n "$k" ] && record "s9.share_$k" "$v"
+	done <"$WORK/decode_share.tsv"
+	cp "$WORK/decode_share.tsv" "$OUTDIR/decode-share-s9.tsv" 2>/dev/null || true
+	rm -f "$data"
+}
+
+# One slice of (b): NPIPES pipelines streaming, the others disabled.
+fanout_overhead_slice() {
+	local k=$1 r=$2 i out cpu0=0 cpu1=0 pids=()
+	for i in $(seq "$S9_MAX"); do
+		if [ "$i" -le "$k" ]; then
+			q "SELECT replicant.enable_pipeline('o$i')" >/dev/null
+		else
+			q "SELECT replicant.disable_pipeline('o$i')" >/dev/null
+		fi
+	done
+	for i in $(seq "$S9_MAX"); do
+		if [ "$i" -le "$k" ]; then
+			pipeline_wait_state "o$i" streaming
+			wait_drained "o$i" "$(q "SELECT pg_current_wal_lsn()")" >/dev/null
+			pids+=("$(worker_pid "o$i")")
+		else
+			pipeline_wait_state "o$i" disabled
+		fi
+	done
+	for i in "${pids[@]}"; do cpu0=$(calc "$cpu0 + $(proc_cpu_s "$i")"); done
+	out=$(PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -M prepared -c 2 -j 2 -T "$S9_SECS" 2>&1) ||
+		{ echo "$out" >&2; die "pgbench failed"; }
+	for i in "${pids[@]}"; do cpu1=$(calc "$cpu1 + $(proc_cpu_s "$i")"); done
+	record "s9.tps_${k}.$r" "$(pgbench_tps "$out")"
+	record "s9.txns_${k}.$r" "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")"
+	[ "$k" = 0 ] || record "s9.cpu_${k}_s.$r" "$(calc "$cpu1 - $cpu0")"
+}
+
+scenario_9() {
+	local counts r k order
+	IFS=, read -r -a counts <<<"$S9_COUNTS"
+	S9_MAX=0
+	for k in "${counts[@]}"; do [ "$k" -gt "$S9_MAX" ] && S9_MAX=$k; done
+	log "== scenario 9: $S9_COUNTS pipelines on one publication ($ROUNDS rounds)"
+	cluster_start s9
+	sink_start
+	record s9.counts "$S9_COUNTS"
+	create_stream_table fan
+	psql_b -c "CREATE PUBLICATION fan_pub FOR TABLE fan"
+	small_insert_script fan >/dev/null
+	bench_wait_setup
+	record s9.loadavg_before "$(loadavg)"
+	for r in $(seq "$ROUNDS"); do
+		fanout_catchup_round "$r" "${counts[@]}"
+	done
+
+	log "s9: source overhead, pgbench scale 10 with 0, $S9_COUNTS pipelines"
+	pgbench_b -i -q -s 10 >/dev/null 2>&1 || die "pgbench -i failed"
+	psql_b -c "CREATE PUBLICATION pgbench_pub FOR TABLE pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history"
+	pipelines_create_disabled o 1 "$S9_MAX" pgbench_pub
+	PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -M prepared -c 2 -j 2 -T 3 >/dev/null 2>&1
+	psql_b -c "VACUUM ANALYZE" -c "CHECKPOINT"
+	for r in $(seq "$ROUNDS"); do
+		order="0 ${counts[*]}"
+		[ $((r % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$order" | tac | paste -sd' ')
+		for k in $order; do
+			fanout_overhead_slice "$k" "$r"
+		done
+	done
+	record s9.loadavg_after "$(loadavg)"
+	sink_stop
+	cluster_stop
+}
+
+# ------------------------------------------- 10: snapshot size and memory --
+#
+# Initial snapshot (1 worker) of the scenario-3 table at each size, beside
+# COPY t TO '/dev/null', interleaved; the peak memory (VmHWM, the kernel's
+# high-water mark of the resident set) of every replicant process of the
+# snapshot, sampled from /proc/PID/status until each exits, and of the
+# largest one's private part (RssAnon).
+hwm_sampler() { # FILE: until killed, "max VmHWM kB, max RssAnon kB" of replicant's workers
+	local out=$1 peak=0 anon=0 pid h a
+	echo "0 0" >"$out"
+	while :; do
+		for pid in $(pgrep -f '^postgres: replicant (pipeline|snapshot) '); do
+			read -r h a < <(awk '/^VmHWM:/ {h = $2} /^RssAnon:/ {a = $2} END {print h + 0, a + 0}' \
+				"/proc/$pid/status" 2>/dev/null) || continue
+			[ "$h" -gt "$peak" ] && peak=$h
+			[ "$a" -gt "$anon" ] && anon=$a
+		done
+		echo "$peak $anon" >"$out"
+		sleep 0.05
+	done
+}
+
+snapshot_size_rounds() {
+	local n=$1 r c t0 inner sampler hwm anon
+	log "s10: $n rows"
+	psql_b <<SQL
+DROP PUBLICATION IF EXISTS snap_pub;
+DROP TABLE IF EXISTS snap;
+CREATE TABLE snap (id bigint PRIMARY KEY, n int, s text, ts timestamptz, amount numeric(12,2), doc jsonb);
+INSERT INTO snap
+SELECT g, (g * 7) % 100000, 'name ' || md5(g::text),
+       timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second',
+       (g % 100000) / 100.0,
+       jsonb_build_object('k', g, 'tag', 'tag' || (g % 100), 'ok', g % 2 = 0)
+  FROM generate_series(1, $n) g;
+VACUUM (FREEZE, ANALYZE) snap;
+CHECKPOINT;
+CREATE PUBLICATION snap_pub FOR TABLE snap;
+SQL
+	record "s10.$n.table_bytes" "$(q "SELECT pg_table_size('snap')")"
+	q "SELECT count(*) FROM snap" >/dev/null
+	for r in $(seq "$ROUNDS"); do
+		for c in $(round_order "$r" rep copy); do
+			case $c in
+				rep)
+					sink_get reset >/dev/null
+					hwm_sampler "$WORK/s10.mem" &
+					sampler=$!
+					t0=$(now)
+					psql_b -c "SELECT replicant.create_pipeline('snap$r', 'snap_pub', 'http://127.0.0.1:$SINK_PORT/',
+						snapshot => 'initial', snapshot_workers => 1,
+						batch_max_bytes => $BATCH_BYTES, batch_max_transactions => $BATCH_TXNS)" >/dev/null
+					inner=$(psql_b -c "CALL bench_wait_snapshot('snap$r')" 2>&1 | sed -n 's/.*BENCH //p')
+					[ -n "$inner" ] || die "s10: snapshot did not finish"
+					record "s10.$n.replicant_s.$r" "$(since "$t0")"
+					record "s10.$n.replicant_inner_s.$r" "$inner"
+					sleep 0.1
+					kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
+					read -r hwm anon <"$WORK/s10.mem" || true
+					record "s10.$n.vmhwm_kb.$r" "${hwm:-0}"
+					record "s10.$n.rssanon_kb.$r" "${anon:-0}"
+					record "s10.$n.rows_done" "$(q "SELECT sum(rows_done) FROM replicant.backfill_status WHERE pipeline = 'snap$r'")"
+					psql_b -c "SELECT replicant.drop_pipeline('snap$r')" >/dev/null
+					;;
+				copy)
+					t0=$(now)
+					q "COPY snap TO '/dev/null'" >/dev/null
+					record "s10.$n.copy_s.$r" "$(since "$t0")"
+					;;
+			esac
+		done
+	done
+}
+
+scenario_10() {
+	local sizes n
+	sizes=$S10_ROWS
+	[ "$S10_BIG" = 1 ] && sizes="$sizes,$([ "$QUICK" = 1 ] && echo 1000000 || echo 20000000)"
+	log "== scenario 10: snapshot time and worker memory at $sizes rows ($ROUNDS rounds)"
+	cluster_start s10
+	sink_start
+	bench_wait_snapshot_setup
+	record s10.sizes "$sizes"
+	record s10.loadavg_before "$(loadavg)"
+	IFS=, read -r -a sizes <<<"$sizes"
+	for n in "${sizes[@]}"; do
+		snapshot_size_rounds "$n"
+	done
+	record s10.loadavg_after "$(loadavg)"
+	sink_stop
+	cluster_stop
+}
