@@ -274,94 +274,13 @@ def build(r):
             rs = [a / b for a, b in zip(rep_c, w2j_c) if b]
             add(t, "consumer CPU per 1,000 txns (worker)", fmt(1000 * med(rep_c), "ms", 1),
                 "walsender + pg_recvlogical", fmt(1000 * med(w2j_c), "ms", 1),
-                f"{fmt(med(rs), '×')} ({fmt(min(rs), '', 2)}–{fmt(max(rs), '', 2)})" if rs else "–",
+                f"{fmt(med(rs), '×')} ({fmt(min(rs), '', 2)}–{fmt(max(rs), '', 2)}, {len(rs)} rounds)" if rs else "–",
                 "≤ 0.5×", met(max(rs) if rs else None, "<=", 0.5))
         info(t, "rows / POSTs / achieved rate (replicant rounds)",
              f"{fmt(sum(r.reps(f'{k}.rep_rows')))} / {fmt(sum(r.reps(f'{k}.rep_requests')))} / "
              f"{fmt(med(r.reps(f'{k}.rep_tps')), 'tps')}",
              f"p95 {spread(r.reps(f'{k}.rep_p95_ms'), 'ms')}, max {spread(r.reps(f'{k}.rep_max_ms'), 'ms')}; "
              f"wal2json max {spread(r.reps(f'{k}.w2j_max_ms'), 'ms')}")
-
-    # ---- scenario 7
-    if r.reps("s7.snap_rep_s"):
-        t = "7 ClickHouse"
-        n, m = r.num("s7.rows"), r.num("s7.backlog_rows")
-        for what, count, label in (("snap", n, "initial snapshot, 1 worker"),
-                                   ("stream", m, f"streamed backlog ({r.get('s7.backlog_txn_rows')}-row txns)")):
-            rep_s, cli_s = med(r.reps(f"s7.{what}_rep_s")), med(r.reps(f"s7.{what}_client_s"))
-            add(t, f"{label}, {fmt(count)} rows", fmt(count / rep_s if rep_s else None, "row/s"),
-                "clickhouse-client, same rows from a JSONEachRow file",
-                fmt(count / cli_s if cli_s else None, "row/s"),
-                ratio_spread(r, f"s7.{what}_client_s", f"s7.{what}_rep_s"), "(report)", "")
-        info(t, "server / JSONEachRow file of the snapshot",
-             f"{r.get('s7.clickhouse')} / {fmt((r.num('s7.snap_json_bytes') or 0) / 1e6, 'MB')}",
-             f"backlog: {fmt(r.num('s7.stream_requests'))} requests of one pipeline")
-
-    # ---- scenario 8
-    if r.reps("s8.replicant_s"):
-        t = "8 catch-up vs pgoutput"
-        n = r.num("s8.txns")
-        rep_s, po_s = med(r.reps("s8.replicant_s")), med(r.reps("s8.pgoutput_s"))
-        add(t, f"replicant catch-up, {fmt(n)} single-row txns", fmt(n / rep_s if rep_s else None, "txn/s"),
-            "pgoutput decode-only peek, count(*)", fmt(n / po_s if po_s else None, "txn/s"),
-            ratio_spread(r, "s8.pgoutput_s", "s8.replicant_s"), "≥ 1.0×",
-            met(min(ratios(r, "s8.pgoutput_s", "s8.replicant_s"), default=None), ">=", 1.0))
-        info(t, "WAL / pgoutput messages / worker start (in the time)",
-             f"{fmt((r.num('s8.wal_bytes') or 0) / 1e6, 'MB')} / {fmt(r.num('s8.pgoutput_messages'))} / "
-             f"{spread(r.reps('s8.replicant_start_s'), 's')}", "times: replicant "
-             + spread(r.reps("s8.replicant_s"), "s") + ", pgoutput " + spread(r.reps("s8.pgoutput_s"), "s"))
-
-    # ---- scenario 9
-    counts = [x for x in (r.get("s9.counts") or "").split(",") if x]
-    if counts and r.reps(f"s9.catchup_{counts[0]}_s"):
-        t = "9 N pipelines"
-        base = counts[0]
-        for k in counts:
-            s = med(r.reps(f"s9.catchup_{k}_s"))
-            add(t, f"catch-up of {k} pipeline(s), one publication", fmt(s, "s", 2),
-                f"{base} pipeline", fmt(med(r.reps(f"s9.catchup_{base}_s")), "s", 2),
-                ratio_spread(r, f"s9.catchup_{k}_s", f"s9.catchup_{base}_s", "time ×"),
-                "(linear: N×, ÷ cores)", "")
-        for k in counts:
-            w = med(r.reps(f"s9.tps_{k}"))
-            cpu = [1000 * c / x for c, x in zip_rounds(r, f"s9.cpu_{k}_s", f"s9.txns_{k}") if x]
-            add(t, f"pgbench TPS with {k} pipeline(s) streaming", fmt(w, "tps"), "no pipeline",
-                fmt(med(r.reps("s9.tps_0")), "tps"), ratio_spread(r, f"s9.tps_{k}", "s9.tps_0", "×", invert=False),
-                "≥ 0.97×", met(med(ratios(r, f"s9.tps_{k}", "s9.tps_0", invert=False)), ">=", 0.97))
-            info(t, f"{k} pipeline(s): summed worker CPU per 1,000 source txns",
-                 fmt(1000 * med(cpu), "ms", 1) if cpu else "–", "user + system, /proc, all workers")
-        if r.num("s9.share_samples"):
-            info(t, "one worker's catch-up CPU by kind (perf, cpu-clock, DWARF stacks)",
-                 ", ".join(f"{k} {r.get(f's9.share_{k}_pct')} %" for k in
-                           ("decode", "encode", "txn", "http", "other")),
-                 f"{fmt(r.num('s9.share_samples'))} samples; decode = what N pipelines could share "
-                 "(bench/decode_share.py; frames: bench/out/decode-share-s9-frames.txt)")
-
-    # ---- scenario 10
-    sizes = [x for x in (r.get("s10.sizes") or "").split(",") if x]
-    for n in sizes:
-        if not r.reps(f"s10.{n}.replicant_s"):
-            continue
-        t = "10 snapshot size"
-        nn = float(n)
-        rep_s, copy_s = med(r.reps(f"s10.{n}.replicant_s")), med(r.reps(f"s10.{n}.copy_s"))
-        add(t, f"snapshot of {fmt(nn)} rows, 1 worker ({fmt(rep_s, 's', 1)})", fmt(nn / rep_s, "row/s"),
-            "COPY t TO '/dev/null'", fmt(nn / copy_s if copy_s else None, "row/s"),
-            ratio_spread(r, f"s10.{n}.copy_s", f"s10.{n}.replicant_s"), "≥ 0.7×",
-            met(min(ratios(r, f"s10.{n}.copy_s", f"s10.{n}.replicant_s"), default=None), ">=", 0.7))
-        hwm = max(r.reps(f"s10.{n}.vmhwm_kb"), default=None)
-        anon = max(r.reps(f"s10.{n}.rssanon_kb"), default=None)
-        add(t, f"worker peak memory, {fmt(nn)} rows: VmHWM (RssAnon {fmt(anon / 1024 if anon else None, 'MiB')})",
-            fmt(hwm / 1024 if hwm else None, "MiB"), "table size",
-            fmt((r.num(f"s10.{n}.table_bytes") or 0) / 2**20, "MiB"), "–", "(report)", "")
-        info(t, f"{fmt(nn)} rows: snapshot times, create_pipeline -> done / first backfill start -> done",
-             f"{spread(r.reps(f's10.{n}.replicant_s'), 's')} / {spread(r.reps(f's10.{n}.replicant_inner_s'), 's')}",
-             "the second is the workers' own clock (no worker start)")
-    if len(sizes) > 1 and all(r.reps(f"s10.{n}.replicant_s") for n in sizes):
-        a, b = sizes[0], sizes[-1]
-        growth = med(r.reps(f"s10.{b}.replicant_s")) / med(r.reps(f"s10.{a}.replicant_s"))
-        info("10 snapshot size", f"time {b} rows / time {a} rows", fmt(growth, "×"),
-             f"linear would be {fmt(float(b) / float(a), '×')}")
 
     # ---- scenario 5
     if r.num("s5.worker_vmhwm_kb") is not None:
@@ -415,6 +334,87 @@ def build(r):
                  f"{fmt(total, 's', 1)} = {fmt(100 * total / (n_with * slice_s), '% of a core')}",
                  f"{fmt(1e6 * total / (w * n_with * slice_s), 'µs', 0)} per source transaction (user + system, /proc)")
         info(t, "load average before / after", f"{r.get('s6.loadavg_before')} / {r.get('s6.loadavg_after')}", "1-minute")
+
+    # ---- scenario 7
+    if r.reps("s7.snap_rep_s"):
+        t = "7 ClickHouse"
+        n, m = r.num("s7.rows"), r.num("s7.backlog_rows")
+        for what, count, label in (("snap", n, "initial snapshot, 1 worker"),
+                                   ("stream", m, f"streamed backlog ({r.get('s7.backlog_txn_rows')}-row txns)")):
+            rep_s, cli_s = med(r.reps(f"s7.{what}_rep_s")), med(r.reps(f"s7.{what}_client_s"))
+            add(t, f"{label}, {fmt(count)} rows", fmt(count / rep_s if rep_s else None, "row/s"),
+                "clickhouse-client, same rows from a JSONEachRow file",
+                fmt(count / cli_s if cli_s else None, "row/s"),
+                ratio_spread(r, f"s7.{what}_client_s", f"s7.{what}_rep_s"), "(report)", "")
+        info(t, "server / JSONEachRow file of the snapshot",
+             f"{r.get('s7.clickhouse')} / {fmt((r.num('s7.snap_json_bytes') or 0) / 1e6, 'MB')}",
+             f"backlog: {fmt(r.num('s7.stream_requests'), digits=0)} requests of one pipeline")
+
+    # ---- scenario 8
+    if r.reps("s8.replicant_s"):
+        t = "8 catch-up vs pgoutput"
+        n = r.num("s8.txns")
+        rep_s, po_s = med(r.reps("s8.replicant_s")), med(r.reps("s8.pgoutput_s"))
+        add(t, f"replicant catch-up, {fmt(n)} single-row txns", fmt(n / rep_s if rep_s else None, "txn/s"),
+            "pgoutput decode-only peek, count(*)", fmt(n / po_s if po_s else None, "txn/s"),
+            ratio_spread(r, "s8.pgoutput_s", "s8.replicant_s"), "≥ 1.0×",
+            met(min(ratios(r, "s8.pgoutput_s", "s8.replicant_s"), default=None), ">=", 1.0))
+        info(t, "WAL / pgoutput messages / worker start (in the time)",
+             f"{fmt((r.num('s8.wal_bytes') or 0) / 1e6, 'MB')} / {fmt(r.num('s8.pgoutput_messages'))} / "
+             f"{spread(r.reps('s8.replicant_start_s'), 's')}", "times: replicant "
+             + spread(r.reps("s8.replicant_s"), "s") + ", pgoutput " + spread(r.reps("s8.pgoutput_s"), "s"))
+
+    # ---- scenario 9
+    counts = [x for x in (r.get("s9.counts") or "").split(",") if x]
+    if counts and r.reps(f"s9.catchup_{counts[0]}_s"):
+        t = "9 N pipelines"
+        base = counts[0]
+        for k in counts:
+            s = med(r.reps(f"s9.catchup_{k}_s"))
+            add(t, f"catch-up of {k} pipeline(s), one publication", fmt(s, "s", 2),
+                f"{base} pipeline", fmt(med(r.reps(f"s9.catchup_{base}_s")), "s", 2),
+                ratio_spread(r, f"s9.catchup_{k}_s", f"s9.catchup_{base}_s", "time ×"),
+                "(linear: N×, ÷ cores)", "")
+        for k in counts:
+            w = med(r.reps(f"s9.tps_{k}"))
+            cpu = [1000 * c / x for c, x in zip_rounds(r, f"s9.cpu_{k}_s", f"s9.txns_{k}") if x]
+            add(t, f"pgbench TPS with {k} pipeline(s) streaming", fmt(w, "tps"), "no pipeline",
+                fmt(med(r.reps("s9.tps_0")), "tps"), ratio_spread(r, f"s9.tps_{k}", "s9.tps_0", "×", invert=False),
+                "≥ 0.97×", met(med(ratios(r, f"s9.tps_{k}", "s9.tps_0", invert=False)), ">=", 0.97))
+            info(t, f"{k} pipeline(s): summed worker CPU per 1,000 source txns",
+                 fmt(1000 * med(cpu), "ms", 1) if cpu else "–", "user + system, /proc, all workers")
+        if r.num("s9.share_samples"):
+            info(t, "one worker's catch-up CPU by kind (perf, cpu-clock, DWARF stacks)",
+                 ", ".join(f"{k} {r.get(f's9.share_{k}_pct')} %" for k in
+                           ("decode", "encode", "txn", "http", "other")),
+                 f"{fmt(r.num('s9.share_samples'), digits=0)} samples; decode = what N pipelines could share "
+                 "(bench/decode_share.py; frames: bench/out/decode-share-s9-frames.txt)")
+
+    # ---- scenario 10
+    sizes = [x for x in (r.get("s10.sizes") or "").split(",") if x]
+    for n in sizes:
+        if not r.reps(f"s10.{n}.replicant_s"):
+            continue
+        t = "10 snapshot size"
+        nn = float(n)
+        rep_s, copy_s = med(r.reps(f"s10.{n}.replicant_s")), med(r.reps(f"s10.{n}.copy_s"))
+        add(t, f"snapshot of {fmt(nn)} rows, 1 worker ({fmt(rep_s, 's', 1)})", fmt(nn / rep_s, "row/s"),
+            "COPY t TO '/dev/null'", fmt(nn / copy_s if copy_s else None, "row/s"),
+            ratio_spread(r, f"s10.{n}.copy_s", f"s10.{n}.replicant_s"), "≥ 0.7×",
+            met(min(ratios(r, f"s10.{n}.copy_s", f"s10.{n}.replicant_s"), default=None), ">=", 0.7))
+        hwm = max(r.reps(f"s10.{n}.vmhwm_kb"), default=None)
+        anon = max(r.reps(f"s10.{n}.rssanon_kb"), default=None)
+        add(t, f"worker peak memory, {fmt(nn)} rows: VmHWM (RssAnon {fmt(anon / 1024 if anon else None, 'MiB')})",
+            fmt(hwm / 1024 if hwm else None, "MiB"), "table size",
+            fmt((r.num(f"s10.{n}.table_bytes") or 0) / 2**20, "MiB"), "–", "(report)", "")
+        info(t, f"{fmt(nn)} rows: snapshot times, create_pipeline -> done / first backfill start -> done",
+             f"{spread(r.reps(f's10.{n}.replicant_s'), 's')} / {spread(r.reps(f's10.{n}.replicant_inner_s'), 's')}",
+             "the second is the workers' own clock (no worker start)")
+    if len(sizes) > 1 and all(r.reps(f"s10.{n}.replicant_s") for n in sizes):
+        a, b = sizes[0], sizes[-1]
+        growth = med(r.reps(f"s10.{b}.replicant_s")) / med(r.reps(f"s10.{a}.replicant_s"))
+        info("10 snapshot size", f"time at {fmt(float(b))} rows / at {fmt(float(a))} rows", fmt(growth, "×"),
+             f"linear would be {fmt(float(b) / float(a), '×')}")
 
     return rows, extra, notes
 
@@ -523,13 +523,18 @@ def main():
         f"- command: `{meta('command').strip()}`, started {meta('started')}, took {fmt(float(meta('total_s')) / 60 if meta('total_s') != '?' else None, 'min', 1)}",
         f"- machine: {meta('cpus')}, {meta('mem_gb')} GB RAM, kernel {meta('kernel')}",
         f"- {meta('server')}; replicant {meta('replicant')} (replicant.so {meta('replicant_so')}; repository HEAD {meta('git_head')}); wal2json {meta('wal2json')}",
-        f"- sizes: {meta('sizes')}; repetitions: {meta('reps')} (best time used)",
+        f"- sizes: {meta('sizes')}; repetitions: {meta('reps')} (scenarios 1-3, best time used); "
+        f"interleaved rounds: {meta('rounds')} (scenarios 4, 7-10)",
         f"- replicant pipelines: {meta('batch')} (replicant's defaults), catch-up method",
         f"- load average (1/5/15 min) at start: {meta('loadavg_start')}; at end: {meta('loadavg_end')}",
         "",
         "## Targets",
         "",
-        "Ratio = replicant's rate / the anchor's rate (for scenario 6: TPS with / without).",
+        "Ratio = replicant's rate / the anchor's rate (for scenarios 6 and 9's TPS: with / without "
+        "pipelines; for scenario 4: replicant's latency or CPU / wal2json's, lower is better; for "
+        "scenario 9's catch-up: time with N pipelines / with one). Where rounds are interleaved "
+        "(scenarios 4, 7-10) each ratio is the median of the per-round ratios, with their min–max; "
+        "a latency, pgoutput or snapshot target is marked met only if every round meets it.",
         "",
         md_table(header, rows),
         "",

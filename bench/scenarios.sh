@@ -1,4 +1,5 @@
-# bench/scenarios.sh -- the six benchmark scenarios, sourced by bench/run.
+# bench/scenarios.sh -- scenarios 1-6 and the sink alone, sourced by bench/run
+# (7: scenarios_clickhouse.sh; 8-10: scenarios_growth.sh).
 #
 # Each scenario starts its own throwaway cluster (lib.sh cluster_start),
 # measures, and only calls record KEY VALUE; bench/report.py computes the
@@ -185,13 +186,7 @@ scenario_1() {
 	cluster_start s1
 	sink_start
 	create_stream_table small
-	local f
-	f=$(script_file small.sql <<'SQL'
-\set k random(1, 1000000)
-INSERT INTO small (k, v, amount) VALUES (:k, 'customer ' || :k || ' ordered something', :k / 100.0);
-SQL
-)
-	stream_scenario s1 small -n -c 2 -j 2 -t "$per" -f "$f"
+	stream_scenario s1 small -n -c 2 -j 2 -t "$per" -f "$(small_insert_script small)"
 	sink_stop
 	cluster_stop
 }
@@ -219,20 +214,22 @@ SQL
 
 # snapshot_memory_sampler FILE: until killed, samples the replicant
 # pipeline and snapshot workers every 0.05 s and keeps in FILE the largest
-# VmRSS and RssAnon (kB) any one of them had.  VmRSS counts the shared
-# buffers a worker touched (the table itself, read through shared memory);
-# RssAnon is the worker's private memory.
+# VmRSS, RssAnon and VmHWM (kB) any one of them had.  VmRSS counts the
+# shared buffers a worker touched (the table itself, read through shared
+# memory); RssAnon is the worker's private memory; VmHWM is the kernel's own
+# high-water mark of VmRSS (so it also catches a peak between two samples).
 snapshot_memory_sampler() {
-	local out=$1 peak_rss=0 peak_anon=0 pid rss anon
-	echo "0 0" >"$out"
+	local out=$1 peak_rss=0 peak_anon=0 peak_hwm=0 pid rss anon hwm
+	echo "0 0 0" >"$out"
 	while :; do
 		for pid in $(pgrep -f '^postgres: replicant (pipeline|snapshot) '); do
-			read -r rss anon < <(awk '/^VmRSS:/ {r = $2} /^RssAnon:/ {a = $2} END {print r + 0, a + 0}' \
-				"/proc/$pid/status" 2>/dev/null) || continue
+			read -r rss anon hwm < <(awk '/^VmRSS:/ {r = $2} /^RssAnon:/ {a = $2} /^VmHWM:/ {h = $2}
+				END {print r + 0, a + 0, h + 0}' "/proc/$pid/status" 2>/dev/null) || continue
 			[ "$rss" -gt "$peak_rss" ] && peak_rss=$rss
 			[ "$anon" -gt "$peak_anon" ] && peak_anon=$anon
+			[ "$hwm" -gt "$peak_hwm" ] && peak_hwm=$hwm
 		done
-		echo "$peak_rss $peak_anon" >"$out"
+		echo "$peak_rss $peak_anon $peak_hwm" >"$out"
 		sleep 0.05
 	done
 }
@@ -288,7 +285,7 @@ SQL
 			inner=$(psql_b -c "CALL bench_wait_snapshot('snap${w}_$r')" 2>&1 | sed -n 's/.*BENCH //p')
 			kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
 			[ -n "$inner" ] || die "s3: snapshot did not finish"
-			read -r rss anon <"$WORK/s3.mem.${w}w.$r" || true
+			read -r rss anon _ <"$WORK/s3.mem.${w}w.$r" || true
 			record "s3.peak_rss_kb_${w}w.$r" "${rss:-0}"
 			record "s3.peak_anon_kb_${w}w.$r" "${anon:-0}"
 			record "s3.replicant_${w}w_s.$r" "$(since "$t0")"
@@ -361,7 +358,7 @@ SQL
 
 # ----------------------------------------------------------- 4: latency --
 #
-# Commit-to-consumer latency at steady rates of single-row INSERTs (2
+# Commit-to-consumer latency at steady rates of single-row INSERTs (4
 # clients, pgbench --rate), each rate in ROUNDS interleaved rounds of
 # replicant (the C sink answers at once, 204) and pg_recvlogical + wal2json
 # format-version 2 (its output piped into the same sink program, -i).  Per
@@ -380,7 +377,7 @@ latency_round_rep() {
 	sink_get reset >/dev/null
 	wpid=$(worker_pid lat)
 	cpu0=$(proc_cpu_s "$wpid")
-	out=$(pgbench_b -n -c 2 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
+	out=$(pgbench_b -n -c 4 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
 	record "$id.rep_cpu_s.$r" "$(calc "$(proc_cpu_s "$wpid") - $cpu0")"
 	record "$id.rep_tps.$r" "$(pgbench_tps "$out")"
 	wait_drained lat "$(q "SELECT pg_current_wal_lsn()")" >/dev/null
@@ -417,7 +414,7 @@ latency_round_w2j() {
 	sink_get reset >/dev/null
 	cpu0=$(calc "$(proc_cpu_s "$wspid") + $(proc_cpu_s "$rlpid")")
 	n0=$(q "SELECT coalesce(max(id), 0) FROM lat")
-	out=$(pgbench_b -n -c 2 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
+	out=$(pgbench_b -n -c 4 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
 	record "$id.w2j_tps.$r" "$(pgbench_tps "$out")"
 	want=$(q "SELECT count(*) FROM lat WHERE id > $n0")
 	for _ in $(seq 600); do

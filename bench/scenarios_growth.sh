@@ -2,7 +2,7 @@
 # catch-up is from the cheapest decoder (pgoutput), and how cost grows with
 # the number of pipelines and the size of a snapshot.
 
-# The single-row INSERT script of scenarios 8 and 9 (table: create_stream_table).
+# The single-row INSERT script of scenarios 1, 8 and 9 (table: create_stream_table).
 small_insert_script() {
 	script_file "small_$1.sql" <<SQL
 \set k random(1, 1000000)
@@ -206,7 +206,10 @@ scenario_9() {
 
 	log "s9: source overhead, pgbench scale 10 with 0, $S9_COUNTS pipelines"
 	pgbench_b -i -q -s 10 >/dev/null 2>&1 || die "pgbench -i failed"
-	psql_b -c "CREATE PUBLICATION pgbench_pub FOR TABLE pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history"
+	# (pgbench_history only gets inserts; REPLICA IDENTITY FULL spares each
+	# create_pipeline the warning about a table without one.)
+	psql_b -c "ALTER TABLE pgbench_history REPLICA IDENTITY FULL" \
+		-c "CREATE PUBLICATION pgbench_pub FOR TABLE pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history"
 	pipelines_create_disabled o 1 "$S9_MAX" pgbench_pub
 	PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -M prepared -c 2 -j 2 -T 3 >/dev/null 2>&1
 	psql_b -c "VACUUM ANALYZE" -c "CHECKPOINT"
@@ -227,23 +230,8 @@ scenario_9() {
 # Initial snapshot (1 worker) of the scenario-3 table at each size, beside
 # COPY t TO '/dev/null', interleaved; the peak memory (VmHWM, the kernel's
 # high-water mark of the resident set) of every replicant process of the
-# snapshot, sampled from /proc/PID/status until each exits, and of the
-# largest one's private part (RssAnon).
-hwm_sampler() { # FILE: until killed, "max VmHWM kB, max RssAnon kB" of replicant's workers
-	local out=$1 peak=0 anon=0 pid h a
-	echo "0 0" >"$out"
-	while :; do
-		for pid in $(pgrep -f '^postgres: replicant (pipeline|snapshot) '); do
-			read -r h a < <(awk '/^VmHWM:/ {h = $2} /^RssAnon:/ {a = $2} END {print h + 0, a + 0}' \
-				"/proc/$pid/status" 2>/dev/null) || continue
-			[ "$h" -gt "$peak" ] && peak=$h
-			[ "$a" -gt "$anon" ] && anon=$a
-		done
-		echo "$peak $anon" >"$out"
-		sleep 0.05
-	done
-}
-
+# snapshot, sampled from /proc/PID/status until each exits, and the largest
+# private part (RssAnon) -- scenario 3's sampler.
 snapshot_size_rounds() {
 	local n=$1 r c t0 inner sampler hwm anon
 	log "s10: $n rows"
@@ -268,7 +256,7 @@ SQL
 			case $c in
 				rep)
 					sink_get reset >/dev/null
-					hwm_sampler "$WORK/s10.mem" &
+					snapshot_memory_sampler "$WORK/s10.mem" &
 					sampler=$!
 					t0=$(now)
 					psql_b -c "SELECT replicant.create_pipeline('snap$r', 'snap_pub', 'http://127.0.0.1:$SINK_PORT/',
@@ -280,7 +268,7 @@ SQL
 					record "s10.$n.replicant_inner_s.$r" "$inner"
 					sleep 0.1
 					kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
-					read -r hwm anon <"$WORK/s10.mem" || true
+					read -r _ anon hwm <"$WORK/s10.mem" || true
 					record "s10.$n.vmhwm_kb.$r" "${hwm:-0}"
 					record "s10.$n.rssanon_kb.$r" "${anon:-0}"
 					record "s10.$n.rows_done" "$(q "SELECT sum(rows_done) FROM replicant.backfill_status WHERE pipeline = 'snap$r'")"
