@@ -286,10 +286,15 @@ anchor_slots_drop() {
 # After the workload: the end LSN, plus a little WAL past it (a
 # non-transactional logical message), so that pg_recvlogical sees a record
 # beyond --endpos and exits at once instead of waiting for a keepalive.
+# The insert position, not pg_current_wal_lsn() (the write position): after
+# a workload with synchronous_commit off the last commits may not be written
+# yet.  Returns once that WAL is flushed (the WAL writer's job, within a few
+# wal_writer_delay), because the SQL decoding functions read only flushed WAL.
 workload_end_lsn() {
 	local e
-	e=$(q "SELECT pg_current_wal_lsn()")
+	e=$(q "SELECT pg_current_wal_insert_lsn()")
 	q "SELECT pg_logical_emit_message(false, 'bench', 'end')" >/dev/null
+	psql_b -c "DO \$\$ BEGIN WHILE pg_current_wal_flush_lsn() < '$e' LOOP PERFORM pg_sleep(0.01); END LOOP; END \$\$" >/dev/null
 	echo "$e"
 }
 

@@ -28,54 +28,72 @@ pipelines_create_disabled() { # PREFIX FIRST LAST PUB
 # The issue's target 4: 200k single-row transactions; replicant's catch-up
 # beside the in-server decode-only limit of pgoutput over the same WAL:
 #   SELECT count(*) FROM pg_logical_slot_peek_binary_changes(slot, end, NULL,
-#          'proto_version', '1', 'publication_names', 'bench_pub')
+#          'proto_version', '1', 'publication_names', PUB)
 # on a slot created at the same point as replicant's.  A peek does not
 # consume, so one pgoutput slot serves every round; each replicant round has
-# its own pipeline.  The workload runs with synchronous_commit off (only the
-# WAL it leaves matters here).
-scenario_8() {
-	local n=$S8_TXNS r c t0 end last_end secs start_s cnt
-	log "== scenario 8: catch-up vs pgoutput decode-only ($n single-row txns, $ROUNDS rounds)"
-	cluster_start s8
-	sink_start
-	create_stream_table small
-	psql_b -c "CREATE PUBLICATION bench_pub FOR TABLE small"
-	bench_wait_setup
-	pipelines_create_disabled bench 1 "$ROUNDS" bench_pub
-	psql_b >/dev/null <<'SQL'
+# its own pipeline.  Then the same for bulk transactions (1M rows in 100
+# transactions, informational).  Workloads run with synchronous_commit off
+# (only the WAL they leave matters here).
+#
+# pgoutput_rounds ID TABLE COUNT_KIND PGBENCH_ARGS...
+pgoutput_rounds() {
+	local id=$1 table=$2 kind=$3 r c t0 end last_end secs start_s cnt
+	shift 3
+	create_stream_table "$table"
+	psql_b -c "CREATE PUBLICATION ${id}_pub FOR TABLE $table"
+	pipelines_create_disabled "${id}_" 1 "$ROUNDS" "${id}_pub"
+	psql_b >/dev/null <<SQL
 SELECT pg_create_logical_replication_slot('bench_po', 'pgoutput');
 SELECT pg_create_logical_replication_slot('bench_td1', 'test_decoding');
 SQL
-	log "s8: workload"
-	PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -c 2 -j 2 -t $((n / 2)) -f "$(small_insert_script small)" >/dev/null 2>&1 ||
-		die "s8: workload failed"
+	log "$id: workload: pgbench $*"
+	PGB_OPTIONS="-c synchronous_commit=off" pgbench_b "$@" >/dev/null 2>&1 || die "$id: workload failed"
 	end=$(workload_end_lsn)
 	last_end=$(last_commit_end "$end")
-	record s8.txns "$(q "SELECT count(*) FROM small")"
-	record s8.wal_bytes "$(q "SELECT pg_wal_lsn_diff('$end', confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name = 'bench_po'")"
+	record "$id.$kind" "$(q "SELECT count(*) FROM $table")"
+	record "$id.wal_bytes" "$(q "SELECT pg_wal_lsn_diff('$end', confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name = 'bench_po'")"
 	q "CHECKPOINT" >/dev/null
-	record s8.loadavg_before "$(loadavg)"
+	record "$id.loadavg_before" "$(loadavg)"
 	for r in $(seq "$ROUNDS"); do
 		for c in $(round_order "$r" pgoutput rep); do
 			case $c in
 				pgoutput)
 					t0=$(now)
 					cnt=$(q "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('bench_po', '$end', NULL,
-						'proto_version', '1', 'publication_names', 'bench_pub')")
-					record "s8.pgoutput_s.$r" "$(since "$t0")"
-					record s8.pgoutput_messages "$cnt"
+						'proto_version', '1', 'publication_names', '${id}_pub')")
+					record "$id.pgoutput_s.$r" "$(since "$t0")"
+					record "$id.pgoutput_messages" "$cnt"
 					;;
 				rep)
-					read -r start_s secs <<<"$(pipeline_catchup "bench$r" "$last_end")"
-					[ -n "$secs" ] || die "s8: catch-up did not finish"
-					record "s8.replicant_s.$r" "$secs"
-					record "s8.replicant_start_s.$r" "$start_s"
-					record s8.replicant_changes "$(q "SELECT changes_delivered FROM replicant.status WHERE pipeline = 'bench$r'")"
-					pipeline_disable "bench$r"
+					read -r start_s secs <<<"$(pipeline_catchup "${id}_$r" "$last_end")"
+					[ -n "$secs" ] || die "$id: catch-up did not finish"
+					record "$id.replicant_s.$r" "$secs"
+					record "$id.replicant_start_s.$r" "$start_s"
+					record "$id.replicant_changes" "$(q "SELECT changes_delivered FROM replicant.status WHERE pipeline = '${id}_$r'")"
+					pipeline_disable "${id}_$r"
 					;;
 			esac
 		done
 	done
+	psql_b -c "SELECT replicant.drop_pipeline(name) FROM replicant.pipelines" >/dev/null
+	q "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('bench_po', 'bench_td1')" >/dev/null
+}
+
+scenario_8() {
+	local n=$S8_TXNS rows=$S8_BULK_ROWS txn_rows=10000 f
+	log "== scenario 8: catch-up vs pgoutput decode-only ($n single-row txns; $rows rows in $txn_rows-row txns; $ROUNDS rounds)"
+	cluster_start s8
+	sink_start
+	bench_wait_setup
+	pgoutput_rounds s8 small txns -n -c 2 -j 2 -t $((n / 2)) -f "$(small_insert_script small)"
+	if [ "$rows" -gt 0 ]; then
+		f=$(script_file bulk8.sql <<SQL
+INSERT INTO bulk (k, v, amount)
+SELECT g, 'customer ' || g || ' ordered something', g / 100.0 FROM generate_series(1, $txn_rows) g;
+SQL
+)
+		pgoutput_rounds s8b bulk rows -n -c 2 -j 2 -t $((rows / txn_rows / 2)) -f "$f"
+	fi
 	record s8.loadavg_after "$(loadavg)"
 	sink_stop
 	cluster_stop
