@@ -150,7 +150,7 @@ fanout_catchup_round() {
 
 # decode_share_profile PIPELINE LAST_END: the profile of (c).
 decode_share_profile() {
-	local pid t0 data="$WORK/perf-s9.data"
+	local pid data="$WORK/perf-s9.data"
 	log "s9: perf profile of a separate 1-pipeline catch-up (decode share)"
 	# Machine-wide from before the worker exists; reported for its pid.
 	perf record -e cpu-clock -F 999 --call-graph dwarf,16384 -a -q -o "$data" >/dev/null 2>&1 &
@@ -176,9 +176,11 @@ decode_share_profile() {
 	rm -f "$data"
 }
 
-# One slice of (b): NPIPES pipelines streaming, the others disabled.
+# fanout_overhead_slice K R: one slice of (b), pipelines o1..oK streaming,
+# the others disabled.  The workers' CPU is read once they have caught up
+# with the slice, so that what they do after it ends is counted too.
 fanout_overhead_slice() {
-	local k=$1 r=$2 i out cpu0=0 cpu1=0 pids=()
+	local k=$1 r=$2 i out cpu0=0 cpu1=0 end pids=()
 	for i in $(seq "$S9_MAX"); do
 		if [ "$i" -le "$k" ]; then
 			q "SELECT replicant.enable_pipeline('o$i')" >/dev/null
@@ -198,6 +200,8 @@ fanout_overhead_slice() {
 	for i in "${pids[@]}"; do cpu0=$(calc "$cpu0 + $(proc_cpu_s "$i")"); done
 	out=$(PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -M prepared -c 2 -j 2 -T "$S9_SECS" 2>&1) ||
 		{ echo "$out" >&2; die "pgbench failed"; }
+	end=$(q "SELECT pg_current_wal_insert_lsn()")
+	for i in $(seq "$k"); do wait_drained "o$i" "$end" >/dev/null; done
 	for i in "${pids[@]}"; do cpu1=$(calc "$cpu1 + $(proc_cpu_s "$i")"); done
 	record "s9.tps_${k}.$r" "$(pgbench_tps "$out")"
 	record "s9.txns_${k}.$r" "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")"
