@@ -120,11 +120,6 @@ def ratio_spread(r, key_a, key_b, unit="×", invert=False):
     return f"{fmt(med(vals), unit, 2)} ({fmt(min(vals), '', 2)}–{fmt(max(vals), '', 2)}, {len(vals)} rounds)"
 
 
-def S4_secs(r):
-    m = re.search(r"s4=(\d+)s", r.get("meta.sizes") or "")
-    return float(m.group(1)) if m else 10.0
-
-
 def build(r):
     rows = []      # the target table
     extra = []     # informational rows
@@ -267,8 +262,8 @@ def build(r):
                 ratio_spread(r, f"{k}.rep_{pk}_ms", f"{k}.w2j_{pk}_ms"),
                 f"≤ {target} ms", met(max(r.reps(f"{k}.rep_{pk}_ms")), "<=", target))
         # CPU per 1,000 transactions: the worker vs walsender + pg_recvlogical.
-        per_k = lambda c: [1000 * cpu / (tps * S4_secs(r)) for cpu, tps in
-                           zip_rounds(r, f"{k}.{c}_cpu_s", f"{k}.{c}_tps")]
+        per_k = lambda c: [1000 * cpu / rows for cpu, rows in
+                           zip_rounds(r, f"{k}.{c}_cpu_s", f"{k}.{c}_rows") if rows]
         rep_c, w2j_c = per_k("rep"), per_k("w2j")
         if rep_c and w2j_c:
             rs = [a / b for a, b in zip(rep_c, w2j_c) if b]
