@@ -20,6 +20,13 @@ says what the work is for:
   http        libcurl and the kernel's socket/TCP path
   other       anything else (waiting, scheduling, unattributed frames)
 
+Debian's postgres binary keeps only its exported symbols: static functions
+(most of the reorder buffer's replay, ReorderBufferProcessTXN and friends)
+show as [unknown] and decide nothing, so their samples are decided by the
+next named frame -- typically xact_decode, which replays a transaction at its
+commit record.  Frames perf marks "(inlined)" are skipped the same way and
+decided by the function they were inlined into.
+
 Prints "key<TAB>value" lines: <kind>_pct, samples.  TOP_FILE, if given,
 gets each kind's 12 most frequent deciding frames (what to look at).
 """

@@ -153,7 +153,7 @@ decode_share_profile() {
 	local pid data="$WORK/perf-s9.data"
 	log "s9: perf profile of a separate 1-pipeline catch-up (decode share)"
 	# Machine-wide from before the worker exists; reported for its pid.
-	perf record -e cpu-clock -F 999 --call-graph dwarf,16384 -a -q -o "$data" >/dev/null 2>&1 &
+	perf record -e cpu-clock -F 1999 --call-graph dwarf,16384 -a -q -o "$data" >/dev/null 2>&1 &
 	local perf_pid=$!
 	sleep 0.5
 	psql_b -c "SELECT replicant.enable_pipeline('$1')" >/dev/null
