@@ -130,7 +130,7 @@ fanout_catchup_round() {
 	q "CHECKPOINT" >/dev/null
 	[ "$r" = 1 ] && record s9.wal_bytes "$(q "SELECT pg_wal_lsn_diff('$end', confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name = 'bench_td1'")"
 	if [ $((r % 2)) = 0 ]; then
-		counts=($(printf '%s\n' "${counts[@]}" | tac))
+		mapfile -t counts < <(printf '%s\n' "${counts[@]}" | tac)
 	fi
 	for k in "${counts[@]}"; do
 		list=$(seq -f "'f${k}_%g'" 1 "$k" | paste -sd,)
