@@ -120,19 +120,20 @@ batch_full(ReplicantBatch *batch, int max_txns, uint64 max_bytes)
 }
 
 /*
- * Where reading may go on to: further than end_of_wal if more WAL was
- * flushed since and the linger, counted from the start of the read, has not
- * run out.  Returns end_of_wal when the reader is done.
+ * At *end_of_wal: moves it on if more WAL was flushed meanwhile (the worker
+ * is behind) and the linger, counted from the start of the read, has not
+ * run out.  Returns false when reading is done.
  */
-static XLogRecPtr
-extend_end_of_wal(XLogRecPtr end_of_wal, TimestampTz linger_until)
+static bool
+more_flushed(XLogRecPtr *end_of_wal, TimestampTz linger_until)
 {
 	XLogRecPtr flushed = GetFlushRecPtr(NULL);
 
-	if (flushed <= end_of_wal || GetCurrentTimestamp() >= linger_until)
-		return end_of_wal;
+	if (flushed <= *end_of_wal || GetCurrentTimestamp() >= linger_until)
+		return false;
 	replicant_wait_for_standby_confirmation(flushed);
-	return flushed;
+	*end_of_wal = flushed;
+	return true;
 }
 
 bool
@@ -161,8 +162,7 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	decoder->caches_historic = true;
 	PG_TRY();
 	{
-		while (ctx->reader->EndRecPtr < end_of_wal ||
-			   ctx->reader->EndRecPtr < (end_of_wal = extend_end_of_wal(end_of_wal, linger_until)))
+		while (ctx->reader->EndRecPtr < end_of_wal || more_flushed(&end_of_wal, linger_until))
 		{
 			XLogRecord *record;
 			char *errm = NULL;
