@@ -8,6 +8,11 @@
  * plugin for each committed transaction.  Reading stops at the end of
  * flushed WAL or when the batch is full; the next call continues from the
  * same reader position, so nothing is decoded twice.
+ *
+ * Where flushed WAL ends is looked up again whenever the reader gets
+ * there: while commits keep flushing (the worker is behind), the batch
+ * keeps growing, for at most replicant.batch_linger; the first time the
+ * reader finds nothing more, the batch goes out at once.
  */
 #include "postgres.h"
 
@@ -114,13 +119,32 @@ batch_full(ReplicantBatch *batch, int max_txns, uint64 max_bytes)
 	return batch->ntxns >= max_txns || replicant_batch_size(batch) >= max_bytes;
 }
 
+/*
+ * At *end_of_wal: moves it on if more WAL was flushed meanwhile (the worker
+ * is behind) and the linger, counted from the start of the read, has not
+ * run out.  Returns false when reading is done.
+ */
+static bool
+more_flushed(XLogRecPtr *end_of_wal, TimestampTz linger_until)
+{
+	XLogRecPtr flushed = GetFlushRecPtr(NULL);
+
+	if (flushed <= *end_of_wal || GetCurrentTimestamp() >= linger_until)
+		return false;
+	replicant_wait_for_standby_confirmation(flushed);
+	*end_of_wal = flushed;
+	return true;
+}
+
 bool
-replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes)
+replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes,
+					   int linger_ms)
 {
 	LogicalDecodingContext *ctx = decoder->ctx;
 	ResourceOwner saved_owner = CurrentResourceOwner;
 	MemoryContext saved_context = CurrentMemoryContext;
 	XLogRecPtr end_of_wal = GetFlushRecPtr(NULL);
+	TimestampTz linger_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), linger_ms);
 	bool at_end = true;
 
 	replicant_wait_for_standby_confirmation(end_of_wal);
@@ -138,7 +162,7 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	decoder->caches_historic = true;
 	PG_TRY();
 	{
-		while (ctx->reader->EndRecPtr < end_of_wal)
+		while (ctx->reader->EndRecPtr < end_of_wal || more_flushed(&end_of_wal, linger_until))
 		{
 			XLogRecord *record;
 			char *errm = NULL;

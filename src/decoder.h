@@ -26,11 +26,13 @@ extern ReplicantDecoder *replicant_decoder_start(ReplicantPipeline *pipeline,
 
 /*
  * Decodes flushed WAL into the batch until the end of flushed WAL, a halt,
- * or the batch holding max_txns transactions or max_bytes bytes.  Returns
- * true when it stopped at the end of flushed WAL.
+ * or the batch holding max_txns transactions or max_bytes bytes.  WAL
+ * flushed while it reads is read too, for linger_ms at most (0: only what
+ * was flushed when it began).  Returns true when it stopped at the end of
+ * flushed WAL.
  */
 extern bool replicant_decoder_read(ReplicantDecoder *decoder, int max_txns,
-								   uint64 max_bytes);
+								   uint64 max_bytes, int linger_ms);
 
 /*
  * Call before a transaction that reads published tables (a backfill

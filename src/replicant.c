@@ -33,10 +33,10 @@ replicant_define_settings(void)
 							PGC_SIGHUP, GUC_UNIT_KB,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("replicant.batch_linger",
-							"Shortest time between the starts of two batches while changes keep arriving.",
-							"A commit after a quiet spell is sent at once; under load, commits arriving within this time share one request.",
+							"Longest time a batch keeps taking in newly flushed WAL while the worker is behind.",
+							"A batch is sent as soon as decoding finds no more flushed WAL; while more keeps coming, it grows for at most this long, within the batch limits. 0: a batch takes only the WAL flushed when its decoding began.",
 							&replicant_batch_linger_ms,
-							5, 0, 1000,
+							5, 0, 60000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 }

@@ -10,9 +10,13 @@
  *	2. POST the batch (sink_http.c), retrying with backoff until a 2xx;
  *	3. commit the checkpoint row (checkpoint.c);
  *	4. only then confirm the batch's end to the slot (decoder.c);
- *	5. sleep on the latch until a commit in this database wakes it; under
- *	   load, first linger so that the commits of a few milliseconds share
- *	   one request.
+ *	5. sleep on the latch until a commit in this database wakes it, unless
+ *	   one already has.
+ *
+ * Batching adapts to the load without waiting for it: a commit on an idle
+ * pipeline goes out at once, while the commits made during a request, or
+ * flushed faster than they are decoded, share the next one (for at most
+ * replicant.batch_linger of reading, within the batch limits).
  *
  * A crash between 2 and 3 re-delivers that batch once; nothing is ever
  * confirmed before the sink acknowledged it.  Conditions that would make
@@ -150,7 +154,8 @@ read_or_halt(Worker *w)
 	PG_TRY();
 	{
 		at_end = replicant_decoder_read(w->decoder, w->pipeline->batch_max_transactions,
-										(uint64) w->pipeline->batch_max_bytes);
+										(uint64) w->pipeline->batch_max_bytes,
+										replicant_batch_linger_ms);
 	}
 	PG_CATCH();
 	{
@@ -434,24 +439,6 @@ deliver_batch(Worker *w)
 	replicant_batch_reset(w->batch);
 }
 
-/*
- * Under load, lets commits gather until replicant.batch_linger after the
- * cycle that delivered began, instead of paying a request, a checkpoint
- * commit and a WAL flush per commit: that CPU would come out of the
- * workload's share.  A commit after a quiet spell still goes out at once.
- * The latch is not waited on (commits set it); a shutdown waits at most
- * the linger.
- */
-static void
-linger_after(TimestampTz cycle_start)
-{
-	long elapsed_ms = (long) ((GetCurrentTimestamp() - cycle_start) / 1000);
-
-	if (elapsed_ms < replicant_batch_linger_ms)
-		(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 replicant_batch_linger_ms - elapsed_ms, PG_WAIT_EXTENSION);
-}
-
 static void
 load_pipeline(Worker *w, int32 pipeline_id)
 {
@@ -638,8 +625,6 @@ static bool
 stream_cycle(Worker *w)
 {
 	bool at_end;
-	bool delivered = false;
-	TimestampTz cycle_start;
 	List *messages;
 	ReplicantChunk *chunk;
 
@@ -652,7 +637,6 @@ stream_cycle(Worker *w)
 	replicant_delivery_stop_if_requested(w->slot);
 	replicant_delivery_reload_config();
 
-	cycle_start = GetCurrentTimestamp();
 	at_end = read_or_halt(w);
 	if (replicant_decoder_halt_reason(w->decoder))
 		replicant_delivery_halt_at(w->slot, w->pipeline,
@@ -660,10 +644,7 @@ stream_cycle(Worker *w)
 								   replicant_decoder_halt_lsn(w->decoder));
 
 	if (w->batch->ntxns > 0)
-	{
 		deliver_batch(w);
-		delivered = true;
-	}
 	messages = replicant_decoder_take_messages(w->decoder);
 	if (messages != NIL)
 	{
@@ -687,11 +668,7 @@ stream_cycle(Worker *w)
 		confirm(w, replicant_decoder_read_upto(w->decoder));
 	}
 
-	if (!at_end)
-		return false;
-	if (delivered)
-		linger_after(cycle_start);
-	return true;
+	return at_end;
 }
 
 /* Sleeps until a commit sets the latch, or WAL inserted may have been flushed. */
