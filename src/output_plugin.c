@@ -298,6 +298,7 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 	memset(record, 0, sizeof(ReplicantChange));
 	record->op = op;
 	record->relation = &info->relation;
+	record->desc = desc;
 	describe_txn(&rows->txn, txn);
 	record->txn = &rows->txn;
 	record->index = state->txn_changes++;

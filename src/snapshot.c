@@ -1110,6 +1110,9 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	MemoryContext row_context;
 	MemoryContext window_context = CurrentMemoryContext;
 	WindowResult opened;
+	/* the stream delivers nothing before the snapshot is done */
+	XLogRecPtr consistent_point =
+		replicant_slot_confirmed_flush(replicant_pipeline_slot_name(pipeline->name));
 
 	*rows = 0;
 	opened = begin_window(snapshot_name, shard, &rel, new_relfilenode);
@@ -1156,6 +1159,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 									  values, nulls, key_columns, whole_row, columns);
 			record.backfill_id = shard->backfill_id;
+			record.read_lsn = consistent_point;
 			resetStringInfo(&change);
 			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);
