@@ -276,5 +276,36 @@ like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE
 is($ch->select_rows('SELECT count() AS c FROM replica.plain WHERE n = 2')->[0]{c}, 0,
 	'... and nothing of that update reaches ClickHouse');
 
+# Bad data on the snapshot and the backfill path: the halt names the table too.
+$node->safe_psql('postgres', q{
+CREATE TABLE badsnap (id int PRIMARY KEY, v text);
+CREATE PUBLICATION pub_badsnap FOR TABLE badsnap;
+INSERT INTO badsnap VALUES (1, 'snapshot' || ' value');
+CREATE TABLE badfill (id int PRIMARY KEY, v text);
+CREATE PUBLICATION pub_badfill FOR TABLE badfill;
+INSERT INTO badfill VALUES (1, 'backfill' || ' value');
+});
+$ch->query_ok("CREATE TABLE replica.$_ (id Int32, v UInt8, _version UInt64, _deleted UInt8) ENGINE = ReplacingMergeTree(_version) ORDER BY id")
+  foreach qw(badsnap badfill);
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('ch_badsnap', ARRAY['pub_badsnap'], '$sink_url', snapshot => 'initial', format => 'clickhouse')");
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'ch_badsnap'"),
+	'a snapshot row the target cannot take halts the pipeline');
+like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'ch_badsnap'"),
+	qr/^sink rejected snapshot batch: HTTP \d+, error code \d+ \(table "badsnap"\)$/,
+	'... naming the code and the table');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('ch_badfill', ARRAY['pub_badfill'], '$sink_url', format => 'clickhouse')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'ch_badfill'"),
+	'a pipeline without snapshot streams');
+$node->safe_psql('postgres', "SELECT replicant.backfill('ch_badfill', 'badfill')");
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'ch_badfill'"),
+	'a backfill row the target cannot take halts the pipeline');
+like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'ch_badfill'"),
+	qr/^sink rejected backfill batch: HTTP \d+, error code \d+ \(table "badfill"\)$/,
+	'... naming the code and the table');
+unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile), qr/snapshot value|backfill value/,
+	'neither value is in a log line');
+
 $ch->stop;
 done_testing();
