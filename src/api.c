@@ -961,6 +961,57 @@ warn_tables_leaving_toast_out(List *relids, const char *format)
 }
 
 /*
+ * Format 'clickhouse' names each target after its table, without the
+ * schema: refuse two published tables of one name, which would mix their
+ * rows in one target.
+ */
+static void
+check_targets_distinct(List *relids, const char *format)
+{
+	Oid argtypes[1] = {OIDARRAYOID};
+	Datum args[1];
+
+	if (relids == NIL || strcmp(format, "clickhouse") != 0)
+		return;
+	args[0] = PointerGetDatum(oid_array(relids));
+	if (SPI_execute_with_args("SELECT n1.nspname, c1.relname, n2.nspname"
+							  "  FROM pg_catalog.pg_class c1"
+							  "  JOIN pg_catalog.pg_class c2 ON c2.relname OPERATOR(pg_catalog.=) c1.relname"
+							  "   AND c2.oid OPERATOR(pg_catalog.>) c1.oid"
+							  "  JOIN pg_catalog.pg_namespace n1 ON n1.oid OPERATOR(pg_catalog.=) c1.relnamespace"
+							  "  JOIN pg_catalog.pg_namespace n2 ON n2.oid OPERATOR(pg_catalog.=) c2.relnamespace"
+							  " WHERE c1.oid OPERATOR(pg_catalog.=) ANY ($1) AND c2.oid OPERATOR(pg_catalog.=) ANY ($1)"
+							  " ORDER BY 1, 2, 3 LIMIT 1",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list published tables");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tables \"%s.%s\" and \"%s.%s\" would both go to ClickHouse table `%s`",
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3),
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2)),
+				 errdetail("Format \"clickhouse\" names each target after its table, without the schema."),
+				 errhint("Publish only one of them to this pipeline.")));
+}
+
+/* The format pipeline id delivers in. */
+static char *
+pipeline_format(int32 id)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(id)};
+
+	if (SPI_execute_with_args("SELECT format FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read replicant.pipelines");
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
+/*
  * Saves the shape of every published table as the pipeline starts, so that
  * a destructive change made before the table's first streamed change halts
  * the pipeline too (publication.c compares later versions with it).
@@ -1013,6 +1064,8 @@ check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
 	if (o->given[OPT_FORMAT] &&
 		replicant_format_lookup(TextDatumGetCString(o->values[OPT_FORMAT]))->whole_rows)
 		warn_tables_leaving_toast_out(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
+	if (o->given[OPT_FORMAT])
+		check_targets_distinct(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	lock_pipeline_name(name);
 	/* Not read-only: a fresh snapshot sees a creator we waited for. */
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
@@ -1276,6 +1329,13 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 																				 ref.publications,
 																			 true),
 									  TextDatumGetCString(o.values[OPT_FORMAT]));
+	if (o.given[OPT_FORMAT] || o.given[OPT_PUBLICATION])
+		check_targets_distinct(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
+																		  DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
+																		  ref.publications,
+																	  true),
+							   o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
+													 pipeline_format(ref.id));
 	replicant_catalog_leave(&s);
 	stop_worker_and_wait(ref.id);
 

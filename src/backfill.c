@@ -715,6 +715,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 									  values, isnull, key_columns, whole_row, columns);
 			record.backfill_id = b->id;
+			record.read_lsn = chunk->low_watermark;
 			resetStringInfo(&change);
 			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);
@@ -758,7 +759,7 @@ snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	replicant_catalog_begin(access);
 
 	/* Before the chunk's snapshot exists: changes after it open the window. */
-	(void) replicant_chunk_write_watermark(chunk, false);
+	chunk->low_watermark = replicant_chunk_write_watermark(chunk, false);
 
 	/* Read as the pipeline's owner, as the stream would. */
 	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);

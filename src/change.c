@@ -47,6 +47,7 @@ replicant_change_from_row(ReplicantChange *change, const ReplicantRelation *rela
 	memset(change, 0, sizeof(ReplicantChange));
 	change->op = REPLICANT_OP_READ;
 	change->relation = relation;
+	change->desc = desc;
 	change->key = key;
 	change->new_row = new_row;
 }

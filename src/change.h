@@ -51,10 +51,15 @@ typedef struct ReplicantChange
 {
 	ReplicantOp op;
 	const ReplicantRelation *relation;
+	TupleDesc desc;          /* the row's columns (NULL for a truncate), for
+								 * a format that writes by type */
 	const ReplicantTxn *txn; /* its commit; NULL for a read */
 	int64 index;             /* among its transaction's decoded changes,
 								 * from 0; 0 for a read */
 	int64 backfill_id;       /* a read: the snapshot or backfill's id */
+	XLogRecPtr read_lsn;     /* a read: where in WAL its snapshot stands
+								 * (the slot's consistent point, a backfill
+								 * chunk's low watermark); else 0 */
 	StringInfo key;          /* the replica identity's columns, an object */
 	StringInfo new_row;      /* the row after the change, an object */
 	StringInfo old_row;      /* the row or key before it, an object */
@@ -76,7 +81,7 @@ typedef struct ReplicantMessage
  * SELECT * skips dropped columns, so the row's values are lined up with the
  * relation's attributes in values/nulls (natts long), and keys and values
  * encode exactly as the stream's do.  key and new_row receive the encoded
- * fields the change points to; the caller sets backfill_id.  columns are
+ * fields the change points to; the caller sets backfill_id and read_lsn.  columns are
  * the published ones (NULL: all); the key is not limited by them.
  */
 extern void replicant_change_from_row(ReplicantChange *change,

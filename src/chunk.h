@@ -51,8 +51,9 @@ typedef struct ReplicantChunk
 	HTAB *by_key; /* key hash -> list of row indexes */
 	List *next_cursor_key;
 	int64 next_block;
-	int64 position;          /* where the chunk starts, for webhook-ids */
-	TransactionId snap_xmin; /* the chunk's snapshot */
+	int64 position;           /* where the chunk starts, for webhook-ids */
+	XLogRecPtr low_watermark; /* the end of its low watermark's record */
+	TransactionId snap_xmin;  /* the chunk's snapshot */
 	TransactionId snap_xmax;
 	TransactionId *snap_xip;
 	int snap_xcnt;

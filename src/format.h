@@ -48,6 +48,13 @@ typedef struct ReplicantFormat
 	 */
 	bool (*code_is_final)(int code);
 
+	/*
+	 * A value-free reason why the stream cannot deliver relation, which
+	 * has a change to deliver (another relation took its target), or NULL.
+	 * NULL callback: every relation can be delivered.
+	 */
+	const char *(*refuse_relation)(const ReplicantRelation *relation);
+
 	/* Written between two changes, two transactions or two messages. */
 	const char *separator;
 

@@ -11,9 +11,16 @@
  * in one INSERT, in the order of its changes; ClickHouse keeps the last row
  * of the most recent insert among equal versions, so the transaction's
  * last change of the key wins, and a re-sent batch changes nothing.  A
- * snapshot or backfill row has _version 0: a stream change of its key is
- * never older than the read (the stream starts at the snapshot's point, a
- * backfill chunk drops rows the stream changed inside its window).
+ * snapshot or backfill row's version is where its read stands in WAL
+ * (change.h's read_lsn): the slot's consistent point for the initial
+ * snapshot, which the stream starts at (a commit right at it has an equal
+ * version and is inserted later, so it wins); a backfill chunk's low
+ * watermark, since the chunk drops its rows of every key the stream
+ * changes between its watermarks, and commits on either side are below or
+ * above both.
+ *
+ * json and jsonb values are written as JSON strings holding their text:
+ * 18.16 has no JSON type and reads a String column only from a string.
  *
  * A batch stores one record per change, tagged with its target so that a
  * request can read one table's rows out of the batch's single byte stream:
@@ -28,6 +35,9 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "encoder.h"
@@ -208,12 +218,101 @@ count_list(const char *list)
 	return n;
 }
 
-/* object (without its closing brace) then the version and deleted flag */
+/*
+ * The names of desc's json and jsonb columns (domains over them too), as
+ * comma-separated JSON strings like an unchanged list; "" when none.
+ */
+static char *
+json_columns(TupleDesc desc)
+{
+	StringInfoData names;
+	int i;
+
+	initStringInfo(&names);
+	for (i = 0; desc && i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Oid type;
+
+		if (att->attisdropped)
+			continue;
+		type = getBaseType(att->atttypid);
+		if (type != JSONOID && type != JSONBOID)
+			continue;
+		if (names.len > 0)
+			appendStringInfoChar(&names, ',');
+		replicant_encode_string(&names, NameStr(att->attname));
+	}
+	return names.data;
+}
+
+/* Appends the UTF-8 JSON text value[0..len) as a JSON string. */
+static void
+append_quoted(StringInfo out, const char *value, size_t len)
+{
+	size_t i;
+
+	appendStringInfoChar(out, '"');
+	for (i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) value[i];
+
+		if (c == '"' || c == '\\')
+		{
+			appendStringInfoChar(out, '\\');
+			appendStringInfoChar(out, c);
+		}
+		else if (c < ' ')
+			appendStringInfo(out, "\\u%04x", c);
+		else
+			appendStringInfoChar(out, c);
+	}
+	appendStringInfoChar(out, '"');
+}
+
+/*
+ * The object with the values of the json columns named in names written
+ * as JSON strings holding their text: ClickHouse 18.16 has no JSON type
+ * and reads a String column only from a string.  A null stays null.
+ */
+static StringInfo
+json_as_strings(StringInfo object, const char *names)
+{
+	StringInfo out;
+	const char *p;
+
+	if (object == NULL || names[0] == '\0' || object->data[0] != '{')
+		return object;
+	out = makeStringInfo();
+	appendStringInfoChar(out, '{');
+	for (p = object->data + 1; *p == '"';)
+	{
+		const char *name_end = skip_string(p);
+		const char *value = name_end + 1;
+		const char *value_end = skip_value(value);
+
+		if (out->len > 1)
+			appendStringInfoChar(out, ',');
+		appendBinaryStringInfo(out, p, value - p);
+		if (in_list(names, p, name_end - p) && strncmp(value, "null", 4) != 0)
+			append_quoted(out, value, value_end - value);
+		else
+			appendBinaryStringInfo(out, value, value_end - value);
+		p = *value_end == ',' ? value_end + 1 : value_end;
+	}
+	appendStringInfoChar(out, '}');
+	return out;
+}
+
+/*
+ * object (without its closing brace) then the version and deleted flag.
+ * A read's version is where its snapshot stands in WAL.
+ */
 static void
 append_row(StringInfo out, const ReplicantChange *change, StringInfo object,
 		   bool deleted)
 {
-	XLogRecPtr version = change->txn ? change->txn->commit_lsn : 0;
+	XLogRecPtr version = change->txn ? change->txn->commit_lsn : change->read_lsn;
 
 	appendBinaryStringInfo(out, object->data, object->len - 1);
 	if (change->op == REPLICANT_OP_UPDATE && !deleted &&
@@ -261,9 +360,16 @@ end_record(StringInfo out, int length_at)
  * old key, in the same transaction, so the new row wins if the key stayed.
  */
 static void
-render_change(StringInfo out, const char *pipeline, const ReplicantChange *change)
+render_change(StringInfo out, const char *pipeline, const ReplicantChange *original)
 {
 	int length_at;
+	char *names = json_columns(original->desc);
+	ReplicantChange converted = *original;
+	const ReplicantChange *change = &converted;
+
+	converted.key = json_as_strings(original->key, names);
+	converted.new_row = json_as_strings(original->new_row, names);
+	converted.old_row = json_as_strings(original->old_row, names);
 
 	if (change->op == REPLICANT_OP_READ)
 	{
@@ -566,6 +672,46 @@ snapshot_end(StringInfo out)
 }
 
 /*
+ * Targets are named by table alone: two tables of one name in different
+ * schemas would mix their rows.  create_pipeline and alter_pipeline refuse
+ * such publications; this catches a pair a publication change brings later,
+ * once both have changes in this process.
+ */
+typedef struct TargetOwner
+{
+	char table[NAMEDATALEN]; /* hash key */
+	char schema[NAMEDATALEN];
+} TargetOwner;
+
+static const char *
+refuse_relation(const ReplicantRelation *relation)
+{
+	static HTAB *owners = NULL;
+	char key[NAMEDATALEN];
+	TargetOwner *owner;
+	bool found;
+
+	if (owners == NULL)
+	{
+		HASHCTL ctl;
+
+		ctl.keysize = NAMEDATALEN;
+		ctl.entrysize = sizeof(TargetOwner);
+		owners = hash_create("replicant clickhouse targets", 64, &ctl, HASH_ELEM | HASH_STRINGS);
+	}
+	memset(key, 0, sizeof(key));
+	strlcpy(key, relation->table, NAMEDATALEN);
+	owner = hash_search(owners, key, HASH_ENTER, &found);
+	if (!found)
+		strlcpy(owner->schema, relation->schema, NAMEDATALEN);
+	else if (strcmp(owner->schema, relation->schema) != 0)
+		return psprintf("tables \"%s.%s\" and \"%s.%s\" both go to ClickHouse table `%s` (format clickhouse names targets without the schema): publish only one of them",
+						owner->schema, relation->table, relation->schema, relation->table,
+						relation->table);
+	return NULL;
+}
+
+/*
  * ClickHouse error codes a retry cannot fix: the data or the target is
  * wrong.  Any other code (memory, too many parts, timeouts, a replica
  * away) is retried.
@@ -608,6 +754,7 @@ const ReplicantFormat replicant_format_clickhouse = {
 	.separator = "",
 	.whole_rows = true,
 	.code_is_final = code_is_final,
+	.refuse_relation = refuse_relation,
 	.change = render_change,
 	.begin_txn = render_nothing,
 	.message = render_no_message,

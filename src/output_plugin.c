@@ -147,6 +147,7 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 	ReplicantRelInfo *info = replicant_publication_relinfo(rel);
 	bool resumed = txn->final_lsn <= state->resumed_lsn;
 	char *missing;
+	const char *refused;
 
 	if (info->own)
 		return NULL;
@@ -184,6 +185,13 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 	}
 	if (!info->published)
 		return NULL;
+	if (state->format->refuse_relation &&
+		(refused = state->format->refuse_relation(&info->relation)) != NULL)
+	{
+		state->halt_lsn = txn->final_lsn;
+		halt(state, refused);
+		return NULL;
+	}
 	strlcpy(state->current_table, RelationGetRelationName(rel), NAMEDATALEN);
 	return info;
 }
@@ -298,6 +306,7 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 	memset(record, 0, sizeof(ReplicantChange));
 	record->op = op;
 	record->relation = &info->relation;
+	record->desc = desc;
 	describe_txn(&rows->txn, txn);
 	record->txn = &rows->txn;
 	record->index = state->txn_changes++;

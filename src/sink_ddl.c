@@ -8,7 +8,8 @@
  * ordered by the key (every column under REPLICA IDENTITY FULL without a
  * primary key); read it with FINAL WHERE _deleted = 0.  A table
  * without one can only publish inserts: a MergeTree ordered by nothing,
- * insert-only.  Types map to what ClickHouse's JSONEachRow input reads the
+ * insert-only.  Only the columns the publications deliver (column lists)
+ * get a target column.  Types map to what ClickHouse's JSONEachRow input reads the
  * encoder's JSON into, from 18.16 on; see README for the list.
  */
 #include "postgres.h"
@@ -21,6 +22,7 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -98,8 +100,12 @@ append_target(StringInfo out, const char *name)
 	appendStringInfoChar(out, '`');
 }
 
+/*
+ * The target of relid: the columns its publications (names) deliver, the
+ * key columns among them.
+ */
 static char *
-table_ddl(Oid relid)
+table_ddl(Oid relid, List *names)
 {
 	Relation rel = table_open(relid, AccessShareLock);
 	TupleDesc desc = RelationGetDescr(rel);
@@ -108,9 +114,12 @@ table_ddl(Oid relid)
 	bool identity_full;
 	StringInfoData out;
 	StringInfoData order;
+	char *row_filter;
+	Bitmapset *columns;
 	int i;
 
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
+	(void) replicant_publication_read_filter(rel, rel, names, &row_filter, &columns);
 	initStringInfo(&out);
 	initStringInfo(&order);
 	appendStringInfoString(&out, "CREATE TABLE ");
@@ -124,6 +133,8 @@ table_ddl(Oid relid)
 		if (att->attisdropped || att->attgenerated)
 			continue;
 		key = whole_row || bms_is_member(att->attnum, key_columns);
+		if (!key && columns != NULL && !bms_is_member(att->attnum, columns))
+			continue;
 		append_column(&out, att, key);
 		if (key)
 			appendStringInfo(&order, "%s%s", order.len ? ", " : "",
@@ -148,6 +159,10 @@ replicant_sink_ddl(PG_FUNCTION_ARGS)
 	ReplicantPipelineRef ref;
 	List *relids;
 	ListCell *lc;
+	List *names = NIL;
+	Datum *elems;
+	int nelems;
+	int i;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -164,9 +179,12 @@ replicant_sink_ddl(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("must have the privileges of the owner of pipeline \"%s\"", name)));
 	relids = replicant_publication_published_tables(ref.publications, true);
+	deconstruct_array(ref.publications, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &nelems);
+	for (i = 0; i < nelems; i++)
+		names = lappend(names, TextDatumGetCString(elems[i]));
 	foreach(lc, relids)
 	{
-		Datum value = CStringGetTextDatum(table_ddl(lfirst_oid(lc)));
+		Datum value = CStringGetTextDatum(table_ddl(lfirst_oid(lc), names));
 		bool isnull = false;
 
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &value, &isnull);

@@ -35,6 +35,24 @@ replicant_slot_exists(const char *name)
 	return exists;
 }
 
+XLogRecPtr
+replicant_slot_confirmed_flush(const char *name)
+{
+	ReplicationSlot *slot;
+	XLogRecPtr lsn = InvalidXLogRecPtr;
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	slot = SearchNamedReplicationSlot(name, false);
+	if (slot != NULL)
+	{
+		SpinLockAcquire(&slot->mutex);
+		lsn = slot->data.confirmed_flush;
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(ReplicationSlotControlLock);
+	return lsn;
+}
+
 char *
 replicant_slot_acquire(const char *name)
 {

@@ -29,6 +29,12 @@ extern LogicalDecodingContext *replicant_slot_create(const char *name, bool fail
 extern bool replicant_slot_exists(const char *name);
 
 /*
+ * The slot's confirmed_flush, or InvalidXLogRecPtr when there is no such
+ * slot.  Until the stream delivers, it is the slot's consistent point.
+ */
+extern XLogRecPtr replicant_slot_confirmed_flush(const char *name);
+
+/*
  * Acquires the slot as MyReplicationSlot.  Returns NULL, or a value-free
  * reason why the slot is lost (it does not exist, or was invalidated),
  * holding nothing then.  Call inside a transaction.

@@ -346,11 +346,11 @@ start_snapshot_body(StringInfo out, ReplicantPipeline *pipeline,
 												  backfill_id, first, last);
 }
 
-/* POSTs a snapshot body; halts on anything but a 2xx. */
+/* POSTs a snapshot body of relation; halts, naming it, on anything but a 2xx. */
 static void
 post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 				   ReplicantSink *sink, StringInfo out, const char *webhook_id,
-				   int64 nrows)
+				   int64 nrows, const ReplicantRelation *relation)
 {
 	ReplicantMemoryBody state;
 	ReplicantBody body;
@@ -360,7 +360,8 @@ post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	replicant_body_from_buffer(&body, &state, out);
 	replicant_delivery_post(slot, sink, webhook_id, &body, &result);
 	if (result.outcome != REPLICANT_SINK_OK)
-		replicant_delivery_refused(slot, pipeline, &result, "snapshot batch", "");
+		replicant_delivery_refused(slot, pipeline, &result, "snapshot batch",
+								   psprintf(" (table \"%s\")", relation->table));
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->batches_delivered++;
@@ -425,7 +426,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			start_snapshot_body(&out, pipeline, &relations[i], ids[i], !last, last);
 			webhook_id = psprintf("%s-b" INT64_FORMAT "-%s", pipeline->name, ids[i],
 								  last ? "last" : "first");
-			post_snapshot_body(slot, pipeline, sink, &out, webhook_id, 0);
+			post_snapshot_body(slot, pipeline, sink, &out, webhook_id, 0, &relations[i]);
 		}
 
 		args[1] = Int64GetDatum(ids[i]);
@@ -1006,7 +1007,7 @@ post_window_batch(WindowBatch *batch)
 					   psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d",
 								batch->pipeline->name, batch->shard->backfill_id,
 								batch->shard->next_block, batch->batch_no++),
-					   batch->in_body);
+					   batch->in_body, batch->relation);
 	batch->in_body = 0;
 }
 
@@ -1110,6 +1111,9 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	MemoryContext row_context;
 	MemoryContext window_context = CurrentMemoryContext;
 	WindowResult opened;
+	/* the stream delivers nothing before the snapshot is done */
+	XLogRecPtr consistent_point =
+		replicant_slot_confirmed_flush(replicant_pipeline_slot_name(pipeline->name));
 
 	*rows = 0;
 	opened = begin_window(snapshot_name, shard, &rel, new_relfilenode);
@@ -1156,6 +1160,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 									  values, nulls, key_columns, whole_row, columns);
 			record.backfill_id = shard->backfill_id;
+			record.read_lsn = consistent_point;
 			resetStringInfo(&change);
 			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);

@@ -348,7 +348,8 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 										 chunk->backfill->id, chunk->position, part++),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
-			replicant_delivery_refused(w->slot, w->pipeline, &result, "backfill batch", "");
+			replicant_delivery_refused(w->slot, w->pipeline, &result, "backfill batch",
+									   psprintf(" (table \"%s\")", chunk->relation->table));
 		note_delivered(w, 0, n, out.len);
 		rows += n;
 	}

@@ -4,7 +4,9 @@
 # TRUNCATE in the middle, an initial snapshot, kill -9 of the worker while
 # it runs, and ClickHouse stopped until the pipeline has retried a few
 # times.  At the end SELECT ... FINAL WHERE _deleted = 0 of every target
-# equals the source, value for value.
+# equals the source, value for value.  Then a worker exit between the 2xx
+# and the checkpoint re-delivers a batch, seen twice in a target whose
+# merges are stopped, once with FINAL.
 use strict;
 use warnings;
 use FindBin;
@@ -140,6 +142,33 @@ converges('docs', 'id, body, n', 'id');
 converges('events', 'id, client, at', 'id');
 cmp_ok($node->safe_psql('postgres', 'SELECT sum(n) FROM docs'), '>', 0,
 	'docs were updated with their TOASTed body unchanged');
+
+# A re-delivered batch changes nothing: the worker exits between ClickHouse's
+# 2xx and the checkpoint (fault point after_ack), so the next worker sends the
+# batch again.  With the target's merges stopped, ClickHouse keeps both
+# copies: the raw count() shows the batch arrived twice, FINAL shows it once.
+$ch->query_ok('SYSTEM STOP MERGES replica.events');
+my $before_fault = status('worker_pid');
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET replicant.fault_point = 'after_ack';\nSELECT pg_reload_conf();");
+$node->safe_psql('postgres', 'INSERT INTO events (client) SELECT 7 FROM generate_series(1, 5)');
+# The launcher restarts the worker a second or more later: reset before.
+my $exited = poll("SELECT coalesce(worker_pid, 0) <> $before_fault FROM replicant.status WHERE pipeline = 'ch'");
+$node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point;\nSELECT pg_reload_conf();");
+ok($exited, 'the worker exits after the 2xx, before the checkpoint');
+like(PostgreSQL::Test::Utils::slurp_file($node->logfile), qr/fault point "after_ack" reached/,
+	'... at the fault point');
+my $copies;
+foreach (1 .. 1200)
+{
+	$copies = $ch->select_rows('SELECT count() AS c FROM replica.events WHERE client = 7')->[0]{c};
+	last if $copies >= 10;
+	usleep(100_000);
+}
+is($copies, 10, 'the batch was delivered twice: two copies of each of its 5 rows');
+is($ch->select_rows('SELECT count() AS c FROM replica.events FINAL WHERE client = 7')->[0]{c}, 5,
+	'... and FINAL holds each row once');
+converges('events', 'id, client, at', 'id');
 is(status('last_error'), '', 'no error left');
 
 $ch->stop;

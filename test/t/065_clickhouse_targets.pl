@@ -1,0 +1,87 @@
+# format => 'clickhouse' names each target after its table, without the
+# schema: create_pipeline and alter_pipeline refuse two published tables of
+# one name, leaving nothing behind.  sink_ddl prints only the columns the
+# publications deliver (PostgreSQL 15's column lists).  No ClickHouse server
+# is needed: nothing here is delivered.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ReplicantTest;
+
+my $node = ReplicantTest::new_node('targets');
+$node->safe_psql('postgres', q{
+CREATE EXTENSION replicant;
+CREATE SCHEMA sales;
+CREATE SCHEMA archive;
+CREATE TABLE sales.orders (id int PRIMARY KEY, total numeric);
+CREATE TABLE archive.orders (id int PRIMARY KEY, total numeric);
+CREATE TABLE people (id int PRIMARY KEY, name text, secret text, age int);
+CREATE PUBLICATION pub_both FOR TABLE sales.orders, archive.orders;
+CREATE PUBLICATION pub_sales FOR TABLE sales.orders;
+CREATE PUBLICATION pub_archive FOR TABLE archive.orders;
+CREATE PUBLICATION pub_people FOR TABLE people (id, name, age);
+});
+my $url = 'http://127.0.0.1:9/';
+
+my ($ret, $stdout, $stderr) = $node->psql('postgres',
+	"SELECT replicant.create_pipeline('both', ARRAY['pub_both'], '$url', format => 'clickhouse')");
+isnt($ret, 0, 'create_pipeline refuses two published tables of one name');
+like($stderr, qr/ERROR:  tables "sales\.orders" and "archive\.orders" would both go to ClickHouse table `orders`/,
+	'... naming both tables and the target');
+like($stderr, qr/HINT:  Publish only one of them to this pipeline\./, '... with a hint');
+is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.pipelines WHERE name = 'both'"), '0',
+	'... and leaves no pipeline');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_both'"), '0',
+	'... and no slot');
+
+($ret, $stdout, $stderr) = $node->psql('postgres',
+	"SELECT replicant.create_pipeline('split', ARRAY['pub_sales', 'pub_archive'], '$url', format => 'clickhouse')");
+isnt($ret, 0, 'the pair from two publications is refused too');
+
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('ch', ARRAY['pub_sales'], '$url', format => 'clickhouse')");
+($ret, $stdout, $stderr) = $node->psql('postgres',
+	"SELECT replicant.alter_pipeline('ch', publication => ARRAY['pub_sales', 'pub_archive'])");
+isnt($ret, 0, 'alter_pipeline refuses a publication that brings a second table of the name');
+like($stderr, qr/would both go to ClickHouse table `orders`/, '... naming the target');
+is($node->safe_psql('postgres', "SELECT publications FROM replicant.pipelines WHERE name = 'ch'"),
+	'{pub_sales}', '... and leaves the pipeline as it was');
+
+# A publication change brings the pair later: the stream halts once both
+# tables have changes, before delivering them, naming both and no value.
+$node->safe_psql('postgres', q{
+ALTER PUBLICATION pub_sales ADD TABLE archive.orders;
+BEGIN;
+INSERT INTO sales.orders VALUES (1, 1234.5);
+INSERT INTO archive.orders VALUES (1, 6789.5);
+COMMIT;
+});
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'ch'"),
+	'a publication change that brings a second table of the name halts the stream');
+my $last_error = $node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'ch'");
+like($last_error, qr/^tables "sales\.orders" and "archive\.orders" both go to ClickHouse table `orders`/,
+	'... naming both tables');
+unlike($last_error, qr/1234|6789/, '... and no value');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('ch')");
+
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('plain', ARRAY['pub_both'], '$url')");
+pass('format replicant names tables with their schema: the pair is fine');
+($ret, $stdout, $stderr) = $node->psql('postgres',
+	"SELECT replicant.alter_pipeline('plain', format => 'clickhouse')");
+isnt($ret, 0, 'alter_pipeline refuses switching such a pipeline to format clickhouse');
+is($node->safe_psql('postgres', "SELECT format FROM replicant.pipelines WHERE name = 'plain'"),
+	'replicant', '... and keeps its format');
+
+# Column lists: only the published columns get a target column.
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('people', ARRAY['pub_people'], '$url', format => 'clickhouse')");
+my $ddl = $node->safe_psql('postgres', "SELECT replicant.sink_ddl('people')");
+like($ddl, qr/^CREATE TABLE `people` \(\n  id Int32,\n  name Nullable\(String\),\n  age Nullable\(Int32\),\n  _version UInt64,\n  _deleted UInt8\n\) ENGINE = ReplacingMergeTree\(_version\) ORDER BY \(id\)$/,
+	'sink_ddl prints only the columns the publication lists');
+unlike($ddl, qr/secret/, '... not the unpublished one');
+
+done_testing();
