@@ -103,7 +103,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	decoder->last_save = GetCurrentTimestamp();
 
 	replicant_publication_init(pipeline->publications, pipeline->publication_lsns,
-							   pipeline->owner);
+							   pipeline->owner, decoder->state->format->schemaless_target);
 
 	/* Transactions committing after confirmed_flush began at restart_lsn. */
 	XLogBeginRead(decoder->ctx->reader, MyReplicationSlot->data.restart_lsn);

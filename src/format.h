@@ -49,11 +49,12 @@ typedef struct ReplicantFormat
 	bool (*code_is_final)(int code);
 
 	/*
-	 * A value-free reason why the stream cannot deliver relation, which
-	 * has a change to deliver (another relation took its target), or NULL.
-	 * NULL callback: every relation can be delivered.
+	 * What the format calls its targets (e.g. "ClickHouse table") when it
+	 * names them after the table alone, without the schema: two delivered
+	 * tables of one name would share a target, so the stream halts on
+	 * them.  NULL: targets keep the schema.
 	 */
-	const char *(*refuse_relation)(const ReplicantRelation *relation);
+	const char *schemaless_target;
 
 	/* Written between two changes, two transactions or two messages. */
 	const char *separator;

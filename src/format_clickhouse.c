@@ -36,7 +36,6 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
-#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
@@ -672,46 +671,6 @@ snapshot_end(StringInfo out)
 }
 
 /*
- * Targets are named by table alone: two tables of one name in different
- * schemas would mix their rows.  create_pipeline and alter_pipeline refuse
- * such publications; this catches a pair a publication change brings later,
- * once both have changes in this process.
- */
-typedef struct TargetOwner
-{
-	char table[NAMEDATALEN]; /* hash key */
-	char schema[NAMEDATALEN];
-} TargetOwner;
-
-static const char *
-refuse_relation(const ReplicantRelation *relation)
-{
-	static HTAB *owners = NULL;
-	char key[NAMEDATALEN];
-	TargetOwner *owner;
-	bool found;
-
-	if (owners == NULL)
-	{
-		HASHCTL ctl;
-
-		ctl.keysize = NAMEDATALEN;
-		ctl.entrysize = sizeof(TargetOwner);
-		owners = hash_create("replicant clickhouse targets", 64, &ctl, HASH_ELEM | HASH_STRINGS);
-	}
-	memset(key, 0, sizeof(key));
-	strlcpy(key, relation->table, NAMEDATALEN);
-	owner = hash_search(owners, key, HASH_ENTER, &found);
-	if (!found)
-		strlcpy(owner->schema, relation->schema, NAMEDATALEN);
-	else if (strcmp(owner->schema, relation->schema) != 0)
-		return psprintf("tables \"%s.%s\" and \"%s.%s\" both go to ClickHouse table `%s` (format clickhouse names targets without the schema): publish only one of them",
-						owner->schema, relation->table, relation->schema, relation->table,
-						relation->table);
-	return NULL;
-}
-
-/*
  * ClickHouse error codes a retry cannot fix: the data or the target is
  * wrong.  Any other code (memory, too many parts, timeouts, a replica
  * away) is retried.
@@ -754,7 +713,7 @@ const ReplicantFormat replicant_format_clickhouse = {
 	.separator = "",
 	.whole_rows = true,
 	.code_is_final = code_is_final,
-	.refuse_relation = refuse_relation,
+	.schemaless_target = "ClickHouse table",
 	.change = render_change,
 	.begin_txn = render_nothing,
 	.message = render_no_message,

@@ -147,7 +147,6 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 	ReplicantRelInfo *info = replicant_publication_relinfo(rel);
 	bool resumed = txn->final_lsn <= state->resumed_lsn;
 	char *missing;
-	const char *refused;
 
 	if (info->own)
 		return NULL;
@@ -185,13 +184,6 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 	}
 	if (!info->published)
 		return NULL;
-	if (state->format->refuse_relation &&
-		(refused = state->format->refuse_relation(&info->relation)) != NULL)
-	{
-		state->halt_lsn = txn->final_lsn;
-		halt(state, refused);
-		return NULL;
-	}
 	strlcpy(state->current_table, RelationGetRelationName(rel), NAMEDATALEN);
 	return info;
 }

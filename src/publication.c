@@ -18,6 +18,10 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
 #include "catalog/namespace.h"
 #include "catalog/partition.h"
 #include "catalog/pg_class.h"
@@ -30,6 +34,7 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -62,6 +67,8 @@ static char *publications_missing = NULL;
 static char *added_missing = NULL;
 static XLogRecPtr added_missing_from = InvalidXLogRecPtr;
 static Oid replicant_namespace = InvalidOid;
+/* What the format calls a target named after its table alone, or NULL. */
+static const char *schemaless_target = NULL;
 
 static HTAB *relinfo_hash = NULL;
 
@@ -156,7 +163,8 @@ create_relinfo_context(void)
 }
 
 void
-replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner)
+replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner,
+						   const char *target_kind)
 {
 	HASHCTL ctl;
 	ListCell *lc;
@@ -174,6 +182,7 @@ replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner)
 	memcpy(publication_lsns, from_lsns, sizeof(XLogRecPtr) * list_length(names));
 	MemoryContextSwitchTo(old);
 	pipeline_owner = owner;
+	schemaless_target = target_kind;
 
 	ctl.keysize = sizeof(Oid);
 	ctl.entrysize = sizeof(ReplicantRelInfo);
@@ -627,6 +636,71 @@ replicant_publication_save_shapes(int32 pipeline_id)
 	}
 }
 
+/* Whether one of the pipeline's publications delivers rel. */
+static bool
+pipeline_publishes(Relation rel)
+{
+	Oid relid = RelationGetRelid(rel);
+	List *rel_pubs = GetRelationPublications(relid);
+	List *schema_pubs = GetSchemaPublications(RelationGetNamespace(rel));
+	List *ancestors = rel->rd_rel->relispartition ? get_partition_ancestors(relid) : NIL;
+	ListCell *lc;
+
+	foreach(lc, publications)
+	{
+		Publication *pub = lfirst(lc);
+
+		if (replicant_partition_root_publishes_parent(pub, rel) &&
+			publishes(pub, rel, rel_pubs, schema_pubs, ancestors))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Where the format names targets without the schema: a value-free reason
+ * when a table of another schema with target's name is delivered too (its
+ * rows would share the target), else NULL.  Asked of the catalog, not of
+ * the changes seen so far, so a pair holds whichever table changes.
+ */
+static char *
+target_taken(Relation rel, Relation target)
+{
+	Relation classrel = table_open(RelationRelationId, AccessShareLock);
+	const char *name = RelationGetRelationName(target);
+	NameData key_name;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple tuple;
+	char *reason = NULL;
+
+	namestrcpy(&key_name, name);
+	ScanKeyInit(&key, Anum_pg_class_relname, BTEqualStrategyNumber, F_NAMEEQ,
+				NameGetDatum(&key_name));
+	scan = systable_beginscan(classrel, ClassNameNspIndexId, true, NULL, 1, &key);
+	while (reason == NULL && HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		Form_pg_class other = (Form_pg_class) GETSTRUCT(tuple);
+		Relation other_rel;
+
+		if (other->relnamespace == RelationGetNamespace(target) ||
+			other->relnamespace == replicant_namespace || other->oid == RelationGetRelid(rel) ||
+			(other->relkind != RELKIND_RELATION && other->relkind != RELKIND_PARTITIONED_TABLE))
+			continue;
+		other_rel = RelationIdGetRelation(other->oid);
+		if (RelationIsValid(other_rel) && pipeline_publishes(other_rel))
+			reason = psprintf("tables \"%s.%s\" and \"%s.%s\" both go to %s `%s` (targets are named without the schema): publish only one of them",
+							  get_namespace_name(RelationGetNamespace(target)), name,
+							  get_namespace_name(other->relnamespace), name,
+							  schemaless_target, name);
+		if (RelationIsValid(other_rel))
+			RelationClose(other_rel);
+	}
+	systable_endscan(scan);
+	table_close(classrel, AccessShareLock);
+	return reason;
+}
+
 /*
  * The names and key of the relation rel's changes are delivered as (an
  * ancestor when published via the partition root).  "old" carries what rel
@@ -649,6 +723,8 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
 	if (entry->filter->conflict && entry->halt_reason == NULL)
 		entry->halt_reason = pstrdup(entry->filter->conflict);
+	if (schemaless_target && entry->halt_reason == NULL)
+		entry->halt_reason = target_taken(rel, target);
 	replicant_partition_root_close(target, rel);
 }
 

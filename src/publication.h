@@ -70,10 +70,13 @@ typedef struct ReplicantRelInfo
 /*
  * Prepares the cache for a pipeline with these publications, each counting
  * for commits from its from_lsns entry on (0: always), whose worker acts for
- * owner.  Call once per process, before decoding starts.
+ * owner.  target_kind: what the format calls its targets when it names them
+ * after the table alone (two delivered tables of one name then halt), or
+ * NULL.  Call once per process, before decoding starts.
  */
 extern void replicant_publication_init(List *publication_names,
-									   const XLogRecPtr *from_lsns, Oid owner);
+									   const XLogRecPtr *from_lsns, Oid owner,
+									   const char *target_kind);
 
 /*
  * Notes the tables the owner may not read now (needs SPI, outside

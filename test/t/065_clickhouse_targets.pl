@@ -50,8 +50,8 @@ like($stderr, qr/would both go to ClickHouse table `orders`/, '... naming the ta
 is($node->safe_psql('postgres', "SELECT publications FROM replicant.pipelines WHERE name = 'ch'"),
 	'{pub_sales}', '... and leaves the pipeline as it was');
 
-# A publication change brings the pair later: the stream halts once both
-# tables have changes, before delivering them, naming both and no value.
+# A publication change brings the pair later: the stream halts on the first
+# change of either table, before delivering it, naming both and no value.
 $node->safe_psql('postgres', q{
 ALTER PUBLICATION pub_sales ADD TABLE archive.orders;
 BEGIN;
@@ -66,6 +66,29 @@ like($last_error, qr/^tables "sales\.orders" and "archive\.orders" both go to Cl
 	'... naming both tables');
 unlike($last_error, qr/1234|6789/, '... and no value');
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('ch')");
+
+# Only the newly published table changes, in a worker that never saw the
+# other one change: the catalog, not the changes seen, says the pair exists.
+$node->safe_psql('postgres', q{
+ALTER PUBLICATION pub_sales DROP TABLE archive.orders;
+CREATE PUBLICATION pub_sales_only FOR TABLE sales.orders;
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('ch_late', ARRAY['pub_sales_only'], '$url', format => 'clickhouse')");
+ok(ReplicantTest::poll($node,
+		"SELECT state = 'streaming' AND worker_pid IS NOT NULL FROM replicant.status WHERE pipeline = 'ch_late'"),
+	'the pipeline streams');
+$node->safe_psql('postgres', q{
+ALTER PUBLICATION pub_sales_only ADD TABLE archive.orders;
+INSERT INTO archive.orders VALUES (2, 4321.5);
+});
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'ch_late'"),
+	'a change of only the newly published table of the name halts too');
+$last_error = $node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'ch_late'");
+like($last_error, qr/^tables "archive\.orders" and "sales\.orders" both go to ClickHouse table `orders`/,
+	'... naming both tables');
+unlike($last_error, qr/4321/, '... and no value');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('ch_late')");
 
 $node->safe_psql('postgres',
 	"SELECT replicant.create_pipeline('plain', ARRAY['pub_both'], '$url')");
