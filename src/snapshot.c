@@ -1049,8 +1049,8 @@ typedef struct WindowReader
 	Bitmapset *key_columns;
 	bool whole_row;
 	TableScanDesc scan;
-	TupleTableSlot *heap_slot;  /* rel's tuples, as the scan returns them */
-	TupleTableSlot *row_slot;   /* converted to target's columns (map) */
+	TupleTableSlot *heap_slot; /* rel's tuples, as the scan returns them */
+	TupleTableSlot *row_slot;  /* converted to target's columns (map) */
 } WindowReader;
 
 /*
