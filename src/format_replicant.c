@@ -39,10 +39,13 @@ append_relation(StringInfo out, const ReplicantRelation *relation)
 	replicant_encode_string(out, relation->table);
 }
 
+/* Once per field of every change: no format string to parse. */
 static void
 append_field(StringInfo out, const char *name, StringInfo value)
 {
-	appendStringInfo(out, ",\"%s\":", name);
+	appendStringInfoString(out, ",\"");
+	appendStringInfoString(out, name);
+	appendStringInfoString(out, "\":");
 	if (value)
 		appendBinaryStringInfo(out, value->data, value->len);
 	else
@@ -58,7 +61,9 @@ render_change(StringInfo out, const char *pipeline, const ReplicantChange *chang
 {
 	ReplicantOp op = change->op;
 
-	appendStringInfo(out, "{\"op\":\"%s\",", op_names[op]);
+	appendStringInfoString(out, "{\"op\":\"");
+	appendStringInfoString(out, op_names[op]);
+	appendStringInfoString(out, "\",");
 	append_relation(out, change->relation);
 	if (op != REPLICANT_OP_TRUNCATE)
 	{
