@@ -894,6 +894,19 @@ typedef enum WindowResult
 	WINDOW_GONE       /* the table was dropped */
 } WindowResult;
 
+/* Whether the active snapshot sees a row of rel's heap. */
+static bool
+snapshot_sees_a_row(Relation rel)
+{
+	TableScanDesc scan = table_beginscan(rel, GetActiveSnapshot(), 0, NULL);
+	TupleTableSlot *tuple = table_slot_create(rel, NULL);
+	bool found = table_scan_getnextslot(scan, ForwardScanDirection, tuple);
+
+	ExecDropSingleTupleTableSlot(tuple);
+	table_endscan(scan);
+	return found;
+}
+
 /*
  * Whether the active snapshot is blind to rel's current heap: the rewrite
  * that gave rel its relfilenode committed after the snapshot (which still
@@ -918,20 +931,9 @@ snapshot_blind_to(Relation rel)
 	blind = SPI_processed == 0 ||
 			strtoul(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), NULL, 10) !=
 				rel->rd_rel->relfilenode;
-	/* Rewritten later: blind if the new heap has rows and it sees none. */
-	if (blind)
-	{
-		char *query = psprintf("SELECT FROM ONLY %s LIMIT 1",
-							   quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-														  RelationGetRelationName(rel)));
-
-		blind = RelationGetNumberOfBlocks(rel) > 0;
-		if (blind && SPI_execute(query, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read table \"%s\"", RelationGetRelationName(rel));
-		blind = blind && SPI_processed == 0;
-	}
 	SPI_finish();
-	return blind;
+	/* Rewritten later: blind if the new heap has rows and it sees none. */
+	return blind && RelationGetNumberOfBlocks(rel) > 0 && !snapshot_sees_a_row(rel);
 }
 
 /* Ends the window's transaction, back in the window's memory context. */
