@@ -67,6 +67,7 @@
 #include "format.h"
 #include "partition_root.h"
 #include "publication.h"
+#include "pubfilter.h"
 #include "table_read.h"
 
 /* Rows per keyset chunk; blocks per ctid chunk; rows per bitmap range. */
@@ -813,6 +814,7 @@ close_chunk_source(ChunkSource *src)
 static char *
 open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource *src)
 {
+	ReplicantPubFilter *filter;
 	char *reason;
 
 	memset(src, 0, sizeof(ChunkSource));
@@ -826,12 +828,19 @@ open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource
 		return reason;
 	}
 	src->target = replicant_partition_root_open_for_read(src->rel, pipeline->publications,
-														 AccessShareLock, &src->select_list);
+														 AccessShareLock);
+	src->select_list = replicant_partition_root_select_list(src->rel, src->target);
 	reason = replicant_publication_read_filter(src->rel, src->target, pipeline->publications,
-											   &src->row_filter, &src->columns);
+											   &filter);
 	if (reason)
+	{
 		close_chunk_source(src);
-	return reason;
+		return reason;
+	}
+	src->row_filter = replicant_pubfilter_read_sql(filter, src->target);
+	src->columns = bms_copy(filter->columns);
+	replicant_pubfilter_free(filter);
+	return NULL;
 }
 
 /*

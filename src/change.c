@@ -1,10 +1,10 @@
 /*
  * change.c
- *		Building change records from rows read by SQL (snapshot, backfill).
+ *		Building change records from rows read by snapshots and backfills.
  *
  * The output plugin builds its records from decoded tuples itself; rows
- * read through SPI come here, so that both readers key and encode a row
- * exactly alike.
+ * the snapshot reads from the heap and rows backfills read through SPI
+ * come here, so that every reader keys and encodes a row exactly alike.
  */
 #include "postgres.h"
 
@@ -12,6 +12,30 @@
 
 #include "change.h"
 #include "encoder.h"
+
+void
+replicant_change_from_values(ReplicantChange *change, const ReplicantRelation *relation,
+							 StringInfo key, StringInfo new_row, TupleDesc desc,
+							 Datum *values, bool *nulls,
+							 const Bitmapset *key_columns, bool whole_row,
+							 const Bitmapset *columns)
+{
+	resetStringInfo(key);
+	if (key_columns || whole_row)
+		replicant_encode_object(key, desc, values, nulls, key_columns,
+								REPLICANT_TOAST_DETOAST, NULL);
+	else
+		appendStringInfoString(key, "null");
+	resetStringInfo(new_row);
+	replicant_encode_object(new_row, desc, values, nulls, columns, REPLICANT_TOAST_DETOAST, NULL);
+
+	memset(change, 0, sizeof(ReplicantChange));
+	change->op = REPLICANT_OP_READ;
+	change->relation = relation;
+	change->desc = desc;
+	change->key = key;
+	change->new_row = new_row;
+}
 
 void
 replicant_change_from_row(ReplicantChange *change, const ReplicantRelation *relation,
@@ -34,20 +58,6 @@ replicant_change_from_row(ReplicantChange *change, const ReplicantRelation *rela
 		}
 		values[attnum - 1] = SPI_getbinval(row, row_desc, col++, &nulls[attnum - 1]);
 	}
-
-	resetStringInfo(key);
-	if (key_columns || whole_row)
-		replicant_encode_object(key, desc, values, nulls, key_columns,
-								REPLICANT_TOAST_DETOAST, NULL);
-	else
-		appendStringInfoString(key, "null");
-	resetStringInfo(new_row);
-	replicant_encode_object(new_row, desc, values, nulls, columns, REPLICANT_TOAST_DETOAST, NULL);
-
-	memset(change, 0, sizeof(ReplicantChange));
-	change->op = REPLICANT_OP_READ;
-	change->relation = relation;
-	change->desc = desc;
-	change->key = key;
-	change->new_row = new_row;
+	replicant_change_from_values(change, relation, key, new_row, desc, values, nulls,
+								 key_columns, whole_row, columns);
 }

@@ -77,12 +77,23 @@ typedef struct ReplicantMessage
 } ReplicantMessage;
 
 /*
- * Fills a "read" change from one row of a SELECT * over a relation (desc):
- * SELECT * skips dropped columns, so the row's values are lined up with the
- * relation's attributes in values/nulls (natts long), and keys and values
+ * Fills a "read" change from a row of a relation (desc) deformed into
+ * values/nulls (natts long, dropped columns null), so that keys and values
  * encode exactly as the stream's do.  key and new_row receive the encoded
  * fields the change points to; the caller sets backfill_id and read_lsn.  columns are
  * the published ones (NULL: all); the key is not limited by them.
+ */
+extern void replicant_change_from_values(ReplicantChange *change,
+										 const ReplicantRelation *relation,
+										 StringInfo key, StringInfo new_row,
+										 TupleDesc desc, Datum *values, bool *nulls,
+										 const Bitmapset *key_columns, bool whole_row,
+										 const Bitmapset *columns);
+
+/*
+ * Same from one row of a SELECT * over the relation: SELECT * skips dropped
+ * columns, so the row's values are lined up with the relation's attributes
+ * in values/nulls (natts long) first.
  */
 extern void replicant_change_from_row(ReplicantChange *change,
 									  const ReplicantRelation *relation,

@@ -117,6 +117,14 @@ static const int utc_offset = 0;
 
 static MemoryContext EncoderCacheContext = NULL;
 static HTAB *EncoderTypeCache = NULL;
+
+/*
+ * The entries of recently encoded types, by OID, in front of the hash
+ * table: every column of every row looks its type up.  Entries never move,
+ * and one found here is used only while it is valid.
+ */
+#define RECENT_TYPES 64
+static EncodeTypeEntry *recent_types[RECENT_TYPES];
 static bool encoder_callback_registered = false;
 
 static void encoder_init_cache(void);
@@ -194,9 +202,11 @@ encoder_type_inval(Datum arg, int cacheid, uint32 hashvalue)
 static EncodeTypeEntry *
 encoder_lookup_type(Oid typid)
 {
-	EncodeTypeEntry *entry;
+	EncodeTypeEntry *entry = recent_types[typid % RECENT_TYPES];
 	bool found;
 
+	if (entry != NULL && entry->typid == typid && entry->valid)
+		return entry;
 	if (EncoderTypeCache == NULL)
 		encoder_init_cache();
 
@@ -212,6 +222,7 @@ encoder_lookup_type(Oid typid)
 	if (!entry->valid)
 		encoder_build_type(entry);
 
+	recent_types[typid % RECENT_TYPES] = entry;
 	return entry;
 }
 

@@ -14,12 +14,13 @@
 
 static const char body_end[] = "]}";
 
-static const char *const op_names[] = {
-	[REPLICANT_OP_INSERT] = "insert",
-	[REPLICANT_OP_UPDATE] = "update",
-	[REPLICANT_OP_DELETE] = "delete",
-	[REPLICANT_OP_TRUNCATE] = "truncate",
-	[REPLICANT_OP_READ] = "read",
+/* What every change of an op starts with. */
+static const char *const op_openers[] = {
+	[REPLICANT_OP_INSERT] = "{\"op\":\"insert\",",
+	[REPLICANT_OP_UPDATE] = "{\"op\":\"update\",",
+	[REPLICANT_OP_DELETE] = "{\"op\":\"delete\",",
+	[REPLICANT_OP_TRUNCATE] = "{\"op\":\"truncate\",",
+	[REPLICANT_OP_READ] = "{\"op\":\"read\",",
 };
 
 /* {"pipeline":"<name>", */
@@ -39,14 +40,21 @@ append_relation(StringInfo out, const ReplicantRelation *relation)
 	replicant_encode_string(out, relation->table);
 }
 
+/*
+ * Appends ,"name":value; opener is the literal ,"name": (once per field of
+ * every change: no format string to parse, no length to count).
+ */
+#define append_field(out, opener, value) \
+	append_field_after(out, opener, sizeof(opener) - 1, value)
+
 static void
-append_field(StringInfo out, const char *name, StringInfo value)
+append_field_after(StringInfo out, const char *opener, int opener_len, StringInfo value)
 {
-	appendStringInfo(out, ",\"%s\":", name);
+	appendBinaryStringInfo(out, opener, opener_len);
 	if (value)
 		appendBinaryStringInfo(out, value->data, value->len);
 	else
-		appendStringInfoString(out, "null");
+		appendBinaryStringInfo(out, "null", 4);
 }
 
 /*
@@ -58,15 +66,15 @@ render_change(StringInfo out, const char *pipeline, const ReplicantChange *chang
 {
 	ReplicantOp op = change->op;
 
-	appendStringInfo(out, "{\"op\":\"%s\",", op_names[op]);
+	appendStringInfoString(out, op_openers[op]);
 	append_relation(out, change->relation);
 	if (op != REPLICANT_OP_TRUNCATE)
 	{
-		append_field(out, "key", change->key);
+		append_field(out, ",\"key\":", change->key);
 		if (change->new_row)
-			append_field(out, "new", change->new_row);
+			append_field(out, ",\"new\":", change->new_row);
 		if (op == REPLICANT_OP_UPDATE || op == REPLICANT_OP_DELETE)
-			append_field(out, "old", change->old_row);
+			append_field(out, ",\"old\":", change->old_row);
 		if (op == REPLICANT_OP_UPDATE)
 		{
 			appendStringInfoString(out, ",\"unchanged\":[");

@@ -154,31 +154,9 @@ publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
 			OidIsValid(GetTopMostAncestorInPublication(pub->oid, ancestors, NULL)));
 }
 
-/* "a", "b", ...: target's columns, to read them by name from a partition. */
-static char *
-column_names(Relation target)
-{
-	TupleDesc desc = RelationGetDescr(target);
-	StringInfoData buf;
-	int i;
-
-	initStringInfo(&buf);
-	for (i = 0; i < desc->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (att->attisdropped)
-			continue;
-		if (buf.len > 0)
-			appendStringInfoString(&buf, ", ");
-		appendStringInfoString(&buf, quote_identifier(NameStr(att->attname)));
-	}
-	return buf.data;
-}
-
 Relation
 replicant_partition_root_open_for_read(Relation leaf, List *publication_names,
-									   LOCKMODE lockmode, char **select_list)
+									   LOCKMODE lockmode)
 {
 	ReplicantPartitionRoot root = {0};
 	Oid relid = RelationGetRelid(leaf);
@@ -186,9 +164,7 @@ replicant_partition_root_open_for_read(Relation leaf, List *publication_names,
 	List *rel_pubs;
 	List *schema_pubs;
 	ListCell *lc;
-	Relation target;
 
-	*select_list = "*";
 	if (!leaf->rd_rel->relispartition)
 		return leaf;
 
@@ -204,8 +180,36 @@ replicant_partition_root_open_for_read(Relation leaf, List *publication_names,
 	}
 	if (!OidIsValid(root.relid) || root.relid == relid)
 		return leaf;
+	return table_open(root.relid, lockmode);
+}
 
-	target = table_open(root.relid, lockmode);
-	*select_list = column_names(target);
-	return target;
+char *
+replicant_partition_root_select_list(Relation leaf, Relation target)
+{
+	TupleDesc desc = RelationGetDescr(target);
+	StringInfoData buf;
+	int i;
+
+	if (target == leaf)
+		return "*";
+	initStringInfo(&buf);
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		if (buf.len > 0)
+			appendStringInfoString(&buf, ", ");
+		appendStringInfoString(&buf, quote_identifier(NameStr(att->attname)));
+	}
+	return buf.data;
+}
+
+TupleConversionMap *
+replicant_partition_root_read_map(Relation leaf, Relation target)
+{
+	if (target == leaf)
+		return NULL;
+	return convert_tuples_by_name(RelationGetDescr(leaf), RelationGetDescr(target));
 }

@@ -91,10 +91,19 @@ extern bool replicant_partition_root_skips_truncate(ReplicantPartitionRoot *root
 
 /*
  * Snapshot and backfill reads: opens (with lockmode) the relation the rows
- * of leaf are delivered as under the named publications, and returns the
- * select list that reads leaf's rows in that relation's columns (by name).
+ * of leaf are delivered as under the named publications: leaf itself, or
+ * the partition root it is published via.
  */
 extern Relation replicant_partition_root_open_for_read(Relation leaf, List *publication_names,
-													   LOCKMODE lockmode, char **select_list);
+													   LOCKMODE lockmode);
+
+/* The select list that reads leaf's rows in target's columns (by name). */
+extern char *replicant_partition_root_select_list(Relation leaf, Relation target);
+
+/*
+ * The map that converts leaf's tuples, read from its heap, to target's
+ * columns (by name); NULL when they line up already.
+ */
+extern TupleConversionMap *replicant_partition_root_read_map(Relation leaf, Relation target);
 
 #endif /* REPLICANT_PARTITION_ROOT_H */

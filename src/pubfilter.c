@@ -11,7 +11,9 @@
  * (pg_publication_rel.prqual), prepared with ExecPrepareExpr and evaluated
  * under whatever snapshot the caller decodes with: the historic one on the
  * stream path.  Table synchronization ORs every publication's filter,
- * whatever its actions, and so does the read side here.
+ * whatever its actions, and so does the read side here: the snapshot
+ * evaluates it on the rows it reads from the heap with the same evaluator
+ * as the stream, and backfills, which read through SQL, get it deparsed.
  *
  * Columns: a column list publishes its columns, anything else every live
  * column except generated ones, which only PostgreSQL 18 publishes (stored
@@ -175,6 +177,15 @@ ored(List *quals)
 	return list_length(quals) == 1 ? linitial(quals) : make_orclause(quals);
 }
 
+/* The executor state the expressions run in, made on first use. */
+static EState *
+filter_estate(ReplicantPubFilter *filter)
+{
+	if (filter->estate == NULL)
+		filter->estate = CreateExecutorState();
+	return filter->estate;
+}
+
 /* Prepares the stream side's expressions on first use. */
 static void
 prepare(ReplicantPubFilter *filter, TupleDesc desc)
@@ -189,36 +200,42 @@ prepare(ReplicantPubFilter *filter, TupleDesc desc)
 	{
 		if (filter->unfiltered[a] || filter->quals[a] == NIL)
 			continue;
-		if (filter->estate == NULL)
-		{
-			filter->estate = CreateExecutorState();
+		if (filter->slot == NULL)
 			filter->slot = MakeSingleTupleTableSlot(CreateTupleDescCopy(desc),
 													&TTSOpsVirtual);
-		}
-		filter->exprstate[a] = ExecPrepareExpr(ored(filter->quals[a]), filter->estate);
+		filter->exprstate[a] = ExecPrepareExpr(ored(filter->quals[a]),
+											   filter_estate(filter));
 	}
 	filter->prepared = true;
 	MemoryContextSwitchTo(old);
 }
 
-/* Whether the row matches; a NULL result does not. */
+/* Whether the row in slot matches; a NULL result does not. */
 static bool
-matches(ReplicantPubFilter *filter, ExprState *state, Datum *values, bool *nulls)
+slot_matches(ReplicantPubFilter *filter, ExprState *state, TupleTableSlot *slot)
 {
-	TupleTableSlot *slot = filter->slot;
 	ExprContext *econtext;
 	Datum result;
 	bool isnull;
 
 	ResetPerTupleExprContext(filter->estate);
 	econtext = GetPerTupleExprContext(filter->estate);
+	econtext->ecxt_scantuple = slot;
+	result = ExecEvalExprSwitchContext(state, econtext, &isnull);
+	return !isnull && DatumGetBool(result);
+}
+
+/* Same for a deformed row. */
+static bool
+matches(ReplicantPubFilter *filter, ExprState *state, Datum *values, bool *nulls)
+{
+	TupleTableSlot *slot = filter->slot;
+
 	ExecClearTuple(slot);
 	memcpy(slot->tts_values, values, sizeof(Datum) * slot->tts_tupleDescriptor->natts);
 	memcpy(slot->tts_isnull, nulls, sizeof(bool) * slot->tts_tupleDescriptor->natts);
 	ExecStoreVirtualTuple(slot);
-	econtext->ecxt_scantuple = slot;
-	result = ExecEvalExprSwitchContext(state, econtext, &isnull);
-	return !isnull && DatumGetBool(result);
+	return slot_matches(filter, state, slot);
 }
 
 static bool
@@ -347,4 +364,20 @@ replicant_pubfilter_read_sql(ReplicantPubFilter *filter, Relation rel)
 							  deparse_context_for(RelationGetRelationName(rel),
 												  RelationGetRelid(rel)),
 							  false, false);
+}
+
+bool
+replicant_pubfilter_read_row(ReplicantPubFilter *filter, TupleTableSlot *slot)
+{
+	if (filter->read_unfiltered || filter->read_quals == NIL)
+		return true;
+	if (filter->read_exprstate == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(filter->context);
+
+		filter->read_exprstate = ExecPrepareExpr(ored(filter->read_quals),
+												 filter_estate(filter));
+		MemoryContextSwitchTo(old);
+	}
+	return slot_matches(filter, filter->read_exprstate, slot);
 }

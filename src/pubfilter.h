@@ -35,11 +35,12 @@ typedef struct ReplicantPubFilter
 	bool have_columns; /* a publication was added */
 	char *conflict;    /* value-free reason the server refuses them */
 
-	/* Built on first use on the stream path. */
+	/* Built on first use: the stream side's per action, the read side's. */
 	EState *estate;
 	ExprState *exprstate[REPLICANT_PUBFILTER_ACTIONS];
 	bool prepared;
-	TupleTableSlot *slot;
+	TupleTableSlot *slot; /* the stream side's rows, to evaluate them in */
+	ExprState *read_exprstate;
 } ReplicantPubFilter;
 
 /* An empty filter (every row, every column) in a child context of parent. */
@@ -75,9 +76,16 @@ extern bool replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc des
 									   char **reason);
 
 /*
- * The read side's filter as SQL over rel's columns, for a snapshot or
- * backfill query's WHERE, or NULL when every row is read.
+ * The read side's filter as SQL over rel's columns, for a backfill query's
+ * WHERE, or NULL when every row is read.
  */
 extern char *replicant_pubfilter_read_sql(ReplicantPubFilter *filter, Relation rel);
+
+/*
+ * Whether the read side reads the row in slot (in the descriptor of the
+ * relation the filter was built for), as table synchronization would: the
+ * snapshot's heap reads evaluate the filter as the stream does, in C.
+ */
+extern bool replicant_pubfilter_read_row(ReplicantPubFilter *filter, TupleTableSlot *slot);
 
 #endif /* REPLICANT_PUBFILTER_H */

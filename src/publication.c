@@ -400,15 +400,14 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 
 char *
 replicant_publication_read_filter(Relation rel, Relation target, List *names,
-								  char **where_sql, Bitmapset **columns)
+								  ReplicantPubFilter **filter)
 {
-	ReplicantPubFilter *filter = replicant_pubfilter_create(CurrentMemoryContext);
 	Oid relid = RelationGetRelid(rel);
 	List *pubs = NIL;
 	List *ancestors = NIL;
 	ListCell *lc;
-	char *reason;
 
+	*filter = replicant_pubfilter_create(CurrentMemoryContext);
 	if (rel->rd_rel->relispartition)
 		ancestors = get_partition_ancestors(relid);
 	foreach(lc, names)
@@ -418,13 +417,9 @@ replicant_publication_read_filter(Relation rel, Relation target, List *names,
 		if (pub)
 			pubs = lappend(pubs, pub);
 	}
-	add_filters(filter, rel, target, pubs, GetRelationPublications(relid),
+	add_filters(*filter, rel, target, pubs, GetRelationPublications(relid),
 				GetSchemaPublications(RelationGetNamespace(rel)), ancestors);
-	*where_sql = replicant_pubfilter_read_sql(filter, target);
-	*columns = bms_copy(filter->columns);
-	reason = filter->conflict ? pstrdup(filter->conflict) : NULL;
-	replicant_pubfilter_free(filter);
-	return reason;
+	return (*filter)->conflict;
 }
 
 /*

@@ -110,14 +110,16 @@ extern void replicant_publication_save_shapes(int32 pipeline_id);
 
 /*
  * What a snapshot or backfill of rel, delivered as target (rel itself or
- * its partition root), reads under these publications (by name): *where_sql the row filter as SQL (NULL: every row), *columns the
- * published columns (NULL: every live column).  Returns a value-free reason
- * when the server would refuse to synchronize the table, else NULL.  Runs
- * in a transaction, outside decoding.
+ * its partition root), reads under these publications (by name): *filter,
+ * in a child of the current memory context, holds the row filter over
+ * target's columns and the published columns (NULL: every live column);
+ * free it with replicant_pubfilter_free.  Returns a value-free reason when
+ * the server would refuse to synchronize the table, else NULL.  Runs in a
+ * transaction, outside decoding.
  */
 extern char *replicant_publication_read_filter(Relation rel, Relation target,
 											   List *publication_names,
-											   char **where_sql, Bitmapset **columns);
+											   struct ReplicantPubFilter **filter);
 
 /*
  * A value-free reason if a publication that counts for a commit at

@@ -31,6 +31,7 @@
 #include "catalog.h"
 #include "pipeline.h"
 #include "publication.h"
+#include "pubfilter.h"
 
 PG_FUNCTION_INFO_V1(replicant_sink_ddl);
 
@@ -114,12 +115,13 @@ table_ddl(Oid relid, List *names)
 	bool identity_full;
 	StringInfoData out;
 	StringInfoData order;
-	char *row_filter;
+	ReplicantPubFilter *filter;
 	Bitmapset *columns;
 	int i;
 
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
-	(void) replicant_publication_read_filter(rel, rel, names, &row_filter, &columns);
+	(void) replicant_publication_read_filter(rel, rel, names, &filter);
+	columns = filter->columns;
 	initStringInfo(&out);
 	initStringInfo(&order);
 	appendStringInfoString(&out, "CREATE TABLE ");
@@ -145,6 +147,7 @@ table_ddl(Oid relid, List *names)
 		appendStringInfo(&out, " ENGINE = ReplacingMergeTree(_version) ORDER BY (%s)", order.data);
 	else
 		appendStringInfoString(&out, " ENGINE = MergeTree ORDER BY tuple()");
+	replicant_pubfilter_free(filter);
 	table_close(rel, AccessShareLock);
 	return out.data;
 }

@@ -9,10 +9,12 @@
  * READ transaction and exports that transaction's snapshot, which is the
  * slot's consistent point (as CREATE_REPLICATION_SLOT ... EXPORT_SNAPSHOT
  * does for a walsender).  Shard workers import it, as pg_dump -j does, and
- * claim shards; each reads its shard in bounded windows
- * (ctid >= '(lo,0)' AND ctid < '(hi,0)', a TID Range Scan), encodes the rows
- * with the stream's encoder and POSTs them, recording progress after every
- * window.  When every shard is done the exporter commits, each table gets
+ * claim shards; each reads its shard in bounded windows of blocks with a
+ * TID range scan of the heap (what ctid >= '(lo,0)' AND ctid < '(hi,0)'
+ * plans to, without the executor), deforms each tuple in the columns it is
+ * delivered in, applies the publications' row filter with the stream's
+ * evaluator, encodes the row with the stream's encoder and POSTs the
+ * batches, recording progress after every window.  When every shard is done the exporter commits, each table gets
  * its "last" marker, and the worker streams from the consistent point: no
  * change is missed and, uninterrupted, none is delivered twice.
  *
@@ -26,6 +28,8 @@
 #include "postgres.h"
 
 #include "access/table.h"
+#include "access/tableam.h"
+#include "access/tupconvert.h"
 #include "access/xact.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
@@ -58,6 +62,7 @@
 #include "format.h"
 #include "partition_root.h"
 #include "publication.h"
+#include "pubfilter.h"
 #include "replicant.h"
 #include "sink_http.h"
 #include "slot.h"
@@ -69,8 +74,6 @@
 #define SHARD_WINDOWS 8
 /* A shard's blocks, as text for the SQL that plans the shards. */
 #define SHARD_BLOCKS_SQL CppAsString2(WINDOW_BLOCKS *SHARD_WINDOWS)
-/* Rows fetched from the cursor at a time. */
-#define FETCH_ROWS 1000
 
 typedef struct ShardArgs
 {
@@ -319,14 +322,12 @@ delivered_names(ReplicantRelation *relation, Oid relid, List *publications,
 {
 	Relation rel = try_table_open(relid, AccessShareLock);
 	Relation target;
-	char *select_list;
 	MemoryContext old;
 
 	relation->schema = relation->table = NULL;
 	if (rel == NULL)
 		return;
-	target = replicant_partition_root_open_for_read(rel, publications, AccessShareLock,
-													&select_list);
+	target = replicant_partition_root_open_for_read(rel, publications, AccessShareLock);
 	old = MemoryContextSwitchTo(mcxt);
 	relation->schema = get_namespace_name(RelationGetNamespace(target));
 	relation->table = pstrdup(RelationGetRelationName(target));
@@ -894,6 +895,19 @@ typedef enum WindowResult
 	WINDOW_GONE       /* the table was dropped */
 } WindowResult;
 
+/* Whether the active snapshot sees a row of rel's heap. */
+static bool
+snapshot_sees_a_row(Relation rel)
+{
+	TableScanDesc scan = table_beginscan(rel, GetActiveSnapshot(), 0, NULL);
+	TupleTableSlot *tuple = table_slot_create(rel, NULL);
+	bool found = table_scan_getnextslot(scan, ForwardScanDirection, tuple);
+
+	ExecDropSingleTupleTableSlot(tuple);
+	table_endscan(scan);
+	return found;
+}
+
 /*
  * Whether the active snapshot is blind to rel's current heap: the rewrite
  * that gave rel its relfilenode committed after the snapshot (which still
@@ -918,20 +932,9 @@ snapshot_blind_to(Relation rel)
 	blind = SPI_processed == 0 ||
 			strtoul(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), NULL, 10) !=
 				rel->rd_rel->relfilenode;
-	/* Rewritten later: blind if the new heap has rows and it sees none. */
-	if (blind)
-	{
-		char *query = psprintf("SELECT FROM ONLY %s LIMIT 1",
-							   quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-														  RelationGetRelationName(rel)));
-
-		blind = RelationGetNumberOfBlocks(rel) > 0;
-		if (blind && SPI_execute(query, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read table \"%s\"", RelationGetRelationName(rel));
-		blind = blind && SPI_processed == 0;
-	}
 	SPI_finish();
-	return blind;
+	/* Rewritten later: blind if the new heap has rows and it sees none. */
+	return blind && RelationGetNumberOfBlocks(rel) > 0 && !snapshot_sees_a_row(rel);
 }
 
 /* Ends the window's transaction, back in the window's memory context. */
@@ -1035,49 +1038,103 @@ add_window_row(WindowBatch *batch, StringInfo change)
 }
 
 /*
- * Opens the relation the rows of rel are delivered as (rel itself, or the
- * partition root it is published via), its columns as *select_list; halts
- * where the stream would: the owner may not read rel.
+ * What a window reads its rows with: a TID range scan of the heap under the
+ * imported snapshot, its tuples deformed in the columns of the relation
+ * they are delivered as, filtered as table synchronization filters them.
  */
-static Relation
-window_target(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, Relation rel,
-			  char **select_list)
+typedef struct WindowReader
 {
-	char *denied = replicant_table_read_denied(rel);
-
-	if (denied)
-		replicant_delivery_halt(slot, pipeline, denied);
-	return replicant_partition_root_open_for_read(rel, pipeline->publications,
-												  AccessShareLock, select_list);
-}
+	Relation rel;               /* the heap read */
+	Relation target;            /* what its rows are delivered as: rel, or
+								 * the partition root */
+	TupleConversionMap *map;    /* rel's columns to target's; NULL: same */
+	ReplicantPubFilter *filter; /* row filter and published columns */
+	Bitmapset *key_columns;
+	bool whole_row;
+	TableScanDesc scan;
+	TupleTableSlot *heap_slot; /* rel's tuples, as the scan returns them */
+	TupleTableSlot *row_slot;  /* converted to target's columns (map) */
+} WindowReader;
 
 /*
- * The query reading blocks [shard's next block, hi) of rel in the columns of
- * target, the relation its rows are delivered as (select_list): only the
- * rows the publications deliver, as table synchronization reads them; sets
- * *columns to the published columns.  Halts when the publications disagree
- * on them.
+ * Opens the reader of blocks [shard's next block, hi) of rel; halts where
+ * the stream would: the owner may not read rel whole (SELECT, or row-level
+ * security it does not bypass: the heap read would bypass the policies), or
+ * the publications disagree on the published columns.
  */
-static char *
-window_query(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-			 Relation rel, Relation target, const char *select_list,
-			 Shard *shard, int64 hi, Bitmapset **columns)
+static void
+open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+				   Relation rel, Shard *shard, int64 hi, WindowReader *reader)
 {
-	char *row_filter;
-	char *refused = replicant_publication_read_filter(rel, target,
-													  pipeline->publications,
-													  &row_filter, columns);
+	char *refused = replicant_table_read_denied(rel);
+	ItemPointerData mintid;
+	ItemPointerData maxtid;
+	bool identity_full;
 
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
-	return psprintf("SELECT %s FROM ONLY %s"
-					" WHERE ctid >= '(" INT64_FORMAT ",0)'::tid AND ctid < '(" INT64_FORMAT ",0)'::tid%s%s%s",
-					select_list,
-					quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-											   RelationGetRelationName(rel)),
-					shard->next_block, hi,
-					row_filter ? " AND (" : "", row_filter ? row_filter : "",
-					row_filter ? ")" : "");
+	if (rel->rd_tableam->scan_set_tidrange == NULL)
+		replicant_delivery_halt(slot, pipeline,
+								psprintf("table \"%s\" cannot be read in block ranges: its access method has no TID range scans",
+										 RelationGetRelationName(rel)));
+	reader->rel = rel;
+	reader->target = replicant_partition_root_open_for_read(rel, pipeline->publications,
+															AccessShareLock);
+	refused = replicant_publication_read_filter(rel, reader->target, pipeline->publications,
+												&reader->filter);
+	if (refused)
+		replicant_delivery_halt(slot, pipeline, refused);
+	replicant_publication_key(reader->target, &reader->key_columns, &reader->whole_row,
+							  &identity_full);
+	reader->map = replicant_partition_root_read_map(rel, reader->target);
+	reader->heap_slot = table_slot_create(rel, NULL);
+	reader->row_slot = reader->map ?
+						   MakeSingleTupleTableSlot(RelationGetDescr(reader->target),
+													&TTSOpsVirtual) :
+						   reader->heap_slot;
+
+	/* ctid >= '(lo,0)' AND ctid < '(hi,0)' */
+	ItemPointerSet(&mintid, (BlockNumber) shard->next_block, FirstOffsetNumber);
+	ItemPointerSet(&maxtid, (BlockNumber) (hi - 1), MaxOffsetNumber);
+	reader->scan = table_beginscan_tidrange(rel, GetActiveSnapshot(), &mintid, &maxtid);
+}
+
+/*
+ * The next row the window delivers, deformed in target's columns, or NULL
+ * at the end of the window.  The values point into the heap's buffer: they
+ * are good until the next call.
+ */
+static TupleTableSlot *
+next_window_row(WindowReader *reader)
+{
+	while (table_scan_getnextslot_tidrange(reader->scan, ForwardScanDirection,
+										   reader->heap_slot))
+	{
+		TupleTableSlot *row = reader->heap_slot;
+
+		CHECK_FOR_INTERRUPTS();
+		if (reader->map)
+			row = execute_attr_map_slot(reader->map->attrMap, row, reader->row_slot);
+		if (!replicant_pubfilter_read_row(reader->filter, row))
+			continue;
+		slot_getallattrs(row);
+		return row;
+	}
+	return NULL;
+}
+
+static void
+close_window_reader(WindowReader *reader)
+{
+	table_endscan(reader->scan);
+	if (reader->row_slot != reader->heap_slot)
+		ExecDropSingleTupleTableSlot(reader->row_slot);
+	ExecDropSingleTupleTableSlot(reader->heap_slot);
+	if (reader->map)
+		free_conversion_map(reader->map);
+	replicant_pubfilter_free(reader->filter);
+	if (reader->target != reader->rel)
+		table_close(reader->target, AccessShareLock);
 }
 
 /*
@@ -1090,24 +1147,15 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			int64 hi, int64 *rows, Oid *new_relfilenode)
 {
 	Relation rel;
-	Relation target;
-	char *select_list;
+	WindowReader reader;
+	TupleTableSlot *row;
 	TupleDesc desc;
-	Bitmapset *key_columns;
-	bool whole_row;
-	bool identity_full;
 	const ReplicantFormat *format = replicant_format_of(pipeline);
 	ReplicantRelation relation;
-	Bitmapset *columns;
-	char *query;
 	StringInfoData change;
 	StringInfoData key;
-	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink, .shard = shard};
 	StringInfoData new_row;
-	Portal portal;
-	Datum *values;
-	bool *nulls;
-	int natts;
+	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink, .shard = shard};
 	MemoryContext row_context;
 	MemoryContext window_context = CurrentMemoryContext;
 	WindowResult opened;
@@ -1120,23 +1168,12 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	if (opened != WINDOW_READ)
 		return opened;
 
-	target = window_target(slot, pipeline, rel, &select_list);
-	desc = RelationGetDescr(target);
-	natts = desc->natts;
-	replicant_publication_key(target, &key_columns, &whole_row, &identity_full);
-	relation.schema = get_namespace_name(RelationGetNamespace(target));
-	relation.table = pstrdup(RelationGetRelationName(target));
+	open_window_reader(slot, pipeline, rel, shard, hi, &reader);
+	desc = RelationGetDescr(reader.target);
+	relation.schema = get_namespace_name(RelationGetNamespace(reader.target));
+	relation.table = pstrdup(RelationGetRelationName(reader.target));
 	batch.relation = &relation;
 
-	query = window_query(slot, pipeline, rel, target, select_list, shard, hi, &columns);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	portal = SPI_cursor_open_with_args(NULL, query, 0, NULL, NULL, NULL, true, 0);
-	/* What follows must outlive SPI_finish. */
-	MemoryContextSwitchTo(window_context);
-
-	values = palloc(sizeof(Datum) * natts);
-	nulls = palloc(sizeof(bool) * natts);
 	initStringInfo(&change);
 	initStringInfo(&key);
 	initStringInfo(&new_row);
@@ -1144,37 +1181,27 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	start_snapshot_body(&batch.out, pipeline, &relation, shard->backfill_id, false, false);
 	row_context = AllocSetContextCreate(window_context, "replicant snapshot row",
 										ALLOCSET_DEFAULT_SIZES);
-	for (;;)
+	while ((row = next_window_row(&reader)) != NULL)
 	{
-		uint64 i;
+		/* Detoasted values die with the row. */
+		MemoryContext old = MemoryContextSwitchTo(row_context);
+		ReplicantChange record;
 
-		SPI_cursor_fetch(portal, true, FETCH_ROWS);
-		if (SPI_processed == 0)
-			break;
-		for (i = 0; i < SPI_processed; i++)
-		{
-			MemoryContext old = MemoryContextSwitchTo(row_context);
-			ReplicantChange record;
+		replicant_change_from_values(&record, &relation, &key, &new_row, desc,
+									 row->tts_values, row->tts_isnull,
+									 reader.key_columns, reader.whole_row,
+									 reader.filter->columns);
+		record.backfill_id = shard->backfill_id;
+		record.read_lsn = consistent_point;
+		resetStringInfo(&change);
+		format->change(&change, pipeline->name, &record);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(row_context);
 
-			replicant_change_from_row(&record, &relation, &key, &new_row, desc,
-									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-									  values, nulls, key_columns, whole_row, columns);
-			record.backfill_id = shard->backfill_id;
-			record.read_lsn = consistent_point;
-			resetStringInfo(&change);
-			format->change(&change, pipeline->name, &record);
-			MemoryContextSwitchTo(old);
-			MemoryContextReset(row_context);
-
-			add_window_row(&batch, &change);
-			(*rows)++;
-		}
-		SPI_freetuptable(SPI_tuptable);
+		add_window_row(&batch, &change);
+		(*rows)++;
 	}
-	SPI_cursor_close(portal);
-	SPI_finish();
-	if (target != rel)
-		table_close(target, AccessShareLock);
+	close_window_reader(&reader);
 	end_window(rel, window_context);
 
 	if (batch.in_body > 0)

@@ -4,6 +4,10 @@
 #     table is read again in full, never marked done with rows missing
 #   a table added to the publication between the snapshot's planning and
 #     the slot's creation is snapshotted too
+#   row-level security enabled on a table before its snapshot reads it: the
+#     pipeline halts, delivering none of its rows (the shard workers read
+#     the heap, which would bypass the policies; applying them would deliver
+#     a subset as if it were the table)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -70,6 +74,44 @@ CREATE PUBLICATION race_pub FOR TABLE early;
 	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, [ 'early', 'late' ], 60),
 		'planning race: the table added meanwhile was snapshotted');
 	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('race')");
+	$sink->stop;
+}
+
+# ---- row-level security enabled before the snapshot reads the table -------------
+{
+	$node->safe_psql('postgres', q{
+CREATE ROLE snapowner LOGIN;
+GRANT USAGE ON SCHEMA replicant TO snapowner;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA replicant TO snapowner;
+CREATE TABLE secured (id int PRIMARY KEY, v text);
+INSERT INTO secured SELECT g, 'SECRETVALUE ' || g FROM generate_series(1, 100) g;
+GRANT SELECT ON secured TO snapowner;
+CREATE PUBLICATION secured_pub FOR TABLE secured;
+});
+	# create_pipeline refuses a table the owner cannot read whole: enable
+	# row-level security while the slot's creation waits for this one.
+	$node->safe_psql('postgres',
+		"BEGIN; INSERT INTO early VALUES (1001, 'held'); PREPARE TRANSACTION 'hold_rls'");
+	my $sink = ReplicantTest::start_sink(name => 'sink_rls');
+	$node->safe_psql('postgres',
+		"SET ROLE snapowner; SELECT replicant.create_pipeline('rls', 'secured_pub', '$sink->{url}', snapshot => 'initial')");
+	ok(poll("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'replicant_rls')"),
+		'row-level security: planned, creating the slot');
+	$node->safe_psql('postgres', q{
+ALTER TABLE secured ENABLE ROW LEVEL SECURITY;
+CREATE POLICY evens ON secured FOR SELECT USING (id % 2 = 0);
+});
+	$node->safe_psql('postgres', "COMMIT PREPARED 'hold_rls'");
+	ok(poll("SELECT state = 'halted' AND worker_pid IS NULL FROM replicant.status WHERE pipeline = 'rls'", 60),
+		'row-level security: the pipeline halts');
+	like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'rls'"),
+		qr/^table "secured" has row-level security that the pipeline owner does not bypass$/,
+		'row-level security: last_error says why');
+	is($sink->dump('public.secured'), '', 'row-level security: no row of the table was delivered');
+	isnt($node->safe_psql('postgres',
+			"SELECT state FROM replicant.backfill_status WHERE relation = 'secured'::regclass"),
+		'done', 'row-level security: its snapshot is not recorded as complete');
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('rls')");
 	$sink->stop;
 }
 
