@@ -380,3 +380,21 @@ perf_stop() {
 	rm -f "$data"
 	log "  perf profile: $OUTDIR/perf-$PERF_NAME.txt"
 }
+
+# create_snap_table N: the snapshot scenarios' table of N rows, frozen,
+# analyzed and checkpointed, and its publication snap_pub.
+create_snap_table() {
+	local n=$1
+	psql_b <<SQL
+CREATE TABLE snap (id bigint PRIMARY KEY, n int, s text, ts timestamptz, amount numeric(12,2), doc jsonb);
+INSERT INTO snap
+SELECT g, (g * 7) % 100000, 'name ' || md5(g::text),
+       timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second',
+       (g % 100000) / 100.0,
+       jsonb_build_object('k', g, 'tag', 'tag' || (g % 100), 'ok', g % 2 = 0)
+  FROM generate_series(1, $n) g;
+VACUUM (FREEZE, ANALYZE) snap;
+CHECKPOINT;
+CREATE PUBLICATION snap_pub FOR TABLE snap;
+SQL
+}

@@ -239,18 +239,7 @@ scenario_3() {
 	log "== scenario 3: snapshot ($n rows)"
 	cluster_start s3
 	sink_start
-	psql_b <<SQL
-CREATE TABLE snap (id bigint PRIMARY KEY, n int, s text, ts timestamptz, amount numeric(12,2), doc jsonb);
-INSERT INTO snap
-SELECT g, (g * 7) % 100000, 'name ' || md5(g::text),
-       timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second',
-       (g % 100000) / 100.0,
-       jsonb_build_object('k', g, 'tag', 'tag' || (g % 100), 'ok', g % 2 = 0)
-  FROM generate_series(1, $n) g;
-VACUUM (FREEZE, ANALYZE) snap;
-CHECKPOINT;
-CREATE PUBLICATION snap_pub FOR TABLE snap;
-SQL
+	create_snap_table "$n"
 	record s3.rows "$n"
 	record s3.table_bytes "$(q "SELECT pg_table_size('snap')")"
 	record s3.loadavg_before "$(loadavg)"

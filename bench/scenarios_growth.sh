@@ -257,20 +257,8 @@ scenario_9() {
 snapshot_size_rounds() {
 	local n=$1 r c t0 inner sampler hwm anon
 	log "s10: $n rows"
-	psql_b <<SQL
-DROP PUBLICATION IF EXISTS snap_pub;
-DROP TABLE IF EXISTS snap;
-CREATE TABLE snap (id bigint PRIMARY KEY, n int, s text, ts timestamptz, amount numeric(12,2), doc jsonb);
-INSERT INTO snap
-SELECT g, (g * 7) % 100000, 'name ' || md5(g::text),
-       timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second',
-       (g % 100000) / 100.0,
-       jsonb_build_object('k', g, 'tag', 'tag' || (g % 100), 'ok', g % 2 = 0)
-  FROM generate_series(1, $n) g;
-VACUUM (FREEZE, ANALYZE) snap;
-CHECKPOINT;
-CREATE PUBLICATION snap_pub FOR TABLE snap;
-SQL
+	psql_b -c "DROP PUBLICATION IF EXISTS snap_pub; DROP TABLE IF EXISTS snap;"
+	create_snap_table "$n"
 	record "s10.$n.table_bytes" "$(q "SELECT pg_table_size('snap')")"
 	q "SELECT count(*) FROM snap" >/dev/null
 	for r in $(seq "$ROUNDS"); do
