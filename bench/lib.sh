@@ -156,6 +156,18 @@ pipeline_disable() {
 }
 
 worker_pid() { q "SELECT worker_pid FROM replicant.status WHERE pipeline = '$1'"; }
+# enable_find_worker NAME: enables the pipeline and prints its worker's pid
+# once the worker is up (nothing if none appeared within ~10 s).
+enable_find_worker() {
+	local pid=""
+	psql_b -c "SELECT replicant.enable_pipeline('$1')" >/dev/null
+	for _ in $(seq 2000); do
+		pid=$(worker_pid "$1")
+		[ -n "$pid" ] && break
+		sleep 0.005
+	done
+	echo "$pid"
+}
 
 # CPU seconds (user + system) a process has used so far, from /proc.
 proc_cpu_s() {

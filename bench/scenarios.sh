@@ -163,12 +163,7 @@ wait_drained() {
 perf_start_on_enable() {
 	local pid=""
 	perf_start_system "$2"
-	psql_b -c "SELECT replicant.enable_pipeline('$1')" >/dev/null
-	for _ in $(seq 2000); do
-		pid=$(worker_pid "$1")
-		[ -n "$pid" ] && break
-		sleep 0.005
-	done
+	pid=$(enable_find_worker "$1")
 	[ -n "$pid" ] || die "no worker for $1"
 	PERF_FILTER_PID=$pid
 }

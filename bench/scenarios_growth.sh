@@ -156,12 +156,7 @@ decode_share_profile() {
 	perf record -e cpu-clock -F 1999 --call-graph dwarf,16384 -a -q -o "$data" >/dev/null 2>&1 &
 	local perf_pid=$!
 	sleep 0.5
-	psql_b -c "SELECT replicant.enable_pipeline('$1')" >/dev/null
-	for _ in $(seq 2000); do
-		pid=$(worker_pid "$1")
-		[ -n "$pid" ] && break
-		sleep 0.005
-	done
+	pid=$(enable_find_worker "$1")
 	pipeline_wait_acked "$1" "$2" >/dev/null
 	kill -INT "$perf_pid" 2>/dev/null || true
 	wait "$perf_pid" 2>/dev/null || true
