@@ -23,9 +23,10 @@
  * A crash re-delivers the batches acknowledged since the last checkpoint
  * commit (at most one interval's worth; only the last batch with an
  * interval of 0); nothing is ever confirmed before its checkpoint.  A
- * pending checkpoint is committed before messages, backfill chunks, a stop
- * and a halt found by decoding, and at once for await_delivered().  Conditions that would make
- * delivery wrong halt the pipeline: the reason is recorded in the catalog
+ * pending checkpoint is committed before messages, backfill chunks, a stop,
+ * a halt found by decoding or a sink's refusal, and at once for
+ * await_delivered().  Conditions that would make delivery wrong halt the
+ * pipeline: the reason is recorded in the catalog
  * and the worker exits 0, so nothing restarts it until resume_pipeline.
  */
 #include "postgres.h"
@@ -301,13 +302,17 @@ deliver_range(Worker *w, int first, int last)
 
 			case REPLICANT_SINK_TOO_LARGE:
 				if (first == last)
+				{
+					commit_pending(w);
 					worker_halt(w, psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
 											LSN_FORMAT_ARGS(w->batch->txns[last].commit_lsn)));
+				}
 				last = first + (last - first) / 2;
 				break;
 
 			case REPLICANT_SINK_GONE:
 			case REPLICANT_SINK_REJECTED:
+				commit_pending(w);
 				replicant_delivery_refused(w->slot, w->pipeline, &result, "batch",
 										   psprintf(" (%s%s%scommit LSN %X/%X)",
 													target ? "table " : "", target ? target : "",
@@ -660,7 +665,8 @@ stream_cycle(Worker *w)
 	CHECK_FOR_INTERRUPTS();
 	replicant_delivery_stop_if_requested(w->slot);
 	replicant_delivery_reload_config();
-	if (replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()) == 0)
+	if (replicant_checkpoint_is_pending() &&
+		replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()) == 0)
 		commit_pending(w);
 
 	at_end = read_or_halt(w);
@@ -713,12 +719,11 @@ static void
 wait_for_wal(Worker *w)
 {
 	long timeout = IDLE_TIMEOUT_MS;
-	long checkpoint_due = replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp());
 
 	if (GetXLogInsertRecPtr() > replicant_decoder_read_upto(w->decoder))
 		timeout = FLUSH_WAIT_MS;
-	if (checkpoint_due >= 0)
-		timeout = Min(timeout, checkpoint_due);
+	if (replicant_checkpoint_is_pending())
+		timeout = Min(timeout, replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()));
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 timeout, PG_WAIT_EXTENSION);
 }
