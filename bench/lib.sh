@@ -73,6 +73,7 @@ logical_decoding_work_mem = 64MB
 max_connections = 50
 log_min_messages = warning
 log_line_prefix = '%m [%p] %b '
+${BENCH_EXTRA_CONF:-}
 CONF
 	# perf resolves replicant.so's symbols by build id: cache the library
 	# the server is about to load, in case it is reinstalled meanwhile.

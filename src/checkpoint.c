@@ -8,11 +8,16 @@
  * below the checkpoint.  The same transaction saves the table shapes seen
  * up to it (publication.c).  The plans are prepared once per worker.
  *
+ * A checkpoint is a transaction, the largest part of a small request's
+ * cost, so the row is committed at most every replicant.checkpoint_interval:
+ * the acknowledgements in between stay pending here, and a crash
+ * re-delivers them (at-least-once; the sink skips them by commit_lsn).  The
+ * slot and await_delivered() only ever hear of committed checkpoints.
+ *
  * The streaming worker commits asynchronously (worker.c): the checkpoint's
  * WAL is flushed before the next request leaves, usually for free as other
- * commits flush WAL too.  That halves the fsyncs of a busy pipeline and
- * keeps the bound on re-delivery: a crash can lose only the last
- * checkpoint, re-delivering only the last batch.
+ * commits flush WAL too, so a crash loses at most the checkpoint committed
+ * last, never an older one.
  */
 #include "postgres.h"
 
@@ -21,13 +26,25 @@
 #include "access/xlog.h"
 #include "executor/spi.h"
 #include "utils/pg_lsn.h"
+#include "utils/timestamp.h"
 
 #include "checkpoint.h"
+#include "fault.h"
 #include "pipeline.h"
 #include "publication.h"
+#include "replicant.h"
 
 static SPIPlanPtr update_plan = NULL;
 static SPIPlanPtr insert_plan = NULL;
+
+/* What the sink acknowledged and is not committed yet. */
+static bool pending = false;
+static int32 pending_pipeline_id;
+static XLogRecPtr pending_commit_lsn;
+static XLogRecPtr pending_end_lsn;
+
+static TimestampTz last_commit_at = 0;
+static XLogRecPtr committed_end = InvalidXLogRecPtr;
 
 static SPIPlanPtr
 prepare(const char *sql)
@@ -44,9 +61,8 @@ prepare(const char *sql)
  * A plain UPDATE: the row exists after the pipeline's first delivery, and
  * an upsert's speculative insertion would cost every batch.
  */
-void
-replicant_checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn,
-							XLogRecPtr end_lsn)
+static void
+checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 {
 	ReplicantCatalogAccess access;
 	Datum args[3];
@@ -73,6 +89,66 @@ replicant_checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn,
 	}
 	replicant_publication_save_shapes(pipeline_id);
 	replicant_catalog_end(&access);
+
+	pending = false;
+	committed_end = end_lsn;
+	replicant_fault("after_checkpoint");
+}
+
+bool
+replicant_checkpoint_acknowledged(ReplicantPipelineSlot *slot, int32 pipeline_id,
+								  XLogRecPtr commit_lsn, XLogRecPtr end_lsn,
+								  TimestampTz now)
+{
+	pending = true;
+	pending_pipeline_id = pipeline_id;
+	pending_commit_lsn = commit_lsn;
+	pending_end_lsn = end_lsn;
+
+	/* A new shape is saved with its checkpoint, before more is decoded. */
+	if (replicant_checkpoint_due_in(slot, now) != 0 &&
+		!replicant_publication_shapes_unsaved())
+		return false;
+	last_commit_at = now;
+	checkpoint_commit(pipeline_id, commit_lsn, end_lsn);
+	return true;
+}
+
+bool
+replicant_checkpoint_commit_pending(void)
+{
+	if (!pending)
+		return false;
+	last_commit_at = GetCurrentTimestamp();
+	checkpoint_commit(pending_pipeline_id, pending_commit_lsn, pending_end_lsn);
+	return true;
+}
+
+bool
+replicant_checkpoint_is_pending(void)
+{
+	return pending;
+}
+
+long
+replicant_checkpoint_due_in(ReplicantPipelineSlot *slot, TimestampTz now)
+{
+	long left;
+
+	if (!pending)
+		return -1;
+	if (pg_atomic_read_u32(&slot->checkpoint_wanted) != 0)
+		return 0;
+	left = TimestampDifferenceMilliseconds(now,
+										   TimestampTzPlusMilliseconds(last_commit_at,
+																	   replicant_checkpoint_interval_ms));
+	return Max(left, 0);
+}
+
+XLogRecPtr
+replicant_checkpoint_committed_end(void)
+{
+	return committed_end;
 }
 
 void

@@ -1,23 +1,52 @@
 /*
  * checkpoint.h
- *		The delivery checkpoint: the last commit the sink acknowledged.
+ *		The delivery checkpoint: the last commit the sink acknowledged that
+ *		is committed to replicant.checkpoints.
  */
 #ifndef REPLICANT_CHECKPOINT_H
 #define REPLICANT_CHECKPOINT_H
 
 #include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
+
+#include "shmem.h"
 
 /*
- * Commits, in its own short transaction, that the sink acknowledged every
- * transaction up to commit_lsn (whose commit record ends at end_lsn).
- * Must be called outside a transaction.  The streaming worker commits
- * asynchronously: replicant_checkpoint_make_durable() runs before every
- * request, so a crash re-delivers at most the one batch acknowledged last.
+ * Records that the sink acknowledged every transaction up to commit_lsn
+ * (whose commit record ends at end_lsn), at now.  Commits the checkpoint
+ * row at once when replicant.checkpoint_interval is 0 or has passed since
+ * the last commit, when the acknowledged transactions brought a table shape
+ * not saved yet, or when await_delivered() is waiting; otherwise it stays
+ * pending until replicant_checkpoint_commit_pending().  Returns true when
+ * it committed.  Must be called outside a transaction.
  */
-extern void replicant_checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn,
-										XLogRecPtr end_lsn);
+extern bool replicant_checkpoint_acknowledged(ReplicantPipelineSlot *slot, int32 pipeline_id,
+											  XLogRecPtr commit_lsn, XLogRecPtr end_lsn,
+											  TimestampTz now);
 
-/* Flushes the WAL of everything this process committed, if not flushed yet. */
+/*
+ * Commits the pending checkpoint, if there is one.  Returns true when it
+ * committed.  Must be called outside a transaction.
+ */
+extern bool replicant_checkpoint_commit_pending(void);
+
+/* Whether an acknowledged request waits for its checkpoint. */
+extern bool replicant_checkpoint_is_pending(void);
+
+/*
+ * Milliseconds until the pending checkpoint is due (0: due now, or
+ * await_delivered() is waiting for it), or -1 when none is pending.
+ */
+extern long replicant_checkpoint_due_in(ReplicantPipelineSlot *slot, TimestampTz now);
+
+/* The end_lsn of the last checkpoint this process committed, or invalid. */
+extern XLogRecPtr replicant_checkpoint_committed_end(void);
+
+/*
+ * Flushes the WAL of everything this process committed, if not flushed yet.
+ * The streaming worker commits asynchronously and calls it before every
+ * request, so a crash loses no checkpoint older than the last one.
+ */
 extern void replicant_checkpoint_make_durable(void);
 
 #endif /* REPLICANT_CHECKPOINT_H */

@@ -60,6 +60,7 @@ replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot)
 		return;
 	if (IsTransactionState())
 		AbortCurrentTransaction();
+	(void) replicant_checkpoint_commit_pending();
 	replicant_checkpoint_make_durable();
 	if (MyReplicationSlot != NULL)
 	{
@@ -161,6 +162,8 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 		/* What an operator tails the log for: the start, then a reminder. */
 		if (attempt == 0)
 		{
+			/* While the sink is away, what it acknowledged is checkpointed. */
+			(void) replicant_checkpoint_commit_pending();
 			first_failure = last_logged = now;
 			ereport(LOG,
 					(errmsg("replicant pipeline \"%s\" could not deliver to its sink, retrying: %s",

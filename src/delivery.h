@@ -50,9 +50,9 @@ extern void replicant_delivery_refused(ReplicantPipelineSlot *slot,
 
 /*
  * Exits (code 0) if the slot's worker was asked to stop and the caller is
- * that worker, with the checkpoint and the slot's position on disk, so that
- * the next worker re-delivers nothing.  Call only where no request is in
- * flight and every acknowledged request is checkpointed.
+ * that worker, with the pending checkpoint committed and on disk with the
+ * slot's position, so that the next worker re-delivers nothing.  Call only
+ * where no request is in flight.
  */
 extern void replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot);
 

@@ -591,6 +591,13 @@ replicant_publication_load_shapes(int32 pipeline_id)
 	}
 }
 
+/* Whether a shape was seen that the next checkpoint must save. */
+bool
+replicant_publication_shapes_unsaved(void)
+{
+	return shapes_unsaved;
+}
+
 /*
  * Writes the shapes seen since the last call, in the caller's transaction:
  * the checkpoint's.  A shape the pipeline halts on is kept back until the

@@ -108,6 +108,9 @@ extern void replicant_publication_save_table_shape(int32 pipeline_id, Relation r
 extern void replicant_publication_load_shapes(int32 pipeline_id);
 extern void replicant_publication_save_shapes(int32 pipeline_id);
 
+/* Whether a shape was seen that the next checkpoint must save. */
+extern bool replicant_publication_shapes_unsaved(void);
+
 /*
  * What a snapshot or backfill of rel, delivered as target (rel itself or
  * its partition root), reads under these publications (by name): *filter,

@@ -14,6 +14,7 @@
 int replicant_max_pipelines = 16;
 int replicant_batch_memory_limit_kb = 16384;
 int replicant_batch_linger_ms = 5;
+int replicant_checkpoint_interval_ms = 50;
 
 void
 replicant_define_settings(void)
@@ -37,6 +38,13 @@ replicant_define_settings(void)
 							"A batch is sent as soon as decoding finds no more flushed WAL; while more keeps coming, it grows for at most this long, within the batch limits. 0: a batch takes only the WAL flushed when its decoding began.",
 							&replicant_batch_linger_ms,
 							5, 0, 60000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("replicant.checkpoint_interval",
+							"Longest time the checkpoint row may lag the sink's acknowledgements.",
+							"After a 2xx the checkpoint is committed at once only if this long has passed since the last one; otherwise within this time. A crash re-delivers what was acknowledged since the last checkpoint. 0: after every request.",
+							&replicant_checkpoint_interval_ms,
+							50, 0, 3600000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 }

@@ -18,6 +18,7 @@
 extern int replicant_max_pipelines;
 extern int replicant_batch_memory_limit_kb;
 extern int replicant_batch_linger_ms;
+extern int replicant_checkpoint_interval_ms;
 
 /* Defines the GUCs above (from _PG_init, module.c). */
 extern void replicant_define_settings(void);

@@ -75,6 +75,8 @@ typedef struct ReplicantPipelineSlot
 	 */
 	XLogRecPtr delivered_upto;
 	ConditionVariable delivered_cv;
+	/* Set by await_delivered(): commit a pending checkpoint now. */
+	pg_atomic_uint32 checkpoint_wanted;
 } ReplicantPipelineSlot;
 
 typedef struct ReplicantShmem

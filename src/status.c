@@ -194,6 +194,16 @@ replicant_await_delivered(PG_FUNCTION_ARGS)
 			reached = slot->delivered_upto >= lsn;
 			halted = slot->state == REPLICANT_STATE_HALTED;
 			cv = &slot->delivered_cv;
+			/*
+			 * Someone waits: the worker commits a pending checkpoint now.
+			 * Set under the lock the worker clears it under, with
+			 * delivered_upto, so that a wait that is over leaves it clear.
+			 */
+			if (!reached && slot->latch != NULL)
+			{
+				pg_atomic_write_u32(&slot->checkpoint_wanted, 1);
+				SetLatch(slot->latch);
+			}
 		}
 		LWLockRelease(replicant_shmem->lock);
 		if (reached)

@@ -8,8 +8,10 @@
  *	1. decode WAL into a batch (decoder.c, output_plugin.c) until the end of
  *	   flushed WAL or a batch limit;
  *	2. POST the batch (sink_http.c), retrying with backoff until a 2xx;
- *	3. commit the checkpoint row (checkpoint.c);
- *	4. only then confirm the batch's end to the slot (decoder.c);
+ *	3. record the acknowledgement, and commit the checkpoint row
+ *	   (checkpoint.c) if replicant.checkpoint_interval has passed since the
+ *	   last one, else when it has;
+ *	4. only then confirm the checkpoint's end to the slot (decoder.c);
  *	5. sleep on the latch until a commit in this database wakes it, unless
  *	   one already has.
  *
@@ -18,9 +20,13 @@
  * flushed faster than they are decoded, share the next one (for at most
  * replicant.batch_linger of reading, within the batch limits).
  *
- * A crash between 2 and 3 re-delivers that batch once; nothing is ever
- * confirmed before the sink acknowledged it.  Conditions that would make
- * delivery wrong halt the pipeline: the reason is recorded in the catalog
+ * A crash re-delivers the batches acknowledged since the last checkpoint
+ * commit (at most one interval's worth; only the last batch with an
+ * interval of 0); nothing is ever confirmed before its checkpoint.  A
+ * pending checkpoint is committed before messages, backfill chunks, a stop,
+ * a halt found by decoding or a sink's refusal, and at once for
+ * await_delivered().  Conditions that would make delivery wrong halt the
+ * pipeline: the reason is recorded in the catalog
  * and the worker exits 0, so nothing restarts it until resume_pipeline.
  */
 #include "postgres.h"
@@ -135,8 +141,18 @@ confirm(Worker *w, XLogRecPtr lsn)
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (lsn > w->slot->delivered_upto)
 		w->slot->delivered_upto = lsn;
+	/* Under the lock: a caller still waiting asks again (status.c). */
+	pg_atomic_write_u32(&w->slot->checkpoint_wanted, 0);
 	LWLockRelease(replicant_shmem->lock);
 	ConditionVariableBroadcast(&w->slot->delivered_cv);
+}
+
+/* Commits the pending checkpoint, if any, and confirms it. */
+static void
+commit_pending(Worker *w)
+{
+	if (replicant_checkpoint_commit_pending())
+		confirm(w, replicant_checkpoint_committed_end());
 }
 
 /*
@@ -167,6 +183,7 @@ read_or_halt(Worker *w)
 			PG_RE_THROW();
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
+		commit_pending(w);
 		replicant_delivery_halt(w->slot, w->pipeline,
 								psprintf(replicant_decoder_in_row_filter(w->decoder) ?
 											 "the row filter of table \"%s\" failed on a change (error class %s)" :
@@ -201,14 +218,14 @@ check_output_plugin_allowed(Worker *w)
 
 /* Counts an acknowledged request in replicant.status. */
 static void
-note_delivered(Worker *w, int64 transactions, int64 changes, size_t bytes)
+note_delivered(Worker *w, int64 transactions, int64 changes, size_t bytes, TimestampTz now)
 {
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	w->slot->transactions_delivered += transactions;
 	w->slot->changes_delivered += changes;
 	w->slot->batches_delivered++;
 	w->slot->bytes_delivered += bytes;
-	w->slot->last_delivery_at = GetCurrentTimestamp();
+	w->slot->last_delivery_at = now;
 	w->slot->state = REPLICANT_STATE_STREAMING;
 	w->slot->last_error[0] = '\0';
 	LWLockRelease(replicant_shmem->lock);
@@ -264,19 +281,19 @@ deliver_range(Worker *w, int first, int last)
 		switch (result.outcome)
 		{
 			case REPLICANT_SINK_OK:
-				replicant_fault("after_ack");
-				replicant_checkpoint_commit(w->pipeline->id,
-											w->batch->txns[last].commit_lsn,
-											w->batch->txns[last].end_lsn);
-				replicant_fault("after_checkpoint");
-				confirm(w, w->batch->txns[last].end_lsn);
 				{
+					TimestampTz now = GetCurrentTimestamp();
 					int64 changes = 0;
 					int i;
 
+					replicant_fault("after_ack");
 					for (i = first; i <= last; i++)
 						changes += w->batch->txns[i].nchanges;
-					note_delivered(w, last - first + 1, changes, bytes);
+					note_delivered(w, last - first + 1, changes, bytes, now);
+					if (replicant_checkpoint_acknowledged(w->slot, w->pipeline->id,
+														  w->batch->txns[last].commit_lsn,
+														  w->batch->txns[last].end_lsn, now))
+						confirm(w, replicant_checkpoint_committed_end());
 				}
 				return last;
 
@@ -285,13 +302,17 @@ deliver_range(Worker *w, int first, int last)
 
 			case REPLICANT_SINK_TOO_LARGE:
 				if (first == last)
+				{
+					commit_pending(w);
 					worker_halt(w, psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
 											LSN_FORMAT_ARGS(w->batch->txns[last].commit_lsn)));
+				}
 				last = first + (last - first) / 2;
 				break;
 
 			case REPLICANT_SINK_GONE:
 			case REPLICANT_SINK_REJECTED:
+				commit_pending(w);
 				replicant_delivery_refused(w->slot, w->pipeline, &result, "batch",
 										   psprintf(" (%s%s%scommit LSN %X/%X)",
 													target ? "table " : "", target ? target : "",
@@ -350,7 +371,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(w->slot, w->pipeline, &result, "backfill batch",
 									   psprintf(" (table \"%s\")", chunk->relation->table));
-		note_delivered(w, 0, n, out.len);
+		note_delivered(w, 0, n, out.len, GetCurrentTimestamp());
 		rows += n;
 	}
 	replicant_backfill_record_chunk(chunk, rows);
@@ -426,7 +447,7 @@ deliver_messages(Worker *w, List *messages)
 		replicant_delivery_post(w->slot, w->sink, request.webhook_id, &request.body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(w->slot, w->pipeline, &result, "message batch", "");
-		note_delivered(w, 0, 0, request.body.length);
+		note_delivered(w, 0, 0, request.body.length, GetCurrentTimestamp());
 	}
 }
 
@@ -629,6 +650,13 @@ stream_cycle(Worker *w)
 	List *messages;
 	ReplicantChunk *chunk;
 
+	/* A stop request (SIGTERM) still gets what the sink acknowledged. */
+	if (ProcDiePending)
+	{
+		HOLD_INTERRUPTS();
+		commit_pending(w);
+		RESUME_INTERRUPTS();
+	}
 	start_chunk_if_due(w);
 
 	/* A commit after this point sets the latch again. */
@@ -637,18 +665,27 @@ stream_cycle(Worker *w)
 	CHECK_FOR_INTERRUPTS();
 	replicant_delivery_stop_if_requested(w->slot);
 	replicant_delivery_reload_config();
+	if (replicant_checkpoint_is_pending() &&
+		replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()) == 0)
+		commit_pending(w);
 
 	at_end = read_or_halt(w);
 	if (replicant_decoder_halt_reason(w->decoder))
+	{
+		commit_pending(w);
 		replicant_delivery_halt_at(w->slot, w->pipeline,
 								   replicant_decoder_halt_reason(w->decoder),
 								   replicant_decoder_halt_lsn(w->decoder));
+	}
 
 	if (w->batch->ntxns > 0)
 		deliver_batch(w);
+
+	/* Messages and chunks go at their place: after a checkpoint that covers what came before. */
 	messages = replicant_decoder_take_messages(w->decoder);
 	if (messages != NIL)
 	{
+		commit_pending(w);
 		deliver_messages(w, messages);
 		list_free_deep(messages);
 		return false;
@@ -656,15 +693,17 @@ stream_cycle(Worker *w)
 	chunk = replicant_decoder_chunk(w->decoder);
 	if (chunk && chunk->complete)
 	{
+		commit_pending(w);
 		finish_chunk(w, chunk);
 		return false;
 	}
-	if (w->batch->ntxns == 0 && at_end)
+	if (w->batch->ntxns == 0 && at_end && !replicant_checkpoint_is_pending())
 	{
 		/*
 		 * Nothing published up to here: let the slot move on so quiet
 		 * pipelines never pin WAL.  Transactions still in progress are
-		 * safe, since decoding restarts at restart_lsn.
+		 * safe, since decoding restarts at restart_lsn.  Never ahead of
+		 * a checkpoint still pending.
 		 */
 		confirm(w, replicant_decoder_read_upto(w->decoder));
 	}
@@ -672,7 +711,10 @@ stream_cycle(Worker *w)
 	return at_end;
 }
 
-/* Sleeps until a commit sets the latch, or WAL inserted may have been flushed. */
+/*
+ * Sleeps until a commit sets the latch, WAL inserted may have been flushed,
+ * or the pending checkpoint is due.
+ */
 static void
 wait_for_wal(Worker *w)
 {
@@ -680,6 +722,8 @@ wait_for_wal(Worker *w)
 
 	if (GetXLogInsertRecPtr() > replicant_decoder_read_upto(w->decoder))
 		timeout = FLUSH_WAIT_MS;
+	if (replicant_checkpoint_is_pending())
+		timeout = Min(timeout, replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()));
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 timeout, PG_WAIT_EXTENSION);
 }

@@ -51,7 +51,9 @@ if ($ENV{SOAK_FAULTS})    # a subset, to soak one kind of crash
 my $LOAD_S = 4;    # seconds of workload per trial; the crash comes 0.3 .. 2.3 s in
 
 my $started = time();
-my $node = ReplicantTest::new_node('soak', conf => 'restart_after_crash = on');
+# At most one batch per crash needs a checkpoint after every request.
+my $node = ReplicantTest::new_node('soak',
+	conf => "restart_after_crash = on\nreplicant.checkpoint_interval = 0");
 my $sink = ReplicantTest::start_sink();
 
 my $start_load = ReplicantTest::crash_workload($node, $sink, 'soak');
