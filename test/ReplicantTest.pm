@@ -39,7 +39,10 @@ use strict;
 use warnings FATAL => 'all';
 
 use Cwd qw(abs_path);
+use Digest::MD5 ();
 use Exporter 'import';
+use Fcntl ();
+use File::Path ();
 use File::Basename qw(basename dirname);
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
@@ -90,7 +93,8 @@ sub new_node
 {
 	my ($name, %opts) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init(allows_streaming => 'logical', extra => $opts{initdb_extra} // []);
+	init_from_template($node, allows_streaming => 'logical',
+		extra => $opts{initdb_extra} // []);
 
 	my $conf = "wal_level = logical\n"
 	  . "max_replication_slots = 20\n"
@@ -104,6 +108,42 @@ sub new_node
 
 	$node->start if $opts{start} // 1;
 	return $node;
+}
+
+# Runs $node->init(%params), but with initdb run only once per build
+# directory and set of initdb arguments: each node gets a copy of that
+# cluster, as PostgreSQL's own suites do with INITDB_TEMPLATE (which PGXS
+# does not set, and 15 does not know).  Cluster.pm writes its settings into
+# the copy as it would into a new cluster.
+sub init_from_template
+{
+	my ($node, %params) = @_;
+	my $system_or_bail = \&PostgreSQL::Test::Utils::system_or_bail;
+	no warnings 'redefine';
+	local *PostgreSQL::Test::Utils::system_or_bail = sub {
+		my @cmd = @_;
+		my ($at) = grep { $cmd[$_] eq '-D' || $cmd[$_] eq '--pgdata' } 1 .. $#cmd - 1;
+		return $system_or_bail->(@cmd) unless $cmd[0] eq 'initdb' && defined $at;
+
+		# What else initdb's result depends on: its arguments and locale.
+		my @locale = sort(grep { /^(LANG|LC_\w+|TZ|PGTZ)$/ } keys %ENV);
+		my @key = (@cmd[ 0 .. $at - 1 ], @cmd[ $at + 2 .. $#cmd ],
+			map { "$_=$ENV{$_}" } @locale);
+		my $template = "$PostgreSQL::Test::Utils::tmp_check/initdb_template_"
+		  . Digest::MD5::md5_hex(join("\0", @key));
+		open(my $lock, '>', "$template.lock") or die "could not open $template.lock: $!";
+		flock($lock, Fcntl::LOCK_EX) or die "could not lock $template.lock: $!";
+		if (!-d $template)
+		{
+			File::Path::rmtree("$template.new");
+			$system_or_bail->(@cmd[ 0 .. $at ], "$template.new", @cmd[ $at + 2 .. $#cmd ]);
+			rename("$template.new", $template) or die "could not rename $template.new: $!";
+		}
+		close($lock);
+		return $system_or_bail->('cp', '-RPp', $template, $cmd[ $at + 1 ]);
+	};
+	$node->init(%params);
+	return;
 }
 
 =pod

@@ -275,6 +275,7 @@ retried_fault(
 # ---- a sink slower than the timeout: applied, answered too late, re-sent --------
 {
 	my $dups = $sink->stats->{duplicate_transactions};
+	my ($offset, $requests) = (-s $sink->{log}, $sink->stats->{requests});
 	retried_fault(
 		label => 'slow',
 		fault => { delay_ms => 2 * $HTTP_TIMEOUT_MS },
@@ -283,7 +284,13 @@ retried_fault(
 		'slow: the late-answered batch was re-sent (and skipped by the sink)');
 	# Let the sink's delayed answers to the abandoned attempts drain: it logs
 	# a request when it answers, and they must not count as later requests.
-	sleep 3;
+	# It counts a request before the delay, so all are answered once every
+	# request counted since has its log line.
+	my $deadline = time() + 30;
+	usleep(50_000)
+	  until scalar(grep { m{ POST /ingest } } log_since($offset))
+	  >= $sink->stats->{requests} - $requests
+	  || time() > $deadline;
 }
 
 # ---- halts: a 302 is an answer, never followed ------------------------------------

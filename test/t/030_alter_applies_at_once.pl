@@ -60,7 +60,11 @@ foreach my $round (1 .. 8)
 is_deeply(\@missing, [],
 	'every message committed after alter_pipeline returned was delivered with the new options');
 
-$load->finish;
+# The load has done its part once the rounds are over: stop it (a
+# transaction cut off rolls back whole) and wait until its backends are gone.
+$load->kill_kill(grace => 5);
+$node->poll_query_until('postgres', q{SELECT NOT EXISTS (
+	SELECT 1 FROM pg_stat_activity WHERE application_name = 'pgbench')});
 $sink->control({ delay_ms => 0 });
 is($node->safe_psql('postgres', "SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 60000)"),
 	't', 'the load is delivered');

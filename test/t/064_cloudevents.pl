@@ -13,6 +13,7 @@ use FindBin;
 use lib "$FindBin::RealBin/..";
 use JSON::PP;
 use MIME::Base64;
+use Time::HiRes qw(time sleep);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use ReplicantTest;
@@ -83,7 +84,7 @@ sub sent_twice
 	return scalar(grep { $seen{ $_->{webhook_id} }++ } @{ $ce->raw_bodies });
 }
 my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-sleep 1 until sent_twice() || time() > $deadline;
+sleep 0.2 until sent_twice() || time() > $deadline;
 ok(sent_twice(), 'a request is delivered twice');
 $ce->control({ clear => 1 });
 delivered('the re-delivered insert');
