@@ -14,7 +14,7 @@
  *
  * What we need to know about a type is cached per type OID in a hash table
  * that a TYPEOID syscache callback invalidates.  The hottest types (integers,
- * bool, text) are written without going through fmgr.
+ * bool, text, jsonb) are written without going through fmgr.
  */
 #include "postgres.h"
 
@@ -42,6 +42,7 @@
 #include "utils/typcache.h"
 
 #include "compat.h"
+#include "encode_scalar.h"
 #include "encoder.h"
 #include "guc_pin.h"
 
@@ -132,7 +133,6 @@ static void encoder_type_inval(Datum arg, int cacheid, uint32 hashvalue);
 static EncodeTypeEntry *encoder_lookup_type(Oid typid);
 static void encoder_build_type(EncodeTypeEntry *entry);
 static void encode_error_callback(void *arg);
-static void append_json_string(StringInfo out, const char *s, int len);
 static void append_utf8(StringInfo out, int dbencoding, const char *s,
 						int len, bool quote);
 static void encode_fields(EncodeState *st, TupleDesc desc, Datum *values,
@@ -364,50 +364,6 @@ encode_error_callback(void *arg)
  */
 
 /*
- * Appends s[0..len) as a JSON string literal.  Byte for byte what PG15's
- * escape_json() writes, but it takes a length, so text is escaped straight
- * from its varlena, and copies runs that need no escaping in one go.
- */
-static void
-append_json_string(StringInfo out, const char *s, int len)
-{
-	/* the characters escaped as a backslash and a letter, and their letters */
-	static const char json_short_escapes[] = "\b\f\n\r\t\"\\";
-	static const char json_short_escape_letters[] = "bfnrt\"\\";
-	const char *end = s + len;
-	const char *run = s;
-	const char *p;
-	const char *short_escape;
-
-	enlargeStringInfo(out, len + 2);
-	appendStringInfoCharMacro(out, '"');
-	for (p = s; p < end; p++)
-	{
-		unsigned char c = (unsigned char) *p;
-
-		if (c >= ' ' && c != '"' && c != '\\')
-			continue;
-
-		if (p > run)
-			appendBinaryStringInfo(out, run, p - run);
-		run = p + 1;
-
-		short_escape = (c != '\0') ? strchr(json_short_escapes, c) : NULL;
-		if (short_escape != NULL)
-		{
-			appendStringInfoCharMacro(out, '\\');
-			appendStringInfoCharMacro(out,
-									  json_short_escape_letters[short_escape - json_short_escapes]);
-		}
-		else
-			appendStringInfo(out, "\\u%04x", (int) c);
-	}
-	if (p > run)
-		appendBinaryStringInfo(out, run, p - run);
-	appendStringInfoCharMacro(out, '"');
-}
-
-/*
  * Appends text in the database encoding as UTF-8, either as a JSON string
  * (quote) or as it is (embedded JSON).
  */
@@ -446,7 +402,7 @@ append_utf8(StringInfo out, int dbencoding, const char *s, int len,
 	}
 
 	if (quote)
-		append_json_string(out, s, len);
+		replicant_append_json_string(out, s, len);
 	else
 		appendBinaryStringInfo(out, s, len);
 
@@ -580,7 +536,7 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			str = OutputFunctionCall(&entry->outfunc, value);
 			if (str[0] == 'N' || str[0] == 'I' ||
 				(str[0] == '-' && str[1] == 'I'))
-				append_json_string(out, str, strlen(str));
+				replicant_append_json_string(out, str, strlen(str));
 			else
 				appendStringInfoString(out, str);
 			pfree(str);
@@ -598,6 +554,16 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			break;
 
 		case ENCODE_JSONB:
+			if (st->dbencoding == PG_UTF8)
+			{
+				Jsonb	   *jb = DatumGetJsonbP(value);
+
+				replicant_append_jsonb(out, &jb->root);
+				if ((Pointer) jb != DatumGetPointer(value))
+					pfree(jb);
+				break;
+			}
+			/* FALLTHROUGH */
 		case ENCODE_OTHER:
 			/* jsonb's output text is JSON: embedded, not quoted */
 			str = OutputFunctionCall(&entry->outfunc, value);

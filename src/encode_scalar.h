@@ -1,0 +1,27 @@
+/*
+ * encode_scalar.h
+ *		Writing JSON text straight into the encoder's buffer: JSON strings
+ *		and jsonb values, byte for byte as the server's own functions write
+ *		them, without their intermediate copies.
+ */
+#ifndef REPLICANT_ENCODE_SCALAR_H
+#define REPLICANT_ENCODE_SCALAR_H
+
+#include "lib/stringinfo.h"
+#include "utils/jsonb.h"
+
+/*
+ * Appends s[0..len) as a JSON string literal: what PG15's escape_json()
+ * writes for the same bytes, taking a length instead of a terminator.
+ */
+extern void replicant_append_json_string(StringInfo out, const char *s,
+										 int len);
+
+/*
+ * Appends a jsonb value as jsonb_out() writes it.  Strings are written as
+ * stored, so the caller must only use this when the database encoding is
+ * UTF-8.
+ */
+extern void replicant_append_jsonb(StringInfo out, JsonbContainer *root);
+
+#endif /* REPLICANT_ENCODE_SCALAR_H */
