@@ -238,6 +238,32 @@ SELECT count(*) AS values,
        count(*) FILTER (WHERE replicant._encode_row(ROW(j)) IS DISTINCT FROM
                               '{"f1":' || coalesce(j::text, 'null') || '}') AS jsonb_differ
   FROM enc_fast;
+-- numerics in both stored formats (short: small weight and scale; long:
+-- the others), against their output function as to_json() writes it
+CREATE DOMAIN enc_fast_numeric AS numeric;
+CREATE TABLE enc_fast_numerics (v numeric, money12 numeric(12,2), d enc_fast_numeric);
+INSERT INTO enc_fast_numerics (v)
+SELECT v FROM unnest(ARRAY[0, 0.0, -0.0, 0.0001, -0.00001, 1, -1, 9999, 10000, 10001,
+                           99999999, 100000000, 0.1, 0.12345, 12345.6789,
+                           1e-20, -1e-64, 1e-100, 1e63, 1e64, 1e252, -1e300,
+                           10::numeric ^ 1000, -(10::numeric ^ 1000 - 1),
+                           round(1 / 3::numeric, 100), -round(2 / 3::numeric, 1000),
+                           'NaN', 'Infinity', '-Infinity']) v
+UNION ALL
+SELECT round((-1)::numeric ^ g * g * 1234567.891011 * 10::numeric ^ (20 - g % 41), g % 30)
+  FROM generate_series(1, 2000) g
+UNION ALL
+SELECT (g * 7919 % 100003) * 10::numeric ^ (g % 9 - 4) FROM generate_series(1, 2000) g;
+UPDATE enc_fast_numerics SET money12 = round(v, 2), d = v
+ WHERE v BETWEEN -9999999999.99 AND 9999999999.99 OR v = 'NaN';
+SELECT count(*) AS values,
+       count(*) FILTER (WHERE replicant._encode_row(ROW(v)) IS DISTINCT FROM
+                              '{"f1":' || to_json(v)::text || '}') AS v_differ,
+       count(*) FILTER (WHERE replicant._encode_row(r) IS DISTINCT FROM to_json(r)::text) AS row_differ,
+       count(*) FILTER (WHERE replicant._encode_row(ROW(v))::json->>'f1' IS DISTINCT FROM v::text) AS text_differ
+  FROM enc_fast_numerics r;
+SELECT to_json(v)::text AS output, replicant._encode_row(ROW(v)) AS encoded
+  FROM unnest('{0.0,-0.00001,10000,1e-20,1e70,NaN,-Infinity}'::numeric[]) v;
 \pset format unaligned
 SELECT replicant._encode_row(r) FROM enc_fast r WHERE id IN (1, 2, 6, 7, 9) ORDER BY id;
 \pset format aligned
@@ -287,8 +313,9 @@ RESET bytea_output;
 RESET IntervalStyle;
 
 DROP VIEW enc_fast_no_oid;
-DROP TABLE enc_zoo, enc_numbers, enc_arrays, enc_strings, enc_names, enc_datetimes, enc_fast;
-DROP DOMAIN enc_fast_int, enc_fast_text;
+DROP TABLE enc_zoo, enc_numbers, enc_arrays, enc_strings, enc_names, enc_datetimes, enc_fast,
+    enc_fast_numerics;
+DROP DOMAIN enc_fast_int, enc_fast_text, enc_fast_numeric;
 DROP DOMAIN enc_day;
 DROP TYPE enc_moodrange, enc_outer, enc_mood;
 DROP DOMAIN enc_posint, enc_pair, enc_intarr;

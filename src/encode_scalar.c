@@ -7,12 +7,15 @@
  * them: escape_json() needs a terminated copy of every string, and
  * jsonb_out() builds its text in a buffer of its own, copies each string
  * inside the value before escaping it, and leaves the caller to measure and
- * copy the result.  The functions here write the same bytes in place.
+ * copy the result; numeric_out() detoasts a copy of every value and returns
+ * its text in a fresh allocation.  The functions here write the same bytes
+ * in place.
  */
 #include "postgres.h"
 
 #include "fmgr.h"
 #include "utils/fmgrprotos.h"
+#include "utils/numeric.h"
 
 #include "encode_scalar.h"
 
@@ -77,6 +80,147 @@ replicant_append_json_string(StringInfo out, const char *s, int len)
 	out->data[out->len] = '\0';
 }
 
+/*
+ * The on-disk numeric format, which numeric.c keeps to itself: a uint16
+ * header, for the long format an int16 weight, then base-10000 digits.  It
+ * is fixed by pg_upgrade's compatibility, so it is the same in every major
+ * version we build against.
+ */
+#define NUMERIC_SIGN_MASK				0xC000
+#define NUMERIC_NEG						0x4000
+#define NUMERIC_SPECIAL					0xC000
+#define NUMERIC_HEADER_SHORT_BIT		0x8000
+#define NUMERIC_DSCALE_MASK				0x3FFF
+#define NUMERIC_SHORT_SIGN_MASK			0x2000
+#define NUMERIC_SHORT_DSCALE_MASK		0x1F80
+#define NUMERIC_SHORT_DSCALE_SHIFT		7
+#define NUMERIC_SHORT_WEIGHT_SIGN_MASK	0x0040
+#define NUMERIC_SHORT_WEIGHT_MASK		0x003F
+#define NUMERIC_DEC_DIGITS				4	/* decimal digits per digit */
+
+/* The base-10000 digit d of a value, 0 past either end; may be unaligned. */
+static inline int
+numeric_digit(const char *digits, int ndigits, int d)
+{
+	int16		digit;
+
+	if (d < 0 || d >= ndigits)
+		return 0;
+	memcpy(&digit, digits + d * sizeof(int16), sizeof(int16));
+	return digit;
+}
+
+/*
+ * Writes numeric_out()'s text for a finite value, as its get_str_from_var()
+ * does: the integral digits without leading zeroes (or one "0"), then dscale
+ * fractional digits, written four at a time and cut back to dscale.
+ */
+static void
+write_numeric_digits(StringInfo out, bool negative, int weight, int dscale,
+					 const char *digits, int ndigits)
+{
+	int			intdigits = Max((weight + 1) * NUMERIC_DEC_DIGITS, 1);
+	char	   *cp;
+	char	   *endcp;
+	int			d;
+	int			i;
+
+	enlargeStringInfo(out, intdigits + dscale + NUMERIC_DEC_DIGITS + 2);
+	cp = out->data + out->len;
+
+	if (negative)
+		*cp++ = '-';
+	if (weight < 0)
+	{
+		d = weight + 1;
+		*cp++ = '0';
+	}
+	else
+	{
+		for (d = 0; d <= weight; d++)
+		{
+			int			dig = numeric_digit(digits, ndigits, d);
+			bool		putit = (d > 0);
+			int			div;
+
+			for (div = 1000; div > 1; div /= 10)
+			{
+				int			d1 = dig / div;
+
+				dig -= d1 * div;
+				putit |= (d1 > 0);
+				if (putit)
+					*cp++ = d1 + '0';
+			}
+			*cp++ = dig + '0';
+		}
+	}
+
+	if (dscale > 0)
+	{
+		*cp++ = '.';
+		endcp = cp + dscale;
+		for (i = 0; i < dscale; d++, i += NUMERIC_DEC_DIGITS)
+		{
+			int			dig = numeric_digit(digits, ndigits, d);
+
+			cp[0] = dig / 1000 + '0';
+			cp[1] = (dig / 100) % 10 + '0';
+			cp[2] = (dig / 10) % 10 + '0';
+			cp[3] = dig % 10 + '0';
+			cp += NUMERIC_DEC_DIGITS;
+		}
+		cp = endcp;
+	}
+	out->len = cp - out->data;
+	out->data[out->len] = '\0';
+}
+
+/*
+ * Reads the header in place, short varlena header or not, so a value
+ * stored inline is not copied first.
+ */
+bool
+replicant_append_numeric(StringInfo out, Datum value)
+{
+	struct varlena *num = PG_DETOAST_DATUM_PACKED(value);
+	const char *data = VARDATA_ANY(num);
+	const char *end = data + VARSIZE_ANY_EXHDR(num);
+	uint16		header;
+	bool		finite;
+
+	memcpy(&header, data, sizeof(uint16));
+	finite = (header & NUMERIC_SIGN_MASK) != NUMERIC_SPECIAL;
+	if (finite && (header & NUMERIC_HEADER_SHORT_BIT) != 0)
+	{
+		int			weight = header & NUMERIC_SHORT_WEIGHT_MASK;
+
+		if (header & NUMERIC_SHORT_WEIGHT_SIGN_MASK)
+			weight |= ~NUMERIC_SHORT_WEIGHT_MASK;
+		data += sizeof(uint16);
+		write_numeric_digits(out, (header & NUMERIC_SHORT_SIGN_MASK) != 0,
+							 weight,
+							 (header & NUMERIC_SHORT_DSCALE_MASK) >>
+							 NUMERIC_SHORT_DSCALE_SHIFT,
+							 data, (end - data) / sizeof(int16));
+	}
+	else if (finite)
+	{
+		int16		weight;
+
+		memcpy(&weight, data + sizeof(uint16), sizeof(int16));
+		data += sizeof(uint16) + sizeof(int16);
+		write_numeric_digits(out,
+							 (header & NUMERIC_SIGN_MASK) == NUMERIC_NEG,
+							 weight, header & NUMERIC_DSCALE_MASK,
+							 data, (end - data) / sizeof(int16));
+	}
+
+	if ((Pointer) num != DatumGetPointer(value))
+		pfree(num);
+	return finite;
+}
+
 /* Appends a scalar held in a jsonb as jsonb_out() writes it. */
 static void
 append_jsonb_scalar(StringInfo out, const JsonbValue *v)
@@ -93,6 +237,9 @@ append_jsonb_scalar(StringInfo out, const JsonbValue *v)
 										 v->val.string.len);
 			break;
 		case jbvNumeric:
+			if (replicant_append_numeric(out, NumericGetDatum(v->val.numeric)))
+				break;
+			/* jsonb holds no NaN or infinity; its output function would say */
 			num = DatumGetCString(DirectFunctionCall1(numeric_out,
 													  NumericGetDatum(v->val.numeric)));
 			appendStringInfoString(out, num);

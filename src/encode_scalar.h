@@ -1,8 +1,8 @@
 /*
  * encode_scalar.h
- *		Writing JSON text straight into the encoder's buffer: JSON strings
- *		and jsonb values, byte for byte as the server's own functions write
- *		them, without their intermediate copies.
+ *		Writing JSON text straight into the encoder's buffer: JSON strings,
+ *		numerics and jsonb values, byte for byte as the server's own
+ *		functions write them, without their intermediate copies.
  */
 #ifndef REPLICANT_ENCODE_SCALAR_H
 #define REPLICANT_ENCODE_SCALAR_H
@@ -16,6 +16,12 @@
  */
 extern void replicant_append_json_string(StringInfo out, const char *s,
 										 int len);
+
+/*
+ * Appends numeric_out()'s text for a finite numeric and returns true; for
+ * NaN and the infinities returns false and appends nothing.
+ */
+extern bool replicant_append_numeric(StringInfo out, Datum value);
 
 /*
  * Appends a jsonb value as jsonb_out() writes it.  Strings are written as

@@ -14,7 +14,7 @@
  *
  * What we need to know about a type is cached per type OID in a hash table
  * that a TYPEOID syscache callback invalidates.  The hottest types (integers,
- * bool, text, jsonb) are written without going through fmgr.
+ * bool, text, numeric, jsonb) are written without going through fmgr.
  */
 #include "postgres.h"
 
@@ -56,7 +56,8 @@ typedef enum EncodeCategory
 	ENCODE_INT4,
 	ENCODE_INT8,
 	ENCODE_OID,
-	ENCODE_NUMBER,   /* float4, float8, numeric: output text */
+	ENCODE_NUMERIC,  /* numeric: written from its digits */
+	ENCODE_NUMBER,   /* float4, float8: output text */
 	ENCODE_TEXT,     /* text, varchar, bpchar: from the varlena */
 	ENCODE_JSON,     /* embedded as stored */
 	ENCODE_JSONB,    /* embedded output text */
@@ -249,9 +250,11 @@ encoder_category(Oid basetype, Form_pg_type typ)
 		case OIDOID:
 			category = ENCODE_OID;
 			break;
+		case NUMERICOID:
+			category = ENCODE_NUMERIC;
+			break;
 		case FLOAT4OID:
 		case FLOAT8OID:
-		case NUMERICOID:
 			category = ENCODE_NUMBER;
 			break;
 		case TEXTOID:
@@ -317,7 +320,8 @@ encoder_build_type(EncodeTypeEntry *entry)
 	outfuncoid = typ->typoutput;
 	ReleaseSysCache(tup);
 
-	if (entry->category != ENCODE_NUMBER && entry->category != ENCODE_JSONB &&
+	if (entry->category != ENCODE_NUMERIC &&
+		entry->category != ENCODE_NUMBER && entry->category != ENCODE_JSONB &&
 		entry->category != ENCODE_OTHER)
 		outfuncoid = InvalidOid;
 
@@ -531,6 +535,11 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			append_int64(out, DatumGetObjectId(value));
 			break;
 
+		case ENCODE_NUMERIC:
+			if (replicant_append_numeric(out, value))
+				break;
+			/* NaN and the infinities become strings, as below */
+			/* FALLTHROUGH */
 		case ENCODE_NUMBER:
 			/* ASCII only, and either a valid JSON number or NaN/Infinity */
 			str = OutputFunctionCall(&entry->outfunc, value);
