@@ -770,6 +770,8 @@ replicant_encode_timestamptz(StringInfo out, TimestampTz t)
 {
 	struct pg_tm tm;
 	fsec_t fsec;
+	char buf[MAXDATELEN + 1];
+	char *p;
 
 	if (TIMESTAMP_IS_NOBEGIN(t))
 	{
@@ -788,10 +790,27 @@ replicant_encode_timestamptz(StringInfo out, TimestampTz t)
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("timestamp out of range")));
 
-	appendStringInfo(out, "\"%s%04d-%02d-%02dT%02d:%02d:%02d.%06dZ\"",
-					 tm.tm_year < 0 ? "-" : "", abs(tm.tm_year),
-					 tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-					 (int) fsec);
+	/* every transaction header has one: no format string to parse */
+	p = buf;
+	*p++ = '"';
+	if (tm.tm_year < 0)
+		*p++ = '-';
+	p = pg_ultostr_zeropad(p, abs(tm.tm_year), 4);
+	*p++ = '-';
+	p = pg_ultostr_zeropad(p, tm.tm_mon, 2);
+	*p++ = '-';
+	p = pg_ultostr_zeropad(p, tm.tm_mday, 2);
+	*p++ = 'T';
+	p = pg_ultostr_zeropad(p, tm.tm_hour, 2);
+	*p++ = ':';
+	p = pg_ultostr_zeropad(p, tm.tm_min, 2);
+	*p++ = ':';
+	p = pg_ultostr_zeropad(p, tm.tm_sec, 2);
+	*p++ = '.';
+	p = pg_ultostr_zeropad(p, fsec, 6);
+	*p++ = 'Z';
+	*p++ = '"';
+	appendBinaryStringInfo(out, buf, p - buf);
 }
 
 /*
