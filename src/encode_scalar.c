@@ -81,6 +81,53 @@ replicant_append_json_string(StringInfo out, const char *s, int len)
 }
 
 /*
+ * The common case of a column name, which needs no escape, is copied with
+ * the comma, quotes and colon in one go; any other goes the long way.
+ */
+void
+replicant_append_json_key(StringInfo out, const char *name, int len,
+						  bool comma)
+{
+	int			start = out->len;
+	char	   *dst;
+	int			i;
+
+	enlargeStringInfo(out, len + 4);
+	dst = out->data + out->len;
+	if (comma)
+		*dst++ = ',';
+	*dst++ = '"';
+	for (i = 0; i < len; i++)
+	{
+		if (unlikely(json_escape[(unsigned char) name[i]] != 0))
+			break;
+		*dst++ = name[i];
+	}
+	if (likely(i == len))
+	{
+		*dst++ = '"';
+		*dst++ = ':';
+		out->len = dst - out->data;
+		out->data[out->len] = '\0';
+		return;
+	}
+
+	out->len = start + (comma ? 1 : 0);
+	replicant_append_json_string(out, name, len);
+	appendStringInfoCharMacro(out, ':');
+}
+
+/* Appends two bytes, for the separators of jsonb's text. */
+static inline void
+append_two(StringInfo out, char first, char second)
+{
+	enlargeStringInfo(out, 2);
+	out->data[out->len++] = first;
+	out->data[out->len++] = second;
+	out->data[out->len] = '\0';
+}
+
+/*
  * The on-disk numeric format, which numeric.c keeps to itself: a uint16
  * header, for the long format an int16 weight, then base-10000 digits.  It
  * is fixed by pg_upgrade's compatibility, so it is the same in every major
@@ -277,7 +324,7 @@ replicant_append_jsonb(StringInfo out, JsonbContainer *root)
 		{
 			case WJB_BEGIN_ARRAY:
 				if (!first)
-					appendBinaryStringInfo(out, ", ", 2);
+					append_two(out, ',', ' ');
 				if (v.val.array.rawScalar)
 					raw_scalar = true;
 				else
@@ -286,15 +333,15 @@ replicant_append_jsonb(StringInfo out, JsonbContainer *root)
 				break;
 			case WJB_BEGIN_OBJECT:
 				if (!first)
-					appendBinaryStringInfo(out, ", ", 2);
+					append_two(out, ',', ' ');
 				appendStringInfoCharMacro(out, '{');
 				first = true;
 				break;
 			case WJB_KEY:
 				if (!first)
-					appendBinaryStringInfo(out, ", ", 2);
+					append_two(out, ',', ' ');
 				append_jsonb_scalar(out, &v);
-				appendBinaryStringInfo(out, ": ", 2);
+				append_two(out, ':', ' ');
 				first = true;
 				break;
 			case WJB_VALUE:
@@ -303,7 +350,7 @@ replicant_append_jsonb(StringInfo out, JsonbContainer *root)
 				break;
 			case WJB_ELEM:
 				if (!first)
-					appendBinaryStringInfo(out, ", ", 2);
+					append_two(out, ',', ' ');
 				append_jsonb_scalar(out, &v);
 				first = false;
 				break;

@@ -18,6 +18,13 @@ extern void replicant_append_json_string(StringInfo out, const char *s,
 										 int len);
 
 /*
+ * Appends "name": (after a comma when comma is true), the name escaped as
+ * by replicant_append_json_string().  For names in UTF-8 only.
+ */
+extern void replicant_append_json_key(StringInfo out, const char *name,
+									  int len, bool comma);
+
+/*
  * Appends numeric_out()'s text for a finite numeric and returns true; for
  * NaN and the infinities returns false and appends nothing.
  */

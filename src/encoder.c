@@ -467,12 +467,18 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 			continue;
 		}
 
-		if (!first)
-			appendStringInfoCharMacro(out, ',');
+		if (st->dbencoding == PG_UTF8)
+			replicant_append_json_key(out, NameStr(att->attname),
+									  strlen(NameStr(att->attname)), !first);
+		else
+		{
+			if (!first)
+				appendStringInfoCharMacro(out, ',');
+			append_utf8(out, st->dbencoding, NameStr(att->attname),
+						strlen(NameStr(att->attname)), true);
+			appendStringInfoCharMacro(out, ':');
+		}
 		first = false;
-		append_utf8(out, st->dbencoding, NameStr(att->attname),
-					strlen(NameStr(att->attname)), true);
-		appendStringInfoCharMacro(out, ':');
 
 		if (nulls[i])
 		{
