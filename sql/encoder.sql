@@ -264,6 +264,30 @@ SELECT count(*) AS values,
   FROM enc_fast_numerics r;
 SELECT to_json(v)::text AS output, replicant._encode_row(ROW(v)) AS encoded
   FROM unnest('{0.0,-0.00001,10000,1e-20,1e70,NaN,-Infinity}'::numeric[]) v;
+-- timestamptz over its whole range, against to_json() in UTC
+CREATE DOMAIN enc_fast_tstz AS timestamptz;
+CREATE TABLE enc_fast_tstzs (v timestamptz, d enc_fast_tstz, a timestamptz[],
+                             n serial);
+INSERT INTO enc_fast_tstzs (v)
+SELECT v FROM unnest('{infinity,-infinity,"4714-11-24 00:00:00+00 BC",
+                       "294276-12-31 23:59:59.999999+00","0001-01-01 00:00:00+00 BC",
+                       "0001-12-31 23:59:59.9+00 BC","0001-01-01 00:00:00+00",
+                       "2000-01-01 00:00:00.5+00","2000-01-01 00:00:00.000001+00",
+                       "2000-02-29 12:34:56.100000+00","9999-12-31 23:59:59.99999+00",
+                       "10000-01-01 00:00:00+00"}'::timestamptz[]) v
+UNION ALL
+SELECT make_timestamptz(CASE WHEN y = 0 THEN 1 ELSE y END, 1 + g % 12, 1 + g % 28,
+                        g % 24, g * 7 % 60, g % 60 + (g * 7919 % 1000000) / 1e6, 'UTC')
+  FROM generate_series(1, 3000) g, LATERAL (SELECT g * 97 % 298000 - 4713 AS y) y;
+UPDATE enc_fast_tstzs SET d = v, a = ARRAY[v, NULL];
+SET TimeZone = 'UTC';
+SELECT count(*) AS values,
+       count(*) FILTER (WHERE replicant._encode_row(ROW(v)) IS DISTINCT FROM
+                              '{"f1":' || to_json(v)::text || '}') AS v_differ,
+       count(*) FILTER (WHERE replicant._encode_row(r) IS DISTINCT FROM to_json(r)::text) AS row_differ
+  FROM enc_fast_tstzs r;
+RESET TimeZone;
+SELECT replicant._encode_row(ROW(v)) AS encoded FROM enc_fast_tstzs ORDER BY n LIMIT 12;
 \pset format unaligned
 SELECT replicant._encode_row(r) FROM enc_fast r WHERE id IN (1, 2, 6, 7, 9) ORDER BY id;
 \pset format aligned
@@ -314,8 +338,8 @@ RESET IntervalStyle;
 
 DROP VIEW enc_fast_no_oid;
 DROP TABLE enc_zoo, enc_numbers, enc_arrays, enc_strings, enc_names, enc_datetimes, enc_fast,
-    enc_fast_numerics;
-DROP DOMAIN enc_fast_int, enc_fast_text, enc_fast_numeric;
+    enc_fast_numerics, enc_fast_tstzs;
+DROP DOMAIN enc_fast_int, enc_fast_text, enc_fast_numeric, enc_fast_tstz;
 DROP DOMAIN enc_day;
 DROP TYPE enc_moodrange, enc_outer, enc_mood;
 DROP DOMAIN enc_posint, enc_pair, enc_intarr;

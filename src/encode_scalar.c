@@ -14,6 +14,8 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/fmgrprotos.h"
 #include "utils/numeric.h"
 
@@ -266,6 +268,58 @@ replicant_append_numeric(StringInfo out, Datum value)
 	if ((Pointer) num != DatumGetPointer(value))
 		pfree(num);
 	return finite;
+}
+
+/*
+ * JsonEncodeDateTime() for a timestamptz in UTC, which is EncodeDateTime()
+ * in XSD style with a zone of +00:00: the year's absolute value in at least
+ * four digits (" BC" at the end for years before 1 AD), the fraction of a
+ * second without trailing zeroes and only when not zero.
+ */
+bool
+replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+	char	   *start;
+	char	   *cp;
+
+	if (TIMESTAMP_NOT_FINITE(t) ||
+		timestamp2tm(t, NULL, &tm, &fsec, NULL, NULL) != 0)
+		return false;
+
+	enlargeStringInfo(out, MAXDATELEN + 2);
+	start = cp = out->data + out->len;
+	*cp++ = '"';
+	cp = pg_ultostr_zeropad(cp, tm.tm_year > 0 ? tm.tm_year : -(tm.tm_year - 1), 4);
+	*cp++ = '-';
+	cp = pg_ultostr_zeropad(cp, tm.tm_mon, 2);
+	*cp++ = '-';
+	cp = pg_ultostr_zeropad(cp, tm.tm_mday, 2);
+	*cp++ = 'T';
+	cp = pg_ultostr_zeropad(cp, tm.tm_hour, 2);
+	*cp++ = ':';
+	cp = pg_ultostr_zeropad(cp, tm.tm_min, 2);
+	*cp++ = ':';
+	cp = pg_ultostr_zeropad(cp, tm.tm_sec, 2);
+	if (fsec != 0)
+	{
+		*cp++ = '.';
+		cp = pg_ultostr_zeropad(cp, fsec, 6);
+		while (cp[-1] == '0')
+			cp--;
+	}
+	memcpy(cp, "+00:00", 6);
+	cp += 6;
+	if (tm.tm_year <= 0)
+	{
+		memcpy(cp, " BC", 3);
+		cp += 3;
+	}
+	*cp++ = '"';
+	out->len += cp - start;
+	out->data[out->len] = '\0';
+	return true;
 }
 
 /* Appends a scalar held in a jsonb as jsonb_out() writes it. */

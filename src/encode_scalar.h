@@ -1,12 +1,13 @@
 /*
  * encode_scalar.h
  *		Writing JSON text straight into the encoder's buffer: JSON strings,
- *		numerics and jsonb values, byte for byte as the server's own
+ *		numerics, timestamps and jsonb values, byte for byte as the server's own
  *		functions write them, without their intermediate copies.
  */
 #ifndef REPLICANT_ENCODE_SCALAR_H
 #define REPLICANT_ENCODE_SCALAR_H
 
+#include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
@@ -29,6 +30,13 @@ extern void replicant_append_json_key(StringInfo out, const char *name,
  * NaN and the infinities returns false and appends nothing.
  */
 extern bool replicant_append_numeric(StringInfo out, Datum value);
+
+/*
+ * Appends a finite timestamptz as to_json() writes it with TimeZone UTC,
+ * quoted, and returns true; returns false and appends nothing for the
+ * infinities and values timestamp2tm() cannot convert.
+ */
+extern bool replicant_append_timestamptz_utc(StringInfo out, TimestampTz t);
 
 /*
  * Appends a jsonb value as jsonb_out() writes it.  Strings are written as

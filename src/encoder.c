@@ -594,6 +594,9 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			 * " BC"), with a timestamptz written in UTC whatever TimeZone
 			 * says.  ASCII only.
 			 */
+			if (entry->basetype == TIMESTAMPTZOID &&
+				replicant_append_timestamptz_utc(out, DatumGetTimestampTz(value)))
+				break;
 			JsonEncodeDateTime(datebuf, value, entry->basetype, &utc_offset);
 			appendStringInfoCharMacro(out, '"');
 			appendStringInfoString(out, datebuf);
