@@ -26,15 +26,40 @@
  * letter of its backslash escape, or 'u' for \u00XX.
  */
 static const char json_escape[256] = {
-	['\0'] = 'u', [0x01] = 'u', [0x02] = 'u', [0x03] = 'u',
-	[0x04] = 'u', [0x05] = 'u', [0x06] = 'u', [0x07] = 'u',
-	['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n', [0x0b] = 'u',
-	['\f'] = 'f', ['\r'] = 'r', [0x0e] = 'u', [0x0f] = 'u',
-	[0x10] = 'u', [0x11] = 'u', [0x12] = 'u', [0x13] = 'u',
-	[0x14] = 'u', [0x15] = 'u', [0x16] = 'u', [0x17] = 'u',
-	[0x18] = 'u', [0x19] = 'u', [0x1a] = 'u', [0x1b] = 'u',
-	[0x1c] = 'u', [0x1d] = 'u', [0x1e] = 'u', [0x1f] = 'u',
-	['"'] = '"', ['\\'] = '\\',
+	['\0'] = 'u',
+	[0x01] = 'u',
+	[0x02] = 'u',
+	[0x03] = 'u',
+	[0x04] = 'u',
+	[0x05] = 'u',
+	[0x06] = 'u',
+	[0x07] = 'u',
+	['\b'] = 'b',
+	['\t'] = 't',
+	['\n'] = 'n',
+	[0x0b] = 'u',
+	['\f'] = 'f',
+	['\r'] = 'r',
+	[0x0e] = 'u',
+	[0x0f] = 'u',
+	[0x10] = 'u',
+	[0x11] = 'u',
+	[0x12] = 'u',
+	[0x13] = 'u',
+	[0x14] = 'u',
+	[0x15] = 'u',
+	[0x16] = 'u',
+	[0x17] = 'u',
+	[0x18] = 'u',
+	[0x19] = 'u',
+	[0x1a] = 'u',
+	[0x1b] = 'u',
+	[0x1c] = 'u',
+	[0x1d] = 'u',
+	[0x1e] = 'u',
+	[0x1f] = 'u',
+	['"'] = '"',
+	['\\'] = '\\',
 };
 
 /*
@@ -47,7 +72,7 @@ replicant_append_json_string(StringInfo out, const char *s, int len)
 	static const char hexdigits[] = "0123456789abcdef";
 	const unsigned char *p = (const unsigned char *) s;
 	const unsigned char *end = p + len;
-	char	   *dst;
+	char *dst;
 
 	enlargeStringInfo(out, len + 2);
 	dst = out->data + out->len;
@@ -55,7 +80,7 @@ replicant_append_json_string(StringInfo out, const char *s, int len)
 	for (; p < end; p++)
 	{
 		unsigned char c = *p;
-		char		letter = json_escape[c];
+		char letter = json_escape[c];
 
 		if (likely(letter == 0))
 		{
@@ -90,9 +115,9 @@ void
 replicant_append_json_key(StringInfo out, const char *name, int len,
 						  bool comma)
 {
-	int			start = out->len;
-	char	   *dst;
-	int			i;
+	int start = out->len;
+	char *dst;
+	int i;
 
 	enlargeStringInfo(out, len + 4);
 	dst = out->data + out->len;
@@ -135,23 +160,23 @@ append_two(StringInfo out, char first, char second)
  * is fixed by pg_upgrade's compatibility, so it is the same in every major
  * version we build against.
  */
-#define NUMERIC_SIGN_MASK				0xC000
-#define NUMERIC_NEG						0x4000
-#define NUMERIC_SPECIAL					0xC000
-#define NUMERIC_HEADER_SHORT_BIT		0x8000
-#define NUMERIC_DSCALE_MASK				0x3FFF
-#define NUMERIC_SHORT_SIGN_MASK			0x2000
-#define NUMERIC_SHORT_DSCALE_MASK		0x1F80
-#define NUMERIC_SHORT_DSCALE_SHIFT		7
-#define NUMERIC_SHORT_WEIGHT_SIGN_MASK	0x0040
-#define NUMERIC_SHORT_WEIGHT_MASK		0x003F
-#define NUMERIC_DEC_DIGITS				4	/* decimal digits per digit */
+#define NUMERIC_SIGN_MASK 0xC000
+#define NUMERIC_NEG 0x4000
+#define NUMERIC_SPECIAL 0xC000
+#define NUMERIC_HEADER_SHORT_BIT 0x8000
+#define NUMERIC_DSCALE_MASK 0x3FFF
+#define NUMERIC_SHORT_SIGN_MASK 0x2000
+#define NUMERIC_SHORT_DSCALE_MASK 0x1F80
+#define NUMERIC_SHORT_DSCALE_SHIFT 7
+#define NUMERIC_SHORT_WEIGHT_SIGN_MASK 0x0040
+#define NUMERIC_SHORT_WEIGHT_MASK 0x003F
+#define NUMERIC_DEC_DIGITS 4 /* decimal digits per digit */
 
 /* The base-10000 digit d of a value, 0 past either end; may be unaligned. */
 static inline int
 numeric_digit(const char *digits, int ndigits, int d)
 {
-	int16		digit;
+	int16 digit;
 
 	if (d < 0 || d >= ndigits)
 		return 0;
@@ -168,11 +193,11 @@ static void
 write_numeric_digits(StringInfo out, bool negative, int weight, int dscale,
 					 const char *digits, int ndigits)
 {
-	int			intdigits = Max((weight + 1) * NUMERIC_DEC_DIGITS, 1);
-	char	   *cp;
-	char	   *endcp;
-	int			d;
-	int			i;
+	int intdigits = Max((weight + 1) * NUMERIC_DEC_DIGITS, 1);
+	char *cp;
+	char *endcp;
+	int d;
+	int i;
 
 	enlargeStringInfo(out, intdigits + dscale + NUMERIC_DEC_DIGITS + 2);
 	cp = out->data + out->len;
@@ -188,13 +213,13 @@ write_numeric_digits(StringInfo out, bool negative, int weight, int dscale,
 	{
 		for (d = 0; d <= weight; d++)
 		{
-			int			dig = numeric_digit(digits, ndigits, d);
-			bool		putit = (d > 0);
-			int			div;
+			int dig = numeric_digit(digits, ndigits, d);
+			bool putit = (d > 0);
+			int div;
 
 			for (div = 1000; div > 1; div /= 10)
 			{
-				int			d1 = dig / div;
+				int d1 = dig / div;
 
 				dig -= d1 * div;
 				putit |= (d1 > 0);
@@ -211,7 +236,7 @@ write_numeric_digits(StringInfo out, bool negative, int weight, int dscale,
 		endcp = cp + dscale;
 		for (i = 0; i < dscale; d++, i += NUMERIC_DEC_DIGITS)
 		{
-			int			dig = numeric_digit(digits, ndigits, d);
+			int dig = numeric_digit(digits, ndigits, d);
 
 			cp[0] = dig / 1000 + '0';
 			cp[1] = (dig / 100) % 10 + '0';
@@ -235,14 +260,14 @@ replicant_append_numeric(StringInfo out, Datum value)
 	struct varlena *num = PG_DETOAST_DATUM_PACKED(value);
 	const char *data = VARDATA_ANY(num);
 	const char *end = data + VARSIZE_ANY_EXHDR(num);
-	uint16		header;
-	bool		finite;
+	uint16 header;
+	bool finite;
 
 	memcpy(&header, data, sizeof(uint16));
 	finite = (header & NUMERIC_SIGN_MASK) != NUMERIC_SPECIAL;
 	if (finite && (header & NUMERIC_HEADER_SHORT_BIT) != 0)
 	{
-		int			weight = header & NUMERIC_SHORT_WEIGHT_MASK;
+		int weight = header & NUMERIC_SHORT_WEIGHT_MASK;
 
 		if (header & NUMERIC_SHORT_WEIGHT_SIGN_MASK)
 			weight |= ~NUMERIC_SHORT_WEIGHT_MASK;
@@ -250,12 +275,12 @@ replicant_append_numeric(StringInfo out, Datum value)
 		write_numeric_digits(out, (header & NUMERIC_SHORT_SIGN_MASK) != 0,
 							 weight,
 							 (header & NUMERIC_SHORT_DSCALE_MASK) >>
-							 NUMERIC_SHORT_DSCALE_SHIFT,
+								 NUMERIC_SHORT_DSCALE_SHIFT,
 							 data, (end - data) / sizeof(int16));
 	}
 	else if (finite)
 	{
-		int16		weight;
+		int16 weight;
 
 		memcpy(&weight, data + sizeof(uint16), sizeof(int16));
 		data += sizeof(uint16) + sizeof(int16);
@@ -280,9 +305,9 @@ bool
 replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
 {
 	struct pg_tm tm;
-	fsec_t		fsec;
-	char	   *start;
-	char	   *cp;
+	fsec_t fsec;
+	char *start;
+	char *cp;
 
 	if (TIMESTAMP_NOT_FINITE(t) ||
 		timestamp2tm(t, NULL, &tm, &fsec, NULL, NULL) != 0)
@@ -326,7 +351,7 @@ replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
 static void
 append_jsonb_scalar(StringInfo out, const JsonbValue *v)
 {
-	char	   *num;
+	char *num;
 
 	switch (v->type)
 	{
@@ -367,10 +392,10 @@ void
 replicant_append_jsonb(StringInfo out, JsonbContainer *root)
 {
 	JsonbIterator *it = JsonbIteratorInit(root);
-	JsonbValue	v;
+	JsonbValue v;
 	JsonbIteratorToken token;
-	bool		first = true;
-	bool		raw_scalar = false;
+	bool first = true;
+	bool raw_scalar = false;
 
 	while ((token = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
 	{

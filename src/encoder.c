@@ -571,7 +571,7 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 		case ENCODE_JSONB:
 			if (st->dbencoding == PG_UTF8)
 			{
-				Jsonb	   *jb = DatumGetJsonbP(value);
+				Jsonb *jb = DatumGetJsonbP(value);
 
 				replicant_append_jsonb(out, &jb->root);
 				if ((Pointer) jb != DatumGetPointer(value))
