@@ -18,6 +18,7 @@ OBJS = \
 	src/pubfilter.o \
 	src/partition_root.o \
 	src/encoder.o \
+	src/encode_scalar.o \
 	src/guc_pin.o \
 	src/backfill.o \
 	src/chunk.o \

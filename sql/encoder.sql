@@ -173,6 +173,125 @@ RESET TimeZone;
 SELECT replicant._encode_row(r) FROM enc_datetimes r ORDER BY id;
 \pset format aligned
 
+-- the types written without their output functions give exactly what
+-- to_json() gives through those functions, edge values included
+CREATE DOMAIN enc_fast_int AS int4;
+CREATE DOMAIN enc_fast_text AS text;
+CREATE TABLE enc_fast (id int, i2 int2, i4 int4, i8 int8, o oid, b bool,
+                       t text, vc varchar(12), bp char(6), nm name, num numeric,
+                       j jsonb, di enc_fast_int, dt enc_fast_text, ai int8[],
+                       at text[], abp char(3)[], aj jsonb[]);
+INSERT INTO enc_fast VALUES
+    (1, -32768, -2147483648, -9223372036854775808, 0, false,
+     '', '', '', '', 0, '{}', -2147483648, '', '{}', '{}', '{}', '{}'),
+    (2, 32767, 2147483647, 9223372036854775807, 4294967295, true,
+     E'q"uote \\ nl\n tab\t cr\r bs\b ff\f ctl\x01\x1f\x7f',
+     E'"\\', 'ab', E'n"a\\me', '-0.00', '[]', 2147483647, E'\\"',
+     '{-9223372036854775808,NULL,9223372036854775807}',
+     ARRAY['', NULL, E'"\n', 'é'], '{a,NULL,"b c"}',
+     ARRAY['null'::jsonb, NULL, '"\u0001"', '[[[]]]']),
+    (3, 0, 0, 0, 1, NULL,
+     'é 日本 😀', 'é日本😀', 'é', 'é 日本', 'NaN', 'null', 0, 'é 日本 😀',
+     '{{1,2},{3,NULL}}', '{{a},{b}}', '{{x},{NULL}}', '{}'),
+    (4, -1, -1, -1, 2147483648, true,
+     (SELECT string_agg(chr(i), '') FROM generate_series(1, 127) i),
+     'trailing  ', 'pad   ', repeat('n', 63), 'Infinity', 'true', -1,
+     (SELECT string_agg(chr(i), '') FROM generate_series(1, 127) i),
+     '[5:6]={1,2}', '{}', '{}', '{}'),
+    (5, 9, 10, 100000, 10, false,
+     repeat(E'x"\\y', 3000), 'x', 'x', 'x', '-Infinity', '"a\"b\\c\u0001\n\u001f"',
+     NULL, NULL, NULL, NULL, NULL, NULL),
+    (6, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     '123456789012345678901234567890.000000000000000000001',
+     '{"": "", "a": {"b": [1, [2, {}], [], null]}, "é": ["日本", false]}',
+     NULL, NULL, NULL, NULL, NULL, NULL),
+    (7, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1e-20,
+     '[1e100, -0.0, 0.10, -12345678901234567890.5, "x", {"y": [true, false]}]',
+     NULL, NULL, NULL, NULL, NULL, NULL),
+    (8, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     (SELECT jsonb_object_agg('k' || i, CASE WHEN i % 3 = 0 THEN to_jsonb(i)
+                                             WHEN i % 3 = 1 THEN to_jsonb(md5(i::text))
+                                             ELSE jsonb_build_array(i, NULL) END)
+        FROM generate_series(1, 100) i),
+     NULL, NULL, NULL, NULL, NULL,
+     ARRAY[(SELECT jsonb_agg(i) FROM generate_series(1, 100) i)]),
+    (9, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '"scalar"',
+     NULL, NULL, NULL, NULL, NULL, NULL),
+    (10, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '-1.5',
+     NULL, NULL, NULL, NULL, NULL, NULL),
+    (11, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     NULL, NULL, NULL, NULL, NULL, NULL);
+-- (to_json() writes an oid as a string, the encoder as a number: oid apart)
+CREATE VIEW enc_fast_no_oid AS
+SELECT id, i2, i4, i8, b, t, vc, bp, nm, num, j, di, dt, ai, at, abp, aj
+  FROM enc_fast;
+SELECT count(*) AS rows,
+       count(*) FILTER (WHERE replicant._encode_row(r) IS DISTINCT FROM to_json(r)::text) AS differ
+  FROM enc_fast_no_oid r;
+-- (any row that differs, to see which)
+SELECT id FROM enc_fast_no_oid r
+ WHERE replicant._encode_row(r) IS DISTINCT FROM to_json(r)::text ORDER BY id;
+-- oid and jsonb alone, against their output functions
+SELECT count(*) AS values,
+       count(*) FILTER (WHERE replicant._encode_row(ROW(o)) IS DISTINCT FROM
+                              '{"f1":' || coalesce(o::text, 'null') || '}') AS oid_differ,
+       count(*) FILTER (WHERE replicant._encode_row(ROW(j)) IS DISTINCT FROM
+                              '{"f1":' || coalesce(j::text, 'null') || '}') AS jsonb_differ
+  FROM enc_fast;
+-- numerics in both stored formats (short: small weight and scale; long:
+-- the others), against their output function as to_json() writes it
+CREATE DOMAIN enc_fast_numeric AS numeric;
+CREATE TABLE enc_fast_numerics (v numeric, money12 numeric(12,2), d enc_fast_numeric);
+INSERT INTO enc_fast_numerics (v)
+SELECT v FROM unnest(ARRAY[0, 0.0, -0.0, 0.0001, -0.00001, 1, -1, 9999, 10000, 10001,
+                           99999999, 100000000, 0.1, 0.12345, 12345.6789,
+                           1e-20, -1e-64, 1e-100, 1e63, 1e64, 1e252, -1e300,
+                           10::numeric ^ 1000, -(10::numeric ^ 1000 - 1),
+                           round(1 / 3::numeric, 100), -round(2 / 3::numeric, 1000),
+                           'NaN', 'Infinity', '-Infinity']) v
+UNION ALL
+SELECT round((-1)::numeric ^ g * g * 1234567.891011 * 10::numeric ^ (20 - g % 41), g % 30)
+  FROM generate_series(1, 2000) g
+UNION ALL
+SELECT (g * 7919 % 100003) * 10::numeric ^ (g % 9 - 4) FROM generate_series(1, 2000) g;
+UPDATE enc_fast_numerics SET money12 = round(v, 2), d = v
+ WHERE v BETWEEN -9999999999.99 AND 9999999999.99 OR v = 'NaN';
+SELECT count(*) AS values,
+       count(*) FILTER (WHERE replicant._encode_row(ROW(v)) IS DISTINCT FROM
+                              '{"f1":' || to_json(v)::text || '}') AS v_differ,
+       count(*) FILTER (WHERE replicant._encode_row(r) IS DISTINCT FROM to_json(r)::text) AS row_differ,
+       count(*) FILTER (WHERE replicant._encode_row(ROW(v))::json->>'f1' IS DISTINCT FROM v::text) AS text_differ
+  FROM enc_fast_numerics r;
+SELECT to_json(v)::text AS output, replicant._encode_row(ROW(v)) AS encoded
+  FROM unnest('{0.0,-0.00001,10000,1e-20,1e70,NaN,-Infinity}'::numeric[]) v;
+-- timestamptz over its whole range, against to_json() in UTC
+CREATE DOMAIN enc_fast_tstz AS timestamptz;
+CREATE TABLE enc_fast_tstzs (v timestamptz, d enc_fast_tstz, a timestamptz[],
+                             n serial);
+INSERT INTO enc_fast_tstzs (v)
+SELECT v FROM unnest('{infinity,-infinity,"4714-11-24 00:00:00+00 BC",
+                       "294276-12-31 23:59:59.999999+00","0001-01-01 00:00:00+00 BC",
+                       "0001-12-31 23:59:59.9+00 BC","0001-01-01 00:00:00+00",
+                       "2000-01-01 00:00:00.5+00","2000-01-01 00:00:00.000001+00",
+                       "2000-02-29 12:34:56.100000+00","9999-12-31 23:59:59.99999+00",
+                       "10000-01-01 00:00:00+00"}'::timestamptz[]) v
+UNION ALL
+SELECT make_timestamptz(CASE WHEN y = 0 THEN 1 ELSE y END, 1 + g % 12, 1 + g % 28,
+                        g % 24, g * 7 % 60, g % 60 + (g * 7919 % 1000000) / 1e6, 'UTC')
+  FROM generate_series(1, 3000) g, LATERAL (SELECT g * 97 % 298000 - 4713 AS y) y;
+UPDATE enc_fast_tstzs SET d = v, a = ARRAY[v, NULL];
+SET TimeZone = 'UTC';
+SELECT count(*) AS values,
+       count(*) FILTER (WHERE replicant._encode_row(ROW(v)) IS DISTINCT FROM
+                              '{"f1":' || to_json(v)::text || '}') AS v_differ,
+       count(*) FILTER (WHERE replicant._encode_row(r) IS DISTINCT FROM to_json(r)::text) AS row_differ
+  FROM enc_fast_tstzs r;
+RESET TimeZone;
+SELECT replicant._encode_row(ROW(v)) AS encoded FROM enc_fast_tstzs ORDER BY n LIMIT 12;
+\pset format unaligned
+SELECT replicant._encode_row(r) FROM enc_fast r WHERE id IN (1, 2, 6, 7, 9) ORDER BY id;
+\pset format aligned
+
 -- the output does not depend on the session's settings
 CREATE TEMP TABLE enc_before AS
 SELECT 'zoo' AS t, id, replicant._encode_row(r) AS j FROM enc_zoo r
@@ -217,7 +336,10 @@ RESET extra_float_digits;
 RESET bytea_output;
 RESET IntervalStyle;
 
-DROP TABLE enc_zoo, enc_numbers, enc_arrays, enc_strings, enc_names, enc_datetimes;
+DROP VIEW enc_fast_no_oid;
+DROP TABLE enc_zoo, enc_numbers, enc_arrays, enc_strings, enc_names, enc_datetimes, enc_fast,
+    enc_fast_numerics, enc_fast_tstzs;
+DROP DOMAIN enc_fast_int, enc_fast_text, enc_fast_numeric, enc_fast_tstz;
 DROP DOMAIN enc_day;
 DROP TYPE enc_moodrange, enc_outer, enc_mood;
 DROP DOMAIN enc_posint, enc_pair, enc_intarr;

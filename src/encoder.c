@@ -14,7 +14,7 @@
  *
  * What we need to know about a type is cached per type OID in a hash table
  * that a TYPEOID syscache callback invalidates.  The hottest types (integers,
- * bool, text) are written without going through fmgr.
+ * bool, text, numeric, jsonb) are written without going through fmgr.
  */
 #include "postgres.h"
 
@@ -42,6 +42,7 @@
 #include "utils/typcache.h"
 
 #include "compat.h"
+#include "encode_scalar.h"
 #include "encoder.h"
 #include "guc_pin.h"
 
@@ -55,7 +56,8 @@ typedef enum EncodeCategory
 	ENCODE_INT4,
 	ENCODE_INT8,
 	ENCODE_OID,
-	ENCODE_NUMBER,   /* float4, float8, numeric: output text */
+	ENCODE_NUMERIC,  /* numeric: written from its digits */
+	ENCODE_NUMBER,   /* float4, float8: output text */
 	ENCODE_TEXT,     /* text, varchar, bpchar: from the varlena */
 	ENCODE_JSON,     /* embedded as stored */
 	ENCODE_JSONB,    /* embedded output text */
@@ -132,7 +134,6 @@ static void encoder_type_inval(Datum arg, int cacheid, uint32 hashvalue);
 static EncodeTypeEntry *encoder_lookup_type(Oid typid);
 static void encoder_build_type(EncodeTypeEntry *entry);
 static void encode_error_callback(void *arg);
-static void append_json_string(StringInfo out, const char *s, int len);
 static void append_utf8(StringInfo out, int dbencoding, const char *s,
 						int len, bool quote);
 static void encode_fields(EncodeState *st, TupleDesc desc, Datum *values,
@@ -249,9 +250,11 @@ encoder_category(Oid basetype, Form_pg_type typ)
 		case OIDOID:
 			category = ENCODE_OID;
 			break;
+		case NUMERICOID:
+			category = ENCODE_NUMERIC;
+			break;
 		case FLOAT4OID:
 		case FLOAT8OID:
-		case NUMERICOID:
 			category = ENCODE_NUMBER;
 			break;
 		case TEXTOID:
@@ -317,7 +320,8 @@ encoder_build_type(EncodeTypeEntry *entry)
 	outfuncoid = typ->typoutput;
 	ReleaseSysCache(tup);
 
-	if (entry->category != ENCODE_NUMBER && entry->category != ENCODE_JSONB &&
+	if (entry->category != ENCODE_NUMERIC &&
+		entry->category != ENCODE_NUMBER && entry->category != ENCODE_JSONB &&
 		entry->category != ENCODE_OTHER)
 		outfuncoid = InvalidOid;
 
@@ -364,50 +368,6 @@ encode_error_callback(void *arg)
  */
 
 /*
- * Appends s[0..len) as a JSON string literal.  Byte for byte what PG15's
- * escape_json() writes, but it takes a length, so text is escaped straight
- * from its varlena, and copies runs that need no escaping in one go.
- */
-static void
-append_json_string(StringInfo out, const char *s, int len)
-{
-	/* the characters escaped as a backslash and a letter, and their letters */
-	static const char json_short_escapes[] = "\b\f\n\r\t\"\\";
-	static const char json_short_escape_letters[] = "bfnrt\"\\";
-	const char *end = s + len;
-	const char *run = s;
-	const char *p;
-	const char *short_escape;
-
-	enlargeStringInfo(out, len + 2);
-	appendStringInfoCharMacro(out, '"');
-	for (p = s; p < end; p++)
-	{
-		unsigned char c = (unsigned char) *p;
-
-		if (c >= ' ' && c != '"' && c != '\\')
-			continue;
-
-		if (p > run)
-			appendBinaryStringInfo(out, run, p - run);
-		run = p + 1;
-
-		short_escape = (c != '\0') ? strchr(json_short_escapes, c) : NULL;
-		if (short_escape != NULL)
-		{
-			appendStringInfoCharMacro(out, '\\');
-			appendStringInfoCharMacro(out,
-									  json_short_escape_letters[short_escape - json_short_escapes]);
-		}
-		else
-			appendStringInfo(out, "\\u%04x", (int) c);
-	}
-	if (p > run)
-		appendBinaryStringInfo(out, run, p - run);
-	appendStringInfoCharMacro(out, '"');
-}
-
-/*
  * Appends text in the database encoding as UTF-8, either as a JSON string
  * (quote) or as it is (embedded JSON).
  */
@@ -446,7 +406,7 @@ append_utf8(StringInfo out, int dbencoding, const char *s, int len,
 	}
 
 	if (quote)
-		append_json_string(out, s, len);
+		replicant_append_json_string(out, s, len);
 	else
 		appendBinaryStringInfo(out, s, len);
 
@@ -507,12 +467,18 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 			continue;
 		}
 
-		if (!first)
-			appendStringInfoCharMacro(out, ',');
+		if (st->dbencoding == PG_UTF8)
+			replicant_append_json_key(out, NameStr(att->attname),
+									  strlen(NameStr(att->attname)), !first);
+		else
+		{
+			if (!first)
+				appendStringInfoCharMacro(out, ',');
+			append_utf8(out, st->dbencoding, NameStr(att->attname),
+						strlen(NameStr(att->attname)), true);
+			appendStringInfoCharMacro(out, ':');
+		}
 		first = false;
-		append_utf8(out, st->dbencoding, NameStr(att->attname),
-					strlen(NameStr(att->attname)), true);
-		appendStringInfoCharMacro(out, ':');
 
 		if (nulls[i])
 		{
@@ -575,12 +541,17 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			append_int64(out, DatumGetObjectId(value));
 			break;
 
+		case ENCODE_NUMERIC:
+			if (replicant_append_numeric(out, value))
+				break;
+			/* NaN and the infinities become strings, as below */
+			/* FALLTHROUGH */
 		case ENCODE_NUMBER:
 			/* ASCII only, and either a valid JSON number or NaN/Infinity */
 			str = OutputFunctionCall(&entry->outfunc, value);
 			if (str[0] == 'N' || str[0] == 'I' ||
 				(str[0] == '-' && str[1] == 'I'))
-				append_json_string(out, str, strlen(str));
+				replicant_append_json_string(out, str, strlen(str));
 			else
 				appendStringInfoString(out, str);
 			pfree(str);
@@ -598,6 +569,16 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			break;
 
 		case ENCODE_JSONB:
+			if (st->dbencoding == PG_UTF8)
+			{
+				Jsonb *jb = DatumGetJsonbP(value);
+
+				replicant_append_jsonb(out, &jb->root);
+				if ((Pointer) jb != DatumGetPointer(value))
+					pfree(jb);
+				break;
+			}
+			/* FALLTHROUGH */
 		case ENCODE_OTHER:
 			/* jsonb's output text is JSON: embedded, not quoted */
 			str = OutputFunctionCall(&entry->outfunc, value);
@@ -613,6 +594,9 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			 * " BC"), with a timestamptz written in UTC whatever TimeZone
 			 * says.  ASCII only.
 			 */
+			if (entry->basetype == TIMESTAMPTZOID &&
+				replicant_append_timestamptz_utc(out, DatumGetTimestampTz(value)))
+				break;
 			JsonEncodeDateTime(datebuf, value, entry->basetype, &utc_offset);
 			appendStringInfoCharMacro(out, '"');
 			appendStringInfoString(out, datebuf);
@@ -795,6 +779,8 @@ replicant_encode_timestamptz(StringInfo out, TimestampTz t)
 {
 	struct pg_tm tm;
 	fsec_t fsec;
+	char buf[MAXDATELEN + 1];
+	char *p;
 
 	if (TIMESTAMP_IS_NOBEGIN(t))
 	{
@@ -813,10 +799,27 @@ replicant_encode_timestamptz(StringInfo out, TimestampTz t)
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("timestamp out of range")));
 
-	appendStringInfo(out, "\"%s%04d-%02d-%02dT%02d:%02d:%02d.%06dZ\"",
-					 tm.tm_year < 0 ? "-" : "", abs(tm.tm_year),
-					 tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-					 (int) fsec);
+	/* every transaction header has one: no format string to parse */
+	p = buf;
+	*p++ = '"';
+	if (tm.tm_year < 0)
+		*p++ = '-';
+	p = pg_ultostr_zeropad(p, abs(tm.tm_year), 4);
+	*p++ = '-';
+	p = pg_ultostr_zeropad(p, tm.tm_mon, 2);
+	*p++ = '-';
+	p = pg_ultostr_zeropad(p, tm.tm_mday, 2);
+	*p++ = 'T';
+	p = pg_ultostr_zeropad(p, tm.tm_hour, 2);
+	*p++ = ':';
+	p = pg_ultostr_zeropad(p, tm.tm_min, 2);
+	*p++ = ':';
+	p = pg_ultostr_zeropad(p, tm.tm_sec, 2);
+	*p++ = '.';
+	p = pg_ultostr_zeropad(p, fsec, 6);
+	*p++ = 'Z';
+	*p++ = '"';
+	appendBinaryStringInfo(out, buf, p - buf);
 }
 
 /*

@@ -7,6 +7,7 @@
 #include "postgres.h"
 
 #include "common/base64.h"
+#include "utils/builtins.h"
 
 #include "compat.h"
 #include "encoder.h"
@@ -89,8 +90,14 @@ render_change(StringInfo out, const char *pipeline, const ReplicantChange *chang
 static void
 begin_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn)
 {
-	appendStringInfo(out, "{\"xid\":%u,\"commit_lsn\":" UINT64_FORMAT ",\"commit_time\":",
-					 txn->xid, (uint64) txn->commit_lsn);
+	/* once per transaction, so once per change for small ones: no format string */
+	appendStringInfoString(out, "{\"xid\":");
+	enlargeStringInfo(out, MAXINT8LEN);
+	out->len += pg_ultoa_n(txn->xid, out->data + out->len);
+	appendStringInfoString(out, ",\"commit_lsn\":");
+	enlargeStringInfo(out, MAXINT8LEN);
+	out->len += pg_ulltoa_n((uint64) txn->commit_lsn, out->data + out->len);
+	appendStringInfoString(out, ",\"commit_time\":");
 	replicant_encode_timestamptz(out, txn->commit_time);
 	appendStringInfoString(out, ",\"changes\":[");
 }

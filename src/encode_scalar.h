@@ -1,0 +1,48 @@
+/*
+ * encode_scalar.h
+ *		Writing JSON text straight into the encoder's buffer: JSON strings,
+ *		numerics, timestamps and jsonb values, byte for byte as the server's own
+ *		functions write them, without their intermediate copies.
+ */
+#ifndef REPLICANT_ENCODE_SCALAR_H
+#define REPLICANT_ENCODE_SCALAR_H
+
+#include "datatype/timestamp.h"
+#include "lib/stringinfo.h"
+#include "utils/jsonb.h"
+
+/*
+ * Appends s[0..len) as a JSON string literal: what PG15's escape_json()
+ * writes for the same bytes, taking a length instead of a terminator.
+ */
+extern void replicant_append_json_string(StringInfo out, const char *s,
+										 int len);
+
+/*
+ * Appends "name": (after a comma when comma is true), the name escaped as
+ * by replicant_append_json_string().  For names in UTF-8 only.
+ */
+extern void replicant_append_json_key(StringInfo out, const char *name,
+									  int len, bool comma);
+
+/*
+ * Appends numeric_out()'s text for a finite numeric and returns true; for
+ * NaN and the infinities returns false and appends nothing.
+ */
+extern bool replicant_append_numeric(StringInfo out, Datum value);
+
+/*
+ * Appends a finite timestamptz as to_json() writes it with TimeZone UTC,
+ * quoted, and returns true; returns false and appends nothing for the
+ * infinities and values timestamp2tm() cannot convert.
+ */
+extern bool replicant_append_timestamptz_utc(StringInfo out, TimestampTz t);
+
+/*
+ * Appends a jsonb value as jsonb_out() writes it.  Strings are written as
+ * stored, so the caller must only use this when the database encoding is
+ * UTF-8.
+ */
+extern void replicant_append_jsonb(StringInfo out, JsonbContainer *root);
+
+#endif /* REPLICANT_ENCODE_SCALAR_H */
