@@ -502,6 +502,44 @@ append_int64(StringInfo out, int64 value)
 	out->len += pg_lltoa(value, out->data + out->len);
 }
 
+/*
+ * Appends a number: numeric from its stored digits where it can, anything
+ * else through its output function, which writes ASCII only, either a valid
+ * JSON number or NaN/Infinity, which become strings.
+ */
+static void
+encode_number(StringInfo out, EncodeTypeEntry *entry, Datum value)
+{
+	char *str;
+
+	if (entry->category == ENCODE_NUMERIC && replicant_append_numeric(out, value))
+		return;
+	str = OutputFunctionCall(&entry->outfunc, value);
+	if (str[0] == 'N' || str[0] == 'I' || (str[0] == '-' && str[1] == 'I'))
+		replicant_append_json_string(out, str, strlen(str));
+	else
+		appendStringInfoString(out, str);
+	pfree(str);
+}
+
+/*
+ * The server's own to_json() encoding (XSD style, "infinity", " BC"), with
+ * a timestamptz written in UTC whatever TimeZone says.  ASCII only.
+ */
+static void
+encode_datetime(StringInfo out, EncodeTypeEntry *entry, Datum value)
+{
+	char datebuf[MAXDATELEN + 1];
+
+	if (entry->basetype == TIMESTAMPTZOID &&
+		replicant_append_timestamptz_utc(out, DatumGetTimestampTz(value)))
+		return;
+	JsonEncodeDateTime(datebuf, value, entry->basetype, &utc_offset);
+	appendStringInfoCharMacro(out, '"');
+	appendStringInfoString(out, datebuf);
+	appendStringInfoCharMacro(out, '"');
+}
+
 /* Appends one non-null value of the entry's type. */
 static void
 encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
@@ -509,7 +547,6 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 	StringInfo out = st->out;
 	char *str;
 	text *txt;
-	char datebuf[MAXDATELEN + 1];
 
 	/* not reachable: flattened composites and arrays hold no such pointer */
 	if (entry->typlen == -1 && st->policy == REPLICANT_TOAST_UNCHANGED &&
@@ -542,19 +579,8 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			break;
 
 		case ENCODE_NUMERIC:
-			if (replicant_append_numeric(out, value))
-				break;
-			/* NaN and the infinities become strings, as below */
-			/* FALLTHROUGH */
 		case ENCODE_NUMBER:
-			/* ASCII only, and either a valid JSON number or NaN/Infinity */
-			str = OutputFunctionCall(&entry->outfunc, value);
-			if (str[0] == 'N' || str[0] == 'I' ||
-				(str[0] == '-' && str[1] == 'I'))
-				replicant_append_json_string(out, str, strlen(str));
-			else
-				appendStringInfoString(out, str);
-			pfree(str);
+			encode_number(out, entry, value);
 			break;
 
 		case ENCODE_TEXT:
@@ -588,19 +614,7 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 			break;
 
 		case ENCODE_DATETIME:
-
-			/*
-			 * The server's own to_json() encoding (XSD style, "infinity",
-			 * " BC"), with a timestamptz written in UTC whatever TimeZone
-			 * says.  ASCII only.
-			 */
-			if (entry->basetype == TIMESTAMPTZOID &&
-				replicant_append_timestamptz_utc(out, DatumGetTimestampTz(value)))
-				break;
-			JsonEncodeDateTime(datebuf, value, entry->basetype, &utc_offset);
-			appendStringInfoCharMacro(out, '"');
-			appendStringInfoString(out, datebuf);
-			appendStringInfoCharMacro(out, '"');
+			encode_datetime(out, entry, value);
 			break;
 
 		case ENCODE_ARRAY:

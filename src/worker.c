@@ -263,6 +263,27 @@ post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *
 }
 
 /*
+ * Counts transactions [first, last], which the sink took, and checkpoints
+ * them if the interval is up; the slot hears only of committed checkpoints.
+ */
+static void
+acknowledged(Worker *w, int first, int last, size_t bytes)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int64 changes = 0;
+	int i;
+
+	replicant_fault("after_ack");
+	for (i = first; i <= last; i++)
+		changes += w->batch->txns[i].nchanges;
+	note_delivered(w, last - first + 1, changes, bytes, now);
+	if (replicant_checkpoint_acknowledged(w->slot, w->pipeline->id,
+										  w->batch->txns[last].commit_lsn,
+										  w->batch->txns[last].end_lsn, now))
+		confirm(w, replicant_checkpoint_committed_end());
+}
+
+/*
  * Delivers transactions [first, last] of the batch, retrying until the sink
  * takes them.  Returns the index of the last transaction delivered, which is
  * below last when a 413 made it split the range.
@@ -281,20 +302,7 @@ deliver_range(Worker *w, int first, int last)
 		switch (result.outcome)
 		{
 			case REPLICANT_SINK_OK:
-				{
-					TimestampTz now = GetCurrentTimestamp();
-					int64 changes = 0;
-					int i;
-
-					replicant_fault("after_ack");
-					for (i = first; i <= last; i++)
-						changes += w->batch->txns[i].nchanges;
-					note_delivered(w, last - first + 1, changes, bytes, now);
-					if (replicant_checkpoint_acknowledged(w->slot, w->pipeline->id,
-														  w->batch->txns[last].commit_lsn,
-														  w->batch->txns[last].end_lsn, now))
-						confirm(w, replicant_checkpoint_committed_end());
-				}
+				acknowledged(w, first, last, bytes);
 				return last;
 
 			case REPLICANT_SINK_RETRY:
