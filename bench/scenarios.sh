@@ -447,7 +447,24 @@ SQL
 		done
 	done
 	record s4.loadavg_after "$(loadavg)"
+	[ "$PERF" = 1 ] && for rate in "${rates[@]}"; do latency_perf "$rate"; done
 	cluster_stop
+}
+
+# latency_perf RATE: a separate replicant run only for the worker's profile
+# (perf is in no measurement).
+latency_perf() {
+	local rate=$1
+	log "s4: perf profile of the worker at $rate txn/s (${S4_SECS}s, not measured)"
+	sink_start -l -c ts
+	psql_b -c "SELECT replicant.enable_pipeline('lat')" >/dev/null
+	pipeline_wait_state lat streaming
+	wait_drained lat "$(q "SELECT pg_current_wal_lsn()")" >/dev/null
+	perf_start "$(worker_pid lat)" "s4-$rate"
+	pgbench_b -n -c 4 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" >/dev/null 2>&1
+	perf_stop
+	pipeline_disable lat
+	sink_stop
 }
 
 # ------------------------------------------------------------ 5: memory --
