@@ -68,14 +68,16 @@ replicant_wait_for_standby_confirmation(XLogRecPtr lsn)
 
 /*
  * PG17 tracks a WaitEventSet with a resource owner instead of allocating it
- * in a memory context.  Either way the caller frees it with FreeWaitEventSet.
+ * in a memory context.  The set made here outlives transactions (no owner
+ * on PG17, the given context before); the caller frees it with
+ * FreeWaitEventSet.
  */
 #if PG_VERSION_NUM >= 170000
-#define REPLICANT_CREATE_WAIT_EVENT_SET(nevents) \
-	CreateWaitEventSet(CurrentResourceOwner, (nevents))
+#define REPLICANT_CREATE_WAIT_EVENT_SET(context, nevents) \
+	CreateWaitEventSet(NULL, (nevents))
 #else
-#define REPLICANT_CREATE_WAIT_EVENT_SET(nevents) \
-	CreateWaitEventSet(CurrentMemoryContext, (nevents))
+#define REPLICANT_CREATE_WAIT_EVENT_SET(context, nevents) \
+	CreateWaitEventSet((context), (nevents))
 #endif
 
 /*

@@ -17,6 +17,7 @@
 #include "postgres.h"
 
 #include <curl/curl.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "lib/stringinfo.h"
@@ -65,6 +66,16 @@ typedef struct SinkSocket
 	int what; /* CURL_POLL_IN, _OUT or _INOUT */
 } SinkSocket;
 
+/* A socket in the kept WaitEventSet. */
+typedef struct SinkWatched
+{
+	curl_socket_t fd;
+	dev_t dev; /* which file the number was: numbers are reused */
+	ino_t ino;
+	uint32 events;
+	int pos; /* in the WaitEventSet */
+} SinkWatched;
+
 struct ReplicantSink
 {
 	CURLM *multi; /* owns the connection cache: keep-alive */
@@ -103,8 +114,16 @@ struct ReplicantSink
 	char body_start[SINK_BODY_START_LEN]; /* only to read "Code: N" */
 	size_t body_start_len;
 
-	/* freed on error exits */
+	/*
+	 * The set we wait on, kept across waits and requests while it watches
+	 * the same sockets (one epoll set less per wait); freed on error exits.
+	 */
+	MemoryContext context; /* the sink's, for the set */
 	WaitEventSet *wes;
+	SinkWatched watched[SINK_MAX_SOCKETS];
+	int nwatched;
+
+	/* freed on error exits */
 	struct curl_slist *headers;
 };
 
@@ -141,6 +160,7 @@ static bool sink_append_header(struct curl_slist **list, StringInfo buf,
 							   const char *name, const char *value);
 static bool sink_build_headers(ReplicantSink *sink, const char *webhook_id,
 							   int64 timestamp, const char *signature);
+static void sink_free_wait_set(ReplicantSink *sink);
 static void sink_run(ReplicantSink *sink, SinkAttempt *attempt);
 static void sink_attempt(ReplicantSink *sink, const char *webhook_id,
 						 int64 timestamp, const char *signature,
@@ -426,6 +446,7 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 		elog(ERROR, "sink header names and values differ in number");
 
 	sink = palloc0(sizeof(ReplicantSink));
+	sink->context = CurrentMemoryContext;
 	sink->url = pstrdup(config->url);
 	sink->http_timeout_ms = Max(config->http_timeout_ms, 0);
 	sink->connect_timeout_ms = Max(config->connect_timeout_ms, 0);
@@ -468,8 +489,7 @@ replicant_sink_destroy(ReplicantSink *sink)
 	if (sink == NULL)
 		return;
 
-	if (sink->wes != NULL)
-		FreeWaitEventSet(sink->wes);
+	sink_free_wait_set(sink);
 	if (sink->attached)
 		curl_multi_remove_handle(sink->multi, sink->easy);
 	if (sink->easy != NULL)
@@ -624,6 +644,120 @@ sink_wait_ms(ReplicantSink *sink)
 	return SINK_MAX_WAIT_MS;
 }
 
+static uint32
+sink_socket_events(int what)
+{
+	uint32 events = 0;
+
+	if (what & CURL_POLL_IN)
+		events |= WL_SOCKET_READABLE;
+	if (what & CURL_POLL_OUT)
+		events |= WL_SOCKET_WRITEABLE;
+	return events;
+}
+
+static SinkWatched *
+sink_watched(ReplicantSink *sink, curl_socket_t fd)
+{
+	int i;
+
+	for (i = 0; i < sink->nwatched; i++)
+	{
+		if (sink->watched[i].fd == fd)
+			return &sink->watched[i];
+	}
+	return NULL;
+}
+
+/*
+ * Whether the kept set watches exactly the sockets libcurl waits for, each
+ * still the file it was: between our waits libcurl closes and opens sockets
+ * (a new connection, the resolver's pipe), a new one can get an old number,
+ * and epoll forgets a closed file.
+ */
+static bool
+sink_wait_set_current(ReplicantSink *sink)
+{
+	int nwanted = 0;
+	int i;
+
+	if (sink->wes == NULL)
+		return false;
+	for (i = 0; i < sink->nsockets; i++)
+	{
+		SinkWatched *w;
+		struct stat st;
+
+		if (sink_socket_events(sink->sockets[i].what) == 0)
+			continue;
+		nwanted++;
+		w = sink_watched(sink, sink->sockets[i].fd);
+		if (w == NULL || fstat(w->fd, &st) != 0 ||
+			st.st_dev != w->dev || st.st_ino != w->ino)
+			return false;
+	}
+	return nwanted == sink->nwatched;
+}
+
+static void
+sink_free_wait_set(ReplicantSink *sink)
+{
+	if (sink->wes != NULL)
+		FreeWaitEventSet(sink->wes);
+	sink->wes = NULL;
+	sink->nwatched = 0;
+}
+
+/* A new set over the latch, postmaster death and libcurl's sockets. */
+static void
+sink_build_wait_set(ReplicantSink *sink)
+{
+	int i;
+
+	sink_free_wait_set(sink);
+	sink->wes = REPLICANT_CREATE_WAIT_EVENT_SET(sink->context, sink->nsockets + 2);
+	AddWaitEventToSet(sink->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(sink->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+					  NULL, NULL);
+	for (i = 0; i < sink->nsockets; i++)
+	{
+		uint32 events = sink_socket_events(sink->sockets[i].what);
+		SinkWatched *w;
+		struct stat st;
+
+		if (events == 0)
+			continue;
+		/* a descriptor fstat cannot see fails in AddWaitEventToSet */
+		if (fstat(sink->sockets[i].fd, &st) != 0)
+			memset(&st, 0, sizeof(st));
+		w = &sink->watched[sink->nwatched++];
+		w->fd = sink->sockets[i].fd;
+		w->dev = st.st_dev;
+		w->ino = st.st_ino;
+		w->events = events;
+		w->pos = AddWaitEventToSet(sink->wes, events, w->fd, NULL, NULL);
+	}
+}
+
+/* Points the kept set's sockets at what libcurl waits for now. */
+static void
+sink_update_wait_set(ReplicantSink *sink)
+{
+	int i;
+
+	for (i = 0; i < sink->nsockets; i++)
+	{
+		uint32 events = sink_socket_events(sink->sockets[i].what);
+		SinkWatched *w = sink_watched(sink, sink->sockets[i].fd);
+
+		if (events != 0 && w->events != events)
+		{
+			ModifyWaitEvent(sink->wes, w->pos, events, NULL);
+			w->events = events;
+		}
+	}
+}
+
 /*
  * Waits on the latch, postmaster death and the sockets libcurl watches, for
  * at most wait_ms.  Returns how many events fired into occurred.
@@ -632,30 +766,12 @@ static int
 sink_wait(ReplicantSink *sink, long wait_ms, WaitEvent *occurred,
 		  int noccurred)
 {
-	int nfired;
-	int i;
-
-	sink->wes = REPLICANT_CREATE_WAIT_EVENT_SET(sink->nsockets + 2);
-	AddWaitEventToSet(sink->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(sink->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
-					  NULL, NULL);
-	for (i = 0; i < sink->nsockets; i++)
-	{
-		uint32 events = 0;
-
-		if (sink->sockets[i].what & CURL_POLL_IN)
-			events |= WL_SOCKET_READABLE;
-		if (sink->sockets[i].what & CURL_POLL_OUT)
-			events |= WL_SOCKET_WRITEABLE;
-		if (events != 0)
-			AddWaitEventToSet(sink->wes, events, sink->sockets[i].fd,
-							  NULL, NULL);
-	}
-	nfired = WaitEventSetWait(sink->wes, wait_ms, occurred,
-							  noccurred, PG_WAIT_EXTENSION);
-	FreeWaitEventSet(sink->wes);
-	sink->wes = NULL;
-	return nfired;
+	if (sink_wait_set_current(sink))
+		sink_update_wait_set(sink);
+	else
+		sink_build_wait_set(sink);
+	return WaitEventSetWait(sink->wes, wait_ms, occurred, noccurred,
+							PG_WAIT_EXTENSION);
 }
 
 /*
@@ -788,6 +904,8 @@ static void
 sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 			 const char *signature, ReplicantBody *body, SinkAttempt *attempt)
 {
+	volatile bool completed = false;
+
 	sink->body = body;
 	sink->body_sent = 0;
 	sink->body_failed = false;
@@ -813,15 +931,14 @@ sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 		{
 			sink->attached = true;
 			sink_run(sink, attempt);
+			completed = attempt->code == CURLE_OK;
 		}
 	}
 	PG_FINALLY();
 	{
-		if (sink->wes != NULL)
-		{
-			FreeWaitEventSet(sink->wes);
-			sink->wes = NULL;
-		}
+		/* the set outlives only a clean exchange: nothing half-watched */
+		if (!completed)
+			sink_free_wait_set(sink);
 		if (sink->attached)
 		{
 			/* a transfer cut short closes its connection: no half state */
