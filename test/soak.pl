@@ -256,7 +256,7 @@ is(scalar(keys %sink_lsns), $all_source, 'the sink applied exactly the committed
 my $faults = join(',', map { "$_:" . ($by_fault{$_} // 0) } @FAULTS);
 my $summary = sprintf(
 	'soak: trials=%d loss=%d effect_dup=%d raw_redelivered_batches=%d max_per_crash=%g'
-	  . ' failed_trials=%d converged=%d transactions=%d faults=%s seed=%d wall=%.0fs',
+	  . ' failed_trials=%d converged=%d transactions=%d faults=%s seed=%d checkpoint_interval=%dms wall=%.0fs',
 	$TRIALS, $loss, $effect_dup, $redelivered_total, $max_per_crash, $failed,
 	$converged ? 1 : 0, $all_source, $faults, $SEED, $INTERVAL, time() - $started);
 note(sprintf('re-delivered batches by fault: %s',
