@@ -48,6 +48,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -55,6 +56,7 @@
 #include "utils/snapmgr.h"
 
 #include "batch.h"
+#include "checkpoint.h"
 #include "compat.h"
 #include "delivery.h"
 #include "encoder.h"
@@ -1449,6 +1451,15 @@ replicant_shard_main(Datum main_arg)
 	replicant_encoder_pin_settings();
 	replicant_pin_worker_settings();
 
+	/*
+	 * Commit progress asynchronously: the WAL writer flushes it while the
+	 * next window is read, and whatever the worker committed is flushed
+	 * before its next request leaves (replicant_delivery_post_start) and
+	 * before it exits, so nothing is sent, nor the snapshot finished, ahead
+	 * of the progress that came before.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
 	replicant_catalog_begin(&access);
 	pipeline = replicant_pipeline_load(args.pipeline_id, TopMemoryContext);
 	replicant_catalog_end(&access);
@@ -1470,5 +1481,6 @@ replicant_shard_main(Datum main_arg)
 		   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
 		read_shard(slot, pipeline, sink, args.snapshot_name, &shard, window_context);
 	replicant_sink_destroy(sink);
+	replicant_checkpoint_make_durable();
 	proc_exit(0);
 }
