@@ -131,21 +131,25 @@ note_retry(ReplicantPipelineSlot *slot, const char *error)
 	LWLockRelease(replicant_shmem->lock);
 }
 
-void
-replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
-						const char *webhook_id, ReplicantBody *body,
-						ReplicantSinkResult *result)
+/*
+ * Takes the answer to the first attempt in *result, and POSTs body again
+ * until the sink gives one that is not retried.
+ */
+static void
+retry_until_answered(ReplicantPipelineSlot *slot, ReplicantSink *sink,
+					 const char *webhook_id, ReplicantBody *body,
+					 ReplicantSinkResult *result)
 {
 	int attempt = 0;
 	TimestampTz first_failure = 0;
 	TimestampTz last_logged = 0;
 
-	replicant_checkpoint_make_durable();
 	for (;;)
 	{
 		TimestampTz now;
 
-		replicant_sink_post(sink, webhook_id, body, result);
+		if (attempt > 0)
+			replicant_sink_post(sink, webhook_id, body, result);
 		note_answer(slot, result);
 		now = GetCurrentTimestamp();
 		if (result->outcome != REPLICANT_SINK_RETRY)
@@ -184,6 +188,33 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 		retry_sleep(slot, backoff_ms(attempt++, result));
 		replicant_delivery_stop_if_requested(slot);
 	}
+}
+
+void
+replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
+						const char *webhook_id, ReplicantBody *body,
+						ReplicantSinkResult *result)
+{
+	replicant_checkpoint_make_durable();
+	replicant_sink_post(sink, webhook_id, body, result);
+	retry_until_answered(slot, sink, webhook_id, body, result);
+}
+
+void
+replicant_delivery_post_start(ReplicantSink *sink, const char *webhook_id,
+							  ReplicantBody *body)
+{
+	replicant_checkpoint_make_durable();
+	replicant_sink_start(sink, webhook_id, body);
+}
+
+void
+replicant_delivery_post_finish(ReplicantPipelineSlot *slot, ReplicantSink *sink,
+							   const char *webhook_id, ReplicantBody *body,
+							   ReplicantSinkResult *result)
+{
+	replicant_sink_finish(sink, result);
+	retry_until_answered(slot, sink, webhook_id, body, result);
 }
 
 ReplicantSink *

@@ -24,6 +24,18 @@ extern void replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *
 									ReplicantSinkResult *result);
 
 /*
+ * replicant_delivery_post() in two steps, the first attempt overlapped with
+ * the caller's work (see replicant_sink_start()): _start() sends, and
+ * _finish() waits for its answer and retries as replicant_delivery_post()
+ * does.  webhook_id and body must stay unchanged in between.
+ */
+extern void replicant_delivery_post_start(ReplicantSink *sink, const char *webhook_id,
+										  ReplicantBody *body);
+extern void replicant_delivery_post_finish(ReplicantPipelineSlot *slot, ReplicantSink *sink,
+										   const char *webhook_id, ReplicantBody *body,
+										   ReplicantSinkResult *result);
+
+/*
  * Halts the pipeline fail-closed: records the value-free reason in the
  * catalog and in slot, and exits so that nothing restarts it until
  * resume_pipeline.  Aborts any open transaction first.

@@ -83,6 +83,31 @@ typedef struct SinkWatched
 	int pos; /* in the WaitEventSet */
 } SinkWatched;
 
+/* What one attempt came to, before classification. */
+typedef struct SinkAttempt
+{
+	CURLcode code;      /* libcurl's result for the transfer */
+	long status;        /* HTTP status, 0 if none */
+	bool hard_timeout;  /* our safety deadline ended it */
+	bool latch_was_set; /* we reset the latch while waiting */
+	double elapsed_ms;
+} SinkAttempt;
+
+/*
+ * A request started by replicant_sink_start() and not finished yet: one at
+ * a time per sink.
+ */
+typedef struct SinkStarted
+{
+	bool active;
+	bool signing_failed; /* never sent: the body could not be read */
+	bool transfer_over;  /* libcurl finished it while pumped */
+	SinkAttempt attempt;
+	char *signature;      /* NULL when the sink signs nothing */
+	CURLMcode pump_error; /* what stopped pumping it */
+	instr_time started_at;
+} SinkStarted;
+
 struct ReplicantSink
 {
 	CURLM *multi; /* owns the connection cache: keep-alive */
@@ -134,17 +159,10 @@ struct ReplicantSink
 
 	/* freed on error exits */
 	struct curl_slist *headers;
+
+	SinkStarted started; /* replicant_sink_start() to _finish() */
 };
 
-/* What one attempt came to, before classification. */
-typedef struct SinkAttempt
-{
-	CURLcode code;      /* libcurl's result for the transfer */
-	long status;        /* HTTP status, 0 if none */
-	bool hard_timeout;  /* our safety deadline ended it */
-	bool latch_was_set; /* we reset the latch while waiting */
-	double elapsed_ms;
-} SinkAttempt;
 
 static bool curl_initialized = false;
 
@@ -939,15 +957,14 @@ sink_set_body(ReplicantSink *sink, ReplicantBody *body)
 }
 
 /*
- * One HTTP exchange, with libcurl's per-request state cleaned up even when
- * an interrupt throws out of the wait loop.
+ * Resets the per-request state and attaches the easy handle with this
+ * request's headers.  False, with attempt->code saying why, when libcurl
+ * could not take the request.
  */
-static void
-sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
-			 const char *signature, ReplicantBody *body, SinkAttempt *attempt)
+static bool
+sink_attach(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
+			const char *signature, ReplicantBody *body, SinkAttempt *attempt)
 {
-	volatile bool completed = false;
-
 	sink->body = body;
 	sink->body_sent = 0;
 	sink->body_failed = false;
@@ -959,42 +976,69 @@ sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 	sink->socket_overflow = false;
 	body->rewind(body->arg);
 
+	if (!sink_build_headers(sink, webhook_id, timestamp, signature))
+	{
+		attempt->code = CURLE_OUT_OF_MEMORY;
+		return false;
+	}
+	if (!sink_set_body(sink, body))
+	{
+		attempt->code = sink->body_failed ? CURLE_READ_ERROR : CURLE_FAILED_INIT;
+		return false;
+	}
+	if (curl_easy_setopt(sink->easy, CURLOPT_HTTPHEADER, sink->headers) != CURLE_OK ||
+		curl_easy_setopt(sink->easy, CURLOPT_POSTFIELDSIZE_LARGE,
+						 (curl_off_t) body->length) != CURLE_OK ||
+		curl_multi_add_handle(sink->multi, sink->easy) != CURLM_OK)
+	{
+		attempt->code = CURLE_FAILED_INIT;
+		return false;
+	}
+	sink->attached = true;
+	return true;
+}
+
+/*
+ * Cleans up libcurl's per-request state, however the request ended.  The
+ * wait set outlives only a clean exchange: nothing half-watched.
+ */
+static void
+sink_detach(ReplicantSink *sink, bool clean)
+{
+	if (!clean)
+		sink_free_wait_set(sink);
+	if (sink->attached)
+	{
+		/* a transfer cut short closes its connection: no half state */
+		curl_multi_remove_handle(sink->multi, sink->easy);
+		sink->attached = false;
+	}
+	curl_easy_setopt(sink->easy, CURLOPT_HTTPHEADER, NULL);
+	curl_slist_free_all(sink->headers);
+	sink->headers = NULL;
+	sink->body = NULL;
+}
+
+/*
+ * One HTTP exchange, with libcurl's per-request state cleaned up even when
+ * an interrupt throws out of the wait loop.
+ */
+static void
+sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
+			 const char *signature, ReplicantBody *body, SinkAttempt *attempt)
+{
 	PG_TRY();
 	{
-		if (!sink_build_headers(sink, webhook_id, timestamp, signature))
-			attempt->code = CURLE_OUT_OF_MEMORY;
-		else if (!sink_set_body(sink, body))
-			attempt->code = sink->body_failed ? CURLE_READ_ERROR : CURLE_FAILED_INIT;
-		else if (curl_easy_setopt(sink->easy, CURLOPT_HTTPHEADER,
-								  sink->headers) != CURLE_OK ||
-				 curl_easy_setopt(sink->easy, CURLOPT_POSTFIELDSIZE_LARGE,
-								  (curl_off_t) body->length) != CURLE_OK ||
-				 curl_multi_add_handle(sink->multi, sink->easy) != CURLM_OK)
-			attempt->code = CURLE_FAILED_INIT;
-		else
-		{
-			sink->attached = true;
+		if (sink_attach(sink, webhook_id, timestamp, signature, body, attempt))
 			sink_run(sink, attempt);
-			completed = attempt->code == CURLE_OK;
-		}
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
-		/* the set outlives only a clean exchange: nothing half-watched */
-		if (!completed)
-			sink_free_wait_set(sink);
-		if (sink->attached)
-		{
-			/* a transfer cut short closes its connection: no half state */
-			curl_multi_remove_handle(sink->multi, sink->easy);
-			sink->attached = false;
-		}
-		curl_easy_setopt(sink->easy, CURLOPT_HTTPHEADER, NULL);
-		curl_slist_free_all(sink->headers);
-		sink->headers = NULL;
-		sink->body = NULL;
+		sink_detach(sink, false);
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	sink_detach(sink, attempt->code == CURLE_OK);
 }
 
 /* Retry-After as milliseconds, capped; -1 if absent or unparsable. */
@@ -1179,45 +1223,94 @@ sink_transport_error(ReplicantSink *sink, CURLcode code, bool hard_timeout,
 	strlcpy(result->error, msg, sizeof(result->error));
 }
 
+/*
+ * The request's webhook-signature into *signature (NULL when the sink signs
+ * nothing).  False when the body could not be read to sign it.
+ */
+static bool
+sink_sign(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
+		  ReplicantBody *body, char **signature)
+{
+	/* the id is ours, not the sink's: a CR or LF in it is a bug */
+	if (!replicant_header_value_ok(webhook_id))
+		elog(ERROR, "invalid webhook id");
+
+	*signature = NULL;
+	if (sink->secret == NULL)
+		return true;
+	*signature = replicant_signing_signature(sink->secret, webhook_id, timestamp, body);
+
+	/*
+	 * While a rotated-out secret is still valid, sign with both, space
+	 * separated, as Standard Webhooks allows.
+	 */
+	if (*signature != NULL && sink->secret_previous != NULL &&
+		GetCurrentTimestamp() < sink->secret_previous_until)
+	{
+		char *previous = replicant_signing_signature(sink->secret_previous,
+													 webhook_id, timestamp, body);
+
+		*signature = previous ? psprintf("%s %s", *signature, previous) : NULL;
+	}
+	return *signature != NULL;
+}
+
+/* The result of a request whose body could not be read to sign it. */
+static void
+sink_signing_failed(ReplicantSinkResult *result)
+{
+	result->outcome = REPLICANT_SINK_RETRY;
+	strlcpy(result->error, "could not read batch body", sizeof(result->error));
+}
+
+/* Classifies what the attempt came to into *result. */
+static void
+sink_classify_attempt(ReplicantSink *sink, SinkAttempt *attempt,
+					  ReplicantSinkResult *result)
+{
+	result->elapsed_ms = attempt->elapsed_ms;
+
+	/*
+	 * A status counts if the transfer completed, or if the sink said no
+	 * before it broke (e.g. a 413 sent before reading the whole body).  A
+	 * half-received 1xx or 2xx is not an acknowledgement: retry.
+	 */
+	if (attempt->code == CURLE_OK ? attempt->status >= 100 : attempt->status >= 300)
+	{
+		result->http_status = attempt->status;
+		result->outcome = sink_classify(attempt->status);
+		if (result->outcome != REPLICANT_SINK_OK)
+			snprintf(result->error, sizeof(result->error), "HTTP %ld",
+					 attempt->status);
+		if (sink->retry_after_seen)
+			result->retry_after_ms = sink_parse_retry_after(sink->retry_after);
+		if (result->outcome != REPLICANT_SINK_OK)
+			sink_classify_code(sink, result);
+	}
+	else
+	{
+		/* a completed transfer without a status line: not HTTP as we know it */
+		if (attempt->code == CURLE_OK)
+			attempt->code = CURLE_WEIRD_SERVER_REPLY;
+		sink_transport_error(sink, attempt->code, attempt->hard_timeout, result);
+	}
+}
+
 void
 replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 					ReplicantBody *body, ReplicantSinkResult *result)
 {
 	int64 timestamp = (int64) time(NULL);
-	char *signature = NULL;
+	char *signature;
 	SinkAttempt attempt = {CURLE_OK, 0, false, false, 0.0};
 
 	memset(result, 0, sizeof(*result));
 	result->retry_after_ms = -1;
 
-	/* the id is ours, not the sink's: a CR or LF in it is a bug */
-	if (!replicant_header_value_ok(webhook_id))
-		elog(ERROR, "invalid webhook id");
-
-	if (sink->secret != NULL)
+	if (!sink_sign(sink, webhook_id, timestamp, body, &signature))
 	{
-		signature = replicant_signing_signature(sink->secret, webhook_id,
-												timestamp, body);
-
-		/*
-		 * While a rotated-out secret is still valid, sign with both, space
-		 * separated, as Standard Webhooks allows.
-		 */
-		if (signature != NULL && sink->secret_previous != NULL &&
-			GetCurrentTimestamp() < sink->secret_previous_until)
-		{
-			char *previous = replicant_signing_signature(sink->secret_previous,
-														 webhook_id, timestamp, body);
-
-			signature = previous ? psprintf("%s %s", signature, previous) : NULL;
-		}
-		if (signature == NULL)
-		{
-			result->outcome = REPLICANT_SINK_RETRY;
-			strlcpy(result->error, "could not read batch body",
-					sizeof(result->error));
-			return;
-		}
+		sink_signing_failed(result);
+		return;
 	}
 
 	sink_attempt(sink, webhook_id, timestamp, signature, body, &attempt);
@@ -1227,31 +1320,126 @@ replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 	/* do not swallow a wakeup meant for the caller's own wait */
 	if (attempt.latch_was_set)
 		SetLatch(MyLatch);
+	sink_classify_attempt(sink, &attempt, result);
+}
 
-	result->elapsed_ms = attempt.elapsed_ms;
+/* ---- a request overlapped with the caller's work ---- */
 
-	/*
-	 * A status counts if the transfer completed, or if the sink said no
-	 * before it broke (e.g. a 413 sent before reading the whole body).  A
-	 * half-received 1xx or 2xx is not an acknowledgement: retry.
-	 */
-	if (attempt.code == CURLE_OK ? attempt.status >= 100 : attempt.status >= 300)
+void
+replicant_sink_start(ReplicantSink *sink, const char *webhook_id, ReplicantBody *body)
+{
+	SinkStarted *started = &sink->started;
+	int64 timestamp = (int64) time(NULL);
+	int running;
+
+	Assert(!started->active);
+	memset(started, 0, sizeof(*started));
+	started->attempt.code = CURLE_OK;
+	started->pump_error = CURLM_OK;
+	INSTR_TIME_SET_CURRENT(started->started_at);
+	/* replicant_sink_finish() reports a failure to sign */
+	started->signing_failed = !sink_sign(sink, webhook_id, timestamp, body,
+										 &started->signature);
+	started->active = true;
+	if (started->signing_failed)
+		return;
+
+	PG_TRY();
 	{
-		result->http_status = attempt.status;
-		result->outcome = sink_classify(attempt.status);
-		if (result->outcome != REPLICANT_SINK_OK)
-			snprintf(result->error, sizeof(result->error), "HTTP %ld",
-					 attempt.status);
-		if (sink->retry_after_seen)
-			result->retry_after_ms = sink_parse_retry_after(sink->retry_after);
-		if (result->outcome != REPLICANT_SINK_OK)
-			sink_classify_code(sink, result);
+		/* the first round: resolve, connect, send what the socket takes */
+		if (sink_attach(sink, webhook_id, timestamp, started->signature, body,
+						&started->attempt))
+			started->pump_error = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT,
+														   0, &running);
 	}
-	else
+	PG_CATCH();
 	{
-		/* a completed transfer without a status line: not HTTP as we know it */
-		if (attempt.code == CURLE_OK)
-			attempt.code = CURLE_WEIRD_SERVER_REPLY;
-		sink_transport_error(sink, attempt.code, attempt.hard_timeout, result);
+		replicant_sink_cancel(sink);
+		PG_RE_THROW();
 	}
+	PG_END_TRY();
+}
+
+void
+replicant_sink_pump(ReplicantSink *sink)
+{
+	SinkStarted *started = &sink->started;
+	WaitEvent occurred[SINK_MAX_SOCKETS + 2];
+	int nfired;
+	int running = 1;
+	bool latch_fired = false;
+	CURLMcode mc;
+
+	if (!started->active || !sink->attached || started->transfer_over ||
+		started->pump_error != CURLM_OK || sink->socket_overflow)
+		return;
+	nfired = sink_wait(sink, 0, occurred, lengthof(occurred));
+	mc = sink_dispatch(sink, occurred, nfired, &running, &latch_fired);
+	if (mc == CURLM_OK && sink_timer_remaining(sink) == 0)
+	{
+		/* non-repeating, as in sink_run() */
+		sink->timer_armed = false;
+		mc = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	}
+	if (latch_fired)
+	{
+		ResetLatch(MyLatch);
+		started->attempt.latch_was_set = true;
+	}
+	started->pump_error = mc;
+	started->transfer_over = (running == 0);
+}
+
+void
+replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result)
+{
+	SinkStarted *started = &sink->started;
+	SinkAttempt *attempt = &started->attempt;
+	instr_time now;
+
+	Assert(started->active);
+	memset(result, 0, sizeof(*result));
+	result->retry_after_ms = -1;
+	PG_TRY();
+	{
+		if (!sink->attached)
+			; /* never started: attempt->code says why */
+		else if (started->pump_error != CURLM_OK)
+		{
+			attempt->code = sink_result_code(sink, started->pump_error, false);
+			curl_easy_getinfo(sink->easy, CURLINFO_RESPONSE_CODE, &attempt->status);
+		}
+		else
+			sink_run(sink, attempt);
+	}
+	PG_CATCH();
+	{
+		replicant_sink_cancel(sink);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	replicant_sink_cancel(sink);
+
+	if (started->signing_failed)
+	{
+		sink_signing_failed(result);
+		return;
+	}
+	if (attempt->latch_was_set)
+		SetLatch(MyLatch);
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, started->started_at);
+	attempt->elapsed_ms = INSTR_TIME_GET_MILLISEC(now);
+	sink_classify_attempt(sink, attempt, result);
+}
+
+void
+replicant_sink_cancel(ReplicantSink *sink)
+{
+	if (!sink->started.active)
+		return;
+	sink_detach(sink, false);
+	/* the signature lives in the caller's memory context, maybe gone by now */
+	sink->started.signature = NULL;
+	sink->started.active = false;
 }

@@ -78,4 +78,23 @@ extern void replicant_sink_destroy(ReplicantSink *sink);
 extern void replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 								ReplicantBody *body, ReplicantSinkResult *result);
 
+/*
+ * The same request overlapped with the caller's work, one at a time per
+ * sink: replicant_sink_start() sends what the connection takes without
+ * waiting, replicant_sink_pump() (called between the caller's own steps)
+ * moves it on without waiting, and replicant_sink_finish() waits for the
+ * answer and classifies it as replicant_sink_post() does.  The body must
+ * stay unchanged until then.  Nothing of it answers interrupts but
+ * replicant_sink_finish(), which may throw as replicant_sink_post() may;
+ * the caller answers them between pumps, outside libcurl.  A caller that
+ * leaves by an error between start and finish calls replicant_sink_cancel()
+ * (a no-op when nothing is started), which drops the request and its
+ * connection.
+ */
+extern void replicant_sink_start(ReplicantSink *sink, const char *webhook_id,
+								 ReplicantBody *body);
+extern void replicant_sink_pump(ReplicantSink *sink);
+extern void replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result);
+extern void replicant_sink_cancel(ReplicantSink *sink);
+
 #endif /* REPLICANT_SINK_HTTP_H */

@@ -48,6 +48,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -55,6 +56,7 @@
 #include "utils/snapmgr.h"
 
 #include "batch.h"
+#include "checkpoint.h"
 #include "compat.h"
 #include "delivery.h"
 #include "encoder.h"
@@ -72,6 +74,8 @@
 /* Blocks read per transaction, and per shard claimed by one worker. */
 #define WINDOW_BLOCKS 1024
 #define SHARD_WINDOWS 8
+/* Rows encoded between two looks at the POST in flight (a power of 2). */
+#define ROWS_PER_PUMP 128
 /* A shard's blocks, as text for the SQL that plans the shards. */
 #define SHARD_BLOCKS_SQL CppAsString2(WINDOW_BLOCKS *SHARD_WINDOWS)
 
@@ -347,6 +351,27 @@ start_snapshot_body(StringInfo out, ReplicantPipeline *pipeline,
 												  backfill_id, first, last);
 }
 
+/* Halts, naming relation, on anything but a 2xx; counts a delivered body. */
+static void
+note_snapshot_answer(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+					 const ReplicantSinkResult *result, int64 nrows, int bytes,
+					 const ReplicantRelation *relation)
+{
+	if (result->outcome != REPLICANT_SINK_OK)
+		replicant_delivery_refused(slot, pipeline, result, "snapshot batch",
+								   psprintf(" (table \"%s\")", relation->table));
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->batches_delivered++;
+	slot->changes_delivered += nrows;
+	slot->bytes_delivered += bytes;
+	slot->last_delivery_at = GetCurrentTimestamp();
+	if (slot->state == REPLICANT_STATE_RETRYING)
+		slot->state = REPLICANT_STATE_SNAPSHOTTING;
+	slot->last_error[0] = '\0';
+	LWLockRelease(replicant_shmem->lock);
+}
+
 /* POSTs a snapshot body of relation; halts, naming it, on anything but a 2xx. */
 static void
 post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
@@ -360,19 +385,7 @@ post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	replicant_format_of(pipeline)->snapshot_end(out);
 	replicant_body_from_buffer(&body, &state, out);
 	replicant_delivery_post(slot, sink, webhook_id, &body, &result);
-	if (result.outcome != REPLICANT_SINK_OK)
-		replicant_delivery_refused(slot, pipeline, &result, "snapshot batch",
-								   psprintf(" (table \"%s\")", relation->table));
-
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot->batches_delivered++;
-	slot->changes_delivered += nrows;
-	slot->bytes_delivered += out->len;
-	slot->last_delivery_at = GetCurrentTimestamp();
-	if (slot->state == REPLICANT_STATE_RETRYING)
-		slot->state = REPLICANT_STATE_SNAPSHOTTING;
-	slot->last_error[0] = '\0';
-	LWLockRelease(replicant_shmem->lock);
+	note_snapshot_answer(slot, pipeline, &result, nrows, out->len, relation);
 }
 
 /*
@@ -989,7 +1002,23 @@ begin_window(const char *snapshot_name, Shard *shard, Relation *relp,
 	return WINDOW_READ;
 }
 
-/* The snapshot batch a window is filling. */
+/* A window's snapshot body in flight: POSTed while the next one fills. */
+typedef struct SnapshotPost
+{
+	StringInfoData out;
+	ReplicantMemoryBody state;
+	ReplicantBody body;
+	char *webhook_id;
+	int64 nrows;
+	bool in_flight;
+} SnapshotPost;
+
+/*
+ * The snapshot batch a window is filling, and the one before it while its
+ * POST is in flight: at most two batches' buffers.  A batch is sent only
+ * after the one before it was acknowledged, and the window's progress is
+ * recorded only after its last one was.
+ */
 typedef struct WindowBatch
 {
 	ReplicantPipelineSlot *slot;
@@ -997,43 +1026,125 @@ typedef struct WindowBatch
 	ReplicantSink *sink;
 	Shard *shard;
 	const ReplicantRelation *relation; /* the table read */
-	StringInfoData out;                /* the body */
+	StringInfoData out;                /* the body filling */
 	int64 in_body;                     /* rows in it */
-	int batch_no;                      /* batches of the window posted before it */
+	int batch_no;                      /* batches of the window sent before it */
+	SnapshotPost sending;
+	MemoryContext context; /* the window's */
 } WindowBatch;
 
-/* POSTs the batch; its webhook-id names the window and the batch's number. */
+/*
+ * The shard worker's two batch bodies, kept from window to window: grown
+ * once to a batch's size, not again for every window (copies and page
+ * faults in each).
+ */
+static StringInfoData window_bodies[2];
+
+/* Lends the window the two bodies, the first time sized for a full batch. */
 static void
-post_window_batch(WindowBatch *batch)
+take_window_bodies(WindowBatch *batch)
 {
-	post_snapshot_body(batch->slot, batch->pipeline, batch->sink, &batch->out,
-					   psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d",
+	if (window_bodies[0].data == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		int i;
+
+		for (i = 0; i < lengthof(window_bodies); i++)
+		{
+			initStringInfo(&window_bodies[i]);
+			enlargeStringInfo(&window_bodies[i], batch->pipeline->batch_max_bytes);
+		}
+		MemoryContextSwitchTo(old);
+	}
+	batch->out = window_bodies[0];
+	batch->sending.out = window_bodies[1];
+}
+
+/*
+ * Takes them back, wherever the window left them (and however grown).  A
+ * window that failed never returns them: the worker halts or exits.
+ */
+static void
+return_window_bodies(WindowBatch *batch)
+{
+	window_bodies[0] = batch->out;
+	window_bodies[1] = batch->sending.out;
+}
+
+/* Waits for the batch in flight, if any, to be acknowledged (or halts). */
+static void
+finish_window_batch(WindowBatch *batch)
+{
+	SnapshotPost *post = &batch->sending;
+	ReplicantSinkResult result;
+
+	if (!post->in_flight)
+		return;
+	replicant_delivery_post_finish(batch->slot, batch->sink, post->webhook_id,
+								   &post->body, &result);
+	post->in_flight = false;
+	note_snapshot_answer(batch->slot, batch->pipeline, &result, post->nrows,
+						 post->out.len, batch->relation);
+}
+
+/*
+ * Starts POSTing the filled batch, once the one before it is acknowledged;
+ * its webhook-id names the window and the batch's number.  The buffers
+ * trade places: the next batch fills the one the last POST used.
+ */
+static void
+send_window_batch(WindowBatch *batch)
+{
+	SnapshotPost *post = &batch->sending;
+	StringInfoData filled = batch->out;
+
+	finish_window_batch(batch);
+	batch->out = post->out;
+	post->out = filled;
+	post->webhook_id = psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d",
 								batch->pipeline->name, batch->shard->backfill_id,
-								batch->shard->next_block, batch->batch_no++),
-					   batch->in_body, batch->relation);
+								batch->shard->next_block, batch->batch_no++);
+	post->nrows = batch->in_body;
+	replicant_format_of(batch->pipeline)->snapshot_end(&post->out);
+	replicant_body_from_buffer(&post->body, &post->state, &post->out);
+	replicant_delivery_post_start(batch->sink, post->webhook_id, &post->body);
+	post->in_flight = true;
 	batch->in_body = 0;
 }
 
 /*
- * Appends an encoded row to the batch, first POSTing the batch and starting
- * the next one if the row would take it over batch_max_bytes.
+ * Encodes the row straight into the batch.  When that took the batch over
+ * batch_max_bytes, the batch is sent without it and the next one starts
+ * with it: the only copy of an encoded row.  Runs in the row's memory
+ * context, and sends in the window's.
  */
 static void
-add_window_row(WindowBatch *batch, StringInfo change)
+add_window_row(WindowBatch *batch, const ReplicantChange *record, StringInfo spill)
 {
 	const ReplicantFormat *format = replicant_format_of(batch->pipeline);
+	int before = batch->out.len;
+	int start;
 
-	if (batch->out.len + change->len + format->snapshot_end_len >
+	if (batch->in_body > 0)
+		appendStringInfoString(&batch->out, format->separator);
+	start = batch->out.len;
+	format->change(&batch->out, batch->pipeline->name, record);
+	if (before + (batch->out.len - start) + format->snapshot_end_len >
 			batch->pipeline->batch_max_bytes &&
 		batch->in_body > 0)
 	{
-		post_window_batch(batch);
+		MemoryContext row_context = MemoryContextSwitchTo(batch->context);
+
+		resetStringInfo(spill);
+		appendBinaryStringInfo(spill, batch->out.data + start, batch->out.len - start);
+		batch->out.len = before;
+		batch->out.data[before] = '\0';
+		send_window_batch(batch);
 		start_snapshot_body(&batch->out, batch->pipeline, batch->relation,
 							batch->shard->backfill_id, false, false);
+		appendBinaryStringInfo(&batch->out, spill->data, spill->len);
+		MemoryContextSwitchTo(row_context);
 	}
-	else if (batch->in_body > 0)
-		appendStringInfoString(&batch->out, format->separator);
-	appendBinaryStringInfo(&batch->out, change->data, change->len);
 	batch->in_body++;
 }
 
@@ -1150,14 +1261,13 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	WindowReader reader;
 	TupleTableSlot *row;
 	TupleDesc desc;
-	const ReplicantFormat *format = replicant_format_of(pipeline);
 	ReplicantRelation relation;
-	StringInfoData change;
+	StringInfoData spill;
 	StringInfoData key;
 	StringInfoData new_row;
-	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink, .shard = shard};
-	MemoryContext row_context;
 	MemoryContext window_context = CurrentMemoryContext;
+	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink, .shard = shard, .context = window_context};
+	MemoryContext row_context;
 	WindowResult opened;
 	/* the stream delivers nothing before the snapshot is done */
 	XLogRecPtr consistent_point =
@@ -1174,10 +1284,10 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	relation.table = pstrdup(RelationGetRelationName(reader.target));
 	batch.relation = &relation;
 
-	initStringInfo(&change);
+	initStringInfo(&spill);
 	initStringInfo(&key);
 	initStringInfo(&new_row);
-	initStringInfo(&batch.out);
+	take_window_bodies(&batch);
 	start_snapshot_body(&batch.out, pipeline, &relation, shard->backfill_id, false, false);
 	row_context = AllocSetContextCreate(window_context, "replicant snapshot row",
 										ALLOCSET_DEFAULT_SIZES);
@@ -1193,19 +1303,20 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 									 reader.filter->columns);
 		record.backfill_id = shard->backfill_id;
 		record.read_lsn = consistent_point;
-		resetStringInfo(&change);
-		format->change(&change, pipeline->name, &record);
+		add_window_row(&batch, &record, &spill);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(row_context);
-
-		add_window_row(&batch, &change);
-		(*rows)++;
+		/* moves the batch in flight on, outside libcurl, between rows */
+		if ((++(*rows) & (ROWS_PER_PUMP - 1)) == 0)
+			replicant_sink_pump(sink);
 	}
 	close_window_reader(&reader);
 	end_window(rel, window_context);
 
 	if (batch.in_body > 0)
-		post_window_batch(&batch);
+		send_window_batch(&batch);
+	finish_window_batch(&batch);
+	return_window_bodies(&batch);
 	return WINDOW_READ;
 }
 
@@ -1242,6 +1353,7 @@ read_window_or_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		ErrorData *edata;
 
 		MemoryContextSwitchTo(context);
+		replicant_sink_cancel(sink);
 		edata = CopyErrorData();
 		FlushErrorState();
 		if (edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
@@ -1339,6 +1451,15 @@ replicant_shard_main(Datum main_arg)
 	replicant_encoder_pin_settings();
 	replicant_pin_worker_settings();
 
+	/*
+	 * Commit progress asynchronously: the WAL writer flushes it while the
+	 * next window is read, and whatever the worker committed is flushed
+	 * before its next request leaves (replicant_delivery_post_start) and
+	 * before it exits, so nothing is sent, nor the snapshot finished, ahead
+	 * of the progress that came before.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
 	replicant_catalog_begin(&access);
 	pipeline = replicant_pipeline_load(args.pipeline_id, TopMemoryContext);
 	replicant_catalog_end(&access);
@@ -1360,5 +1481,6 @@ replicant_shard_main(Datum main_arg)
 		   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
 		read_shard(slot, pipeline, sink, args.snapshot_name, &shard, window_context);
 	replicant_sink_destroy(sink);
+	replicant_checkpoint_make_durable();
 	proc_exit(0);
 }
