@@ -296,25 +296,17 @@ replicant_append_numeric(StringInfo out, Datum value)
 }
 
 /*
- * JsonEncodeDateTime() for a timestamptz in UTC, which is EncodeDateTime()
- * in XSD style with a zone of +00:00: the year's absolute value in at least
- * four digits (" BC" at the end for years before 1 AD), the fraction of a
- * second without trailing zeroes and only when not zero.
+ * Caches the opening quote, date and time of t's second as the function
+ * below writes them; false when timestamp2tm() cannot convert t.
  */
-bool
-replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
+static bool
+second_text_utc(ReplicantSecondText *cache, TimestampTz t, fsec_t *fsec)
 {
 	struct pg_tm tm;
-	fsec_t fsec;
-	char *start;
-	char *cp;
+	char *cp = cache->text;
 
-	if (TIMESTAMP_NOT_FINITE(t) ||
-		timestamp2tm(t, NULL, &tm, &fsec, NULL, NULL) != 0)
+	if (timestamp2tm(t, NULL, &tm, fsec, NULL, NULL) != 0)
 		return false;
-
-	enlargeStringInfo(out, MAXDATELEN + 2);
-	start = cp = out->data + out->len;
 	*cp++ = '"';
 	cp = pg_ultostr_zeropad(cp, tm.tm_year > 0 ? tm.tm_year : -(tm.tm_year - 1), 4);
 	*cp++ = '-';
@@ -327,6 +319,37 @@ replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
 	cp = pg_ultostr_zeropad(cp, tm.tm_min, 2);
 	*cp++ = ':';
 	cp = pg_ultostr_zeropad(cp, tm.tm_sec, 2);
+	cache->len = cp - cache->text;
+	cache->bc = tm.tm_year <= 0;
+	cache->second = t - *fsec;
+	cache->valid = true;
+	return true;
+}
+
+/*
+ * JsonEncodeDateTime() for a timestamptz in UTC, which is EncodeDateTime()
+ * in XSD style with a zone of +00:00: the year's absolute value in at least
+ * four digits (" BC" at the end for years before 1 AD), the fraction of a
+ * second without trailing zeroes and only when not zero.
+ */
+bool
+replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
+{
+	static ReplicantSecondText cache; /* the second written last */
+	fsec_t fsec;
+	char *start;
+	char *cp;
+
+	if (TIMESTAMP_NOT_FINITE(t))
+		return false;
+	if (!replicant_second_text_hit(&cache, t, &fsec) &&
+		!second_text_utc(&cache, t, &fsec))
+		return false;
+
+	enlargeStringInfo(out, MAXDATELEN + 2);
+	start = cp = out->data + out->len;
+	memcpy(cp, cache.text, cache.len);
+	cp += cache.len;
 	if (fsec != 0)
 	{
 		*cp++ = '.';
@@ -336,7 +359,7 @@ replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
 	}
 	memcpy(cp, "+00:00", 6);
 	cp += 6;
-	if (tm.tm_year <= 0)
+	if (cache.bc)
 	{
 		memcpy(cp, " BC", 3);
 		cp += 3;

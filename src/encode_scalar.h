@@ -9,6 +9,7 @@
 
 #include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
+#include "utils/datetime.h"
 #include "utils/jsonb.h"
 
 /*
@@ -37,6 +38,34 @@ extern bool replicant_append_numeric(StringInfo out, Datum value);
  * infinities and values timestamp2tm() cannot convert.
  */
 extern bool replicant_append_timestamptz_utc(StringInfo out, TimestampTz t);
+
+/*
+ * The text a timestamp writer made of one second's date and time, kept for
+ * the next values of the same second: a stream's commit times and default
+ * now() columns mostly share one.  second is the second's first
+ * microsecond; valid is false until the first value.
+ */
+typedef struct ReplicantSecondText
+{
+	bool valid;
+	bool bc; /* before 1 AD */
+	TimestampTz second;
+	int len;
+	char text[MAXDATELEN + 1];
+} ReplicantSecondText;
+
+/*
+ * Whether t falls in the cached second; if so *fsec is its microseconds
+ * within it.  (No overflow: a cached second is one timestamp2tm() took.)
+ */
+static inline bool
+replicant_second_text_hit(const ReplicantSecondText *cache, TimestampTz t, fsec_t *fsec)
+{
+	if (!cache->valid || t < cache->second || t >= cache->second + USECS_PER_SEC)
+		return false;
+	*fsec = (fsec_t) (t - cache->second);
+	return true;
+}
 
 /*
  * Appends a jsonb value as jsonb_out() writes it.  Strings are written as

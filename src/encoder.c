@@ -784,37 +784,22 @@ replicant_encode_string(StringInfo out, const char *s)
 }
 
 /*
- * Computed from the value in UTC, not by timestamptz_out, so that neither
- * TimeZone nor DateStyle can change it.  Years before 1 AD use ISO 8601's
- * astronomical numbering (0000 is 1 BC).
+ * Caches the opening quote, date and time of t's second as the function
+ * below writes them.  Years before 1 AD use ISO 8601's astronomical
+ * numbering (0000 is 1 BC).
  */
-void
-replicant_encode_timestamptz(StringInfo out, TimestampTz t)
+static void
+second_text_iso(ReplicantSecondText *cache, TimestampTz t, fsec_t *fsec)
 {
 	struct pg_tm tm;
-	fsec_t fsec;
-	char buf[MAXDATELEN + 1];
-	char *p;
-
-	if (TIMESTAMP_IS_NOBEGIN(t))
-	{
-		appendStringInfoString(out, "\"-infinity\"");
-		return;
-	}
-	if (TIMESTAMP_IS_NOEND(t))
-	{
-		appendStringInfoString(out, "\"infinity\"");
-		return;
-	}
+	char *p = cache->text;
 
 	/* no tzp: the broken-down time stays in UTC */
-	if (timestamp2tm(t, NULL, &tm, &fsec, NULL, NULL) != 0)
+	if (timestamp2tm(t, NULL, &tm, fsec, NULL, NULL) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("timestamp out of range")));
 
-	/* every transaction header has one: no format string to parse */
-	p = buf;
 	*p++ = '"';
 	if (tm.tm_year < 0)
 		*p++ = '-';
@@ -829,11 +814,47 @@ replicant_encode_timestamptz(StringInfo out, TimestampTz t)
 	p = pg_ultostr_zeropad(p, tm.tm_min, 2);
 	*p++ = ':';
 	p = pg_ultostr_zeropad(p, tm.tm_sec, 2);
+	cache->len = p - cache->text;
+	cache->second = t - *fsec;
+	cache->valid = true;
+}
+
+/*
+ * Computed from the value in UTC, not by timestamptz_out, so that neither
+ * TimeZone nor DateStyle can change it.  Every transaction header has one,
+ * and consecutive commits mostly share their second: the date and time are
+ * written once per second, the microseconds every time.
+ */
+void
+replicant_encode_timestamptz(StringInfo out, TimestampTz t)
+{
+	static ReplicantSecondText cache; /* the second written last */
+	fsec_t fsec;
+	char *p;
+
+	if (TIMESTAMP_IS_NOBEGIN(t))
+	{
+		appendStringInfoString(out, "\"-infinity\"");
+		return;
+	}
+	if (TIMESTAMP_IS_NOEND(t))
+	{
+		appendStringInfoString(out, "\"infinity\"");
+		return;
+	}
+	if (!replicant_second_text_hit(&cache, t, &fsec))
+		second_text_iso(&cache, t, &fsec);
+
+	enlargeStringInfo(out, cache.len + 10);
+	p = out->data + out->len;
+	memcpy(p, cache.text, cache.len);
+	p += cache.len;
 	*p++ = '.';
 	p = pg_ultostr_zeropad(p, fsec, 6);
 	*p++ = 'Z';
 	*p++ = '"';
-	appendBinaryStringInfo(out, buf, p - buf);
+	out->len = p - out->data;
+	out->data[out->len] = '\0';
 }
 
 /*
