@@ -353,7 +353,7 @@ replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
 	if (fsec != 0)
 	{
 		*cp++ = '.';
-		cp = pg_ultostr_zeropad(cp, fsec, 6);
+		cp = replicant_put_usecs(cp, fsec);
 		while (cp[-1] == '0')
 			cp--;
 	}

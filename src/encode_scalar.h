@@ -68,6 +68,23 @@ replicant_second_text_hit(const ReplicantSecondText *cache, TimestampTz t, fsec_
 }
 
 /*
+ * Writes a second's six-digit, zero-padded microseconds at p and returns
+ * the end (pg_ultostr_zeropad() for the one width every timestamp needs).
+ */
+static inline char *
+replicant_put_usecs(char *p, fsec_t fsec)
+{
+	int i;
+
+	for (i = 5; i >= 0; i--)
+	{
+		p[i] = '0' + fsec % 10;
+		fsec /= 10;
+	}
+	return p + 6;
+}
+
+/*
  * Appends a jsonb value as jsonb_out() writes it.  Strings are written as
  * stored, so the caller must only use this when the database encoding is
  * UTF-8.

@@ -850,7 +850,7 @@ replicant_encode_timestamptz(StringInfo out, TimestampTz t)
 	memcpy(p, cache.text, cache.len);
 	p += cache.len;
 	*p++ = '.';
-	p = pg_ultostr_zeropad(p, fsec, 6);
+	p = replicant_put_usecs(p, fsec);
 	*p++ = 'Z';
 	*p++ = '"';
 	out->len = p - out->data;
