@@ -96,7 +96,7 @@ replicant_append_json_string(StringInfo out, const char *s, int len)
 	const unsigned char *end = p + len;
 	char *dst;
 
-	enlargeStringInfo(out, len + 2);
+	replicant_reserve(out, len + 2);
 	dst = out->data + out->len;
 	*dst++ = '"';
 	for (;;)
@@ -126,7 +126,7 @@ replicant_append_json_string(StringInfo out, const char *s, int len)
 
 		/* an escape is at most 6 bytes; the rest and the quote follow */
 		out->len = dst - out->data;
-		enlargeStringInfo(out, 6 + (end - p) + 1);
+		replicant_reserve(out, 6 + (end - p) + 1);
 		dst = out->data + out->len;
 		*dst++ = '\\';
 		*dst++ = letter;
@@ -155,7 +155,7 @@ replicant_append_json_key(StringInfo out, const char *name, int len,
 	char *dst;
 	int i;
 
-	enlargeStringInfo(out, len + 4);
+	replicant_reserve(out, len + 4);
 	dst = out->data + out->len;
 	if (comma)
 		*dst++ = ',';
@@ -184,7 +184,7 @@ replicant_append_json_key(StringInfo out, const char *name, int len,
 static inline void
 append_two(StringInfo out, char first, char second)
 {
-	enlargeStringInfo(out, 2);
+	replicant_reserve(out, 2);
 	out->data[out->len++] = first;
 	out->data[out->len++] = second;
 	out->data[out->len] = '\0';
@@ -235,7 +235,7 @@ write_numeric_digits(StringInfo out, bool negative, int weight, int dscale,
 	int d;
 	int i;
 
-	enlargeStringInfo(out, intdigits + dscale + NUMERIC_DEC_DIGITS + 2);
+	replicant_reserve(out, intdigits + dscale + NUMERIC_DEC_DIGITS + 2);
 	cp = out->data + out->len;
 
 	if (negative)
@@ -382,7 +382,7 @@ replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
 		!second_text_utc(&cache, t, &fsec))
 		return false;
 
-	enlargeStringInfo(out, MAXDATELEN + 2);
+	replicant_reserve(out, MAXDATELEN + 2);
 	start = cp = out->data + out->len;
 	memcpy(cp, cache.text, cache.len);
 	cp += cache.len;
@@ -415,7 +415,7 @@ append_jsonb_scalar(StringInfo out, const JsonbValue *v)
 	switch (v->type)
 	{
 		case jbvNull:
-			appendBinaryStringInfo(out, "null", 4);
+			replicant_append_bytes(out, "null", 4);
 			break;
 		case jbvString:
 			replicant_append_json_string(out, v->val.string.val,
@@ -432,9 +432,9 @@ append_jsonb_scalar(StringInfo out, const JsonbValue *v)
 			break;
 		case jbvBool:
 			if (v->val.boolean)
-				appendBinaryStringInfo(out, "true", 4);
+				replicant_append_bytes(out, "true", 4);
 			else
-				appendBinaryStringInfo(out, "false", 5);
+				replicant_append_bytes(out, "false", 5);
 			break;
 		default:
 			elog(ERROR, "unknown jsonb scalar type");

@@ -13,6 +13,27 @@
 #include "utils/jsonb.h"
 
 /*
+ * enlargeStringInfo() and appendBinaryStringInfo() for the encoder's many
+ * small appends: the common case, where the room is there, without a
+ * call into the server.
+ */
+static inline void
+replicant_reserve(StringInfo out, int needed)
+{
+	if (unlikely((Size) needed + out->len >= (Size) out->maxlen))
+		enlargeStringInfo(out, needed);
+}
+
+static inline void
+replicant_append_bytes(StringInfo out, const char *data, int len)
+{
+	replicant_reserve(out, len);
+	memcpy(out->data + out->len, data, len);
+	out->len += len;
+	out->data[out->len] = '\0';
+}
+
+/*
  * Appends s[0..len) as a JSON string literal: what PG15's escape_json()
  * writes for the same bytes, taking a length instead of a terminator.
  */

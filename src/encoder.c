@@ -408,7 +408,7 @@ append_utf8(StringInfo out, int dbencoding, const char *s, int len,
 	if (quote)
 		replicant_append_json_string(out, s, len);
 	else
-		appendBinaryStringInfo(out, s, len);
+		replicant_append_bytes(out, s, len);
 
 	if (converted != NULL)
 		pfree(converted);
@@ -417,6 +417,21 @@ append_utf8(StringInfo out, int dbencoding, const char *s, int len,
 /*
  * Values
  */
+
+/*
+ * The index of the column after column i (-1: from the start) to encode,
+ * or -1 when none is left: all of desc's, or columns' attribute numbers in
+ * order, without a membership test for every column of the row.
+ */
+static inline int
+next_column(TupleDesc desc, const Bitmapset *columns, int i)
+{
+	if (columns == NULL)
+		i++;
+	else
+		i = bms_next_member(columns, i + 1) - 1;
+	return (i >= 0 && i < desc->natts) ? i : -1;
+}
 
 /*
  * Appends "{...}" for the live columns of desc.  Only the top level of a row
@@ -440,14 +455,12 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 	error_context_stack = &errcb;
 
 	appendStringInfoCharMacro(out, '{');
-	for (i = 0; i < desc->natts; i++)
+	for (i = next_column(desc, columns, -1); i >= 0; i = next_column(desc, columns, i))
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 		EncodeTypeEntry *entry;
 
 		if (att->attisdropped || REPLICANT_ATT_IS_VIRTUAL(att))
-			continue;
-		if (columns != NULL && !bms_is_member(att->attnum, columns))
 			continue;
 
 		errarg.colname = NameStr(att->attname);
@@ -482,7 +495,7 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 
 		if (nulls[i])
 		{
-			appendBinaryStringInfo(out, "null", 4);
+			replicant_append_bytes(out, "null", 4);
 			continue;
 		}
 		entry = encoder_lookup_type(att->atttypid);
@@ -498,7 +511,7 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 static void
 append_int64(StringInfo out, int64 value)
 {
-	enlargeStringInfo(out, MAXINT8LEN + 1);
+	replicant_reserve(out, MAXINT8LEN + 1);
 	out->len += pg_lltoa(value, out->data + out->len);
 }
 
@@ -557,9 +570,9 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 	{
 		case ENCODE_BOOL:
 			if (DatumGetBool(value))
-				appendBinaryStringInfo(out, "true", 4);
+				replicant_append_bytes(out, "true", 4);
 			else
-				appendBinaryStringInfo(out, "false", 5);
+				replicant_append_bytes(out, "false", 5);
 			break;
 
 		case ENCODE_INT2:
@@ -645,7 +658,7 @@ encode_array(EncodeState *st, Datum value)
 	dims = AARR_DIMS(arr);
 
 	if (ndim <= 0 || ArrayGetNItems(ndim, dims) == 0)
-		appendBinaryStringInfo(st->out, "[]", 2);
+		replicant_append_bytes(st->out, "[]", 2);
 	else
 	{
 		EncodeTypeEntry *elem = encoder_lookup_type(AARR_ELEMTYPE(arr));
@@ -685,7 +698,7 @@ encode_array_dim(EncodeState *st, EncodeTypeEntry *elem, array_iter *iter,
 			d = array_iter_next(iter, &isnull, (*index)++,
 								elem->typlen, elem->typbyval, elem->typalign);
 			if (isnull)
-				appendBinaryStringInfo(out, "null", 4);
+				replicant_append_bytes(out, "null", 4);
 			else
 				encode_value(st, elem, d);
 		}
@@ -845,7 +858,7 @@ replicant_encode_timestamptz(StringInfo out, TimestampTz t)
 	if (!replicant_second_text_hit(&cache, t, &fsec))
 		second_text_iso(&cache, t, &fsec);
 
-	enlargeStringInfo(out, cache.len + 10);
+	replicant_reserve(out, cache.len + 10);
 	p = out->data + out->len;
 	memcpy(p, cache.text, cache.len);
 	p += cache.len;

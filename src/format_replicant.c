@@ -11,6 +11,7 @@
 #include "utils/memutils.h"
 
 #include "compat.h"
+#include "encode_scalar.h"
 #include "encoder.h"
 #include "format.h"
 
@@ -35,7 +36,7 @@ static const struct
 
 /* Appends a literal, its length known at compile time. */
 #define append_literal(out, literal) \
-	appendBinaryStringInfo(out, literal, sizeof(literal) - 1)
+	replicant_append_bytes(out, literal, sizeof(literal) - 1)
 
 /* {"pipeline":"<name>", */
 static void
@@ -87,7 +88,7 @@ append_change_relation(StringInfo out, const ReplicantRelation *relation)
 		schema = pstrdup(relation->schema);
 		MemoryContextSwitchTo(old);
 	}
-	appendBinaryStringInfo(out, text.data, text.len);
+	replicant_append_bytes(out, text.data, text.len);
 }
 
 /*
@@ -100,11 +101,11 @@ append_change_relation(StringInfo out, const ReplicantRelation *relation)
 static void
 append_field_after(StringInfo out, const char *opener, int opener_len, StringInfo value)
 {
-	appendBinaryStringInfo(out, opener, opener_len);
+	replicant_append_bytes(out, opener, opener_len);
 	if (value)
-		appendBinaryStringInfo(out, value->data, value->len);
+		replicant_append_bytes(out, value->data, value->len);
 	else
-		appendBinaryStringInfo(out, "null", 4);
+		replicant_append_bytes(out, "null", 4);
 }
 
 /*
@@ -116,7 +117,7 @@ render_change(StringInfo out, const char *pipeline, const ReplicantChange *chang
 {
 	ReplicantOp op = change->op;
 
-	appendBinaryStringInfo(out, op_openers[op].text, op_openers[op].len);
+	replicant_append_bytes(out, op_openers[op].text, op_openers[op].len);
 	append_change_relation(out, change->relation);
 	if (op != REPLICANT_OP_TRUNCATE)
 	{
@@ -129,7 +130,7 @@ render_change(StringInfo out, const char *pipeline, const ReplicantChange *chang
 		{
 			append_literal(out, ",\"unchanged\":[");
 			if (change->unchanged)
-				appendBinaryStringInfo(out, change->unchanged->data, change->unchanged->len);
+				replicant_append_bytes(out, change->unchanged->data, change->unchanged->len);
 			appendStringInfoChar(out, ']');
 		}
 	}
@@ -146,7 +147,7 @@ begin_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn)
 	char *p;
 
 	/* once per transaction, so once per change for small ones: one enlarge */
-	enlargeStringInfo(out, 64 + 2 * MAXINT8LEN);
+	replicant_reserve(out, 64 + 2 * MAXINT8LEN);
 	p = out->data + out->len;
 	put_literal(p, "{\"xid\":");
 	p += pg_ultoa_n(txn->xid, p);
