@@ -69,9 +69,18 @@ store_flush(ReplicantBatch *batch)
 	resetStringInfo(&batch->mem);
 }
 
-static void
-store_append(ReplicantBatch *batch, const char *data, size_t len)
+/*
+ * The store's in-memory tail, ready for a piece of about len bytes to be
+ * appended to it in place, after the decision store_append() takes: once
+ * the memory would pass its limit, everything held so far moves to the
+ * spill file.  The previous piece, written in place too, is flushed first
+ * if it filled the spill file's chunk.
+ */
+static StringInfo
+store_reserve(ReplicantBatch *batch, size_t len)
 {
+	if (batch->file >= 0 && batch->mem.len >= SPILL_CHUNK)
+		store_flush(batch);
 	if (batch->file < 0 && batch->mem.len + len > batch->memory_limit)
 	{
 		/* Interxact: the worker builds batches outside transactions. */
@@ -79,7 +88,13 @@ store_append(ReplicantBatch *batch, const char *data, size_t len)
 		batch->file_length = 0;
 		store_flush(batch);
 	}
-	appendBinaryStringInfo(&batch->mem, data, len);
+	return &batch->mem;
+}
+
+static void
+store_append(ReplicantBatch *batch, const char *data, size_t len)
+{
+	appendBinaryStringInfo(store_reserve(batch, len), data, len);
 	if (batch->file >= 0 && batch->mem.len >= SPILL_CHUNK)
 		store_flush(batch);
 }
@@ -101,8 +116,8 @@ store_truncate(ReplicantBatch *batch, uint64 length)
 				 errmsg("could not truncate batch spill file: %m")));
 }
 
-void
-replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, StringInfo head)
+StringInfo
+replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, size_t head_len)
 {
 	Assert(!batch->in_txn);
 	batch->memory_limit = (size_t) replicant_batch_memory_limit_kb * 1024;
@@ -111,7 +126,6 @@ replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, StringIn
 	batch->txn_offset = store_length(batch);
 	batch->txn_nchanges = 0;
 	batch->in_txn = true;
-	store_append(batch, head->data, head->len);
 
 	if (batch->ntxns == batch->maxtxns)
 	{
@@ -119,25 +133,40 @@ replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, StringIn
 		batch->txns = repalloc(batch->txns, sizeof(ReplicantBatchTxn) * batch->maxtxns);
 	}
 	batch->txns[batch->ntxns].commit_lsn = commit_lsn;
+	return store_reserve(batch, head_len);
+}
+
+StringInfo
+replicant_batch_begin_change(ReplicantBatch *batch, size_t len)
+{
+	Assert(batch->in_txn);
+	if (batch->txn_nchanges > 0)
+		store_append(batch, batch->separator, strlen(batch->separator));
+	batch->txn_nchanges++;
+	return store_reserve(batch, len);
 }
 
 void
 replicant_batch_add_change(ReplicantBatch *batch, const char *data, size_t len)
 {
+	appendBinaryStringInfo(replicant_batch_begin_change(batch, len), data, len);
+}
+
+StringInfo
+replicant_batch_begin_tail(ReplicantBatch *batch, size_t len)
+{
 	Assert(batch->in_txn);
-	if (batch->txn_nchanges > 0)
-		store_append(batch, batch->separator, strlen(batch->separator));
-	store_append(batch, data, len);
-	batch->txn_nchanges++;
+	return store_reserve(batch, len);
 }
 
 void
-replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn, StringInfo tail)
+replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn)
 {
 	ReplicantBatchTxn *txn = &batch->txns[batch->ntxns];
 
 	Assert(batch->in_txn);
-	store_append(batch, tail->data, tail->len);
+	if (batch->file >= 0 && batch->mem.len >= SPILL_CHUNK)
+		store_flush(batch);
 	txn->end_lsn = end_lsn;
 	txn->offset = batch->txn_offset;
 	txn->length = store_length(batch) - batch->txn_offset;

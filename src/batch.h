@@ -78,13 +78,18 @@ extern void replicant_batch_reset(ReplicantBatch *batch);
 
 /*
  * A transaction is its head (the format's begin_txn), its changes (each a
- * format's change) and its tail (end_txn), stored as given.
+ * format's change) and its tail (end_txn).  Each is appended by the format
+ * straight into the store these return, which holds the bytes before it:
+ * a format appends only.  len (head_len) is about how many bytes the piece
+ * will take, for the decision to spill; the next call settles the piece.
+ * replicant_batch_add_change() stores a change rendered elsewhere.
  */
-extern void replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn,
-									  StringInfo head);
+extern StringInfo replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn,
+											size_t head_len);
+extern StringInfo replicant_batch_begin_change(ReplicantBatch *batch, size_t len);
 extern void replicant_batch_add_change(ReplicantBatch *batch, const char *data, size_t len);
-extern void replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn,
-									StringInfo tail);
+extern StringInfo replicant_batch_begin_tail(ReplicantBatch *batch, size_t len);
+extern void replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn);
 extern void replicant_batch_discard_txn(ReplicantBatch *batch);
 
 /* Bytes of transactions held (not counting a body's framing). */

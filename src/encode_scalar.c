@@ -62,9 +62,31 @@ static const char json_escape[256] = {
 	['\\'] = '\\',
 };
 
+/* A byte value in each byte of a word. */
+#define BYTES(b) (UINT64CONST(0x0101010101010101) * (b))
+
+/*
+ * Whether any of the eight bytes in w is one json_escape[] escapes: below
+ * 0x20, a quote or a backslash.  (x - BYTES(n)) & ~x & BYTES(0x80) is not
+ * zero exactly when some byte of x is below n (n <= 128): a borrow only
+ * starts at such a byte.
+ */
+static inline bool
+word_needs_escape(uint64 w)
+{
+	uint64 quote = w ^ BYTES('"');
+	uint64 backslash = w ^ BYTES('\\');
+
+	return (((w - BYTES(0x20)) & ~w) |
+			((quote - BYTES(1)) & ~quote) |
+			((backslash - BYTES(1)) & ~backslash)) &
+		   BYTES(0x80);
+}
+
 /*
  * Room is made for the string as it is; only an escape, which is rare,
  * asks for more, so a long string never reserves six times its length.
+ * Runs without escapes are copied eight bytes at a time.
  */
 void
 replicant_append_json_string(StringInfo out, const char *s, int len)
@@ -74,14 +96,28 @@ replicant_append_json_string(StringInfo out, const char *s, int len)
 	const unsigned char *end = p + len;
 	char *dst;
 
-	enlargeStringInfo(out, len + 2);
+	replicant_reserve(out, len + 2);
 	dst = out->data + out->len;
 	*dst++ = '"';
-	for (; p < end; p++)
+	for (;;)
 	{
-		unsigned char c = *p;
-		char letter = json_escape[c];
+		unsigned char c;
+		char letter;
+		uint64 word;
 
+		while (end - p >= 8)
+		{
+			memcpy(&word, p, 8);
+			if (word_needs_escape(word))
+				break;
+			memcpy(dst, p, 8);
+			dst += 8;
+			p += 8;
+		}
+		if (p == end)
+			break;
+		c = *p++;
+		letter = json_escape[c];
 		if (likely(letter == 0))
 		{
 			*dst++ = (char) c;
@@ -90,7 +126,7 @@ replicant_append_json_string(StringInfo out, const char *s, int len)
 
 		/* an escape is at most 6 bytes; the rest and the quote follow */
 		out->len = dst - out->data;
-		enlargeStringInfo(out, 6 + (end - p - 1) + 1);
+		replicant_reserve(out, 6 + (end - p) + 1);
 		dst = out->data + out->len;
 		*dst++ = '\\';
 		*dst++ = letter;
@@ -119,7 +155,7 @@ replicant_append_json_key(StringInfo out, const char *name, int len,
 	char *dst;
 	int i;
 
-	enlargeStringInfo(out, len + 4);
+	replicant_reserve(out, len + 4);
 	dst = out->data + out->len;
 	if (comma)
 		*dst++ = ',';
@@ -148,7 +184,7 @@ replicant_append_json_key(StringInfo out, const char *name, int len,
 static inline void
 append_two(StringInfo out, char first, char second)
 {
-	enlargeStringInfo(out, 2);
+	replicant_reserve(out, 2);
 	out->data[out->len++] = first;
 	out->data[out->len++] = second;
 	out->data[out->len] = '\0';
@@ -199,7 +235,7 @@ write_numeric_digits(StringInfo out, bool negative, int weight, int dscale,
 	int d;
 	int i;
 
-	enlargeStringInfo(out, intdigits + dscale + NUMERIC_DEC_DIGITS + 2);
+	replicant_reserve(out, intdigits + dscale + NUMERIC_DEC_DIGITS + 2);
 	cp = out->data + out->len;
 
 	if (negative)
@@ -296,25 +332,17 @@ replicant_append_numeric(StringInfo out, Datum value)
 }
 
 /*
- * JsonEncodeDateTime() for a timestamptz in UTC, which is EncodeDateTime()
- * in XSD style with a zone of +00:00: the year's absolute value in at least
- * four digits (" BC" at the end for years before 1 AD), the fraction of a
- * second without trailing zeroes and only when not zero.
+ * Caches the opening quote, date and time of t's second as the function
+ * below writes them; false when timestamp2tm() cannot convert t.
  */
-bool
-replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
+static bool
+second_text_utc(ReplicantSecondText *cache, TimestampTz t, fsec_t *fsec)
 {
 	struct pg_tm tm;
-	fsec_t fsec;
-	char *start;
-	char *cp;
+	char *cp = cache->text;
 
-	if (TIMESTAMP_NOT_FINITE(t) ||
-		timestamp2tm(t, NULL, &tm, &fsec, NULL, NULL) != 0)
+	if (timestamp2tm(t, NULL, &tm, fsec, NULL, NULL) != 0)
 		return false;
-
-	enlargeStringInfo(out, MAXDATELEN + 2);
-	start = cp = out->data + out->len;
 	*cp++ = '"';
 	cp = pg_ultostr_zeropad(cp, tm.tm_year > 0 ? tm.tm_year : -(tm.tm_year - 1), 4);
 	*cp++ = '-';
@@ -327,16 +355,47 @@ replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
 	cp = pg_ultostr_zeropad(cp, tm.tm_min, 2);
 	*cp++ = ':';
 	cp = pg_ultostr_zeropad(cp, tm.tm_sec, 2);
+	cache->len = cp - cache->text;
+	cache->bc = tm.tm_year <= 0;
+	cache->second = t - *fsec;
+	cache->valid = true;
+	return true;
+}
+
+/*
+ * JsonEncodeDateTime() for a timestamptz in UTC, which is EncodeDateTime()
+ * in XSD style with a zone of +00:00: the year's absolute value in at least
+ * four digits (" BC" at the end for years before 1 AD), the fraction of a
+ * second without trailing zeroes and only when not zero.
+ */
+bool
+replicant_append_timestamptz_utc(StringInfo out, TimestampTz t)
+{
+	static ReplicantSecondText cache; /* the second written last */
+	fsec_t fsec;
+	char *start;
+	char *cp;
+
+	if (TIMESTAMP_NOT_FINITE(t))
+		return false;
+	if (!replicant_second_text_hit(&cache, t, &fsec) &&
+		!second_text_utc(&cache, t, &fsec))
+		return false;
+
+	replicant_reserve(out, MAXDATELEN + 2);
+	start = cp = out->data + out->len;
+	memcpy(cp, cache.text, cache.len);
+	cp += cache.len;
 	if (fsec != 0)
 	{
 		*cp++ = '.';
-		cp = pg_ultostr_zeropad(cp, fsec, 6);
+		cp = replicant_put_usecs(cp, fsec);
 		while (cp[-1] == '0')
 			cp--;
 	}
 	memcpy(cp, "+00:00", 6);
 	cp += 6;
-	if (tm.tm_year <= 0)
+	if (cache.bc)
 	{
 		memcpy(cp, " BC", 3);
 		cp += 3;
@@ -356,7 +415,7 @@ append_jsonb_scalar(StringInfo out, const JsonbValue *v)
 	switch (v->type)
 	{
 		case jbvNull:
-			appendBinaryStringInfo(out, "null", 4);
+			replicant_append_bytes(out, "null", 4);
 			break;
 		case jbvString:
 			replicant_append_json_string(out, v->val.string.val,
@@ -373,9 +432,9 @@ append_jsonb_scalar(StringInfo out, const JsonbValue *v)
 			break;
 		case jbvBool:
 			if (v->val.boolean)
-				appendBinaryStringInfo(out, "true", 4);
+				replicant_append_bytes(out, "true", 4);
 			else
-				appendBinaryStringInfo(out, "false", 5);
+				replicant_append_bytes(out, "false", 5);
 			break;
 		default:
 			elog(ERROR, "unknown jsonb scalar type");

@@ -408,7 +408,7 @@ append_utf8(StringInfo out, int dbencoding, const char *s, int len,
 	if (quote)
 		replicant_append_json_string(out, s, len);
 	else
-		appendBinaryStringInfo(out, s, len);
+		replicant_append_bytes(out, s, len);
 
 	if (converted != NULL)
 		pfree(converted);
@@ -417,6 +417,21 @@ append_utf8(StringInfo out, int dbencoding, const char *s, int len,
 /*
  * Values
  */
+
+/*
+ * The index of the column after column i (-1: from the start) to encode,
+ * or -1 when none is left: all of desc's, or columns' attribute numbers in
+ * order, without a membership test for every column of the row.
+ */
+static inline int
+next_column(TupleDesc desc, const Bitmapset *columns, int i)
+{
+	if (columns == NULL)
+		i++;
+	else
+		i = bms_next_member(columns, i + 1) - 1;
+	return (i >= 0 && i < desc->natts) ? i : -1;
+}
 
 /*
  * Appends "{...}" for the live columns of desc.  Only the top level of a row
@@ -440,14 +455,12 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 	error_context_stack = &errcb;
 
 	appendStringInfoCharMacro(out, '{');
-	for (i = 0; i < desc->natts; i++)
+	for (i = next_column(desc, columns, -1); i >= 0; i = next_column(desc, columns, i))
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 		EncodeTypeEntry *entry;
 
 		if (att->attisdropped || REPLICANT_ATT_IS_VIRTUAL(att))
-			continue;
-		if (columns != NULL && !bms_is_member(att->attnum, columns))
 			continue;
 
 		errarg.colname = NameStr(att->attname);
@@ -482,7 +495,7 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 
 		if (nulls[i])
 		{
-			appendBinaryStringInfo(out, "null", 4);
+			replicant_append_bytes(out, "null", 4);
 			continue;
 		}
 		entry = encoder_lookup_type(att->atttypid);
@@ -498,7 +511,7 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 static void
 append_int64(StringInfo out, int64 value)
 {
-	enlargeStringInfo(out, MAXINT8LEN + 1);
+	replicant_reserve(out, MAXINT8LEN + 1);
 	out->len += pg_lltoa(value, out->data + out->len);
 }
 
@@ -557,9 +570,9 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 	{
 		case ENCODE_BOOL:
 			if (DatumGetBool(value))
-				appendBinaryStringInfo(out, "true", 4);
+				replicant_append_bytes(out, "true", 4);
 			else
-				appendBinaryStringInfo(out, "false", 5);
+				replicant_append_bytes(out, "false", 5);
 			break;
 
 		case ENCODE_INT2:
@@ -645,7 +658,7 @@ encode_array(EncodeState *st, Datum value)
 	dims = AARR_DIMS(arr);
 
 	if (ndim <= 0 || ArrayGetNItems(ndim, dims) == 0)
-		appendBinaryStringInfo(st->out, "[]", 2);
+		replicant_append_bytes(st->out, "[]", 2);
 	else
 	{
 		EncodeTypeEntry *elem = encoder_lookup_type(AARR_ELEMTYPE(arr));
@@ -685,7 +698,7 @@ encode_array_dim(EncodeState *st, EncodeTypeEntry *elem, array_iter *iter,
 			d = array_iter_next(iter, &isnull, (*index)++,
 								elem->typlen, elem->typbyval, elem->typalign);
 			if (isnull)
-				appendBinaryStringInfo(out, "null", 4);
+				replicant_append_bytes(out, "null", 4);
 			else
 				encode_value(st, elem, d);
 		}
@@ -784,37 +797,22 @@ replicant_encode_string(StringInfo out, const char *s)
 }
 
 /*
- * Computed from the value in UTC, not by timestamptz_out, so that neither
- * TimeZone nor DateStyle can change it.  Years before 1 AD use ISO 8601's
- * astronomical numbering (0000 is 1 BC).
+ * Caches the opening quote, date and time of t's second as the function
+ * below writes them.  Years before 1 AD use ISO 8601's astronomical
+ * numbering (0000 is 1 BC).
  */
-void
-replicant_encode_timestamptz(StringInfo out, TimestampTz t)
+static void
+second_text_iso(ReplicantSecondText *cache, TimestampTz t, fsec_t *fsec)
 {
 	struct pg_tm tm;
-	fsec_t fsec;
-	char buf[MAXDATELEN + 1];
-	char *p;
-
-	if (TIMESTAMP_IS_NOBEGIN(t))
-	{
-		appendStringInfoString(out, "\"-infinity\"");
-		return;
-	}
-	if (TIMESTAMP_IS_NOEND(t))
-	{
-		appendStringInfoString(out, "\"infinity\"");
-		return;
-	}
+	char *p = cache->text;
 
 	/* no tzp: the broken-down time stays in UTC */
-	if (timestamp2tm(t, NULL, &tm, &fsec, NULL, NULL) != 0)
+	if (timestamp2tm(t, NULL, &tm, fsec, NULL, NULL) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("timestamp out of range")));
 
-	/* every transaction header has one: no format string to parse */
-	p = buf;
 	*p++ = '"';
 	if (tm.tm_year < 0)
 		*p++ = '-';
@@ -829,11 +827,47 @@ replicant_encode_timestamptz(StringInfo out, TimestampTz t)
 	p = pg_ultostr_zeropad(p, tm.tm_min, 2);
 	*p++ = ':';
 	p = pg_ultostr_zeropad(p, tm.tm_sec, 2);
+	cache->len = p - cache->text;
+	cache->second = t - *fsec;
+	cache->valid = true;
+}
+
+/*
+ * Computed from the value in UTC, not by timestamptz_out, so that neither
+ * TimeZone nor DateStyle can change it.  Every transaction header has one,
+ * and consecutive commits mostly share their second: the date and time are
+ * written once per second, the microseconds every time.
+ */
+void
+replicant_encode_timestamptz(StringInfo out, TimestampTz t)
+{
+	static ReplicantSecondText cache; /* the second written last */
+	fsec_t fsec;
+	char *p;
+
+	if (TIMESTAMP_IS_NOBEGIN(t))
+	{
+		appendStringInfoString(out, "\"-infinity\"");
+		return;
+	}
+	if (TIMESTAMP_IS_NOEND(t))
+	{
+		appendStringInfoString(out, "\"infinity\"");
+		return;
+	}
+	if (!replicant_second_text_hit(&cache, t, &fsec))
+		second_text_iso(&cache, t, &fsec);
+
+	replicant_reserve(out, cache.len + 10);
+	p = out->data + out->len;
+	memcpy(p, cache.text, cache.len);
+	p += cache.len;
 	*p++ = '.';
-	p = pg_ultostr_zeropad(p, fsec, 6);
+	p = replicant_put_usecs(p, fsec);
 	*p++ = 'Z';
 	*p++ = '"';
-	appendBinaryStringInfo(out, buf, p - buf);
+	out->len = p - out->data;
+	out->data[out->len] = '\0';
 }
 
 /*

@@ -6,8 +6,9 @@
  * frames those bytes into requests.  The pipeline worker, the snapshot
  * reader and the backfill reader only go through this interface, so that
  * adding a format means adding one file that fills in a ReplicantFormat
- * (and a line in format.c's list).  Rendering callbacks append to out and
- * may raise errors; they run while a batch is built, never inside libcurl.
+ * (and a line in format.c's list).  Rendering callbacks append to out,
+ * which may hold other bytes before them (a stream batch's store), and may
+ * raise errors; they run while a batch is built, never inside libcurl.
  */
 #ifndef REPLICANT_FORMAT_H
 #define REPLICANT_FORMAT_H

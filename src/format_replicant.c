@@ -8,21 +8,35 @@
 
 #include "common/base64.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 
 #include "compat.h"
+#include "encode_scalar.h"
 #include "encoder.h"
 #include "format.h"
 
 static const char body_end[] = "]}";
 
-/* What every change of an op starts with. */
-static const char *const op_openers[] = {
-	[REPLICANT_OP_INSERT] = "{\"op\":\"insert\",",
-	[REPLICANT_OP_UPDATE] = "{\"op\":\"update\",",
-	[REPLICANT_OP_DELETE] = "{\"op\":\"delete\",",
-	[REPLICANT_OP_TRUNCATE] = "{\"op\":\"truncate\",",
-	[REPLICANT_OP_READ] = "{\"op\":\"read\",",
+/* What every change of an op starts with, and its length. */
+#define OPENER(op) \
+	{ \
+		"{\"op\":\"" op "\",", sizeof("{\"op\":\"" op "\",") - 1 \
+	}
+static const struct
+{
+	const char *text;
+	int len;
+} op_openers[] = {
+	[REPLICANT_OP_INSERT] = OPENER("insert"),
+	[REPLICANT_OP_UPDATE] = OPENER("update"),
+	[REPLICANT_OP_DELETE] = OPENER("delete"),
+	[REPLICANT_OP_TRUNCATE] = OPENER("truncate"),
+	[REPLICANT_OP_READ] = OPENER("read"),
 };
+
+/* Appends a literal, its length known at compile time. */
+#define append_literal(out, literal) \
+	replicant_append_bytes(out, literal, sizeof(literal) - 1)
 
 /* {"pipeline":"<name>", */
 static void
@@ -42,6 +56,42 @@ append_relation(StringInfo out, const ReplicantRelation *relation)
 }
 
 /*
+ * append_relation() for a change, from the text made for the relation of
+ * the change before: consecutive changes are mostly of one table, whose
+ * names would otherwise be measured, escaped (and in another database
+ * encoding converted) every time.  Matched by name, not by address:
+ * relation records are freed and their memory reused.
+ */
+static void
+append_change_relation(StringInfo out, const ReplicantRelation *relation)
+{
+	static StringInfoData text;
+	static char *schema = NULL; /* NULL: text holds nothing usable */
+	static char *table = NULL;
+
+	if (schema == NULL || strcmp(schema, relation->schema) != 0 ||
+		strcmp(table, relation->table) != 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		if (text.data == NULL)
+			initStringInfo(&text);
+		if (schema != NULL)
+		{
+			pfree(schema);
+			pfree(table);
+			schema = NULL;
+		}
+		resetStringInfo(&text);
+		append_relation(&text, relation);
+		table = pstrdup(relation->table);
+		schema = pstrdup(relation->schema);
+		MemoryContextSwitchTo(old);
+	}
+	replicant_append_bytes(out, text.data, text.len);
+}
+
+/*
  * Appends ,"name":value; opener is the literal ,"name": (once per field of
  * every change: no format string to parse, no length to count).
  */
@@ -51,11 +101,11 @@ append_relation(StringInfo out, const ReplicantRelation *relation)
 static void
 append_field_after(StringInfo out, const char *opener, int opener_len, StringInfo value)
 {
-	appendBinaryStringInfo(out, opener, opener_len);
+	replicant_append_bytes(out, opener, opener_len);
 	if (value)
-		appendBinaryStringInfo(out, value->data, value->len);
+		replicant_append_bytes(out, value->data, value->len);
 	else
-		appendBinaryStringInfo(out, "null", 4);
+		replicant_append_bytes(out, "null", 4);
 }
 
 /*
@@ -67,8 +117,8 @@ render_change(StringInfo out, const char *pipeline, const ReplicantChange *chang
 {
 	ReplicantOp op = change->op;
 
-	appendStringInfoString(out, op_openers[op]);
-	append_relation(out, change->relation);
+	replicant_append_bytes(out, op_openers[op].text, op_openers[op].len);
+	append_change_relation(out, change->relation);
 	if (op != REPLICANT_OP_TRUNCATE)
 	{
 		append_field(out, ",\"key\":", change->key);
@@ -78,28 +128,35 @@ render_change(StringInfo out, const char *pipeline, const ReplicantChange *chang
 			append_field(out, ",\"old\":", change->old_row);
 		if (op == REPLICANT_OP_UPDATE)
 		{
-			appendStringInfoString(out, ",\"unchanged\":[");
+			append_literal(out, ",\"unchanged\":[");
 			if (change->unchanged)
-				appendBinaryStringInfo(out, change->unchanged->data, change->unchanged->len);
+				replicant_append_bytes(out, change->unchanged->data, change->unchanged->len);
 			appendStringInfoChar(out, ']');
 		}
 	}
 	appendStringInfoChar(out, '}');
 }
 
+/* Writes a literal at p (room made beforehand) and moves p past it. */
+#define put_literal(p, literal) \
+	(memcpy(p, literal, sizeof(literal) - 1), (p) += sizeof(literal) - 1)
+
 static void
 begin_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn)
 {
-	/* once per transaction, so once per change for small ones: no format string */
-	appendStringInfoString(out, "{\"xid\":");
-	enlargeStringInfo(out, MAXINT8LEN);
-	out->len += pg_ultoa_n(txn->xid, out->data + out->len);
-	appendStringInfoString(out, ",\"commit_lsn\":");
-	enlargeStringInfo(out, MAXINT8LEN);
-	out->len += pg_ulltoa_n((uint64) txn->commit_lsn, out->data + out->len);
-	appendStringInfoString(out, ",\"commit_time\":");
+	char *p;
+
+	/* once per transaction, so once per change for small ones: one enlarge */
+	replicant_reserve(out, 64 + 2 * MAXINT8LEN);
+	p = out->data + out->len;
+	put_literal(p, "{\"xid\":");
+	p += pg_ultoa_n(txn->xid, p);
+	put_literal(p, ",\"commit_lsn\":");
+	p += pg_ulltoa_n((uint64) txn->commit_lsn, p);
+	put_literal(p, ",\"commit_time\":");
+	out->len = p - out->data;
 	replicant_encode_timestamptz(out, txn->commit_time);
-	appendStringInfoString(out, ",\"changes\":[");
+	append_literal(out, ",\"changes\":[");
 }
 
 /* {"prefix":...,"content":"<base64>","lsn":N}; the content is user bytes. */

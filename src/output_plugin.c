@@ -6,8 +6,8 @@
  * in commit order, while the pipeline worker drives decoding (decoder.c).
  * The plugin decides what the publications deliver (publication.c),
  * describes each change as a record (change.h) whose rows the encoder
- * encodes (encoder.c), has the pipeline's format render it (format.h) and
- * appends it to the worker's batch (batch.c); it knows neither the wire
+ * encodes (encoder.c), and has the pipeline's format render it (format.h)
+ * straight into the worker's batch (batch.c); it knows neither the wire
  * format nor HTTP.  The transaction header is
  * deferred to the first delivered change, so transactions that touch no
  * published table (including the worker's own checkpoint writes) produce
@@ -33,6 +33,8 @@
 #include "pubfilter.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
+
+static struct EncodedRows *create_rows(MemoryContext context);
 
 ReplicantDecodingState *
 replicant_output_state(LogicalDecodingContext *ctx)
@@ -70,6 +72,7 @@ replicant_startup(LogicalDecodingContext *ctx, OutputPluginOptions *options,
 	state->change_context = AllocSetContextCreate(ctx->context,
 												  "replicant change",
 												  ALLOCSET_DEFAULT_SIZES);
+	state->rows = create_rows(ctx->context);
 	state->txn_messages.data = NULL;
 	ctx->output_plugin_private = state;
 }
@@ -122,15 +125,14 @@ static void
 open_txn(ReplicantDecodingState *state, ReorderBufferTXN *txn)
 {
 	ReplicantTxn record;
-	StringInfoData head;
+	StringInfo head;
 
 	if (state->txn_open)
 		return;
 	describe_txn(&record, txn);
-	initStringInfo(&head);
-	state->format->begin_txn(&head, state->pipeline_name, &record);
-	replicant_batch_begin_txn(state->batch, txn->final_lsn, &head);
-	pfree(head.data);
+	/* a header is a few numbers and names: rendered in place */
+	head = replicant_batch_begin_txn(state->batch, txn->final_lsn, 256);
+	state->format->begin_txn(head, state->pipeline_name, &record);
 	state->txn_open = true;
 	state->txn_changes = 0;
 }
@@ -273,7 +275,11 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 	}
 }
 
-/* What a change's record points to. */
+/*
+ * What a change's record points to.  One set per decoding state, reused by
+ * every change: allocating the buffers would cost about as much as
+ * encoding a small row.
+ */
 typedef struct EncodedRows
 {
 	ReplicantTxn txn;
@@ -282,6 +288,45 @@ typedef struct EncodedRows
 	StringInfoData old_row;
 	StringInfoData unchanged;
 } EncodedRows;
+
+/* A buffer grown past this for a large row is given back after its change. */
+#define ROWS_KEEP_BYTES (64 * 1024)
+
+static void
+trim_buffer(StringInfo buffer)
+{
+	if (buffer->maxlen <= ROWS_KEEP_BYTES)
+		return;
+	pfree(buffer->data);
+	initStringInfo(buffer);
+}
+
+/* After a change: memory held between changes stays small. */
+static void
+trim_rows(EncodedRows *rows)
+{
+	MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(rows));
+
+	trim_buffer(&rows->key);
+	trim_buffer(&rows->new_row);
+	trim_buffer(&rows->old_row);
+	trim_buffer(&rows->unchanged);
+	MemoryContextSwitchTo(old);
+}
+
+static EncodedRows *
+create_rows(MemoryContext context)
+{
+	MemoryContext old = MemoryContextSwitchTo(context);
+	EncodedRows *rows = palloc(sizeof(EncodedRows));
+
+	initStringInfo(&rows->key);
+	initStringInfo(&rows->new_row);
+	initStringInfo(&rows->old_row);
+	initStringInfo(&rows->unchanged);
+	MemoryContextSwitchTo(old);
+	return rows;
+}
 
 /*
  * Describes a decoded change: "key" identifies the row as it was before
@@ -302,29 +347,50 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 	describe_txn(&rows->txn, txn);
 	record->txn = &rows->txn;
 	record->index = state->txn_changes++;
-	initStringInfo(&rows->key);
+	resetStringInfo(&rows->key);
 	if (old_values && op != REPLICANT_OP_INSERT)
 		encode_key(&rows->key, info, desc, old_values, old_nulls);
 	else
 		encode_key(&rows->key, info, desc, new_values, new_nulls);
 	record->key = &rows->key;
-	initStringInfo(&rows->unchanged);
+	/* only an update has "unchanged": the others need no list */
+	resetStringInfo(&rows->unchanged);
 	if (new_values)
 	{
-		initStringInfo(&rows->new_row);
+		resetStringInfo(&rows->new_row);
 		replicant_encode_object(&rows->new_row, desc, new_values, new_nulls,
-								info->filter->columns,
-								REPLICANT_TOAST_UNCHANGED, &rows->unchanged);
+								info->filter->columns, REPLICANT_TOAST_UNCHANGED,
+								op == REPLICANT_OP_UPDATE ? &rows->unchanged : NULL);
 		record->new_row = &rows->new_row;
 	}
 	if (old_values)
 	{
-		initStringInfo(&rows->old_row);
+		resetStringInfo(&rows->old_row);
 		encode_old(&rows->old_row, info, desc, old_values, old_nulls);
 		record->old_row = &rows->old_row;
 	}
 	if (op == REPLICANT_OP_UPDATE)
 		record->unchanged = &rows->unchanged;
+}
+
+/*
+ * About how many bytes a format renders record in: its rows and a little
+ * framing (names, op, envelope).  Only the batch's decision to spill uses it.
+ */
+static size_t
+length_hint(const ReplicantChange *record)
+{
+	size_t len = 256;
+
+	if (record->key)
+		len += record->key->len;
+	if (record->new_row)
+		len += record->new_row->len;
+	if (record->old_row)
+		len += record->old_row->len;
+	if (record->unchanged)
+		len += record->unchanged->len;
+	return len;
 }
 
 /*
@@ -372,8 +438,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	ReplicantOp op;
 	bool published;
 	ReplicantChange record;
-	EncodedRows rows;
-	StringInfoData out;
+	EncodedRows *rows = state->rows;
 	MemoryContext old;
 
 	if (!wanted(state, txn))
@@ -431,10 +496,10 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		new_values = NULL;
 
 	open_txn(state, txn);
-	describe_change(&record, &rows, op, state, txn, info, desc,
+	describe_change(&record, rows, op, state, txn, info, desc,
 					new_values, new_nulls, old_values, old_nulls);
 	if (state->format->whole_rows && op == REPLICANT_OP_UPDATE &&
-		rows.unchanged.len > 0 && record.old_row == NULL)
+		rows->unchanged.len > 0 && record.old_row == NULL)
 	{
 		/* the format cannot leave the columns out, nor knows their values */
 		state->halt_lsn = txn->final_lsn;
@@ -442,17 +507,17 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 							 RelationGetRelationName(relation)));
 		goto done;
 	}
-	initStringInfo(&out);
-	state->format->change(&out, state->pipeline_name, &record);
-
+	/* before the change: rows it keeps go into the batch ahead of it */
 	drop_from_chunk(state, txn, info, relation, new_values, new_nulls, old_values, old_nulls,
-					op == REPLICANT_OP_UPDATE && rows.unchanged.len > 0 &&
+					op == REPLICANT_OP_UPDATE && rows->unchanged.len > 0 &&
 						!state->format->whole_rows);
-	replicant_batch_add_change(state->batch, out.data, out.len);
+	state->format->change(replicant_batch_begin_change(state->batch, length_hint(&record)),
+						  state->pipeline_name, &record);
 
 done:
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
+	trim_rows(rows);
 }
 
 static void
@@ -476,7 +541,6 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		ReplicantRelInfo *info = relinfo_or_halt(state, txn, relations[i]);
 		ReplicantChange record = {.op = REPLICANT_OP_TRUNCATE};
 		ReplicantTxn txn_record;
-		StringInfoData out;
 
 		if (info == NULL || !info->pub_truncate)
 			continue;
@@ -492,12 +556,11 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		record.relation = &info->relation;
 		record.txn = &txn_record;
 		record.index = state->txn_changes++;
-		initStringInfo(&out);
-		state->format->change(&out, state->pipeline_name, &record);
+		state->format->change(replicant_batch_begin_change(state->batch, length_hint(&record)),
+							  state->pipeline_name, &record);
 		delivered = lappend_oid(delivered, RelationGetRelid(relations[i]));
 		if (replicant_chunk_collides(state->chunk, RelationGetRelid(relations[i]), txn->xid))
 			replicant_chunk_drop_all(state->chunk);
-		replicant_batch_add_change(state->batch, out.data, out.len);
 	}
 	/* A chunk of such a partition read rows that its root's truncate removed. */
 	for (i = 0; i < list_length(as_root) && state->halt_reason == NULL; i++)
@@ -516,19 +579,18 @@ replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 {
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 	ReplicantTxn record;
-	StringInfoData tail;
+	bool messages = state->txn_messages.data && state->txn_messages.len > 0;
+	StringInfo tail;
 
 	if (!state->txn_open)
 		return;
 	describe_txn(&record, txn);
-	initStringInfo(&tail);
-	state->format->end_txn(&tail, state->pipeline_name, &record,
+	tail = replicant_batch_begin_tail(state->batch,
+									  64 + (messages ? state->txn_messages.len : 0));
+	state->format->end_txn(tail, state->pipeline_name, &record,
 						   state->batch->txn_nchanges,
-						   (state->txn_messages.data && state->txn_messages.len > 0) ?
-							   state->txn_messages.data :
-							   NULL);
-	replicant_batch_end_txn(state->batch, txn->end_lsn, &tail);
-	pfree(tail.data);
+						   messages ? state->txn_messages.data : NULL);
+	replicant_batch_end_txn(state->batch, txn->end_lsn);
 	state->txn_open = false;
 }
 

@@ -38,6 +38,7 @@ typedef struct ReplicantDecodingState
 	int64 txn_changes; /* decoded changes delivered so far */
 
 	MemoryContext change_context; /* reset after every change */
+	struct EncodedRows *rows;     /* buffers every change encodes into */
 } ReplicantDecodingState;
 
 /* Option that marks a context as created by a pipeline worker. */

@@ -801,18 +801,24 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 ReplicantRelInfo *
 replicant_publication_relinfo(Relation rel)
 {
+	/* the entry returned last: runs of changes to one table are the rule */
+	static ReplicantRelInfo *last = NULL;
 	Oid relid = RelationGetRelid(rel);
 	ReplicantRelInfo *entry;
 	bool found;
 
 	if (!publications_valid)
 		load_publications();
+	/* entries are never removed from the table, nor moved */
+	if (last != NULL && last->relid == relid && last->valid)
+		return last;
 
 	entry = hash_search(relinfo_hash, &relid, HASH_ENTER, &found);
 	if (!found)
 		memset(entry, 0, sizeof(ReplicantRelInfo));
 	if (!entry->valid)
 		compute_relinfo(entry, rel);
+	last = entry;
 	return entry;
 }
 
