@@ -9,7 +9,8 @@
 # during the snapshot delivered); VACUUM FULL during the snapshot (the table
 # starts over); a key-less table, a partitioned table (leaves under their
 # own names; under the root's when published via the root) and a type zoo whose snapshot reads and stream inserts encode
-# to byte-identical JSON.
+# to byte-identical JSON; a sink that refuses a third of the requests (every
+# row still exactly once, each batch retried in its place).
 use strict;
 use warnings;
 use IPC::Run;
@@ -601,6 +602,31 @@ ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink6, ['parted']),
 is(lines($sink6->dump), query('SELECT count(*) FROM parted'),
 	'via partition root: no rows under the leaves\' names');
 query("SELECT replicant.drop_pipeline('p_viaroot')");
+
+# A sink that refuses about a third of all requests with a 503: each batch
+# of the snapshot is POSTed while the next is encoded, so the refusal often
+# comes to an attempt that overlapped encoding.  Every batch is retried in
+# its place: every row arrives exactly once, the markers bracket the reads.
+{
+	my $what = 'flaky sink';
+	my $sink = ReplicantTest::start_sink(name => 'sink_flaky');
+	create_padded_table('t_flaky', 6000);
+	query('CREATE PUBLICATION pub_flaky FOR TABLE t_flaky');
+	$sink->control({ fail_status => 503, fail_rate => 0.3 });
+	query("SELECT replicant.create_pipeline('p_flaky', 'pub_flaky', '$sink->{url}',"
+		  . " snapshot => 'initial', snapshot_workers => 2, batch_max_bytes => 65536)");
+	wait_state('p_flaky', 'streaming', "$what: the snapshot finishes and the pipeline streams");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['t_flaky']),
+		"$what: sink equals source");
+	$sink->control({ clear => 1 });
+	cmp_ok($sink->stats->{faults_injected}, '>=', 5,
+		"$what: premise: the sink refused requests during the snapshot");
+	delivered_times($sink->deliveries('public.t_flaky'), [ 1 .. 6000 ], 1,
+		"$what: every row was delivered exactly once");
+	is(backfill_row('p_flaky', 't_flaky', 'state, percent = 100'), 'done|t', "$what: backfill done");
+	markers_ok($sink, 'public.t_flaky', $what);
+	query("SELECT replicant.drop_pipeline('p_flaky')");
+}
 
 note(sprintf('006_snapshot ran in %.0f s', time() - $started));
 done_testing();
