@@ -288,7 +288,8 @@ sub wait_until_synced
 
 Polls a boolean query (in database postgres unless $dbname is given) until
 it returns true or $timeout seconds (default 60) passed; connection errors
-(a server restarting) just mean "not yet".
+(a server restarting) just mean "not yet".  So does psql exiting before it
+read its input, which IPC::Run reports by dying of EPIPE.
 
 =cut
 
@@ -299,8 +300,8 @@ sub poll
 	my $deadline = time() + $timeout;
 	while (time() < $deadline)
 	{
-		my ($ret, $out) = $node->psql($dbname // 'postgres', $sql);
-		return 1 if $ret == 0 && $out eq 't';
+		my ($ret, $out) = eval { $node->psql($dbname // 'postgres', $sql) };
+		return 1 if defined $ret && $ret == 0 && $out eq 't';
 		usleep(50_000);
 	}
 	diag("timed out after $timeout s waiting for: $sql");

@@ -63,8 +63,8 @@ ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['items']),
 my $pid = worker_pid('postgres', 'first_db');
 kill 'KILL', $pid;
 # SIGKILL of a backend restarts the whole server; wait for it to come back.
-ok($node->poll_query_until('postgres',
-		"SELECT coalesce(worker_pid, 0) NOT IN (0, $pid) FROM replicant.status WHERE pipeline = 'first_db'"),
+ok(ReplicantTest::poll($node,
+		"SELECT coalesce(worker_pid, 0) NOT IN (0, $pid) FROM replicant.status WHERE pipeline = 'first_db'", 180),
 	'killed worker comes back');
 $pid = worker_pid('postgres', 'first_db');
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
