@@ -159,6 +159,13 @@ if [ $regress_ok = 0 ] || [ $tap_ok = 0 ]; then
 			grep -qE "^$file \.+ (ok|skipped)" tap.out && continue
 		fi
 		test=$(basename "$file" .pl)
+		# First, in a few lines, what failed and where a test died: a CI
+		# page that shows only part of the long tails still shows these.
+		log="tmp_check/log/regress_log_$test"
+		if [ -f "$log" ]; then
+			say "failures in $log"
+			grep -nE '^not ok|^# +(Failed|got|expected)| at \S+ line [0-9]+' "$log" | tail -n 40 || true
+		fi
 		for log in "tmp_check/log/regress_log_$test" tmp_check/log/"$test"_*.log; do
 			[ -f "$log" ] || continue
 			say "tail of $log"
