@@ -71,9 +71,13 @@
 #include "snapshot.h"
 #include "table_read.h"
 
-/* Blocks read per transaction, and per shard claimed by one worker. */
+/*
+ * Blocks read per transaction, and per shard claimed by one worker: small
+ * shards let parallel workers end close together, since the last one
+ * claimed is all that one worker may still read while the others idle.
+ */
 #define WINDOW_BLOCKS 1024
-#define SHARD_WINDOWS 8
+#define SHARD_WINDOWS 2
 /* Rows encoded between two looks at the POST in flight (a power of 2). */
 #define ROWS_PER_PUMP 128
 /* A shard's blocks, as text for the SQL that plans the shards. */
