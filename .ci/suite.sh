@@ -164,7 +164,7 @@ if [ $regress_ok = 0 ] || [ $tap_ok = 0 ]; then
 		log="tmp_check/log/regress_log_$test"
 		if [ -f "$log" ]; then
 			say "failures in $log"
-			grep -nE '^not ok|^# +(Failed|got|expected)| at \S+ line [0-9]+' "$log" | tail -n 40 || true
+			grep -nE '^(\[[^]]*\]\([^)]*\) )?(not ok|# +(Failed|got|expected))| at \S+ line [0-9]+' "$log" | tail -n 40 || true
 		fi
 		for log in "tmp_check/log/regress_log_$test" tmp_check/log/"$test"_*.log; do
 			[ -f "$log" ] || continue

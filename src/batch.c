@@ -69,6 +69,14 @@ store_flush(ReplicantBatch *batch)
 	resetStringInfo(&batch->mem);
 }
 
+/* Once spilled, writes the in-memory tail out when it filled a chunk. */
+static void
+store_settle(ReplicantBatch *batch)
+{
+	if (batch->file >= 0 && batch->mem.len >= SPILL_CHUNK)
+		store_flush(batch);
+}
+
 /*
  * The store's in-memory tail, ready for a piece of about len bytes to be
  * appended to it in place, after the decision store_append() takes: once
@@ -79,8 +87,7 @@ store_flush(ReplicantBatch *batch)
 static StringInfo
 store_reserve(ReplicantBatch *batch, size_t len)
 {
-	if (batch->file >= 0 && batch->mem.len >= SPILL_CHUNK)
-		store_flush(batch);
+	store_settle(batch);
 	if (batch->file < 0 && batch->mem.len + len > batch->memory_limit)
 	{
 		/* Interxact: the worker builds batches outside transactions. */
@@ -95,8 +102,7 @@ static void
 store_append(ReplicantBatch *batch, const char *data, size_t len)
 {
 	appendBinaryStringInfo(store_reserve(batch, len), data, len);
-	if (batch->file >= 0 && batch->mem.len >= SPILL_CHUNK)
-		store_flush(batch);
+	store_settle(batch);
 }
 
 static void
@@ -165,8 +171,7 @@ replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn)
 	ReplicantBatchTxn *txn = &batch->txns[batch->ntxns];
 
 	Assert(batch->in_txn);
-	if (batch->file >= 0 && batch->mem.len >= SPILL_CHUNK)
-		store_flush(batch);
+	store_settle(batch);
 	txn->end_lsn = end_lsn;
 	txn->offset = batch->txn_offset;
 	txn->length = store_length(batch) - batch->txn_offset;
