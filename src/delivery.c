@@ -25,6 +25,7 @@
 #include "checkpoint.h"
 #include "compat.h"
 #include "delivery.h"
+#include "fault.h"
 #include "format.h"
 
 #define RETRY_BASE_MS 200
@@ -293,19 +294,24 @@ replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 	if (IsTransactionState())
 		AbortCurrentTransaction();
 
+	/*
+	 * The catalog first: a snapshot's pipeline worker stops its shard
+	 * workers once shared memory shows a halt, which must be on record by
+	 * then, or the launcher would start the pipeline over.
+	 */
+	replicant_catalog_begin(&access);
+	replicant_pipeline_record_halt(pipeline->id, reason, lsn);
+	replicant_catalog_end(&access);
+	replicant_fault("halt");
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" halted: %s", pipeline->name, reason),
+			 errhint("Fix the cause, then call replicant.resume_pipeline('%s').",
+					 pipeline->name)));
+
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->state = REPLICANT_STATE_HALTED;
 	slot->runnable = false;
 	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
 	LWLockRelease(replicant_shmem->lock);
-
-	replicant_catalog_begin(&access);
-	replicant_pipeline_record_halt(pipeline->id, reason, lsn);
-	replicant_catalog_end(&access);
-
-	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" halted: %s", pipeline->name, reason),
-			 errhint("Fix the cause, then call replicant.resume_pipeline('%s').",
-					 pipeline->name)));
 	proc_exit(0);
 }

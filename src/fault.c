@@ -7,8 +7,11 @@
  * there would.  Points: "decode" (a batch is half built), "after_send" (the
  * request is sent, no answer read), "after_ack" (2xx received, checkpoint
  * not committed), "after_checkpoint" (checkpoint committed, slot not
- * confirmed).  A value "<point>:abort" aborts instead, which makes the
- * postmaster restart the whole server.
+ * confirmed), "snapshot_window" (a snapshot window is delivered, its
+ * progress not recorded).  A value "<point>:abort" aborts instead, which
+ * makes the postmaster restart the whole server, and "<point>:pause" waits
+ * two seconds there, to widen a race ("halt": between a halt's records in
+ * the catalog and in shared memory).
  */
 #include "postgres.h"
 
@@ -52,5 +55,10 @@ replicant_fault(const char *point)
 	{
 		write_stderr("replicant: fault point \"%s\" reached, aborting\n", point);
 		abort();
+	}
+	if (strcmp(replicant_fault_point + len, ":pause") == 0)
+	{
+		write_stderr("replicant: fault point \"%s\" reached, pausing\n", point);
+		pg_usleep(2000000L);
 	}
 }

@@ -661,7 +661,10 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 			running += (shard_handles[i] != NULL);
 		}
 
-		/* After the count: a shard worker records its halt before it stops. */
+		/*
+		 * After the count: a shard worker records its halt in the catalog,
+		 * then in shared memory, then stops.
+		 */
 		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 		halted = (slot->state == REPLICANT_STATE_HALTED);
 		LWLockRelease(replicant_shmem->lock);

@@ -1,0 +1,48 @@
+# A shard worker's halt is recorded for good before the pipeline worker,
+# which watches shared memory, ends the snapshot and stops the shard workers:
+# a halt that shared memory showed first could be cut off on its way to the
+# catalog, and the launcher would then run the snapshot again (a CI run of
+# 062_clickhouse_format.pl saw "halted" and then no error).  The fault point
+# halt:pause holds each halt for two seconds between its two records.
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+my $node = ReplicantTest::new_node('snaphalt');
+my $sink = ReplicantTest::start_sink(fail_status => 400);
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION replicant;
+	CREATE TABLE t (id int PRIMARY KEY, v text);
+	INSERT INTO t SELECT g, 'row ' || g FROM generate_series(1, 1000) g;
+	CREATE PUBLICATION pub FOR TABLE t;
+	ALTER SYSTEM SET replicant.fault_point = 'halt:pause';
+	SELECT pg_reload_conf();
+});
+my $offset = -s $node->logfile;
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('p', 'pub', '$sink->{url}', snapshot => 'initial', snapshot_workers => 2)");
+
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'p'"),
+	'the refused snapshot batch halts the pipeline');
+like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'p'"),
+	qr/^sink rejected snapshot batch: HTTP 400/,
+	'... and the catalog holds the halt once the pipeline shows it');
+ok(ReplicantTest::poll($node,
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type IN ('replicant pipeline', 'replicant snapshot')"),
+	'no worker is left');
+like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'p'"),
+	qr/^sink rejected snapshot batch: HTTP 400/, 'the status names the halt');
+
+$node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();");
+my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);
+like($log, qr/fault point "halt" reached, pausing/, 'premise: the halt paused between its records');
+unlike($log, qr/terminating background worker "replicant snapshot"[^\n]*\n[^\n]*CONTEXT:  SQL statement "UPDATE replicant\.pipelines SET halt_reason/,
+	'no shard worker was stopped while it recorded its halt');
+unlike($log, qr/resumes its initial snapshot/, 'the snapshot was not run again');
+
+done_testing();
