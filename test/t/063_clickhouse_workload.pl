@@ -91,11 +91,13 @@ ok(poll("SELECT coalesce(worker_pid, 0) NOT IN (0, $pid) FROM replicant.status W
 	'a new worker runs after kill -9 of the old one');
 # The server's crash restart ended pgbench's connections: write on after it.
 $load->finish;
+
+# ClickHouse away: the pipeline retries, nothing is skipped.  It goes before
+# the TRUNCATE: 18.16 restarted right after a TRUNCATE can bring the
+# truncated rows back (README, ClickHouse), which is not replicant's to fix.
+$ch->stop;
 $load = start_load(6);
 $node->safe_psql('postgres', 'TRUNCATE events');
-
-# ClickHouse away: the pipeline retries, nothing is skipped.
-$ch->stop;
 $node->safe_psql('postgres', 'INSERT INTO events (client) VALUES (9); UPDATE docs SET n = n + 1');
 my $retries = status('retries');
 ok(poll("SELECT state = 'retrying' AND retries >= $retries + 3 FROM replicant.status WHERE pipeline = 'ch'"),
@@ -122,7 +124,8 @@ sub converges
 {
 	my ($table, $cols, $order) = @_;
 	my ($got, $want);
-	foreach (1 .. 1200)
+	my $deadline = time() + 180;
+	while (time() < $deadline)
 	{
 		$want = normalized(decode_json($node->safe_psql('postgres',
 			"SET TimeZone = 'UTC'; SELECT coalesce(json_agg(json_build_object("
