@@ -248,21 +248,21 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 	if (IsTransactionState())
 		AbortCurrentTransaction();
 
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot->runnable = false;
-	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
-	LWLockRelease(replicant_shmem->lock);
-
+	/* The catalog first, as for a halt (replicant_delivery_halt_at). */
 	replicant_catalog_begin(&access);
 	if (SPI_execute_with_args("UPDATE replicant.pipelines SET enabled = false WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not disable pipeline %d", pipeline->id);
 	replicant_catalog_end(&access);
-
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" disabled: %s", pipeline->name, reason),
 			 errhint("Call replicant.enable_pipeline('%s') once the sink accepts batches again.",
 					 pipeline->name)));
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->runnable = false;
+	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
+	LWLockRelease(replicant_shmem->lock);
 	proc_exit(0);
 }
 

@@ -372,7 +372,9 @@ note_snapshot_answer(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	slot->last_delivery_at = GetCurrentTimestamp();
 	if (slot->state == REPLICANT_STATE_RETRYING)
 		slot->state = REPLICANT_STATE_SNAPSHOTTING;
-	slot->last_error[0] = '\0';
+	/* Not over why another shard worker halted or disabled the pipeline. */
+	if (slot->runnable)
+		slot->last_error[0] = '\0';
 	LWLockRelease(replicant_shmem->lock);
 }
 
@@ -641,7 +643,7 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 
 	do
 	{
-		bool halted;
+		bool stopped;
 		pid_t pid;
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -662,14 +664,15 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 		}
 
 		/*
-		 * After the count: a shard worker records its halt in the catalog,
-		 * then in shared memory, then stops.
+		 * A shard worker that halted or disabled the pipeline left its shard
+		 * unread: the snapshot must not finish.  It records why in the
+		 * catalog, then in shared memory, then stops.
 		 */
 		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
-		halted = (slot->state == REPLICANT_STATE_HALTED);
+		stopped = (slot->state == REPLICANT_STATE_HALTED || !slot->runnable);
 		LWLockRelease(replicant_shmem->lock);
-		if (halted)
-			proc_exit(0); /* a shard worker recorded why */
+		if (stopped)
+			proc_exit(0);
 	} while (running > 0);
 
 	return pg_atomic_read_u32(&slot->shard_failures) == 0;

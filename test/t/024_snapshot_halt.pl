@@ -4,6 +4,10 @@
 # catalog, and the launcher would then run the snapshot again (a CI run of
 # 062_clickhouse_format.pl saw "halted" and then no error).  The fault point
 # halt:pause holds each halt for two seconds between its two records.
+#
+# The same for 410 Gone, which disables the pipeline: a shard worker told so
+# leaves its shard unread, so the snapshot must not finish without it.  Once
+# enabled again the snapshot resumes and the sink gets every row.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -44,5 +48,38 @@ like($log, qr/fault point "halt" reached, pausing/, 'premise: the halt paused be
 unlike($log, qr/terminating background worker "replicant snapshot"[^\n]*\n[^\n]*CONTEXT:  SQL statement "UPDATE replicant\.pipelines SET halt_reason/,
 	'no shard worker was stopped while it recorded its halt');
 unlike($log, qr/resumes its initial snapshot/, 'the snapshot was not run again');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('p')");
+
+# ---- 410 Gone to one shard worker mid-snapshot -----------------------------
+# One row per block (fillfactor 10, a 420-byte pad): 6,000 rows make three
+# 2,048-block shards for the two shard workers; a slow sink spreads them out.
+my $sink2 = ReplicantTest::start_sink(name => 'gone', delay_ms => 100);
+$node->safe_psql('postgres', q{
+	CREATE TABLE wide (id bigint PRIMARY KEY, pad text) WITH (fillfactor = 10, autovacuum_enabled = off);
+	INSERT INTO wide SELECT g, repeat(md5(g::text), 14) FROM generate_series(1, 6000) g;
+	CREATE PUBLICATION pub_wide FOR TABLE wide;
+});
+$offset = -s $node->logfile;
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('g', 'pub_wide', '$sink2->{url}', snapshot => 'initial',"
+	  . " snapshot_workers => 2, batch_max_bytes => 65536)");
+ok(ReplicantTest::poll($node, q{
+		SELECT rows_done > 0 AND state = 'running' FROM replicant.backfill_status
+		 WHERE pipeline = 'g' AND relation = 'wide'::regclass}),
+	'gone: the snapshot is under way');
+$sink2->control({ fail_status => 410, fail_first => 1 });
+ok(ReplicantTest::poll($node,
+		"SELECT state = 'disabled' AND last_error LIKE '%410 Gone%' FROM replicant.status WHERE pipeline = 'g'"),
+	'gone: one 410 disables the pipeline');
+ok(ReplicantTest::poll($node,
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type IN ('replicant pipeline', 'replicant snapshot')"),
+	'gone: no worker is left');
+unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset), qr/pipeline "g" finished its initial snapshot/,
+	'gone: the snapshot did not finish without the shard the sink refused');
+$sink2->control({ clear => 1 });
+$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('g')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'g'", 180),
+	'gone: enabled again, the snapshot finishes');
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink2, ['wide']), 'gone: the sink has every row');
 
 done_testing();
