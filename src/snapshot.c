@@ -666,7 +666,8 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 		/*
 		 * A shard worker that halted or disabled the pipeline left its shard
 		 * unread: the snapshot must not finish.  It records why in the
-		 * catalog, then in shared memory, then stops.
+		 * catalog, then in shared memory, then stops; so looking after the
+		 * count, a worker counted as stopped is never missed.
 		 */
 		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 		stopped = (slot->state == REPLICANT_STATE_HALTED || !slot->runnable);
