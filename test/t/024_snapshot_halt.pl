@@ -27,6 +27,17 @@ $node->safe_psql('postgres', q{
 	ALTER SYSTEM SET replicant.fault_point = 'halt:pause';
 	SELECT pg_reload_conf();
 });
+# Waits until neither the pipeline worker nor a shard worker runs.
+sub no_worker_left
+{
+	my ($name) = @_;
+	ok(ReplicantTest::poll($node,
+			"SELECT count(*) = 0 FROM pg_stat_activity"
+			  . " WHERE backend_type IN ('replicant pipeline', 'replicant snapshot')"),
+		$name);
+	return;
+}
+
 my $offset = -s $node->logfile;
 $node->safe_psql('postgres',
 	"SELECT replicant.create_pipeline('p', 'pub', '$sink->{url}', snapshot => 'initial', snapshot_workers => 2)");
@@ -36,9 +47,7 @@ ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHE
 like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'p'"),
 	qr/^sink rejected snapshot batch: HTTP 400/,
 	'... and the catalog holds the halt once the pipeline shows it');
-ok(ReplicantTest::poll($node,
-		"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type IN ('replicant pipeline', 'replicant snapshot')"),
-	'no worker is left');
+no_worker_left('no worker is left');
 like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'p'"),
 	qr/^sink rejected snapshot batch: HTTP 400/, 'the status names the halt');
 
@@ -71,9 +80,7 @@ $sink2->control({ fail_status => 410, fail_first => 1 });
 ok(ReplicantTest::poll($node,
 		"SELECT state = 'disabled' AND last_error LIKE '%410 Gone%' FROM replicant.status WHERE pipeline = 'g'"),
 	'gone: one 410 disables the pipeline');
-ok(ReplicantTest::poll($node,
-		"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type IN ('replicant pipeline', 'replicant snapshot')"),
-	'gone: no worker is left');
+no_worker_left('gone: no worker is left');
 unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset), qr/pipeline "g" finished its initial snapshot/,
 	'gone: the snapshot did not finish without the shard the sink refused');
 $sink2->control({ clear => 1 });
