@@ -9,16 +9,22 @@
  * not committed), "after_checkpoint" (checkpoint committed, slot not
  * confirmed), "snapshot_window" (a snapshot window is delivered, its
  * progress not recorded).  A value "<point>:abort" aborts instead, which
- * makes the postmaster restart the whole server, and "<point>:pause" waits
+ * makes the postmaster restart the whole server, "<point>:pause" waits
  * two seconds there, to widen a race ("halt": between a halt's records in
- * the catalog and in shared memory).
+ * the catalog and in shared memory), and "<point>:hold" waits there until
+ * the setting names something else, so a test can look at the worker
+ * stopped at that step for as long as it needs.
  */
 #include "postgres.h"
 
 #include <stdlib.h>
 
+#include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "utils/guc.h"
+#include "utils/wait_event.h"
 
 #include "fault.h"
 
@@ -34,6 +40,30 @@ replicant_fault_init(void)
 							   "",
 							   PGC_SUSET, GUC_NOT_IN_SAMPLE,
 							   NULL, NULL, NULL);
+}
+
+/* Waits until a reload makes replicant.fault_point stop naming point:hold. */
+static void
+hold(const char *point)
+{
+	size_t len = strlen(point);
+
+	write_stderr("replicant: fault point \"%s\" reached, holding\n", point);
+	while (strncmp(replicant_fault_point, point, len) == 0 &&
+		   strcmp(replicant_fault_point + len, ":hold") == 0)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 100, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		if (ProcDiePending)
+			proc_exit(1);
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+	}
+	write_stderr("replicant: fault point \"%s\" released\n", point);
 }
 
 void
@@ -61,4 +91,6 @@ replicant_fault(const char *point)
 		write_stderr("replicant: fault point \"%s\" reached, pausing\n", point);
 		pg_usleep(2000000L);
 	}
+	if (strcmp(replicant_fault_point + len, ":hold") == 0)
+		hold(point);
 }
