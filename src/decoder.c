@@ -200,7 +200,8 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 			if (decoder->state->batch->ntxns > 0)
 				replicant_fault("decode");
 
-			if (decoder->state->halt_reason != NULL ||
+			/* A SIGTERM ends the read: the caller exits once it checkpointed. */
+			if (ProcDiePending || decoder->state->halt_reason != NULL ||
 				(decoder->state->chunk && decoder->state->chunk->complete) ||
 				decoder->state->pending_messages != NIL ||
 				batch_full(decoder->state->batch, max_txns, max_bytes))

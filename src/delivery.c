@@ -73,6 +73,21 @@ replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot)
 	proc_exit(0);
 }
 
+void
+replicant_delivery_check_for_interrupts(void)
+{
+	if (ProcDiePending && replicant_checkpoint_is_pending())
+	{
+		HOLD_INTERRUPTS();
+		if (IsTransactionState())
+			AbortCurrentTransaction();
+		(void) replicant_checkpoint_commit_pending();
+		replicant_checkpoint_make_durable();
+		RESUME_INTERRUPTS();
+	}
+	CHECK_FOR_INTERRUPTS();
+}
+
 /* Sleeps ms, or less when the worker is asked to stop. */
 static void
 retry_sleep(ReplicantPipelineSlot *slot, long ms)
@@ -88,7 +103,7 @@ retry_sleep(ReplicantPipelineSlot *slot, long ms)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 left, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
+		replicant_delivery_check_for_interrupts();
 		replicant_delivery_reload_config();
 	}
 }
@@ -151,6 +166,9 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 
 		if (attempt > 0)
 			replicant_sink_post(sink, webhook_id, body, result);
+		/* A request that a SIGTERM cut short is no answer of the sink's. */
+		if (result->outcome != REPLICANT_SINK_OK)
+			replicant_delivery_check_for_interrupts();
 		note_answer(slot, result);
 		now = GetCurrentTimestamp();
 		if (result->outcome != REPLICANT_SINK_RETRY)
@@ -196,6 +214,7 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 						const char *webhook_id, ReplicantBody *body,
 						ReplicantSinkResult *result)
 {
+	replicant_delivery_check_for_interrupts();
 	replicant_checkpoint_make_durable();
 	replicant_sink_post(sink, webhook_id, body, result);
 	retry_until_answered(slot, sink, webhook_id, body, result);
@@ -205,6 +224,7 @@ void
 replicant_delivery_post_start(ReplicantSink *sink, const char *webhook_id,
 							  ReplicantBody *body)
 {
+	replicant_delivery_check_for_interrupts();
 	replicant_checkpoint_make_durable();
 	replicant_sink_start(sink, webhook_id, body);
 }

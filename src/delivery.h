@@ -68,6 +68,14 @@ extern void replicant_delivery_refused(ReplicantPipelineSlot *slot,
  */
 extern void replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot);
 
+/*
+ * CHECK_FOR_INTERRUPTS for a worker that may hold acknowledged, uncommitted
+ * progress: a SIGTERM (a shutdown, pg_terminate_backend) still ends it, but
+ * only after the pending checkpoint is committed, so that the next worker
+ * re-sends only what the sink did not acknowledge.
+ */
+extern void replicant_delivery_check_for_interrupts(void);
+
 /* Handles a pending SIGHUP. */
 extern void replicant_delivery_reload_config(void);
 

@@ -869,12 +869,15 @@ sink_result_code(ReplicantSink *sink, CURLMcode mc, bool hard_timeout)
 /*
  * Drives the attached transfer to its end.  Each round waits on the latch,
  * postmaster death and libcurl's sockets, hands what fired to libcurl, and
- * only then, outside libcurl, answers interrupts.
+ * only then, outside libcurl, answers interrupts.  A SIGTERM abandons the
+ * transfer instead, so that the caller can commit what the sink
+ * acknowledged before it exits (replicant_delivery_check_for_interrupts).
  */
 static void
 sink_run(ReplicantSink *sink, SinkAttempt *attempt)
 {
 	int running = 1;
+	bool abandoned = false;
 	instr_time start;
 	instr_time now;
 	CURLMcode mc;
@@ -922,10 +925,18 @@ sink_run(ReplicantSink *sink, SinkAttempt *attempt)
 			attempt->latch_was_set = true;
 		}
 		fault_after_send(sink);
+		if (ProcDiePending && running > 0)
+		{
+			abandoned = true;
+			break;
+		}
 		CHECK_FOR_INTERRUPTS();
 	}
 
-	attempt->code = sink_result_code(sink, mc, attempt->hard_timeout);
+	if (abandoned)
+		attempt->code = CURLE_ABORTED_BY_CALLBACK;
+	else
+		attempt->code = sink_result_code(sink, mc, attempt->hard_timeout);
 
 	INSTR_TIME_SET_CURRENT(now);
 	INSTR_TIME_SUBTRACT(now, start);

@@ -658,19 +658,13 @@ stream_cycle(Worker *w)
 	List *messages;
 	ReplicantChunk *chunk;
 
-	/* A stop request (SIGTERM) still gets what the sink acknowledged. */
-	if (ProcDiePending)
-	{
-		HOLD_INTERRUPTS();
-		commit_pending(w);
-		RESUME_INTERRUPTS();
-	}
+	replicant_delivery_check_for_interrupts();
 	start_chunk_if_due(w);
 
 	/* A commit after this point sets the latch again. */
 	pg_atomic_write_u32(&w->slot->nudged, 0);
 	ResetLatch(MyLatch);
-	CHECK_FOR_INTERRUPTS();
+	replicant_delivery_check_for_interrupts();
 	replicant_delivery_stop_if_requested(w->slot);
 	replicant_delivery_reload_config();
 	if (replicant_checkpoint_is_pending() &&

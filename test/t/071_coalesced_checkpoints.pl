@@ -11,6 +11,8 @@
 #     checkpoint committed;
 #   - stopping the worker (disable_pipeline) commits the pending checkpoint,
 #     so enabling it again re-delivers nothing.
+#   - a SIGTERM while a request is in flight commits the pending checkpoint
+#     before the worker exits: only the unanswered request is sent again.
 #
 # With a short one, an idle pipeline's checkpoint catches up by itself.
 use strict;
@@ -77,9 +79,16 @@ sub insert_and_wait
 sub wait_applied
 {
 	my ($n) = @_;
+	return wait_for(sub { scalar @{ $sink->txlog } >= $n });
+}
+
+# Waits until $check returns true.
+sub wait_for
+{
+	my ($check) = @_;
 	foreach (1 .. 1200)
 	{
-		return 1 if scalar @{ $sink->txlog } >= $n;
+		return 1 if $check->();
 		usleep(50_000);
 	}
 	return 0;
@@ -155,6 +164,34 @@ $node->safe_psql('postgres', "SELECT replicant.enable_pipeline('p')");
 my $after = insert_and_wait('after enable');
 ok(defined $after, 'the pipeline delivers again');
 is($sink->stats->{duplicate_transactions}, $duplicates, 'nothing was re-delivered');
+
+# ---- a SIGTERM during a request commits the pending checkpoint first -------------
+# A shutdown or pg_terminate_backend lands while the worker waits for its
+# sink more often than while it is idle.  The request in flight is not
+# acknowledged and is re-sent; what the sink acknowledged before it is not.
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('p', http_timeout_ms => 3600000)");
+ok(poll("SELECT state = 'streaming' AND worker_pid IS NOT NULL FROM replicant.status"
+	  . " WHERE pipeline = 'p'"), 'streams with an hour-long request timeout');
+insert_and_wait('first of the worker');
+my $acked = insert_and_wait('acknowledged');
+is(checkpoint() < $acked, 1, 'its acknowledgement is pending');
+my $worker = $node->safe_psql('postgres',
+	"SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
+my $injected = $sink->stats->{faults_injected};
+$sink->control({ hang => 1 });
+$node->safe_psql('postgres', "INSERT INTO t (v) VALUES ('in flight')");
+ok(wait_for(sub { $sink->stats->{faults_injected} > $injected }),
+	'the next request is in flight, unanswered');
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($worker)");
+ok(poll("SELECT coalesce(worker_pid, 0) <> $worker FROM replicant.status WHERE pipeline = 'p'"),
+	'the worker exited');
+is(checkpoint(), $acked, 'it committed the pending checkpoint before exiting');
+$sink->control({ clear => 1 });
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['t'], 60),
+	'the request in flight is delivered again');
+my $sends = grep { $_ == $acked } map { map { $_->{commit_lsn} } @{ $_->{body}{transactions} } }
+  grep { ($_->{body}{kind} // '') eq 'changes' } @{ $sink->bodies };
+is($sends, 1, 'the acknowledged transaction was sent once');
 
 # ---- an idle pipeline's checkpoint catches up within the interval -----------------
 $node->safe_psql('postgres',
