@@ -22,8 +22,8 @@ $node->safe_psql('postgres', q{
 	INSERT INTO big SELECT g, md5(g::text) || md5(g::text) FROM generate_series(1, 60000) g;
 	CREATE TABLE seq (id bigint PRIMARY KEY, v text);
 	INSERT INTO seq SELECT g, md5(g::text) FROM generate_series(1, 20000) g;
-	CREATE TABLE rnd (id uuid PRIMARY KEY, v text);
-	INSERT INTO rnd SELECT gen_random_uuid(), md5(g::text) FROM generate_series(1, 20000) g;
+	CREATE TABLE rnd (id uuid PRIMARY KEY, v int);
+	INSERT INTO rnd SELECT gen_random_uuid(), g FROM generate_series(1, 20000) g;
 	CREATE PUBLICATION big_pub FOR TABLE big;
 	CREATE PUBLICATION seq_pub FOR TABLE seq, rnd;
 });
