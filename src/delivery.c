@@ -73,10 +73,28 @@ replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot)
 	proc_exit(0);
 }
 
-void
-replicant_delivery_check_for_interrupts(void)
+/*
+ * Whether a catalog call is stopping the worker.  drop_pipeline deletes the
+ * checkpoint row, makes the slot not runnable and then waits for the worker
+ * to let go of its replication slot: an update of that row would wait for
+ * the drop, and the drop for the worker.  (disable_pipeline and
+ * alter_pipeline ask the worker to stop instead, and it commits then.)
+ */
+static bool
+stopped_by_catalog(ReplicantPipelineSlot *slot)
 {
-	if (ProcDiePending && replicant_checkpoint_is_pending())
+	bool runnable;
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	runnable = slot->runnable;
+	LWLockRelease(replicant_shmem->lock);
+	return !runnable;
+}
+
+void
+replicant_delivery_check_for_interrupts(ReplicantPipelineSlot *slot)
+{
+	if (ProcDiePending && replicant_checkpoint_is_pending() && !stopped_by_catalog(slot))
 	{
 		HOLD_INTERRUPTS();
 		if (IsTransactionState())
@@ -103,7 +121,7 @@ retry_sleep(ReplicantPipelineSlot *slot, long ms)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 left, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
-		replicant_delivery_check_for_interrupts();
+		replicant_delivery_check_for_interrupts(slot);
 		replicant_delivery_reload_config();
 	}
 }
@@ -168,7 +186,7 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 			replicant_sink_post(sink, webhook_id, body, result);
 		/* A request that a SIGTERM cut short is no answer of the sink's. */
 		if (result->outcome != REPLICANT_SINK_OK)
-			replicant_delivery_check_for_interrupts();
+			replicant_delivery_check_for_interrupts(slot);
 		note_answer(slot, result);
 		now = GetCurrentTimestamp();
 		if (result->outcome != REPLICANT_SINK_RETRY)
@@ -214,7 +232,7 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 						const char *webhook_id, ReplicantBody *body,
 						ReplicantSinkResult *result)
 {
-	replicant_delivery_check_for_interrupts();
+	replicant_delivery_check_for_interrupts(slot);
 	replicant_checkpoint_make_durable();
 	replicant_sink_post(sink, webhook_id, body, result);
 	retry_until_answered(slot, sink, webhook_id, body, result);
@@ -224,7 +242,6 @@ void
 replicant_delivery_post_start(ReplicantSink *sink, const char *webhook_id,
 							  ReplicantBody *body)
 {
-	replicant_delivery_check_for_interrupts();
 	replicant_checkpoint_make_durable();
 	replicant_sink_start(sink, webhook_id, body);
 }

@@ -72,9 +72,10 @@ extern void replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot);
  * CHECK_FOR_INTERRUPTS for a worker that may hold acknowledged, uncommitted
  * progress: a SIGTERM (a shutdown, pg_terminate_backend) still ends it, but
  * only after the pending checkpoint is committed, so that the next worker
- * re-sends only what the sink did not acknowledge.
+ * re-sends only what the sink did not acknowledge.  Not for a pipeline
+ * being dropped: its checkpoint row is gone.
  */
-extern void replicant_delivery_check_for_interrupts(void);
+extern void replicant_delivery_check_for_interrupts(ReplicantPipelineSlot *slot);
 
 /* Handles a pending SIGHUP. */
 extern void replicant_delivery_reload_config(void);

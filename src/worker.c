@@ -658,13 +658,13 @@ stream_cycle(Worker *w)
 	List *messages;
 	ReplicantChunk *chunk;
 
-	replicant_delivery_check_for_interrupts();
+	replicant_delivery_check_for_interrupts(w->slot);
 	start_chunk_if_due(w);
 
 	/* A commit after this point sets the latch again. */
 	pg_atomic_write_u32(&w->slot->nudged, 0);
 	ResetLatch(MyLatch);
-	replicant_delivery_check_for_interrupts();
+	replicant_delivery_check_for_interrupts(w->slot);
 	replicant_delivery_stop_if_requested(w->slot);
 	replicant_delivery_reload_config();
 	if (replicant_checkpoint_is_pending() &&

@@ -12,7 +12,8 @@
 #   - stopping the worker (disable_pipeline) commits the pending checkpoint,
 #     so enabling it again re-delivers nothing.
 #   - a SIGTERM while a request is in flight commits the pending checkpoint
-#     before the worker exits: only the unanswered request is sent again.
+#     before the worker exits: only the unanswered request is sent again;
+#   - drop_pipeline does not wait for a checkpoint its own delete locked.
 #
 # With a short one, an idle pipeline's checkpoint catches up by itself.
 use strict;
@@ -209,5 +210,24 @@ ok(poll("SELECT s.confirmed_flush_lsn >= c.end_lsn FROM pg_replication_slots s,"
 is($node->safe_psql('postgres',
 	"SELECT state || '|' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'p'"),
 	'streaming|', 'pipeline still streaming, no error');
+
+# ---- drop_pipeline with a checkpoint pending ---------------------------------------
+# The drop deletes the checkpoint row, then stops the worker and waits for its
+# slot: the stopping worker must not wait for that row to commit what is pending.
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET replicant.checkpoint_interval = '1h';\nSELECT pg_reload_conf();");
+ok(poll("SELECT setting = '3600000' FROM pg_settings WHERE name = 'replicant.checkpoint_interval'"),
+	'the interval is an hour again');
+insert_and_wait('before drop 1');
+my $before_drop = insert_and_wait('before drop 2');
+is(checkpoint() < $before_drop, 1, 'an acknowledgement is pending');
+my $timed_out = 0;
+my $dropped = $node->psql('postgres', "SELECT replicant.drop_pipeline('p')",
+	timeout => 60, timed_out => \$timed_out);
+ok(!$timed_out && $dropped == 0, 'drop_pipeline returns');
+ok(poll("SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'replicant pipeline p'"),
+	'the worker is gone');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_p'"),
+	'0', 'and so is the slot');
 
 done_testing();
