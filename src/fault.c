@@ -8,7 +8,8 @@
  * request is sent, no answer read), "after_ack" (2xx received, checkpoint
  * not committed), "after_checkpoint" (checkpoint committed, slot not
  * confirmed), "snapshot_window" (a snapshot window is delivered, its
- * progress not recorded).  A value "<point>:abort" aborts instead, which
+ * progress not recorded), "snapshot_progress" (its progress is recorded,
+ * the next window not read).  A value "<point>:abort" aborts instead, which
  * makes the postmaster restart the whole server, "<point>:pause" waits
  * two seconds there, to widen a race ("halt": between a halt's records in
  * the catalog and in shared memory), and "<point>:hold" waits there until

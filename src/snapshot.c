@@ -20,7 +20,9 @@
  *
  * After a crash the slot already exists: the remaining shards are read under
  * a fresh snapshot and the stream still starts at the slot's original
- * point, so the sink converges (duplicates possible, loss never).  Each
+ * point, so the sink converges (duplicates possible, loss never).  A table
+ * read in part whose updates can leave TOASTed columns unchanged starts
+ * over (restart_partly_read_tables says why).  Each
  * window checks the table's relfilenode against the one stamped at plan
  * time: after VACUUM FULL, CLUSTER or TRUNCATE the table's shards start over
  * instead of trusting stale block positions.
@@ -508,13 +510,63 @@ create_slot_and_export(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 	return MemoryContextStrdup(caller, name);
 }
 
-/* Exports a fresh snapshot to resume an interrupted snapshot with. */
+/*
+ * Starts over the tables read in part whose updates can leave TOASTed
+ * columns unchanged.  Under a fresh snapshot, a row that an update moved
+ * into the part already read would be read nowhere, and the stream's update
+ * would bring it without those columns.  Read whole under the fresh
+ * snapshot, every row is read where it is; the stream, replayed from the
+ * slot's point, brings each up to date.
+ */
+static void
+restart_partly_read_tables(ReplicantPipeline *pipeline)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline->id)};
+	int64 n;
+
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("WITH partly AS ("
+							  "  SELECT s.backfill_id FROM replicant.snapshot_shards s"
+							  "    JOIN replicant.backfills b ON b.id OPERATOR(pg_catalog.=) s.backfill_id"
+							  "   WHERE b.pipeline_id OPERATOR(pg_catalog.=) $1"
+							  "     AND EXISTS (SELECT FROM pg_catalog.pg_attribute a"
+							  "                  WHERE a.attrelid OPERATOR(pg_catalog.=) b.relid"
+							  "                    AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped"
+							  "                    AND a.attlen OPERATOR(pg_catalog.=) -1"
+							  "                    AND a.attstorage OPERATOR(pg_catalog.<>) 'p')"
+							  "   GROUP BY s.backfill_id"
+							  "  HAVING pg_catalog.bool_or(s.done OR s.next_block OPERATOR(pg_catalog.>) s.lo_block)"
+							  "     AND NOT pg_catalog.bool_and(s.done)),"
+							  " b AS (UPDATE replicant.backfills SET rows_done = 0 FROM partly"
+							  "        WHERE id OPERATOR(pg_catalog.=) partly.backfill_id RETURNING id),"
+							  " s AS (UPDATE replicant.snapshot_shards s SET next_block = lo_block,"
+							  "              done = false, claimed = false"
+							  "         FROM b WHERE s.backfill_id OPERATOR(pg_catalog.=) b.id)"
+							  " SELECT pg_catalog.count(*) FROM b",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not restart the tables read in part");
+	n = spi_int8(0, 1);
+	replicant_catalog_end(&access);
+	if (n > 0)
+		ereport(LOG,
+				(errmsg_plural("replicant pipeline \"%s\" reads " INT64_FORMAT " table read in part again from its start",
+							   "replicant pipeline \"%s\" reads " INT64_FORMAT " tables read in part again from their start",
+							   n, pipeline->name, n)));
+}
+
+/*
+ * Exports a fresh snapshot to resume an interrupted snapshot with, after
+ * starting over the tables that cannot be resumed under it.
+ */
 static char *
-export_fresh_snapshot(void)
+export_fresh_snapshot(ReplicantPipeline *pipeline)
 {
 	MemoryContext caller = CurrentMemoryContext;
 	char *name;
 
+	restart_partly_read_tables(pipeline);
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
 	name = ExportSnapshot(GetTransactionSnapshot());
@@ -721,7 +773,7 @@ read_all_shards(ReplicantPipelineSlot *slot, int slot_index,
 		 */
 		CommitTransactionCommand();
 		(void) count_unfinished_shards(pipeline->id, true);
-		snapshot_name = export_fresh_snapshot();
+		snapshot_name = export_fresh_snapshot(pipeline);
 	}
 }
 
@@ -753,7 +805,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	else
 	{
 		planned = prepare_shards(slot, pipeline, sink);
-		snapshot_name = export_fresh_snapshot();
+		snapshot_name = export_fresh_snapshot(pipeline);
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" resumes its initial snapshot under a fresh snapshot",
 						pipeline->name),
@@ -771,7 +823,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 		CommitTransactionCommand();
 		plan_snapshot(pipeline, false);
 		planned = prepare_shards(slot, pipeline, sink);
-		snapshot_name = export_fresh_snapshot();
+		snapshot_name = export_fresh_snapshot(pipeline);
 	}
 
 	read_all_shards(slot, slot_index, pipeline, snapshot_name);
@@ -1432,6 +1484,7 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (r == WINDOW_READ)
 			shard->next_block = hi;
 		record_progress(shard, done, rows);
+		replicant_fault("snapshot_progress");
 		if (done)
 			break;
 	}
