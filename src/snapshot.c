@@ -867,7 +867,7 @@ claim_shard(int32 pipeline_id, Shard *shard)
 							 "          AND NOT s2.done AND NOT s2.claimed"
 							 "        ORDER BY s2.backfill_id, s2.shard"
 							 "        LIMIT 1 FOR UPDATE OF s2 SKIP LOCKED)"
-							 " RETURNING s.backfill_id, s.shard, b.relid, b.relfilenode,"
+							 " RETURNING s.backfill_id, s.shard, b.relid,"
 							 "           s.next_block, coalesce(s.hi_block, -1)",
 							 1, argtypes);
 	}
@@ -883,9 +883,8 @@ claim_shard(int32 pipeline_id, Shard *shard)
 		shard->backfill_id = spi_int8(0, 1);
 		shard->shard = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 		shard->relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-		shard->relfilenode = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
-		shard->next_block = spi_int8(0, 5);
-		shard->hi_block = spi_int8(0, 6);
+		shard->next_block = spi_int8(0, 4);
+		shard->hi_block = spi_int8(0, 5);
 		strlcpy(shard->relname, get_rel_name(shard->relid) ? get_rel_name(shard->relid) : "",
 				NAMEDATALEN);
 
@@ -895,6 +894,20 @@ claim_shard(int32 pipeline_id, Shard *shard)
 								  " WHERE id = $1 AND started_at IS NULL",
 								  1, argtypes, id, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not record snapshot progress");
+
+		/*
+		 * The stamp, read by a statement of its own: when a restart of the
+		 * table (restart_table) commits while the claim waits for the
+		 * shard's row, the claim gets the restarted row but still joins the
+		 * old stamp.  Read with it, the shard would look rewritten and be
+		 * left claimed, never read.
+		 */
+		if (SPI_execute_with_args("SELECT relfilenode FROM replicant.backfills"
+								  " WHERE id OPERATOR(pg_catalog.=) $1",
+								  1, argtypes, id, NULL, false, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			elog(ERROR, "could not read snapshot progress");
+		shard->relfilenode = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	replicant_catalog_end(&access);
 	return found;
