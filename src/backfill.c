@@ -271,25 +271,6 @@ sampled_correlation(Relation rel, KeyOrder *order, double *correlation)
 }
 
 /*
- * Whether an update of the table can leave a column out as unchanged TOAST:
- * some column's values can be stored out of line.
- */
-static bool
-can_leave_toast_unchanged(Relation rel)
-{
-	TupleDesc desc = RelationGetDescr(rel);
-
-	for (int i = 0; i < desc->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (!att->attisdropped && att->attlen == -1 && att->attstorage != TYPSTORAGE_PLAIN)
-			return true;
-	}
-	return false;
-}
-
-/*
  * Block windows read a row where it is when its window comes.  An update
  * that moves a row into a block already read hides it from the backfill,
  * and the stream's update is all the sink gets of it: whole, unless it left
@@ -318,7 +299,7 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
 	if (strcmp(requested, "ctid") == 0)
 	{
-		if (key_columns != NULL && can_leave_toast_unchanged(rel))
+		if (key_columns != NULL && replicant_table_can_leave_toast_unchanged(rel))
 			warn_ctid_can_lose_toast(rel);
 		mode = "ctid";
 	}
@@ -339,7 +320,7 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 						 RelationGetRelationName(rel))));
 	else if (strcmp(requested, "auto") != 0)
 		mode = pstrdup(requested);
-	else if (can_leave_toast_unchanged(rel))
+	else if (replicant_table_can_leave_toast_unchanged(rel))
 		mode = "keyset"; /* never ctid: warn_ctid_can_lose_toast says why */
 	else
 	{

@@ -29,6 +29,7 @@
  */
 #include "postgres.h"
 
+#include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/tupconvert.h"
@@ -49,6 +50,7 @@
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -524,35 +526,52 @@ restart_partly_read_tables(ReplicantPipeline *pipeline)
 	ReplicantCatalogAccess access;
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1] = {Int32GetDatum(pipeline->id)};
-	int64 n;
+	Datum *restart;
+	int n = 0;
 
 	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args("WITH partly AS ("
-							  "  SELECT s.backfill_id FROM replicant.snapshot_shards s"
-							  "    JOIN replicant.backfills b ON b.id OPERATOR(pg_catalog.=) s.backfill_id"
-							  "   WHERE b.pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "     AND EXISTS (SELECT FROM pg_catalog.pg_attribute a"
-							  "                  WHERE a.attrelid OPERATOR(pg_catalog.=) b.relid"
-							  "                    AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped"
-							  "                    AND a.attlen OPERATOR(pg_catalog.=) -1"
-							  "                    AND a.attstorage OPERATOR(pg_catalog.<>) 'p')"
-							  "   GROUP BY s.backfill_id"
-							  "  HAVING pg_catalog.bool_or(s.done OR s.next_block OPERATOR(pg_catalog.>) s.lo_block)"
-							  "     AND NOT pg_catalog.bool_and(s.done)),"
-							  " b AS (UPDATE replicant.backfills SET rows_done = 0 FROM partly"
-							  "        WHERE id OPERATOR(pg_catalog.=) partly.backfill_id RETURNING id),"
-							  " s AS (UPDATE replicant.snapshot_shards s SET next_block = lo_block,"
-							  "              done = false, claimed = false"
-							  "         FROM b WHERE s.backfill_id OPERATOR(pg_catalog.=) b.id)"
-							  " SELECT pg_catalog.count(*) FROM b",
-							  1, argtypes, args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not restart the tables read in part");
-	n = spi_int8(0, 1);
+	if (SPI_execute_with_args("SELECT s.backfill_id, b.relid FROM replicant.snapshot_shards s"
+							  "  JOIN replicant.backfills b ON b.id OPERATOR(pg_catalog.=) s.backfill_id"
+							  " WHERE b.pipeline_id OPERATOR(pg_catalog.=) $1"
+							  " GROUP BY s.backfill_id, b.relid"
+							  " HAVING pg_catalog.bool_or(s.done OR s.next_block OPERATOR(pg_catalog.>) s.lo_block)"
+							  "    AND NOT pg_catalog.bool_and(s.done)",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the tables read in part");
+	restart = palloc(Max(SPI_processed, 1) * sizeof(Datum));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool isnull;
+		Oid relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+												   SPI_tuptable->tupdesc, 2, &isnull));
+		/* A table dropped meanwhile is left to the shard that finds it gone. */
+		Relation rel = try_relation_open(relid, AccessShareLock);
+
+		if (rel == NULL)
+			continue;
+		if (replicant_table_can_leave_toast_unchanged(rel))
+			restart[n++] = Int64GetDatum(spi_int8(i, 1));
+		relation_close(rel, AccessShareLock);
+	}
+	if (n > 0)
+	{
+		Oid restart_types[1] = {INT8ARRAYOID};
+		Datum restart_args[1] = {PointerGetDatum(construct_array(restart, n, INT8OID, sizeof(int64),
+																 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
+
+		if (SPI_execute_with_args("WITH b AS (UPDATE replicant.backfills SET rows_done = 0"
+								  "             WHERE id OPERATOR(pg_catalog.=) ANY ($1) RETURNING id)"
+								  " UPDATE replicant.snapshot_shards s SET next_block = lo_block,"
+								  "        done = false, claimed = false"
+								  "   FROM b WHERE s.backfill_id OPERATOR(pg_catalog.=) b.id",
+								  1, restart_types, restart_args, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not restart the tables read in part");
+	}
 	replicant_catalog_end(&access);
 	if (n > 0)
 		ereport(LOG,
-				(errmsg_plural("replicant pipeline \"%s\" reads " INT64_FORMAT " table read in part again from its start",
-							   "replicant pipeline \"%s\" reads " INT64_FORMAT " tables read in part again from their start",
+				(errmsg_plural("replicant pipeline \"%s\" reads %d table read in part again from its start",
+							   "replicant pipeline \"%s\" reads %d tables read in part again from their start",
 							   n, pipeline->name, n)));
 }
 

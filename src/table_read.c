@@ -2,10 +2,12 @@
  * table_read.c
  *		What reading a published table as the pipeline's owner depends on,
  *		shared by the initial snapshot and backfills: whether the owner may
- *		read it whole, and how many rows it holds.
+ *		read it whole, how many rows it holds, and whether reading it in
+ *		block order can miss what an update moved.
  */
 #include "postgres.h"
 
+#include "catalog/pg_type_d.h"
 #include "miscadmin.h"
 #include "optimizer/plancat.h"
 #include "storage/bufmgr.h"
@@ -41,4 +43,19 @@ replicant_table_estimate_rows(Relation rel)
 		return 0;
 	estimate_rel_size(rel, NULL, &pages, &tuples, &allvisfrac);
 	return (int64) tuples;
+}
+
+bool
+replicant_table_can_leave_toast_unchanged(Relation rel)
+{
+	TupleDesc desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && att->attlen == -1 && att->attstorage != TYPSTORAGE_PLAIN)
+			return true;
+	}
+	return false;
 }

@@ -20,4 +20,11 @@ extern char *replicant_table_read_denied(Relation rel);
  */
 extern int64 replicant_table_estimate_rows(Relation rel);
 
+/*
+ * Whether an update of rel can leave a column out as unchanged TOAST: some
+ * column's values can be stored out of line.  A row such an update moves
+ * into a part of the table already read would reach the sink without them.
+ */
+extern bool replicant_table_can_leave_toast_unchanged(Relation rel);
+
 #endif /* REPLICANT_TABLE_READ_H */
