@@ -106,20 +106,17 @@ replicant_delivery_check_for_interrupts(ReplicantPipelineSlot *slot)
 	CHECK_FOR_INTERRUPTS();
 }
 
-/* Sleeps ms, or less when the worker is asked to stop. */
-static void
-retry_sleep(ReplicantPipelineSlot *slot, long ms)
+void
+replicant_delivery_sleep_until(ReplicantPipelineSlot *slot, TimestampTz deadline)
 {
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
-
 	for (;;)
 	{
-		long left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		int64 left_us = deadline - GetCurrentTimestamp();
 
-		if (left <= 0 || stop_requested(slot))
+		if (left_us <= 0 || stop_requested(slot))
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 left, PG_WAIT_EXTENSION);
+						 (long) ((left_us + 999) / 1000), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		replicant_delivery_check_for_interrupts(slot);
 		replicant_delivery_reload_config();
@@ -222,7 +219,8 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 
 		/* Not acknowledged: stopping here leaves nothing to re-deliver. */
 		replicant_delivery_stop_if_requested(slot);
-		retry_sleep(slot, backoff_ms(attempt++, result));
+		replicant_delivery_sleep_until(slot, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																		 backoff_ms(attempt++, result)));
 		replicant_delivery_stop_if_requested(slot);
 	}
 }

@@ -77,6 +77,14 @@ extern void replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot);
  */
 extern void replicant_delivery_check_for_interrupts(ReplicantPipelineSlot *slot);
 
+/*
+ * Sleeps until deadline, or less when the worker is asked to stop, answering
+ * interrupts and reloads meanwhile.  Latch wake-ups (commits) do not end it,
+ * and it resets the latch: a caller that waits on it next must first look
+ * for what may have set it.
+ */
+extern void replicant_delivery_sleep_until(ReplicantPipelineSlot *slot, TimestampTz deadline);
+
 /* Handles a pending SIGHUP. */
 extern void replicant_delivery_reload_config(void);
 

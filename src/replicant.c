@@ -34,8 +34,8 @@ replicant_define_settings(void)
 							PGC_SIGHUP, GUC_UNIT_KB,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("replicant.batch_linger",
-							"Longest time a batch keeps taking in newly flushed WAL while the worker is behind.",
-							"A batch is sent as soon as decoding finds no more flushed WAL; while more keeps coming, it grows for at most this long, within the batch limits. 0: a batch takes only the WAL flushed when its decoding began.",
+							"Longest time batching delays a commit.",
+							"A batch is sent as soon as decoding finds no more flushed WAL; while more keeps coming, it grows for at most this long, within the batch limits. A caught-up worker whose deliveries take more than a tenth of a core rests after a delivery until back within that budget, at most this long. 0: neither; a batch takes only the WAL flushed when its decoding began.",
 							&replicant_batch_linger_ms,
 							5, 0, 60000,
 							PGC_SIGHUP, GUC_UNIT_MS,

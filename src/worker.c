@@ -15,10 +15,13 @@
  *	5. sleep on the latch until a commit in this database wakes it, unless
  *	   one already has.
  *
- * Batching adapts to the load without waiting for it: a commit on an idle
- * pipeline goes out at once, while the commits made during a request, or
- * flushed faster than they are decoded, share the next one (for at most
- * replicant.batch_linger of reading, within the batch limits).
+ * Batching adapts to the load: a commit on an idle pipeline goes out at
+ * once, while the commits made during a request, or flushed faster than
+ * they are decoded, share the next one (for at most replicant.batch_linger
+ * of reading, within the batch limits).  A caught-up worker whose
+ * deliveries use more than its CPU budget rests after them, at most
+ * batch_linger, so that under a steady stream of commits it batches
+ * instead of spending a core on one request per commit (CPU_SHARE_DIVISOR).
  *
  * A crash re-delivers the batches acknowledged since the last checkpoint
  * commit (at most one interval's worth; only the last batch with an
@@ -30,6 +33,8 @@
  * and the worker exits 0, so nothing restarts it until resume_pipeline.
  */
 #include "postgres.h"
+
+#include <time.h>
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -68,6 +73,22 @@
 #define FLUSH_WAIT_MS 10
 
 /*
+ * A caught-up worker's delivering cycles may use 1/CPU_SHARE_DIVISOR of a
+ * core, with bursts of CPU_BURST_US above that; past it, the worker rests
+ * before it reads again, for at most replicant.batch_linger.  A request
+ * costs the worker about 100 us of CPU however few transactions it carries
+ * (send, libcurl, checkpoint), and a sink that answers at once is idle
+ * again before the next commit: at a few thousand commits/s each request
+ * would carry one or two transactions and take a quarter of a core from
+ * the source.  Resting lets what commits meanwhile share the next request,
+ * while a lightly loaded pipeline, under budget, never rests.  CPU time,
+ * not wall time: waiting for a slow sink costs the source nothing, and
+ * what commits meanwhile shares the next request anyway.
+ */
+#define CPU_SHARE_DIVISOR 10
+#define CPU_BURST_US 1000
+
+/*
  * Everything the worker holds, passed along from replicant_worker_main.  It
  * lives in TopMemoryContext: the exit callback reads it after an error has
  * unwound the stack.
@@ -83,6 +104,8 @@ typedef struct Worker
 	ReplicantSink *sink;
 	ReplicantBackfill *backfill; /* incremental backfill being read */
 	const char *phase;           /* for a halt's reason */
+	int64 cpu_credit_us;         /* CPU budget left (see CPU_SHARE_DIVISOR) */
+	TimestampTz credit_at;       /* when cpu_credit_us was last brought up to date */
 } Worker;
 
 static void
@@ -649,14 +672,17 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 /*
  * One cycle: reads a backfill chunk if one is due, decodes, and delivers
  * what decoding produced.  Returns true when decoding reached the end of
- * flushed WAL and the worker should wait; false to go on at once.
+ * flushed WAL and the worker should wait; false to go on at once.  Sets
+ * *delivered when it sent a batch of transactions.
  */
 static bool
-stream_cycle(Worker *w)
+stream_cycle(Worker *w, bool *delivered)
 {
 	bool at_end;
 	List *messages;
 	ReplicantChunk *chunk;
+
+	*delivered = false;
 
 	replicant_delivery_check_for_interrupts(w->slot);
 	start_chunk_if_due(w);
@@ -681,7 +707,10 @@ stream_cycle(Worker *w)
 	}
 
 	if (w->batch->ntxns > 0)
+	{
 		deliver_batch(w);
+		*delivered = true;
+	}
 
 	/* Messages and chunks go at their place: after a checkpoint that covers what came before. */
 	messages = replicant_decoder_take_messages(w->decoder);
@@ -715,19 +744,56 @@ stream_cycle(Worker *w)
 
 /*
  * Sleeps until a commit sets the latch, WAL inserted may have been flushed,
- * or the pending checkpoint is due.
+ * or the pending checkpoint is due.  Returns at once after a commit since
+ * the cycle began, whose wake-up a rest may have reset.
  */
 static void
 wait_for_wal(Worker *w)
 {
 	long timeout = IDLE_TIMEOUT_MS;
 
+	if (pg_atomic_read_u32(&w->slot->nudged) != 0)
+		return;
 	if (GetXLogInsertRecPtr() > replicant_decoder_read_upto(w->decoder))
 		timeout = FLUSH_WAIT_MS;
 	if (replicant_checkpoint_is_pending())
 		timeout = Min(timeout, replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()));
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 timeout, PG_WAIT_EXTENSION);
+}
+
+/* The CPU time this process has used, in microseconds. */
+static int64
+cpu_time_us(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (int64) ts.tv_sec * USECS_PER_SEC + ts.tv_nsec / 1000;
+}
+
+/*
+ * Charges a delivering cycle's CPU to the budget, which earns one part in
+ * CPU_SHARE_DIVISOR of the time passed, and rests as long as it takes to
+ * earn back what is overdrawn, at most batch_linger.
+ */
+static void
+rest_if_over_budget(Worker *w, int64 cycle_cpu_us)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int64 linger_us = (int64) replicant_batch_linger_ms * 1000;
+	int64 rest_us;
+
+	w->cpu_credit_us = Min(w->cpu_credit_us + (now - w->credit_at) / CPU_SHARE_DIVISOR,
+						   CPU_BURST_US) -
+					   cycle_cpu_us;
+	/* An overdraft past one rest is forgotten, so a quiet spell clears it. */
+	w->cpu_credit_us = Max(w->cpu_credit_us, -linger_us / CPU_SHARE_DIVISOR);
+	rest_us = Min(-w->cpu_credit_us * CPU_SHARE_DIVISOR, linger_us);
+	w->credit_at = now;
+	if (rest_us > 0)
+		replicant_delivery_sleep_until(w->slot, now + rest_us);
 }
 
 static void
@@ -740,9 +806,15 @@ run_pipeline(Worker *w)
 										  ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
+		int64 cpu_before = cpu_time_us();
+		bool delivered;
+
 		MemoryContextSwitchTo(cycle_context);
 		MemoryContextReset(cycle_context);
-		if (stream_cycle(w))
-			wait_for_wal(w);
+		if (!stream_cycle(w, &delivered))
+			continue;
+		if (delivered)
+			rest_if_over_budget(w, cpu_time_us() - cpu_before);
+		wait_for_wal(w);
 	}
 }
