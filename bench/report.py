@@ -94,17 +94,22 @@ def spread(vals, unit=""):
     return f"{fmt(med(vals), unit)} ({fmt(min(vals))}–{fmt(max(vals))})"
 
 
-def zip_rounds(r, key_a, key_b):
-    """(a, b) of the rounds that have both."""
-    out = []
+def by_round(r, key_a, key_b):
+    """{round: (a, b)} of the rounds that have both."""
+    out = {}
     for k, v in r.raw.items():
         m = re.fullmatch(re.escape(key_a) + r"\.(\d+)", k)
         if m and f"{key_b}.{m.group(1)}" in r.raw:
             try:
-                out.append((float(v), float(r.raw[f"{key_b}.{m.group(1)}"])))
+                out[int(m.group(1))] = (float(v), float(r.raw[f"{key_b}.{m.group(1)}"]))
             except ValueError:
                 pass
     return out
+
+
+def zip_rounds(r, key_a, key_b):
+    """(a, b) of the rounds that have both."""
+    return list(by_round(r, key_a, key_b).values())
 
 
 def ratios(r, key_a, key_b, invert=False):
@@ -385,6 +390,22 @@ def build(r):
                 "≥ 0.97×", met(med(ratios(r, f"s9.tps_{k}", "s9.tps_0", invert=False)), ">=", 0.97))
             info(t, f"{k} pipeline(s): summed worker CPU per 1,000 source txns",
                  fmt(1000 * med(cpu), "ms", 1) if cpu else "–", "user + system, /proc, all workers")
+        # Target 1 at pgbench's full rate: one pipeline's worker against
+        # walsender + pg_recvlogical + wal2json v2, round by round.
+        per_k = lambda k: {n: 1000 * c / x for n, (c, x) in
+                           by_round(r, f"s9.cpu_{k}_s", f"s9.txns_{k}").items() if x}
+        rep_c, w2j_c = per_k(counts[0]), per_k("w2j")
+        rs = [rep_c[n] / w2j_c[n] for n in rep_c if w2j_c.get(n)]
+        if rs:
+            add(t, f"consumer CPU per 1,000 txns at pgbench's full rate ({counts[0]} pipeline)",
+                fmt(1000 * med(rep_c.values()), "ms", 1), "walsender + pg_recvlogical + wal2json v2",
+                fmt(1000 * med(w2j_c.values()), "ms", 1),
+                f"{fmt(med(rs), '×')} ({fmt(min(rs), '', 2)}–{fmt(max(rs), '', 2)}, {len(rs)} rounds)",
+                "≤ 0.5×", met(max(rs), "<=", 0.5))
+            info(t, "pgbench TPS with pg_recvlogical + wal2json v2 streaming",
+                 f"{fmt(med(r.reps('s9.tps_w2j')), 'tps')}, "
+                 + ratio_spread(r, "s9.tps_w2j", "s9.tps_0", "×", invert=False) + " of no consumer",
+                 "the walsender path's own cost to the source, for scale")
         if r.num("s9.share_samples"):
             info(t, "one worker's catch-up CPU by kind (perf, cpu-clock, DWARF stacks)",
                  ", ".join(f"{k} {r.get(f's9.share_{k}_pct')} %" for k in

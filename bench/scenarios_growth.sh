@@ -109,7 +109,9 @@ SQL
 #     synchronous_commit off, -M prepared) in slices with 0, 1, 2, 4, 8
 #     pipelines streaming (enabled and caught up before the slice), forward
 #     and backward order in alternate rounds; TPS and the summed CPU of the
-#     pipeline workers.
+#     pipeline workers.  One more slice per round streams through
+#     pg_recvlogical + wal2json v2 instead: target 1's CPU anchor at
+#     pgbench's full rate.
 # (c) The decode share of a worker's CPU: perf record (cpu-clock, DWARF call
 #     graphs) of one separate catch-up, each sample attributed by
 #     bench/decode_share.py to WAL decoding (what N pipelines could share),
@@ -203,6 +205,43 @@ fanout_overhead_slice() {
 	[ "$k" = 0 ] || record "s9.cpu_${k}_s.$r" "$(calc "$cpu1 - $cpu0")"
 }
 
+# fanout_overhead_w2j R: one slice of (b) with no pipeline streaming and
+# pg_recvlogical + wal2json v2 (to /dev/null) as the consumer, on a slot
+# made for the slice: target 1's anchor at pgbench's full rate, its CPU
+# (walsender + pg_recvlogical) read once the walsender has sent all the
+# slice's WAL.
+fanout_overhead_w2j() {
+	local r=$1 i out wspid rlpid cpu0 end
+	for i in $(seq "$S9_MAX"); do q "SELECT replicant.disable_pipeline('o$i')" >/dev/null; done
+	for i in $(seq "$S9_MAX"); do pipeline_wait_state "o$i" disabled; done
+	q "SELECT pg_create_logical_replication_slot('bench_s9w', 'wal2json')" >/dev/null
+	rm -f "$WORK/recvlogical.pid"
+	as_pg bash -c "echo \$\$ >'$WORK/recvlogical.pid'; exec '$BINDIR/pg_recvlogical' -h '$SOCKDIR' \
+		-p '$PGPORT' -d bench -S bench_s9w --start -o format-version=2 -o include-transaction=false \
+		-F 0 -f /dev/null 2>>'$WORK/recvlogical.log'" &
+	for _ in $(seq 200); do
+		wspid=$(q "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_s9w'")
+		[ -n "$wspid" ] && [ -s "$WORK/recvlogical.pid" ] && break
+		sleep 0.05
+	done
+	[ -n "$wspid" ] || die "s9: pg_recvlogical did not connect"
+	rlpid=$(cat "$WORK/recvlogical.pid")
+	cpu0=$(calc "$(proc_cpu_s "$wspid") + $(proc_cpu_s "$rlpid")")
+	out=$(PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -M prepared -c 2 -j 2 -T "$S9_SECS" 2>&1) ||
+		{ echo "$out" >&2; die "pgbench failed"; }
+	end=$(q "SELECT pg_current_wal_insert_lsn()")
+	psql_b -c "DO \$\$ BEGIN LOOP EXIT WHEN (SELECT sent_lsn >= '$end' FROM pg_stat_replication WHERE pid = $wspid); PERFORM pg_sleep(0.002); END LOOP; END \$\$"
+	record "s9.cpu_w2j_s.$r" "$(calc "$(proc_cpu_s "$wspid") + $(proc_cpu_s "$rlpid") - $cpu0")"
+	record "s9.tps_w2j.$r" "$(pgbench_tps "$out")"
+	record "s9.txns_w2j.$r" "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")"
+	kill -INT "$rlpid" 2>/dev/null || true
+	for _ in $(seq 100); do
+		[ -z "$(q "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_s9w'")" ] && break
+		sleep 0.05
+	done
+	q "SELECT pg_drop_replication_slot('bench_s9w')" >/dev/null
+}
+
 scenario_9() {
 	local counts r k order
 	IFS=, read -r -a counts <<<"$S9_COUNTS"
@@ -221,7 +260,7 @@ scenario_9() {
 		fanout_catchup_round "$r" "${counts[@]}"
 	done
 
-	log "s9: source overhead, pgbench scale 10 with 0, $S9_COUNTS pipelines"
+	log "s9: source overhead, pgbench scale 10 with 0, $S9_COUNTS pipelines and with wal2json"
 	pgbench_b -i -q -s 10 >/dev/null 2>&1 || die "pgbench -i failed"
 	# (pgbench_history only gets inserts; REPLICA IDENTITY FULL spares each
 	# create_pipeline the warning about a table without one.)
@@ -231,10 +270,14 @@ scenario_9() {
 	PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -M prepared -c 2 -j 2 -T 3 >/dev/null 2>&1
 	psql_b -c "VACUUM ANALYZE" -c "CHECKPOINT"
 	for r in $(seq "$ROUNDS"); do
-		order="0 ${counts[*]}"
+		order="0 w2j ${counts[*]}"
 		[ $((r % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$order" | tac | paste -sd' ')
 		for k in $order; do
-			fanout_overhead_slice "$k" "$r"
+			if [ "$k" = w2j ]; then
+				fanout_overhead_w2j "$r"
+			else
+				fanout_overhead_slice "$k" "$r"
+			fi
 		done
 	done
 	record s9.loadavg_after "$(loadavg)"
