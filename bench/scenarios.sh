@@ -207,26 +207,42 @@ SQL
 
 # ---------------------------------------------------------- 3: snapshot --
 
-# snapshot_memory_sampler FILE: until killed, samples the replicant
-# pipeline and snapshot workers every 0.05 s and keeps in FILE the largest
-# VmRSS, RssAnon and VmHWM (kB) any one of them had.  VmRSS counts the
-# shared buffers a worker touched (the table itself, read through shared
-# memory); RssAnon is the worker's private memory; VmHWM is the kernel's own
-# high-water mark of VmRSS (so it also catches a peak between two samples).
-snapshot_memory_sampler() {
-	local out=$1 peak_rss=0 peak_anon=0 peak_hwm=0 pid rss anon hwm
-	echo "0 0 0" >"$out"
-	while :; do
-		for pid in $(pgrep -f '^postgres: replicant (pipeline|snapshot) '); do
-			read -r rss anon hwm < <(awk '/^VmRSS:/ {r = $2} /^RssAnon:/ {a = $2} /^VmHWM:/ {h = $2}
-				END {print r + 0, a + 0, h + 0}' "/proc/$pid/status" 2>/dev/null) || continue
-			[ "$rss" -gt "$peak_rss" ] && peak_rss=$rss
-			[ "$anon" -gt "$peak_anon" ] && peak_anon=$anon
-			[ "$hwm" -gt "$peak_hwm" ] && peak_hwm=$hwm
-		done
-		echo "$peak_rss $peak_anon $peak_hwm" >"$out"
+# The peak memory of the replicant pipeline and snapshot workers, sampled
+# every 0.05 s by one bench/memsample.py (~1 % of a core) started before the
+# timed runs: the largest VmRSS, RssAnon and VmHWM (kB) any one of them had
+# since the last mem_sampler_reset.  VmRSS counts the shared buffers a
+# worker touched (the table itself, read through shared memory); RssAnon is
+# the worker's private memory; VmHWM is the kernel's own high-water mark of
+# VmRSS (so it also catches a peak between two samples).
+MEM_SAMPLER_PID=""
+mem_sampler_start() {
+	rm -f "$WORK/mem.peaks"
+	python3 "$BENCH_DIR/memsample.py" "$WORK/mem.peaks" &
+	MEM_SAMPLER_PID=$!
+	# Its first sample: from then on it takes SIGUSR1.
+	for _ in $(seq 600); do
+		[ -s "$WORK/mem.peaks" ] && return 0
 		sleep 0.05
 	done
+	die "the memory sampler did not start"
+}
+# mem_sampler_reset: new peaks from here on (returns once the sampler has
+# taken them up).
+mem_sampler_reset() {
+	local gen
+	gen=$(($(mem_sampler_read | cut -d' ' -f1) + 1))
+	kill -USR1 "$MEM_SAMPLER_PID"
+	for _ in $(seq 600); do
+		[ "$(mem_sampler_read | cut -d' ' -f1)" -ge "$gen" ] && return 0
+		sleep 0.05
+	done
+	die "the memory sampler does not answer"
+}
+# mem_sampler_read: "generation rss anon hwm" since the last reset.
+mem_sampler_read() { cat "$WORK/mem.peaks" 2>/dev/null || echo "-1 0 0 0"; }
+mem_sampler_stop() {
+	kill "$MEM_SAMPLER_PID" 2>/dev/null || true
+	wait "$MEM_SAMPLER_PID" 2>/dev/null || true
 }
 
 scenario_3() {
@@ -248,11 +264,13 @@ scenario_3() {
 	# slot and snapshot), dropped afterwards.  A server whose replicant
 	# rejects snapshot => 'initial' (or snapshot_workers) gets a clear
 	# "not implemented" line instead.
-	local r w order err sampler rss anon
+	local r w order err rss anon
+	mem_sampler_start
 	for r in $(seq "$REPS"); do
 		if [ $((r % 2)) = 1 ]; then order="1 2"; else order="2 1"; fi
 		for w in $order; do
 			sink_get reset >/dev/null
+			mem_sampler_reset
 			t0=$(now)
 			if ! err=$(psql_b -c "SELECT replicant.create_pipeline('snap${w}_$r', 'snap_pub',
 					'http://127.0.0.1:$SINK_PORT/', snapshot => 'initial', snapshot_workers => $w,
@@ -264,12 +282,9 @@ scenario_3() {
 			# Timed from the create_pipeline commit (the worker starts within
 			# a second of it) to every table's backfill done and the
 			# pipeline streaming.
-			snapshot_memory_sampler "$WORK/s3.mem.${w}w.$r" &
-			sampler=$!
 			inner=$(psql_b -c "CALL bench_wait_snapshot('snap${w}_$r')" 2>&1 | sed -n 's/.*BENCH //p')
-			kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
 			[ -n "$inner" ] || die "s3: snapshot did not finish"
-			read -r rss anon _ <"$WORK/s3.mem.${w}w.$r" || true
+			read -r _ rss anon _ < <(mem_sampler_read)
 			record "s3.peak_rss_kb_${w}w.$r" "${rss:-0}"
 			record "s3.peak_anon_kb_${w}w.$r" "${anon:-0}"
 			record "s3.replicant_${w}w_s.$r" "$(since "$t0")"
@@ -280,6 +295,7 @@ scenario_3() {
 			psql_b -c "SELECT replicant.drop_pipeline('snap${w}_$r')" >/dev/null
 		done
 	done
+	mem_sampler_stop
 	if [ "$PERF" = 1 ] && [ "$(q "SELECT count(*) FROM replicant.pipelines")" = 0 ] &&
 		[ -z "$(grep -h '^s3.replicant_status' "$RESULTS")" ]; then
 		# Whole-machine profile (shard workers, pipeline worker, sink) of

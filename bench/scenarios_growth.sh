@@ -293,7 +293,7 @@ scenario_9() {
 # snapshot, sampled from /proc/PID/status until each exits, and the largest
 # private part (RssAnon) -- scenario 3's sampler.
 snapshot_size_rounds() {
-	local n=$1 r c t0 inner sampler hwm anon
+	local n=$1 r c t0 inner hwm anon
 	log "s10: $n rows"
 	psql_b -c "DROP PUBLICATION IF EXISTS snap_pub; DROP TABLE IF EXISTS snap;"
 	create_snap_table "$n"
@@ -304,8 +304,7 @@ snapshot_size_rounds() {
 			case $c in
 				rep)
 					sink_get reset >/dev/null
-					snapshot_memory_sampler "$WORK/s10.mem" &
-					sampler=$!
+					mem_sampler_reset
 					t0=$(now)
 					psql_b -c "SELECT replicant.create_pipeline('snap$r', 'snap_pub', 'http://127.0.0.1:$SINK_PORT/',
 						snapshot => 'initial', snapshot_workers => 1,
@@ -314,9 +313,7 @@ snapshot_size_rounds() {
 					[ -n "$inner" ] || die "s10: snapshot did not finish"
 					record "s10.$n.replicant_s.$r" "$(since "$t0")"
 					record "s10.$n.replicant_inner_s.$r" "$inner"
-					sleep 0.1
-					kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
-					read -r _ anon hwm <"$WORK/s10.mem" || true
+					read -r _ _ anon hwm < <(mem_sampler_read)
 					record "s10.$n.vmhwm_kb.$r" "${hwm:-0}"
 					record "s10.$n.rssanon_kb.$r" "${anon:-0}"
 					record "s10.$n.rows_done" "$(q "SELECT sum(rows_done) FROM replicant.backfill_status WHERE pipeline = 'snap$r'")"
@@ -343,9 +340,11 @@ scenario_10() {
 	record s10.sizes "$sizes"
 	record s10.loadavg_before "$(loadavg)"
 	IFS=, read -r -a sizes <<<"$sizes"
+	mem_sampler_start
 	for n in "${sizes[@]}"; do
 		snapshot_size_rounds "$n"
 	done
+	mem_sampler_stop
 	record s10.loadavg_after "$(loadavg)"
 	sink_stop
 	cluster_stop
