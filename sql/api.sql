@@ -129,7 +129,7 @@ SELECT replicant.alter_pipeline('orders', format => 'bogus');
 SELECT format FROM replicant.pipelines;
 SELECT replicant.alter_pipeline('orders', format => 'replicant');
 SELECT replicant.await_delivered('nope');
-SELECT replicant.await_delivered('orders', NULL);
+SELECT replicant.await_delivered('orders', timeout_ms => NULL);
 SELECT replicant.await_delivered('orders', timeout_ms => -1);
 SELECT replicant.alter_pipeline('orders', batch_max_transactions => 50, publication => ARRAY['p1']);
 SELECT publications, batch_max_transactions, config_version, secret IS NOT NULL AS signed

@@ -39,6 +39,20 @@ BEGIN
 END
 $$;
 
+-- ---- await_delivered without an LSN waits for the session's own last
+-- commit too, which is not written to WAL yet when it was asynchronous
+-- (pg_current_wal_lsn(), the old default, could be before it).
+CREATE OR REPLACE FUNCTION replicant.await_delivered(
+    pipeline    text,
+    lsn         pg_lsn DEFAULT NULL,
+    timeout_ms  integer DEFAULT 10000)
+RETURNS boolean
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_await_delivered';
+COMMENT ON FUNCTION replicant.await_delivered(text, pg_lsn, integer) IS
+    'Waits until the sink acknowledged everything the pipeline delivers up to lsn (default: this session''s commits and the WAL written before the call); false at the timeout';
+
 -- ---- Failover slots and standbys (PostgreSQL 17+ failover, all versions standby)
 -- create_pipeline(..., failover => true) makes the slot a failover slot, which
 -- sync_replication_slots copies to physical standbys; replicant.status reads

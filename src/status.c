@@ -7,6 +7,7 @@
 
 #include <math.h>
 
+#include "access/xlog.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -144,10 +145,26 @@ halted_error(const char *name)
 }
 
 /*
+ * What await_delivered waits for without an LSN: this session's last commit,
+ * which is not even written to WAL yet when it was asynchronous, and
+ * whatever was written before the call.
+ */
+static XLogRecPtr
+own_writes_lsn(void)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("recovery is in progress"),
+				 errhint("Pipelines deliver from the primary: call replicant.await_delivered() there.")));
+	return Max(GetXLogWriteRecPtr(), XactLastCommitEnd);
+}
+
+/*
  * await_delivered(pipeline, lsn, timeout_ms): sleeps on the pipeline's
  * condition variable until the sink has acknowledged everything the
- * pipeline delivers up to lsn (read-your-writes through a sink), or returns
- * false at the timeout.
+ * pipeline delivers up to lsn (by default, own_writes_lsn: read-your-writes
+ * through a sink), or returns false at the timeout.
  */
 Datum
 replicant_await_delivered(PG_FUNCTION_ARGS)
@@ -160,12 +177,12 @@ replicant_await_delivered(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 	bool reached = false;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("pipeline, lsn and timeout_ms must not be null")));
+				 errmsg("pipeline and timeout_ms must not be null")));
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	lsn = PG_GETARG_LSN(1);
+	lsn = PG_ARGISNULL(1) ? own_writes_lsn() : PG_GETARG_LSN(1);
 	timeout_ms = PG_GETARG_INT32(2);
 	if (timeout_ms < 0 || timeout_ms > 3600000)
 		ereport(ERROR,

@@ -104,6 +104,19 @@ for my $i (6 .. 15)
 note(sprintf('await_delivered wake-up after the ack: median %.1f ms, max %.1f ms',
 		$delays[ $#delays / 2 ], $delays[-1]));
 
+# An asynchronous commit is not written to WAL yet when the call comes:
+# the default still waits for this session's own last commit.
+my @unseen;
+for my $i (16 .. 20)
+{
+	my $returned = $node->safe_psql('postgres',
+		"SET synchronous_commit = off; INSERT INTO orders VALUES ($i, $i);"
+		  . " SELECT replicant.await_delivered('outbox', timeout_ms => 60000)");
+	push @unseen, $i unless $returned eq 't' && $sink->dump('public.orders') =~ /"id":$i\b/;
+}
+is_deeply(\@unseen, [],
+	'after an asynchronous commit, await_delivered returns once the sink has the row');
+
 $sink->stop;
 my $started = time();
 is($node->safe_psql('postgres',
