@@ -11,6 +11,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_extension_d.h"
 #include "commands/extension.h"
@@ -78,16 +79,44 @@ replicant_shmem_startup(void)
 }
 
 /*
- * Wakes the workers of this database when a transaction that wrote commits,
- * so new WAL is decoded at once instead of at the next timeout.  The
- * "nudged" flag coalesces wake-ups: one SetLatch per worker cycle at most.
- * Also delivers sync requests made by the SQL API, only once committed.
+ * Wakes the workers of this database after a transaction that wrote
+ * committed, so new WAL is decoded at once instead of at the next timeout.
+ * The "nudged" flag coalesces wake-ups: one SetLatch per worker cycle at
+ * most.  An asynchronous commit wakes no one: a worker decodes only flushed
+ * WAL, so it would find nothing new, and under a stream of such commits it
+ * would spin; its flush poll (worker.c) reads the WAL once flushed.
+ */
+static void
+nudge_workers(void)
+{
+	bool flush_checked = false;
+	int i;
+
+	for (i = 0; i < replicant_max_pipelines; i++)
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+		Latch *latch = slot->latch;
+
+		/* A worker's own checkpoint commit is no news to it. */
+		if (latch == NULL || latch == MyLatch || slot->dboid != MyDatabaseId ||
+			pg_atomic_read_u32(&slot->nudged) != 0)
+			continue;
+		/* Asked only when a worker would be woken: it takes a spinlock. */
+		if (!flush_checked && XactLastCommitEnd > GetFlushRecPtr(NULL))
+			return;
+		flush_checked = true;
+		if (pg_atomic_exchange_u32(&slot->nudged, 1) == 0)
+			SetLatch(latch);
+	}
+}
+
+/*
+ * Nudges the workers at the commit of a transaction that wrote, and
+ * delivers sync requests made by the SQL API, only once committed.
  */
 static void
 replicant_xact_callback(XactEvent event, void *arg)
 {
-	int i;
-
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
@@ -97,22 +126,9 @@ replicant_xact_callback(XactEvent event, void *arg)
 			if (sync_pending_at_commit)
 				replicant_shmem_request_sync(MyDatabaseId);
 			sync_pending_at_commit = false;
-			if (!xact_wrote || replicant_shmem == NULL)
-				break;
+			if (xact_wrote && replicant_shmem != NULL)
+				nudge_workers();
 			xact_wrote = false;
-			for (i = 0; i < replicant_max_pipelines; i++)
-			{
-				ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
-				Latch *latch = slot->latch;
-
-				/* A worker's own checkpoint commit is no news to it. */
-				if (latch == NULL || latch == MyLatch ||
-					slot->dboid != MyDatabaseId)
-					continue;
-				if (pg_atomic_read_u32(&slot->nudged) == 0 &&
-					pg_atomic_exchange_u32(&slot->nudged, 1) == 0)
-					SetLatch(latch);
-			}
 			break;
 		case XACT_EVENT_ABORT:
 			sync_pending_at_commit = false;
