@@ -218,7 +218,7 @@ SQL
 # the last backfill finish (the worker's own clock).
 bench_wait_snapshot_setup() {
 	psql_b <<'SQL'
-CREATE OR REPLACE PROCEDURE bench_wait_snapshot(p_name text)
+CREATE OR REPLACE PROCEDURE bench_wait_snapshot(p_name text, p_t0 timestamptz DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 DECLARE
 	n_all int;
@@ -240,8 +240,38 @@ BEGIN
 		COMMIT;
 		PERFORM pg_sleep(0.005);
 	END LOOP;
-	RAISE NOTICE 'BENCH %', inner_s;
+	IF p_t0 IS NULL THEN
+		RAISE NOTICE 'BENCH %', inner_s;
+	ELSE
+		RAISE NOTICE 'BENCH % %', inner_s, round(extract(epoch FROM clock_timestamp() - p_t0)::numeric, 4);
+	END IF;
 END $$;
+SQL
+}
+
+# snapshot_seconds NAME CREATE_PIPELINE_ARGS: creates the pipeline and waits
+# for its snapshot in one session, timed by the server's clock from before
+# the create_pipeline call, so that no psql start is in the time.  Prints
+# "total inner": create_pipeline -> snapshot done and streaming, and the
+# first backfill start -> the last one done.
+snapshot_seconds() {
+	local out
+	out=$(psql_b 2>&1 <<SQL
+SELECT clock_timestamp() AS bench_t0 \gset
+SELECT replicant.create_pipeline('$1', $2);
+CALL bench_wait_snapshot('$1', :'bench_t0');
+SQL
+	) || true
+	sed -n 's/.*BENCH \([^ ]*\) \(.*\)/\2 \1/p' <<<"$out" | grep . || { echo "$out" >&2; return 1; }
+}
+
+# sql_seconds SQL...: runs SQL in one session and prints how long it took by
+# the server's clock (no psql start in the time).
+sql_seconds() {
+	psql_b -At <<SQL | tail -n 1
+SELECT clock_timestamp() AS bench_t0 \gset
+$*
+SELECT round(extract(epoch FROM clock_timestamp() - :'bench_t0')::numeric, 4);
 SQL
 }
 

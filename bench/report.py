@@ -219,12 +219,7 @@ def build(r):
         c2 = r.best("s3.copy_json_2way_s")
         t = "3 snapshot"
         rps = lambda s: n / s if (s and n) else None
-        if r.get("s3.replicant_status") == "not implemented" or r.best("s3.replicant_1w_s") is None:
-            add(t, "replicant snapshot, 1 worker", "not implemented", "COPY (SELECT row_to_json(t) FROM t)",
-                fmt(rps(cj), "row/s"), "–", "≥ 0.8×", "n/a (not implemented)")
-            add(t, "replicant snapshot, 2 workers", "not implemented", "replicant, 1 worker", "–",
-                "–", "≥ 1.4×", "n/a (not implemented)")
-        else:
+        if r.best("s3.replicant_1w_s") is not None:
             s1w = r.best("s3.replicant_1w_s")
             s2w = r.best("s3.replicant_2w_s")
             add(t, f"replicant snapshot, 1 worker ({fmt(s1w, 's', 2)})", fmt(rps(s1w), "row/s"),
@@ -232,11 +227,17 @@ def build(r):
                 fmt(ratio(cj, s1w), "×"), "≥ 0.8×", met(ratio(cj, s1w), ">=", 0.8))
             add(t, f"replicant snapshot, 2 workers ({fmt(s2w, 's', 2)})", fmt(rps(s2w), "row/s"),
                 "replicant snapshot, 1 worker", fmt(rps(s1w), "row/s"),
-                fmt(ratio(s1w, s2w), "×"), "≥ 1.4×", met(ratio(s1w, s2w), ">=", 1.4))
+                f"{fmt(ratio(s1w, s2w), '×')} (reps {spread(ratios(r, 's3.replicant_1w_s', 's3.replicant_2w_s'))})",
+                "≥ 1.6×", met(ratio(s1w, s2w), ">=", 1.6))
             info(t, "replicant snapshot times, all reps: 1 worker / 2 workers",
                  ", ".join(fmt(x, "s", 2) for x in r.reps("s3.replicant_1w_s")) + " / "
                  + ", ".join(fmt(x, "s", 2) for x in r.reps("s3.replicant_2w_s")),
-                 "create_pipeline -> every backfill done and the pipeline streaming (worker start included)")
+                 "create_pipeline call -> every backfill done and the pipeline streaming, by the server's "
+                 "clock in the calling session (worker start included)")
+            i1w, i2w = r.best("s3.replicant_1w_inner_s"), r.best("s3.replicant_2w_inner_s")
+            info(t, "the workers' own time, 1 worker / 2 workers",
+                 f"{fmt(i1w, 's', 2)} / {fmt(i2w, 's', 2)} = {fmt(ratio(i1w, i2w), '×')}",
+                 "first backfill start -> last backfill done: no worker start, planning or export")
             info(t, "replicant snapshot rows / POSTs / bytes (last run)",
                  f"{fmt(r.num('s3.replicant_rows_done'))} / {fmt(r.num('s3.sink_requests'), digits=0)} / {fmt((r.num('s3.sink_bytes') or 0) / 1e6, 'MB')}",
                  "rows_done from replicant.backfill_status")

@@ -293,7 +293,7 @@ scenario_9() {
 # snapshot, sampled from /proc/PID/status until each exits, and the largest
 # private part (RssAnon) -- scenario 3's sampler.
 snapshot_size_rounds() {
-	local n=$1 r c t0 inner hwm anon
+	local n=$1 r c secs inner hwm anon
 	log "s10: $n rows"
 	psql_b -c "DROP PUBLICATION IF EXISTS snap_pub; DROP TABLE IF EXISTS snap;"
 	create_snap_table "$n"
@@ -305,13 +305,11 @@ snapshot_size_rounds() {
 				rep)
 					sink_get reset >/dev/null
 					mem_sampler_reset
-					t0=$(now)
-					psql_b -c "SELECT replicant.create_pipeline('snap$r', 'snap_pub', 'http://127.0.0.1:$SINK_PORT/',
+					read -r secs inner < <(snapshot_seconds "snap$r" "'snap_pub', 'http://127.0.0.1:$SINK_PORT/',
 						snapshot => 'initial', snapshot_workers => 1,
-						batch_max_bytes => $BATCH_BYTES, batch_max_transactions => $BATCH_TXNS)" >/dev/null
-					inner=$(psql_b -c "CALL bench_wait_snapshot('snap$r')" 2>&1 | sed -n 's/.*BENCH //p')
+						batch_max_bytes => $BATCH_BYTES, batch_max_transactions => $BATCH_TXNS") || true
 					[ -n "$inner" ] || die "s10: snapshot did not finish"
-					record "s10.$n.replicant_s.$r" "$(since "$t0")"
+					record "s10.$n.replicant_s.$r" "$secs"
 					record "s10.$n.replicant_inner_s.$r" "$inner"
 					read -r _ _ anon hwm < <(mem_sampler_read)
 					record "s10.$n.vmhwm_kb.$r" "${hwm:-0}"
@@ -320,9 +318,7 @@ snapshot_size_rounds() {
 					psql_b -c "SELECT replicant.drop_pipeline('snap$r')" >/dev/null
 					;;
 				copy)
-					t0=$(now)
-					q "COPY snap TO '/dev/null'" >/dev/null
-					record "s10.$n.copy_s.$r" "$(since "$t0")"
+					record "s10.$n.copy_s.$r" "$(sql_seconds "COPY snap TO '/dev/null';")"
 					;;
 			esac
 		done
