@@ -830,8 +830,8 @@ replicant_publication_published_tables(ArrayType *publications, bool delivered_o
 	List *relids = NIL;
 	uint64 i;
 
-	if (SPI_execute_with_args("SELECT DISTINCT c.oid FROM pg_catalog.pg_publication_tables pt" REPLICANT_PUBLISHED_LEAVES_JOIN
-							  " WHERE pt.pubname OPERATOR(pg_catalog.=) ANY ($1)"
+	if (SPI_execute_with_args("SELECT DISTINCT c.oid" REPLICANT_PUBLISHED_LEAVES
+							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1)"
 							  "   AND (NOT $2 OR (n.nspname OPERATOR(pg_catalog.<>) 'replicant'"
 							  "                   AND c.relkind OPERATOR(pg_catalog.=) 'r'))"
 							  " ORDER BY c.oid",

@@ -135,8 +135,7 @@ extern char *replicant_publication_check(XLogRecPtr commit_lsn);
  * a partitioned table standing for its leaf partitions, in OID order, in
  * CurrentMemoryContext; needs an SPI connection.  With
  * delivered_only, only what a pipeline delivers: ordinary tables (leaf
- * partitions, not their parents) outside replicant's own schema.  The one
- * place that joins pg_publication_tables to pg_class.
+ * partitions, not their parents) outside replicant's own schema.
  */
 extern List *replicant_publication_published_tables(ArrayType *publications,
 													bool delivered_only);

@@ -199,8 +199,8 @@ write_plan(Oid *argtypes, Datum *args)
 	if (SPI_execute_with_args("WITH tables AS ("
 							  "  SELECT c.oid AS relid, c.relfilenode, greatest(c.reltuples, 0)::bigint AS estimate,"
 							  "         pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks"
-							  "    FROM pg_catalog.pg_publication_tables pt" REPLICANT_PUBLISHED_LEAVES_JOIN
-							  "   WHERE pt.pubname = ANY ($2) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
+							  REPLICANT_PUBLISHED_LEAVES
+							  "   WHERE p.pubname = ANY ($2) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
 							  "   GROUP BY c.oid),"
 							  " planned AS ("
 							  "  INSERT INTO replicant.backfills (pipeline_id, relid, kind, mode, rows_estimate, relfilenode)"
