@@ -60,8 +60,8 @@ unlike($log, qr/resumes its initial snapshot/, 'the snapshot was not run again')
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('p')");
 
 # ---- 410 Gone to one shard worker mid-snapshot -----------------------------
-# One row per block (fillfactor 10, a 420-byte pad): 6,000 rows make three
-# 2,048-block shards for the two shard workers; a slow sink spreads them out.
+# One row per block (fillfactor 10, a 420-byte pad): 6,000 rows make six
+# 1,024-block shards for the two shard workers; a slow sink spreads them out.
 my $sink2 = ReplicantTest::start_sink(name => 'gone', delay_ms => 100);
 $node->safe_psql('postgres', q{
 	CREATE TABLE wide (id bigint PRIMARY KEY, pad text) WITH (fillfactor = 10, autovacuum_enabled = off);
