@@ -201,8 +201,7 @@ write_plan(Oid *argtypes, Datum *args)
 {
 	if (SPI_execute_with_args("WITH tables AS ("
 							  "  SELECT c.oid AS relid, c.relfilenode, greatest(c.reltuples, 0)::bigint AS estimate,"
-							  "         pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks"
-							  REPLICANT_PUBLISHED_LEAVES
+							  "         pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks" REPLICANT_PUBLISHED_LEAVES
 							  "   WHERE p.pubname = ANY ($2) AND n.nspname <> 'replicant' AND c.relkind = 'r'"
 							  "   GROUP BY c.oid),"
 							  " planned AS ("
