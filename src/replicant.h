@@ -5,7 +5,7 @@
 #ifndef REPLICANT_H
 #define REPLICANT_H
 
-#define REPLICANT_VERSION "0.2.0"
+#define REPLICANT_VERSION "0.3.0"
 
 /* Pipeline names: [a-z0-9_]{1,48}; the slot is "replicant_" || name. */
 #define REPLICANT_NAME_MAXLEN 48

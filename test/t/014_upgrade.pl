@@ -1,8 +1,9 @@
 # ALTER EXTENSION replicant UPDATE under a write workload (issue #10 item 15).
 #
-# The extension is installed at version 0.1.0 (its frozen install script)
-# and a pipeline streams a pgbench workload; the current library runs
-# against 0.1.0's SQL objects until the update.  In the middle of the
+# For each earlier version (0.1.0, and 0.2.0, the previous release) the
+# extension is installed at that version, in a database of its own, and a
+# pipeline streams a pgbench workload; the current library runs against the
+# old version's SQL objects until the update.  In the middle of the
 # workload ALTER EXTENSION replicant UPDATE runs the upgrade scripts; the
 # workload goes on.  Afterwards the sink equals the source (nothing lost),
 # the pipeline still streams and its status is readable, the management
@@ -17,35 +18,45 @@ use lib "$FindBin::RealBin/..";
 use ReplicantTest;
 
 my $node = ReplicantTest::new_node('upgrade', conf => 'log_statement = none');
-my $sink = ReplicantTest::start_sink();
-my $url = $sink->{url};
-
-sub poll { return ReplicantTest::poll($node, @_); }
 
 my $default = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'replicant'");
-isnt($default, '0.1.0', "the default version ($default) is newer than 0.1.0");
+isnt($default, '0.2.0', "the default version ($default) is newer than 0.2.0");
 
-$node->safe_psql('postgres', q{
-CREATE EXTENSION replicant VERSION '0.1.0';
+# Installs $from in database $db, streams a workload into a sink of its own,
+# updates the extension in the middle of it and checks that nothing was lost
+# and that the pipeline works on.
+sub upgrade_under_load
+{
+	my ($from) = @_;
+	(my $suffix = $from) =~ s/\.//g;
+	my $db       = "from_$suffix";
+	my $pipeline = "up$suffix";
+	my $sink     = ReplicantTest::start_sink(name => "sink$suffix");
+	my $url      = $sink->{url};
+	my $poll     = sub { return ReplicantTest::poll($node, $_[0], $_[1], $db); };
+
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, qq{
+CREATE EXTENSION replicant VERSION '$from';
 CREATE TABLE kv (id int PRIMARY KEY, v bigint NOT NULL, client int);
 CREATE TABLE txn (id bigserial PRIMARY KEY,
     xid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint, client int);
 CREATE PUBLICATION up_pub FOR TABLE kv, txn;
 });
-is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'replicant'"),
-	'0.1.0', 'installed at 0.1.0');
-$node->safe_psql('postgres',
-	"SELECT replicant.create_pipeline('up', 'up_pub', '$url', batch_max_transactions => 50)");
-$node->safe_psql('postgres', q{
+	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'replicant'"),
+		$from, "installed at $from");
+	$node->safe_psql($db,
+		"SELECT replicant.create_pipeline('$pipeline', 'up_pub', '$url', batch_max_transactions => 50)");
+	$node->safe_psql($db, q{
 INSERT INTO kv SELECT g, 0, 0 FROM generate_series(1, 100) g;
 INSERT INTO txn (client) VALUES (0);
 });
-ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'up'"),
-	'0.1.0: the pipeline streams');
+	ok($poll->("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = '$pipeline'"),
+		"$from: the pipeline streams");
 
-my $script = PostgreSQL::Test::Utils::tempdir() . '/up.sql';
-PostgreSQL::Test::Utils::append_to_file($script, q{
+	my $script = PostgreSQL::Test::Utils::tempdir() . '/up.sql';
+	PostgreSQL::Test::Utils::append_to_file($script, q{
 \set a random(1, 100)
 \set b random(1, 100)
 \set c random(1, 500)
@@ -56,41 +67,47 @@ INSERT INTO kv VALUES (1000 + :c, 1, :client_id) ON CONFLICT (id) DO UPDATE SET 
 INSERT INTO txn (client) VALUES (:client_id);
 COMMIT;
 });
-my ($out, $err) = ('', '');
-my $load = IPC::Run::start(
-	[
-		'pgbench', '-n', '-c', '2', '-T', '20', '-R', '150', '--max-tries=50',
-		'-f', $script, '-h', $node->host, '-p', $node->port, 'postgres'
-	],
-	'>', \$out, '2>', \$err);
+	my ($out, $err) = ('', '');
+	my $load = IPC::Run::start(
+		[
+			'pgbench', '-n', '-c', '2', '-T', '20', '-R', '150', '--max-tries=50',
+			'-f', $script, '-h', $node->host, '-p', $node->port, $db
+		],
+		'>', \$out, '2>', \$err);
 
-# Some of the workload is delivered by the 0.1.0 installation first.
-ok(poll("SELECT count(*) > 200 FROM txn", 60), 'the workload runs');
-ok(poll("SELECT checkpoint_lsn IS NOT NULL FROM replicant.status WHERE pipeline = 'up'", 60),
-	'0.1.0: the workload is being delivered');
+	# Some of the workload is delivered by the old installation first.
+	ok($poll->("SELECT count(*) > 200 FROM txn", 60), "$from: the workload runs");
+	ok($poll->("SELECT checkpoint_lsn IS NOT NULL FROM replicant.status WHERE pipeline = '$pipeline'", 60),
+		"$from: the workload is being delivered");
 
-$node->safe_psql('postgres', 'ALTER EXTENSION replicant UPDATE');
-is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'replicant'"),
-	$default, "updated to $default");
-my $at_update = $node->safe_psql('postgres', 'SELECT count(*) FROM txn');
+	$node->safe_psql($db, 'ALTER EXTENSION replicant UPDATE');
+	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'replicant'"),
+		$default, "$from: updated to $default");
+	my $at_update = $node->safe_psql($db, 'SELECT count(*) FROM txn');
 
-ok(poll("SELECT count(*) > $at_update + 300 FROM txn", 60), 'the workload goes on after the update');
-$load->finish;
-is($load->result(0), 0, 'pgbench succeeded') or diag($err);
+	ok($poll->("SELECT count(*) > $at_update + 300 FROM txn", 60),
+		"$from: the workload goes on after the update");
+	$load->finish;
+	is($load->result(0), 0, "$from: pgbench succeeded") or diag($err);
 
-ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, [ 'kv', 'txn' ], 120),
-	'after the update the sink equals the source');
-is($node->safe_psql('postgres',
-		"SELECT state || '/' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'up'"),
-	'streaming/', 'the pipeline still streams, without an error');
+	ok(ReplicantTest::wait_until_synced($node, $db, $sink, [ 'kv', 'txn' ], 120),
+		"$from: after the update the sink equals the source");
+	is($node->safe_psql($db,
+			"SELECT state || '/' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = '$pipeline'"),
+		'streaming/', "$from: the pipeline still streams, without an error");
 
-# The management functions of the new version work on the old pipeline.
-$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('up', batch_max_transactions => 20)");
-$node->safe_psql('postgres', 'INSERT INTO txn (client) SELECT 9 FROM generate_series(1, 30)');
-ok(poll("SELECT replicant.await_delivered('up', timeout_ms => 1000)", 60),
-	'after alter_pipeline, new rows are delivered');
-ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, [ 'kv', 'txn' ], 60),
-	'the sink still equals the source');
+	# The management functions of the new version work on the old pipeline.
+	$node->safe_psql($db, "SELECT replicant.alter_pipeline('$pipeline', batch_max_transactions => 20)");
+	$node->safe_psql($db, 'INSERT INTO txn (client) SELECT 9 FROM generate_series(1, 30)');
+	ok($poll->("SELECT replicant.await_delivered('$pipeline', timeout_ms => 1000)", 60),
+		"$from: after alter_pipeline, new rows are delivered");
+	ok(ReplicantTest::wait_until_synced($node, $db, $sink, [ 'kv', 'txn' ], 60),
+		"$from: the sink still equals the source");
+	is($sink->stats->{duplicate_transactions}, 0, "$from: nothing was delivered twice");
+	return ($db, $pipeline, $sink);
+}
+
+my @upgraded = map { [ upgrade_under_load($_) ] } ('0.1.0', '0.2.0');
 
 # Nothing half-migrated: the objects equal those of a fresh installation.
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
@@ -120,12 +137,15 @@ SELECT 'index ' || pg_get_indexdef(indexrelid)
  WHERE c.relnamespace = 'replicant'::regnamespace
 ORDER BY 1
 };
-my $updated = $node->safe_psql('postgres', $objects);
-my $fresh   = $node->safe_psql('fresh', $objects);
+my $fresh = $node->safe_psql('fresh', $objects);
 ok(length($fresh) > 0, 'the fresh installation has objects');
-is($updated, $fresh, 'the updated objects equal those of a fresh installation');
-
-$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('up')");
-$sink->stop;
+for my $u (@upgraded)
+{
+	my ($db, $pipeline, $sink) = @$u;
+	is($node->safe_psql($db, $objects), $fresh,
+		"$db: the updated objects equal those of a fresh installation");
+	$node->safe_psql($db, "SELECT replicant.drop_pipeline('$pipeline')");
+	$sink->stop;
+}
 $node->stop;
 done_testing();
