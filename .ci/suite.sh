@@ -17,10 +17,12 @@
 #   REGRESS_TIMEOUT, TAP_TIMEOUT  seconds allowed per suite (300, 1200)
 #   CI_KEEP=1                     keep the build directory even on success
 #   SUITE_TAP=0                   run pg_regress only (no TAP files)
+#   SUITE_CFLAGS                  more compiler flags, e.g. -DREPLICANT_MUTANTS
+#                                 (test/README.md, "Differential test")
 set -euo pipefail
 
 WARNINGS="-Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare"
-WARNINGS+=" -Wno-missing-field-initializers"
+WARNINGS+=" -Wno-missing-field-initializers ${SUITE_CFLAGS:-}"
 
 say() { printf '\n=== %s\n' "$*"; }
 

@@ -11,6 +11,7 @@
 
 #include "chunk.h"
 #include "compat.h"
+#include "fault.h"
 
 typedef struct KeyEntry
 {
@@ -130,6 +131,8 @@ bool
 replicant_chunk_collides(ReplicantChunk *chunk, Oid relid, TransactionId xid)
 {
 	if (chunk == NULL || chunk->complete || chunk->relid != relid)
+		return false;
+	if (replicant_mutant("no_collision"))
 		return false;
 	return chunk->open || !chunk_sees(chunk, xid);
 }

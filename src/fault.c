@@ -15,6 +15,8 @@
  * the catalog and in shared memory), and "<point>:hold" waits there until
  * the setting names something else, so a test can look at the worker
  * stopped at that step for as long as it needs.
+ *
+ * Builds with -DREPLICANT_MUTANTS also have the mutants of fault.h.
  */
 #include "postgres.h"
 
@@ -66,6 +68,24 @@ hold(const char *point)
 	}
 	write_stderr("replicant: fault point \"%s\" released\n", point);
 }
+
+#ifdef REPLICANT_MUTANTS
+bool
+replicant_mutant(const char *name)
+{
+	static const char *active = NULL;
+	static bool looked = false;
+
+	if (!looked)
+	{
+		active = getenv("REPLICANT_MUTANT");
+		looked = true;
+		if (active && active[0] != '\0')
+			write_stderr("replicant: mutant \"%s\" active\n", active);
+	}
+	return active != NULL && strcmp(active, name) == 0;
+}
+#endif
 
 void
 replicant_fault(const char *point)

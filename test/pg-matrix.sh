@@ -166,9 +166,14 @@ if [ $demo = 1 ]; then
 		bash /build/replicant/test/demo.sh "$version"
 	exit
 fi
+# The differential test's settings (ORACLE_SEED, ...) and SUITE_CFLAGS pass through.
+oracle_env=()
+while IFS= read -r name; do
+	oracle_env+=("$name=${!name}")
+done < <(compgen -e | grep -E '^(ORACLE_[A-Z_]+|SUITE_CFLAGS)$' || true)
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 	REGRESS_TIMEOUT="${REGRESS_TIMEOUT:-300}" TAP_TIMEOUT="${TAP_TIMEOUT:-1200}" \
-	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" "${clickhouse_env[@]}" \
+	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" "${clickhouse_env[@]}" "${oracle_env[@]}" \
 	bash /build/replicant/.ci/suite.sh "$pg_config" "$@" || {
 	rc=$?
 	echo "(PostgreSQL $version: the paths above are inside $root)"
