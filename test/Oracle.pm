@@ -139,6 +139,16 @@ sub step_sql
 	return 0;
 }
 
+# Runs $code, adding its wall time to the phase's total (printed per run).
+sub timed
+{
+	my ($r, $phase, $code) = @_;
+	my $t = time();
+	my @ret = $code->();
+	$r->{time}{$phase} += time() - $t;
+	return wantarray ? @ret : $ret[0];
+}
+
 sub poll_until
 {
 	my ($r, $what, $seconds, $check) = @_;
@@ -212,13 +222,19 @@ sub current_policy
 	my $pubs = join(',', @{ $r->{pubs} });
 	my $drop_generated = $r->{version} < 18 ? 'true' : 'false';
 	my $out = $r->pub_sql(qq{
-SELECT coalesce(json_object_agg(rel, json_build_object('columns', cols, 'filters', filters, 'keyless', keyless)), '{}')
+SELECT coalesce(json_object_agg(rel, json_build_object('columns', cols, 'filters', filters, 'keyless', keyless,
+                                                       'actions', actions)), '{}')
   FROM (SELECT pt.schemaname || '.' || pt.tablename AS rel,
                (SELECT json_agg(a.attname ORDER BY a.attnum) FROM pg_attribute a
                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
                    AND (a.attname = ANY (min(pt.attnames::text)::name[]) OR min(pt.attnames::text) IS NULL)
                    AND NOT ($drop_generated AND a.attgenerated <> '')) AS cols,
                json_agg(pt.rowfilter ORDER BY pt.pubname) AS filters,
+               json_agg((SELECT concat_ws(',', CASE WHEN p.pubinsert THEN 'insert' END,
+                                          CASE WHEN p.pubupdate THEN 'update' END,
+                                          CASE WHEN p.pubdelete THEN 'delete' END,
+                                          CASE WHEN p.pubtruncate THEN 'truncate' END)
+                           FROM pg_publication p WHERE p.pubname = pt.pubname) ORDER BY pt.pubname) AS actions,
                c.relreplident = 'n' OR (c.relreplident = 'd' AND NOT EXISTS
                  (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)) AS keyless
           FROM pg_publication_tables pt
@@ -253,10 +269,19 @@ sub policy_change
 	$r->write_policy;
 	# A relation that stops being delivered keeps, at both ends, what it had.
 	my $before = $r->{delivered} // {};
+	my %change = (added => [], dropped => [], changed => []);
 	foreach my $rel (sort keys %$before)
 	{
 		$r->{frozen}{$rel} = $before->{$rel} unless $relations->{$rel};
+		push @{ $change{dropped} }, $rel unless $relations->{$rel};
 	}
+	foreach my $rel (sort keys %$relations)
+	{
+		push @{ $change{added} }, $rel unless $before->{$rel};
+		push @{ $change{changed} }, $rel
+		  if $before->{$rel} && $JSON->encode($before->{$rel}) ne $JSON->encode($relations->{$rel});
+	}
+	$r->{last_change} = \%change;
 	delete $r->{frozen}{$_} for keys %$relations;
 	$r->{delivered} = $relations;
 	return $ok;
@@ -394,8 +419,6 @@ sub quiesce
 	my ($r) = @_;
 	$r->finish_bursts;
 	$r->sink_clear;
-	my ($state) = $r->status;
-	$r->pub_sql("SELECT replicant.enable_pipeline('p')") if $state eq 'disabled';
 	my $deadline = time() + 300;
 	my $target;
 	while (1)
@@ -405,6 +428,11 @@ sub quiesce
 		if ($st eq 'halted')
 		{
 			$r->handle_halt($err);
+			next;
+		}
+		if ($st eq 'disabled')    # disabled by a step (or halted and resumed while disabled)
+		{
+			$r->pub_sql("SELECT replicant.enable_pipeline('p')");
 			next;
 		}
 		$r->flunk('stuck', "pipeline $st", $err) if time() > $deadline;
@@ -524,13 +552,13 @@ sub diff_lines
 sub compare
 {
 	my ($r, $label) = @_;
-	$r->quiesce;
-	$r->subscriber_caught_up;
-	$r->check_batches;
-	$r->check_log;
+	$r->timed(quiesce => sub { $r->quiesce });
+	$r->timed(subscriber => sub { $r->subscriber_caught_up });
+	$r->timed(checks => sub { $r->check_batches; $r->check_log });
+	my $t_rows = time();
 	my %rels = (%{ $r->{frozen} }, %{ $r->{delivered} });
 	my $present = $r->sub_sql("SELECT string_agg(n.nspname || '.' || c.relname, ' ') FROM pg_class c"
-		  . " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname IN ('public', 's2') AND c.relkind = 'r'");
+		  . " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname IN ('public', 's2', 's3') AND c.relkind = 'r'");
 	my %present = map { $_ => 1 } split / /, $present;
 	delete $rels{$_} for grep { !$present{$_} } keys %rels;
 	my $subs = $r->sub_rows(\%rels);
@@ -558,6 +586,7 @@ sub compare
 		}
 		$n += ($sub =~ tr/\n//);
 	}
+	$r->{time}{rows} += time() - $t_rows;
 	push @{ $r->{policy}{quiet} }, time();
 	$r->write_policy;
 	$r->{compares}++;
@@ -640,6 +669,7 @@ sub server_fault
 	}
 	# fault_point: the worker exits at that step of its next delivery
 	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = '$s->{point}'; SELECT pg_reload_conf();");
+	$r->step_sql($s->{sql}) if $s->{sql};
 	my $died = $r->poll_until('the worker exits', 10, sub { my (undef, $now) = $r->status; return $now != $pid; });
 	$r->pub_sql('ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();');
 	if ($died)    # the launcher's backoff starts over, as soak.pl does
@@ -664,6 +694,7 @@ sub start_backfill
 {
 	my ($r, $rel, $mode, $extra) = @_;
 	$r->poll_until('a running backfill of the table', 300, sub {
+			return 1 if $extra->{fresh};
 			($r->pub_sql("SELECT count(*) = 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
 				  . " AND relation = '$rel'::regclass AND state IN ('planned', 'running')", allow_error => 1) // 't') eq 't';
 		});
@@ -688,18 +719,43 @@ sub start_backfill
 # comparable (a filter made narrower leaves rows both keep; replicant's
 # reference sink upserts an update of a row it never had, the subscriber
 # skips it).
+#
+# When the change only added or dropped tables (and $full is not asked
+# for), only the added ones are read again: emptied and backfilled at the
+# sink, re-created empty at the subscriber and copied by ALTER SUBSCRIPTION
+# ... SET PUBLICATION, which copies the tables new to the subscription and
+# drops the ones gone from it (frozen, at both ends).
 sub resync
 {
-	my ($r) = @_;
+	my ($r, $full) = @_;
+	$r->timed(resync => sub { $r->resync_now($full) });
+	return;
+}
+
+sub resync_now
+{
+	my ($r, $full) = @_;
+	my $change = $r->{last_change};
+	$full ||= @{ $change->{changed} } > 0;
 	$r->quiesce;
-	my @rels = sort keys %{ $r->{delivered} };
+	my @rels = $full ? sort keys %{ $r->{delivered} } : @{ $change->{added} };
 	$r->sink_admin('forget', @rels) if @rels;
-	$r->resubscribe;
-	foreach my $rel (sort keys %{ $r->{delivered} })
+	if ($full)
+	{
+		$r->resubscribe;
+	}
+	else
+	{
+		my $ddl = join('', map { $r->sub_table_sql($_, $r->{delivered}{$_}{columns}) } @rels);
+		$r->sub_sql($ddl) if $ddl;
+		$r->sub_sql('ALTER SUBSCRIPTION osub SET PUBLICATION ' . join(', ', @{ $r->{pubs} })
+			  . ' WITH (copy_data = true)');
+	}
+	foreach my $rel (@rels)
 	{
 		my @leaves = $r->leaves_of($rel);
 		@leaves = ($rel) unless @leaves;
-		$r->start_backfill($_, 'auto', {}) for @leaves;
+		$r->start_backfill($_, 'auto', { fresh => 1 }) for @leaves;
 	}
 	return;
 }
@@ -843,8 +899,7 @@ sub do_ddl
 			$r->{frozen}{$rel}{columns} = [ map { $_ eq $s->{column} ? $s->{to} : $_ } @{ $r->{frozen}{$rel}{columns} } ];
 		}
 		$r->policy_change(sub { $r->step_sql($s->{sql}) }) or return;
-		push @{ $r->{expect} }, { pattern => qr/column "\Q$s->{column}\E" of table "[^"]*" was dropped or renamed/,
-			count => scalar(@delivered) || 1 };
+		$r->expect_shape_halts($table, $s->{column}, scalar(@delivered));
 		return;
 	}
 	if ($kind eq 'drop_column')
@@ -857,8 +912,7 @@ sub do_ddl
 		{
 			$r->{frozen}{$rel}{columns} = [ grep { $_ ne $s->{column} } @{ $r->{frozen}{$rel}{columns} } ];
 		}
-		push @{ $r->{expect} }, { pattern => qr/column "\Q$s->{column}\E" of table "[^"]*" was dropped or renamed/,
-			count => scalar(@delivered) || 1 };
+		$r->expect_shape_halts($table, $s->{column}, scalar(@delivered));
 		return;
 	}
 	if ($kind eq 'rename_table')
@@ -877,6 +931,20 @@ sub do_ddl
 	die "unknown ddl $kind";
 }
 
+# replicant compares each partition's shape with the one it last delivered:
+# a column renamed or dropped on a partitioned table halts the pipeline once
+# per partition (each answered with resume_pipeline), and once for a plain
+# table.
+sub expect_shape_halts
+{
+	my ($r, $table, $column, $delivered) = @_;
+	my $n = () = $r->leaves_of($table);
+	$n = $delivered if $delivered > $n;
+	push @{ $r->{expect} },
+	  { pattern => qr/column "\Q$column\E" of table "[^"]*" was dropped or renamed/, count => $n || 1 };
+	return;
+}
+
 # The JSON value an added column has in rows written before it existed.
 sub added_default
 {
@@ -893,7 +961,8 @@ sub do_partition
 	$r->finish_bursts;
 	$r->compare("before step $r->{n} ($s->{op} $s->{part})");
 	$r->policy_change(sub { $r->step_sql($s->{sql}) });
-	$r->resync;
+	# An attached partition's rows reached neither end.
+	$r->resync($s->{op} eq 'attach');
 	return;
 }
 
@@ -954,7 +1023,7 @@ sub setup
 	my ($r) = @_;
 	my $setup = $r->{h}{setup};
 	$r->pub_sql($setup->{sql});
-	$r->sub_sql('CREATE EXTENSION replicant; CREATE SCHEMA s2;');
+	$r->sub_sql('CREATE EXTENSION replicant; CREATE SCHEMA s2; CREATE SCHEMA s3;');
 	$r->{pubs} = [ @{ $setup->{pipeline_pubs} } ];
 	$r->policy_change(sub { 1 });
 	$r->{policy}{entries}[0]{lo} = 0;
@@ -978,7 +1047,9 @@ sub run
 		foreach my $i (0 .. $#$steps)
 		{
 			$r->{n} = $i + 1;
+			my $t = time();
 			$r->step($steps->[$i]);
+			$r->{time}{"step $steps->[$i]{op}"} += time() - $t;
 		}
 		$r->{n} = scalar(@$steps) + 1;
 		$r->compare('at the end') unless @$steps && $steps->[-1]{op} eq 'compare';
@@ -988,6 +1059,8 @@ sub run
 		$r->{failure} //= { kind => 'runner', where => 'died', detail => $err, step => $r->{n} };
 	};
 	$r->{seconds} = time() - $r->{started};
+	$r->note_msg('time: ' . join(', ', map { sprintf('%s %.1fs', $_, $r->{time}{$_}) }
+			  sort { $r->{time}{$b} <=> $r->{time}{$a} } keys %{ $r->{time} }));
 	if ($r->{failure} && !$r->{quiet} && $r->{sink})
 	{
 		# What a post-mortem needs: the sink's store (every request it

@@ -182,7 +182,7 @@ sub initial_model
 	$t{prange} = {
 		cols => [ [qw(id bigint key)], [qw(region text key)], [qw(v int int)], [qw(note text text)], [qw(big text big)] ],
 		key => [ 'id', 'region' ], ri => 'default', toast => ['big'], partitioned => 'range',
-		leaves => [qw(prange_1 prange_2eu prange_2us prange_2xx prange_3)], alter => { v => 'bigint' },
+		leaves => [qw(prange_1 prange_2eu prange_2us prange_2xx prange_3 s3.prange_4)], alter => { v => 'bigint' },
 	};
 	$t{plist} = {
 		cols => [ [qw(id bigint key)], [qw(kind text key)], [qw(v int int)], [qw(note text text)] ],
@@ -263,6 +263,8 @@ CREATE TABLE prange_2xx PARTITION OF prange_2 DEFAULT;
 CREATE TABLE prange_3 (x int, id bigint NOT NULL, v int, region text NOT NULL, big text, note text);
 ALTER TABLE prange_3 DROP COLUMN x;
 ALTER TABLE prange ATTACH PARTITION prange_3 FOR VALUES FROM (2000000) TO (3000000);
+CREATE SCHEMA s3;
+CREATE TABLE s3.prange_4 PARTITION OF prange FOR VALUES FROM (3000000) TO (4000000);
 CREATE TABLE plist (id bigint NOT NULL, kind text NOT NULL, v int, note text, PRIMARY KEY (id, kind)) PARTITION BY LIST (kind);
 CREATE TABLE plist_a PARTITION OF plist FOR VALUES IN ('a');
 CREATE TABLE plist_b PARTITION OF plist FOR VALUES IN ('b');
@@ -294,7 +296,7 @@ sub fresh_key
 	return {} if $gen eq 'none';
 	if ($gen eq 'prange')
 	{
-		my @ranges = (0, 1, 1, 1);
+		my @ranges = (0, 1, 1, 1, 3);
 		push @ranges, 2 if !$m->{detached}{prange_3};
 		@ranges = (2) if $name eq 'prange_3';
 		my $range = $want{range} // pick(@ranges);
@@ -539,7 +541,7 @@ sub step_dml
 	if ($shape eq 'large')
 	{
 		# Past logical_decoding_work_mem (64kB): the reorder buffer spills.
-		my $t = $m->{tables}{ pick(qw(acct pair audit logs prange)) };
+		my $t = $m->{tables}{ pick(grep { $m->{tables}{$_} } qw(acct pair audit logs prange)) };
 		my $n = 300 + int(rand(1200));
 		my @keys = map { fresh_key($m, $t) } 1 .. $n;
 		my ($names, undef) = insert_values($m, $t, $keys[0]);
@@ -592,7 +594,7 @@ sub step_burst
 	my $t = $m->{tables}{ pick(@t) };
 	my ($col) = grep { $_->[2] eq 'int' } @{ $t->{cols} };
 	return undef unless $col;
-	my $keycol = $t->{name} eq 'pair' ? 'a' : 'id';
+	my $keycol = ($t->{keygen} // 'id') eq 'pair' ? 'a' : 'id';
 	my $range = int(any_alive($t)->{$keycol} / 1000000);    # partitions' keys are far apart
 	my @ids = sort { $a <=> $b } grep { int($_ / 1000000) == $range } map { $_->{$keycol} } @{ $t->{alive} };
 	my ($lo, $hi) = ($ids[0], $ids[-1]);
@@ -626,6 +628,13 @@ sub initial_pubs
 			audit => { filter => '(v % 3) <> 0' }, fullpk => {}, logs => {} } };
 	$p->{pub_root} = { actions => 'insert, update, delete, truncate', via_root => 1, tables => {
 			prange => { cols => [qw(id region v big)], filter => '(id % 5) <> 2' } } };
+	if (chance(0.4))
+	{
+		# The root's filter applies to a partition in a schema the
+		# publication publishes too (pgoutput goes by the root's schema).
+		$p->{pub_root}{schema} = 's3';
+		delete $p->{pub_root}{tables}{prange}{cols};
+	}
 	$p->{pub_list} = { actions => 'insert, update, delete, truncate', tables => { plist => {} } };
 	$p->{pub_schema} = { actions => 'insert, update, delete, truncate', schema => 's2', tables => {} };
 	$p->{pub_ins} = { actions => 'insert', tables => {} };
@@ -676,6 +685,7 @@ sub entry_valid
 	my ($m, $pub, $tname, $entry) = @_;
 	my $t = $m->{tables}{$tname};
 	return 0 if ($t->{partitioned} && !$pub->{via_root}) && ($entry->{cols} || defined $entry->{filter});
+	return 0 if $pub->{schema} && $entry->{cols};    # PostgreSQL refuses lists beside TABLES IN SCHEMA
 	return 1 unless publishes_changes($pub);
 	my %ri = map { $_ => 1 } ri_cols($t);
 	if (defined $entry->{filter})
@@ -717,7 +727,7 @@ sub step_pub
 {
 	my ($m) = @_;
 	my $kind = pick_weighted(filter => 3, cols => 2, drop_add => 2, actions => 1.5, late => 1.5, pipeline => 1.5,
-		keyless_list => 2);
+		keyless_list => 0.8);
 	my @in_pipe = grep { my $p = $_; grep { $_ eq $p } @{ $m->{pipe} } } sort keys %{ $m->{pubs} };
 	my $race = chance(0.3) ? 1 : 0;
 	if ($kind eq 'filter' || $kind eq 'cols')
@@ -867,7 +877,7 @@ sub step_ddl
 		my ($in, $out) = ([], []);
 		foreach my $k (@{ $rt->{alive} })
 		{
-			my $there = $part eq 'prange_3' ? $k->{id} >= 2000000 : $k->{kind} eq 'c';
+			my $there = $part eq 'prange_3' ? int($k->{id} / 1000000) == 2 : $k->{kind} eq 'c';
 			push @{ $there ? $in : $out }, $k;
 		}
 		$rt->{alive} = $out;
@@ -920,6 +930,7 @@ sub step_ddl
 		return undef unless @c > 1;
 		my $c = pick(@c);
 		$t->{cols} = [ grep { $_ != $c } @{ $t->{cols} } ];
+		$t->{toast} = [ grep { $_ ne $c->[0] } @{ $t->{toast} } ];
 		return { op => 'ddl', kind => 'drop_column', table => $tname, column => $c->[0],
 			sql => 'ALTER TABLE ' . sqlname($tname) . ' DROP COLUMN ' . qi($c->[0]) };
 	}
@@ -959,7 +970,7 @@ sub delivered_leaves
 				push @out, $tname;
 			}
 		}
-		push @out, 's2.sch' if $pub->{schema};
+		push @out, { s2 => 's2.sch', s3 => 's3.prange_4' }->{ $pub->{schema} } if $pub->{schema};
 	}
 	my %seen;
 	return grep { !$seen{$_}++ } @out;
@@ -995,7 +1006,12 @@ sub step_fault
 	return { op => 'fault', kind => $kind } if $kind =~ /^(kill9|immediate)$/;
 	if ($kind eq 'fault_point')
 	{
-		return { op => 'fault', kind => 'fault_point', point => pick(qw(decode after_send after_ack after_checkpoint)) };
+		# With a change of its own, so that the worker has something to
+		# deliver once the point is armed.
+		my $dml = step_dml($m);
+		return undef unless $dml && $dml->{op} eq 'sql' && !$dml->{what};
+		return { op => 'fault', kind => 'fault_point', point => pick(qw(decode after_send after_ack after_checkpoint)),
+			sql => $dml->{sql} };
 	}
 	my $fault = pick_weighted(fail500 => 3, reset => 1, hang => 1, delay => 2, max_body => 1.5, down => 1.5);
 	return { op => 'sink_fault', fault => $fault, rate => pick(0.3, 0.5, 1) };
