@@ -222,7 +222,7 @@ sub current_policy
 	my $pubs = join(',', @{ $r->{pubs} });
 	my $drop_generated = $r->{version} < 18 ? 'true' : 'false';
 	my $out = $r->pub_sql(qq{
-SELECT coalesce(json_object_agg(rel, json_build_object('columns', cols, 'filters', filters, 'keyless', keyless,
+SELECT coalesce(json_object_agg(rel, json_build_object('columns', cols, 'filters', filters, 'ident', ident,
                                                        'actions', actions)), '{}')
   FROM (SELECT pt.schemaname || '.' || pt.tablename AS rel,
                (SELECT json_agg(a.attname ORDER BY a.attnum) FROM pg_attribute a
@@ -235,14 +235,29 @@ SELECT coalesce(json_object_agg(rel, json_build_object('columns', cols, 'filters
                                           CASE WHEN p.pubdelete THEN 'delete' END,
                                           CASE WHEN p.pubtruncate THEN 'truncate' END)
                            FROM pg_publication p WHERE p.pubname = pt.pubname) ORDER BY pt.pubname) AS actions,
-               c.relreplident = 'n' OR (c.relreplident = 'd' AND NOT EXISTS
-                 (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)) AS keyless
+               CASE c.relreplident
+                 WHEN 'f' THEN (SELECT json_agg(a.attname) FROM pg_attribute a
+                                 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)
+                 WHEN 'n' THEN NULL
+                 ELSE (SELECT json_agg(a.attname) FROM pg_index i
+                         JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+                        WHERE i.indrelid = c.oid
+                          AND CASE WHEN c.relreplident = 'i' THEN i.indisreplident ELSE i.indisprimary END)
+               END AS ident
           FROM pg_publication_tables pt
           JOIN pg_namespace n ON n.nspname = pt.schemaname
           JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
          WHERE pt.pubname = ANY ('{$pubs}')
          GROUP BY 1, c.oid, c.relreplident) s});
-	return $JSON->decode($out);
+	my $policy = $JSON->decode($out);
+	# Without its whole replica identity among the published columns, a
+	# table has no key a sink could use (or none at all): a bag of rows.
+	foreach my $p (values %$policy)
+	{
+		my %published = map { $_ => 1 } @{ $p->{columns} // [] };
+		$p->{keyless} = (!$p->{ident} || grep { !$published{$_} } @{ $p->{ident} }) ? JSON::PP::true : JSON::PP::false;
+	}
+	return $policy;
 }
 
 sub write_policy
@@ -698,6 +713,7 @@ sub start_backfill
 			($r->pub_sql("SELECT count(*) = 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
 				  . " AND relation = '$rel'::regclass AND state IN ('planned', 'running')", allow_error => 1) // 't') eq 't';
 		});
+	my $t_start = time();
 	my ($ok, $id, $err) = $r->try_sql($r->{pub}, "SELECT replicant.backfill('p', '$rel'::regclass, '$mode')");
 	if (!$ok)
 	{
@@ -706,6 +722,8 @@ sub start_backfill
 		return;
 	}
 	push @{ $r->{extra_backfills} }, $id if $extra->{cancellable};
+	$r->{policy}{backfills}{$id} = $t_start;
+	$r->write_policy;
 	return;
 }
 
@@ -796,14 +814,18 @@ sub race_backfill
 {
 	my ($r, $table) = @_;
 	return unless $table && $r->pub_sql("SELECT to_regclass('$table') IS NOT NULL") eq 't';
+	return unless $r->updates_published($table);
 	my @leaves = $r->leaves_of($table);
 	$r->sink_fault({ fault => 'delay' });
 	my $started = 0;
 	foreach my $leaf (@leaves ? @leaves : ($table))
 	{
-		my ($ok) = $r->try_sql($r->{pub}, "SELECT replicant.backfill('p', '$leaf'::regclass, 'auto')");
+		my $t_start = time();
+		my ($ok, $id) = $r->try_sql($r->{pub}, "SELECT replicant.backfill('p', '$leaf'::regclass, 'auto')");
+		$r->{policy}{backfills}{$id} = $t_start if $ok;
 		$started ||= $ok;
 	}
+	$r->write_policy;
 	$r->poll_until('the backfill reads', 10, sub {
 			$r->pub_sql("SELECT count(*) > 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
 				  . " AND state = 'running'") eq 't';
@@ -826,11 +848,23 @@ sub delivered_as
 {
 	my ($r, $table) = @_;
 	my %cands = map { $_ => 1 } ($table, $r->leaves_of($table));
-	my $root = $r->pub_sql("SELECT coalesce((SELECT relid::regclass::text FROM pg_partition_ancestors('$table')"
-		  . " ORDER BY level DESC LIMIT 1), '')", allow_error => 1) // '';
+	my $root = $r->pub_sql("SELECT coalesce(pg_partition_root('$table')::text, '')", allow_error => 1) // '';
 	$cands{$root} = 1 if $root;
 	my @names = map { $r->rel_name($_) } sort keys %cands;
 	return grep { $r->{delivered}{$_} || $r->{frozen}{$_} } @names;
+}
+
+# Whether the pipeline's publications deliver the table's updates (see
+# OracleGen::publishes_updates: otherwise a backfill is not comparable).
+sub updates_published
+{
+	my ($r, $table) = @_;
+	foreach my $rel ($r->delivered_as($table))
+	{
+		my $p = $r->{delivered}{$rel} or next;
+		return 1 if grep { ($_ // '') =~ /update/ } @{ $p->{actions} };
+	}
+	return 0;
 }
 
 sub rel_name
@@ -990,15 +1024,27 @@ sub step
 	elsif ($op eq 'burst') { $r->do_burst($s); }
 	elsif ($op eq 'backfill')
 	{
-		$r->start_backfill($s->{table}, $s->{mode}, { cancellable => 1 })
-		  if $r->pub_sql("SELECT to_regclass('$s->{table}') IS NOT NULL") eq 't' || $r->{strict};
+		my $exists = $r->pub_sql("SELECT to_regclass('$s->{table}') IS NOT NULL") eq 't';
+		if ($exists && !$r->updates_published($s->{table}))
+		{
+			$r->flunk('oracle', "step $r->{n}: backfill of a table whose updates are not published") if $r->{strict};
+		}
+		elsif ($exists || $r->{strict})
+		{
+			$r->start_backfill($s->{table}, $s->{mode}, { cancellable => 1 });
+		}
 	}
 	elsif ($op eq 'cancel_backfill')
 	{
 		# Only backfills of the history's own: a resync's must finish.
 		my $id = pop @{ $r->{extra_backfills} };
-		$r->pub_sql("SELECT replicant.cancel_backfill($id) FROM replicant.backfill_status WHERE id = $id"
-			  . " AND state IN ('planned', 'running')") if $id;
+		if ($id)
+		{
+			my ($ok, $out, $err) = $r->try_sql($r->{pub}, "SELECT replicant.cancel_backfill($id)"
+				  . " FROM replicant.backfill_status WHERE id = $id AND state IN ('planned', 'running')");
+			# it may have ended between the two
+			$r->flunk('runner', 'cancel_backfill', $err) if !$ok && $err !~ /is already (done|cancelled|failed)/;
+		}
 	}
 	elsif ($op eq 'pub') { $r->do_pub($s); }
 	elsif ($op eq 'ddl') { $r->do_ddl($s); }

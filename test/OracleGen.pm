@@ -976,6 +976,25 @@ sub delivered_leaves
 	return grep { !$seen{$_}++ } @out;
 }
 
+# Whether the pipeline's publications publish updates of the table a leaf
+# (or table) is delivered as.  A backfill is generated only then: with
+# updates unpublished, the subscriber and the sink keep the old versions of
+# rows, and a backfill (reading the rows as they are) would bring the new
+# ones to the sink alone.
+sub publishes_updates
+{
+	my ($m, $leaf) = @_;
+	my $t = leaf_shape($m, $leaf) or return 0;
+	foreach my $p (@{ $m->{pipe} })
+	{
+		my $pub = $m->{pubs}{$p};
+		next unless $pub->{actions} =~ /update/;
+		return 1 if $pub->{tables}{ $t->{name} };
+		return 1 if $pub->{schema} && $leaf =~ /^\Q$pub->{schema}\E\./;
+	}
+	return 0;
+}
+
 sub leaf_shape
 {
 	my ($m, $leaf) = @_;
@@ -987,7 +1006,7 @@ sub leaf_shape
 sub step_backfill
 {
 	my ($m) = @_;
-	my @leaves = delivered_leaves($m);
+	my @leaves = grep { publishes_updates($m, $_) } delivered_leaves($m);
 	return undef unless @leaves;
 	my $leaf = pick(@leaves);
 	my $t = leaf_shape($m, $leaf) or return undef;
@@ -1060,7 +1079,7 @@ sub generate
 		snapshot => pick('initial', 'initial', 'incremental'),
 		snapshot_workers => 1 + int(rand(3)),
 		options => join(', ', pick('batch_max_bytes => 8388608', 'batch_max_bytes => 30000'),
-			pick('batch_max_transactions => 10000', 'batch_max_transactions => 4'), 'http_timeout_ms => 3000',
+			pick('batch_max_transactions => 10000', 'batch_max_transactions => 4'), 'http_timeout_ms => 10000',
 			'connect_timeout_ms => 1000'),
 		checkpoint_interval => pick(0, 0, 50),
 	};

@@ -39,9 +39,11 @@ the whole delivered set from the LSN range [lo, hi] (and wall-clock range
 [t_lo, t_hi]) of the change that made it on; a stream change committed at C
 is checked against the entry in force at C (both, inside a change's range).
 "quiet": wall-clock times at which no backfill ran and everything was
-delivered; a read (snapshot batches, and read changes in change batches) is
-checked against every entry in force since the last quiet time before it
-arrived.  A filter is the text pg_publication_tables.rowfilter shows, of a
+delivered; "backfills": backfill id -> the time the test started it.  A read
+is checked against every entry in force between its backfill's start (a
+snapshot batch names its backfill; otherwise, and for backfills the test
+did not start, the last quiet time before the read arrived) and its
+arrival.  A filter is the text pg_publication_tables.rowfilter shows, of a
 small grammar (columns, integers, arithmetic, comparisons, AND, OR, NOT,
 IS [NOT] NULL); one that does not parse is a violation of its own, so the
 generator never widens it unnoticed.
@@ -392,9 +394,11 @@ def stream_entries(entries, lsn):
     return chosen
 
 
-def read_entries(entries, quiet, arrival):
-    """The entries in force at some moment since the last quiet time before arrival."""
-    since = max([t for t in quiet if t <= arrival] or [0])
+def read_entries(entries, quiet, arrival, started=None):
+    """The entries in force at some moment between the read's backfill's
+    start (when known, else the last quiet time before it arrived) and its
+    arrival."""
+    since = started if started is not None else max([t for t in quiet if t <= arrival] or [0])
     out = []
     for i, e in enumerate(entries):
         until = entries[i + 1]["t_hi"] if i + 1 < len(entries) else float("inf")
@@ -408,6 +412,7 @@ def check(args):
     with open(args.policy) as f:
         policy = json.load(f)
     entries, quiet = policy["entries"], policy.get("quiet", [])
+    backfills = policy.get("backfills", {})
     out = []
     last = args.after
     seen = {}   # (what, table, object, columns) -> count, so one defect is one line
@@ -426,8 +431,9 @@ def check(args):
         last = seq
         batch = rs.loads(body)
         if kind == "snapshot":
+            started = backfills.get(str((batch.get("snapshot") or {}).get("backfill_id")))
             for change in batch.get("changes") or []:
-                why = fits(read_entries(entries, quiet, arrival), change)
+                why = fits(read_entries(entries, quiet, arrival, started), change)
                 if why:
                     report(why[0], why[1], webhook_id, change, None)
         elif kind == "changes":
