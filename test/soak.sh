@@ -68,6 +68,8 @@ dir=$(cd "$dir" && pwd)
 rm -rf "$dir/tmp_check" "$dir/summary"
 
 rc=0
+# PostgreSQL 16 and later's test modules read these, 15's TESTDIR.
+export TESTDATADIR="$dir/tmp_check" TESTLOGDIR="$dir/tmp_check/log"
 if [ -n "$oracle" ]; then
 	# The oracle's seeds start at -s SEED (one after the other), else anywhere.
 	TESTDIR=$dir PATH="$bindir:$PATH" PG_REGRESS="$pgxs/test/regress/pg_regress" \

@@ -148,6 +148,15 @@ foreach my $seed (@seeds)
 }
 shrink_and_report($first_history, $first_res, "seed-$first_failing") if defined $first_failing;
 
+# The CI seeds together hold every kind of step (OracleGen::FEATURES).
+if (!$ENV{ORACLE_SEED} && !$ENV{ORACLE_RANDOM} && !$soak && !$mutant)
+{
+	my %covered;
+	$covered{$_} = 1 for map { keys %{ OracleGen::features(OracleGen::generate($_, $version, steps => $steps)) } } @CI_SEEDS;
+	my @missing = grep { !$covered{$_} } @OracleGen::FEATURES;
+	ok(!@missing, 'the CI seeds hold every kind of step') or diag("missing: @missing");
+}
+
 if ($mutant)
 {
 	ok(defined $first_failing, "mutant $mutant is caught"
