@@ -185,7 +185,6 @@ sub start
 	my ($r) = @_;
 	my $k = ++$runs;
 	my $setup = $r->{h}{setup};
-	local $ENV{REPLICANT_MUTANT} = $r->{mutant} if $r->{mutant};
 	$r->{pub} = ReplicantTest::new_node("pub$k", conf => join("\n",
 			'logical_decoding_work_mem = 64kB', "replicant.checkpoint_interval = $setup->{checkpoint_interval}",
 			'restart_after_crash = on', 'max_wal_senders = 20', 'wal_sender_timeout = 20s'));
@@ -1105,6 +1104,9 @@ sub run
 		$r->{failure} //= { kind => 'runner', where => 'died', detail => $err, step => $r->{n} };
 	};
 	$r->{seconds} = time() - $r->{started};
+	# A mutant build says so in the server log (src/fault.h).
+	$r->{mutant_active} = $r->{mutant} && $r->{pub}
+	  && PostgreSQL::Test::Utils::slurp_file($r->{pub}->logfile) =~ /replicant: mutant "\Q$r->{mutant}\E" active/;
 	$r->note_msg('time: ' . join(', ', map { sprintf('%s %.1fs', $_, $r->{time}{$_}) }
 			  sort { $r->{time}{$b} <=> $r->{time}{$a} } keys %{ $r->{time} }));
 	if ($r->{failure} && !$r->{quiet} && $r->{sink})
@@ -1128,7 +1130,7 @@ sub result
 	return {
 		ok => !$f, failure => $f, signature => $f ? "$f->{kind}: $f->{where}" : '',
 		steps => scalar(@{ $r->{h}{steps} }), compares => $r->{compares}, seconds => $r->{seconds},
-		redelivered => $r->{redelivered}, notes => $r->{notes},
+		redelivered => $r->{redelivered}, notes => $r->{notes}, mutant_active => $r->{mutant_active},
 	};
 }
 

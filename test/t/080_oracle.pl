@@ -48,6 +48,8 @@ make_path($out_dir);
 $out_dir = abs_path($out_dir);
 my $steps = $ENV{ORACLE_STEPS} // 110;
 my $mutant = $ENV{ORACLE_MUTANT};
+# Every server the test starts (and restarts) carries the mutant.
+$ENV{REPLICANT_MUTANT} = $mutant if $mutant;
 
 sub replay_command
 {
@@ -132,12 +134,14 @@ else
 
 my $started = time();
 my ($ran, $failures, $first_failing, $first_history, $first_res) = (0, 0, undef, undef, undef);
+my $mutant_active = 0;
 foreach my $seed (@seeds)
 {
 	last if $soak && time() - $started > $soak;
 	my $history = OracleGen::generate($seed, $version, steps => $steps);
 	my $res = run_one($history, "seed-$seed");
 	$ran++;
+	$mutant_active ||= $res->{mutant_active};
 	next if $res->{ok};
 	$failures++;
 	if (!defined $first_failing)
@@ -159,6 +163,7 @@ if (!$ENV{ORACLE_SEED} && !$ENV{ORACLE_RANDOM} && !$soak && !$mutant)
 
 if ($mutant)
 {
+	ok($mutant_active, "the library carries mutant $mutant (built with -DREPLICANT_MUTANTS)");
 	ok(defined $first_failing, "mutant $mutant is caught"
 		  . (defined $first_failing ? " by seed $first_failing: $first_res->{signature}" : ''));
 }
