@@ -64,6 +64,7 @@
 
 #include "backfill.h"
 #include "compat.h"
+#include "fault.h"
 #include "format.h"
 #include "partition_root.h"
 #include "publication.h"
@@ -933,6 +934,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		replicant_chunk_free(chunk);
 		return NULL;
 	}
+	replicant_fault("backfill_chunk");
 
 	*halt_reason = open_chunk_source(pipeline, b, &src);
 	if (*halt_reason)

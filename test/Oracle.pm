@@ -774,6 +774,12 @@ sub resync_now
 		@leaves = ($rel) unless @leaves;
 		$r->start_backfill($_, 'auto', { fresh => 1 }) for @leaves;
 	}
+	# Both ends read again before the history goes on: a change the
+	# publications do not deliver (an unpublished update, delete or
+	# truncate, a partition's TRUNCATE under its root) landing between the
+	# subscriber's copy and the backfill's read would reach one end only.
+	$r->quiesce;
+	$r->subscriber_caught_up;
 	return;
 }
 
@@ -829,6 +835,25 @@ sub race_backfill
 			$r->pub_sql("SELECT count(*) > 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
 				  . " AND state = 'running'") eq 't';
 		}) if $started;
+	return;
+}
+
+# A backfill whose first chunk stops for two seconds (fault point
+# backfill_chunk:pause) after its low watermark and snapshot, while a burst
+# updates every row of the table once: the rows the chunk reads are stale
+# by the time it ends, and the stream's updates inside its window must win.
+sub backfill_with_burst
+{
+	my ($r, $s) = @_;
+	my $offset = -s $r->{pub}->logfile;
+	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = 'backfill_chunk:pause'; SELECT pg_reload_conf();");
+	$r->start_backfill($s->{table}, $s->{mode}, { cancellable => 1 });
+	$r->do_burst($s->{burst});
+	$r->poll_until('the chunk pauses', 15, sub {
+			PostgreSQL::Test::Utils::slurp_file($r->{pub}->logfile, $offset)
+			  =~ /fault point "backfill_chunk" reached, pausing/;
+		});
+	$r->pub_sql('ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();');
 	return;
 }
 
@@ -1002,7 +1027,7 @@ sub do_partition
 sub do_burst
 {
 	my ($r, $s) = @_;
-	$r->pub_sql('SELECT 1');    # after a crash: once the server takes connections again
+	$r->pub_sql($s->{reset} // 'SELECT 1');    # (after a crash: once the server takes connections again)
 	my $dir = PostgreSQL::Test::Utils::tempdir('burst');
 	my $file = "$dir/burst.sql";
 	PostgreSQL::Test::Utils::append_to_file($file, $s->{script});
@@ -1027,6 +1052,10 @@ sub step
 		if ($exists && !$r->updates_published($s->{table}))
 		{
 			$r->flunk('oracle', "step $r->{n}: backfill of a table whose updates are not published") if $r->{strict};
+		}
+		elsif ($s->{burst})
+		{
+			$r->backfill_with_burst($s);
 		}
 		elsif ($exists || $r->{strict})
 		{

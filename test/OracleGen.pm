@@ -276,6 +276,7 @@ CREATE TABLE nums (id int PRIMARY KEY, n numeric, f float8, r real, i8 bigint, a
                    d date, iv interval, u uuid, flag bool);
 CREATE TABLE s2.sch (id int PRIMARY KEY, v int, note text);
 CREATE TABLE events (id int PRIMARY KEY, kind text, secret text);
+CREATE SEQUENCE oracle_walk;
 CREATE TABLE efull (id int NOT NULL, who text, action text, secret text);
 ALTER TABLE efull REPLICA IDENTITY FULL;
 SQL
@@ -591,17 +592,34 @@ sub step_burst
 	  dml_targets($m);
 	push @t, 'prange' if @{ $m->{tables}{prange}{alive} } > 3;
 	return undef unless @t;
-	my $t = $m->{tables}{ pick(@t) };
+	return burst_of($m, $m->{tables}{ pick(@t) });
+}
+
+# A burst of updates of table $t (keys in the partition $range's, or in a
+# random live key's), 100 to 500 transactions per client at random keys;
+# or, with $walk, every key of the range once, in order (so that no later
+# update of a row hides a stale backfill read of it).
+sub burst_of
+{
+	my ($m, $t, $range, $walk) = @_;
 	my ($col) = grep { $_->[2] eq 'int' } @{ $t->{cols} };
-	return undef unless $col;
+	return undef unless $col && @{ $t->{alive} };
 	my $keycol = ($t->{keygen} // 'id') eq 'pair' ? 'a' : 'id';
-	my $range = int(any_alive($t)->{$keycol} / 1000000);    # partitions' keys are far apart
+	$range //= int(any_alive($t)->{$keycol} / 1000000);    # partitions' keys are far apart
 	my @ids = sort { $a <=> $b } grep { int($_ / 1000000) == $range } map { $_->{$keycol} } @{ $t->{alive} };
+	return undef unless @ids;
 	my ($lo, $hi) = ($ids[0], $ids[-1]);
-	my $script = "\\set k random($lo, $hi)\nUPDATE " . sqlname($t->{name}) . ' SET ' . qi($col->[0])
-	  . ' = (' . qi($col->[0]) . " + :client_id + 1) % 100 WHERE $keycol = :k;\n";
-	return { op => 'burst', table => $t->{name}, script => $script, transactions => 100 + int(rand(400)),
-		seed => int(rand(1_000_000)) };
+	my $set = 'UPDATE ' . sqlname($t->{name}) . ' SET ' . qi($col->[0]) . ' = (' . qi($col->[0]) . ' + :client_id + 1) % 100';
+	my $seed = int(rand(1_000_000));
+	if ($walk)
+	{
+		my $span = $hi - $lo + 1;
+		return { op => 'burst', table => $t->{name}, seed => $seed, transactions => int(($span + 1) / 2),
+			script => "$set WHERE $keycol = (SELECT $lo + (nextval('oracle_walk') - 1) % $span);\n",
+			reset => "SELECT setval('oracle_walk', 1, false)" };
+	}
+	return { op => 'burst', table => $t->{name}, script => "\\set k random($lo, $hi)\n$set WHERE $keycol = :k;\n",
+		transactions => 100 + int(rand(400)), seed => $seed };
 }
 
 # ---- publications --------------------------------------------------------------
@@ -1020,7 +1038,16 @@ sub step_backfill
 	push @modes, 'keyset' if @{ $t->{key} } && $t->{ri} ne 'full' || ($t->{ri} eq 'full' && !$t->{nokey});
 	push @modes, 'bitmap' if @{ $t->{key} } == 1 && !$t->{nokey} && $t->{ri} ne 'index';
 	@modes = ('ctid') if $t->{ri} eq 'none' || $t->{nokey};
-	return { op => 'backfill', table => $leaf, mode => pick(@modes) };
+	my $step = { op => 'backfill', table => $leaf, mode => pick(@modes) };
+	# Often with a short burst of updates of the same rows while it reads:
+	# the stream's changes inside a chunk's window must win over the chunk.
+	if (chance(0.6) && $t->{ri} ne 'none')
+	{
+		my %range = (prange_1 => 0, prange_2eu => 1, prange_2us => 1, prange_2xx => 1, prange_3 => 2, 's3.prange_4' => 3);
+		my $burst = burst_of($m, $t, $range{$leaf}, 1);
+		$step->{burst} = $burst if $burst;
+	}
+	return $step;
 }
 
 sub step_fault
