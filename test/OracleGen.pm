@@ -1164,7 +1164,8 @@ sub generate
 	}
 	push @steps, { op => 'compare' };
 	$setup->{shape} = $m->{shape} if $m->{shape};
-	return { seed => $seed + 0, version => $version, format => 1, setup => $setup, steps => \@steps };
+	return { seed => $seed + 0, version => $version, format => 1, length => $nsteps, setup => $setup,
+		steps => \@steps };
 }
 
 # The kinds of step a history holds, as tags ("ddl:rename_column",

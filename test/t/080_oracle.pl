@@ -87,7 +87,7 @@ sub run_one
 	my $detail = length($f->{detail}) > 3000 ? substr($f->{detail}, 0, 3000) . ' ...' : $f->{detail};
 	diag("$line\n$detail");
 	diag('replay: ' . replay_command(defined $history->{seed} && !$history->{shrunk_from}
-			? "ORACLE_SEED=$history->{seed} ORACLE_STEPS=" . scalar(@{ $history->{steps} })
+			? "ORACLE_SEED=$history->{seed}" . (($history->{length} // 110) != 110 ? " ORACLE_STEPS=$history->{length}" : '')
 			: "ORACLE_HISTORY=$file"));
 	diag("history: $file" . ($f->{kept} ? "; the sink's store and the policy: $f->{kept}" : ''));
 	return $res;
@@ -135,6 +135,7 @@ else
 my $started = time();
 my ($ran, $failures, $first_failing, $first_history, $first_res) = (0, 0, undef, undef, undef);
 my $mutant_active = 0;
+my (%signatures, $in_shapes, $first_unshaped, $unshaped_history, $unshaped_res);
 foreach my $seed (@seeds)
 {
 	last if $soak && time() - $started > $soak;
@@ -144,13 +145,33 @@ foreach my $seed (@seeds)
 	$mutant_active ||= $res->{mutant_active};
 	next if $res->{ok};
 	$failures++;
+	# A history with a shape of a known defect (OracleGen::features) is
+	# expected to fail until that defect is fixed; the others are news.
+	my @shapes = grep { /^shape:/ } keys %{ OracleGen::features($history) };
+	$signatures{ $res->{signature} . (@shapes ? " [@{[ sort @shapes ]}]" : '') }++;
+	if (@shapes)
+	{
+		$in_shapes++;
+	}
+	else
+	{
+		($first_unshaped, $unshaped_history, $unshaped_res) = ($seed, $history, $res) unless defined $first_unshaped;
+	}
 	if (!defined $first_failing)
 	{
 		($first_failing, $first_history, $first_res) = ($seed, $history, $res);
 	}
 	last if $mutant;    # caught
 }
-shrink_and_report($first_history, $first_res, "seed-$first_failing") if defined $first_failing;
+# The first failure without a known defect's shape is the one to shorten.
+if (defined $first_unshaped)
+{
+	shrink_and_report($unshaped_history, $unshaped_res, "seed-$first_unshaped");
+}
+elsif (defined $first_failing)
+{
+	shrink_and_report($first_history, $first_res, "seed-$first_failing");
+}
 
 # The CI seeds together hold every kind of step (OracleGen::FEATURES).
 if (!$ENV{ORACLE_SEED} && !$ENV{ORACLE_RANDOM} && !$soak && !$mutant)
@@ -167,9 +188,12 @@ if ($mutant)
 	ok(defined $first_failing, "mutant $mutant is caught"
 		  . (defined $first_failing ? " by seed $first_failing: $first_res->{signature}" : ''));
 }
-my $summary = sprintf('oracle: seeds=%d failures=%d first failing seed=%s version=%d wall=%.0fs',
-	$ran, $failures, $first_failing // 'none', $version, time() - $started);
+my $summary = sprintf('oracle: seeds=%d failures=%d first failing seed=%s version=%d wall=%.0fs'
+	  . ' (failures in known-defect shapes=%d, first failing seed without one=%s)',
+	$ran, $failures, $first_failing // 'none', $version, time() - $started,
+	$in_shapes // 0, $first_unshaped // 'none');
 note($summary);
+note("failures: $signatures{$_} x $_") for sort { $signatures{$b} <=> $signatures{$a} } keys %signatures;
 if ($ENV{ORACLE_SUMMARY})
 {
 	open(my $fh, '>', $ENV{ORACLE_SUMMARY}) or die "cannot write $ENV{ORACLE_SUMMARY}: $!";
