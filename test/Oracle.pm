@@ -744,14 +744,16 @@ sub start_backfill
 # drops the ones gone from it (frozen, at both ends).
 sub resync
 {
-	my ($r, $full) = @_;
-	$r->timed(resync => sub { $r->resync_now($full) });
+	my ($r, @args) = @_;
+	$r->timed(resync => sub { $r->resync_now(@args) });
 	return;
 }
 
+# ($first, $during: $table's backfills start first and $during runs while
+# their first chunk waits, as in race_backfill.)
 sub resync_now
 {
-	my ($r, $full) = @_;
+	my ($r, $full, $first, $during) = @_;
 	my $change = $r->{last_change};
 	$full ||= @{ $change->{changed} } > 0;
 	$r->quiesce;
@@ -768,11 +770,24 @@ sub resync_now
 		$r->sub_sql('ALTER SUBSCRIPTION osub SET PUBLICATION ' . join(', ', @{ $r->{pubs} })
 			  . ' WITH (copy_data = true)');
 	}
-	foreach my $rel (@rels)
+	my $offset = -s $r->{pub}->logfile;
+	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = 'backfill_chunk:pause'; SELECT pg_reload_conf();")
+	  if $during;
+	my @leaves = map { my @l = $r->leaves_of($_); @l ? @l : ($_) } @rels;
+	if ($first)
 	{
-		my @leaves = $r->leaves_of($rel);
-		@leaves = ($rel) unless @leaves;
-		$r->start_backfill($_, 'auto', { fresh => 1 }) for @leaves;
+		my %firsts = map { $r->rel_name($_) => 1 } ($first, $r->leaves_of($first));
+		@leaves = ((grep { $firsts{ $r->rel_name($_) } } @leaves), (grep { !$firsts{ $r->rel_name($_) } } @leaves));
+	}
+	$r->start_backfill($_, 'auto', { fresh => 1 }) for @leaves;
+	if ($during)
+	{
+		$r->poll_until('the chunk pauses', 15, sub {
+				PostgreSQL::Test::Utils::slurp_file($r->{pub}->logfile, $offset)
+				  =~ /fault point "backfill_chunk" reached, pausing/;
+			});
+		$during->();
+		$r->pub_sql('ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();');
 	}
 	# Both ends read again before the history goes on: a change the
 	# publications do not deliver (an unpublished update, delete or
@@ -787,54 +802,29 @@ sub do_pub
 {
 	my ($r, $s) = @_;
 	$r->finish_bursts;
+	my $change = sub {
+		$r->policy_change(sub {
+				my $ok = 1;
+				$ok = $r->step_sql($s->{sql}) if length($s->{sql} // '');
+				if ($s->{pipeline_pubs})
+				{
+					my $pubs = join(',', @{ $s->{pipeline_pubs} });
+					$r->pub_sql("SELECT replicant.alter_pipeline('p', publication => '{$pubs}'::text[])");
+					$r->{pubs} = [ @{ $s->{pipeline_pubs} } ];
+				}
+				return $ok;
+			});
+	};
 	if ($s->{race})
 	{
-		$r->race_backfill($s->{table});
+		$r->race_backfill($s->{table}, $change);
 	}
 	else
 	{
 		$r->compare("before step $r->{n} ($s->{what})");
+		$change->();
 	}
-	$r->policy_change(sub {
-			my $ok = 1;
-			$ok = $r->step_sql($s->{sql}) if length($s->{sql} // '');
-			if ($s->{pipeline_pubs})
-			{
-				my $pubs = join(',', @{ $s->{pipeline_pubs} });
-				$r->pub_sql("SELECT replicant.alter_pipeline('p', publication => '{$pubs}'::text[])");
-				$r->{pubs} = [ @{ $s->{pipeline_pubs} } ];
-			}
-			return $ok;
-		});
-	$r->sink_clear;
 	$r->resync;
-	return;
-}
-
-# The step's change lands while a backfill of its table reads (the sink
-# answers slowly, so the backfill is still going): what replicant delivers
-# meanwhile must still fit a policy in force during the backfill, and
-# nothing may be lost.
-sub race_backfill
-{
-	my ($r, $table) = @_;
-	return unless $table && $r->pub_sql("SELECT to_regclass('$table') IS NOT NULL") eq 't';
-	return unless $r->updates_published($table);
-	my @leaves = $r->leaves_of($table);
-	$r->sink_fault({ fault => 'delay' });
-	my $started = 0;
-	foreach my $leaf (@leaves ? @leaves : ($table))
-	{
-		my $t_start = time();
-		my ($ok, $id) = $r->try_sql($r->{pub}, "SELECT replicant.backfill('p', '$leaf'::regclass, 'auto')");
-		$r->{policy}{backfills}{$id} = $t_start if $ok;
-		$started ||= $ok;
-	}
-	$r->write_policy;
-	$r->poll_until('the backfill reads', 10, sub {
-			$r->pub_sql("SELECT count(*) > 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
-				  . " AND state = 'running'") eq 't';
-		}) if $started;
 	return;
 }
 
@@ -854,6 +844,38 @@ sub backfill_with_burst
 			  =~ /fault point "backfill_chunk" reached, pausing/;
 		});
 	$r->pub_sql('ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();');
+	return;
+}
+
+# Runs $during while a backfill of $table reads it: the backfill's first
+# chunk waits two seconds (fault point backfill_chunk:pause) after its low
+# watermark and snapshot, before it opens the table, and $during runs in
+# that pause.  What replicant delivers meanwhile must still fit a policy in
+# force during the backfill, and nothing may be lost.
+sub race_backfill
+{
+	my ($r, $table, $during) = @_;
+	my $usable = length($table // '') && $r->pub_sql("SELECT to_regclass('$table') IS NOT NULL") eq 't'
+	  && $r->updates_published($table);
+	my @leaves = $usable ? $r->leaves_of($table) : ();
+	@leaves = ($table) if $usable && !@leaves;
+	my $offset = -s $r->{pub}->logfile;
+	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = 'backfill_chunk:pause'; SELECT pg_reload_conf();") if @leaves;
+	my $started = 0;
+	foreach my $leaf (@leaves)
+	{
+		my $t_start = time();
+		my ($ok, $id) = $r->try_sql($r->{pub}, "SELECT replicant.backfill('p', '$leaf'::regclass, 'auto')");
+		$r->{policy}{backfills}{$id} = $t_start if $ok;
+		$started ||= $ok;
+	}
+	$r->write_policy;
+	$r->poll_until('the chunk pauses', 15, sub {
+			PostgreSQL::Test::Utils::slurp_file($r->{pub}->logfile, $offset)
+			  =~ /fault point "backfill_chunk" reached, pausing/;
+		}) if $started;
+	$during->();
+	$r->pub_sql('ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();') if @leaves;
 	return;
 }
 
@@ -920,12 +942,24 @@ sub do_ddl
 	}
 	if ($kind eq 'alter_type')
 	{
-		# A rewrite while a backfill reads the table (issue #30 item 1).
 		my $alter = $s->{sql} =~ s/^ALTER TABLE \S+ //r;
-		$r->sub_sql("ALTER TABLE $_ $alter") for $r->sub_copies($table);
-		$r->race_backfill($table) if $s->{race};
-		$r->step_sql($s->{sql});
-		$r->sink_clear if $s->{race};
+		my $change = sub {
+			$r->sub_sql("ALTER TABLE $_ $alter") for $r->sub_copies($table);
+			$r->step_sql($s->{sql});
+		};
+		if ($s->{race})
+		{
+			# A rewrite while the table is read again from scratch at both
+			# ends, between its first chunk's snapshot and its read (issue
+			# #30 item 1): every row must arrive.
+			$r->finish_bursts;
+			$r->compare("before step $r->{n} (ALTER TYPE during a backfill)");
+			$r->resync(1, $table, $change);
+		}
+		else
+		{
+			$change->();
+		}
 		return;
 	}
 	$r->finish_bursts;

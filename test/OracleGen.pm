@@ -932,7 +932,9 @@ sub step_ddl
 		my $c = pick(@c);
 		my $to = delete $t->{alter}{ $c->[0] };
 		$c->[1] = $to;
-		return { op => 'ddl', kind => 'alter_type', table => $tname, column => $c->[0], race => chance(0.5) ? 1 : 0,
+		my $race = chance(0.5) ? 1 : 0;
+		return { op => 'ddl', kind => 'alter_type', table => $tname, column => $c->[0], race => $race,
+			$race ? (shape => 'rewrite_during_backfill') : (),
 			sql => 'ALTER TABLE ' . sqlname($tname) . ' ALTER COLUMN ' . qi($c->[0]) . " TYPE $to" };
 	}
 	if ($kind eq 'rename_column')
@@ -1174,7 +1176,8 @@ sub generate
 # are tagged "shape:<name>" (a column list without the key: issue #30 item
 # 4; a table dropped from its publication while a backfill reads it: item
 # 5; a root's row filter over a partition in a schema the publication
-# publishes: item 6).
+# publishes: item 6; a table rewritten by ALTER TYPE between a backfill
+# chunk's snapshot and its read: item 1).
 our @FEATURES = qw(
   setup:initial setup:incremental setup:interval0 setup:interval50
   sql:single sql:multi sql:savepoint sql:rollback sql:large sql:rekey sql:truncate_several
