@@ -3,6 +3,8 @@
 # the request headers, publication membership (FOR TABLE, FOR ALL TABLES,
 # FOR TABLES IN SCHEMA, publish actions, several publications, a table
 # added later), and commit-to-sink latency.
+#
+# versions: all (publication membership and publish actions; old tuples, src/compat.h)
 use strict;
 use warnings;
 use B;

@@ -11,6 +11,8 @@
 # own names; under the root's when published via the root) and a type zoo whose snapshot reads and stream inserts encode
 # to byte-identical JSON; a sink that refuses a third of the requests (every
 # row still exactly once, each batch retried in its place).
+#
+# versions: all (the exported snapshot of a new slot; publish_via_partition_root)
 use strict;
 use warnings;
 use IPC::Run;

@@ -13,6 +13,8 @@
 #
 # Every row value carries a marker; neither last_error nor the server log
 # (default logging: log_statement = none) may ever show it.
+#
+# versions: all (slot invalidation, src/compat.h)
 use strict;
 use warnings;
 use Time::HiRes qw(time usleep);

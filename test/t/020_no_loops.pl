@@ -10,6 +10,8 @@
 #   two sessions creating the same pipeline: the loser hears "already exists"
 #   a replicant_-named slot that replicant did not create is never dropped
 #   DROP EXTENSION stops the workers and drops the slots at once
+#
+# versions: all (slot handling: slots refused, not created, never dropped)
 use strict;
 use warnings;
 use Time::HiRes qw(time usleep);

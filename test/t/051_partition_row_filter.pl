@@ -10,6 +10,8 @@
 #     used; updates are transformed against it (old and new match: update;
 #     only new: insert; only old: delete), a row moved to another partition
 #     too; snapshot and stream alike
+#
+# versions: all (partition roots and row filters)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

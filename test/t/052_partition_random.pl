@@ -15,6 +15,8 @@
 #     row with a key it kept): the sink still equals the subscriber
 #
 # The seed is printed; REPLICANT_SEED=<n> repeats a run.
+#
+# versions: all (partition roots, row filters, column lists)
 use strict;
 use warnings;
 use Test::More;
