@@ -292,8 +292,10 @@ fi
 
 # ---- 5. report -----------------------------------------------------------------
 say "summary"
-grep -E '^[# ]*(All [0-9]+ tests passed|[0-9]+ of [0-9]+ tests (passed|failed))' \
-	regress.out || echo "pg_regress: no summary (see above)"
+if [ -s regress.out ]; then
+	grep -E '^[# ]*(All [0-9]+ tests passed|[0-9]+ of [0-9]+ tests (passed|failed))' \
+		regress.out || echo "pg_regress: no summary (see above)"
+fi
 for out in tap.out repeat-*.out; do
 	[ -s "$out" ] || continue
 	grep -E '^(Files=|Result:)' "$out" | sed "s/^/${out%.out}: /" ||

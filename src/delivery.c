@@ -6,6 +6,9 @@
  * exponentially from RETRY_BASE_MS to RETRY_MAX_MS with jitter, or wait as
  * long as Retry-After asked.  Nothing is ever skipped: the caller gets the
  * body through or a final answer it must act on.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm), §8 (errors: halt or retry).
  */
 #include "postgres.h"
 

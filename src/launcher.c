@@ -11,6 +11,9 @@
  * restarts pipeline workers to match, restarting crashed ones with
  * exponential backoff.  Pipeline workers are BGW_NEVER_RESTART so that the
  * launcher alone decides.
+ *
+ * Rules kept with other files: docs/internals.md §8 (restarts), §9
+ * (privileges).
  */
 #include "postgres.h"
 

@@ -15,6 +15,9 @@
  * (partition_root.c); row filters and column lists are pubfilter.c's,
  * taken from the publications that publish the relation as what it is
  * delivered as, as pgoutput takes them.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn).
  */
 #include "postgres.h"
 

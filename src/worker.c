@@ -31,6 +31,9 @@
  * await_delivered().  Conditions that would make delivery wrong halt the
  * pipeline: the reason is recorded in the catalog
  * and the worker exits 0, so nothing restarts it until resume_pipeline.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm), §4, §8 (halt or retry).
  */
 #include "postgres.h"
 

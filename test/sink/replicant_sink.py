@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """replicant_sink.py -- a reference HTTP sink for replicant (Python 3 stdlib only).
 
-It shows what a correct sink does with replicant's batches (docs/design.md §3-4):
+It shows what a correct sink does with replicant's batches (docs/sink-protocol.md;
+docs/internals.md, sections 1 and 5):
 
   * verify the Standard Webhooks signature (when a secret is configured);
   * apply a batch and raise the pipeline's watermark in ONE local transaction,

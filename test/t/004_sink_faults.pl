@@ -1,4 +1,4 @@
-# Every sink fault of docs/design.md §3 survived with no loss: one pipeline,
+# Every sink fault of docs/sink-protocol.md survived with no loss: one pipeline,
 # the reference sink's faults switched at runtime.  Retried classes (500 on
 # 30% of requests under a steady stream, 503 with Retry-After, 429, refused,
 # reset, hang, an answer slower than http_timeout_ms) show state 'retrying'
@@ -19,7 +19,7 @@ use FindBin;
 use lib "$FindBin::RealBin/..";
 use ReplicantTest;
 
-# A refused-connection outage of 60 s, as the issue asks: the worker's
+# A refused-connection outage of 60 s: the worker's
 # backoff walks up to its 30 s cap, so the sink is tried again at most ~30 s
 # after it is back (the whole file runs in about 2 minutes).
 my $OUTAGE_S = 60;

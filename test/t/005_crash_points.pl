@@ -1,4 +1,4 @@
-# Crash injection at every step of the delivery cycle (docs/design.md §4),
+# Crash injection at every step of the delivery cycle (docs/internals.md §1),
 # each under a concurrent write workload: the fault points 'decode',
 # 'after_send', 'after_ack', 'after_checkpoint' (the worker exits and the
 # launcher restarts it), 'after_ack:abort' (the whole server restarts),
@@ -115,7 +115,7 @@ sub scenario
 	my $count = redeliveries($sink->stats->{accepted}, $from);
 	$total_redeliveries += $count;
 	cmp_ok($count, '<=', 1, "$label: at most one batch re-delivered ($count)");
-	is($count, $expected, "$label: $expected re-delivered, as §4 says") if defined $expected;
+	is($count, $expected, "$label: $expected re-delivered, as docs/internals.md §1 says") if defined $expected;
 	ok(poll("SELECT state = 'streaming' AND last_error IS NULL FROM replicant.status"
 			  . " WHERE pipeline = 'crash'", 30),
 		"$label: streaming again");

@@ -1,4 +1,4 @@
-# Initial snapshots (docs/design.md §3, §5): create_pipeline(snapshot =>
+# Initial snapshots (docs/internals.md §3): create_pipeline(snapshot =>
 # 'initial') reads the published tables under the slot's exported snapshot
 # with parallel shard workers, brackets each table with first/last markers
 # and then streams from the slot's consistent point.  Covered: a 200,000-row

@@ -1,4 +1,4 @@
-# Privilege boundary (issue #10 items 1, 2, 5).
+# Privilege boundary (docs/internals.md §9).
 #
 # A role granted the management functions puts its own schema first on
 # search_path, holding operators and functions that shadow the built-in ones

@@ -1,6 +1,6 @@
 # Row filters on partitioned tables, after PostgreSQL's
 # src/test/subscription/t/028_row_filter.pl (the rows a subscriber ends up
-# with are carried over as facts).  Needs row filters (branch "rowfilter").
+# with are carried over as facts).
 #
 #   publish_via_partition_root = false: each partition's own filter decides
 #     (PostgreSQL refuses a filter on the partitioned table itself then); a
