@@ -12,7 +12,8 @@
 # and .ci/suite.sh runs there: build with warnings as errors, install,
 # `make installcheck` (pg_regress, then every TAP file, or only the TAP files
 # given), and the final line "N passed, M failed"; the SUITE_* variables
-# of .ci/suite.sh are passed on to it.  The copy includes
+# of .ci/suite.sh and the tests' REPLICANT_* ones (REPLICANT_SEED...) are
+# passed on.  The copy includes
 # test/js/node_modules (`npm ci --prefix test/js`, as .ci/run does): the
 # chroot has Node.js but no npm.  If the version cannot be
 # installed, built or started, the run says so and fails: it never skips.
@@ -162,8 +163,10 @@ mkdir -p "$root/build"
 cp -a "$repo/." "$root/build/replicant"
 rm -rf "$root/build/replicant/.git"
 echo "=== PostgreSQL $version in $root"
-# .ci/suite.sh's settings (SUITE_JOBS, SUITE_REPEAT, ...), whatever they are.
-mapfile -t suite_env < <(env | grep -E '^SUITE_[A-Z0-9_]+=' || true)
+# .ci/suite.sh's settings (SUITE_JOBS, SUITE_REPEAT, ...) and the tests'
+# (REPLICANT_SEED, ...), whatever they are.
+mapfile -t suite_env < <(env | grep -E '^(SUITE|REPLICANT)_[A-Z0-9_]+=' |
+	grep -vE '^REPLICANT_(MATRIX_|NO_CLICKHOUSE=)' || true)
 if [ $demo = 1 ]; then
 	chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 		bash /build/replicant/test/demo.sh "$version"
