@@ -301,8 +301,10 @@ for out in tap.out repeat-*.out; do
 	grep -E '^(Files=|Result:)' "$out" | sed "s/^/${out%.out}: /" ||
 		echo "${out%.out}: prove: no summary (see above)"
 done
-echo "slowest TAP files (ms):"
-cat tap.times repeat-*.times 2>/dev/null | sort -k2,2nr | head -n 10 | sed 's/^/  /'
+if [ -s tap.times ] || compgen -G 'repeat-*.times' >/dev/null; then
+	echo "slowest TAP files (ms):"
+	cat tap.times repeat-*.times 2>/dev/null | sort -k2,2nr | head -n 10 | sed 's/^/  /' || true
+fi
 echo "build and install: $build_seconds s"
 printf '%s\n' "${timings[@]}"
 echo "PostgreSQL $major in all: $(($(date +%s) - suite_start)) s"
