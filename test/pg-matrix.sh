@@ -12,7 +12,7 @@
 # and .ci/suite.sh runs there: build with warnings as errors, install,
 # `make installcheck` (pg_regress, then every TAP file, or only the TAP files
 # given), and the final line "N passed, M failed"; the SUITE_* variables
-# of .ci/suite.sh and the tests' REPLICANT_* ones (REPLICANT_SEED...) are
+# of .ci/suite.sh and the tests' REPLICANT_* and ORACLE_* ones are
 # passed on.  The copy includes
 # test/js/node_modules (`npm ci --prefix test/js`, as .ci/run does): the
 # chroot has Node.js but no npm.  If the version cannot be
@@ -164,8 +164,8 @@ cp -a "$repo/." "$root/build/replicant"
 rm -rf "$root/build/replicant/.git"
 echo "=== PostgreSQL $version in $root"
 # .ci/suite.sh's settings (SUITE_JOBS, SUITE_REPEAT, ...) and the tests'
-# (REPLICANT_SEED, ...), whatever they are.
-mapfile -t suite_env < <(env | grep -E '^(SUITE|REPLICANT)_[A-Z0-9_]+=' |
+# (REPLICANT_SEED, ORACLE_SEED, ...), whatever they are.
+mapfile -t suite_env < <(env | grep -E '^(SUITE|REPLICANT|ORACLE)_[A-Z0-9_]+=' |
 	grep -vE '^REPLICANT_(MATRIX_|NO_CLICKHOUSE=)' || true)
 if [ $demo = 1 ]; then
 	chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
