@@ -121,20 +121,28 @@ sub scenario
 		"$label: streaming again");
 }
 
-# A fault point set through the configuration: the worker exits there, and
-# the fault is reset before the launcher restarts it (>= 1 s later).
+# A fault point set through the configuration: the worker holds there and
+# is terminated, which exits as the fault point's own exit does.  A new
+# worker that the launcher starts (a second or more later) before the reset
+# has reached the postmaster, as on a loaded machine, holds at the point too
+# instead of crashing again, until the reset releases it.
 sub fault_point
 {
 	my ($point, $expected) = @_;
 	scenario(
 		"fault point $point", $expected,
-		qr/replicant: fault point "\Q$point\E" reached, exiting/,
+		qr/replicant: fault point "\Q$point\E" reached, holding/,
 		sub {
 			my ($pid) = @_;
+			my $offset = -s $node->logfile;
 			$node->safe_psql('postgres',
-				"ALTER SYSTEM SET replicant.fault_point = '$point';\nSELECT pg_reload_conf();");
-			# Under this load a worker cycle takes well under a second.
-			my $died = poll("SELECT coalesce(worker_pid, 0) <> $pid FROM replicant.status"
+				"ALTER SYSTEM SET replicant.fault_point = '$point:hold';\nSELECT pg_reload_conf();");
+			my $held = eval {
+				$node->wait_for_log(qr/fault point "\Q$point\E" reached, holding/, $offset);
+			};
+			$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)") if $held;
+			my $died = $held
+			  && poll("SELECT coalesce(worker_pid, 0) <> $pid FROM replicant.status"
 				  . " WHERE pipeline = 'crash'", 20);
 			$node->safe_psql('postgres',
 				"ALTER SYSTEM RESET replicant.fault_point;\nSELECT pg_reload_conf();");
