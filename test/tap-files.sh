@@ -40,7 +40,7 @@ esac
 
 for file in "$@"; do
 	# The first "# versions:" line of the file's first 40 lines.
-	tag=$(head -n 40 "$file" | sed -n 's/^# versions:\([^(]*\).*/\1/p' | head -n 1)
+	tag=$(awk 'NR > 40 { exit } sub(/^# versions:/, "") { sub(/\(.*/, ""); print; exit }' "$file")
 	read -r -a words <<<"$tag" # without the blanks around
 	versions=${words[*]}
 	versions=${versions:-$DEFAULT_VERSIONS}
