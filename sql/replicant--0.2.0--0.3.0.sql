@@ -6,3 +6,51 @@
 -- pg_catalog, pg_temp itself (test/t/011_search_path.pl checks every
 -- function), and one meant for replicant_admin is granted to it here.
 \echo Use "ALTER EXTENSION replicant UPDATE" to load this file. \quit
+
+-- ---- Slot names are cluster-wide, pipeline names per database: a new
+-- pipeline's slot is replicant_<database OID>_<name> (a name too long for
+-- that keeps its start and gets its hash), and the row records it.  Existing
+-- pipelines keep the slot they have, replicant_<name>: the update re-delivers
+-- and loses nothing.  replicant never decodes, adopts or drops a slot of
+-- another database or another output plugin, whatever its name.
+ALTER TABLE replicant.pipelines ADD COLUMN slot_name name;
+UPDATE replicant.pipelines SET slot_name = ('replicant_' || name)::name;
+ALTER TABLE replicant.pipelines ALTER COLUMN slot_name SET NOT NULL;
+ALTER TABLE replicant.pipelines ADD CONSTRAINT pipelines_slot_name_key UNIQUE (slot_name);
+COMMENT ON COLUMN replicant.pipelines.slot_name IS
+    'API: Private. The pipeline''s replication slot: replicant_<database OID>_<name>, or replicant_<name> for a pipeline created before 0.3.0.';
+
+CREATE OR REPLACE VIEW replicant.status AS
+SELECT p.name AS pipeline,
+       CASE
+           WHEN pg_catalog.pg_is_in_recovery() THEN 'standby'
+           WHEN p.halt_reason IS NOT NULL THEN 'halted'
+           WHEN NOT p.enabled THEN 'disabled'
+           ELSE coalesce(w.state, 'starting')
+       END AS state,
+       p.slot_name COLLATE pg_catalog."default" AS slot_name,  -- as 0.2.0's column
+       c.commit_lsn AS checkpoint_lsn,
+       s.confirmed_flush_lsn,
+       pg_wal_lsn_diff(CASE
+                           WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
+                           ELSE pg_catalog.pg_current_wal_lsn()
+                       END, s.confirmed_flush_lsn)::bigint AS lag_bytes,
+       coalesce(w.transactions_delivered, 0) AS transactions_delivered,
+       coalesce(w.changes_delivered, 0) AS changes_delivered,
+       coalesce(w.batches_delivered, 0) AS batches_delivered,
+       coalesce(w.bytes_delivered, 0) AS bytes_delivered,
+       coalesce(w.retries, 0) AS retries,
+       coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
+       coalesce(p.halt_reason, w.last_error) AS last_error,
+       w.worker_pid,
+       replicant._redact_url(p.sink_url) AS sink_url,
+       w.sink_latency_ms,
+       w.last_http_status,
+       p.publications
+  FROM replicant.pipelines p
+  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id
+  LEFT JOIN pg_catalog.pg_replication_slots s
+         ON s.slot_name = p.slot_name
+        AND s.database = pg_catalog.current_database()
+        AND s.plugin = 'replicant'
+  LEFT JOIN replicant._worker_status() w ON w.pipeline_id = p.id;

@@ -9,7 +9,9 @@ SELECT attname, format_type(atttypid, atttypmod)
 CREATE TABLE t (id int PRIMARY KEY);
 CREATE PUBLICATION pub FOR TABLE t;
 SELECT replicant.create_pipeline('quiet', 'pub', 'http://127.0.0.1:9/path?q=1');
-SELECT pipeline, slot_name, checkpoint_lsn, confirmed_flush_lsn IS NOT NULL AS has_slot,
+SELECT pipeline,
+       replace(slot_name, (SELECT oid::text FROM pg_database WHERE datname = current_database()), '<dboid>') AS slot_name,
+       checkpoint_lsn, confirmed_flush_lsn IS NOT NULL AS has_slot,
        lag_bytes >= 0 AS lag_ok, transactions_delivered, changes_delivered,
        batches_delivered, bytes_delivered, sink_url, publications
   FROM replicant.status;

@@ -281,7 +281,8 @@ foreach my $fn (qw(alter_pipeline enable_pipeline disable_pipeline resume_pipeli
 is($node->safe_psql('postgres', "SELECT state FROM replicant.status WHERE pipeline = 'makers'"),
 	'streaming', 'makers: untouched');
 $node->safe_psql('postgres', "SET ROLE maker;\nSELECT replicant.drop_pipeline('makers')");
-is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_makers'"),
+my $makers_slot = ReplicantTest::slot_name($node, 'postgres', 'makers');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$makers_slot'"),
 	'0', 'the owner drops its pipeline');
 
 # ---- TLS: verification on; ca_file trusts a self-signed sink -----------------------
