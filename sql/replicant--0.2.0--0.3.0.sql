@@ -54,3 +54,47 @@ SELECT p.name AS pipeline,
         AND s.database = pg_catalog.current_database()
         AND s.plugin = 'replicant'
   LEFT JOIN replicant._worker_status() w ON w.pipeline_id = p.id;
+
+-- ---- replicant_admin is trusted only as replicant would make it.  Roles are
+-- cluster-wide, and 0.2.0 granted the management functions to a
+-- replicant_admin that existed already, which any CREATEROLE holder could
+-- have made first, keeping control of its membership (on 16 and later the
+-- creator of a role holds ADMIN OPTION on it).  Installing or updating to
+-- 0.3.0 therefore refuses a replicant_admin that can log in or has a role
+-- attribute, or that has a member granted by a role that is not a superuser
+-- or a member other than a superuser with ADMIN OPTION.  This runs after
+-- 0.2.0's script, in the same transaction, so a refused CREATE EXTENSION
+-- grants nothing.
+DO $$
+DECLARE
+    admin pg_catalog.pg_roles%ROWTYPE;
+    bad_member name;
+BEGIN
+    SELECT * INTO admin FROM pg_catalog.pg_roles
+     WHERE rolname OPERATOR(pg_catalog.=) 'replicant_admin';
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF admin.rolcanlogin OR admin.rolsuper OR admin.rolcreaterole OR admin.rolcreatedb
+       OR admin.rolreplication OR admin.rolbypassrls THEN
+        RAISE EXCEPTION 'role "replicant_admin" is not safe to grant replicant''s management functions to'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The role can log in or has role attributes.',
+                  HINT = 'replicant_admin must be a NOLOGIN role without attributes that only superusers manage: fix it with ALTER ROLE, or drop it (DROP OWNED BY replicant_admin in each database, then DROP ROLE replicant_admin), and run the command again.';
+    END IF;
+    SELECT u.rolname INTO bad_member
+      FROM pg_catalog.pg_auth_members m
+      JOIN pg_catalog.pg_roles u ON u.oid OPERATOR(pg_catalog.=) m.member
+      LEFT JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) m.grantor
+     WHERE m.roleid OPERATOR(pg_catalog.=) admin.oid
+       AND (NOT coalesce(g.rolsuper, false) OR (m.admin_option AND NOT u.rolsuper))
+     ORDER BY u.rolname
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'role "replicant_admin" is not safe to grant replicant''s management functions to'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('Role "%s" is a member of it by the grant of a role that is not a superuser, or holds ADMIN OPTION on it.', bad_member),
+                  HINT = 'Only superusers may grant replicant_admin: revoke that membership (and grant it again as a superuser, without ADMIN OPTION), or drop the role (DROP OWNED BY replicant_admin in each database, then DROP ROLE replicant_admin), and run the command again.';
+    END IF;
+END
+$$;
