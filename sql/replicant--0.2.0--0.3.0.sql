@@ -20,6 +20,18 @@ ALTER TABLE replicant.pipelines ADD CONSTRAINT pipelines_slot_name_key UNIQUE (s
 COMMENT ON COLUMN replicant.pipelines.slot_name IS
     'API: Private. The pipeline''s replication slot: replicant_<database OID>_<name>, or replicant_<name> for a pipeline created before 0.3.0.';
 
+-- ---- replicant.status shows a sink URL's path and query (where tokens often
+-- live) only to the pipeline's owner (its members, superusers); every other
+-- reader sees scheme://host[:port].
+CREATE FUNCTION replicant._sink_url(url text, owner oid) RETURNS text
+LANGUAGE C STRICT STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_sink_url';
+COMMENT ON FUNCTION replicant._sink_url(text, oid) IS
+    'API: Private. A sink URL as replicant.status shows it to the reader: without credentials to the owner, scheme://host[:port] to anyone else';
+
+-- The view with both: the slot the row names, and only if it is of this
+-- database and replicant's plugin; the sink URL as the reader may see it.
 CREATE OR REPLACE VIEW replicant.status AS
 SELECT p.name AS pipeline,
        CASE
@@ -43,7 +55,7 @@ SELECT p.name AS pipeline,
        coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
        coalesce(p.halt_reason, w.last_error) AS last_error,
        w.worker_pid,
-       replicant._redact_url(p.sink_url) AS sink_url,
+       replicant._sink_url(p.sink_url, p.owner) AS sink_url,
        w.sink_latency_ms,
        w.last_http_status,
        p.publications

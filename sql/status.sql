@@ -19,8 +19,24 @@ SELECT replicant.disable_pipeline('quiet');
 SELECT pipeline, state FROM replicant.status;
 SELECT replicant._redact_url('https://user:secret@example.com:8443/p?q=a@b');
 SELECT replicant._redact_url('http://127.0.0.1:9/no-credentials@here');
+-- status.sink_url: without credentials to the owner, scheme://host[:port] to others
+CREATE ROLE watcher;
+GRANT USAGE ON SCHEMA replicant TO watcher;
+GRANT SELECT ON replicant.status TO watcher;
+SET ROLE watcher;
+SELECT u, replicant._sink_url(u, 'watcher'::regrole) AS owner_sees,
+       replicant._sink_url(u, 10) AS others_see
+  FROM (VALUES ('https://user:secret@example.com:8443/p?q=a@b'),
+               ('http://[::1]:8080?token=x'),
+               ('http://host#frag'),
+               ('https://sink.example')) v(u);
+SELECT sink_url FROM replicant.status;
+RESET ROLE;
+REVOKE SELECT ON replicant.status FROM watcher;
+REVOKE USAGE ON SCHEMA replicant FROM watcher;
 SELECT replicant.drop_pipeline('quiet');
 SELECT count(*) FROM replicant.status;
 DROP PUBLICATION pub;
 DROP TABLE t;
 DROP EXTENSION replicant;
+DROP ROLE watcher;

@@ -705,10 +705,7 @@ option_params(const PipelineOptions *o, Oid pipeline_type, Datum pipeline, Oid o
 static void
 check_is_owner(const ReplicantPipelineRef *ref, const ReplicantCatalogAccess *s)
 {
-	if (!has_privs_of_role(s->saved_userid, ref->owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be owner of pipeline \"%s\"", ref->name)));
+	replicant_pipeline_check_owner(ref, s->saved_userid);
 }
 
 static void

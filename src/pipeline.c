@@ -10,6 +10,7 @@
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -164,6 +165,15 @@ replicant_pipeline_lookup(const char *name, bool lock)
 	ref.slot_name = spi_text(tuple, desc, 6);
 	ref.name = pstrdup(name);
 	return ref;
+}
+
+void
+replicant_pipeline_check_owner(const ReplicantPipelineRef *ref, Oid userid)
+{
+	if (!has_privs_of_role(userid, ref->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of pipeline \"%s\"", ref->name)));
 }
 
 static Datum

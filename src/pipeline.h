@@ -108,6 +108,12 @@ typedef struct ReplicantPipelineRef
 extern ReplicantPipelineRef replicant_pipeline_lookup(const char *name, bool lock);
 
 /*
+ * Raises an error unless userid has the privileges of the pipeline's owner
+ * (is it, a member of it, or a superuser): what managing a pipeline takes.
+ */
+extern void replicant_pipeline_check_owner(const ReplicantPipelineRef *ref, Oid userid);
+
+/*
  * Loads a pipeline and its checkpoint (inside replicant_catalog_begin/end);
  * the result is allocated in mcxt.  Returns NULL if it no longer exists.
  */

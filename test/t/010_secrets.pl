@@ -270,7 +270,8 @@ is($node->safe_psql('postgres', "SELECT pg_get_userbyid(owner) FROM replicant.pi
 	'maker', 'owned by that role');
 ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'makers'", 30),
 	'makers: streaming');
-foreach my $fn (qw(alter_pipeline enable_pipeline disable_pipeline resume_pipeline drop_pipeline backfill))
+foreach my $fn (qw(alter_pipeline enable_pipeline disable_pipeline resume_pipeline drop_pipeline backfill
+	await_delivered))
 {
 	(my $sql = $calls{$fn}) =~ s/'sec'/'makers'/;
 	my ($ret, $out, $err) = $node->psql('postgres', "SET ROLE other;\nSELECT $sql");

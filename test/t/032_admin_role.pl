@@ -1,7 +1,7 @@
 # replicant_admin: the extension refuses one it cannot trust; a role that is
-# only a member of it can manage its own pipelines and read the views;
-# create_pipeline refuses tables the owner cannot read and warns about tables
-# without a replica identity.
+# only a member of it can manage its own pipelines and read the views (not
+# the path of another's sink URL); create_pipeline refuses tables the owner
+# cannot read and warns about tables without a replica identity.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -68,6 +68,8 @@ $node->safe_psql('postgres', q{
 	GRANT replicant_admin TO alice;
 	GRANT SELECT ON t, nokey TO alice;
 	CREATE ROLE bob LOGIN;
+	CREATE ROLE carol LOGIN;
+	GRANT replicant_admin TO carol;
 });
 is($node->safe_psql('postgres',
 	"SELECT rolcanlogin FROM pg_roles WHERE rolname = 'replicant_admin'"),
@@ -92,6 +94,22 @@ ok(ReplicantTest::poll($node,
 $node->safe_psql('postgres', 'INSERT INTO t VALUES (1)');
 ($ret, $out, $err) = as_alice("SELECT replicant.await_delivered('a', pg_current_wal_lsn(), 60000)");
 is($out, 't', 'await_delivered') or diag($err);
+
+# Another member of replicant_admin reads the status of every pipeline, but
+# not the path and query of a sink URL that is not its own (tokens often live
+# there), and cannot wait on another's pipeline.
+$node->safe_psql('postgres',
+	"SELECT replicant.alter_pipeline('a', sink_url => '$sink->{url}?token=s3cr3t')");
+(my $origin = $sink->{url}) =~ s{^(\w+://[^/?#]+).*}{$1};
+($ret, $out, $err) = $node->psql('postgres', "SELECT sink_url FROM replicant.status WHERE pipeline = 'a'",
+	extra_params => [ '-U', 'carol' ]);
+is($out, $origin, "another member sees only scheme://host:port of alice's sink URL") or diag($err);
+($ret, $out, $err) = as_alice("SELECT sink_url FROM replicant.status WHERE pipeline = 'a'");
+is($out, "$sink->{url}?token=s3cr3t", 'alice sees her whole sink URL');
+($ret, $out, $err) = $node->psql('postgres', "SELECT replicant.await_delivered('a', timeout_ms => 0)",
+	extra_params => [ '-U', 'carol' ]);
+like($err, qr/must be owner of pipeline "a"/, "another member cannot await_delivered on alice's pipeline");
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('a', sink_url => '$sink->{url}')");
 
 foreach my $call (
 	"replicant.alter_pipeline('a', batch_max_transactions => 100)",
