@@ -172,6 +172,19 @@ $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('same')");
 $sink_a->stop;
 $sink_b->stop;
 
+# A 48-character name beside a 5-digit database OID does not fit in a slot
+# name (63 bytes): it keeps its start and gets a hash of the whole name.
+my $long = 'l' x 40 . '_0123456';
+$node->safe_psql('second', "SELECT replicant.create_pipeline('$long', 'same_pub', '$sink2->{url}')");
+my $long_slot = $node->safe_psql('second', "SELECT slot_name FROM replicant.status WHERE pipeline = '$long'");
+like($long_slot, qr/^replicant_${oid_b}_l{38}_[0-9a-f]{8}$/, 'long name: the slot name keeps its start and a hash');
+is(length($long_slot), 63, 'long name: and fits in a name');
+is($node->safe_psql('second', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$long_slot' AND database = 'second'"),
+	'1', 'long name: the slot exists');
+$node->safe_psql('second', "SELECT replicant.drop_pipeline('$long')");
+is($node->safe_psql('second', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$long_slot'"),
+	'0', 'long name: drop_pipeline drops it');
+
 # ---- a slot of the pipeline's name that is not the pipeline's ----------------
 # A slot of another plugin in this database, or one of another database, that
 # carries the name a pipeline's slot has: never decoded, adopted or dropped.
