@@ -64,6 +64,7 @@
 
 #include "backfill.h"
 #include "compat.h"
+#include "encoder.h"
 #include "format.h"
 #include "partition_root.h"
 #include "publication.h"
@@ -401,6 +402,7 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 		const char *lt = linitial(order->lt_ops);
 		int64 ranges;
 		StringInfoData sql;
+		int pinned;
 
 		ranges = Max(1, DatumGetInt64(args[3]) / CHUNK_ROWS);
 		initStringInfo(&sql);
@@ -414,12 +416,20 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 						 lt, ranges, ranges - 1, key, lt,
 						 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 													RelationGetRelationName(rel)));
+		/*
+		 * Rendered here, in the caller's session, and parsed by the worker:
+		 * both under the encoder's pinned settings (DateStyle, TimeZone,
+		 * IntervalStyle, extra_float_digits...), which the worker keeps for
+		 * its whole life, not under whatever the caller has set.
+		 */
+		pinned = replicant_encoder_pin_settings_local();
 		if (SPI_execute(sql.data, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not plan bitmap ranges");
 		bounds = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		if (isnull)
 			bounds = PointerGetDatum(construct_empty_array(TEXTOID));
 		bounds = PointerGetDatum(DatumGetArrayTypePCopy(bounds));
+		AtEOXact_GUC(false, pinned);
 	}
 	table_close(rel, AccessShareLock);
 	SetUserIdAndSecContext(saved_userid, saved_sec_context);

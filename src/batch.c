@@ -126,6 +126,13 @@ StringInfo
 replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, size_t head_len)
 {
 	Assert(!batch->in_txn);
+
+	/*
+	 * Transactions are stored in commit order, each once for the life of the
+	 * batch (the worker's): a commit_lsn is rendered once, so it has one
+	 * content however often the request holding it is sent.
+	 */
+	Assert(commit_lsn > batch->last_commit_lsn);
 	batch->memory_limit = (size_t) replicant_batch_memory_limit_kb * 1024;
 	if (batch->ntxns > 0)
 		store_append(batch, batch->separator, strlen(batch->separator));
@@ -176,6 +183,8 @@ replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn)
 	txn->offset = batch->txn_offset;
 	txn->length = store_length(batch) - batch->txn_offset;
 	txn->nchanges = batch->txn_nchanges;
+	Assert(end_lsn > txn->commit_lsn);
+	batch->last_commit_lsn = txn->commit_lsn;
 	batch->ntxns++;
 	batch->in_txn = false;
 }

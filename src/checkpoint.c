@@ -46,6 +46,9 @@ static XLogRecPtr pending_end_lsn;
 static TimestampTz last_commit_at = 0;
 static XLogRecPtr committed_end = InvalidXLogRecPtr;
 
+/* The last commit the sink acknowledged, in this process. */
+static XLogRecPtr last_acknowledged PG_USED_FOR_ASSERTS_ONLY = InvalidXLogRecPtr;
+
 static SPIPlanPtr
 prepare(const char *sql)
 {
@@ -67,6 +70,8 @@ checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 	ReplicantCatalogAccess access;
 	Datum args[3];
 
+	/* The checkpoint never passes what the sink acknowledged. */
+	Assert(commit_lsn <= last_acknowledged && end_lsn > commit_lsn);
 	args[0] = Int32GetDatum(pipeline_id);
 	args[1] = LSNGetDatum(commit_lsn);
 	args[2] = LSNGetDatum(end_lsn);
@@ -100,6 +105,11 @@ replicant_checkpoint_acknowledged(ReplicantPipelineSlot *slot, int32 pipeline_id
 								  XLogRecPtr commit_lsn, XLogRecPtr end_lsn,
 								  TimestampTz now)
 {
+	/* Acknowledgements come in commit order, each commit once. */
+	Assert(commit_lsn > last_acknowledged);
+#ifdef USE_ASSERT_CHECKING
+	last_acknowledged = commit_lsn;
+#endif
 	pending = true;
 	pending_pipeline_id = pipeline_id;
 	pending_commit_lsn = commit_lsn;

@@ -58,7 +58,7 @@ ReplicantDecoder *
 replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 						char **halt_reason)
 {
-	char *slot_name = replicant_pipeline_slot_name(pipeline->name);
+	char *slot_name = pipeline->slot_name;
 	MemoryContext caller_context = CurrentMemoryContext;
 	MemoryContext decoder_context;
 	ReplicantDecoder *decoder;

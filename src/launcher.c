@@ -451,6 +451,7 @@ typedef struct PipelineRow
 {
 	int32 id;
 	char name[NAMEDATALEN];
+	char slot_name[NAMEDATALEN];
 	Oid owner;
 	bool runnable;
 	int32 config_version;
@@ -496,8 +497,9 @@ read_pipeline_rows(void)
 		return NIL;
 	halt_unconnectable_pipelines();
 	/* Not read-only: a new snapshot, which sees the halts just recorded. */
-	if (SPI_execute("SELECT id, name, owner, enabled AND halt_reason IS NULL, config_version"
-					"  FROM replicant.pipelines",
+	if (SPI_execute(psprintf("SELECT id, name, owner, enabled AND halt_reason IS NULL, config_version, %s"
+							 "  FROM replicant.pipelines p",
+							 replicant_pipeline_slot_name_sql()),
 					false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	for (i = 0; i < SPI_processed; i++)
@@ -513,6 +515,8 @@ read_pipeline_rows(void)
 		row->owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 3, &isnull));
 		row->runnable = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
 		row->config_version = DatumGetInt32(SPI_getbinval(tuple, desc, 5, &isnull));
+		strlcpy(row->slot_name, TextDatumGetCString(SPI_getbinval(tuple, desc, 6, &isnull)),
+				NAMEDATALEN);
 		rows = lappend(rows, row);
 	}
 	return rows;
@@ -614,11 +618,7 @@ drop_orphan_slots(List *inactive_slots, List *rows)
 		bool owned = false;
 
 		foreach(lc2, rows)
-		{
-			char *owner_slot = replicant_pipeline_slot_name(((PipelineRow *) lfirst(lc2))->name);
-
-			owned |= (strcmp(owner_slot, slot_name) == 0);
-		}
+			owned |= (strcmp(((PipelineRow *) lfirst(lc2))->slot_name, slot_name) == 0);
 		if (!owned)
 		{
 			ereport(LOG,

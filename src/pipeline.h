@@ -16,6 +16,7 @@ typedef struct ReplicantPipeline
 {
 	int32 id;
 	char *name;
+	char *slot_name;
 	Oid owner;
 	List *publications;           /* of char * */
 	XLogRecPtr *publication_lsns; /* per publication: delivered from here on */
@@ -71,8 +72,20 @@ extern void replicant_pipeline_check_name(const char *name);
 /* Raises an error unless name is a plain identifier usable as a publication name. */
 extern void replicant_pipeline_check_publication_name(const char *name);
 
-/* Returns "replicant_<name>". */
-extern char *replicant_pipeline_slot_name(const char *name);
+/*
+ * The slot name of a new pipeline of this database: "replicant_<database
+ * OID>_<name>", so that pipelines of one name in two databases never share
+ * a slot (a name too long for that keeps its start and gets its hash).
+ * Under the SQL objects of 0.1.0 or 0.2.0, whose rows cannot record it,
+ * "replicant_<name>" as they had it; the update to 0.3.0 records that.
+ */
+extern char *replicant_pipeline_new_slot_name(const char *name);
+
+/*
+ * The SQL expression, over replicant.pipelines as "p", of a pipeline's slot
+ * name as text.
+ */
+extern const char *replicant_pipeline_slot_name_sql(void);
 
 /* A pipeline as a management function sees it. */
 typedef struct ReplicantPipelineRef
@@ -80,6 +93,7 @@ typedef struct ReplicantPipelineRef
 	int32 id;
 	Oid owner;
 	char *name;
+	char *slot_name;
 	bool halted;
 	bool enabled;
 	ArrayType *publications; /* text[] */
@@ -92,6 +106,12 @@ typedef struct ReplicantPipelineRef
  * it can exit.  The result lives until replicant_catalog_leave.
  */
 extern ReplicantPipelineRef replicant_pipeline_lookup(const char *name, bool lock);
+
+/*
+ * Raises an error unless userid has the privileges of the pipeline's owner
+ * (is it, a member of it, or a superuser): what managing a pipeline takes.
+ */
+extern void replicant_pipeline_check_owner(const ReplicantPipelineRef *ref, Oid userid);
 
 /*
  * Loads a pipeline and its checkpoint (inside replicant_catalog_begin/end);

@@ -489,12 +489,12 @@ create_slot_and_export(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 	if (replicant_slot_free_count() == 0)
 		replicant_delivery_halt(slot, pipeline,
 								psprintf("cannot create replication slot \"%s\": all replication slots are in use (max_replication_slots = %d)",
-										 replicant_pipeline_slot_name(pipeline->name),
+										 pipeline->slot_name,
 										 max_replication_slots));
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
 
-	ctx = replicant_slot_create(replicant_pipeline_slot_name(pipeline->name),
+	ctx = replicant_slot_create(pipeline->slot_name,
 								pipeline->failover, true);
 
 	/* SnapBuildInitialSnapshot refuses once any catalog access set our xmin. */
@@ -806,6 +806,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	List *planned;
 	char *snapshot_name;
 	ReplicantSink *sink;
+	ReplicantSlotOwner slot_owner;
 
 	if (!snapshot_pending(pipeline, &planned_before))
 		return;
@@ -813,7 +814,10 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 
 	sink = replicant_delivery_sink(pipeline);
 
-	if (!replicant_slot_exists(replicant_pipeline_slot_name(pipeline->name)))
+	slot_owner = replicant_slot_owner(pipeline->slot_name);
+	if (slot_owner == REPLICANT_SLOT_FOREIGN)
+		replicant_delivery_halt(slot, pipeline, replicant_slot_foreign_reason(pipeline->slot_name));
+	if (slot_owner == REPLICANT_SLOT_MISSING)
 	{
 		/*
 		 * Nothing was read under an earlier plan without the slot: the
@@ -1368,7 +1372,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	WindowResult opened;
 	/* the stream delivers nothing before the snapshot is done */
 	XLogRecPtr consistent_point =
-		replicant_slot_confirmed_flush(replicant_pipeline_slot_name(pipeline->name));
+		replicant_slot_confirmed_flush(pipeline->slot_name);
 
 	*rows = 0;
 	opened = begin_window(snapshot_name, shard, &rel, new_relfilenode);

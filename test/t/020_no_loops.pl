@@ -123,7 +123,8 @@ ALTER ROLE carol SET search_path = public;
 			'>', \$out, '2>', \$err);
 		push @sessions, { h => $h, out => \$out, err => \$err };
 		# The first one is waiting inside slot creation before the second starts.
-		ok(poll("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'replicant_dup')"),
+		my $slot = ReplicantTest::slot_name($node, 'postgres', 'dup');
+		ok(poll("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$slot')"),
 			'same name: the first create holds the slot')
 		  if $n == 1;
 	}
@@ -261,10 +262,11 @@ CREATE PUBLICATION gpub FOR TABLE g;
 	$node->safe_psql('gone', "SELECT replicant.create_pipeline('gone', 'gpub', '$sink->{url}')");
 	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'gone'", 30, 'gone'),
 		'drop extension: streaming before');
+	my $slot = ReplicantTest::slot_name($node, 'gone', 'gone');
 	$node->safe_psql('gone', 'DROP EXTENSION replicant CASCADE');
 	ok(poll("SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'replicant pipeline gone')"),
 		'drop extension: the worker stopped');
-	ok(poll("SELECT NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'replicant_gone')"),
+	ok(poll("SELECT NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$slot')"),
 		'drop extension: the slot was dropped');
 }
 
