@@ -7,6 +7,7 @@ OBJS = \
 	src/replicant.o \
 	src/shmem.o \
 	src/launcher.o \
+	src/sync.o \
 	src/worker.o \
 	src/catalog.o \
 	src/pipeline.o \

@@ -66,12 +66,14 @@ checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 {
 	ReplicantCatalogAccess access;
 	Datum args[3];
+	ReplicantPhase left = replicant_shmem_enter_phase(REPLICANT_PHASE_CHECKPOINT);
 
 	args[0] = Int32GetDatum(pipeline_id);
 	args[1] = LSNGetDatum(commit_lsn);
 	args[2] = LSNGetDatum(end_lsn);
 
 	replicant_catalog_begin(&access);
+	replicant_fault("checkpoint");
 	if (update_plan == NULL)
 		update_plan = prepare("UPDATE replicant.checkpoints"
 							  "   SET commit_lsn = $2, end_lsn = $3, updated_at = pg_catalog.now()"
@@ -92,6 +94,7 @@ checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 
 	pending = false;
 	committed_end = end_lsn;
+	replicant_shmem_enter_phase(left);
 	replicant_fault("after_checkpoint");
 }
 

@@ -27,10 +27,12 @@
 
 #include "compat.h"
 #include "encoder.h"
+#include "fault.h"
 #include "output_plugin.h"
 #include "partition_root.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "shmem.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 
@@ -340,6 +342,9 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 				Datum *new_values, bool *new_nulls,
 				Datum *old_values, bool *old_nulls)
 {
+	/* An error from here to the end of the change names this phase (worker.c). */
+	replicant_shmem_enter_phase(REPLICANT_PHASE_ENCODE);
+	replicant_fault("encode");
 	memset(record, 0, sizeof(ReplicantChange));
 	record->op = op;
 	record->relation = &info->relation;
@@ -515,6 +520,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 						  state->pipeline_name, &record);
 
 done:
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DECODE);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
 	trim_rows(rows);

@@ -31,6 +31,8 @@ static object_access_hook_type prev_object_access_hook = NULL;
 /* Backend-local: does this transaction ask for a sync, did it write? */
 static bool sync_pending_at_commit = false;
 static bool xact_wrote = false;
+/* The slot this process reports its phase in (a pipeline's worker). */
+static ReplicantPipelineSlot *own_slot = NULL;
 
 static Size
 replicant_shmem_size(void)
@@ -224,6 +226,70 @@ replicant_shmem_set_state(ReplicantPipelineSlot *slot, ReplicantWorkerState stat
 {
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->state = state;
+	LWLockRelease(replicant_shmem->lock);
+}
+
+void
+replicant_shmem_set_own_slot(ReplicantPipelineSlot *slot)
+{
+	own_slot = slot;
+}
+
+ReplicantPhase
+replicant_shmem_enter_phase(ReplicantPhase phase)
+{
+	ReplicantPhase left;
+
+	if (own_slot == NULL)
+		return phase;
+	/* One aligned word, written by this process only: no lock. */
+	left = own_slot->phase;
+	own_slot->phase = phase;
+	return left;
+}
+
+const char *
+replicant_phase_name(ReplicantPhase phase)
+{
+	switch (phase)
+	{
+		case REPLICANT_PHASE_STARTING:
+			return "start";
+		case REPLICANT_PHASE_SNAPSHOT:
+			return "snapshot";
+		case REPLICANT_PHASE_DECODE:
+			return "decode";
+		case REPLICANT_PHASE_ENCODE:
+			return "encode";
+		case REPLICANT_PHASE_DELIVER:
+			return "deliver";
+		case REPLICANT_PHASE_CHECKPOINT:
+			return "checkpoint";
+		case REPLICANT_PHASE_SNAPSHOT_READ:
+			return "snapshot read";
+		case REPLICANT_PHASE_BACKFILL_READ:
+			return "backfill read";
+		case REPLICANT_PHASE_SYNC:
+			return "sync";
+	}
+	return "start";
+}
+
+void
+replicant_shmem_halt(ReplicantPipelineSlot *slot, const char *reason, bool record)
+{
+	slot->runnable = false;
+	slot->state = REPLICANT_STATE_HALTED;
+	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
+	if (record)
+		strlcpy(slot->halt_request, reason, sizeof(slot->halt_request));
+}
+
+void
+replicant_shmem_note_progress(ReplicantPipelineSlot *slot)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->progress++;
 	LWLockRelease(replicant_shmem->lock);
 }
 
