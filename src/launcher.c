@@ -18,7 +18,8 @@
  * with the reason the worker left, recorded by the database's sync worker,
  * which can write the catalog.  A sync worker that fails is retried as
  * often; after that, or on an error that is not transient, it halts the
- * database's pipelines itself.
+ * database's pipelines itself.  The pipelines of a dropped database are
+ * forgotten.
  */
 #include "postgres.h"
 
@@ -190,6 +191,41 @@ failed_sync(Oid dboid)
 		if (((FailedSync *) lfirst(lc))->dboid == dboid)
 			return lfirst(lc);
 	return NULL;
+}
+
+/*
+ * Forgets the pipelines of databases that no longer exist (DROP DATABASE,
+ * which also dropped their replication slots): their slots in shared
+ * memory are free for others, and nothing tries to start them again.
+ */
+static void
+forget_dropped_databases(void)
+{
+	List *dbs = list_databases(false, CurrentMemoryContext);
+	ListCell *lc;
+	int i;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	replicant_shmem->databases_dropped = false;
+	for (i = 0; i < replicant_max_pipelines; i++)
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+
+		if (!slot->in_use || list_member_oid(dbs, slot->dboid))
+			continue;
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" is gone with its database (OID %u)",
+						slot->name, slot->dboid)));
+		slot->in_use = false;
+		slot->runnable = false;
+	}
+	for (i = replicant_shmem->ndirty - 1; i >= 0; i--)
+		if (!list_member_oid(dbs, replicant_shmem->dirty_dbs[i]))
+			replicant_shmem->dirty_dbs[i] = replicant_shmem->dirty_dbs[--replicant_shmem->ndirty];
+	LWLockRelease(replicant_shmem->lock);
+	foreach(lc, failed_syncs)
+		if (!list_member_oid(dbs, ((FailedSync *) lfirst(lc))->dboid))
+			failed_syncs = foreach_delete_current(failed_syncs, lc);
 }
 
 /*
@@ -415,6 +451,8 @@ reap_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 			w->failures++;
 		w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
 
+		/* It may have failed for want of its database, dropped meanwhile. */
+		forget_dropped_databases();
 		if (copy->in_use && copy->runnable && copy->generation == w->generation &&
 			slot->in_use)
 			count_failure(slot, w, copy);
@@ -572,6 +610,7 @@ replicant_launcher_main(Datum main_arg)
 	while (!ShutdownRequestPending)
 	{
 		bool rescan;
+		bool dropped;
 		long nap;
 		TimestampTz now;
 
@@ -586,7 +625,10 @@ replicant_launcher_main(Datum main_arg)
 		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 		rescan = replicant_shmem->rescan_all;
 		replicant_shmem->rescan_all = false;
+		dropped = replicant_shmem->databases_dropped;
 		LWLockRelease(replicant_shmem->lock);
+		if (dropped)
+			forget_dropped_databases();
 		if (rescan)
 			queue_all_databases();
 

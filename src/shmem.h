@@ -129,6 +129,9 @@ typedef struct ReplicantShmem
 	int ndirty;
 	Oid dirty_dbs[REPLICANT_MAX_DIRTY_DBS];
 
+	/* A database was dropped: the launcher frees its pipelines' slots. */
+	bool databases_dropped;
+
 	/* Set by the sync worker started in each of the launcher's places once it is done. */
 	bool sync_done[REPLICANT_MAX_SYNCS];
 
