@@ -37,6 +37,8 @@
 
 /* confirmed_flush reaches disk at most this often (ms); the checkpoint row is the authority. */
 #define SLOT_SAVE_INTERVAL_MS 1000
+/* The reader's buffer for records spanning pages is kept up to this size. */
+#define READ_BUFFER_KEEP (1024 * 1024)
 
 struct ReplicantDecoder
 {
@@ -222,6 +224,18 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	CurrentResourceOwner = saved_owner;
 	MemoryContextSwitchTo(saved_context);
 
+	/*
+	 * A record spanning pages is put together in the reader's buffer, which
+	 * grows to the largest one read (a large message) and stays so.  The
+	 * records read are decoded copies: a buffer grown past READ_BUFFER_KEEP
+	 * is given back, and allocated again when a record needs it.
+	 */
+	if (ctx->reader->readRecordBufSize > READ_BUFFER_KEEP)
+	{
+		pfree(ctx->reader->readRecordBuf);
+		ctx->reader->readRecordBuf = NULL;
+		ctx->reader->readRecordBufSize = 0;
+	}
 	return at_end;
 }
 
