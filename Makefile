@@ -16,6 +16,7 @@ OBJS = \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
+	src/pruning.o \
 	src/pubfilter.o \
 	src/partition_root.o \
 	src/encoder.o \

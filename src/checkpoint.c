@@ -31,6 +31,7 @@
 #include "checkpoint.h"
 #include "fault.h"
 #include "pipeline.h"
+#include "pruning.h"
 #include "publication.h"
 #include "replicant.h"
 
@@ -90,6 +91,7 @@ checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 			elog(ERROR, "could not write checkpoint of pipeline %d", pipeline_id);
 	}
 	replicant_publication_save_shapes(pipeline_id);
+	replicant_pruning_checkpoint(pipeline_id, end_lsn);
 	replicant_catalog_end(&access);
 
 	pending = false;
