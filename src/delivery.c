@@ -308,6 +308,8 @@ void
 replicant_delivery_fail(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 						ErrorData *edata, const char *reason)
 {
+	/* The caller ended the failed transaction; a transaction still open would hide it. */
+	Assert(!IsTransactionState());
 	if (!replicant_delivery_error_is_transient(edata->sqlerrcode))
 		replicant_delivery_halt(slot, pipeline, reason);
 

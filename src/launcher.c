@@ -197,8 +197,9 @@ failed_sync(Oid dboid)
  * Forgets the pipelines of databases that no longer exist (DROP DATABASE,
  * which also dropped their replication slots): their slots in shared
  * memory are free for others, and nothing tries to start them again.
+ * Returns the databases that exist.
  */
-static void
+static List *
 forget_dropped_databases(void)
 {
 	List *dbs = list_databases(false, CurrentMemoryContext);
@@ -226,6 +227,7 @@ forget_dropped_databases(void)
 	foreach(lc, failed_syncs)
 		if (!list_member_oid(dbs, ((FailedSync *) lfirst(lc))->dboid))
 			failed_syncs = foreach_delete_current(failed_syncs, lc);
+	return dbs;
 }
 
 /*
@@ -317,7 +319,8 @@ sync_ended(Oid dboid, bool done, TimestampTz now)
 	MemoryContext old;
 	int i;
 
-	if (done)
+	/* A database dropped meanwhile needs no sync. */
+	if (done || !list_member_oid(list_databases(false, CurrentMemoryContext), dboid))
 	{
 		if (failed)
 			failed_syncs = list_delete_ptr(failed_syncs, failed);
@@ -408,6 +411,8 @@ count_failure(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 	}
 	if (++w->fail_count <= REPLICANT_MAX_RETRIES)
 		return;
+	/* The count starts over after a halt: never more than one past the bound. */
+	Assert(w->fail_count == REPLICANT_MAX_RETRIES + 1);
 	reason = psprintf("%s, %d times in a row without progress",
 					  copy->failure[0] ? copy->failure :
 										 psprintf("the pipeline worker exited abnormally in phase \"%s\"",
@@ -431,6 +436,10 @@ static void
 reap_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 			ReplicantPipelineSlot *copy, TimestampTz now)
 {
+	/* It may have failed for want of its database, dropped meanwhile. */
+	List *dbs = forget_dropped_databases();
+	bool database_exists = list_member_oid(dbs, copy->dboid);
+
 	pfree(w->handle);
 	w->handle = NULL;
 	/* Why it failed, if it did and could say; a later failure says anew. */
@@ -450,19 +459,17 @@ reap_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 		else
 			w->failures++;
 		w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
-
-		/* It may have failed for want of its database, dropped meanwhile. */
-		forget_dropped_databases();
 		if (copy->in_use && copy->runnable && copy->generation == w->generation &&
-			slot->in_use)
+			database_exists)
 			count_failure(slot, w, copy);
 
 		/*
 		 * It may not even have connected (its owner lost LOGIN): the sync
 		 * worker, which can read the catalog, finds out and halts the
-		 * pipeline instead of this restarting it.
+		 * pipeline instead of this restarting it.  (Not when it was stopped:
+		 * its database may be going, DROP DATABASE.)
 		 */
-		if (copy->in_use)
+		if (copy->in_use && copy->runnable && database_exists)
 			replicant_shmem_request_sync(copy->dboid);
 	}
 
@@ -470,7 +477,7 @@ reap_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 	 * A pipeline gone from the catalog (dropped with the extension) left its
 	 * slot behind; it can be dropped now that it is free.
 	 */
-	if (!copy->in_use)
+	if (!copy->in_use && database_exists)
 		replicant_shmem_request_sync(copy->dboid);
 }
 

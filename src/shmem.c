@@ -19,13 +19,13 @@
 #include "catalog/pg_extension_d.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
-#include "replication/slot.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "shmem.h"
+#include "slot.h"
 
 ReplicantShmem *replicant_shmem = NULL;
 
@@ -137,13 +137,11 @@ database_dropped(void)
 		SetLatch(latch);
 }
 
-/* Whether a worker of the database's pipelines runs, or one of its slots is active. */
+/* Whether a worker of the database's pipelines runs, or holds its slot still. */
 static bool
 database_busy(Oid dboid)
 {
 	bool busy = false;
-	int nslots;
-	int nactive;
 	int i;
 
 	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
@@ -152,8 +150,7 @@ database_busy(Oid dboid)
 				 replicant_shmem->slots[i].dboid == dboid &&
 				 replicant_shmem->slots[i].pid != 0);
 	LWLockRelease(replicant_shmem->lock);
-	(void) ReplicationSlotsCountDBSlots(dboid, &nslots, &nactive);
-	return busy || nactive > 0;
+	return busy || replicant_slot_any_active(dboid);
 }
 
 /*
@@ -371,6 +368,8 @@ replicant_phase_name(ReplicantPhase phase)
 void
 replicant_shmem_halt(ReplicantPipelineSlot *slot, const char *reason, bool record)
 {
+	Assert(LWLockHeldByMeInMode(replicant_shmem->lock, LW_EXCLUSIVE));
+	Assert(reason != NULL && reason[0] != '\0');
 	slot->runnable = false;
 	slot->state = REPLICANT_STATE_HALTED;
 	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
