@@ -6,8 +6,8 @@
 #     bytes behind in the decoding context, which is never reset: 25 MB at
 #     least for this run, so the bound cannot hold with that leak;
 #   - one 40 MB message: afterwards the memory contexts that held it (the
-#     decoding state's and the batch's) are back below 4 MB over what they
-#     were; the buffers it grew used to be kept for good;
+#     decoding state's, the batch's, the WAL reader's) are back below 4 MB
+#     over what they were; the buffers it grew used to be kept for good;
 #   - tables created, written and dropped, 2 x 500 of them, on a FOR ALL
 #     TABLES pipeline: the relation cache's memory does not grow with the
 #     second round, and no shape of a dropped table is left in
@@ -87,10 +87,11 @@ sub memory_contexts
 		last if $dump =~ /Grand total:/;
 		usleep(100_000);
 	}
-	# Past 100 children a context's others are summed up in one line.
+	# Past 100 children a context's others are summed up in one line, which
+	# gives the parent's level.
 	return [
 		map {
-			    /level: (\d+); \d+ more child contexts containing (\d+) total in/ ? [ $1, '', $2 ]
+			    /level: (\d+); \d+ more child contexts containing (\d+) total in/ ? [ $1 + 1, '', $2 ]
 			  : /level: (\d+); (.*?): (\d+) total in/ ? [ $1, $2, $3 ]
 			  : ()
 		} split /\n/, $dump
@@ -133,7 +134,7 @@ $node->safe_psql('postgres',
 ok(delivered('ce'), 'the 40 MB message is delivered');
 emit_messages(100);    # and transactions after it
 my $after = memory_contexts($pid);
-foreach my $name ('Logical decoding context', 'TopMemoryContext')
+foreach my $name ('Logical decoding context', 'TopMemoryContext', 'replicant decoder')
 {
 	my ($b, $a) = (context_bytes($before, $name), context_bytes($after, $name));
 	note("$name: $b bytes before the 40 MB message, $a after");
