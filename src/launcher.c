@@ -176,10 +176,12 @@ list_databases(bool connectable_only, MemoryContext mcxt)
 static void
 queue_all_databases(void)
 {
+	List *dbs = list_databases(true, CurrentMemoryContext);
 	ListCell *lc;
 
-	foreach(lc, list_databases(true, CurrentMemoryContext))
+	foreach(lc, dbs)
 		replicant_shmem_request_sync(lfirst_oid(lc));
+	list_free(dbs);
 }
 
 static FailedSync *
@@ -225,8 +227,15 @@ forget_dropped_databases(void)
 			replicant_shmem->dirty_dbs[i] = replicant_shmem->dirty_dbs[--replicant_shmem->ndirty];
 	LWLockRelease(replicant_shmem->lock);
 	foreach(lc, failed_syncs)
-		if (!list_member_oid(dbs, ((FailedSync *) lfirst(lc))->dboid))
+	{
+		FailedSync *failed = lfirst(lc);
+
+		if (!list_member_oid(dbs, failed->dboid))
+		{
 			failed_syncs = foreach_delete_current(failed_syncs, lc);
+			pfree(failed);
+		}
+	}
 	return dbs;
 }
 
@@ -316,14 +325,20 @@ static void
 sync_ended(Oid dboid, bool done, TimestampTz now)
 {
 	FailedSync *failed = failed_sync(dboid);
+	List *dbs = done ? NIL : list_databases(false, CurrentMemoryContext);
+	bool gone = !done && !list_member_oid(dbs, dboid);
 	MemoryContext old;
 	int i;
 
+	list_free(dbs);
 	/* A database dropped meanwhile needs no sync. */
-	if (done || !list_member_oid(list_databases(false, CurrentMemoryContext), dboid))
+	if (done || gone)
 	{
 		if (failed)
+		{
 			failed_syncs = list_delete_ptr(failed_syncs, failed);
+			pfree(failed);
+		}
 		return;
 	}
 	if (failed == NULL)
@@ -350,6 +365,7 @@ sync_ended(Oid dboid, bool done, TimestampTz now)
 								 "phase \"sync\" failed: the sync worker exited abnormally, 11 times in a row", false);
 	LWLockRelease(replicant_shmem->lock);
 	failed_syncs = list_delete_ptr(failed_syncs, failed);
+	pfree(failed);
 }
 
 /* Reaps finished sync workers and starts new ones; returns how long the launcher may nap. */
@@ -424,6 +440,8 @@ count_failure(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 	if (slot->generation == copy->generation)
 		replicant_shmem_halt(slot, reason, true);
 	LWLockRelease(replicant_shmem->lock);
+	/* Its database's sync worker records the halt. */
+	replicant_shmem_request_sync(copy->dboid);
 	w->fail_count = 0;
 }
 
@@ -440,6 +458,7 @@ reap_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 	List *dbs = forget_dropped_databases();
 	bool database_exists = list_member_oid(dbs, copy->dboid);
 
+	list_free(dbs);
 	pfree(w->handle);
 	w->handle = NULL;
 	/* Why it failed, if it did and could say; a later failure says anew. */
@@ -635,7 +654,7 @@ replicant_launcher_main(Datum main_arg)
 		dropped = replicant_shmem->databases_dropped;
 		LWLockRelease(replicant_shmem->lock);
 		if (dropped)
-			forget_dropped_databases();
+			list_free(forget_dropped_databases());
 		if (rescan)
 			queue_all_databases();
 

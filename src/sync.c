@@ -86,8 +86,8 @@ typedef struct HaltRequest
 
 /*
  * Records the halts the launcher decided on for this database's pipelines
- * (a failure that kept coming back); returns them, for mirror_rows to
- * clear once done.
+ * (a failure that kept coming back); returns them, in TopMemoryContext (the
+ * caller is in SPI's), for mirror_rows to clear once done.
  */
 static List *
 record_halt_requests(void)
@@ -95,6 +95,7 @@ record_halt_requests(void)
 	List *requests = NIL;
 	ListCell *lc;
 	int i;
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 
 	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 	for (i = 0; i < replicant_max_pipelines; i++)
@@ -111,6 +112,7 @@ record_halt_requests(void)
 		requests = lappend(requests, request);
 	}
 	LWLockRelease(replicant_shmem->lock);
+	MemoryContextSwitchTo(old);
 	foreach(lc, requests)
 	{
 		HaltRequest *request = lfirst(lc);
