@@ -180,6 +180,28 @@ foreach my $case ([ '40P01', 1 ], [ '22P02', 0 ])
 		trigger => sub { });
 }
 
+# A shard worker that cannot import the exported snapshot (as when its
+# pipeline worker is gone) exits without a halt, whatever the error's
+# class: the pipeline worker restarts the snapshot, a bounded number of
+# times, and only then halts.
+{
+	my $p = 'snapshot_import';
+	my $from = -s $node->logfile;
+	new_case($p, rows => 100, create => 0);
+	set_fault("snapshot_import:error=22023");
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('$p', '${p}_pub', '$sink->{url}', snapshot => 'initial', snapshot_workers => 1)");
+	ok(poll("SELECT state = 'halted' AND worker_pid IS NULL FROM replicant.status WHERE pipeline = '$p'", $HALT_S),
+		"$p: halted");
+	is($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = '$p'"),
+		'a snapshot worker exited abnormally, 11 times in a row without progress',
+		"$p: by the pipeline worker, after the 11th failed run");
+	is(log_count(qr/snapshot worker of pipeline "$p" exits: it could not import the exported snapshot/, $from), 11,
+		"$p: each time the snapshot worker exited without a halt of its own");
+	set_fault(undef);
+	resume_delivers($p);
+}
+
 # A backfill of a streaming pipeline.
 foreach my $case ([ '57014', 1 ], [ '0A000', 0 ])
 {
