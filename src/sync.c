@@ -36,7 +36,6 @@
 #include "slot.h"
 #include "sync.h"
 
-
 typedef struct PipelineRow
 {
 	int32 id;
@@ -408,6 +407,8 @@ replicant_sync_main(Datum main_arg)
 	}
 	PG_CATCH();
 	{
+		/* Not a context the abort frees: the error is copied there. */
+		MemoryContextSwitchTo(TopMemoryContext);
 		sync_failed(&args);
 	}
 	PG_END_TRY();
