@@ -347,11 +347,16 @@ replicant_delivery_sink(ReplicantPipeline *pipeline)
 /*
  * Exits after a halt or a disable that found the pipeline halted or
  * disabled already (by another of its processes, or by its owner): what
- * stopped it first stands, in the catalog and in replicant.status.
+ * stopped it first stands, in the catalog and in replicant.status.  The
+ * slot says it is stopped before this exits: a snapshot's pipeline worker
+ * takes a shard worker's clean exit for a finished shard unless it does.
  */
 REPLICANT_NORETURN static void
-already_stopped(ReplicantPipeline *pipeline)
+already_stopped(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 {
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->runnable = false;
+	LWLockRelease(replicant_shmem->lock);
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" was halted or disabled meanwhile: exiting",
 					pipeline->name)));
@@ -379,7 +384,7 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 	stopped_already = (SPI_processed == 0);
 	replicant_catalog_end(&access);
 	if (stopped_already)
-		already_stopped(pipeline);
+		already_stopped(slot, pipeline);
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" disabled: %s", pipeline->name, reason),
 			 errhint("Call replicant.enable_pipeline('%s') once the sink accepts batches again.",
@@ -430,7 +435,7 @@ replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 	recorded = replicant_pipeline_record_halt(pipeline->id, reason, lsn);
 	replicant_catalog_end(&access);
 	if (!recorded)
-		already_stopped(pipeline);
+		already_stopped(slot, pipeline);
 	replicant_fault("halt");
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" halted: %s", pipeline->name, reason),
