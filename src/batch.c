@@ -37,6 +37,18 @@ replicant_batch_create(const char *separator)
 void
 replicant_batch_reset(ReplicantBatch *batch)
 {
+	/*
+	 * A batch in memory stays below the limit; a buffer grown far past it
+	 * for one large row or message is given back rather than kept.
+	 */
+	if ((size_t) batch->mem.maxlen > 2 * Max(batch->memory_limit, SPILL_CHUNK))
+	{
+		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(batch->mem.data));
+
+		pfree(batch->mem.data);
+		initStringInfo(&batch->mem);
+		MemoryContextSwitchTo(old);
+	}
 	resetStringInfo(&batch->mem);
 	if (batch->file >= 0)
 		FileClose(batch->file);

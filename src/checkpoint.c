@@ -31,6 +31,7 @@
 #include "checkpoint.h"
 #include "fault.h"
 #include "pipeline.h"
+#include "pruning.h"
 #include "publication.h"
 #include "replicant.h"
 
@@ -69,6 +70,7 @@ checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 {
 	ReplicantCatalogAccess access;
 	Datum args[3];
+	ReplicantPhase left = replicant_shmem_enter_phase(REPLICANT_PHASE_CHECKPOINT);
 
 	/* The checkpoint never passes what the sink acknowledged. */
 	Assert(commit_lsn <= last_acknowledged && end_lsn > commit_lsn);
@@ -77,6 +79,7 @@ checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 	args[2] = LSNGetDatum(end_lsn);
 
 	replicant_catalog_begin(&access);
+	replicant_fault("checkpoint");
 	if (update_plan == NULL)
 		update_plan = prepare("UPDATE replicant.checkpoints"
 							  "   SET commit_lsn = $2, end_lsn = $3, updated_at = pg_catalog.now()"
@@ -93,10 +96,12 @@ checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 			elog(ERROR, "could not write checkpoint of pipeline %d", pipeline_id);
 	}
 	replicant_publication_save_shapes(pipeline_id);
+	replicant_pruning_checkpoint(pipeline_id, end_lsn);
 	replicant_catalog_end(&access);
 
 	pending = false;
 	committed_end = end_lsn;
+	replicant_shmem_enter_phase(left);
 	replicant_fault("after_checkpoint");
 }
 

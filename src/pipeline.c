@@ -340,7 +340,7 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	return p;
 }
 
-void
+bool
 replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn)
 {
 	Oid argtypes[3] = {INT4OID, TEXTOID, PG_LSNOID};
@@ -352,7 +352,8 @@ replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn)
 	args[2] = LSNGetDatum(lsn);
 	nulls[2] = XLogRecPtrIsInvalid(lsn) ? 'n' : ' ';
 	if (SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3"
-							  " WHERE id OPERATOR(pg_catalog.=) $1",
+							  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL",
 							  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record halt of pipeline %d", id);
+	return SPI_processed > 0;
 }

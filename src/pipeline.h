@@ -121,8 +121,10 @@ extern ReplicantPipeline *replicant_pipeline_load(int32 id, MemoryContext mcxt);
 
 /*
  * Records a fail-closed halt (inside replicant_catalog_begin/end); lsn, if
- * valid, is where a schema change was met, which resuming accepts.
+ * valid, is where a schema change was met, which resuming accepts.  The
+ * first halt stands, and a disabled pipeline is not halted: returns false,
+ * recording nothing, when the pipeline is halted or disabled already.
  */
-extern void replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn);
+extern bool replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn);
 
 #endif /* REPLICANT_PIPELINE_H */

@@ -15,6 +15,12 @@
  * (partition_root.c); row filters and column lists are pubfilter.c's,
  * taken from the publications that publish the relation as what it is
  * delivered as, as pgoutput takes them.
+ *
+ * Dropped tables do not stay: an entry that keeps no state (a table not
+ * published) goes once invalidated, at a later lookup; a published table's
+ * entry and its saved shape when pruning.c finds the table gone, so that
+ * memory does not grow with every table ever decoded and a new table that
+ * gets a dropped one's OID is not held to the old one's shape.
  */
 #include "postgres.h"
 
@@ -71,6 +77,12 @@ static Oid replicant_namespace = InvalidOid;
 static const char *schemaless_target = NULL;
 
 static HTAB *relinfo_hash = NULL;
+/* The entry returned last: runs of changes to one table are the rule. */
+static ReplicantRelInfo *last_relinfo = NULL;
+/* Relation invalidations since the last sweep of stateless entries. */
+static int invalidations = 0;
+/* Stateless invalid entries are swept after this many invalidations. */
+#define SWEEP_AFTER 256
 
 /*
  * Tables the owner may not read as the worker starts (no SELECT, or
@@ -128,6 +140,7 @@ relcache_callback(Datum arg, Oid relid)
 
 	if (relinfo_hash == NULL)
 		return;
+	invalidations++;
 	if (!OidIsValid(relid))
 	{
 		invalidate_all_relinfo();
@@ -732,6 +745,63 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	replicant_partition_root_close(target, rel);
 }
 
+/* Frees what entry holds but its shape (fingerprint, schema_change). */
+static void
+release_relinfo(ReplicantRelInfo *entry)
+{
+	bms_free(entry->key_columns);
+	replicant_pubfilter_free(entry->filter);
+	replicant_partition_root_reset(&entry->root);
+	if (entry->relation.schema)
+		pfree(entry->relation.schema);
+	if (entry->relation.table)
+		pfree(entry->relation.table);
+	if (entry->halt_reason)
+		pfree(entry->halt_reason);
+}
+
+/* Removes relid's entry from the cache, shape and all. */
+static void
+remove_relinfo(Oid relid)
+{
+	ReplicantRelInfo *entry = hash_search(relinfo_hash, &relid, HASH_FIND, NULL);
+
+	if (entry == NULL)
+		return;
+	release_relinfo(entry);
+	if (entry->fingerprint)
+		pfree(entry->fingerprint);
+	if (entry->schema_change)
+		pfree(entry->schema_change);
+	if (last_relinfo == entry)
+		last_relinfo = NULL;
+	(void) hash_search(relinfo_hash, &relid, HASH_REMOVE, NULL);
+}
+
+/*
+ * Removes the invalidated entries that keep no state (no shape: the table
+ * was not published when last seen), which a lookup would compute anew
+ * anyway; those of dropped tables would otherwise stay for good.  Only
+ * between changes, when no entry is in use.
+ */
+static void
+sweep_stateless(void)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+	List *stale = NIL;
+	ListCell *lc;
+
+	invalidations = 0;
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (!entry->valid && entry->fingerprint == NULL && entry->schema_change == NULL)
+			stale = lappend_oid(stale, entry->relid);
+	foreach(lc, stale)
+		remove_relinfo(lfirst_oid(lc));
+	list_free(stale);
+}
+
 /*
  * Fills entry for rel.  Works in the caller's (per-change) memory context and
  * copies only what the entry keeps into the cache's context.
@@ -748,15 +818,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	char *old_fingerprint = entry->fingerprint;
 	char *schema_change = entry->schema_change;
 
-	bms_free(entry->key_columns);
-	replicant_pubfilter_free(entry->filter);
-	replicant_partition_root_reset(&entry->root);
-	if (entry->relation.schema)
-		pfree(entry->relation.schema);
-	if (entry->relation.table)
-		pfree(entry->relation.table);
-	if (entry->halt_reason)
-		pfree(entry->halt_reason);
+	release_relinfo(entry);
 	memset(entry, 0, sizeof(ReplicantRelInfo));
 	entry->relid = relid;
 	entry->valid = true;
@@ -803,24 +865,24 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 ReplicantRelInfo *
 replicant_publication_relinfo(Relation rel)
 {
-	/* the entry returned last: runs of changes to one table are the rule */
-	static ReplicantRelInfo *last = NULL;
 	Oid relid = RelationGetRelid(rel);
 	ReplicantRelInfo *entry;
 	bool found;
 
 	if (!publications_valid)
 		load_publications();
-	/* entries are never removed from the table, nor moved */
-	if (last != NULL && last->relid == relid && last->valid)
-		return last;
+	/* entries never move; one removed is no longer last_relinfo */
+	if (last_relinfo != NULL && last_relinfo->relid == relid && last_relinfo->valid)
+		return last_relinfo;
+	if (invalidations >= SWEEP_AFTER)
+		sweep_stateless();
 
 	entry = hash_search(relinfo_hash, &relid, HASH_ENTER, &found);
 	if (!found)
 		memset(entry, 0, sizeof(ReplicantRelInfo));
 	if (!entry->valid)
 		compute_relinfo(entry, rel);
-	last = entry;
+	last_relinfo = entry;
 	return entry;
 }
 
@@ -847,4 +909,41 @@ replicant_publication_published_tables(ArrayType *publications, bool delivered_o
 																	SPI_tuptable->tupdesc, 1, &isnull)));
 	}
 	return relids;
+}
+
+List *
+replicant_publication_invalid_relids(void)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+	List *relids = NIL;
+
+	if (relinfo_hash == NULL)
+		return NIL;
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (!entry->valid)
+			relids = lappend_oid(relids, entry->relid);
+	return relids;
+}
+
+bool
+replicant_publication_forget(Oid relid)
+{
+	ReplicantRelInfo *entry;
+	SavedShape *saved;
+
+	entry = relinfo_hash ? hash_search(relinfo_hash, &relid, HASH_FIND, NULL) : NULL;
+	/* Valid again: a new table of that OID, decoded since; its shape is its own. */
+	if (entry && entry->valid)
+		return false;
+	if (entry)
+		remove_relinfo(relid);
+	saved = saved_shapes ? hash_search(saved_shapes, &relid, HASH_FIND, NULL) : NULL;
+	if (saved)
+	{
+		pfree(saved->shape);
+		(void) hash_search(saved_shapes, &relid, HASH_REMOVE, NULL);
+	}
+	return true;
 }

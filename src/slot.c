@@ -140,6 +140,24 @@ replicant_slot_free_count(void)
 	return free_slots;
 }
 
+bool
+replicant_slot_any_active(Oid dboid)
+{
+	bool active = false;
+	int i;
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	for (i = 0; i < max_replication_slots; i++)
+	{
+		ReplicationSlot *s = &ReplicationSlotCtl->replication_slots[i];
+
+		active |= (s->in_use && s->active_pid != 0 && s->data.database == dboid &&
+				   strcmp(NameStr(s->data.plugin), "replicant") == 0);
+	}
+	LWLockRelease(ReplicationSlotControlLock);
+	return active;
+}
+
 List *
 replicant_slot_list_inactive(void)
 {

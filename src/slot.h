@@ -65,6 +65,9 @@ extern bool replicant_slot_drop(const char *name);
 /* Replication slots not in use, of max_replication_slots. */
 extern int replicant_slot_free_count(void);
 
+/* Whether a slot of the database that replicant's plugin decodes is in use. */
+extern bool replicant_slot_any_active(Oid dboid);
+
 /*
  * Names of this database's slots that replicant's plugin decodes, named
  * like a pipeline's and held by no process: those no pipeline owns are

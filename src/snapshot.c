@@ -464,6 +464,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 								  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not record snapshot progress");
 		replicant_catalog_end(&access);
+		replicant_shmem_note_progress(slot);
 	}
 }
 
@@ -778,10 +779,18 @@ read_all_shards(ReplicantPipelineSlot *slot, int slot_index,
 	{
 		if (!run_shard_workers(slot, slot_index, pipeline, snapshot_name))
 		{
-			/* The launcher restarts us (with backoff) and we resume. */
+			/*
+			 * The launcher restarts us (with backoff, a bounded number of
+			 * times) and we resume.  A shard worker that failed on an error
+			 * left why in the slot.
+			 */
 			ereport(LOG,
 					(errmsg("replicant pipeline \"%s\" restarts its snapshot after a snapshot worker failed",
 							pipeline->name)));
+			LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+			if (slot->failure[0] == '\0')
+				strlcpy(slot->failure, "a snapshot worker exited abnormally", sizeof(slot->failure));
+			LWLockRelease(replicant_shmem->lock);
 			proc_exit(1);
 		}
 		if (pg_atomic_exchange_u32(&slot->snapshot_stale, 0) == 0)
@@ -1063,6 +1072,12 @@ end_window(Relation rel, MemoryContext window_context)
 }
 
 /*
+ * Set while importing the exported snapshot: an error then means that its
+ * exporter, the pipeline worker, is gone or going (replicant_shard_main).
+ */
+static bool importing = false;
+
+/*
  * Starts the window's transaction under the imported snapshot and opens the
  * shard's table into *relp.  Returns WINDOW_READ when it has blocks left to
  * read; otherwise the transaction is over and the result says why not.
@@ -1076,7 +1091,10 @@ begin_window(const char *snapshot_name, Shard *shard, Relation *relp,
 
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
+	importing = true;
+	replicant_fault("snapshot_import");
 	ImportSnapshot(snapshot_name);
+	importing = false;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(window_context);
 
@@ -1378,6 +1396,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	opened = begin_window(snapshot_name, shard, &rel, new_relfilenode);
 	if (opened != WINDOW_READ)
 		return opened;
+	replicant_fault("snapshot_read");
 
 	open_window_reader(slot, pipeline, rel, shard, hi, &reader);
 	desc = RelationGetDescr(reader.target);
@@ -1432,43 +1451,6 @@ shard_exit(int code, Datum arg)
 }
 
 /*
- * Reads one window, turning any error (a row that cannot be encoded, say)
- * into a fail-closed halt whose reason names the table and the error class,
- * never the message, which could quote a value.
- */
-static WindowResult
-read_window_or_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-					ReplicantSink *sink, const char *snapshot_name, Shard *shard,
-					int64 hi, int64 *rows, Oid *new_relfilenode)
-{
-	MemoryContext context = CurrentMemoryContext;
-	WindowResult result = WINDOW_READ;
-
-	PG_TRY();
-	{
-		result = read_window(slot, pipeline, sink, snapshot_name, shard, hi,
-							 rows, new_relfilenode);
-	}
-	PG_CATCH();
-	{
-		ErrorData *edata;
-
-		MemoryContextSwitchTo(context);
-		replicant_sink_cancel(sink);
-		edata = CopyErrorData();
-		FlushErrorState();
-		if (edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
-			edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			proc_exit(1);
-		replicant_delivery_halt(slot, pipeline,
-								psprintf("snapshot of table \"%s\" failed with error class %s",
-										 shard->relname, unpack_sql_state(edata->sqlerrcode)));
-	}
-	PG_END_TRY();
-	return result;
-}
-
-/*
  * Reads a claimed shard window by window, recording progress after each,
  * until it is done, its table starts over, or the snapshot turned stale.
  */
@@ -1494,8 +1476,8 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (shard->hi_block >= 0)
 			hi = Min(hi, shard->hi_block);
 
-		r = read_window_or_halt(slot, pipeline, sink, snapshot_name, shard,
-								hi, &rows, &relfilenode);
+		r = read_window(slot, pipeline, sink, snapshot_name, shard,
+						hi, &rows, &relfilenode);
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(window_context);
 		replicant_fault("snapshot_window");
@@ -1522,10 +1504,48 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (r == WINDOW_READ)
 			shard->next_block = hi;
 		record_progress(shard, done, rows);
+		replicant_shmem_note_progress(slot);
 		replicant_fault("snapshot_progress");
 		if (done)
 			break;
 	}
+}
+
+/*
+ * Acts on the error that ended a shard worker's run, never the message,
+ * which could quote a value: halts the pipeline, naming the table and the
+ * error class, or exits for the pipeline worker to restart the snapshot
+ * when the error is transient (replicant_delivery_fail).  A worker that
+ * could not import the snapshot, or whose pipeline was stopped meanwhile,
+ * exits without a word: its exporter, the pipeline worker, is gone or
+ * going, and a halt or disable that stopped it stands.
+ */
+REPLICANT_NORETURN static void
+shard_failed(ReplicantPipelineSlot *slot, uint32 generation,
+			 ReplicantPipeline *pipeline, Shard *shard)
+{
+	ErrorData *edata = CopyErrorData();
+	bool stopped;
+
+	FlushErrorState();
+	AbortOutOfAnyTransaction();
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	stopped = slot->generation != generation || !slot->runnable ||
+			  slot->state == REPLICANT_STATE_HALTED;
+	LWLockRelease(replicant_shmem->lock);
+	if (importing || stopped)
+	{
+		ereport(LOG,
+				(errmsg("replicant snapshot worker of pipeline \"%s\" exits: %s",
+						pipeline->name,
+						importing ? "it could not import the exported snapshot" :
+									"the pipeline was stopped")));
+		/* Not 0: the shard it claimed is not done. */
+		proc_exit(1);
+	}
+	replicant_delivery_fail(slot, pipeline, edata,
+							replicant_delivery_failure(REPLICANT_PHASE_SNAPSHOT_READ,
+													   shard->relname, edata->sqlerrcode));
 }
 
 void
@@ -1536,7 +1556,7 @@ replicant_shard_main(Datum main_arg)
 	ReplicantPipeline *pipeline;
 	ReplicantCatalogAccess access;
 	ReplicantSink *sink;
-	Shard shard;
+	Shard *shard;
 	MemoryContext window_context;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
@@ -1574,14 +1594,25 @@ replicant_shard_main(Datum main_arg)
 
 	window_context = AllocSetContextCreate(TopMemoryContext, "replicant snapshot window",
 										   ALLOCSET_DEFAULT_SIZES);
-	/*
-	 * Once a table turned out rewritten after the snapshot, nothing more is
-	 * read under it: the pipeline worker takes a fresh one (claims are
-	 * reset then).
-	 */
-	while (claim_shard(pipeline->id, &shard) &&
-		   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
-		read_shard(slot, pipeline, sink, args.snapshot_name, &shard, window_context);
+	shard = palloc0(sizeof(Shard));
+	PG_TRY();
+	{
+		/*
+		 * Once a table turned out rewritten after the snapshot, nothing
+		 * more is read under it: the pipeline worker takes a fresh one
+		 * (claims are reset then).
+		 */
+		while (claim_shard(pipeline->id, shard) &&
+			   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
+			read_shard(slot, pipeline, sink, args.snapshot_name, shard, window_context);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(TopMemoryContext);
+		replicant_sink_cancel(sink);
+		shard_failed(slot, args.generation, pipeline, shard);
+	}
+	PG_END_TRY();
 	replicant_sink_destroy(sink);
 	replicant_checkpoint_make_durable();
 	proc_exit(0);
