@@ -518,6 +518,44 @@ read_pipeline_rows(void)
 	return rows;
 }
 
+/*
+ * The pipeline rows, in a transaction the caller started and commits; none
+ * when DROP EXTENSION committed while they were read (the table went away
+ * after the extension was seen): a deliberate drop is no error.
+ */
+static List *
+read_rows_unless_dropped(void)
+{
+	MemoryContext context = CurrentMemoryContext;
+	List *rows = NIL;
+
+	PG_TRY();
+	{
+		SPI_connect();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		rows = read_pipeline_rows();
+		PopActiveSnapshot();
+		SPI_finish();
+	}
+	PG_CATCH();
+	{
+		ErrorData *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_UNDEFINED_TABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		StartTransactionCommand();
+		if (OidIsValid(get_extension_oid("replicant", true)))
+			ReThrowError(edata);
+		rows = NIL;
+	}
+	PG_END_TRY();
+	return rows;
+}
+
 static void
 mirror_rows(List *rows)
 {
@@ -597,6 +635,32 @@ mirror_rows(List *rows)
 }
 
 /*
+ * Drops an orphan slot.  drop_pipeline drops its slot itself, and may do so
+ * between the listing and here: a slot already gone is no error.
+ */
+static void
+drop_slot_unless_gone(const char *slot_name)
+{
+	MemoryContext context = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		ReplicationSlotDrop(slot_name, true);
+	}
+	PG_CATCH();
+	{
+		ErrorData *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_UNDEFINED_OBJECT || replicant_slot_exists(slot_name))
+			PG_RE_THROW();
+		FlushErrorState();
+	}
+	PG_END_TRY();
+}
+
+/*
  * Drops this database's replicant slots that no pipeline owns, such as
  * those left by DROP EXTENSION.  Slots are listed before the rows are read
  * with a fresh snapshot: a slot that create_pipeline made is held by its
@@ -619,12 +683,12 @@ drop_orphan_slots(List *inactive_slots, List *rows)
 
 			owned |= (strcmp(owner_slot, slot_name) == 0);
 		}
-		if (!owned)
+		if (!owned && replicant_slot_exists(slot_name))
 		{
 			ereport(LOG,
 					(errmsg("dropping replication slot \"%s\", which no replicant pipeline owns",
 							slot_name)));
-			ReplicationSlotDrop(slot_name, true);
+			drop_slot_unless_gone(slot_name);
 		}
 	}
 }
@@ -635,6 +699,7 @@ replicant_sync_main(Datum main_arg)
 	Oid dboid;
 	List *inactive;
 	List *rows;
+	MemoryContext old;
 
 	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(dboid));
 	pqsignal(SIGTERM, die);
@@ -644,12 +709,10 @@ replicant_sync_main(Datum main_arg)
 	pgstat_report_appname("replicant sync");
 
 	StartTransactionCommand();
+	old = MemoryContextSwitchTo(TopMemoryContext);
 	inactive = replicant_slot_list_inactive();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	rows = read_pipeline_rows();
-	PopActiveSnapshot();
-	SPI_finish();
+	MemoryContextSwitchTo(old);
+	rows = read_rows_unless_dropped();
 	CommitTransactionCommand();
 
 	mirror_rows(rows);

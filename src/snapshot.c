@@ -73,6 +73,7 @@
 #include "sink_http.h"
 #include "slot.h"
 #include "snapshot.h"
+#include "stop_signal.h"
 #include "table_read.h"
 
 /*
@@ -1451,6 +1452,7 @@ read_window_or_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		MemoryContextSwitchTo(context);
 		replicant_sink_cancel(sink);
+		replicant_stop_signal_exit_if_asked();
 		edata = CopyErrorData();
 		FlushErrorState();
 		if (edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
@@ -1536,11 +1538,11 @@ replicant_shard_main(Datum main_arg)
 	MemoryContext window_context;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
-	pqsignal(SIGTERM, die);
+	slot = &replicant_shmem->slots[args.slot_index];
+	replicant_stop_signal_init(slot, args.generation, "replicant snapshot worker of pipeline", DEBUG1);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
-	slot = &replicant_shmem->slots[args.slot_index];
 	if (slot->generation != args.generation)
 		proc_exit(0);
 	ShardSlot = slot;
@@ -1570,14 +1572,24 @@ replicant_shard_main(Datum main_arg)
 
 	window_context = AllocSetContextCreate(TopMemoryContext, "replicant snapshot window",
 										   ALLOCSET_DEFAULT_SIZES);
-	/*
-	 * Once a table turned out rewritten after the snapshot, nothing more is
-	 * read under it: the pipeline worker takes a fresh one (claims are
-	 * reset then).
-	 */
-	while (claim_shard(pipeline->id, &shard) &&
-		   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
-		read_shard(slot, pipeline, sink, args.snapshot_name, &shard, window_context);
+	replicant_stop_signal_arm();
+	PG_TRY();
+	{
+		/*
+		 * Once a table turned out rewritten after the snapshot, nothing
+		 * more is read under it: the pipeline worker takes a fresh one
+		 * (claims are reset then).
+		 */
+		while (claim_shard(pipeline->id, &shard) &&
+			   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
+			read_shard(slot, pipeline, sink, args.snapshot_name, &shard, window_context);
+	}
+	PG_CATCH();
+	{
+		replicant_stop_signal_exit_if_asked();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	replicant_sink_destroy(sink);
 	replicant_checkpoint_make_durable();
 	proc_exit(0);

@@ -65,6 +65,7 @@
 #include "shmem.h"
 #include "sink_http.h"
 #include "snapshot.h"
+#include "stop_signal.h"
 #include "worker.h"
 
 /* Longest sleep when idle; commits wake the worker long before. */
@@ -556,7 +557,8 @@ replicant_worker_main(Datum main_arg)
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 
-	pqsignal(SIGTERM, die);
+	replicant_stop_signal_init(&replicant_shmem->slots[DatumGetInt32(main_arg)], args.generation,
+							   "replicant pipeline", LOG);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
@@ -570,6 +572,7 @@ replicant_worker_main(Datum main_arg)
 
 	load_pipeline(w, args.pipeline_id);
 	context = CurrentMemoryContext;
+	replicant_stop_signal_arm();
 	PG_TRY();
 	{
 		run_pipeline(w);
@@ -579,6 +582,7 @@ replicant_worker_main(Datum main_arg)
 		ErrorData *edata;
 
 		MemoryContextSwitchTo(context);
+		replicant_stop_signal_exit_if_asked();
 		edata = CopyErrorData();
 		if (!retry_cannot_fix(edata->sqlerrcode))
 			PG_RE_THROW();
