@@ -957,7 +957,7 @@ warn_tables_leaving_toast_out(List *relids, const char *format)
 						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
 						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
 				 errdetail("Format \"%s\" writes whole rows: an update that leaves a TOASTed column unchanged will halt the pipeline.", format),
-				 errhint("Set ALTER TABLE ... REPLICA IDENTITY FULL on the table.")));
+				 errhint("Run ALTER TABLE ... REPLICA IDENTITY FULL on the table before creating the pipeline; when its replica identity is its primary key, doing so later is safe too.")));
 }
 
 /*
