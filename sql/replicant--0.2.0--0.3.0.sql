@@ -6,3 +6,114 @@
 -- pg_catalog, pg_temp itself (test/t/011_search_path.pl checks every
 -- function), and one meant for replicant_admin is granted to it here.
 \echo Use "ALTER EXTENSION replicant UPDATE" to load this file. \quit
+
+-- ---- The first hour, round 2 (issue 31): ClickHouse in the natural order.
+-- create_pipeline(..., enabled => false) creates a pipeline disabled;
+-- create_tables => true (format 'clickhouse') has the worker create the
+-- target tables that are missing, as sink_ddl prints them, before it
+-- delivers anything; sink_ddl(publication text[]) prints them before any
+-- pipeline exists.
+ALTER TABLE replicant.pipelines ADD COLUMN create_tables boolean NOT NULL DEFAULT false;
+
+DROP FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text);
+DROP FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text);
+
+CREATE FUNCTION replicant.create_pipeline(
+    name                    text,
+    publication             text[],
+    sink_url                text,
+    snapshot                text DEFAULT 'none',
+    batch_max_bytes         integer DEFAULT 8388608,
+    batch_max_transactions  integer DEFAULT 10000,
+    http_timeout_ms         integer DEFAULT 30000,
+    connect_timeout_ms      integer DEFAULT 5000,
+    headers                 jsonb DEFAULT '{}',
+    secret                  text DEFAULT NULL,
+    snapshot_workers        integer DEFAULT 2,
+    messages                boolean DEFAULT false,
+    message_prefixes        text[] DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    failover                boolean DEFAULT false,
+    format                  text DEFAULT 'replicant',
+    enabled                 boolean DEFAULT true,
+    create_tables           boolean DEFAULT false)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
+COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean) IS
+    'Creates a pipeline streaming the publications'' changes to sink_url';
+
+CREATE FUNCTION replicant.create_pipeline(
+    name                    text,
+    publication             text,
+    sink_url                text,
+    snapshot                text DEFAULT 'none',
+    batch_max_bytes         integer DEFAULT 8388608,
+    batch_max_transactions  integer DEFAULT 10000,
+    http_timeout_ms         integer DEFAULT 30000,
+    connect_timeout_ms      integer DEFAULT 5000,
+    headers                 jsonb DEFAULT '{}',
+    secret                  text DEFAULT NULL,
+    snapshot_workers        integer DEFAULT 2,
+    messages                boolean DEFAULT false,
+    message_prefixes        text[] DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    failover                boolean DEFAULT false,
+    format                  text DEFAULT 'replicant',
+    enabled                 boolean DEFAULT true,
+    create_tables           boolean DEFAULT false)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
+COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean) IS
+    'Creates a pipeline streaming one publication''s changes to sink_url';
+
+DROP FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text);
+
+CREATE FUNCTION replicant.alter_pipeline(
+    name                    text,
+    publication             text[] DEFAULT NULL,
+    sink_url                text DEFAULT NULL,
+    batch_max_bytes         integer DEFAULT NULL,
+    batch_max_transactions  integer DEFAULT NULL,
+    http_timeout_ms         integer DEFAULT NULL,
+    connect_timeout_ms      integer DEFAULT NULL,
+    headers                 jsonb DEFAULT NULL,
+    secret                  text DEFAULT NULL,
+    clear_secret            boolean DEFAULT false,
+    messages                boolean DEFAULT NULL,
+    message_prefixes        text[] DEFAULT NULL,
+    secret_previous_until   timestamptz DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    format                  text DEFAULT NULL,
+    create_tables           boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_alter_pipeline';
+COMMENT ON FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean) IS
+    'Changes a pipeline''s options; NULL leaves an option as it is; the worker restarts with them';
+
+CREATE FUNCTION replicant.sink_ddl(publication text[])
+RETURNS SETOF text
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_sink_ddl_publications';
+COMMENT ON FUNCTION replicant.sink_ddl(text[]) IS
+    'The ClickHouse CREATE TABLE statement for each table the publications deliver, before any pipeline exists';
+
+REVOKE ALL ON FUNCTION
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean),
+    replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean),
+    replicant.sink_ddl(text[])
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean),
+    replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean),
+    replicant.sink_ddl(text[])
+TO replicant_admin;
+

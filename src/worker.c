@@ -63,6 +63,7 @@
 #include "publication.h"
 #include "replicant.h"
 #include "shmem.h"
+#include "sink_ddl.h"
 #include "sink_http.h"
 #include "snapshot.h"
 #include "stop_signal.h"
@@ -610,6 +611,11 @@ start_streaming(Worker *w)
 	pgstat_report_appname(appname);
 
 	check_output_plugin_allowed(w);
+	if (w->pipeline->create_tables && strcmp(w->pipeline->format, "clickhouse") == 0)
+	{
+		w->phase = "creating the ClickHouse tables";
+		replicant_sink_ddl_create(w->slot, w->pipeline);
+	}
 	w->phase = "taking the initial snapshot";
 	replicant_snapshot_initial(w->slot, w->slot_index, w->pipeline);
 	w->phase = "starting to stream";
