@@ -117,3 +117,74 @@ GRANT EXECUTE ON FUNCTION
     replicant.sink_ddl(text[])
 TO replicant_admin;
 
+-- ---- Retries a user can see (issue 31): replicant.status.next_retry_at is
+-- when a pipeline waiting to retry its sink tries again, and
+-- retry_pipeline(name) has it try at once.  _worker_status() keeps its
+-- columns (the library still serves the views of 0.1.0 and 0.2.0);
+-- _worker_status_v2(), the same C function, adds next_retry_at.
+CREATE FUNCTION replicant._worker_status_v2(
+    OUT pipeline_id integer,
+    OUT state text,
+    OUT worker_pid integer,
+    OUT transactions_delivered bigint,
+    OUT changes_delivered bigint,
+    OUT batches_delivered bigint,
+    OUT bytes_delivered bigint,
+    OUT retries bigint,
+    OUT last_delivery_at timestamptz,
+    OUT last_error text,
+    OUT sink_latency_ms double precision,
+    OUT last_http_status integer,
+    OUT next_retry_at timestamptz)
+RETURNS SETOF record
+LANGUAGE C STRICT VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_worker_status';
+COMMENT ON FUNCTION replicant._worker_status_v2() IS
+    'API: Private. Live worker state behind replicant.status, for readers of that view';
+GRANT EXECUTE ON FUNCTION replicant._worker_status_v2() TO PUBLIC;
+
+CREATE OR REPLACE VIEW replicant.status AS
+SELECT p.name AS pipeline,
+       CASE
+           WHEN pg_catalog.pg_is_in_recovery() THEN 'standby'
+           WHEN p.halt_reason IS NOT NULL THEN 'halted'
+           WHEN NOT p.enabled THEN 'disabled'
+           ELSE coalesce(w.state, 'starting')
+       END AS state,
+       ('replicant_' || p.name)::name AS slot_name,
+       c.commit_lsn AS checkpoint_lsn,
+       s.confirmed_flush_lsn,
+       pg_wal_lsn_diff(CASE
+                           WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
+                           ELSE pg_catalog.pg_current_wal_lsn()
+                       END, s.confirmed_flush_lsn)::bigint AS lag_bytes,
+       coalesce(w.transactions_delivered, 0) AS transactions_delivered,
+       coalesce(w.changes_delivered, 0) AS changes_delivered,
+       coalesce(w.batches_delivered, 0) AS batches_delivered,
+       coalesce(w.bytes_delivered, 0) AS bytes_delivered,
+       coalesce(w.retries, 0) AS retries,
+       coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
+       coalesce(p.halt_reason, w.last_error) AS last_error,
+       w.worker_pid,
+       replicant._redact_url(p.sink_url) AS sink_url,
+       w.sink_latency_ms,
+       w.last_http_status,
+       p.publications,
+       CASE WHEN p.halt_reason IS NULL AND p.enabled THEN w.next_retry_at END AS next_retry_at
+  FROM replicant.pipelines p
+  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id
+  LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = 'replicant_' || p.name
+  LEFT JOIN replicant._worker_status_v2() w ON w.pipeline_id = p.id;
+
+-- _worker_status() stays: tests read it, and so may monitoring queries.
+
+CREATE FUNCTION replicant.retry_pipeline(name text) RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_retry_pipeline';
+COMMENT ON FUNCTION replicant.retry_pipeline(text) IS
+    'Has a pipeline that waits to retry its sink try again now';
+REVOKE ALL ON FUNCTION replicant.retry_pipeline(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION replicant.retry_pipeline(text) TO replicant_admin;
+

@@ -617,6 +617,7 @@ mirror_rows(List *rows)
 			slot->last_delivery_at = 0;
 			slot->last_error[0] = '\0';
 			slot->last_http_status = 0;
+			slot->next_retry_at = 0;
 			slot->nlatency = 0;
 			slot->delivered_upto = InvalidXLogRecPtr;
 		}

@@ -142,6 +142,7 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	slot->state = REPLICANT_STATE_STARTING;
 	slot->last_error[0] = '\0';
 	slot->stop_requested = false;
+	slot->next_retry_at = 0;
 	LWLockRelease(replicant_shmem->lock);
 
 	w->slot = slot;
