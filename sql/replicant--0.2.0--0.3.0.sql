@@ -188,3 +188,45 @@ COMMENT ON FUNCTION replicant.retry_pipeline(text) IS
 REVOKE ALL ON FUNCTION replicant.retry_pipeline(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION replicant.retry_pipeline(text) TO replicant_admin;
 
+-- ---- Progress a person can watch (issue 31): whoever may read
+-- replicant.status, and pg_monitor's members, may read backfill_status; a
+-- finished table's estimate is its count, and a running one never shows
+-- more than 100 %, nor less once its every shard has been read.
+CREATE FUNCTION replicant._check_progress_reader() RETURNS boolean
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_check_progress_reader';
+COMMENT ON FUNCTION replicant._check_progress_reader() IS
+    'API: Private. Raises an error unless the caller may read replicant.status or is a member of pg_monitor';
+GRANT EXECUTE ON FUNCTION replicant._check_progress_reader() TO PUBLIC;
+
+CREATE OR REPLACE VIEW replicant.backfill_status AS
+SELECT b.id,
+       p.name AS pipeline,
+       b.relid::regclass AS relation,
+       b.mode,
+       b.state,
+       b.rows_done,
+       CASE
+           WHEN b.state = 'done' OR r.read_to_end THEN b.rows_done
+           WHEN b.state = 'running' THEN greatest(b.rows_estimate, b.rows_done)
+           ELSE b.rows_estimate
+       END AS rows_estimate,
+       CASE
+           WHEN b.state = 'done' OR r.read_to_end THEN 100.0
+           WHEN b.rows_estimate > 0 THEN least(99.9, round(100.0 * b.rows_done / b.rows_estimate, 1))
+           ELSE 0.0
+       END AS percent,
+       b.started_at,
+       b.finished_at
+  FROM replicant.backfills b
+  JOIN replicant.pipelines p ON p.id = b.pipeline_id
+  CROSS JOIN LATERAL (
+      SELECT b.state = 'running' AND b.kind = 'initial'
+             AND EXISTS (SELECT FROM replicant.snapshot_shards s WHERE s.backfill_id = b.id)
+             AND NOT EXISTS (SELECT FROM replicant.snapshot_shards s
+                              WHERE s.backfill_id = b.id AND NOT s.done) AS read_to_end) r
+ WHERE replicant._check_progress_reader();
+GRANT SELECT ON replicant.backfill_status TO PUBLIC;
+GRANT USAGE ON SCHEMA replicant TO pg_monitor;
+

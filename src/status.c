@@ -12,6 +12,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
+#include "catalog/pg_authid_d.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -27,6 +28,7 @@
 PG_FUNCTION_INFO_V1(replicant_worker_status);
 PG_FUNCTION_INFO_V1(replicant_await_delivered);
 PG_FUNCTION_INFO_V1(replicant_retry_pipeline);
+PG_FUNCTION_INFO_V1(replicant_check_progress_reader);
 
 static int
 float4_cmp(const void *a, const void *b)
@@ -127,6 +129,25 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 	}
 	LWLockRelease(replicant_shmem->lock);
 	PG_RETURN_VOID();
+}
+
+/*
+ * _check_progress_reader(), the gate of replicant.backfill_status: who may
+ * read replicant.status, and pg_monitor's members, may watch progress.
+ */
+Datum
+replicant_check_progress_reader(PG_FUNCTION_ARGS)
+{
+	Oid nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	Oid viewid = get_relname_relid("status", nspid);
+
+	if (!has_privs_of_role(GetUserId(), ROLE_PG_MONITOR) &&
+		(!OidIsValid(viewid) || pg_class_aclcheck(viewid, GetUserId(), ACL_SELECT) != ACLCHECK_OK))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for view backfill_status"),
+				 errhint("Who may SELECT from replicant.status, and members of pg_monitor, may read it.")));
+	PG_RETURN_BOOL(true);
 }
 
 /*

@@ -88,4 +88,70 @@ ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink2, ['seq', 'rnd'], 6
 	'the sink equals the source');
 $sink2->stop;
 
+# ---- estimates that are off ---------------------------------------------------
+# over: reltuples says 100,000 where 90,000 are left; under: 60,000 where
+# 100,000 are.  A running table never shows more than 100 % nor an estimate
+# below what it delivered; a finished one shows its count and 100 %.
+$node->safe_psql('postgres', q{
+	CREATE TABLE over (id bigint PRIMARY KEY, v text);
+	INSERT INTO over SELECT g, md5(g::text) FROM generate_series(1, 100000) g;
+	VACUUM ANALYZE over;
+	DELETE FROM over WHERE id % 10 = 0;
+	CREATE TABLE under (id bigint PRIMARY KEY, v text);
+	INSERT INTO under SELECT g, md5(g::text) FROM generate_series(1, 60000) g;
+	VACUUM ANALYZE under;
+	INSERT INTO under SELECT g, md5(g::text) FROM generate_series(60001, 100000) g;
+	CREATE PUBLICATION est_pub FOR TABLE over, under;
+});
+my $sink3 = ReplicantTest::start_sink(name => 'estimates', delay_ms => 20);
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('off', 'est_pub', '$sink3->{url}', snapshot => 'initial',"
+	  . " batch_max_bytes => 262144, snapshot_workers => 1)");
+my @bad;
+$deadline = time() + 300;
+while (time() < $deadline)
+{
+	my $rows = $node->safe_psql('postgres',
+		"SELECT relation, state, rows_done, rows_estimate, percent FROM replicant.backfill_status"
+		  . " WHERE pipeline = 'off'");
+	my $all_done = $rows ne '';
+	foreach my $row (split /\n/, $rows)
+	{
+		my ($rel, $state, $done, $est, $pct) = split /\|/, $row;
+		push @bad, $row if $pct > 100 || ($state eq 'running' && $est < $done);
+		$all_done &&= $state eq 'done';
+	}
+	last if $all_done;
+	usleep(20_000);
+}
+is("@bad", '', 'progress_never_over_100: no sample above 100 % or below what was delivered');
+is($node->safe_psql('postgres',
+		"SELECT string_agg(relation || ':' || state || ':' || rows_done || ':' || rows_estimate || ':' || percent, ' '"
+		  . " ORDER BY relation::text) FROM replicant.backfill_status WHERE pipeline = 'off'"),
+	'over:done:90000:90000:100.0 under:done:100000:100000:100.0',
+	'progress_estimate_becomes_count: a finished table\'s estimate is its count, at 100 %');
+$sink3->stop;
+
+# ---- who may watch progress -----------------------------------------------------
+$node->safe_psql('postgres', q{
+	CREATE ROLE watcher LOGIN;
+	GRANT USAGE ON SCHEMA replicant TO watcher;
+	GRANT SELECT ON replicant.status TO watcher;
+	CREATE ROLE monitor LOGIN;
+	GRANT pg_monitor TO monitor;
+	CREATE ROLE bystander LOGIN;
+	GRANT USAGE ON SCHEMA replicant TO bystander;
+});
+foreach my $who ('watcher', 'monitor')
+{
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SELECT count(*) FROM replicant.backfill_status WHERE pipeline = 'off'",
+		extra_params => [ '-U', $who ]);
+	is($out, '2', "backfill_status_readers: $who reads backfill_status") or diag($err);
+}
+my ($ret, $out, $err) = $node->psql('postgres', 'SELECT count(*) FROM replicant.backfill_status',
+	extra_params => [ '-U', 'bystander' ]);
+like($err, qr/permission denied for view backfill_status/,
+	'a role that may not read replicant.status may not read progress either');
+
 done_testing();
