@@ -230,3 +230,46 @@ SELECT b.id,
 GRANT SELECT ON replicant.backfill_status TO PUBLIC;
 GRANT USAGE ON SCHEMA replicant TO pg_monitor;
 
+-- ---- Uninstall and reinstall (issue 31).  The schema replicant is the
+-- extension's own schema (the control file's "schema"), which PostgreSQL
+-- does not let the extension own ("cannot add schema ... because the schema
+-- contains the extension"), so DROP EXTENSION leaves it behind with its
+-- grants (README: "Uninstall").  A new installation into such a left-over
+-- schema starts without them: every privilege on the schema but its
+-- owner's is revoked (then replicant_admin's and pg_monitor's USAGE
+-- granted again; a section that grants on the schema goes after this one),
+-- and a schema with default privileges, which the objects created above
+-- have received already, is refused.  ALTER EXTENSION UPDATE keeps
+-- everything: only the installing transaction created the extension's
+-- dependency on its schema.
+DO $$
+DECLARE
+    grantee_name text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                     JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.objid
+                    WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+                      AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                      AND e.extname OPERATOR(pg_catalog.=) 'replicant'
+                      AND pg_catalog.age(d.xmin) OPERATOR(pg_catalog.<=) 0) THEN
+        RETURN;    -- an update
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_default_acl
+                WHERE defaclnamespace OPERATOR(pg_catalog.=) 'replicant'::pg_catalog.regnamespace) THEN
+        RAISE EXCEPTION 'schema "replicant" has default privileges'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'They would grant privileges on replicant''s tables, which hold secrets.',
+                  HINT = 'Drop the schema left by an earlier installation (DROP SCHEMA replicant), or its default privileges, before CREATE EXTENSION replicant.';
+    END IF;
+    FOR grantee_name IN
+        SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                             ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
+          FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+         WHERE n.nspname OPERATOR(pg_catalog.=) 'replicant'
+           AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON SCHEMA replicant FROM %s', grantee_name);
+    END LOOP;
+    GRANT USAGE ON SCHEMA replicant TO replicant_admin, pg_monitor;
+END
+$$;
