@@ -260,8 +260,9 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 	replicant_catalog_end(&access);
 
 	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" planned an initial snapshot of %d tables",
-					pipeline->name, ntables)));
+			(errmsg_plural("replicant pipeline \"%s\" planned an initial snapshot of %d table",
+						   "replicant pipeline \"%s\" planned an initial snapshot of %d tables",
+						   ntables, pipeline->name, ntables)));
 }
 
 /*

@@ -59,6 +59,9 @@ ok($estimate > 30000 && $estimate < 120000,
 is($node->safe_psql('postgres', "SELECT '$finished'::timestamptz - '$started'::timestamptz > interval '1 second'"),
 	't', 'started_at is when reading began, not the end');
 $sink->stop;
+my $log = slurp_file($node->logfile);
+like($log, qr/replicant pipeline "prog" planned an initial snapshot of 1 table$/m,
+	'snapshot_plan_log_plural: "1 table"');
 
 # ---- backfills of never-analysed tables ---------------------------------------
 my $sink2 = ReplicantTest::start_sink(name => 'backfills');
