@@ -367,6 +367,7 @@ replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeli
 	}
 	replicant_sink_destroy(sink);
 	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" created the ClickHouse tables it writes to that were missing (%d targets)",
-					pipeline->name, list_length(targets))));
+			(errmsg_plural("replicant pipeline \"%s\" made sure its %d ClickHouse table exists (CREATE TABLE IF NOT EXISTS)",
+						   "replicant pipeline \"%s\" made sure its %d ClickHouse tables exist (CREATE TABLE IF NOT EXISTS)",
+						   list_length(targets), pipeline->name, list_length(targets))));
 }
