@@ -32,6 +32,7 @@ OBJS = \
 	src/format_replicant.o \
 	src/format_cloudevents.o \
 	src/sink_ddl.o \
+	src/stop_signal.o \
 	src/sink_http.o \
 	src/snapshot.o \
 	src/table_read.o \

@@ -520,6 +520,8 @@ typedef enum PipelineOptionId
 	OPT_CA_FILE,
 	OPT_FAILOVER,
 	OPT_FORMAT,
+	OPT_ENABLED,
+	OPT_CREATE_TABLES,
 	OPT_SECRET_PREVIOUS_UNTIL,
 	NUM_PIPELINE_OPTIONS
 } PipelineOptionId;
@@ -555,6 +557,9 @@ static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
 	[OPT_FAILOVER] = {"failover", "failover", BOOLOID, 0, 0, 14, -1, false},
 	/* Nor has either function format. */
 	[OPT_FORMAT] = {"format", "format", TEXTOID, 0, 0, 15, 14, false},
+	/* 0.3.0's: created disabled; format clickhouse creates missing targets. */
+	[OPT_ENABLED] = {"enabled", "enabled", BOOLOID, 0, 0, 16, -1, false},
+	[OPT_CREATE_TABLES] = {"create_tables", "create_tables", BOOLOID, 0, 0, 17, 15, false},
 	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", TIMESTAMPTZOID, 0, 0, -1, 12, true},
 };
 
@@ -954,7 +959,7 @@ warn_tables_leaving_toast_out(List *relids, const char *format)
 						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
 						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
 				 errdetail("Format \"%s\" writes whole rows: an update that leaves a TOASTed column unchanged will halt the pipeline.", format),
-				 errhint("Set ALTER TABLE ... REPLICA IDENTITY FULL on the table.")));
+				 errhint("Run ALTER TABLE ... REPLICA IDENTITY FULL on the table before creating the pipeline; when its replica identity is its primary key, doing so later is safe too.")));
 }
 
 /*
@@ -992,6 +997,20 @@ check_targets_distinct(List *relids, const char *format)
 						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2)),
 				 errdetail("Format \"clickhouse\" names each target after its table, without the schema."),
 				 errhint("Publish only one of them to this pipeline.")));
+}
+
+/*
+ * create_tables => true: only format 'clickhouse' has targets to create
+ * (sink_ddl.c).
+ */
+static void
+check_create_tables(bool create_tables, const char *format)
+{
+	if (create_tables && strcmp(format, "clickhouse") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("create_tables needs format \"clickhouse\""),
+				 errdetail("Format \"%s\" has no target tables to create.", format)));
 }
 
 /* The format pipeline id delivers in. */
@@ -1064,6 +1083,9 @@ check_create_catalog(const char *name, const char *slot_name, Oid owner,
 		warn_tables_leaving_toast_out(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_FORMAT])
 		check_targets_distinct(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
+	if (o->given[OPT_CREATE_TABLES])
+		check_create_tables(DatumGetBool(o->values[OPT_CREATE_TABLES]),
+							o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
 	lock_pipeline_name(name);
 	/* Not read-only: a fresh snapshot sees a creator we waited for. */
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
@@ -1135,7 +1157,11 @@ insert_pipeline(const char *name, const char *slot_name, Oid owner, const Pipeli
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				   headers, secret, snapshot_workers, messages, message_prefixes,
- *				   ca_file, failover, format)
+ *				   ca_file, failover, format, enabled, create_tables)
+ *
+ * With enabled => false the pipeline is created disabled: its slot (unless
+ * an initial snapshot's worker makes it) keeps what commits from the call
+ * on, and nothing is delivered until enable_pipeline.
  */
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
@@ -1308,7 +1334,7 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int n
  * alter_pipeline(name, publication, sink_url, batch_max_bytes,
  *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				  headers, secret, clear_secret, messages, message_prefixes,
- *				  secret_previous_until, ca_file, format)
+ *				  secret_previous_until, ca_file, format, create_tables)
  *
  * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
  * every prefix.  The old worker is stopped before this
@@ -1344,6 +1370,10 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 																				 ref.publications,
 																			 true),
 									  TextDatumGetCString(o.values[OPT_FORMAT]));
+	if (o.given[OPT_CREATE_TABLES])
+		check_create_tables(DatumGetBool(o.values[OPT_CREATE_TABLES]),
+							o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
+												  pipeline_format(ref.id));
 	if (o.given[OPT_FORMAT] || o.given[OPT_PUBLICATION])
 		check_targets_distinct(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
 																		  DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
@@ -1651,13 +1681,16 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
 							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
 							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
-							  " ca_file => %L, failover => %s, format => %L);%s',"
+							  " ca_file => %L, failover => %s, format => %L%s);%s',"
 							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
 							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
 							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
 							  "  CASE WHEN $1 THEN p.secret END,"
 							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
 							  "  p.format,"
+							  /* 0.2.0's table has no create_tables until ALTER EXTENSION UPDATE */
+							  "  CASE WHEN (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool"
+							  "   THEN ', create_tables => true' ELSE '' END,"
 							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
 							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
 							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"

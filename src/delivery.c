@@ -3,9 +3,12 @@
  *		Getting one request body to the sink, and halting when that must stop.
  *
  * Retried failures (408, 425, 429, 5xx, refused, reset, timeout) back off
- * exponentially from RETRY_BASE_MS to RETRY_MAX_MS with jitter, or wait as
- * long as Retry-After asked.  Nothing is ever skipped: the caller gets the
- * body through or a final answer it must act on.
+ * exponentially from RETRY_BASE_MS to RETRY_MAX_MS with jitter (to
+ * RETRY_REFUSED_MAX_MS while nothing accepts the connection), or wait as
+ * long as Retry-After asked.  replicant.status shows when the next attempt
+ * is due, and retry_pipeline() has it made at once.  Nothing is ever
+ * skipped: the caller gets the body through or a final answer it must act
+ * on.
  *
  * An error a pipeline's process meets is retried only while it is known to
  * be transient (error_is_transient): the process exits and the launcher
@@ -36,6 +39,13 @@
 
 #define RETRY_BASE_MS 200
 #define RETRY_MAX_MS 30000
+/*
+ * A refused connection costs the sink nothing, and one that comes back
+ * (restarted, redeployed) should be used at once, not after half a minute.
+ */
+#define RETRY_REFUSED_MAX_MS 2000
+/* How often a waiting shard worker, whose latch retry_pipeline() cannot set, looks. */
+#define RETRY_REQUEST_POLL_MS 250
 /* While a sink keeps failing, the log hears of it this often. */
 #define RETRY_LOG_INTERVAL_MS (5 * 60 * 1000)
 
@@ -137,14 +147,50 @@ replicant_delivery_sleep_until(ReplicantPipelineSlot *slot, TimestampTz deadline
 static long
 backoff_ms(int attempt, const ReplicantSinkResult *result)
 {
+	long max = result->refused ? RETRY_REFUSED_MAX_MS : RETRY_MAX_MS;
 	long cap = RETRY_BASE_MS;
 
 	if (result->retry_after_ms > 0)
 		return result->retry_after_ms;
-	while (attempt-- > 0 && cap < RETRY_MAX_MS)
+	while (attempt-- > 0 && cap < max)
 		cap *= 2;
-	cap = Min(cap, RETRY_MAX_MS);
+	cap = Min(cap, max);
 	return cap / 2 + (long) pg_prng_uint64_range(&pg_global_prng_state, 0, cap / 2);
+}
+
+static void
+set_next_retry_at(ReplicantPipelineSlot *slot, TimestampTz at)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->next_retry_at = at;
+	LWLockRelease(replicant_shmem->lock);
+}
+
+/*
+ * Waits for a retry's time, shown in replicant.status meanwhile; ends early
+ * when retry_pipeline() asks for an attempt now or the worker is to stop.
+ * As replicant_delivery_sleep_until, commits' latch wake-ups do not end it.
+ */
+static void
+sleep_before_retry(ReplicantPipelineSlot *slot, TimestampTz deadline)
+{
+	uint32 requests = pg_atomic_read_u32(&slot->retry_requests);
+
+	set_next_retry_at(slot, deadline);
+	for (;;)
+	{
+		int64 left_us = deadline - GetCurrentTimestamp();
+
+		if (left_us <= 0 || stop_requested(slot) ||
+			pg_atomic_read_u32(&slot->retry_requests) != requests)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min((left_us + 999) / 1000, RETRY_REQUEST_POLL_MS), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		replicant_delivery_check_for_interrupts(slot);
+		replicant_delivery_reload_config();
+	}
+	set_next_retry_at(slot, 0);
 }
 
 /* Keeps the last HTTP status and a ring of request durations for status. */
@@ -225,8 +271,8 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 
 		/* Not acknowledged: stopping here leaves nothing to re-deliver. */
 		replicant_delivery_stop_if_requested(slot);
-		replicant_delivery_sleep_until(slot, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-																		 backoff_ms(attempt++, result)));
+		sleep_before_retry(slot, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															 backoff_ms(attempt++, result)));
 		replicant_delivery_stop_if_requested(slot);
 	}
 }

@@ -244,7 +244,9 @@ read_pipeline_row(int32 id)
 								  /* 0.1.0's table has no failover or format column until ALTER EXTENSION UPDATE */
 								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'failover')::pg_catalog.bool, false),"
 								  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'format', 'replicant'),"
-								  "       %s, %s"
+								  "       %s, %s,"
+								  /* nor 0.2.0's a create_tables column */
+								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool, false)"
 								  "  FROM replicant.pipelines p"
 								  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 								  " WHERE p.id OPERATOR(pg_catalog.=) $1",
@@ -295,6 +297,7 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 	d = spi_datum(tuple, desc, 25, &isnull);
 	p->publication_lsns = publication_lsns(d, isnull, list_length(p->publications));
 	p->slot_name = spi_text(tuple, desc, 26);
+	p->create_tables = DatumGetBool(spi_datum(tuple, desc, 27, &isnull));
 	return p;
 }
 

@@ -40,6 +40,7 @@ typedef struct ReplicantPipeline
 	char *ca_file;                    /* CA bundle for https sinks; NULL: system CAs */
 	bool failover;                    /* the slot is a failover slot (17+) */
 	char *format;                     /* its wire format's name (format.h) */
+	bool create_tables;               /* create missing ClickHouse targets at start */
 	XLogRecPtr resumed_lsn;           /* halts met by changes before it were resumed past */
 	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
 	XLogRecPtr checkpoint_end_lsn;

@@ -480,9 +480,30 @@ column_lost(const char *old_fp, const char *new_fp)
 }
 
 /*
+ * Whether the identity part of new_fp ("identity:key columns") only widens
+ * old_fp's: DEFAULT or USING INDEX became FULL with the same key columns.
+ * "key" stays what it was, and old rows now come whole, which every sink
+ * and format takes (ClickHouse's deletes of the old key included).  A key
+ * that changes (an index other than the primary key, or none: FULL then
+ * keys by the whole row) is not a widening.
+ */
+static bool
+identity_widened(const char *old_fp, const char *new_fp)
+{
+	const char *old_key = old_fp + 2;
+	const char *new_key = new_fp + 2;
+	size_t len = strchr(old_key, '|') - old_key;
+
+	return (old_fp[0] == REPLICA_IDENTITY_DEFAULT || old_fp[0] == REPLICA_IDENTITY_INDEX) &&
+		   new_fp[0] == REPLICA_IDENTITY_FULL && len > 0 &&
+		   strchr(new_key, '|') - new_key == len && strncmp(old_key, new_key, len) == 0;
+}
+
+/*
  * Compares the table with the version seen last (by this process, else as
- * of the last checkpoint): a dropped or renamed column, or a different
- * replica identity, is a destructive change.
+ * of the last checkpoint): a dropped or renamed column, or a replica
+ * identity that changed other than by widening to FULL, is a destructive
+ * change.
  */
 static void
 check_schema(ReplicantRelInfo *entry, Relation rel)
@@ -517,7 +538,7 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 		char *lost;
 		size_t identity_len = strchr(now, '|') - now;
 
-		if (strncmp(now, baseline, identity_len + 1) != 0)
+		if (strncmp(now, baseline, identity_len + 1) != 0 && !identity_widened(baseline, now))
 			what = psprintf("the replica identity of table \"%s\" changed",
 							RelationGetRelationName(rel));
 		else if ((lost = column_lost(baseline, now)) != NULL)

@@ -85,6 +85,7 @@ replicant_shmem_startup(void)
 			pg_atomic_init_u32(&replicant_shmem->slots[i].shard_failures, 0);
 			pg_atomic_init_u32(&replicant_shmem->slots[i].snapshot_stale, 0);
 			pg_atomic_init_u32(&replicant_shmem->slots[i].checkpoint_wanted, 0);
+			pg_atomic_init_u32(&replicant_shmem->slots[i].retry_requests, 0);
 			ConditionVariableInit(&replicant_shmem->slots[i].delivered_cv);
 		}
 	}

@@ -89,6 +89,8 @@ typedef struct ReplicantPipelineSlot
 	uint64 retries;
 	TimestampTz last_delivery_at;
 	char last_error[REPLICANT_ERROR_LEN];
+	TimestampTz next_retry_at;                    /* while a retry waits: its time; else 0 */
+	pg_atomic_uint32 retry_requests;              /* bumped by retry_pipeline(): retry now */
 	int last_http_status;                         /* 0: none yet, or no HTTP answer */
 	float4 latency_ms[REPLICANT_LATENCY_SAMPLES]; /* ring of request durations */
 	int nlatency;                                 /* requests recorded, ever */

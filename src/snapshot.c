@@ -73,6 +73,7 @@
 #include "sink_http.h"
 #include "slot.h"
 #include "snapshot.h"
+#include "stop_signal.h"
 #include "table_read.h"
 
 /*
@@ -259,8 +260,9 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 	replicant_catalog_end(&access);
 
 	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" planned an initial snapshot of %d tables",
-					pipeline->name, ntables)));
+			(errmsg_plural("replicant pipeline \"%s\" planned an initial snapshot of %d table",
+						   "replicant pipeline \"%s\" planned an initial snapshot of %d tables",
+						   ntables, pipeline->name, ntables)));
 }
 
 /*
@@ -1560,11 +1562,11 @@ replicant_shard_main(Datum main_arg)
 	MemoryContext window_context;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
-	pqsignal(SIGTERM, die);
+	slot = &replicant_shmem->slots[args.slot_index];
+	replicant_stop_signal_init(slot, args.generation, "replicant snapshot worker of pipeline", DEBUG1);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
-	slot = &replicant_shmem->slots[args.slot_index];
 	if (slot->generation != args.generation)
 		proc_exit(0);
 	ShardSlot = slot;
@@ -1595,6 +1597,7 @@ replicant_shard_main(Datum main_arg)
 	window_context = AllocSetContextCreate(TopMemoryContext, "replicant snapshot window",
 										   ALLOCSET_DEFAULT_SIZES);
 	shard = palloc0(sizeof(Shard));
+	replicant_stop_signal_arm();
 	PG_TRY();
 	{
 		/*
@@ -1610,6 +1613,7 @@ replicant_shard_main(Datum main_arg)
 	{
 		MemoryContextSwitchTo(TopMemoryContext);
 		replicant_sink_cancel(sink);
+		replicant_stop_signal_exit_if_asked();
 		shard_failed(slot, args.generation, pipeline, shard);
 	}
 	PG_END_TRY();

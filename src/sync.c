@@ -130,6 +130,7 @@ static List *
 read_pipeline_rows(List **halts)
 {
 	List *rows = NIL;
+	MemoryContext old;
 	uint64 i;
 
 	if (!OidIsValid(get_extension_oid("replicant", true)))
@@ -158,8 +159,50 @@ read_pipeline_rows(List **halts)
 		row->config_version = DatumGetInt32(SPI_getbinval(tuple, desc, 5, &isnull));
 		strlcpy(row->slot_name, TextDatumGetCString(SPI_getbinval(tuple, desc, 6, &isnull)),
 				NAMEDATALEN);
+		/* Not in SPI's context, which SPI_finish frees: the list outlives it. */
+		old = MemoryContextSwitchTo(TopMemoryContext);
 		rows = lappend(rows, row);
+		MemoryContextSwitchTo(old);
 	}
+	return rows;
+}
+
+/*
+ * The pipeline rows, in a transaction the caller started and commits; none
+ * when DROP EXTENSION committed while they were read (the table went away
+ * after the extension was seen): a deliberate drop is no error.
+ */
+static List *
+read_rows_unless_dropped(List **halts)
+{
+	MemoryContext context = CurrentMemoryContext;
+	List *rows = NIL;
+
+	PG_TRY();
+	{
+		SPI_connect();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		rows = read_pipeline_rows(halts);
+		PopActiveSnapshot();
+		SPI_finish();
+	}
+	PG_CATCH();
+	{
+		ErrorData *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_UNDEFINED_TABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		StartTransactionCommand();
+		if (OidIsValid(get_extension_oid("replicant", true)))
+			ReThrowError(edata);
+		rows = NIL;
+		*halts = NIL;
+	}
+	PG_END_TRY();
 	return rows;
 }
 
@@ -234,6 +277,7 @@ mirror_rows(List *rows, List *halts)
 			slot->last_delivery_at = 0;
 			slot->last_error[0] = '\0';
 			slot->last_http_status = 0;
+			slot->next_retry_at = 0;
 			slot->nlatency = 0;
 			slot->delivered_upto = InvalidXLogRecPtr;
 			slot->phase = REPLICANT_PHASE_STARTING;
@@ -276,7 +320,7 @@ drop_orphan_slots(List *inactive_slots, List *rows)
 
 		foreach(lc2, rows)
 			owned |= (strcmp(((PipelineRow *) lfirst(lc2))->slot_name, slot_name) == 0);
-		if (!owned)
+		if (!owned && replicant_slot_owner(slot_name) == REPLICANT_SLOT_OURS)
 		{
 			MemoryContext context = CurrentMemoryContext;
 
@@ -290,8 +334,14 @@ drop_orphan_slots(List *inactive_slots, List *rows)
 			}
 			PG_CATCH();
 			{
+				ErrorData *edata;
+
 				MemoryContextSwitchTo(context);
-				EmitErrorReport();
+				edata = CopyErrorData();
+				/* drop_pipeline dropped it meanwhile: no error. */
+				if (edata->sqlerrcode != ERRCODE_UNDEFINED_OBJECT ||
+					replicant_slot_owner(slot_name) != REPLICANT_SLOT_MISSING)
+					EmitErrorReport();
 				FlushErrorState();
 				AbortOutOfAnyTransaction();
 			}
@@ -375,14 +425,13 @@ sync_database(void)
 	List *inactive;
 	List *rows;
 	List *halts = NIL;
+	MemoryContext old;
 
 	StartTransactionCommand();
+	old = MemoryContextSwitchTo(TopMemoryContext);
 	inactive = replicant_slot_list_inactive();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	rows = read_pipeline_rows(&halts);
-	PopActiveSnapshot();
-	SPI_finish();
+	MemoryContextSwitchTo(old);
+	rows = read_rows_unless_dropped(&halts);
 	CommitTransactionCommand();
 
 	mirror_rows(rows, halts);

@@ -67,8 +67,10 @@
 #include "publication.h"
 #include "replicant.h"
 #include "shmem.h"
+#include "sink_ddl.h"
 #include "sink_http.h"
 #include "snapshot.h"
+#include "stop_signal.h"
 #include "worker.h"
 
 /* Longest sleep when idle; commits wake the worker long before. */
@@ -145,6 +147,7 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	slot->last_error[0] = '\0';
 	slot->stop_requested = false;
 	slot->phase = REPLICANT_PHASE_STARTING;
+	slot->next_retry_at = 0;
 	LWLockRelease(replicant_shmem->lock);
 
 	replicant_shmem_set_own_slot(slot);
@@ -556,7 +559,8 @@ replicant_worker_main(Datum main_arg)
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 
-	pqsignal(SIGTERM, die);
+	replicant_stop_signal_init(&replicant_shmem->slots[DatumGetInt32(main_arg)], args.generation,
+							   "replicant pipeline", LOG);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
@@ -568,6 +572,7 @@ replicant_worker_main(Datum main_arg)
 	replicant_pin_worker_settings();
 
 	context = CurrentMemoryContext;
+	replicant_stop_signal_arm();
 	PG_TRY();
 	{
 		load_pipeline(w, args.pipeline_id);
@@ -576,6 +581,7 @@ replicant_worker_main(Datum main_arg)
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(context);
+		replicant_stop_signal_exit_if_asked();
 		worker_failed(w, args.pipeline_id);
 	}
 	PG_END_TRY();
@@ -596,6 +602,11 @@ start_streaming(Worker *w)
 	pgstat_report_appname(appname);
 
 	check_output_plugin_allowed(w);
+	if (w->pipeline->create_tables && strcmp(w->pipeline->format, "clickhouse") == 0)
+	{
+		replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
+		replicant_sink_ddl_create(w->slot, w->pipeline);
+	}
 	replicant_shmem_enter_phase(REPLICANT_PHASE_SNAPSHOT);
 	replicant_snapshot_initial(w->slot, w->slot_index, w->pipeline);
 	replicant_shmem_enter_phase(REPLICANT_PHASE_STARTING);

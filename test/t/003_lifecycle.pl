@@ -227,6 +227,79 @@ for my $snapshot ('none', 'initial')
 }
 is(slot_of($alien), 'second pgoutput', "foreign slot: the other database's slot is left alone");
 $node->safe_psql('second', "SELECT pg_drop_replication_slot('$alien')");
+# Stops replicant asks for end quietly: a LOG line and exit code 0, no FATAL
+# "terminating background worker ... due to administrator command" and no
+# "exited with exit code 1", for a streaming, a retrying and a snapshotting
+# pipeline (whose shard workers stop too), by drop_pipeline,
+# disable_pipeline, alter_pipeline and DROP EXTENSION.
+my $log_from = -s $node->logfile;
+my $slow = ReplicantTest::start_sink(name => 'slow', delay_ms => 100);
+$node->safe_psql('postgres', q{
+	CREATE TABLE bulk (id int PRIMARY KEY, pad text);
+	INSERT INTO bulk SELECT g, repeat('x', 200) FROM generate_series(1, 30000) g;
+	CREATE PUBLICATION bulk_pub FOR TABLE bulk;
+});
+sub state_is
+{
+	my ($db, $name, $state) = @_;
+	return ReplicantTest::poll($node,
+		"SELECT state = '$state' FROM replicant.status WHERE pipeline = '$name'", 60, $db);
+}
+sub no_worker
+{
+	my ($name) = @_;
+	return $node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name IN"
+		  . " ('replicant pipeline $name', 'replicant snapshot $name')");
+}
+
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('q_stream', 'items_pub', '$sink->{url}')");
+ok(state_is('postgres', 'q_stream', 'streaming'), 'quiet stops: a streaming pipeline');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('q_stream')");
+ok(no_worker('q_stream'), '... drop_pipeline stops it');
+
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('q_retry', 'items_pub', 'http://127.0.0.1:9/', connect_timeout_ms => 500)");
+$node->safe_psql('postgres', "INSERT INTO items VALUES (100, 'to nowhere')");
+ok(state_is('postgres', 'q_retry', 'retrying'), 'a retrying pipeline');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('q_retry')");
+ok(no_worker('q_retry'), '... drop_pipeline stops it');
+
+foreach my $how ('disable', 'alter', 'drop')
+{
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('q_snap', 'bulk_pub', '$slow->{url}', snapshot => 'initial',"
+		  . " batch_max_bytes => 65536)");
+	ok(state_is('postgres', 'q_snap', 'snapshotting'), "a snapshotting pipeline ($how)");
+	$node->safe_psql('postgres',
+		$how eq 'disable' ? "SELECT replicant.disable_pipeline('q_snap')"
+		: $how eq 'alter' ? "SELECT replicant.alter_pipeline('q_snap', batch_max_transactions => 50)"
+		:                   "SELECT replicant.drop_pipeline('q_snap')");
+	if ($how eq 'alter')
+	{
+		ok(state_is('postgres', 'q_snap', 'snapshotting'), '... alter_pipeline restarts it');
+		$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('q_snap')");
+	}
+	ok(no_worker('q_snap'), "... $how stops it and its snapshot workers");
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('q_snap')") unless $how eq 'drop';
+}
+
+$node->safe_psql('second',
+	"SELECT replicant.create_pipeline('q_ext', 'items_pub', '$sink2->{url}')");
+ok(state_is('second', 'q_ext', 'streaming'), 'a pipeline in a database');
+$node->safe_psql('second', 'DROP EXTENSION replicant');
+ok(no_worker('q_ext'), '... DROP EXTENSION stops it');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = 'replicant_q_ext'"),
+	'... and its slot goes');
+my $log = substr(slurp_file($node->logfile), $log_from);
+unlike($log, qr/terminating background worker "replicant (pipeline|snapshot)"/,
+	'quiet_stop_no_fatal: no FATAL for a stop replicant asked for');
+unlike($log, qr/background worker "replicant [a-z ]+" \(PID \d+\) exited with exit code 1/,
+	'quiet_stop_exit_zero: no replicant process exits with code 1');
+like($log, qr/LOG:  replicant pipeline "q_stream" stopped on request/, '... each stop is one LOG line');
+$slow->stop;
 
 # Prerequisites: each refused with a hint, nothing created.
 my $plain = ReplicantTest::new_node('plain', preload => 0, conf => 'wal_level = replica');

@@ -94,6 +94,21 @@ sub wait_sink_row
 	return '';
 }
 
+# Waits until the sink's row of $table with this id matches $re; returns it.
+sub wait_sink_match
+{
+	my ($table, $id, $re) = @_;
+	my $deadline = time() + 30;
+	my $row = '';
+	while (time() < $deadline)
+	{
+		$row = sink_row($table, $id);
+		return $row if $row =~ $re;
+		usleep(100_000);
+	}
+	return $row;
+}
+
 # Waits for the halt and checks its reason.
 sub expect_halt
 {
@@ -343,17 +358,28 @@ CREATE PUBLICATION fc_pub FOR TABLE fc_t;
 }
 
 # ---- replica identity changed -----------------------------------------------------
+# Widening to FULL with the same key (the primary key) only adds the old row:
+# nothing halts (create_pipeline's TOAST warning asks for exactly that).
+# Narrowing back, or a FULL that changes the key, halts.
 {
 	my $label = 'replica identity changed';
 	$node->safe_psql('postgres', q{
 CREATE TABLE ri_t (id int PRIMARY KEY, v text);
-CREATE PUBLICATION ri_pub FOR TABLE ri_t;
+CREATE TABLE ri_u (id int PRIMARY KEY, email text NOT NULL UNIQUE, v text);
+ALTER TABLE ri_u REPLICA IDENTITY USING INDEX ri_u_email_key;
+CREATE PUBLICATION ri_pub FOR TABLE ri_t, ri_u;
 });
 	create_pipeline('ident', 'ri_pub');
 	$node->safe_psql('postgres', "INSERT INTO ri_t VALUES (1, '$MARK 1')");
 	isnt(wait_sink_row('public.ri_t', 1), '', "$label: delivered before");
 
 	$node->safe_psql('postgres', 'ALTER TABLE ri_t REPLICA IDENTITY FULL');
+	$node->safe_psql('postgres', "UPDATE ri_t SET v = '$MARK 1w' WHERE id = 1");
+	like(wait_sink_match('public.ri_t', 1, qr/\Q$MARK\E 1w/), qr/\Q$MARK\E 1w/,
+		"replica_identity_widened_no_halt: $label: DEFAULT -> FULL (same key): the update arrives");
+	is(status('ident')->{state}, 'streaming', "$label: DEFAULT -> FULL: nothing halts");
+
+	$node->safe_psql('postgres', 'ALTER TABLE ri_t REPLICA IDENTITY DEFAULT');
 	$node->safe_psql('postgres', "UPDATE ri_t SET v = '$MARK 1b' WHERE id = 1");
 	expect_halt($label, 'ident', qr/^the replica identity of table "ri_t" changed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 	$node->safe_psql('postgres', "INSERT INTO ri_t VALUES (2, '$MARK 2')");
@@ -367,6 +393,14 @@ CREATE PUBLICATION ri_pub FOR TABLE ri_t;
 	isnt(wait_sink_row('public.ri_t', 3), '', "$label: and a later one");
 	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['ri_t'], 30),
 		"$label: the sink equals the source");
+
+	# USING INDEX (email) -> FULL keys by the primary key instead: a halt.
+	$node->safe_psql('postgres', "INSERT INTO ri_u VALUES (1, 'a\@example.com', '$MARK u1')");
+	isnt(wait_sink_row('public.ri_u', 1), '', "$label: USING INDEX: delivered before");
+	$node->safe_psql('postgres', 'ALTER TABLE ri_u REPLICA IDENTITY FULL');
+	$node->safe_psql('postgres', "UPDATE ri_u SET v = '$MARK u1b' WHERE id = 1");
+	expect_halt("$label (key changed)", 'ident',
+		qr/^the replica identity of table "ri_u" changed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 	drop_pipeline($label, 'ident');
 }
 

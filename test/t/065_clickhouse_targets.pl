@@ -103,7 +103,7 @@ is($node->safe_psql('postgres', "SELECT format FROM replicant.pipelines WHERE na
 $node->safe_psql('postgres',
 	"SELECT replicant.create_pipeline('people', ARRAY['pub_people'], '$url', format => 'clickhouse')");
 my $ddl = $node->safe_psql('postgres', "SELECT replicant.sink_ddl('people')");
-like($ddl, qr/^CREATE TABLE `people` \(\n  id Int32,\n  name Nullable\(String\),\n  age Nullable\(Int32\),\n  _version UInt64,\n  _deleted UInt8\n\) ENGINE = ReplacingMergeTree\(_version\) ORDER BY \(id\)$/,
+like($ddl, qr/^CREATE TABLE `people` \(\n  `id` Int32,\n  `name` Nullable\(String\),\n  `age` Nullable\(Int32\),\n  _version UInt64,\n  _deleted UInt8\n\) ENGINE = ReplacingMergeTree\(_version\) ORDER BY \(`id`\)$/,
 	'sink_ddl prints only the columns the publication lists');
 unlike($ddl, qr/secret/, '... not the unpublished one');
 
