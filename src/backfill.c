@@ -364,79 +364,102 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 	return mode;
 }
 
+/*
+ * Boundaries of bitmap sub-ranges of about CHUNK_ROWS rows each of rel's
+ * estimate rows, as a text[] in the order of the key's index.  Needs SPI.
+ */
+static Datum
+bitmap_bounds(Relation rel, int64 estimate)
+{
+	KeyOrder *order = key_order(rel);
+	const char *key = quote_identifier(linitial(order->names));
+	const char *lt = linitial(order->lt_ops);
+	int64 ranges = Max(1, estimate / CHUNK_ROWS);
+	StringInfoData sql;
+	Datum bounds;
+	bool isnull;
+
+	initStringInfo(&sql);
+	/* Sorted as the key's index sorts: as text, 10 would come before 9. */
+	appendStringInfo(&sql,
+					 "SELECT pg_catalog.array_agg(b::pg_catalog.text ORDER BY b USING %s)"
+					 "  FROM (SELECT DISTINCT b FROM pg_catalog.unnest(("
+					 "  SELECT pg_catalog.percentile_disc(ARRAY(SELECT g::pg_catalog.float8 OPERATOR(pg_catalog./) " INT64_FORMAT
+					 "                              FROM pg_catalog.generate_series(1, " INT64_FORMAT ") g))"
+					 "         WITHIN GROUP (ORDER BY %s USING %s) FROM ONLY %s)) b) d",
+					 lt, ranges, ranges - 1, key, lt,
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+												RelationGetRelationName(rel)));
+	if (SPI_execute(sql.data, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not plan bitmap ranges");
+	bounds = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		bounds = PointerGetDatum(construct_empty_array(TEXTOID));
+	return PointerGetDatum(DatumGetArrayTypePCopy(bounds));
+}
+
+/*
+ * Chooses the read method and measures the table (its rows, relfilenode
+ * and, for bitmap, the ranges' bounds) as the pipeline's owner, as every
+ * read of the table is.  That reads the table, so it runs code of the
+ * owner's and of the table owner's (row-level security policies, the key
+ * type's comparisons) in the caller's session: only as a security-
+ * restricted operation, as CREATE INDEX runs an index's expressions.  Such
+ * code creates no temporary objects, and every setting it changes is
+ * undone on return; search_path is pinned meanwhile.  Needs SPI.
+ */
+static char *
+plan_as_owner(Oid owner, Oid relid, const char *requested_mode, int64 *estimate,
+			  Oid *relfilenode, Datum *bounds)
+{
+	Oid saved_userid;
+	int saved_sec_context;
+	int guc_level;
+	Relation rel;
+	char *mode;
+
+	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
+	SetUserIdAndSecContext(owner, saved_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+									  SECURITY_RESTRICTED_OPERATION);
+	guc_level = replicant_pin_search_path();
+	mode = replicant_backfill_choose_mode(relid, requested_mode);
+	rel = table_open(relid, AccessShareLock);
+	*estimate = replicant_table_estimate_rows(rel);
+	*relfilenode = rel->rd_rel->relfilenode;
+	*bounds = strcmp(mode, "bitmap") == 0 ? bitmap_bounds(rel, *estimate) : (Datum) 0;
+	table_close(rel, AccessShareLock);
+	AtEOXact_GUC(false, guc_level);
+	SetUserIdAndSecContext(saved_userid, saved_sec_context);
+	return mode;
+}
+
 int64
 replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *requested_mode)
 {
-	char *mode;
-	Relation rel;
-	Datum args[5];
-	Datum bounds = (Datum) 0;
+	Oid types[6] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID};
+	Datum values[6];
 	char nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
-	int64 id;
+	int64 estimate;
+	Oid relfilenode;
+	Datum bounds;
+	char *mode;
 	bool isnull;
-	Oid saved_userid;
-	int saved_sec_context;
 
-	/*
-	 * Planning reads the table and runs its key type's comparison: as the
-	 * pipeline's owner, as every read of the table is; only the plan's row
-	 * is written with the caller's raised rights.
-	 */
-	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
-	SetUserIdAndSecContext(owner, saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	mode = replicant_backfill_choose_mode(relid, requested_mode);
-	rel = table_open(relid, AccessShareLock);
-
-	args[0] = Int32GetDatum(pipeline_id);
-	args[1] = ObjectIdGetDatum(relid);
-	args[2] = CStringGetTextDatum(mode);
-	args[3] = Int64GetDatum(replicant_table_estimate_rows(rel));
-	args[4] = ObjectIdGetDatum(rel->rd_rel->relfilenode);
-
-	if (strcmp(mode, "bitmap") == 0)
-	{
-		/* Boundaries of sub-ranges of about CHUNK_ROWS rows each. */
-		KeyOrder *order = key_order(rel);
-		const char *key = quote_identifier(linitial(order->names));
-		const char *lt = linitial(order->lt_ops);
-		int64 ranges;
-		StringInfoData sql;
-
-		ranges = Max(1, DatumGetInt64(args[3]) / CHUNK_ROWS);
-		initStringInfo(&sql);
-		/* Sorted as the key's index sorts: as text, 10 would come before 9. */
-		appendStringInfo(&sql,
-						 "SELECT pg_catalog.array_agg(b::pg_catalog.text ORDER BY b USING %s)"
-						 "  FROM (SELECT DISTINCT b FROM pg_catalog.unnest(("
-						 "  SELECT pg_catalog.percentile_disc(ARRAY(SELECT g::pg_catalog.float8 OPERATOR(pg_catalog./) " INT64_FORMAT
-						 "                              FROM pg_catalog.generate_series(1, " INT64_FORMAT ") g))"
-						 "         WITHIN GROUP (ORDER BY %s USING %s) FROM ONLY %s)) b) d",
-						 lt, ranges, ranges - 1, key, lt,
-						 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-													RelationGetRelationName(rel)));
-		if (SPI_execute(sql.data, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not plan bitmap ranges");
-		bounds = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (isnull)
-			bounds = PointerGetDatum(construct_empty_array(TEXTOID));
-		bounds = PointerGetDatum(DatumGetArrayTypePCopy(bounds));
-	}
-	table_close(rel, AccessShareLock);
-	SetUserIdAndSecContext(saved_userid, saved_sec_context);
-
-	{
-		Oid types[6] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID};
-		Datum values[6] = {args[0], args[1], args[2], args[3], args[4], bounds};
-
-		nulls[5] = bounds ? ' ' : 'n';
-		if (SPI_execute_with_args("INSERT INTO replicant.backfills"
-								  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds)"
-								  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6) RETURNING id",
-								  6, types, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
-			elog(ERROR, "could not plan the backfill");
-	}
-	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	return id;
+	/* Only the plan's row is written with the caller's raised rights. */
+	mode = plan_as_owner(owner, relid, requested_mode, &estimate, &relfilenode, &bounds);
+	values[0] = Int32GetDatum(pipeline_id);
+	values[1] = ObjectIdGetDatum(relid);
+	values[2] = CStringGetTextDatum(mode);
+	values[3] = Int64GetDatum(estimate);
+	values[4] = ObjectIdGetDatum(relfilenode);
+	values[5] = bounds;
+	nulls[5] = bounds ? ' ' : 'n';
+	if (SPI_execute_with_args("INSERT INTO replicant.backfills"
+							  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds)"
+							  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6) RETURNING id",
+							  6, types, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not plan the backfill");
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 static List *

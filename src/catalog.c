@@ -37,12 +37,18 @@ replicant_catalog_enter(ReplicantCatalogAccess *access)
 		elog(ERROR, "SPI_connect failed");
 }
 
+/*
+ * Undoes every setting made since replicant_catalog_enter, even a plain SET
+ * (which AtEOXact_GUC(true, ...) would keep, as it keeps one made inside a
+ * function with a SET clause): code run in between, a table owner's say,
+ * must not leave the caller's session with a search_path of its choosing.
+ */
 void
 replicant_catalog_leave(ReplicantCatalogAccess *access)
 {
 	SPI_finish();
 	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
-	AtEOXact_GUC(true, access->guc_level);
+	AtEOXact_GUC(false, access->guc_level);
 	MemoryContextSwitchTo(access->saved_context);
 }
 

@@ -23,7 +23,7 @@ typedef struct ReplicantCatalogAccess
 } ReplicantCatalogAccess;
 
 /*
- * Pins search_path to "pg_catalog, pg_temp" until AtEOXact_GUC(true, level),
+ * Pins search_path to "pg_catalog, pg_temp" until AtEOXact_GUC(..., level),
  * as a function's SET clause does: queries run with raised privileges must
  * resolve nothing of the caller's or of the owner's role settings.
  */
