@@ -789,27 +789,35 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 }
 
 /*
- * Writes the chunk's low watermark and takes its snapshot after it, as the
- * pipeline's owner, in a transaction of replicant's.  Returns NULL, the
- * transaction ended, when the snapshot misses a committed transaction: the
- * chunk is tried again once the proc array has caught up.
+ * Starts the chunk's transaction, a transaction of replicant's in which the
+ * chunk reads as the pipeline's owner, as the stream would.
  */
-static Snapshot
-snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
-							 ReplicantChunk *chunk, ReplicantCatalogAccess *access)
+static void
+begin_chunk(ReplicantCatalogAccess *access)
 {
-	Snapshot snapshot;
-
 	/* Chunk reads take their own snapshot: no transaction snapshot first. */
 	SetConfigOption("default_transaction_isolation", "read committed",
 					PGC_SUSET, PGC_S_OVERRIDE);
 	replicant_catalog_begin(access);
+	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
+}
+
+/*
+ * Writes the chunk's low watermark and takes its snapshot after it, once
+ * the chunk holds its table's lock: a snapshot taken before could predate
+ * a rewrite (ALTER TABLE ... TYPE) that held the lock meanwhile, and would
+ * see none of the rewritten heap's rows, which all carry the rewrite's xid.
+ * Returns NULL when the snapshot misses a committed transaction: the chunk
+ * is tried again once the proc array has caught up.
+ */
+static Snapshot
+snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
+							 ReplicantChunk *chunk)
+{
+	Snapshot snapshot;
 
 	/* Before the chunk's snapshot exists: changes after it open the window. */
 	chunk->low_watermark = replicant_chunk_write_watermark(chunk, false);
-
-	/* Read as the pipeline's owner, as the stream would. */
-	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	if (snapshot_misses_commits(snapshot))
 	{
@@ -821,7 +829,6 @@ snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 					 errdetail("A committed transaction is not visible to new snapshots yet.")));
 		b->deferred = true;
 		UnregisterSnapshot(snapshot);
-		replicant_catalog_end(access);
 		b->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), GAP_RETRY_MS);
 		return NULL;
 	}
@@ -847,9 +854,12 @@ typedef struct ChunkSource
 static void
 close_chunk_source(ChunkSource *src)
 {
+	if (src->rel == NULL)
+		return;
 	if (src->target != src->rel)
 		table_close(src->target, AccessShareLock);
 	table_close(src->rel, AccessShareLock);
+	src->rel = src->target = NULL;
 }
 
 /*
@@ -950,18 +960,19 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 
 	*halt_reason = NULL;
 	chunk = new_chunk(b, caller);
-	snapshot = snapshot_after_low_watermark(pipeline, b, chunk, &access);
-	if (snapshot == NULL)
-	{
-		replicant_chunk_free(chunk);
-		return NULL;
-	}
-
+	begin_chunk(&access);
 	*halt_reason = open_chunk_source(pipeline, b, &src);
 	if (*halt_reason)
 	{
 		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
-		UnregisterSnapshot(snapshot);
+		replicant_catalog_end(&access);
+		replicant_chunk_free(chunk);
+		return NULL;
+	}
+	snapshot = snapshot_after_low_watermark(pipeline, b, chunk);
+	if (snapshot == NULL)
+	{
+		close_chunk_source(&src);
 		replicant_catalog_end(&access);
 		replicant_chunk_free(chunk);
 		return NULL;
