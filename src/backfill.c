@@ -63,6 +63,7 @@
 #include "utils/timestamp.h"
 
 #include "backfill.h"
+#include "catalog.h"
 #include "compat.h"
 #include "format.h"
 #include "partition_root.h"
@@ -849,6 +850,7 @@ typedef struct ChunkSource
 	char *select_list;
 	char *row_filter;
 	Bitmapset *columns;
+	bool unpublished; /* rel is NULL: no publication publishes it now */
 } ChunkSource;
 
 static void
@@ -863,9 +865,9 @@ close_chunk_source(ChunkSource *src)
 }
 
 /*
- * Opens what the chunk reads (b's table, NULL when dropped) and checks that
- * the owner may read it; returns a value-free reason when not, having
- * closed it again.
+ * Opens what the chunk reads (b's table; NULL when dropped or no longer
+ * published) and checks that the owner may read it; returns a value-free
+ * reason when not, having closed it again.
  */
 static char *
 open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource *src)
@@ -892,6 +894,14 @@ open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource
 	{
 		close_chunk_source(src);
 		return reason;
+	}
+	if (!replicant_pubfilter_publishes(filter))
+	{
+		/* Its filter would be empty: nothing of it may be read. */
+		replicant_pubfilter_free(filter);
+		close_chunk_source(src);
+		src->unpublished = true;
+		return NULL;
 	}
 	src->row_filter = replicant_pubfilter_read_sql(filter, src->target);
 	src->columns = bms_copy(filter->columns);
@@ -948,6 +958,21 @@ close_chunk(ReplicantChunk *chunk, ReplicantCatalogAccess *access)
 	XLogFlush(high);
 }
 
+/*
+ * The table stopped being published (ALTER PUBLICATION ... DROP TABLE, a
+ * publication dropped or replaced, a partition detached from the root it
+ * was published through): the rest of it is never read.
+ */
+static void
+skip_unpublished(ReplicantPipeline *pipeline, ReplicantBackfill *b)
+{
+	b->skipped = true;
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" skips the rest of its backfill of table \"%s\"",
+					pipeline->name, b->relname),
+			 errdetail("None of the pipeline's publications publishes the table any more.")));
+}
+
 ReplicantChunk *
 replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 							  char **halt_reason)
@@ -979,7 +1004,9 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	}
 	if (src.rel == NULL)
 	{
-		/* Dropped: nothing more to read. */
+		/* Dropped, or no longer published: nothing more to read. */
+		if (src.unpublished)
+			skip_unpublished(pipeline, b);
 		UnregisterSnapshot(snapshot);
 		chunk->last = true;
 		chunk->relation = NULL;
@@ -999,9 +1026,9 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 {
 	ReplicantBackfill *b = chunk->backfill;
 	ReplicantCatalogAccess access;
-	Oid argtypes[7] = {INT8OID, TEXTARRAYOID, INT8OID, INT4OID, INT8OID, BOOLOID, OIDOID};
-	Datum args[7];
-	char nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid argtypes[8] = {INT8OID, TEXTARRAYOID, INT8OID, INT4OID, INT8OID, BOOLOID, OIDOID, TEXTOID};
+	Datum args[8];
+	char nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	ListCell *lc;
 	Datum *keys;
 	MemoryContext caller = CurrentMemoryContext;
@@ -1036,13 +1063,14 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 	args[6] = ObjectIdGetDatum(b->relfilenode);
 
 	replicant_catalog_begin(&access);
+	args[7] = CStringGetTextDatum(b->skipped ? replicant_catalog_skipped_state() : "done");
 	if (SPI_execute_with_args("UPDATE replicant.backfills SET cursor_key = $2, next_block = $3,"
 							  " next_range = $4, rows_done = rows_done + $5, first_sent = true,"
 							  " relfilenode = $7, started_at = coalesce(started_at, now()),"
-							  " state = CASE WHEN $6 THEN 'done' ELSE 'running' END,"
+							  " state = CASE WHEN $6 THEN $8 ELSE 'running' END,"
 							  " finished_at = CASE WHEN $6 THEN now() END"
 							  " WHERE id = $1 AND state IN ('planned', 'running')",
-							  7, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
+							  8, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record backfill progress");
 	replicant_catalog_end(&access);
 	MemoryContextSwitchTo(caller);

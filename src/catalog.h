@@ -37,4 +37,12 @@ extern void replicant_catalog_leave(ReplicantCatalogAccess *access);
 extern void replicant_catalog_begin(ReplicantCatalogAccess *access);
 extern void replicant_catalog_end(ReplicantCatalogAccess *access);
 
+/*
+ * The state of a backfill (or a table of an initial snapshot) whose table
+ * stopped being published: "skipped", or "cancelled" under the SQL objects
+ * of 0.1.0 and 0.2.0, whose check on replicant.backfills.state knows no
+ * "skipped" (until ALTER EXTENSION replicant UPDATE).  Needs SPI.
+ */
+extern const char *replicant_catalog_skipped_state(void);
+
 #endif /* REPLICANT_CATALOG_H */

@@ -60,6 +60,7 @@
 #include "utils/snapmgr.h"
 
 #include "batch.h"
+#include "catalog.h"
 #include "checkpoint.h"
 #include "compat.h"
 #include "delivery.h"
@@ -131,14 +132,18 @@ spi_int8(int row, int col)
 	return isnull ? -1 : DatumGetInt64(d);
 }
 
-/* Runs a query on the pipeline's ($1) snapshot plan. */
+/*
+ * Runs a query on the pipeline's ($1) snapshot plan; $2 is the state of a
+ * table that stopped being published, which is as finished as 'done'.
+ */
 static void
 read_plan(const char *sql, int32 pipeline_id, bool read_only)
 {
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(pipeline_id)};
+	Oid argtypes[2] = {INT4OID, TEXTOID};
+	Datum args[2] = {Int32GetDatum(pipeline_id),
+					 CStringGetTextDatum(replicant_catalog_skipped_state())};
 
-	if (SPI_execute_with_args(sql, 1, argtypes, args, NULL, read_only, 0) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(sql, 2, argtypes, args, NULL, read_only, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the snapshot plan");
 }
 
@@ -423,7 +428,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	replicant_catalog_begin(&access);
 	read_plan(last ?
 				  "SELECT id, relid FROM replicant.backfills"
-				  " WHERE pipeline_id = $1 AND kind = 'initial' AND state <> 'done' ORDER BY id" :
+				  " WHERE pipeline_id = $1 AND kind = 'initial' AND state NOT IN ('done', $2) ORDER BY id" :
 				  "SELECT id, relid FROM replicant.backfills"
 				  " WHERE pipeline_id = $1 AND kind = 'initial' AND NOT first_sent ORDER BY id",
 			  pipeline->id, true);
@@ -630,7 +635,7 @@ snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 	if (strcmp(pipeline->snapshot, "initial") != 0)
 		return false;
 	replicant_catalog_begin(&access);
-	read_plan("SELECT count(*), count(*) FILTER (WHERE state <> 'done')"
+	read_plan("SELECT count(*), count(*) FILTER (WHERE state NOT IN ('done', $2))"
 			  "  FROM replicant.backfills WHERE pipeline_id = $1 AND kind = 'initial'",
 			  pipeline->id, true);
 	total = spi_int8(0, 1);
@@ -942,7 +947,7 @@ static void
 record_progress(Shard *shard, bool done, int64 rows)
 {
 	ReplicantCatalogAccess access;
-	Datum args[6];
+	Datum args[7];
 
 	args[0] = Int64GetDatum(shard->backfill_id);
 	args[1] = Int32GetDatum(shard->shard);
@@ -952,18 +957,20 @@ record_progress(Shard *shard, bool done, int64 rows)
 	args[5] = ObjectIdGetDatum(shard->relfilenode);
 
 	replicant_catalog_begin(&access);
+	args[6] = CStringGetTextDatum(replicant_catalog_skipped_state());
 	if (progress_plan == NULL)
 	{
-		Oid argtypes[6] = {INT8OID, INT4OID, INT8OID, BOOLOID, INT8OID, OIDOID};
+		Oid argtypes[7] = {INT8OID, INT4OID, INT8OID, BOOLOID, INT8OID, OIDOID, TEXTOID};
 
+		/* A table another shard found unpublished stays skipped. */
 		progress_plan = prepare("WITH b AS ("
 								"  UPDATE replicant.backfills SET rows_done = rows_done + $5,"
 								"         state = 'running', started_at = coalesce(started_at, now())"
-								"   WHERE id = $1 AND relfilenode = $6 RETURNING id)"
+								"   WHERE id = $1 AND relfilenode = $6 AND state <> $7 RETURNING id)"
 								" UPDATE replicant.snapshot_shards s SET next_block = $3, done = $4,"
 								"        claimed = NOT $4"
 								"   FROM b WHERE s.backfill_id = b.id AND s.shard = $2",
-								6, argtypes);
+								7, argtypes);
 	}
 	if (SPI_execute_plan(progress_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record snapshot progress");
@@ -995,14 +1002,40 @@ restart_table(Shard *shard, Oid relfilenode)
 	replicant_catalog_end(&access);
 }
 
+/*
+ * The table stopped being published: none of its shards is read any more,
+ * and backfill_status says so.
+ */
+static void
+skip_table(Shard *shard)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[2] = {INT8OID, TEXTOID};
+	Datum args[2];
+
+	replicant_catalog_begin(&access);
+	args[0] = Int64GetDatum(shard->backfill_id);
+	args[1] = CStringGetTextDatum(replicant_catalog_skipped_state());
+	if (SPI_execute_with_args("WITH b AS ("
+							  "  UPDATE replicant.backfills SET state = $2, finished_at = now(),"
+							  "         started_at = coalesce(started_at, now())"
+							  "   WHERE id = $1 RETURNING id)"
+							  " UPDATE replicant.snapshot_shards s SET done = true, claimed = false"
+							  "   FROM b WHERE s.backfill_id = b.id",
+							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record snapshot progress");
+	replicant_catalog_end(&access);
+}
+
 /* What a window read found. */
 typedef enum WindowResult
 {
-	WINDOW_READ,      /* rows of the window delivered */
-	WINDOW_PAST_END,  /* the window starts beyond the table */
-	WINDOW_REWRITTEN, /* relfilenode changed: start the table over */
-	WINDOW_STALE,     /* rewritten after the snapshot, which sees none of it */
-	WINDOW_GONE       /* the table was dropped */
+	WINDOW_READ,       /* rows of the window delivered */
+	WINDOW_PAST_END,   /* the window starts beyond the table */
+	WINDOW_REWRITTEN,  /* relfilenode changed: start the table over */
+	WINDOW_STALE,      /* rewritten after the snapshot, which sees none of it */
+	WINDOW_GONE,       /* the table was dropped */
+	WINDOW_UNPUBLISHED /* no publication of the pipeline publishes it now */
 } WindowResult;
 
 /* Whether the active snapshot sees a row of rel's heap. */
@@ -1268,9 +1301,11 @@ typedef struct WindowReader
  * Opens the reader of blocks [shard's next block, hi) of rel; halts where
  * the stream would: the owner may not read rel whole (SELECT, or row-level
  * security it does not bypass: the heap read would bypass the policies), or
- * the publications disagree on the published columns.
+ * the publications disagree on the published columns.  Returns false,
+ * having opened nothing, when no publication of the pipeline publishes rel
+ * now: it has no row filter nor columns to read it with.
  */
-static void
+static bool
 open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 				   Relation rel, Shard *shard, int64 hi, WindowReader *reader)
 {
@@ -1292,6 +1327,13 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 												&reader->filter);
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
+	if (!replicant_pubfilter_publishes(reader->filter))
+	{
+		replicant_pubfilter_free(reader->filter);
+		if (reader->target != rel)
+			table_close(reader->target, AccessShareLock);
+		return false;
+	}
 	replicant_publication_key(reader->target, &reader->key_columns, &reader->whole_row,
 							  &identity_full);
 	reader->map = replicant_partition_root_read_map(rel, reader->target);
@@ -1305,6 +1347,7 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	ItemPointerSet(&mintid, (BlockNumber) shard->next_block, FirstOffsetNumber);
 	ItemPointerSet(&maxtid, (BlockNumber) (hi - 1), MaxOffsetNumber);
 	reader->scan = table_beginscan_tidrange(rel, GetActiveSnapshot(), &mintid, &maxtid);
+	return true;
 }
 
 /*
@@ -1375,7 +1418,11 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	if (opened != WINDOW_READ)
 		return opened;
 
-	open_window_reader(slot, pipeline, rel, shard, hi, &reader);
+	if (!open_window_reader(slot, pipeline, rel, shard, hi, &reader))
+	{
+		end_window(rel, window_context);
+		return WINDOW_UNPUBLISHED;
+	}
 	desc = RelationGetDescr(reader.target);
 	relation.schema = get_namespace_name(RelationGetNamespace(reader.target));
 	relation.table = pstrdup(RelationGetRelationName(reader.target));
@@ -1504,6 +1551,15 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			/* Before the restart, so that no one claims it under this snapshot. */
 			pg_atomic_write_u32(&slot->snapshot_stale, 1);
 			restart_table(shard, relfilenode);
+			break;
+		}
+		if (r == WINDOW_UNPUBLISHED)
+		{
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" skips the rest of its snapshot of table \"%s\"",
+							pipeline->name, shard->relname),
+					 errdetail("None of the pipeline's publications publishes the table any more.")));
+			skip_table(shard);
 			break;
 		}
 		if (r == WINDOW_REWRITTEN)

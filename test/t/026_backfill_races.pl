@@ -1,10 +1,18 @@
-# Backfills against concurrent DDL (issue #30 item 1): a rewriting ALTER
-# (ALTER COLUMN ... TYPE) whose transaction holds the table's lock while a
-# chunk starts, twice per backfill, in each read mode: every row arrives.
-# A chunk used to take its snapshot before it waited for the lock, then read
-# the rewritten heap, whose rows all carry the ALTER's xid, under that
-# snapshot: keyset read nothing and marked the backfill done, ctid and
-# bitmap skipped a window or a range.
+# Backfills against concurrent DDL (issue #30 items 1 and 5):
+#
+#   a rewriting ALTER (ALTER COLUMN ... TYPE) whose transaction holds the
+#     table's lock while a chunk starts, twice per backfill, in each read
+#     mode: every row arrives.  A chunk used to take its snapshot before it
+#     waited for the lock, then read the rewritten heap, whose rows all
+#     carry the ALTER's xid, under that snapshot: keyset read nothing and
+#     marked the backfill done, ctid and bitmap skipped a window or a range.
+#   a table that stops being published while it is backfilled (ALTER
+#     PUBLICATION ... DROP TABLE, DROP PUBLICATION, alter_pipeline to another
+#     publication, DETACH PARTITION under publish_via_partition_root) is
+#     never read without its row filter and column list (an empty filter
+#     used to mean every row and every column): the backfill is 'skipped'
+#     (or the pipeline halts on the missing publication), and no row outside
+#     the filter, no column outside the list, reaches the sink.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -84,6 +92,124 @@ foreach my $mode ('keyset', 'ctid', 'bitmap')
 	query("SELECT replicant.drop_pipeline('$p')");
 	$sink->stop;
 }
+
+# ---- a table that stops being published during its backfill -------------------------
+# Published: even ids, columns id and name.  Never published: odd ids, ssn.
+query(q{
+CREATE TABLE people (id int PRIMARY KEY, name text NOT NULL, ssn text NOT NULL);
+INSERT INTO people SELECT g, 'name ' || g, 'SSN-' || g FROM generate_series(1, 40000) g;
+CREATE TABLE other (id int PRIMARY KEY);
+INSERT INTO other VALUES (1);
+CREATE PUBLICATION people_pub FOR TABLE people (id, name) WHERE (id % 2 = 0);
+CREATE PUBLICATION other_pub FOR TABLE other;
+CREATE TABLE meas (id int NOT NULL, v int NOT NULL, secret text NOT NULL, PRIMARY KEY (id))
+  PARTITION BY RANGE (id);
+CREATE TABLE meas_1 PARTITION OF meas FOR VALUES FROM (0) TO (100000);
+CREATE TABLE meas_2 PARTITION OF meas FOR VALUES FROM (100000) TO (200000);
+INSERT INTO meas SELECT g, g % 10, 'SECRET-' || g FROM generate_series(1, 40000) g;
+CREATE PUBLICATION meas_pub FOR TABLE meas (id, v) WHERE (v > 4)
+  WITH (publish_via_partition_root = true);
+});
+
+# What the sink holds of the table: lines of canonical JSON.
+sub leaked
+{
+	my ($sink, $table, $column, $filter) = @_;
+	my @rows = split /\n/, $sink->dump($table);
+	return scalar(grep { /"\Q$column\E"/ || !$filter->($_) } @rows);
+}
+
+sub even_id
+{
+	my ($row) = @_;
+	return $row =~ /"id":(\d+)/ && $1 % 2 == 0;
+}
+
+sub big_v
+{
+	my ($row) = @_;
+	return $row =~ /"v":(\d+)/ && $1 > 4;
+}
+
+# Backfills $table of a new pipeline on $pubs into a slowed sink, runs $ddl
+# once a chunk was delivered, and checks that nothing unpublished arrived.
+sub unpublish_during_backfill
+{
+	my (%c) = @_;
+	my $p    = $c{name};
+	my $sink = ReplicantTest::start_sink(name => "sink_$p", delay_ms => 300);
+	query("SELECT replicant.create_pipeline('$p', $c{pubs}, '$sink->{url}')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = '$p'"),
+		"$p: the pipeline streams");
+	my $id = query("SELECT replicant.backfill('$p', '$c{table}', mode => 'keyset')");
+	ok(poll("SELECT rows_done > 0 FROM replicant.backfill_status WHERE id = $id"),
+		"$p: a chunk was delivered");
+	is(query("SELECT state FROM replicant.backfill_status WHERE id = $id"), 'running',
+		"$p: the backfill runs when the table stops being published");
+	query($c{ddl});
+	$sink->control({ clear => 1 });
+	ok(poll("SELECT b.state <> 'running' OR s.state = 'halted'"
+			  . " FROM replicant.backfill_status b JOIN replicant.status s USING (pipeline)"
+			  . " WHERE b.id = $id", 120),
+		"$p: the backfill ends (or the pipeline halts)");
+	my ($state, $pipeline_state, $error) = split /\|/,
+	  query("SELECT b.state, s.state, s.last_error FROM replicant.backfill_status b"
+		  . " JOIN replicant.status s USING (pipeline) WHERE b.id = $id");
+	if ($c{may_halt} && $pipeline_state eq 'halted')
+	{
+		like($error, qr/^publication "\w+" does not exist/, "$p: halted on the missing publication");
+		isnt($state, 'done', "$p: the backfill is not recorded as done");
+	}
+	else
+	{
+		is($state, 'skipped', "backfill_unpublished_unfiltered ($p): the backfill is skipped");
+	}
+	is(leaked($sink, $c{delivered_as}, $c{hidden}, $c{filter}), 0,
+		"backfill_unpublished_unfiltered ($p): no unpublished row or column reached the sink");
+	is($sink->dump($c{leaf_name}), '', "$p: nothing under the detached table's own name")
+	  if $c{leaf_name};
+	query("SELECT replicant.drop_pipeline('$p')");
+	$sink->stop;
+}
+
+unpublish_during_backfill(
+	name         => 'drop_table',
+	pubs         => "'people_pub'",
+	table        => 'people',
+	ddl          => 'ALTER PUBLICATION people_pub DROP TABLE people',
+	delivered_as => 'public.people',
+	hidden       => 'ssn',
+	filter       => \&even_id);
+query('ALTER PUBLICATION people_pub ADD TABLE people (id, name) WHERE (id % 2 = 0)');
+
+unpublish_during_backfill(
+	name         => 'alter_pipeline',
+	pubs         => "'people_pub'",
+	table        => 'people',
+	ddl          => "SELECT replicant.alter_pipeline('alter_pipeline', publication => ARRAY['other_pub'])",
+	delivered_as => 'public.people',
+	hidden       => 'ssn',
+	filter       => \&even_id);
+
+unpublish_during_backfill(
+	name         => 'drop_publication',
+	pubs         => "ARRAY['other_pub', 'people_pub']",
+	table        => 'people',
+	ddl          => 'DROP PUBLICATION people_pub',
+	delivered_as => 'public.people',
+	hidden       => 'ssn',
+	filter       => \&even_id,
+	may_halt     => 1);
+
+unpublish_during_backfill(
+	name         => 'detach',
+	pubs         => "'meas_pub'",
+	table        => 'meas_1',
+	ddl          => 'ALTER TABLE meas DETACH PARTITION meas_1',
+	delivered_as => 'public.meas',
+	hidden       => 'secret',
+	filter       => \&big_v,
+	leaf_name    => 'public.meas_1');
 
 $node->stop;
 done_testing();
