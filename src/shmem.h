@@ -27,6 +27,22 @@ typedef enum ReplicantWorkerState
 #define REPLICANT_MAX_DIRTY_DBS 32
 /* Requests whose durations make replicant.status.sink_latency_ms. */
 #define REPLICANT_LATENCY_SAMPLES 32
+/* Snapshot workers of one pipeline at most (option snapshot_workers). */
+#define REPLICANT_MAX_SNAPSHOT_WORKERS 16
+
+/*
+ * The rows a snapshot worker delivered (acknowledged) of the window it
+ * reads, which its shard's progress records only once the window is done.
+ * replicant.backfill_status adds them while the shard's recorded
+ * next_block is still window_block.
+ */
+typedef struct ReplicantWindowProgress
+{
+	int64 backfill_id; /* 0: none */
+	int32 shard;
+	int64 window_block;
+	int64 rows;
+} ReplicantWindowProgress;
 
 typedef struct ReplicantPipelineSlot
 {
@@ -77,6 +93,9 @@ typedef struct ReplicantPipelineSlot
 	ConditionVariable delivered_cv;
 	/* Set by await_delivered(): commit a pending checkpoint now. */
 	pg_atomic_uint32 checkpoint_wanted;
+
+	/* Per snapshot worker (by its number), under the lock. */
+	ReplicantWindowProgress window_progress[REPLICANT_MAX_SNAPSHOT_WORKERS];
 } ReplicantPipelineSlot;
 
 typedef struct ReplicantShmem

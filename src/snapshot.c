@@ -98,6 +98,7 @@ typedef struct ShardArgs
 	int32 pipeline_id;
 	int32 slot_index;
 	uint32 generation;
+	int32 worker; /* its number, < REPLICANT_MAX_SNAPSHOT_WORKERS */
 	char snapshot_name[64];
 } ShardArgs;
 
@@ -112,6 +113,13 @@ typedef struct Shard
 	int64 next_block;
 	int64 hi_block; /* -1: to the end of the table */
 } Shard;
+
+/*
+ * In a shard worker: its pipeline's slot and its number among the
+ * pipeline's shard workers (-1 in the pipeline worker).
+ */
+static ReplicantPipelineSlot *ShardSlot = NULL;
+static int ShardNumber = -1;
 
 static SPIPlanPtr
 prepare(const char *sql, int nargs, Oid *argtypes)
@@ -380,6 +388,9 @@ note_snapshot_answer(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	slot->batches_delivered++;
 	slot->changes_delivered += nrows;
 	slot->bytes_delivered += bytes;
+	/* backfill_status counts them before the window's progress is recorded */
+	if (ShardNumber >= 0)
+		slot->window_progress[ShardNumber].rows += nrows;
 	slot->last_delivery_at = GetCurrentTimestamp();
 	if (slot->state == REPLICANT_STATE_RETRYING)
 		slot->state = REPLICANT_STATE_SNAPSHOTTING;
@@ -648,7 +659,7 @@ snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 
 static BackgroundWorkerHandle *
 launch_shard_worker(ReplicantPipeline *pipeline, int slot_index,
-					ReplicantPipelineSlot *slot, const char *snapshot_name)
+					ReplicantPipelineSlot *slot, const char *snapshot_name, int number)
 {
 	BackgroundWorker worker = {0};
 	BackgroundWorkerHandle *handle;
@@ -659,6 +670,7 @@ launch_shard_worker(ReplicantPipeline *pipeline, int slot_index,
 	args.pipeline_id = pipeline->id;
 	args.slot_index = slot_index;
 	args.generation = slot->generation;
+	args.worker = number;
 	strlcpy(args.snapshot_name, snapshot_name, sizeof(args.snapshot_name));
 
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -707,14 +719,14 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 	pg_atomic_write_u32(&slot->shard_failures, 0);
 	if (shard_handles == NULL)
 	{
-		nshard_handles = pipeline->snapshot_workers;
+		nshard_handles = Min(pipeline->snapshot_workers, REPLICANT_MAX_SNAPSHOT_WORKERS);
 		shard_handles = MemoryContextAllocZero(TopMemoryContext,
 											   sizeof(BackgroundWorkerHandle *) * nshard_handles);
 		before_shmem_exit(terminate_shard_workers, (Datum) 0);
 	}
 
 	for (i = 0; i < nshard_handles; i++)
-		shard_handles[i] = launch_shard_worker(pipeline, slot_index, slot, snapshot_name);
+		shard_handles[i] = launch_shard_worker(pipeline, slot_index, slot, snapshot_name, i);
 	if (shard_handles[0] == NULL)
 		replicant_delivery_halt(slot, pipeline,
 								"could not start snapshot workers: out of background worker slots");
@@ -1025,6 +1037,24 @@ skip_table(Shard *shard)
 							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record snapshot progress");
 	replicant_catalog_end(&access);
+}
+
+/*
+ * Names the window the shard worker reads in its slot's window progress
+ * (shard NULL: none), from which on note_snapshot_answer counts the rows the
+ * sink acknowledged.
+ */
+static void
+note_window(const Shard *shard)
+{
+	ReplicantWindowProgress *progress = &ShardSlot->window_progress[ShardNumber];
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	progress->backfill_id = shard ? shard->backfill_id : 0;
+	progress->shard = shard ? shard->shard : 0;
+	progress->window_block = shard ? shard->next_block : 0;
+	progress->rows = 0;
+	LWLockRelease(replicant_shmem->lock);
 }
 
 /* What a window read found. */
@@ -1417,6 +1447,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	opened = begin_window(snapshot_name, shard, &rel, new_relfilenode);
 	if (opened != WINDOW_READ)
 		return opened;
+	note_window(shard);
 
 	if (!open_window_reader(slot, pipeline, rel, shard, hi, &reader))
 	{
@@ -1464,12 +1495,16 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	return WINDOW_READ;
 }
 
-static ReplicantPipelineSlot *ShardSlot = NULL;
-
-/* Tells the pipeline worker that a shard may have been left claimed. */
+/*
+ * Tells the pipeline worker that a shard may have been left claimed; the
+ * window it read is read again, and counted, by whoever claims it next.
+ */
 static void
 shard_exit(int code, Datum arg)
 {
+	/* (Not when an error came while holding the lock: that would hang.) */
+	if (!LWLockHeldByMe(replicant_shmem->lock))
+		note_window(NULL);
 	if (code != 0)
 		pg_atomic_fetch_add_u32(&ShardSlot->shard_failures, 1);
 }
@@ -1543,6 +1578,8 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		MemoryContextReset(window_context);
 		replicant_fault("snapshot_window");
 
+		if (r == WINDOW_STALE || r == WINDOW_REWRITTEN)
+			note_window(NULL); /* its rows count again from 0 */
 		if (r == WINDOW_STALE)
 		{
 			ereport(LOG,
@@ -1600,6 +1637,7 @@ replicant_shard_main(Datum main_arg)
 	if (slot->generation != args.generation)
 		proc_exit(0);
 	ShardSlot = slot;
+	ShardNumber = args.worker;
 	before_shmem_exit(shard_exit, (Datum) 0);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
 	replicant_encoder_pin_settings();

@@ -2,6 +2,8 @@
  * status.c
  *		replicant._worker_status(): the live half of replicant.status, read
  *		from shared memory.  The view joins it with the catalog and the slot.
+ *		replicant._snapshot_progress(): the live half of
+ *		replicant.backfill_status.
  */
 #include "postgres.h"
 
@@ -25,6 +27,7 @@
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(replicant_worker_status);
+PG_FUNCTION_INFO_V1(replicant_snapshot_progress);
 PG_FUNCTION_INFO_V1(replicant_await_delivered);
 
 static int
@@ -58,19 +61,19 @@ median_latency(ReplicantPipelineSlot *slot)
 
 #define WORKER_STATUS_COLS 12
 
-/* Refuses callers that may not SELECT replicant.status (same schema as us). */
+/* Refuses callers that may not SELECT the view (in the same schema as us). */
 static void
-check_can_read_status(FunctionCallInfo fcinfo)
+check_can_read_view(FunctionCallInfo fcinfo, const char *view)
 {
 	Oid nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
-	Oid viewid = get_relname_relid("status", nspid);
+	Oid viewid = get_relname_relid(view, nspid);
 	AclResult aclresult;
 
 	if (!OidIsValid(viewid))
-		elog(ERROR, "replicant.status does not exist");
+		elog(ERROR, "replicant.%s does not exist", view);
 	aclresult = pg_class_aclcheck(viewid, GetUserId(), ACL_SELECT);
 	if (aclresult != ACLCHECK_OK)
-		aclcheck_error(aclresult, OBJECT_VIEW, "status");
+		aclcheck_error(aclresult, OBJECT_VIEW, view);
 }
 
 Datum
@@ -83,7 +86,7 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 	 * Executable by PUBLIC, since the view runs it with the privileges of
 	 * whoever reads the view: the view's own privilege is the gate.
 	 */
-	check_can_read_status(fcinfo);
+	check_can_read_view(fcinfo, "status");
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (!replicant_shmem_ready())
@@ -116,6 +119,51 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 		values[11] = Int32GetDatum(slot->last_http_status);
 		nulls[11] = (slot->last_http_status == 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(replicant_shmem->lock);
+	PG_RETURN_VOID();
+}
+
+#define SNAPSHOT_PROGRESS_COLS 4
+
+/*
+ * replicant._snapshot_progress(): per snapshot worker of this database's
+ * pipelines, the rows the sink acknowledged of the window it reads (backfill
+ * id, shard, the window's first block), which replicant.backfill_status adds
+ * to the progress recorded so far.  Executable by PUBLIC like
+ * replicant._worker_status(): the view's privilege is the gate.
+ */
+Datum
+replicant_snapshot_progress(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	check_can_read_view(fcinfo, "backfill_status");
+	InitMaterializedSRF(fcinfo, 0);
+	if (!replicant_shmem_ready())
+		PG_RETURN_VOID();
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	for (int i = 0; i < replicant_max_pipelines; i++)
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+
+		if (!slot->in_use || slot->dboid != MyDatabaseId)
+			continue;
+		for (int w = 0; w < REPLICANT_MAX_SNAPSHOT_WORKERS; w++)
+		{
+			ReplicantWindowProgress *progress = &slot->window_progress[w];
+			Datum values[SNAPSHOT_PROGRESS_COLS];
+			bool nulls[SNAPSHOT_PROGRESS_COLS] = {0};
+
+			if (progress->backfill_id == 0)
+				continue;
+			values[0] = Int64GetDatum(progress->backfill_id);
+			values[1] = Int32GetDatum(progress->shard);
+			values[2] = Int64GetDatum(progress->window_block);
+			values[3] = Int64GetDatum(progress->rows);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
 	}
 	LWLockRelease(replicant_shmem->lock);
 	PG_RETURN_VOID();
