@@ -27,28 +27,31 @@ sub query { return $node->safe_psql('postgres', @_); }
 sub poll  { return ReplicantTest::poll($node, @_); }
 
 # ---- a rewrite that holds the lock while a chunk starts -----------------------------
-# No TOASTable column, so that ctid is planned without a warning; enough
-# rows for dozens of chunks in every mode.
-query(q{
-CREATE EXTENSION replicant;
-CREATE TABLE rw (id int PRIMARY KEY, n int NOT NULL, m bigint NOT NULL);
-INSERT INTO rw SELECT g, g, g * 7 FROM generate_series(1, 100000) g;
-ANALYZE rw;
-CREATE PUBLICATION rw_pub FOR TABLE rw;
+# A table per mode, without TOASTable columns, so that ctid is planned
+# without a warning; enough rows for dozens of chunks in every mode.
+query('CREATE EXTENSION replicant');
+foreach my $mode ('keyset', 'ctid', 'bitmap')
+{
+	query(qq{
+CREATE TABLE rw_$mode (id int PRIMARY KEY, n int NOT NULL, m bigint NOT NULL);
+INSERT INTO rw_$mode SELECT g, g, g * 7 FROM generate_series(1, 100000) g;
+ANALYZE rw_$mode;
+CREATE PUBLICATION rw_${mode}_pub FOR TABLE rw_$mode;
 });
+}
 
-# Rewrites rw in a transaction that holds its lock until the pipeline's
-# worker waits for it, i.e. until a chunk has started (after $meanwhile
-# ran, if given); then commits.
+# Rewrites the pipeline's table (named as the pipeline) in a transaction
+# that holds its lock until the pipeline's worker waits for it, i.e. until
+# a chunk has started (after $meanwhile ran, if given); then commits.
 sub rewrite_under_chunk
 {
 	my ($pipeline, $type, $meanwhile) = @_;
 	my $psql = $node->background_psql('postgres');
-	$psql->query_safe("BEGIN; ALTER TABLE rw ALTER COLUMN n TYPE $type");
+	$psql->query_safe("BEGIN; ALTER TABLE $pipeline ALTER COLUMN n TYPE $type");
 	$meanwhile->() if $meanwhile;
 	my $waited = poll(qq{
 SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                WHERE NOT l.granted AND l.relation = 'rw'::regclass
+                WHERE NOT l.granted AND l.relation = '$pipeline'::regclass
                   AND a.application_name = 'replicant pipeline $pipeline')});
 	$psql->query_safe('COMMIT');
 	$psql->quit;
@@ -62,11 +65,11 @@ foreach my $mode ('keyset', 'ctid', 'bitmap')
 {
 	my $p    = "rw_$mode";
 	my $sink = ReplicantTest::start_sink(name => "sink_$p", delay_ms => 500);
-	query("SELECT replicant.create_pipeline('$p', 'rw_pub', '$sink->{url}')");
+	query("SELECT replicant.create_pipeline('$p', '${p}_pub', '$sink->{url}')");
 	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = '$p'"),
 		"$mode: the pipeline streams");
 	query("SELECT replicant.disable_pipeline('$p')");
-	my $id = query("SELECT replicant.backfill('$p', 'rw', mode => '$mode')");
+	my $id = query("SELECT replicant.backfill('$p', '$p', mode => '$mode')");
 	ok(rewrite_under_chunk($p, 'bigint',
 			sub { query("SELECT replicant.enable_pipeline('$p')"); }),
 		"$mode: rewrite 1 held the table's lock while the first chunk waited for it");
@@ -87,7 +90,7 @@ foreach my $mode ('keyset', 'ctid', 'bitmap')
 		"$mode: the backfill ends");
 	is(query("SELECT state FROM replicant.backfill_status WHERE id = $id"), 'done',
 		"$mode: the backfill is done");
-	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['rw'], 60),
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, [$p], 60),
 		"backfill_snapshot_before_lock ($mode): every row arrives across two rewrites");
 	query("SELECT replicant.drop_pipeline('$p')");
 	$sink->stop;
