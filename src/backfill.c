@@ -867,7 +867,8 @@ close_chunk_source(ChunkSource *src)
 /*
  * Opens what the chunk reads (b's table; NULL when dropped or no longer
  * published) and checks that the owner may read it; returns a value-free
- * reason when not, having closed it again.
+ * reason when not, having closed it again.  A table that is no longer
+ * published is skipped whatever the owner may read, as the stream skips it.
  */
 static char *
 open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource *src)
@@ -879,23 +880,11 @@ open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource
 	src->rel = try_table_open(b->relid, AccessShareLock);
 	if (src->rel == NULL)
 		return NULL;
-	reason = replicant_table_read_denied(src->rel);
-	if (reason)
-	{
-		table_close(src->rel, AccessShareLock);
-		return reason;
-	}
 	src->target = replicant_partition_root_open_for_read(src->rel, pipeline->publications,
 														 AccessShareLock);
-	src->select_list = replicant_partition_root_select_list(src->rel, src->target);
 	reason = replicant_publication_read_filter(src->rel, src->target, pipeline->publications,
 											   &filter);
-	if (reason)
-	{
-		close_chunk_source(src);
-		return reason;
-	}
-	if (!replicant_pubfilter_publishes(filter))
+	if (reason == NULL && !replicant_pubfilter_publishes(filter))
 	{
 		/* Its filter would be empty: nothing of it may be read. */
 		replicant_pubfilter_free(filter);
@@ -903,6 +892,15 @@ open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource
 		src->unpublished = true;
 		return NULL;
 	}
+	if (reason == NULL)
+		reason = replicant_table_read_denied(src->rel);
+	if (reason)
+	{
+		replicant_pubfilter_free(filter);
+		close_chunk_source(src);
+		return reason;
+	}
+	src->select_list = replicant_partition_root_select_list(src->rel, src->target);
 	src->row_filter = replicant_pubfilter_read_sql(filter, src->target);
 	src->columns = bms_copy(filter->columns);
 	replicant_pubfilter_free(filter);

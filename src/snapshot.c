@@ -1333,37 +1333,38 @@ typedef struct WindowReader
  * security it does not bypass: the heap read would bypass the policies), or
  * the publications disagree on the published columns.  Returns false,
  * having opened nothing, when no publication of the pipeline publishes rel
- * now: it has no row filter nor columns to read it with.
+ * now (whatever the owner may read): it has no row filter nor columns to
+ * read it with.
  */
 static bool
 open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 				   Relation rel, Shard *shard, int64 hi, WindowReader *reader)
 {
-	char *refused = replicant_table_read_denied(rel);
+	char *refused;
 	ItemPointerData mintid;
 	ItemPointerData maxtid;
 	bool identity_full;
 
-	if (refused)
-		replicant_delivery_halt(slot, pipeline, refused);
-	if (rel->rd_tableam->scan_set_tidrange == NULL)
-		replicant_delivery_halt(slot, pipeline,
-								psprintf("table \"%s\" cannot be read in block ranges: its access method has no TID range scans",
-										 RelationGetRelationName(rel)));
 	reader->rel = rel;
 	reader->target = replicant_partition_root_open_for_read(rel, pipeline->publications,
 															AccessShareLock);
 	refused = replicant_publication_read_filter(rel, reader->target, pipeline->publications,
 												&reader->filter);
-	if (refused)
-		replicant_delivery_halt(slot, pipeline, refused);
-	if (!replicant_pubfilter_publishes(reader->filter))
+	if (refused == NULL && !replicant_pubfilter_publishes(reader->filter))
 	{
 		replicant_pubfilter_free(reader->filter);
 		if (reader->target != rel)
 			table_close(reader->target, AccessShareLock);
 		return false;
 	}
+	if (refused == NULL)
+		refused = replicant_table_read_denied(rel);
+	if (refused)
+		replicant_delivery_halt(slot, pipeline, refused);
+	if (rel->rd_tableam->scan_set_tidrange == NULL)
+		replicant_delivery_halt(slot, pipeline,
+								psprintf("table \"%s\" cannot be read in block ranges: its access method has no TID range scans",
+										 RelationGetRelationName(rel)));
 	replicant_publication_key(reader->target, &reader->key_columns, &reader->whole_row,
 							  &identity_full);
 	reader->map = replicant_partition_root_read_map(rel, reader->target);
