@@ -12,7 +12,9 @@
 #     never read without its row filter and column list (an empty filter
 #     used to mean every row and every column): the backfill is 'skipped'
 #     (or the pipeline halts on the missing publication), and no row outside
-#     the filter, no column outside the list, reaches the sink.
+#     the filter, no column outside the list, reaches the sink; also when
+#     its owner lost SELECT on it meanwhile (no halt for a table no longer
+#     published).
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -141,7 +143,8 @@ sub unpublish_during_backfill
 	my (%c) = @_;
 	my $p    = $c{name};
 	my $sink = ReplicantTest::start_sink(name => "sink_$p", delay_ms => 300);
-	query("SELECT replicant.create_pipeline('$p', $c{pubs}, '$sink->{url}')");
+	query(($c{owner} ? "SET ROLE $c{owner}; " : '')
+		  . "SELECT replicant.create_pipeline('$p', $c{pubs}, '$sink->{url}')");
 	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = '$p'"),
 		"$p: the pipeline streams");
 	my $id = query("SELECT replicant.backfill('$p', '$c{table}', mode => 'keyset')");
@@ -180,6 +183,25 @@ unpublish_during_backfill(
 	pubs         => "'people_pub'",
 	table        => 'people',
 	ddl          => 'ALTER PUBLICATION people_pub DROP TABLE people',
+	delivered_as => 'public.people',
+	hidden       => 'ssn',
+	filter       => \&even_id);
+query('ALTER PUBLICATION people_pub ADD TABLE people (id, name) WHERE (id % 2 = 0)');
+
+# A table no longer published is skipped whatever its owner may still
+# read: its SELECT revoked too, it used to halt the pipeline.
+query(q{
+CREATE ROLE bfowner LOGIN;
+GRANT USAGE ON SCHEMA replicant TO bfowner;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA replicant TO bfowner;
+GRANT SELECT ON people TO bfowner;
+});
+unpublish_during_backfill(
+	name         => 'drop_and_revoke',
+	owner        => 'bfowner',
+	pubs         => "'people_pub'",
+	table        => 'people',
+	ddl          => 'ALTER PUBLICATION people_pub DROP TABLE people; REVOKE SELECT ON people FROM bfowner',
 	delivered_as => 'public.people',
 	hidden       => 'ssn',
 	filter       => \&even_id);
