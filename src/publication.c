@@ -372,14 +372,23 @@ publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
  * publish rel as target (rel itself, or the root it is delivered as): as
  * pgoutput, only the publications through which the relation is published
  * as what it is delivered as count.  They come from target's FOR TABLE
- * entry, unless a publication has the whole table anyway.
+ * entry, unless a publication has the whole table anyway: FOR ALL TABLES,
+ * or TABLES IN SCHEMA of target's schema.  pgoutput asks for the schema of
+ * the relation it publishes as (pgoutput_row_filter_init), not rel's: a
+ * partition in a schema the publication has whole, published through a
+ * root in another schema that it lists with a filter, gets the root's
+ * filter.  rel_pubs and schema_pubs are rel's.
  */
 static void
 add_filters(ReplicantPubFilter *filter, Relation rel, Relation target, List *pubs,
 			List *rel_pubs, List *schema_pubs, List *ancestors)
 {
 	Oid target_relid = RelationGetRelid(target);
+	List *target_schema_pubs = schema_pubs;
 	ListCell *lc;
+
+	if (RelationGetNamespace(target) != RelationGetNamespace(rel))
+		target_schema_pubs = GetSchemaPublications(RelationGetNamespace(target));
 
 	foreach(lc, pubs)
 	{
@@ -390,7 +399,8 @@ add_filters(ReplicantPubFilter *filter, Relation rel, Relation target, List *pub
 			replicant_partition_root_published_as(pub, rel, ancestors, NULL) != target_relid)
 			continue;
 		replicant_pubfilter_add(filter, target,
-								whole_table(pub, schema_pubs) ? InvalidOid : target_relid, pub);
+								whole_table(pub, target_schema_pubs) ? InvalidOid : target_relid,
+								pub);
 	}
 }
 

@@ -52,6 +52,22 @@ typedef enum ReplicantPhase
 #define REPLICANT_MAX_SYNCS 4
 /* Requests whose durations make replicant.status.sink_latency_ms. */
 #define REPLICANT_LATENCY_SAMPLES 32
+/* Snapshot workers of one pipeline at most (option snapshot_workers). */
+#define REPLICANT_MAX_SNAPSHOT_WORKERS 16
+
+/*
+ * The rows a snapshot worker delivered (acknowledged) of the window it
+ * reads, which its shard's progress records only once the window is done.
+ * replicant.backfill_status adds them while the shard's recorded
+ * next_block is still window_block.
+ */
+typedef struct ReplicantWindowProgress
+{
+	int64 backfill_id; /* 0: none */
+	int32 shard;
+	int64 window_block;
+	int64 rows;
+} ReplicantWindowProgress;
 
 typedef struct ReplicantPipelineSlot
 {
@@ -118,6 +134,9 @@ typedef struct ReplicantPipelineSlot
 	uint64 progress;
 	char failure[REPLICANT_ERROR_LEN];
 	char halt_request[REPLICANT_ERROR_LEN];
+
+	/* Per snapshot worker (by its number), under the lock. */
+	ReplicantWindowProgress window_progress[REPLICANT_MAX_SNAPSHOT_WORKERS];
 } ReplicantPipelineSlot;
 
 typedef struct ReplicantShmem

@@ -60,6 +60,7 @@
 #include "utils/snapmgr.h"
 
 #include "batch.h"
+#include "catalog.h"
 #include "checkpoint.h"
 #include "compat.h"
 #include "delivery.h"
@@ -98,6 +99,7 @@ typedef struct ShardArgs
 	int32 pipeline_id;
 	int32 slot_index;
 	uint32 generation;
+	int32 worker; /* its number, < REPLICANT_MAX_SNAPSHOT_WORKERS */
 	char snapshot_name[64];
 } ShardArgs;
 
@@ -112,6 +114,13 @@ typedef struct Shard
 	int64 next_block;
 	int64 hi_block; /* -1: to the end of the table */
 } Shard;
+
+/*
+ * In a shard worker: its pipeline's slot and its number among the
+ * pipeline's shard workers (-1 in the pipeline worker).
+ */
+static ReplicantPipelineSlot *ShardSlot = NULL;
+static int ShardNumber = -1;
 
 static SPIPlanPtr
 prepare(const char *sql, int nargs, Oid *argtypes)
@@ -132,14 +141,18 @@ spi_int8(int row, int col)
 	return isnull ? -1 : DatumGetInt64(d);
 }
 
-/* Runs a query on the pipeline's ($1) snapshot plan. */
+/*
+ * Runs a query on the pipeline's ($1) snapshot plan; $2 is the state of a
+ * table that stopped being published, which is as finished as 'done'.
+ */
 static void
 read_plan(const char *sql, int32 pipeline_id, bool read_only)
 {
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(pipeline_id)};
+	Oid argtypes[2] = {INT4OID, TEXTOID};
+	Datum args[2] = {Int32GetDatum(pipeline_id),
+					 CStringGetTextDatum(replicant_catalog_skipped_state())};
 
-	if (SPI_execute_with_args(sql, 1, argtypes, args, NULL, read_only, 0) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(sql, 2, argtypes, args, NULL, read_only, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the snapshot plan");
 }
 
@@ -377,6 +390,9 @@ note_snapshot_answer(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	slot->batches_delivered++;
 	slot->changes_delivered += nrows;
 	slot->bytes_delivered += bytes;
+	/* backfill_status counts them before the window's progress is recorded */
+	if (ShardNumber >= 0)
+		slot->window_progress[ShardNumber].rows += nrows;
 	slot->last_delivery_at = GetCurrentTimestamp();
 	if (slot->state == REPLICANT_STATE_RETRYING)
 		slot->state = REPLICANT_STATE_SNAPSHOTTING;
@@ -425,7 +441,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	replicant_catalog_begin(&access);
 	read_plan(last ?
 				  "SELECT id, relid FROM replicant.backfills"
-				  " WHERE pipeline_id = $1 AND kind = 'initial' AND state <> 'done' ORDER BY id" :
+				  " WHERE pipeline_id = $1 AND kind = 'initial' AND state NOT IN ('done', $2) ORDER BY id" :
 				  "SELECT id, relid FROM replicant.backfills"
 				  " WHERE pipeline_id = $1 AND kind = 'initial' AND NOT first_sent ORDER BY id",
 			  pipeline->id, true);
@@ -633,7 +649,7 @@ snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 	if (strcmp(pipeline->snapshot, "initial") != 0)
 		return false;
 	replicant_catalog_begin(&access);
-	read_plan("SELECT count(*), count(*) FILTER (WHERE state <> 'done')"
+	read_plan("SELECT count(*), count(*) FILTER (WHERE state NOT IN ('done', $2))"
 			  "  FROM replicant.backfills WHERE pipeline_id = $1 AND kind = 'initial'",
 			  pipeline->id, true);
 	total = spi_int8(0, 1);
@@ -646,7 +662,7 @@ snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 
 static BackgroundWorkerHandle *
 launch_shard_worker(ReplicantPipeline *pipeline, int slot_index,
-					ReplicantPipelineSlot *slot, const char *snapshot_name)
+					ReplicantPipelineSlot *slot, const char *snapshot_name, int number)
 {
 	BackgroundWorker worker = {0};
 	BackgroundWorkerHandle *handle;
@@ -657,6 +673,7 @@ launch_shard_worker(ReplicantPipeline *pipeline, int slot_index,
 	args.pipeline_id = pipeline->id;
 	args.slot_index = slot_index;
 	args.generation = slot->generation;
+	args.worker = number;
 	strlcpy(args.snapshot_name, snapshot_name, sizeof(args.snapshot_name));
 
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -705,14 +722,14 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 	pg_atomic_write_u32(&slot->shard_failures, 0);
 	if (shard_handles == NULL)
 	{
-		nshard_handles = pipeline->snapshot_workers;
+		nshard_handles = Min(pipeline->snapshot_workers, REPLICANT_MAX_SNAPSHOT_WORKERS);
 		shard_handles = MemoryContextAllocZero(TopMemoryContext,
 											   sizeof(BackgroundWorkerHandle *) * nshard_handles);
 		before_shmem_exit(terminate_shard_workers, (Datum) 0);
 	}
 
 	for (i = 0; i < nshard_handles; i++)
-		shard_handles[i] = launch_shard_worker(pipeline, slot_index, slot, snapshot_name);
+		shard_handles[i] = launch_shard_worker(pipeline, slot_index, slot, snapshot_name, i);
 	if (shard_handles[0] == NULL)
 		replicant_delivery_halt(slot, pipeline,
 								"could not start snapshot workers: out of background worker slots");
@@ -957,7 +974,7 @@ static void
 record_progress(Shard *shard, bool done, int64 rows)
 {
 	ReplicantCatalogAccess access;
-	Datum args[6];
+	Datum args[7];
 
 	args[0] = Int64GetDatum(shard->backfill_id);
 	args[1] = Int32GetDatum(shard->shard);
@@ -967,18 +984,20 @@ record_progress(Shard *shard, bool done, int64 rows)
 	args[5] = ObjectIdGetDatum(shard->relfilenode);
 
 	replicant_catalog_begin(&access);
+	args[6] = CStringGetTextDatum(replicant_catalog_skipped_state());
 	if (progress_plan == NULL)
 	{
-		Oid argtypes[6] = {INT8OID, INT4OID, INT8OID, BOOLOID, INT8OID, OIDOID};
+		Oid argtypes[7] = {INT8OID, INT4OID, INT8OID, BOOLOID, INT8OID, OIDOID, TEXTOID};
 
+		/* A table another shard found unpublished stays skipped. */
 		progress_plan = prepare("WITH b AS ("
 								"  UPDATE replicant.backfills SET rows_done = rows_done + $5,"
 								"         state = 'running', started_at = coalesce(started_at, now())"
-								"   WHERE id = $1 AND relfilenode = $6 RETURNING id)"
+								"   WHERE id = $1 AND relfilenode = $6 AND state <> $7 RETURNING id)"
 								" UPDATE replicant.snapshot_shards s SET next_block = $3, done = $4,"
 								"        claimed = NOT $4"
 								"   FROM b WHERE s.backfill_id = b.id AND s.shard = $2",
-								6, argtypes);
+								7, argtypes);
 	}
 	if (SPI_execute_plan(progress_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record snapshot progress");
@@ -1010,14 +1029,58 @@ restart_table(Shard *shard, Oid relfilenode)
 	replicant_catalog_end(&access);
 }
 
+/*
+ * The table stopped being published: none of its shards is read any more,
+ * and backfill_status says so.
+ */
+static void
+skip_table(Shard *shard)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[2] = {INT8OID, TEXTOID};
+	Datum args[2];
+
+	replicant_catalog_begin(&access);
+	args[0] = Int64GetDatum(shard->backfill_id);
+	args[1] = CStringGetTextDatum(replicant_catalog_skipped_state());
+	if (SPI_execute_with_args("WITH b AS ("
+							  "  UPDATE replicant.backfills SET state = $2, finished_at = now(),"
+							  "         started_at = coalesce(started_at, now())"
+							  "   WHERE id = $1 RETURNING id)"
+							  " UPDATE replicant.snapshot_shards s SET done = true, claimed = false"
+							  "   FROM b WHERE s.backfill_id = b.id",
+							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record snapshot progress");
+	replicant_catalog_end(&access);
+}
+
+/*
+ * Names the window the shard worker reads in its slot's window progress
+ * (shard NULL: none), from which on note_snapshot_answer counts the rows the
+ * sink acknowledged.
+ */
+static void
+note_window(const Shard *shard)
+{
+	ReplicantWindowProgress *progress = &ShardSlot->window_progress[ShardNumber];
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	progress->backfill_id = shard ? shard->backfill_id : 0;
+	progress->shard = shard ? shard->shard : 0;
+	progress->window_block = shard ? shard->next_block : 0;
+	progress->rows = 0;
+	LWLockRelease(replicant_shmem->lock);
+}
+
 /* What a window read found. */
 typedef enum WindowResult
 {
-	WINDOW_READ,      /* rows of the window delivered */
-	WINDOW_PAST_END,  /* the window starts beyond the table */
-	WINDOW_REWRITTEN, /* relfilenode changed: start the table over */
-	WINDOW_STALE,     /* rewritten after the snapshot, which sees none of it */
-	WINDOW_GONE       /* the table was dropped */
+	WINDOW_READ,       /* rows of the window delivered */
+	WINDOW_PAST_END,   /* the window starts beyond the table */
+	WINDOW_REWRITTEN,  /* relfilenode changed: start the table over */
+	WINDOW_STALE,      /* rewritten after the snapshot, which sees none of it */
+	WINDOW_GONE,       /* the table was dropped */
+	WINDOW_UNPUBLISHED /* no publication of the pipeline publishes it now */
 } WindowResult;
 
 /* Whether the active snapshot sees a row of rel's heap. */
@@ -1292,30 +1355,40 @@ typedef struct WindowReader
  * Opens the reader of blocks [shard's next block, hi) of rel; halts where
  * the stream would: the owner may not read rel whole (SELECT, or row-level
  * security it does not bypass: the heap read would bypass the policies), or
- * the publications disagree on the published columns.
+ * the publications disagree on the published columns.  Returns false,
+ * having opened nothing, when no publication of the pipeline publishes rel
+ * now (whatever the owner may read): it has no row filter nor columns to
+ * read it with.
  */
-static void
+static bool
 open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 				   Relation rel, Shard *shard, int64 hi, WindowReader *reader)
 {
-	char *refused = replicant_table_read_denied(rel);
+	char *refused;
 	ItemPointerData mintid;
 	ItemPointerData maxtid;
 	bool identity_full;
 
+	reader->rel = rel;
+	reader->target = replicant_partition_root_open_for_read(rel, pipeline->publications,
+															AccessShareLock);
+	refused = replicant_publication_read_filter(rel, reader->target, pipeline->publications,
+												&reader->filter);
+	if (refused == NULL && !replicant_pubfilter_publishes(reader->filter))
+	{
+		replicant_pubfilter_free(reader->filter);
+		if (reader->target != rel)
+			table_close(reader->target, AccessShareLock);
+		return false;
+	}
+	if (refused == NULL)
+		refused = replicant_table_read_denied(rel);
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
 	if (rel->rd_tableam->scan_set_tidrange == NULL)
 		replicant_delivery_halt(slot, pipeline,
 								psprintf("table \"%s\" cannot be read in block ranges: its access method has no TID range scans",
 										 RelationGetRelationName(rel)));
-	reader->rel = rel;
-	reader->target = replicant_partition_root_open_for_read(rel, pipeline->publications,
-															AccessShareLock);
-	refused = replicant_publication_read_filter(rel, reader->target, pipeline->publications,
-												&reader->filter);
-	if (refused)
-		replicant_delivery_halt(slot, pipeline, refused);
 	replicant_publication_key(reader->target, &reader->key_columns, &reader->whole_row,
 							  &identity_full);
 	reader->map = replicant_partition_root_read_map(rel, reader->target);
@@ -1329,6 +1402,7 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	ItemPointerSet(&mintid, (BlockNumber) shard->next_block, FirstOffsetNumber);
 	ItemPointerSet(&maxtid, (BlockNumber) (hi - 1), MaxOffsetNumber);
 	reader->scan = table_beginscan_tidrange(rel, GetActiveSnapshot(), &mintid, &maxtid);
+	return true;
 }
 
 /*
@@ -1399,8 +1473,13 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	if (opened != WINDOW_READ)
 		return opened;
 	replicant_fault("snapshot_read");
+	note_window(shard);
 
-	open_window_reader(slot, pipeline, rel, shard, hi, &reader);
+	if (!open_window_reader(slot, pipeline, rel, shard, hi, &reader))
+	{
+		end_window(rel, window_context);
+		return WINDOW_UNPUBLISHED;
+	}
 	desc = RelationGetDescr(reader.target);
 	relation.schema = get_namespace_name(RelationGetNamespace(reader.target));
 	relation.table = pstrdup(RelationGetRelationName(reader.target));
@@ -1442,12 +1521,16 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	return WINDOW_READ;
 }
 
-static ReplicantPipelineSlot *ShardSlot = NULL;
-
-/* Tells the pipeline worker that a shard may have been left claimed. */
+/*
+ * Tells the pipeline worker that a shard may have been left claimed; the
+ * window it read is read again, and counted, by whoever claims it next.
+ */
 static void
 shard_exit(int code, Datum arg)
 {
+	/* (Not when an error came while holding the lock: that would hang.) */
+	if (!LWLockHeldByMe(replicant_shmem->lock))
+		note_window(NULL);
 	if (code != 0)
 		pg_atomic_fetch_add_u32(&ShardSlot->shard_failures, 1);
 }
@@ -1484,6 +1567,8 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		MemoryContextReset(window_context);
 		replicant_fault("snapshot_window");
 
+		if (r == WINDOW_STALE || r == WINDOW_REWRITTEN)
+			note_window(NULL); /* its rows count again from 0 */
 		if (r == WINDOW_STALE)
 		{
 			ereport(LOG,
@@ -1492,6 +1577,15 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			/* Before the restart, so that no one claims it under this snapshot. */
 			pg_atomic_write_u32(&slot->snapshot_stale, 1);
 			restart_table(shard, relfilenode);
+			break;
+		}
+		if (r == WINDOW_UNPUBLISHED)
+		{
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" skips the rest of its snapshot of table \"%s\"",
+							pipeline->name, shard->relname),
+					 errdetail("None of the pipeline's publications publishes the table any more.")));
+			skip_table(shard);
 			break;
 		}
 		if (r == WINDOW_REWRITTEN)
@@ -1570,6 +1664,7 @@ replicant_shard_main(Datum main_arg)
 	if (slot->generation != args.generation)
 		proc_exit(0);
 	ShardSlot = slot;
+	ShardNumber = args.worker;
 	before_shmem_exit(shard_exit, (Datum) 0);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
 	replicant_encoder_pin_settings();

@@ -2,6 +2,8 @@
  * status.c
  *		replicant._worker_status(): the live half of replicant.status, read
  *		from shared memory.  The view joins it with the catalog and the slot.
+ *		replicant._snapshot_progress(): the live half of
+ *		replicant.backfill_status.
  */
 #include "postgres.h"
 
@@ -26,6 +28,7 @@
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(replicant_worker_status);
+PG_FUNCTION_INFO_V1(replicant_snapshot_progress);
 PG_FUNCTION_INFO_V1(replicant_await_delivered);
 PG_FUNCTION_INFO_V1(replicant_retry_pipeline);
 PG_FUNCTION_INFO_V1(replicant_check_progress_reader);
@@ -66,19 +69,19 @@ median_latency(ReplicantPipelineSlot *slot)
  */
 #define WORKER_STATUS_COLS 13
 
-/* Refuses callers that may not SELECT replicant.status (same schema as us). */
+/* Refuses callers that may not SELECT the view (in the same schema as us). */
 static void
-check_can_read_status(FunctionCallInfo fcinfo)
+check_can_read_view(FunctionCallInfo fcinfo, const char *view)
 {
 	Oid nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
-	Oid viewid = get_relname_relid("status", nspid);
+	Oid viewid = get_relname_relid(view, nspid);
 	AclResult aclresult;
 
 	if (!OidIsValid(viewid))
-		elog(ERROR, "replicant.status does not exist");
+		elog(ERROR, "replicant.%s does not exist", view);
 	aclresult = pg_class_aclcheck(viewid, GetUserId(), ACL_SELECT);
 	if (aclresult != ACLCHECK_OK)
-		aclcheck_error(aclresult, OBJECT_VIEW, "status");
+		aclcheck_error(aclresult, OBJECT_VIEW, view);
 }
 
 Datum
@@ -91,7 +94,7 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 	 * Executable by PUBLIC, since the view runs it with the privileges of
 	 * whoever reads the view: the view's own privilege is the gate.
 	 */
-	check_can_read_status(fcinfo);
+	check_can_read_view(fcinfo, "status");
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (!replicant_shmem_ready())
@@ -135,8 +138,8 @@ replicant_worker_status(PG_FUNCTION_ARGS)
  * _check_progress_reader(), the gate of replicant.backfill_status: who may
  * read replicant.status, and pg_monitor's members, may watch progress.
  */
-Datum
-replicant_check_progress_reader(PG_FUNCTION_ARGS)
+static void
+check_progress_reader(FunctionCallInfo fcinfo)
 {
 	Oid nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
 	Oid viewid = get_relname_relid("status", nspid);
@@ -147,6 +150,12 @@ replicant_check_progress_reader(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for view backfill_status"),
 				 errhint("Who may SELECT from replicant.status, and members of pg_monitor, may read it.")));
+}
+
+Datum
+replicant_check_progress_reader(PG_FUNCTION_ARGS)
+{
+	check_progress_reader(fcinfo);
 	PG_RETURN_BOOL(true);
 }
 
@@ -192,6 +201,51 @@ replicant_retry_pipeline(PG_FUNCTION_ARGS)
 	if (!retrying)
 		ereport(NOTICE,
 				(errmsg("pipeline \"%s\" is not waiting to retry its sink", name)));
+	PG_RETURN_VOID();
+}
+
+#define SNAPSHOT_PROGRESS_COLS 4
+
+/*
+ * replicant._snapshot_progress(): per snapshot worker of this database's
+ * pipelines, the rows the sink acknowledged of the window it reads (backfill
+ * id, shard, the window's first block), which replicant.backfill_status adds
+ * to the progress recorded so far.  Executable by PUBLIC, with the view's
+ * gate: who may read replicant.status, and pg_monitor's members.
+ */
+Datum
+replicant_snapshot_progress(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	check_progress_reader(fcinfo);
+	InitMaterializedSRF(fcinfo, 0);
+	if (!replicant_shmem_ready())
+		PG_RETURN_VOID();
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	for (int i = 0; i < replicant_max_pipelines; i++)
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+
+		if (!slot->in_use || slot->dboid != MyDatabaseId)
+			continue;
+		for (int w = 0; w < REPLICANT_MAX_SNAPSHOT_WORKERS; w++)
+		{
+			ReplicantWindowProgress *progress = &slot->window_progress[w];
+			Datum values[SNAPSHOT_PROGRESS_COLS];
+			bool nulls[SNAPSHOT_PROGRESS_COLS] = {0};
+
+			if (progress->backfill_id == 0)
+				continue;
+			values[0] = Int64GetDatum(progress->backfill_id);
+			values[1] = Int32GetDatum(progress->shard);
+			values[2] = Int64GetDatum(progress->window_block);
+			values[3] = Int64GetDatum(progress->rows);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	LWLockRelease(replicant_shmem->lock);
 	PG_RETURN_VOID();
 }
 

@@ -1,7 +1,9 @@
 # Progress and planning for tables without statistics: backfill_status of
 # an initial snapshot is 'running' with started_at from when reading began
 # (a table read in one window used to stay 'planned' without started_at and
-# get the end time as started_at); a never-analysed table's rows are
+# get the end time as started_at), and its rows_done moves with every
+# acknowledged batch (issue #30 item 15: a table smaller than one window
+# showed 0 until it jumped to the total); a never-analysed table's rows are
 # estimated from its size (not 0), its bitmap ranges sized from that, and
 # the 'auto' router reads its physical order when pg_stats has nothing;
 # bitmap bounds do not depend on the caller's DateStyle.
@@ -40,7 +42,7 @@ $node->safe_psql('postgres',
 	"SELECT replicant.create_pipeline('prog', 'big_pub', '$sink->{url}', snapshot => 'initial',"
 	  . " batch_max_bytes => 262144)");
 # The window takes many slowed requests; watch it being read.
-my $running;
+my ($running, $partly, @seen);
 my $deadline = time() + 180;
 while (time() < $deadline)
 {
@@ -49,10 +51,17 @@ while (time() < $deadline)
 		  . " WHERE pipeline = 'prog'");
 	last if defined $state && $state eq 'done';
 	$running = 1 if defined $state && $state eq 'running' && $started eq 't' && $done == 0;
+	$partly = 1 if defined $state && $state eq 'running' && $done > 0 && $done < 60000;
+	push @seen, $done if defined $done && (!@seen || $seen[-1] != $done);
 	usleep(50_000);
 }
 ok($running,
 	"snapshot_progress_started_at_at_end: 'running' with started_at while the window is read, before its rows count");
+ok($partly,
+	'snapshot_progress_one_window: rows_done moves with the acknowledged batches of a table read in one window'
+	  . ' (seen: ' . join(', ', @seen) . ')');
+is($node->safe_psql('postgres', "SELECT rows_done FROM replicant.backfill_status WHERE pipeline = 'prog'"),
+	'60000', 'the finished snapshot counts every row once');
 my ($estimate, $started, $finished) = split /\|/, $node->safe_psql('postgres',
 	"SELECT rows_estimate, started_at, finished_at FROM replicant.backfill_status WHERE pipeline = 'prog'");
 ok($estimate > 30000 && $estimate < 120000,
