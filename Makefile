@@ -7,6 +7,7 @@ OBJS = \
 	src/replicant.o \
 	src/shmem.o \
 	src/launcher.o \
+	src/sync.o \
 	src/worker.o \
 	src/catalog.o \
 	src/pipeline.o \
@@ -15,6 +16,7 @@ OBJS = \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
+	src/pruning.o \
 	src/pubfilter.o \
 	src/partition_root.o \
 	src/encoder.o \
@@ -30,6 +32,7 @@ OBJS = \
 	src/format_replicant.o \
 	src/format_cloudevents.o \
 	src/sink_ddl.o \
+	src/stop_signal.o \
 	src/sink_http.o \
 	src/snapshot.o \
 	src/table_read.o \

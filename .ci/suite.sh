@@ -21,6 +21,9 @@
 #   REGRESS_TIMEOUT, TAP_TIMEOUT  seconds allowed per suite (300, 1200)
 #   CI_KEEP=1                     keep the build directory even on success
 #   SUITE_TAP=0                   run pg_regress only (no TAP files)
+#   SUITE_CFLAGS                  more compiler flags for the extension, e.g.
+#                                 -DUSE_ASSERT_CHECKING (its Asserts, against a
+#                                 server built without them, as pgvector's CI)
 #   SUITE_REGRESS=0               run no pg_regress
 #   SUITE_ALL_TAP=1               every TAP file, whatever its "# versions:"
 #   SUITE_JOBS=N                  TAP files run at once (default 3)
@@ -59,7 +62,7 @@ trap 'rc=$?; [ $rc = 0 ] || [ $tests_ran = 1 ] ||
 suite_start=$(date +%s)
 major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 say "$("$PG_CONFIG" --version), $(runuser -u postgres -- python3 --version)," \
-	"$(gcc --version | head -n1)"
+	"$(gcc --version | head -n1)${SUITE_CFLAGS:+, extension built with $SUITE_CFLAGS}"
 
 # ---- 2. a private copy, owned by postgres ------------------------------------
 work=$(mktemp -d /tmp/replicant-ci.XXXXXX)
@@ -76,7 +79,7 @@ as_postgres() {
 
 # ---- 3. build (as postgres) and install (as root) ----------------------------
 as_postgres make -s clean PG_CONFIG="$PG_CONFIG"
-as_postgres make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="$WARNINGS"
+as_postgres make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="$WARNINGS ${SUITE_CFLAGS:-}"
 make install PG_CONFIG="$PG_CONFIG"
 chown -R postgres: "$work"
 build_seconds=$(($(date +%s) - suite_start))

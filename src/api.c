@@ -523,6 +523,8 @@ typedef enum PipelineOptionId
 	OPT_CA_FILE,
 	OPT_FAILOVER,
 	OPT_FORMAT,
+	OPT_ENABLED,
+	OPT_CREATE_TABLES,
 	OPT_SECRET_PREVIOUS_UNTIL,
 	NUM_PIPELINE_OPTIONS
 } PipelineOptionId;
@@ -558,6 +560,9 @@ static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
 	[OPT_FAILOVER] = {"failover", "failover", BOOLOID, 0, 0, 14, -1, false},
 	/* Nor has either function format. */
 	[OPT_FORMAT] = {"format", "format", TEXTOID, 0, 0, 15, 14, false},
+	/* 0.3.0's: created disabled; format clickhouse creates missing targets. */
+	[OPT_ENABLED] = {"enabled", "enabled", BOOLOID, 0, 0, 16, -1, false},
+	[OPT_CREATE_TABLES] = {"create_tables", "create_tables", BOOLOID, 0, 0, 17, 15, false},
 	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", TIMESTAMPTZOID, 0, 0, -1, 12, true},
 };
 
@@ -708,10 +713,7 @@ option_params(const PipelineOptions *o, Oid pipeline_type, Datum pipeline, Oid o
 static void
 check_is_owner(const ReplicantPipelineRef *ref, const ReplicantCatalogAccess *s)
 {
-	if (!has_privs_of_role(s->saved_userid, ref->owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be owner of pipeline \"%s\"", ref->name)));
+	replicant_pipeline_check_owner(ref, s->saved_userid);
 }
 
 static void
@@ -960,7 +962,7 @@ warn_tables_leaving_toast_out(List *relids, const char *format)
 						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
 						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
 				 errdetail("Format \"%s\" writes whole rows: an update that leaves a TOASTed column unchanged will halt the pipeline.", format),
-				 errhint("Set ALTER TABLE ... REPLICA IDENTITY FULL on the table.")));
+				 errhint("Run ALTER TABLE ... REPLICA IDENTITY FULL on the table before creating the pipeline; when its replica identity is its primary key, doing so later is safe too.")));
 }
 
 /*
@@ -998,6 +1000,20 @@ check_targets_distinct(List *relids, const char *format)
 						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2)),
 				 errdetail("Format \"clickhouse\" names each target after its table, without the schema."),
 				 errhint("Publish only one of them to this pipeline.")));
+}
+
+/*
+ * create_tables => true: only format 'clickhouse' has targets to create
+ * (sink_ddl.c).
+ */
+static void
+check_create_tables(bool create_tables, const char *format)
+{
+	if (create_tables && strcmp(format, "clickhouse") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("create_tables needs format \"clickhouse\""),
+				 errdetail("Format \"%s\" has no target tables to create.", format)));
 }
 
 /* The format pipeline id delivers in. */
@@ -1052,7 +1068,8 @@ check_create_owner(Oid owner, const PipelineOptions *o)
  * the publications deliver.  Holds the name's lock from here to commit.
  */
 static List *
-check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
+check_create_catalog(const char *name, const char *slot_name, Oid owner,
+					 const PipelineOptions *o)
 {
 	ArrayType *pubs = DatumGetArrayTypeP(o->values[OPT_PUBLICATION]);
 	Oid argtypes[1] = {TEXTOID};
@@ -1069,6 +1086,9 @@ check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
 		warn_tables_leaving_toast_out(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_FORMAT])
 		check_targets_distinct(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
+	if (o->given[OPT_CREATE_TABLES])
+		check_create_tables(DatumGetBool(o->values[OPT_CREATE_TABLES]),
+							o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
 	lock_pipeline_name(name);
 	/* Not read-only: a fresh snapshot sees a creator we waited for. */
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
@@ -1078,6 +1098,11 @@ check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("pipeline \"%s\" already exists", name)));
+	/* Not even a foreign one: an initial snapshot's worker would meet it. */
+	if (replicant_slot_owner(slot_name) != REPLICANT_SLOT_MISSING)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("replication slot \"%s\" already exists", slot_name)));
 	check_free_slots(strcmp(TextDatumGetCString(o->values[OPT_SNAPSHOT]), "initial") == 0,
 					 DatumGetInt32(o->values[OPT_SNAPSHOT_WORKERS]));
 	return tables;
@@ -1088,13 +1113,15 @@ check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
  * arguments: 0.1.0's function lacks failover) gets its column.
  */
 static int32
-insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs)
+insert_pipeline(const char *name, const char *slot_name, Oid owner, const PipelineOptions *o,
+				int nargs)
 {
 	StringInfoData sql;
 	StringInfoData params;
-	Oid types[NUM_OPTION_PARAMS];
-	Datum values[NUM_OPTION_PARAMS];
-	char nulls[NUM_OPTION_PARAMS];
+	Oid types[NUM_OPTION_PARAMS + 1];
+	Datum values[NUM_OPTION_PARAMS + 1];
+	char nulls[NUM_OPTION_PARAMS + 1];
+	int nparams = NUM_OPTION_PARAMS;
 	bool isnull;
 	int id;
 
@@ -1111,10 +1138,19 @@ insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs
 		appendStringInfo(&sql, ", %s", opt->column);
 		appendStringInfo(&params, ", $%d", OPTION_PARAM_BASE + id);
 	}
+	option_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
+	/* 0.1.0's and 0.2.0's rows have no slot_name: theirs is replicant_<name>. */
+	if (replicant_pipeline_has_column("slot_name"))
+	{
+		types[nparams] = NAMEOID;
+		values[nparams] = DirectFunctionCall1(namein, CStringGetDatum(slot_name));
+		nulls[nparams++] = ' ';
+		appendStringInfoString(&sql, ", slot_name");
+		appendStringInfo(&params, ", $%d", nparams);
+	}
 	appendStringInfo(&sql, ") VALUES (%s) RETURNING id", params.data);
 
-	option_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
-	if (SPI_execute_with_args(sql.data, NUM_OPTION_PARAMS, types, values, nulls,
+	if (SPI_execute_with_args(sql.data, nparams, types, values, nulls,
 							  false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into replicant.pipelines");
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -1124,12 +1160,17 @@ insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				   headers, secret, snapshot_workers, messages, message_prefixes,
- *				   ca_file, failover, format)
+ *				   ca_file, failover, format, enabled, create_tables)
+ *
+ * With enabled => false the pipeline is created disabled: its slot (unless
+ * an initial snapshot's worker makes it) keeps what commits from the call
+ * on, and nothing is delivered until enable_pipeline.
  */
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
 {
 	char *name;
+	char *slot_name;
 	PipelineOptions o;
 	Oid owner = GetUserId();
 	ReplicantCatalogAccess s;
@@ -1148,7 +1189,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	check_create_owner(owner, &o);
 
 	replicant_catalog_enter(&s);
-	tables = check_create_catalog(name, owner, &o);
+	slot_name = replicant_pipeline_new_slot_name(name);
+	tables = check_create_catalog(name, slot_name, owner, &o);
 
 	/*
 	 * Everything is valid: only now create the slot, then the row.  An
@@ -1156,9 +1198,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		create_slot(replicant_pipeline_slot_name(name),
-					o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
-	pipeline_id = insert_pipeline(name, owner, &o, PG_NARGS());
+		create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
+	pipeline_id = insert_pipeline(name, slot_name, owner, &o, PG_NARGS());
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
@@ -1296,7 +1337,7 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int n
  * alter_pipeline(name, publication, sink_url, batch_max_bytes,
  *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				  headers, secret, clear_secret, messages, message_prefixes,
- *				  secret_previous_until, ca_file, format)
+ *				  secret_previous_until, ca_file, format, create_tables)
  *
  * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
  * every prefix.  The old worker is stopped before this
@@ -1332,6 +1373,10 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 																				 ref.publications,
 																			 true),
 									  TextDatumGetCString(o.values[OPT_FORMAT]));
+	if (o.given[OPT_CREATE_TABLES])
+		check_create_tables(DatumGetBool(o.values[OPT_CREATE_TABLES]),
+							o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
+												  pipeline_format(ref.id));
 	if (o.given[OPT_FORMAT] || o.given[OPT_PUBLICATION])
 		check_targets_distinct(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
 																		  DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
@@ -1432,7 +1477,6 @@ Datum
 replicant_drop_pipeline(PG_FUNCTION_ARGS)
 {
 	char *name = required_text(fcinfo, 0, "pipeline name");
-	char *slot_name;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
 	Oid argtypes[1] = {INT4OID};
@@ -1454,9 +1498,11 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	replicant_catalog_leave(&s);
 
 	stop_worker(ref.id);
-	slot_name = replicant_pipeline_slot_name(name);
-	if (replicant_slot_exists(slot_name))
-		ReplicationSlotDrop(slot_name, false); /* waits for the worker to let go */
+	if (!replicant_slot_drop(ref.slot_name) &&
+		replicant_slot_owner(ref.slot_name) == REPLICANT_SLOT_FOREIGN)
+		ereport(WARNING,
+				(errmsg("replication slot \"%s\" was left in place", ref.slot_name),
+				 errdetail("It belongs to another database or output plugin, not to pipeline \"%s\".", name)));
 
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
@@ -1638,13 +1684,16 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
 							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
 							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
-							  " ca_file => %L, failover => %s, format => %L);%s',"
+							  " ca_file => %L, failover => %s, format => %L%s);%s',"
 							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
 							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
 							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
 							  "  CASE WHEN $1 THEN p.secret END,"
 							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
 							  "  p.format,"
+							  /* 0.2.0's table has no create_tables until ALTER EXTENSION UPDATE */
+							  "  CASE WHEN (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool"
+							  "   THEN ', create_tables => true' ELSE '' END,"
 							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
 							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
 							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"

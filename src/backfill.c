@@ -66,7 +66,9 @@
 #include "utils/timestamp.h"
 
 #include "backfill.h"
+#include "catalog.h"
 #include "compat.h"
+#include "encoder.h"
 #include "format.h"
 #include "partition_root.h"
 #include "publication.h"
@@ -367,79 +369,112 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 	return mode;
 }
 
+/*
+ * Boundaries of bitmap sub-ranges of about CHUNK_ROWS rows each of rel's
+ * estimate rows, as a text[] in the order of the key's index.  Needs SPI.
+ */
+static Datum
+bitmap_bounds(Relation rel, int64 estimate)
+{
+	KeyOrder *order = key_order(rel);
+	const char *key = quote_identifier(linitial(order->names));
+	const char *lt = linitial(order->lt_ops);
+	int64 ranges = Max(1, estimate / CHUNK_ROWS);
+	StringInfoData sql;
+	Datum bounds;
+	bool isnull;
+	int pinned;
+
+	initStringInfo(&sql);
+	/* Sorted as the key's index sorts: as text, 10 would come before 9. */
+	appendStringInfo(&sql,
+					 "SELECT pg_catalog.array_agg(b::pg_catalog.text ORDER BY b USING %s)"
+					 "  FROM (SELECT DISTINCT b FROM pg_catalog.unnest(("
+					 "  SELECT pg_catalog.percentile_disc(ARRAY(SELECT g::pg_catalog.float8 OPERATOR(pg_catalog./) " INT64_FORMAT
+					 "                              FROM pg_catalog.generate_series(1, " INT64_FORMAT ") g))"
+					 "         WITHIN GROUP (ORDER BY %s USING %s) FROM ONLY %s)) b) d",
+					 lt, ranges, ranges - 1, key, lt,
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+												RelationGetRelationName(rel)));
+	/*
+	 * Rendered here, in the caller's session, and parsed by the worker:
+	 * both under the encoder's pinned settings (DateStyle, TimeZone,
+	 * IntervalStyle, extra_float_digits...), which the worker keeps for its
+	 * whole life, not under whatever the caller has set.
+	 */
+	pinned = replicant_encoder_pin_settings_local();
+	if (SPI_execute(sql.data, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not plan bitmap ranges");
+	bounds = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		bounds = PointerGetDatum(construct_empty_array(TEXTOID));
+	bounds = PointerGetDatum(DatumGetArrayTypePCopy(bounds));
+	AtEOXact_GUC(false, pinned);
+	return bounds;
+}
+
+/*
+ * Chooses the read method and measures the table (its rows, relfilenode
+ * and, for bitmap, the ranges' bounds) as the pipeline's owner, as every
+ * read of the table is.  That reads the table, so it runs code of the
+ * owner's and of the table owner's (row-level security policies, the key
+ * type's comparisons) in the caller's session: only as a security-
+ * restricted operation, as CREATE INDEX runs an index's expressions.  Such
+ * code creates no temporary objects, and every setting it changes is
+ * undone on return; search_path is pinned meanwhile.  Needs SPI.
+ */
+static char *
+plan_as_owner(Oid owner, Oid relid, const char *requested_mode, int64 *estimate,
+			  Oid *relfilenode, Datum *bounds)
+{
+	Oid saved_userid;
+	int saved_sec_context;
+	int guc_level;
+	Relation rel;
+	char *mode;
+
+	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
+	SetUserIdAndSecContext(owner, saved_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+									  SECURITY_RESTRICTED_OPERATION);
+	guc_level = replicant_pin_search_path();
+	mode = replicant_backfill_choose_mode(relid, requested_mode);
+	rel = table_open(relid, AccessShareLock);
+	*estimate = replicant_table_estimate_rows(rel);
+	*relfilenode = rel->rd_rel->relfilenode;
+	*bounds = strcmp(mode, "bitmap") == 0 ? bitmap_bounds(rel, *estimate) : (Datum) 0;
+	table_close(rel, AccessShareLock);
+	AtEOXact_GUC(false, guc_level);
+	SetUserIdAndSecContext(saved_userid, saved_sec_context);
+	return mode;
+}
+
 int64
 replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *requested_mode)
 {
-	char *mode;
-	Relation rel;
-	Datum args[5];
-	Datum bounds = (Datum) 0;
+	Oid types[6] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID};
+	Datum values[6];
 	char nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
-	int64 id;
+	int64 estimate;
+	Oid relfilenode;
+	Datum bounds;
+	char *mode;
 	bool isnull;
-	Oid saved_userid;
-	int saved_sec_context;
 
-	/*
-	 * Planning reads the table and runs its key type's comparison: as the
-	 * pipeline's owner, as every read of the table is; only the plan's row
-	 * is written with the caller's raised rights.
-	 */
-	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
-	SetUserIdAndSecContext(owner, saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	mode = replicant_backfill_choose_mode(relid, requested_mode);
-	rel = table_open(relid, AccessShareLock);
-
-	args[0] = Int32GetDatum(pipeline_id);
-	args[1] = ObjectIdGetDatum(relid);
-	args[2] = CStringGetTextDatum(mode);
-	args[3] = Int64GetDatum(replicant_table_estimate_rows(rel));
-	args[4] = ObjectIdGetDatum(rel->rd_rel->relfilenode);
-
-	if (strcmp(mode, "bitmap") == 0)
-	{
-		/* Boundaries of sub-ranges of about CHUNK_ROWS rows each. */
-		KeyOrder *order = key_order(rel);
-		const char *key = quote_identifier(linitial(order->names));
-		const char *lt = linitial(order->lt_ops);
-		int64 ranges;
-		StringInfoData sql;
-
-		ranges = Max(1, DatumGetInt64(args[3]) / CHUNK_ROWS);
-		initStringInfo(&sql);
-		/* Sorted as the key's index sorts: as text, 10 would come before 9. */
-		appendStringInfo(&sql,
-						 "SELECT pg_catalog.array_agg(b::pg_catalog.text ORDER BY b USING %s)"
-						 "  FROM (SELECT DISTINCT b FROM pg_catalog.unnest(("
-						 "  SELECT pg_catalog.percentile_disc(ARRAY(SELECT g::pg_catalog.float8 OPERATOR(pg_catalog./) " INT64_FORMAT
-						 "                              FROM pg_catalog.generate_series(1, " INT64_FORMAT ") g))"
-						 "         WITHIN GROUP (ORDER BY %s USING %s) FROM ONLY %s)) b) d",
-						 lt, ranges, ranges - 1, key, lt,
-						 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-													RelationGetRelationName(rel)));
-		if (SPI_execute(sql.data, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not plan bitmap ranges");
-		bounds = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (isnull)
-			bounds = PointerGetDatum(construct_empty_array(TEXTOID));
-		bounds = PointerGetDatum(DatumGetArrayTypePCopy(bounds));
-	}
-	table_close(rel, AccessShareLock);
-	SetUserIdAndSecContext(saved_userid, saved_sec_context);
-
-	{
-		Oid types[6] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID};
-		Datum values[6] = {args[0], args[1], args[2], args[3], args[4], bounds};
-
-		nulls[5] = bounds ? ' ' : 'n';
-		if (SPI_execute_with_args("INSERT INTO replicant.backfills"
-								  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds)"
-								  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6) RETURNING id",
-								  6, types, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
-			elog(ERROR, "could not plan the backfill");
-	}
-	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	return id;
+	/* Only the plan's row is written with the caller's raised rights. */
+	mode = plan_as_owner(owner, relid, requested_mode, &estimate, &relfilenode, &bounds);
+	values[0] = Int32GetDatum(pipeline_id);
+	values[1] = ObjectIdGetDatum(relid);
+	values[2] = CStringGetTextDatum(mode);
+	values[3] = Int64GetDatum(estimate);
+	values[4] = ObjectIdGetDatum(relfilenode);
+	values[5] = bounds;
+	nulls[5] = bounds ? ' ' : 'n';
+	if (SPI_execute_with_args("INSERT INTO replicant.backfills"
+							  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds)"
+							  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6) RETURNING id",
+							  6, types, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not plan the backfill");
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 static List *
@@ -769,27 +804,35 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 }
 
 /*
- * Writes the chunk's low watermark and takes its snapshot after it, as the
- * pipeline's owner, in a transaction of replicant's.  Returns NULL, the
- * transaction ended, when the snapshot misses a committed transaction: the
- * chunk is tried again once the proc array has caught up.
+ * Starts the chunk's transaction, a transaction of replicant's in which the
+ * chunk reads as the pipeline's owner, as the stream would.
  */
-static Snapshot
-snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
-							 ReplicantChunk *chunk, ReplicantCatalogAccess *access)
+static void
+begin_chunk(ReplicantCatalogAccess *access)
 {
-	Snapshot snapshot;
-
 	/* Chunk reads take their own snapshot: no transaction snapshot first. */
 	SetConfigOption("default_transaction_isolation", "read committed",
 					PGC_SUSET, PGC_S_OVERRIDE);
 	replicant_catalog_begin(access);
+	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
+}
+
+/*
+ * Writes the chunk's low watermark and takes its snapshot after it, once
+ * the chunk holds its table's lock: a snapshot taken before could predate
+ * a rewrite (ALTER TABLE ... TYPE) that held the lock meanwhile, and would
+ * see none of the rewritten heap's rows, which all carry the rewrite's xid.
+ * Returns NULL when the snapshot misses a committed transaction: the chunk
+ * is tried again once the proc array has caught up.
+ */
+static Snapshot
+snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
+							 ReplicantChunk *chunk)
+{
+	Snapshot snapshot;
 
 	/* Before the chunk's snapshot exists: changes after it open the window. */
 	chunk->low_watermark = replicant_chunk_write_watermark(chunk, false);
-
-	/* Read as the pipeline's owner, as the stream would. */
-	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	if (snapshot_misses_commits(snapshot))
 	{
@@ -801,7 +844,6 @@ snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 					 errdetail("A committed transaction is not visible to new snapshots yet.")));
 		b->deferred = true;
 		UnregisterSnapshot(snapshot);
-		replicant_catalog_end(access);
 		b->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), GAP_RETRY_MS);
 		return NULL;
 	}
@@ -822,20 +864,25 @@ typedef struct ChunkSource
 	char *select_list;
 	char *row_filter;
 	Bitmapset *columns;
+	bool unpublished; /* rel is NULL: no publication publishes it now */
 } ChunkSource;
 
 static void
 close_chunk_source(ChunkSource *src)
 {
+	if (src->rel == NULL)
+		return;
 	if (src->target != src->rel)
 		table_close(src->target, AccessShareLock);
 	table_close(src->rel, AccessShareLock);
+	src->rel = src->target = NULL;
 }
 
 /*
- * Opens what the chunk reads (b's table, NULL when dropped) and checks that
- * the owner may read it; returns a value-free reason when not, having
- * closed it again.
+ * Opens what the chunk reads (b's table; NULL when dropped or no longer
+ * published) and checks that the owner may read it; returns a value-free
+ * reason when not, having closed it again.  A table that is no longer
+ * published is skipped whatever the owner may read, as the stream skips it.
  */
 static char *
 open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource *src)
@@ -847,22 +894,27 @@ open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource
 	src->rel = try_table_open(b->relid, AccessShareLock);
 	if (src->rel == NULL)
 		return NULL;
-	reason = replicant_table_read_denied(src->rel);
-	if (reason)
-	{
-		table_close(src->rel, AccessShareLock);
-		return reason;
-	}
 	src->target = replicant_partition_root_open_for_read(src->rel, pipeline->publications,
 														 AccessShareLock);
-	src->select_list = replicant_partition_root_select_list(src->rel, src->target);
 	reason = replicant_publication_read_filter(src->rel, src->target, pipeline->publications,
 											   &filter);
+	if (reason == NULL && !replicant_pubfilter_publishes(filter))
+	{
+		/* Its filter would be empty: nothing of it may be read. */
+		replicant_pubfilter_free(filter);
+		close_chunk_source(src);
+		src->unpublished = true;
+		return NULL;
+	}
+	if (reason == NULL)
+		reason = replicant_table_read_denied(src->rel);
 	if (reason)
 	{
+		replicant_pubfilter_free(filter);
 		close_chunk_source(src);
 		return reason;
 	}
+	src->select_list = replicant_partition_root_select_list(src->rel, src->target);
 	src->row_filter = replicant_pubfilter_read_sql(filter, src->target);
 	src->columns = bms_copy(filter->columns);
 	replicant_pubfilter_free(filter);
@@ -918,6 +970,21 @@ close_chunk(ReplicantChunk *chunk, ReplicantCatalogAccess *access)
 	XLogFlush(high);
 }
 
+/*
+ * The table stopped being published (ALTER PUBLICATION ... DROP TABLE, a
+ * publication dropped or replaced, a partition detached from the root it
+ * was published through): the rest of it is never read.
+ */
+static void
+skip_unpublished(ReplicantPipeline *pipeline, ReplicantBackfill *b)
+{
+	b->skipped = true;
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" skips the rest of its backfill of table \"%s\"",
+					pipeline->name, b->relname),
+			 errdetail("None of the pipeline's publications publishes the table any more.")));
+}
+
 ReplicantChunk *
 replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 							  char **halt_reason)
@@ -930,25 +997,28 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 
 	*halt_reason = NULL;
 	chunk = new_chunk(b, caller);
-	snapshot = snapshot_after_low_watermark(pipeline, b, chunk, &access);
-	if (snapshot == NULL)
-	{
-		replicant_chunk_free(chunk);
-		return NULL;
-	}
-
+	begin_chunk(&access);
 	*halt_reason = open_chunk_source(pipeline, b, &src);
 	if (*halt_reason)
 	{
 		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
-		UnregisterSnapshot(snapshot);
+		replicant_catalog_end(&access);
+		replicant_chunk_free(chunk);
+		return NULL;
+	}
+	snapshot = snapshot_after_low_watermark(pipeline, b, chunk);
+	if (snapshot == NULL)
+	{
+		close_chunk_source(&src);
 		replicant_catalog_end(&access);
 		replicant_chunk_free(chunk);
 		return NULL;
 	}
 	if (src.rel == NULL)
 	{
-		/* Dropped: nothing more to read. */
+		/* Dropped, or no longer published: nothing more to read. */
+		if (src.unpublished)
+			skip_unpublished(pipeline, b);
 		UnregisterSnapshot(snapshot);
 		chunk->last = true;
 		chunk->relation = NULL;
@@ -968,9 +1038,9 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 {
 	ReplicantBackfill *b = chunk->backfill;
 	ReplicantCatalogAccess access;
-	Oid argtypes[7] = {INT8OID, TEXTARRAYOID, INT8OID, INT4OID, INT8OID, BOOLOID, OIDOID};
-	Datum args[7];
-	char nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid argtypes[8] = {INT8OID, TEXTARRAYOID, INT8OID, INT4OID, INT8OID, BOOLOID, OIDOID, TEXTOID};
+	Datum args[8];
+	char nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	ListCell *lc;
 	Datum *keys;
 	MemoryContext caller = CurrentMemoryContext;
@@ -1005,13 +1075,14 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 	args[6] = ObjectIdGetDatum(b->relfilenode);
 
 	replicant_catalog_begin(&access);
+	args[7] = CStringGetTextDatum(b->skipped ? replicant_catalog_skipped_state() : "done");
 	if (SPI_execute_with_args("UPDATE replicant.backfills SET cursor_key = $2, next_block = $3,"
 							  " next_range = $4, rows_done = rows_done + $5, first_sent = true,"
 							  " relfilenode = $7, started_at = coalesce(started_at, now()),"
-							  " state = CASE WHEN $6 THEN 'done' ELSE 'running' END,"
+							  " state = CASE WHEN $6 THEN $8 ELSE 'running' END,"
 							  " finished_at = CASE WHEN $6 THEN now() END"
 							  " WHERE id = $1 AND state IN ('planned', 'running')",
-							  7, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
+							  8, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record backfill progress");
 	replicant_catalog_end(&access);
 	MemoryContextSwitchTo(caller);

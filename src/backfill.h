@@ -31,6 +31,7 @@ typedef struct ReplicantBackfill
 	int64 chunks;         /* chunks read by this process */
 	TimestampTz retry_at; /* read no chunk before */
 	bool deferred;        /* the last chunk waited for a commit */
+	bool skipped;         /* the table is no longer published: read no more */
 } ReplicantBackfill;
 
 /* Router: resolves 'auto' from the table's keys and pg_stats (needs SPI). */

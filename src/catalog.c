@@ -40,12 +40,18 @@ replicant_catalog_enter(ReplicantCatalogAccess *access)
 		elog(ERROR, "SPI_connect failed");
 }
 
+/*
+ * Undoes every setting made since replicant_catalog_enter, even a plain SET
+ * (which AtEOXact_GUC(true, ...) would keep, as it keeps one made inside a
+ * function with a SET clause): code run in between, a table owner's say,
+ * must not leave the caller's session with a search_path of its choosing.
+ */
 void
 replicant_catalog_leave(ReplicantCatalogAccess *access)
 {
 	SPI_finish();
 	SetUserIdAndSecContext(access->saved_userid, access->saved_sec_context);
-	AtEOXact_GUC(true, access->guc_level);
+	AtEOXact_GUC(false, access->guc_level);
 	MemoryContextSwitchTo(access->saved_context);
 }
 
@@ -69,4 +75,26 @@ replicant_catalog_end(ReplicantCatalogAccess *access)
 	replicant_catalog_leave(access);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(access->saved_context);
+}
+
+const char *
+replicant_catalog_skipped_state(void)
+{
+	static const char *state = NULL;
+	bool isnull;
+	Datum old_objects;
+
+	if (state != NULL)
+		return state;
+	if (SPI_execute("SELECT extversion OPERATOR(pg_catalog.=) ANY ('{0.1.0,0.2.0}')"
+					"  FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'replicant'",
+					true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read the version of extension \"replicant\"");
+	old_objects = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull && DatumGetBool(old_objects))
+		return "cancelled";
+	/* From 0.3.0 on, for good: a version is never downgraded in place. */
+	state = "skipped";
+	return state;
 }

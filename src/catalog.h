@@ -23,7 +23,7 @@ typedef struct ReplicantCatalogAccess
 } ReplicantCatalogAccess;
 
 /*
- * Pins search_path to "pg_catalog, pg_temp" until AtEOXact_GUC(true, level),
+ * Pins search_path to "pg_catalog, pg_temp" until AtEOXact_GUC(..., level),
  * as a function's SET clause does: queries run with raised privileges must
  * resolve nothing of the caller's or of the owner's role settings.
  */
@@ -36,5 +36,13 @@ extern void replicant_catalog_leave(ReplicantCatalogAccess *access);
 /* In a transaction of their own, with a snapshot (background workers). */
 extern void replicant_catalog_begin(ReplicantCatalogAccess *access);
 extern void replicant_catalog_end(ReplicantCatalogAccess *access);
+
+/*
+ * The state of a backfill (or a table of an initial snapshot) whose table
+ * stopped being published: "skipped", or "cancelled" under the SQL objects
+ * of 0.1.0 and 0.2.0, whose check on replicant.backfills.state knows no
+ * "skipped" (until ALTER EXTENSION replicant UPDATE).  Needs SPI.
+ */
+extern const char *replicant_catalog_skipped_state(void);
 
 #endif /* REPLICANT_CATALOG_H */

@@ -43,6 +43,7 @@
 
 #include "encoder.h"
 #include "format.h"
+#include "format_clickhouse.h"
 
 /* A record's header: kind, a quoted name (NAMEDATALEN, escaped) and a length. */
 #define HEAD_MAX (2 + 4 * NAMEDATALEN + 24)
@@ -91,14 +92,13 @@ static MemoryContext plan_context = NULL;
 static List *plan = NIL; /* of PlannedRequest, the current batch's */
 static RowsBody rows_body;
 
-/* `name` as a ClickHouse identifier: no tab or newline left raw. */
-static void
-append_target(StringInfo out, const char *table)
+void
+replicant_clickhouse_append_identifier(StringInfo out, const char *name)
 {
-	const char *p;
+	const unsigned char *p;
 
 	appendStringInfoChar(out, '`');
-	for (p = table; *p; p++)
+	for (p = (const unsigned char *) name; *p; p++)
 	{
 		switch (*p)
 		{
@@ -117,7 +117,10 @@ append_target(StringInfo out, const char *table)
 				appendStringInfoString(out, "\\r");
 				break;
 			default:
-				appendStringInfoChar(out, *p);
+				if (*p < ' ')
+					appendStringInfo(out, "\\x%02x", *p);
+				else
+					appendStringInfoChar(out, *p);
 		}
 	}
 	appendStringInfoChar(out, '`');
@@ -337,7 +340,7 @@ static void
 begin_record(StringInfo out, char kind, const ReplicantChange *change, int *length_at)
 {
 	appendStringInfoChar(out, kind);
-	append_target(out, change->relation->table);
+	replicant_clickhouse_append_identifier(out, change->relation->table);
 	appendStringInfoChar(out, '\t');
 	*length_at = out->len;
 	/* a fixed-width length, filled in once the payload is known */
@@ -663,7 +666,7 @@ snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *re
 			   int64 backfill_id, bool first, bool last)
 {
 	appendStringInfoString(out, "INSERT INTO ");
-	append_target(out, relation->table);
+	replicant_clickhouse_append_identifier(out, relation->table);
 	appendStringInfoString(out, " FORMAT JSONEachRow\n");
 }
 

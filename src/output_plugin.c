@@ -30,14 +30,19 @@
 
 #include "compat.h"
 #include "encoder.h"
+#include "fault.h"
 #include "output_plugin.h"
 #include "partition_root.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "shmem.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 
 static struct EncodedRows *create_rows(MemoryContext context);
+
+/* A buffer grown past this for a large row or message is given back after it. */
+#define ROWS_KEEP_BYTES (64 * 1024)
 
 ReplicantDecodingState *
 replicant_output_state(LogicalDecodingContext *ctx)
@@ -91,6 +96,12 @@ replicant_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 
 	state->txn_open = false;
+	if (state->txn_messages.data && state->txn_messages.maxlen > ROWS_KEEP_BYTES)
+	{
+		/* What one large message grew is not kept for the next transaction. */
+		pfree(state->txn_messages.data);
+		state->txn_messages.data = NULL;
+	}
 	if (state->txn_messages.data)
 		resetStringInfo(&state->txn_messages);
 }
@@ -292,9 +303,6 @@ typedef struct EncodedRows
 	StringInfoData unchanged;
 } EncodedRows;
 
-/* A buffer grown past this for a large row is given back after its change. */
-#define ROWS_KEEP_BYTES (64 * 1024)
-
 static void
 trim_buffer(StringInfo buffer)
 {
@@ -343,6 +351,9 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 				Datum *new_values, bool *new_nulls,
 				Datum *old_values, bool *old_nulls)
 {
+	/* An error from here to the end of the change names this phase (worker.c). */
+	replicant_shmem_enter_phase(REPLICANT_PHASE_ENCODE);
+	replicant_fault("encode");
 	memset(record, 0, sizeof(ReplicantChange));
 	record->op = op;
 	record->relation = &info->relation;
@@ -518,6 +529,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 						  state->pipeline_name, &record);
 
 done:
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DECODE);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
 	trim_rows(rows);
@@ -631,6 +643,32 @@ copy_message(XLogRecPtr lsn, const char *prefix, Size size, const char *content)
 }
 
 /*
+ * Renders a transactional message into its transaction's messages, which
+ * live as long as the decoding state; what the format allocates meanwhile
+ * goes with the per-change context.
+ */
+static void
+add_txn_message(ReplicantDecodingState *state, ReorderBufferTXN *txn,
+				const ReplicantMessage *record)
+{
+	MemoryContext old;
+
+	if (state->txn_messages.data == NULL)
+	{
+		old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
+		initStringInfo(&state->txn_messages);
+		MemoryContextSwitchTo(old);
+	}
+	old = MemoryContextSwitchTo(state->change_context);
+	open_txn(state, txn);
+	if (state->txn_messages.len > 0)
+		appendStringInfoString(&state->txn_messages, state->format->separator);
+	state->format->message(&state->txn_messages, state->pipeline_name, record);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(state->change_context);
+}
+
+/*
  * Messages from pg_logical_emit_message(): a transactional one rides its
  * transaction's "messages" array; a non-transactional one is delivered on
  * its own, at its place in the stream.  Watermarks of incremental backfills
@@ -647,24 +685,21 @@ replicant_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		return;
 	if (message_wanted(state, prefix))
 	{
-		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
-
 		if (!transactional)
+		{
+			MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
+
 			state->pending_messages =
 				lappend(state->pending_messages,
 						copy_message(message_lsn, prefix, message_size, message));
+			MemoryContextSwitchTo(old);
+		}
 		else if (wanted(state, txn))
 		{
 			ReplicantMessage record = {message_lsn, prefix, message, message_size};
 
-			open_txn(state, txn);
-			if (state->txn_messages.data == NULL)
-				initStringInfo(&state->txn_messages);
-			if (state->txn_messages.len > 0)
-				appendStringInfoString(&state->txn_messages, state->format->separator);
-			state->format->message(&state->txn_messages, state->pipeline_name, &record);
+			add_txn_message(state, txn, &record);
 		}
-		MemoryContextSwitchTo(old);
 		return;
 	}
 	replicant_chunk_note_message(state->chunk, prefix, message, message_size);

@@ -16,6 +16,12 @@
  * taken from the publications that publish the relation as what it is
  * delivered as, as pgoutput takes them.
  *
+ * Dropped tables do not stay: an entry that keeps no state (a table not
+ * published) goes once invalidated, at a later lookup; a published table's
+ * entry and its saved shape when pruning.c finds the table gone, so that
+ * memory does not grow with every table ever decoded and a new table that
+ * gets a dropped one's OID is not held to the old one's shape.
+ *
  * Rules kept with other files: docs/internals.md §4 (one content per
  * commit_lsn).
  */
@@ -74,6 +80,12 @@ static Oid replicant_namespace = InvalidOid;
 static const char *schemaless_target = NULL;
 
 static HTAB *relinfo_hash = NULL;
+/* The entry returned last: runs of changes to one table are the rule. */
+static ReplicantRelInfo *last_relinfo = NULL;
+/* Relation invalidations since the last sweep of stateless entries. */
+static int invalidations = 0;
+/* Stateless invalid entries are swept after this many invalidations. */
+#define SWEEP_AFTER 256
 
 /*
  * Tables the owner may not read as the worker starts (no SELECT, or
@@ -131,6 +143,7 @@ relcache_callback(Datum arg, Oid relid)
 
 	if (relinfo_hash == NULL)
 		return;
+	invalidations++;
 	if (!OidIsValid(relid))
 	{
 		invalidate_all_relinfo();
@@ -362,14 +375,23 @@ publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
  * publish rel as target (rel itself, or the root it is delivered as): as
  * pgoutput, only the publications through which the relation is published
  * as what it is delivered as count.  They come from target's FOR TABLE
- * entry, unless a publication has the whole table anyway.
+ * entry, unless a publication has the whole table anyway: FOR ALL TABLES,
+ * or TABLES IN SCHEMA of target's schema.  pgoutput asks for the schema of
+ * the relation it publishes as (pgoutput_row_filter_init), not rel's: a
+ * partition in a schema the publication has whole, published through a
+ * root in another schema that it lists with a filter, gets the root's
+ * filter.  rel_pubs and schema_pubs are rel's.
  */
 static void
 add_filters(ReplicantPubFilter *filter, Relation rel, Relation target, List *pubs,
 			List *rel_pubs, List *schema_pubs, List *ancestors)
 {
 	Oid target_relid = RelationGetRelid(target);
+	List *target_schema_pubs = schema_pubs;
 	ListCell *lc;
+
+	if (RelationGetNamespace(target) != RelationGetNamespace(rel))
+		target_schema_pubs = GetSchemaPublications(RelationGetNamespace(target));
 
 	foreach(lc, pubs)
 	{
@@ -380,7 +402,8 @@ add_filters(ReplicantPubFilter *filter, Relation rel, Relation target, List *pub
 			replicant_partition_root_published_as(pub, rel, ancestors, NULL) != target_relid)
 			continue;
 		replicant_pubfilter_add(filter, target,
-								whole_table(pub, schema_pubs) ? InvalidOid : target_relid, pub);
+								whole_table(pub, target_schema_pubs) ? InvalidOid : target_relid,
+								pub);
 	}
 }
 
@@ -470,9 +493,30 @@ column_lost(const char *old_fp, const char *new_fp)
 }
 
 /*
+ * Whether the identity part of new_fp ("identity:key columns") only widens
+ * old_fp's: DEFAULT or USING INDEX became FULL with the same key columns.
+ * "key" stays what it was, and old rows now come whole, which every sink
+ * and format takes (ClickHouse's deletes of the old key included).  A key
+ * that changes (an index other than the primary key, or none: FULL then
+ * keys by the whole row) is not a widening.
+ */
+static bool
+identity_widened(const char *old_fp, const char *new_fp)
+{
+	const char *old_key = old_fp + 2;
+	const char *new_key = new_fp + 2;
+	size_t len = strchr(old_key, '|') - old_key;
+
+	return (old_fp[0] == REPLICA_IDENTITY_DEFAULT || old_fp[0] == REPLICA_IDENTITY_INDEX) &&
+		   new_fp[0] == REPLICA_IDENTITY_FULL && len > 0 &&
+		   strchr(new_key, '|') - new_key == len && strncmp(old_key, new_key, len) == 0;
+}
+
+/*
  * Compares the table with the version seen last (by this process, else as
- * of the last checkpoint): a dropped or renamed column, or a different
- * replica identity, is a destructive change.
+ * of the last checkpoint): a dropped or renamed column, or a replica
+ * identity that changed other than by widening to FULL, is a destructive
+ * change.
  */
 static void
 check_schema(ReplicantRelInfo *entry, Relation rel)
@@ -507,7 +551,7 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 		char *lost;
 		size_t identity_len = strchr(now, '|') - now;
 
-		if (strncmp(now, baseline, identity_len + 1) != 0)
+		if (strncmp(now, baseline, identity_len + 1) != 0 && !identity_widened(baseline, now))
 			what = psprintf("the replica identity of table \"%s\" changed",
 							RelationGetRelationName(rel));
 		else if ((lost = column_lost(baseline, now)) != NULL)
@@ -726,11 +770,70 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	entry->relation.table = MemoryContextStrdup(relinfo_context,
 												RelationGetRelationName(target));
 	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
+	/* A published table has a filter: a publication's at least. */
+	Assert(entry->filter->have_columns);
 	if (entry->filter->conflict && entry->halt_reason == NULL)
 		entry->halt_reason = pstrdup(entry->filter->conflict);
 	if (schemaless_target && entry->halt_reason == NULL)
 		entry->halt_reason = target_taken(rel, target);
 	replicant_partition_root_close(target, rel);
+}
+
+/* Frees what entry holds but its shape (fingerprint, schema_change). */
+static void
+release_relinfo(ReplicantRelInfo *entry)
+{
+	bms_free(entry->key_columns);
+	replicant_pubfilter_free(entry->filter);
+	replicant_partition_root_reset(&entry->root);
+	if (entry->relation.schema)
+		pfree(entry->relation.schema);
+	if (entry->relation.table)
+		pfree(entry->relation.table);
+	if (entry->halt_reason)
+		pfree(entry->halt_reason);
+}
+
+/* Removes relid's entry from the cache, shape and all. */
+static void
+remove_relinfo(Oid relid)
+{
+	ReplicantRelInfo *entry = hash_search(relinfo_hash, &relid, HASH_FIND, NULL);
+
+	if (entry == NULL)
+		return;
+	release_relinfo(entry);
+	if (entry->fingerprint)
+		pfree(entry->fingerprint);
+	if (entry->schema_change)
+		pfree(entry->schema_change);
+	if (last_relinfo == entry)
+		last_relinfo = NULL;
+	(void) hash_search(relinfo_hash, &relid, HASH_REMOVE, NULL);
+}
+
+/*
+ * Removes the invalidated entries that keep no state (no shape: the table
+ * was not published when last seen), which a lookup would compute anew
+ * anyway; those of dropped tables would otherwise stay for good.  Only
+ * between changes, when no entry is in use.
+ */
+static void
+sweep_stateless(void)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+	List *stale = NIL;
+	ListCell *lc;
+
+	invalidations = 0;
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (!entry->valid && entry->fingerprint == NULL && entry->schema_change == NULL)
+			stale = lappend_oid(stale, entry->relid);
+	foreach(lc, stale)
+		remove_relinfo(lfirst_oid(lc));
+	list_free(stale);
 }
 
 /*
@@ -749,15 +852,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	char *old_fingerprint = entry->fingerprint;
 	char *schema_change = entry->schema_change;
 
-	bms_free(entry->key_columns);
-	replicant_pubfilter_free(entry->filter);
-	replicant_partition_root_reset(&entry->root);
-	if (entry->relation.schema)
-		pfree(entry->relation.schema);
-	if (entry->relation.table)
-		pfree(entry->relation.table);
-	if (entry->halt_reason)
-		pfree(entry->halt_reason);
+	release_relinfo(entry);
 	memset(entry, 0, sizeof(ReplicantRelInfo));
 	entry->relid = relid;
 	entry->valid = true;
@@ -804,24 +899,24 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 ReplicantRelInfo *
 replicant_publication_relinfo(Relation rel)
 {
-	/* the entry returned last: runs of changes to one table are the rule */
-	static ReplicantRelInfo *last = NULL;
 	Oid relid = RelationGetRelid(rel);
 	ReplicantRelInfo *entry;
 	bool found;
 
 	if (!publications_valid)
 		load_publications();
-	/* entries are never removed from the table, nor moved */
-	if (last != NULL && last->relid == relid && last->valid)
-		return last;
+	/* entries never move; one removed is no longer last_relinfo */
+	if (last_relinfo != NULL && last_relinfo->relid == relid && last_relinfo->valid)
+		return last_relinfo;
+	if (invalidations >= SWEEP_AFTER)
+		sweep_stateless();
 
 	entry = hash_search(relinfo_hash, &relid, HASH_ENTER, &found);
 	if (!found)
 		memset(entry, 0, sizeof(ReplicantRelInfo));
 	if (!entry->valid)
 		compute_relinfo(entry, rel);
-	last = entry;
+	last_relinfo = entry;
 	return entry;
 }
 
@@ -848,4 +943,41 @@ replicant_publication_published_tables(ArrayType *publications, bool delivered_o
 																	SPI_tuptable->tupdesc, 1, &isnull)));
 	}
 	return relids;
+}
+
+List *
+replicant_publication_invalid_relids(void)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+	List *relids = NIL;
+
+	if (relinfo_hash == NULL)
+		return NIL;
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (!entry->valid)
+			relids = lappend_oid(relids, entry->relid);
+	return relids;
+}
+
+bool
+replicant_publication_forget(Oid relid)
+{
+	ReplicantRelInfo *entry;
+	SavedShape *saved;
+
+	entry = relinfo_hash ? hash_search(relinfo_hash, &relid, HASH_FIND, NULL) : NULL;
+	/* Valid again: a new table of that OID, decoded since; its shape is its own. */
+	if (entry && entry->valid)
+		return false;
+	if (entry)
+		remove_relinfo(relid);
+	saved = saved_shapes ? hash_search(saved_shapes, &relid, HASH_FIND, NULL) : NULL;
+	if (saved)
+	{
+		pfree(saved->shape);
+		(void) hash_search(saved_shapes, &relid, HASH_REMOVE, NULL);
+	}
+	return true;
 }

@@ -108,6 +108,15 @@ extern void replicant_publication_save_table_shape(int32 pipeline_id, Relation r
 extern void replicant_publication_load_shapes(int32 pipeline_id);
 extern void replicant_publication_save_shapes(int32 pipeline_id);
 
+/*
+ * For forgetting dropped tables (pruning.c): the tables whose cache entries
+ * were invalidated since they were last used; and forgetting one, its
+ * entry and its saved shape, unless the entry is in use again (a new table
+ * of that OID, decoded since): returns whether it was forgotten.
+ */
+extern List *replicant_publication_invalid_relids(void);
+extern bool replicant_publication_forget(Oid relid);
+
 /* Whether a shape was seen that the next checkpoint must save. */
 extern bool replicant_publication_shapes_unsaved(void);
 

@@ -1227,6 +1227,7 @@ sink_transport_error(ReplicantSink *sink, CURLcode code, bool hard_timeout,
 
 	result->outcome = REPLICANT_SINK_RETRY;
 	result->http_status = 0;
+	result->refused = (code == CURLE_COULDNT_CONNECT);
 
 	if (sink->body_failed)
 		msg = "could not read batch body";

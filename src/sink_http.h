@@ -46,6 +46,7 @@ typedef struct ReplicantSinkResult
 	int retry_after_ms; /* from Retry-After, or -1 */
 	double elapsed_ms;  /* wall time of the HTTP exchange */
 	int error_code;     /* the sink's own error code, or 0 */
+	bool refused;       /* nothing accepted the connection (no sink listens) */
 	char error[128];    /* value-free: "HTTP 503", "could not connect
 								 * to sink"; empty on REPLICANT_SINK_OK */
 } ReplicantSinkResult;

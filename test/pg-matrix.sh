@@ -12,7 +12,8 @@
 # and .ci/suite.sh runs there: build with warnings as errors, install,
 # `make installcheck` (pg_regress, then every TAP file, or only the TAP files
 # given), and the final line "N passed, M failed"; the SUITE_* variables
-# of .ci/suite.sh and the tests' REPLICANT_* and ORACLE_* ones are
+# of .ci/suite.sh (SUITE_CFLAGS: .ci/run builds 18's extension with
+# -DUSE_ASSERT_CHECKING) and the tests' REPLICANT_* and ORACLE_* ones are
 # passed on.  The copy includes
 # test/js/node_modules (`npm ci --prefix test/js`, as .ci/run does): the
 # chroot has Node.js but no npm.  If the version cannot be

@@ -557,9 +557,11 @@ def main():
             q.add_argument("--raw", action="store_true",
                            help="print each body's exact bytes, base64-encoded")
     sub.add_parser("canon", help="canonicalize JSON lines from stdin, sorted")
-    # What a first user needs is how to start it: show serve's options too.
-    p.epilog = ("example: %(prog)s serve --port 8080 --db /tmp/sink.db\n\n"
-                % {"prog": p.prog} + s.format_help())
+    # What a first user needs is how to start it; serve --help has the rest.
+    p.epilog = ("start a sink:  %(prog)s serve --port 8080 --db /tmp/sink.db"
+                " [--secret whsec_...]\n"
+                "its options (fault injection for tests too):  %(prog)s serve --help"
+                % {"prog": p.prog})
     args = p.parse_args()
 
     if args.command == "serve":

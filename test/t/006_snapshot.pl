@@ -198,13 +198,18 @@ sub shard_worker_pid
 }
 
 # Waits until the table's snapshot has recorded progress but is not done.
+# Waits until the snapshot of $table has recorded a window's progress (not
+# only acknowledged batches of the window it reads, which backfill_status
+# counts too) and is still running.
 sub wait_mid_snapshot
 {
 	my ($pipeline, $table, $what) = @_;
 	ok( $node->poll_query_until('postgres', qq{
-			SELECT rows_done > 0 AND state = 'running'
-			  FROM replicant.backfill_status
-			 WHERE pipeline = '$pipeline' AND relation = '$table'::regclass}),
+			SELECT bool_or(s.next_block > s.lo_block) AND bool_and(b.state = 'running')
+			  FROM replicant.snapshot_shards s
+			  JOIN replicant.backfills b ON b.id = s.backfill_id
+			  JOIN replicant.pipelines p ON p.id = b.pipeline_id
+			 WHERE p.name = '$pipeline' AND b.relid = '$table'::regclass}),
 		"$what: the snapshot of $table is under way");
 	return;
 }

@@ -96,6 +96,21 @@ sub wait_sink_row
 	return '';
 }
 
+# Waits until the sink's row of $table with this id matches $re; returns it.
+sub wait_sink_match
+{
+	my ($table, $id, $re) = @_;
+	my $deadline = time() + 30;
+	my $row = '';
+	while (time() < $deadline)
+	{
+		$row = sink_row($table, $id);
+		return $row if $row =~ $re;
+		usleep(100_000);
+	}
+	return $row;
+}
+
 # Waits for the halt and checks its reason.
 sub expect_halt
 {
@@ -173,16 +188,17 @@ sub resumes_needed
 
 sub slot_count
 {
-	my ($p) = @_;
+	my ($p, $db) = @_;
+	my $slot = ReplicantTest::slot_name($node, $db // 'postgres', $p);
 	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_$p'");
+		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$slot'");
 }
 
 sub drop_pipeline
 {
 	my ($label, $p, $db) = @_;
 	$node->safe_psql($db // 'postgres', "SELECT replicant.drop_pipeline('$p')");
-	is(slot_count($p), '0', "$label: drop_pipeline leaves no slot");
+	is(slot_count($p, $db), '0', "$label: drop_pipeline leaves no slot");
 	ok(poll("SELECT count(*) = 0 FROM pg_stat_activity"
 			  . " WHERE application_name = 'replicant pipeline $p'", 10),
 		"$label: and no worker");
@@ -208,18 +224,19 @@ CREATE TABLE filler (id serial PRIMARY KEY, v text);
 	ok(poll("SELECT state = 'retrying' FROM replicant.status WHERE pipeline = 'lost'", 30),
 		"$label: retrying while the sink is down");
 	my $wal_status = '';
+	my $slot = ReplicantTest::slot_name($node, 'postgres', 'lost');
 	for my $round (1 .. 40)
 	{
 		$node->safe_psql('postgres',
 			"INSERT INTO filler (v) SELECT md5(g::text) FROM generate_series(1, 2000) g;"
 			  . " SELECT pg_switch_wal(); CHECKPOINT;");
 		$wal_status = $node->safe_psql('postgres',
-			"SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'replicant_lost'");
+			"SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = '$slot'");
 		last if $wal_status eq 'lost';
 	}
 	is($wal_status, 'lost', "$label: pg_replication_slots says the slot is lost");
 	expect_halt($label, 'lost',
-		qr/^replication slot "replicant_lost" was invalidated because the WAL it needed was removed$/);
+		qr/^replication slot "\Q$slot\E" was invalidated because the WAL it needed was removed$/);
 	$node->safe_psql('postgres', 'ALTER SYSTEM RESET max_slot_wal_keep_size; SELECT pg_reload_conf()');
 	$sink->restart;    # the pipelines created from here on use its URL
 	halted_across_restart($label, 'lost', qr/was invalidated because the WAL it needed was removed/);
@@ -343,17 +360,28 @@ CREATE PUBLICATION fc_pub FOR TABLE fc_t;
 }
 
 # ---- replica identity changed -----------------------------------------------------
+# Widening to FULL with the same key (the primary key) only adds the old row:
+# nothing halts (create_pipeline's TOAST warning asks for exactly that).
+# Narrowing back, or a FULL that changes the key, halts.
 {
 	my $label = 'replica identity changed';
 	$node->safe_psql('postgres', q{
 CREATE TABLE ri_t (id int PRIMARY KEY, v text);
-CREATE PUBLICATION ri_pub FOR TABLE ri_t;
+CREATE TABLE ri_u (id int PRIMARY KEY, email text NOT NULL UNIQUE, v text);
+ALTER TABLE ri_u REPLICA IDENTITY USING INDEX ri_u_email_key;
+CREATE PUBLICATION ri_pub FOR TABLE ri_t, ri_u;
 });
 	create_pipeline('ident', 'ri_pub');
 	$node->safe_psql('postgres', "INSERT INTO ri_t VALUES (1, '$MARK 1')");
 	isnt(wait_sink_row('public.ri_t', 1), '', "$label: delivered before");
 
 	$node->safe_psql('postgres', 'ALTER TABLE ri_t REPLICA IDENTITY FULL');
+	$node->safe_psql('postgres', "UPDATE ri_t SET v = '$MARK 1w' WHERE id = 1");
+	like(wait_sink_match('public.ri_t', 1, qr/\Q$MARK\E 1w/), qr/\Q$MARK\E 1w/,
+		"replica_identity_widened_no_halt: $label: DEFAULT -> FULL (same key): the update arrives");
+	is(status('ident')->{state}, 'streaming', "$label: DEFAULT -> FULL: nothing halts");
+
+	$node->safe_psql('postgres', 'ALTER TABLE ri_t REPLICA IDENTITY DEFAULT');
 	$node->safe_psql('postgres', "UPDATE ri_t SET v = '$MARK 1b' WHERE id = 1");
 	expect_halt($label, 'ident', qr/^the replica identity of table "ri_t" changed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 	$node->safe_psql('postgres', "INSERT INTO ri_t VALUES (2, '$MARK 2')");
@@ -367,6 +395,14 @@ CREATE PUBLICATION ri_pub FOR TABLE ri_t;
 	isnt(wait_sink_row('public.ri_t', 3), '', "$label: and a later one");
 	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['ri_t'], 30),
 		"$label: the sink equals the source");
+
+	# USING INDEX (email) -> FULL keys by the primary key instead: a halt.
+	$node->safe_psql('postgres', "INSERT INTO ri_u VALUES (1, 'a\@example.com', '$MARK u1')");
+	isnt(wait_sink_row('public.ri_u', 1), '', "$label: USING INDEX: delivered before");
+	$node->safe_psql('postgres', 'ALTER TABLE ri_u REPLICA IDENTITY FULL');
+	$node->safe_psql('postgres', "UPDATE ri_u SET v = '$MARK u1b' WHERE id = 1");
+	expect_halt("$label (key changed)", 'ident',
+		qr/^the replica identity of table "ri_u" changed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 	drop_pipeline($label, 'ident');
 }
 

@@ -12,6 +12,13 @@
 # Bitmap planning reads the table as the pipeline's owner (item 2), and
 # messages => true needs REPLICATION or superuser, at create, at alter and
 # when the worker starts (item 5).
+#
+# Planning a backfill runs a table owner's code in the caller's session:
+# the policy function of a table with row-level
+# security runs when the planner samples the key's order or the bitmap
+# ranges.  It runs only as a security-restricted operation: a setting it
+# changes does not outlive the call, and it cannot create temporary objects
+# that would shadow the caller's.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -199,7 +206,8 @@ foreach my $call (
 		error => qr/must be owner of pipeline "su"/);
 }
 as_evil("await_delivered of a superuser's pipeline",
-	"SELECT replicant.await_delivered('su', timeout_ms => 100)");
+	"SELECT replicant.await_delivered('su', timeout_ms => 100)",
+	error => qr/must be owner of pipeline "su"/);
 
 # The workers of evil's pipelines ran their catalog queries.
 $node->safe_psql('postgres', 'INSERT INTO sp_t SELECT generate_series(3001, 3100)');
@@ -277,6 +285,66 @@ ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHE
 	'a resume without the attribute halts again');
 is(scalar(@{ $sink->messages }), $before, 'no message was delivered without REPLICATION');
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('rm')");
+
+# ---- a table owner's code during backfill planning ----------------------------
+# tabowner's policy function moves the caller's search_path to its own
+# schema and tries to plant a temporary table.  The pipeline's owner reads
+# the table through the policy, so the function runs in whatever session
+# plans a backfill of it; here a superuser's.
+$node->safe_psql('postgres', q{
+CREATE ROLE tabowner LOGIN;
+CREATE ROLE planner LOGIN;
+GRANT USAGE ON SCHEMA replicant TO planner;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA replicant TO planner;
+CREATE SCHEMA trap AUTHORIZATION tabowner;
+});
+$node->safe_psql('postgres', q{
+CREATE TABLE trap.owned (id int PRIMARY KEY, v int) WITH (autovacuum_enabled = false);
+INSERT INTO trap.owned SELECT g, g FROM generate_series(1, 5000) g;
+GRANT USAGE ON SCHEMA trap TO planner;
+GRANT SELECT ON trap.owned TO planner;
+CREATE FUNCTION trap.looks(id int) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'trap, pg_catalog', false);
+    BEGIN
+        IF pg_catalog.to_regclass('pg_temp.planted') IS NULL THEN
+            CREATE TEMP TABLE planted (x int);
+        END IF;
+    EXCEPTION WHEN OTHERS THEN NULL;
+    END;
+    RETURN true;
+END $$;
+}, extra_params => [ '-U', 'tabowner' ]);
+$node->safe_psql('postgres', 'CREATE PUBLICATION trap_pub FOR TABLE trap.owned');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('planned', 'trap_pub', '$url')", extra_params => [ '-U', 'planner' ]);
+# After create_pipeline, which refuses a table its owner cannot read whole;
+# disabled, so that only planning reads the table.
+$node->safe_psql('postgres', q{
+ALTER TABLE trap.owned ENABLE ROW LEVEL SECURITY;
+CREATE POLICY looking ON trap.owned FOR SELECT USING (trap.looks(id));
+}, extra_params => [ '-U', 'tabowner' ]);
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('planned')");
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_stats WHERE tablename = 'owned'"), '0',
+	'the table was never analysed (auto samples its order)');
+
+foreach my $mode ('bitmap', 'auto')
+{
+	my $out = $node->safe_psql('postgres', qq{
+SET search_path = public;
+SELECT replicant.backfill('planned', 'trap.owned', mode => '$mode') > 0;
+SELECT current_setting('search_path');
+SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema();
+SELECT replicant.cancel_backfill(id) FROM replicant.backfill_status WHERE pipeline = 'planned' AND state = 'planned';
+});
+	my ($planned, $path, $temp) = split /\n/, $out;
+	is($planned, 't', "backfill planning ($mode): planned");
+	is($path, 'public',
+		"backfill_plan_owner_code ($mode): the owner's code did not change the caller's search_path");
+	is($temp, '0',
+		"backfill_plan_owner_code ($mode): nor did it leave a temporary table in the caller's session");
+}
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('planned')");
 
 $sink->stop;
 $node->stop;

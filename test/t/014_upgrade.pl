@@ -8,7 +8,8 @@
 # workload goes on.  Afterwards the sink equals the source (nothing lost),
 # the pipeline still streams and its status is readable, the management
 # functions work, and the updated objects are those of a fresh installation
-# (nothing half-migrated).
+# (nothing half-migrated), its grants on the schema kept.  Then an
+# uninstall and a reinstall: no old grant survives.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -80,10 +81,21 @@ COMMIT;
 	ok($poll->("SELECT checkpoint_lsn IS NOT NULL FROM replicant.status WHERE pipeline = '$pipeline'", 60),
 		"$from: the workload is being delivered");
 
+	$node->safe_psql($db, 'GRANT USAGE ON SCHEMA replicant TO watcher');
 	$node->safe_psql($db, 'ALTER EXTENSION replicant UPDATE');
 	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'replicant'"),
 		$default, "$from: updated to $default");
+	is($node->safe_psql($db, "SELECT has_schema_privilege('watcher', 'replicant', 'USAGE')"), 't',
+		"$from: the update keeps the grants on the schema");
 	my $at_update = $node->safe_psql($db, 'SELECT count(*) FROM txn');
+
+	# The pipeline keeps the slot it has, which $from named replicant_<name>:
+	# the update re-delivers nothing and loses nothing.
+	is($node->safe_psql($db,
+			"SELECT s.slot_name || ' ' || r.database || ' ' || (r.confirmed_flush_lsn IS NOT NULL)"
+			  . " FROM replicant.status s JOIN pg_replication_slots r USING (slot_name)"
+			  . " WHERE s.pipeline = '$pipeline'"),
+		"replicant_$pipeline $db true", "$from: the pipeline keeps its slot and status shows it");
 
 	ok($poll->("SELECT count(*) > $at_update + 300 FROM txn", 60),
 		"$from: the workload goes on after the update");
@@ -104,9 +116,20 @@ COMMIT;
 	ok(ReplicantTest::wait_until_synced($node, $db, $sink, [ 'kv', 'txn' ], 60),
 		"$from: the sink still equals the source");
 	is($sink->stats->{duplicate_transactions}, 0, "$from: nothing was delivered twice");
+
+	# A pipeline created after the update gets a slot named with the
+	# database's OID, beside the old one.
+	$node->safe_psql($db, "SELECT replicant.create_pipeline('new$suffix', 'up_pub', '$url')");
+	my $new_slot = ReplicantTest::slot_name($node, $db, "new$suffix");
+	is($node->safe_psql($db,
+			"SELECT slot_name || ' ' || (SELECT database FROM pg_replication_slots r WHERE r.slot_name = s.slot_name)"
+			  . " FROM replicant.status s WHERE pipeline = 'new$suffix'"),
+		"$new_slot $db", "$from: a new pipeline's slot is named with the database OID");
+	$node->safe_psql($db, "SELECT replicant.drop_pipeline('new$suffix')");
 	return ($db, $pipeline, $sink);
 }
 
+$node->safe_psql('postgres', 'CREATE ROLE watcher');
 my @upgraded = map { [ upgrade_under_load($_) ] } ('0.1.0', '0.2.0');
 
 # Nothing half-migrated: the objects equal those of a fresh installation.
@@ -145,7 +168,53 @@ for my $u (@upgraded)
 	is($node->safe_psql($db, $objects), $fresh,
 		"$db: the updated objects equal those of a fresh installation");
 	$node->safe_psql($db, "SELECT replicant.drop_pipeline('$pipeline')");
+	is($node->safe_psql($db, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_$pipeline'"),
+		'0', "$db: drop_pipeline drops the slot the pipeline kept");
 	$sink->stop;
 }
+# ---- uninstall and reinstall (README: "Uninstall") ---------------------------
+# DROP EXTENSION cannot take the schema with it (it is the extension's own
+# schema, which PostgreSQL does not let the extension own); a reinstall into
+# the schema left behind keeps none of its old grants.
+my ($ret, $out, $err) = $node->psql('fresh', 'ALTER EXTENSION replicant ADD SCHEMA replicant');
+like($err, qr/cannot add schema "replicant" to extension "replicant" because the schema contains the extension/,
+	'the server refuses to make the extension\'s own schema a member');
+$node->safe_psql('fresh', q{
+CREATE TABLE u (id int PRIMARY KEY);
+CREATE PUBLICATION u_pub FOR TABLE u;
+GRANT USAGE ON SCHEMA replicant TO watcher;
+GRANT SELECT ON replicant.status TO watcher;
+});
+my $usink = ReplicantTest::start_sink(name => 'uninstall');
+$node->safe_psql('fresh', "SELECT replicant.create_pipeline('gone', 'u_pub', '$usink->{url}')");
+$node->safe_psql('fresh', 'DROP EXTENSION replicant');
+is($node->safe_psql('fresh', "SELECT has_schema_privilege('watcher', 'replicant', 'USAGE')"), 't',
+	'after DROP EXTENSION the schema stays, with its grants');
+ok(ReplicantTest::poll($node,
+		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = 'replicant_gone'"),
+	'... its pipelines\' slots go');
+$node->safe_psql('fresh', 'CREATE EXTENSION replicant');
+is($node->safe_psql('fresh',
+		"SELECT has_schema_privilege('watcher', 'replicant', 'USAGE'),"
+		  . " has_schema_privilege('replicant_admin', 'replicant', 'USAGE'),"
+		  . " has_table_privilege('watcher', 'replicant.status', 'SELECT')"),
+	'f|t|f', 'reinstall_no_old_grants: a reinstall keeps none of the old grants, only its own');
+is($node->safe_psql('fresh', $objects), $fresh, '... and its objects equal a fresh installation\'s');
+
+$node->safe_psql('fresh', q{
+ALTER DEFAULT PRIVILEGES IN SCHEMA replicant GRANT SELECT ON TABLES TO watcher;
+DROP EXTENSION replicant;
+});
+($ret, $out, $err) = $node->psql('fresh', 'CREATE EXTENSION replicant');
+like($err, qr/ERROR:  schema "replicant" has default privileges/,
+	'a left-over schema with default privileges is refused (its tables would get them)');
+like($err, qr/HINT:  Drop the schema left by an earlier installation \(DROP SCHEMA replicant\)/, '... with a hint');
+$node->safe_psql('fresh', 'DROP SCHEMA replicant');
+$node->safe_psql('fresh', 'CREATE EXTENSION replicant');
+is($node->safe_psql('fresh',
+		"SELECT count(*) FROM pg_default_acl WHERE defaclnamespace = 'replicant'::regnamespace"),
+	'0', 'README\'s uninstall (DROP EXTENSION, DROP SCHEMA) leaves nothing for the next installation');
+$usink->stop;
+
 $node->stop;
 done_testing();

@@ -54,9 +54,9 @@ $node->safe_psql('postgres',
 my @ddl = split /\n(?=CREATE TABLE)/,
   $node->safe_psql('postgres', "SELECT replicant.sink_ddl('ddl')");
 is(scalar(@ddl), 4, 'sink_ddl: one CREATE TABLE per published table');
-like($ddl[0], qr/^CREATE TABLE `items` \(\n  id Int32,\n  name Nullable\(String\),\n  qty Int32,\n  big Nullable\(String\),\n  _version UInt64,\n  _deleted UInt8\n\) ENGINE = ReplacingMergeTree\(_version\) ORDER BY \(id\)$/,
+like($ddl[0], qr/^CREATE TABLE `items` \(\n  `id` Int32,\n  `name` Nullable\(String\),\n  `qty` Int32,\n  `big` Nullable\(String\),\n  _version UInt64,\n  _deleted UInt8\n\) ENGINE = ReplacingMergeTree\(_version\) ORDER BY \(`id`\)$/,
 	'sink_ddl: a ReplacingMergeTree ordered by the key, nullable where the source is');
-like($ddl[1], qr/ORDER BY \(a, b\)$/, 'sink_ddl: a composite key');
+like($ddl[1], qr/ORDER BY \(`a`, `b`\)$/, 'sink_ddl: a composite key');
 like($ddl[3], qr/ENGINE = MergeTree ORDER BY tuple\(\)$/, 'sink_ddl: a table without a key is insert-only');
 $ch->query_ok($_, settings => { database => 'replica' }) foreach @ddl;
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('ddl')");
@@ -257,8 +257,8 @@ my ($stdout, $stderr);
 $node->psql('postgres',
 	"SELECT replicant.create_pipeline('ch_plain', ARRAY['pub_plain', 'pub'], '$sink_url', format => 'clickhouse')",
 	stdout => \$stdout, stderr => \$stderr);
-like($stderr, qr/WARNING:  table "public.plain" has columns that can be TOASTed but not REPLICA IDENTITY FULL.*HINT:  Set ALTER TABLE ... REPLICA IDENTITY FULL/s,
-	'create_pipeline warns of a table that may leave TOASTed columns out');
+like($stderr, qr/WARNING:  table "public.plain" has columns that can be TOASTed but not REPLICA IDENTITY FULL.*HINT:  Run ALTER TABLE ... REPLICA IDENTITY FULL on the table before creating the pipeline; when its replica identity is its primary key, doing so later is safe too\./s,
+	'create_pipeline warns of a table that may leave TOASTed columns out, and says when to fix it');
 unlike($stderr, qr/table "public.items"/, '... and not of one with REPLICA IDENTITY FULL');
 $node->psql('postgres', "SELECT replicant.alter_pipeline('ch_missing', format => 'clickhouse', publication => ARRAY['pub_plain'])",
 	stderr => \$stderr);
