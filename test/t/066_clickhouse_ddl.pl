@@ -102,12 +102,16 @@ sub converges
 	my $cols_ch = join(', ', map { my $c = $_; $c =~ s/([`\\])/\\$1/g; $c =~ s/\t/\\t/g; $c =~ s/\n/\\n/g; "`$c`" } @$columns);
 	(my $table = $target) =~ s/([`\\])/\\$1/g;
 	my ($got, $want) = ([], []);
+	(my $name_sql = $target) =~ s/([\\'])/\\$1/g;
 	foreach (1 .. 600)
 	{
 		$want = normalized(decode_json($node->safe_psql('postgres',
 			"SELECT coalesce(json_agg(s), '[]') FROM (SELECT $cols_pg FROM $source) s")));
-		$got = normalized($ch->select_rows(
-			"SELECT $cols_ch FROM $database.`$table` FINAL WHERE _deleted = 0"));
+		# A target the worker creates (create_tables) may not exist yet.
+		$got = $ch->select_rows("SELECT count() AS n FROM system.tables"
+				. " WHERE database = '$database' AND name = '$name_sql'")->[0]{n} == 0 ? [] :
+			normalized($ch->select_rows(
+				"SELECT $cols_ch FROM $database.`$table` FINAL WHERE _deleted = 0"));
 		last if join("\n", @$got) eq join("\n", @$want);
 		last if $pipeline && $node->safe_psql('postgres',
 			"SELECT state FROM replicant.status WHERE pipeline = '$pipeline'") eq 'halted';
