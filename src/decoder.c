@@ -19,7 +19,6 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
 #include "replication/decode.h"
 #include "replication/slot.h"
 #include "utils/inval.h"
@@ -62,7 +61,6 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	MemoryContext caller_context = CurrentMemoryContext;
 	MemoryContext decoder_context;
 	ReplicantDecoder *decoder;
-	List *options;
 
 	*halt_reason = NULL;
 	CheckLogicalDecodingRequirements();
@@ -88,9 +86,10 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	MemoryContextSwitchTo(decoder_context);
 	decoder = palloc0(sizeof(ReplicantDecoder));
 	decoder->context = decoder_context;
-	options = list_make1(makeDefElem(REPLICANT_PLUGIN_OPTION, NULL, -1));
-	decoder->ctx = CreateDecodingContext(pipeline->checkpoint_end_lsn, options, false,
+	replicant_output_plugin_expect_worker(true);
+	decoder->ctx = CreateDecodingContext(pipeline->checkpoint_end_lsn, NIL, false,
 										 REPLICANT_LOCAL_WAL_ROUTINE, NULL, NULL, NULL);
+	replicant_output_plugin_expect_worker(false);
 	decoder->state = replicant_output_state(decoder->ctx);
 	decoder->state->batch = batch;
 	decoder->state->format = replicant_format_of(pipeline);

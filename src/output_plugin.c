@@ -36,6 +36,22 @@ PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 
 static struct EncodedRows *create_rows(MemoryContext context);
 
+/*
+ * Set by replicant around its own creation of a decoding context (a
+ * pipeline worker's, or a pipeline's slot being created), and taken by that
+ * context's startup: nothing else ever sets it, so a context created
+ * anywhere else (pg_logical_slot_get_changes(), a walsender,
+ * pg_create_logical_replication_slot()) is refused, whatever options it
+ * passes.  Only the worker sets up what the callbacks use.
+ */
+static bool worker_context_expected = false;
+
+void
+replicant_output_plugin_expect_worker(bool expect)
+{
+	worker_context_expected = expect;
+}
+
 ReplicantDecodingState *
 replicant_output_state(LogicalDecodingContext *ctx)
 {
@@ -47,26 +63,18 @@ replicant_startup(LogicalDecodingContext *ctx, OutputPluginOptions *options,
 				  bool is_init)
 {
 	ReplicantDecodingState *state;
-	bool from_worker = false;
-	ListCell *lc;
+	bool expected = worker_context_expected;
 
-	options->output_type = OUTPUT_PLUGIN_TEXTUAL_OUTPUT;
-	options->receive_rewrites = false;
-	if (is_init)
-		return;
-
-	foreach(lc, ctx->output_plugin_options)
-	{
-		DefElem *elem = lfirst(lc);
-
-		if (strcmp(elem->defname, REPLICANT_PLUGIN_OPTION) == 0)
-			from_worker = true;
-	}
-	if (!from_worker)
+	worker_context_expected = false;
+	if (!expected)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("the replicant output plugin can only be used by replicant pipelines"),
 				 errhint("Use replicant.create_pipeline() to stream changes.")));
+	options->output_type = OUTPUT_PLUGIN_TEXTUAL_OUTPUT;
+	options->receive_rewrites = false;
+	if (is_init)
+		return;
 
 	state = MemoryContextAllocZero(ctx->context, sizeof(ReplicantDecodingState));
 	state->change_context = AllocSetContextCreate(ctx->context,
