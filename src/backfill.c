@@ -694,7 +694,6 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	TupleDesc desc = RelationGetDescr(rel);
 	Bitmapset *key_columns;
 	bool whole_row;
-	bool identity_full;
 	bool keyset = strcmp(b->mode, "keyset") == 0;
 	Datum args[INDEX_MAX_KEYS];
 	Oid types[INDEX_MAX_KEYS];
@@ -713,7 +712,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 													  "replicant backfill row",
 													  ALLOCSET_DEFAULT_SIZES);
 
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
+	replicant_publication_delivered_key(rel, columns, &key_columns, &whole_row);
 	initStringInfo(&change);
 	initStringInfo(&key);
 	initStringInfo(&new_row);

@@ -207,7 +207,7 @@ encode_key(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 		replicant_encode_object(out, desc, values, nulls, info->key_columns,
 								REPLICANT_TOAST_UNCHANGED, NULL);
 	else if (info->key_whole_row)
-		replicant_encode_object(out, desc, values, nulls, NULL,
+		replicant_encode_object(out, desc, values, nulls, info->filter->columns,
 								REPLICANT_TOAST_UNCHANGED, NULL);
 	else
 		appendStringInfoString(out, "null");

@@ -333,6 +333,40 @@ replicant_publication_key(Relation rel, Bitmapset **key_columns,
 		plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_IDENTITY_KEY));
 }
 
+/* Whether every column of the whole row but an undelivered generated one is in columns. */
+static bool
+whole_row_delivered(TupleDesc desc, const Bitmapset *columns)
+{
+	int i;
+
+	for (i = 0; columns != NULL && i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || REPLICANT_ATT_IS_VIRTUAL(att) || att->attgenerated)
+			continue;
+		if (!bms_is_member(att->attnum, columns))
+			return false;
+	}
+	return true;
+}
+
+void
+replicant_publication_delivered_key(Relation rel, const Bitmapset *columns,
+									Bitmapset **key_columns, bool *whole_row)
+{
+	bool identity_full;
+
+	replicant_publication_key(rel, key_columns, whole_row, &identity_full);
+	if (*whole_row)
+		*whole_row = whole_row_delivered(RelationGetDescr(rel), columns);
+	else if (columns != NULL && !bms_is_subset(*key_columns, columns))
+	{
+		bms_free(*key_columns);
+		*key_columns = NULL;
+	}
+}
+
 /* FOR ALL TABLES, or rel's schema: no row filter, no column list. */
 static bool
 whole_table(Publication *pub, List *schema_pubs)
@@ -476,21 +510,18 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 {
 	char *now;
 	const char *baseline;
+	Bitmapset *own_key;
+	bool whole_row;
+	bool identity_full;
 
 	if (!entry->published)
 		return;
-	if (OidIsValid(entry->root.relid) && entry->root.relid != entry->relid)
-	{
-		/* The shape saved at create_pipeline is the partition's own. */
-		Bitmapset *own_key;
-		bool whole_row;
-		bool identity_full;
-
-		replicant_publication_key(rel, &own_key, &whole_row, &identity_full);
-		now = fingerprint(rel, own_key);
-	}
-	else
-		now = fingerprint(rel, entry->key_columns);
+	/*
+	 * The shape saved at create_pipeline is the relation's own identity (a
+	 * partition's, not its root's), whatever the column lists deliver.
+	 */
+	replicant_publication_key(rel, &own_key, &whole_row, &identity_full);
+	now = fingerprint(rel, own_key);
 	baseline = entry->fingerprint;
 	if (baseline == NULL && saved_shapes != NULL)
 	{
@@ -714,15 +745,15 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 {
 	Relation target = replicant_partition_root_open(&entry->root, rel, relinfo_context);
 
-	replicant_publication_key(target, &entry->key_columns, &entry->key_whole_row,
-							  &entry->identity_full);
-	entry->key_columns = bms_copy_in(relinfo_context, entry->key_columns);
-	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
 	entry->relation.schema = MemoryContextStrdup(relinfo_context,
 												 get_namespace_name(RelationGetNamespace(target)));
 	entry->relation.table = MemoryContextStrdup(relinfo_context,
 												RelationGetRelationName(target));
 	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
+	replicant_publication_delivered_key(target, entry->filter->columns, &entry->key_columns,
+										&entry->key_whole_row);
+	entry->key_columns = bms_copy_in(relinfo_context, entry->key_columns);
+	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
 	if (entry->filter->conflict && entry->halt_reason == NULL)
 		entry->halt_reason = pstrdup(entry->filter->conflict);
 	if (schemaless_target && entry->halt_reason == NULL)

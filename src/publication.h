@@ -34,9 +34,11 @@ typedef struct ReplicantRelInfo
 	ReplicantPartitionRoot root;
 
 	/*
-	 * The change's "key": the replica identity's columns, or under REPLICA
-	 * IDENTITY FULL the primary key.  key_whole_row means FULL without a
-	 * primary key; neither means the table has no identity (key is null).
+	 * The change's "key" (replicant_publication_delivered_key): the replica
+	 * identity's columns, or under REPLICA IDENTITY FULL the primary key.
+	 * key_whole_row means FULL without a primary key: the delivered columns.
+	 * Neither means no key (null): the table has no identity, or its column
+	 * list leaves out part of it.
 	 */
 	Bitmapset *key_columns;
 	bool key_whole_row;
@@ -92,11 +94,26 @@ extern void replicant_publication_load_denied(Oid owner);
 extern ReplicantRelInfo *replicant_publication_relinfo(Relation rel);
 
 /*
- * The columns that make a change's "key" (see ReplicantRelInfo); used by the
- * snapshot reader too, so both paths key rows alike.
+ * rel's replica identity: its columns (the primary key under REPLICA
+ * IDENTITY FULL), or whole_row for FULL without a primary key.  What
+ * identifies a row inside replicant (backfill cursors, table shapes); what
+ * leaves the server is the next function's.
  */
 extern void replicant_publication_key(Relation rel, Bitmapset **key_columns,
 									  bool *whole_row, bool *identity_full);
+
+/*
+ * The columns of a change's "key" (see ReplicantRelInfo) when rel's
+ * publications deliver columns (NULL: every live one), on every path, so
+ * that stream, snapshot and backfill key rows alike and no column outside
+ * columns is in a key: the identity's columns when all of them are
+ * delivered, else none; under REPLICA IDENTITY FULL without a primary key
+ * (whole_row, which encodes as columns) only when every column is delivered
+ * but generated ones, which the columns may leave out as the server
+ * version's pgoutput does (they follow from the others).
+ */
+extern void replicant_publication_delivered_key(Relation rel, const Bitmapset *columns,
+												Bitmapset **key_columns, bool *whole_row);
 
 /*
  * Table shapes (replicant.table_shapes), all inside an SPI connection:

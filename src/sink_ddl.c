@@ -112,16 +112,16 @@ table_ddl(Oid relid, List *names)
 	TupleDesc desc = RelationGetDescr(rel);
 	Bitmapset *key_columns;
 	bool whole_row;
-	bool identity_full;
 	StringInfoData out;
 	StringInfoData order;
 	ReplicantPubFilter *filter;
 	Bitmapset *columns;
 	int i;
 
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
 	(void) replicant_publication_read_filter(rel, rel, names, &filter);
 	columns = filter->columns;
+	/* the stream's key: published columns only */
+	replicant_publication_delivered_key(rel, columns, &key_columns, &whole_row);
 	initStringInfo(&out);
 	initStringInfo(&order);
 	appendStringInfoString(&out, "CREATE TABLE ");
@@ -132,11 +132,10 @@ table_ddl(Oid relid, List *names)
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 		bool key;
 
-		if (att->attisdropped || att->attgenerated)
+		if (att->attisdropped || att->attgenerated ||
+			(columns != NULL && !bms_is_member(att->attnum, columns)))
 			continue;
 		key = whole_row || bms_is_member(att->attnum, key_columns);
-		if (!key && columns != NULL && !bms_is_member(att->attnum, columns))
-			continue;
 		append_column(&out, att, key);
 		if (key)
 			appendStringInfo(&order, "%s%s", order.len ? ", " : "",

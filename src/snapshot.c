@@ -1277,7 +1277,6 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	char *refused = replicant_table_read_denied(rel);
 	ItemPointerData mintid;
 	ItemPointerData maxtid;
-	bool identity_full;
 
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
@@ -1292,8 +1291,8 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 												&reader->filter);
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
-	replicant_publication_key(reader->target, &reader->key_columns, &reader->whole_row,
-							  &identity_full);
+	replicant_publication_delivered_key(reader->target, reader->filter->columns,
+										&reader->key_columns, &reader->whole_row);
 	reader->map = replicant_partition_root_read_map(rel, reader->target);
 	reader->heap_slot = table_slot_create(rel, NULL);
 	reader->row_slot = reader->map ?
