@@ -15,6 +15,9 @@ OBJS = \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
+	src/table_shape.o \
+	src/epoch.o \
+	src/waiver.o \
 	src/pubfilter.o \
 	src/partition_root.o \
 	src/encoder.o \

@@ -95,15 +95,13 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	decoder->state->format = replicant_format_of(pipeline);
 	decoder->state->pipeline_name = pipeline->name;
 	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
-	decoder->state->messages = pipeline->messages;
-	decoder->state->resumed_lsn = pipeline->resumed_lsn;
-	decoder->state->message_prefixes = pipeline->message_prefixes;
+	decoder->state->epochs = pipeline->epochs;
+	decoder->state->waivers = pipeline->waivers;
 	decoder->confirmed = MyReplicationSlot->data.confirmed_flush;
 	decoder->caches_normal = true; /* the pipeline was loaded with them */
 	decoder->last_save = GetCurrentTimestamp();
 
-	replicant_publication_init(pipeline->publications, pipeline->publication_lsns,
-							   pipeline->owner, decoder->state->format->schemaless_target);
+	replicant_publication_init(pipeline->owner, decoder->state->format->schemaless_target);
 
 	/* Transactions committing after confirmed_flush began at restart_lsn. */
 	XLogBeginRead(decoder->ctx->reader, MyReplicationSlot->data.restart_lsn);
@@ -279,6 +277,12 @@ XLogRecPtr
 replicant_decoder_halt_lsn(ReplicantDecoder *decoder)
 {
 	return decoder->state->halt_lsn;
+}
+
+const char *
+replicant_decoder_halt_cause(ReplicantDecoder *decoder)
+{
+	return decoder->state->halt_cause;
 }
 
 const char *

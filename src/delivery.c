@@ -317,12 +317,12 @@ void
 replicant_delivery_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 						const char *reason)
 {
-	replicant_delivery_halt_at(slot, pipeline, reason, InvalidXLogRecPtr);
+	replicant_delivery_halt_at(slot, pipeline, reason, InvalidXLogRecPtr, NULL);
 }
 
 void
 replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-						   const char *reason, XLogRecPtr lsn)
+						   const char *reason, XLogRecPtr lsn, const char *cause)
 {
 	ReplicantCatalogAccess access;
 
@@ -335,7 +335,7 @@ replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 	 * then, or the launcher would start the pipeline over.
 	 */
 	replicant_catalog_begin(&access);
-	replicant_pipeline_record_halt(pipeline->id, reason, lsn);
+	replicant_pipeline_record_halt(pipeline->id, reason, lsn, cause);
 	replicant_catalog_end(&access);
 	replicant_fault("halt");
 	ereport(LOG,

@@ -11,6 +11,7 @@
 #include "utils/array.h"
 
 #include "catalog.h"
+#include "epoch.h"
 
 typedef struct ReplicantPipeline
 {
@@ -39,9 +40,16 @@ typedef struct ReplicantPipeline
 	char *ca_file;                    /* CA bundle for https sinks; NULL: system CAs */
 	bool failover;                    /* the slot is a failover slot (17+) */
 	char *format;                     /* its wire format's name (format.h) */
-	XLogRecPtr resumed_lsn;           /* halts met by changes before it were resumed past */
 	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
 	XLogRecPtr checkpoint_end_lsn;
+
+	/*
+	 * What decoding goes by: the options above before each alter_pipeline
+	 * call the checkpoint has not passed, oldest first, then the current
+	 * ones (of ReplicantEpoch *); the halt causes resumes accepted (waiver.h).
+	 */
+	List *epochs;
+	List *waivers;
 } ReplicantPipeline;
 
 /*
@@ -100,9 +108,11 @@ extern ReplicantPipelineRef replicant_pipeline_lookup(const char *name, bool loc
 extern ReplicantPipeline *replicant_pipeline_load(int32 id, MemoryContext mcxt);
 
 /*
- * Records a fail-closed halt (inside replicant_catalog_begin/end); lsn, if
- * valid, is where a schema change was met, which resuming accepts.
+ * Records a fail-closed halt (inside replicant_catalog_begin/end): lsn, if
+ * valid, is the commit decoding halted at, cause (or NULL) what resuming
+ * accepts there (waiver.h).
  */
-extern void replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn);
+extern void replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn,
+										   const char *cause);
 
 #endif /* REPLICANT_PIPELINE_H */
