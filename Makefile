@@ -7,6 +7,7 @@ OBJS = \
 	src/replicant.o \
 	src/shmem.o \
 	src/launcher.o \
+	src/sync.o \
 	src/worker.o \
 	src/catalog.o \
 	src/pipeline.o \
@@ -16,8 +17,11 @@ OBJS = \
 	src/output_plugin.o \
 	src/publication.o \
 	src/table_shape.o \
+	src/row_key.o \
+	src/plugin_gate.o \
 	src/epoch.o \
 	src/waiver.o \
+	src/pruning.o \
 	src/pubfilter.o \
 	src/partition_root.o \
 	src/encoder.o \

@@ -17,6 +17,9 @@
 #   REGRESS_TIMEOUT, TAP_TIMEOUT  seconds allowed per suite (300, 1200)
 #   CI_KEEP=1                     keep the build directory even on success
 #   SUITE_TAP=0                   run pg_regress only (no TAP files)
+#   SUITE_CFLAGS                  more compiler flags for the extension, e.g.
+#                                 -DUSE_ASSERT_CHECKING (its Asserts, against a
+#                                 server built without them, as pgvector's CI)
 set -euo pipefail
 
 WARNINGS="-Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare"
@@ -39,7 +42,7 @@ trap 'rc=$?; [ $rc = 0 ] || [ $tests_ran = 1 ] ||
 	echo ".ci/suite.sh: FAILED before any test ran (exit status $rc, see above)"' EXIT
 
 say "$("$PG_CONFIG" --version), $(runuser -u postgres -- python3 --version)," \
-	"$(gcc --version | head -n1)"
+	"$(gcc --version | head -n1)${SUITE_CFLAGS:+, extension built with $SUITE_CFLAGS}"
 
 # ---- 2. a private copy, owned by postgres ------------------------------------
 work=$(mktemp -d /tmp/replicant-ci.XXXXXX)
@@ -56,7 +59,7 @@ as_postgres() {
 
 # ---- 3. build (as postgres) and install (as root) ----------------------------
 as_postgres make -s clean PG_CONFIG="$PG_CONFIG"
-as_postgres make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="$WARNINGS"
+as_postgres make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="$WARNINGS ${SUITE_CFLAGS:-}"
 make install PG_CONFIG="$PG_CONFIG"
 chown -R postgres: "$work"
 

@@ -706,10 +706,7 @@ option_params(const PipelineOptions *o, Oid pipeline_type, Datum pipeline, Oid o
 static void
 check_is_owner(const ReplicantPipelineRef *ref, const ReplicantCatalogAccess *s)
 {
-	if (!has_privs_of_role(s->saved_userid, ref->owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be owner of pipeline \"%s\"", ref->name)));
+	replicant_pipeline_check_owner(ref, s->saved_userid);
 }
 
 static void
@@ -1050,7 +1047,8 @@ check_create_owner(Oid owner, const PipelineOptions *o)
  * the publications deliver.  Holds the name's lock from here to commit.
  */
 static List *
-check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
+check_create_catalog(const char *name, const char *slot_name, Oid owner,
+					 const PipelineOptions *o)
 {
 	ArrayType *pubs = DatumGetArrayTypeP(o->values[OPT_PUBLICATION]);
 	Oid argtypes[1] = {TEXTOID};
@@ -1076,6 +1074,11 @@ check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("pipeline \"%s\" already exists", name)));
+	/* Not even a foreign one: an initial snapshot's worker would meet it. */
+	if (replicant_slot_owner(slot_name) != REPLICANT_SLOT_MISSING)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("replication slot \"%s\" already exists", slot_name)));
 	check_free_slots(strcmp(TextDatumGetCString(o->values[OPT_SNAPSHOT]), "initial") == 0,
 					 DatumGetInt32(o->values[OPT_SNAPSHOT_WORKERS]));
 	return tables;
@@ -1086,13 +1089,15 @@ check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
  * arguments: 0.1.0's function lacks failover) gets its column.
  */
 static int32
-insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs)
+insert_pipeline(const char *name, const char *slot_name, Oid owner, const PipelineOptions *o,
+				int nargs)
 {
 	StringInfoData sql;
 	StringInfoData params;
-	Oid types[NUM_OPTION_PARAMS];
-	Datum values[NUM_OPTION_PARAMS];
-	char nulls[NUM_OPTION_PARAMS];
+	Oid types[NUM_OPTION_PARAMS + 1];
+	Datum values[NUM_OPTION_PARAMS + 1];
+	char nulls[NUM_OPTION_PARAMS + 1];
+	int nparams = NUM_OPTION_PARAMS;
 	bool isnull;
 	int id;
 
@@ -1109,10 +1114,19 @@ insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs
 		appendStringInfo(&sql, ", %s", opt->column);
 		appendStringInfo(&params, ", $%d", OPTION_PARAM_BASE + id);
 	}
+	option_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
+	/* 0.1.0's and 0.2.0's rows have no slot_name: theirs is replicant_<name>. */
+	if (replicant_pipeline_has_column("slot_name"))
+	{
+		types[nparams] = NAMEOID;
+		values[nparams] = DirectFunctionCall1(namein, CStringGetDatum(slot_name));
+		nulls[nparams++] = ' ';
+		appendStringInfoString(&sql, ", slot_name");
+		appendStringInfo(&params, ", $%d", nparams);
+	}
 	appendStringInfo(&sql, ") VALUES (%s) RETURNING id", params.data);
 
-	option_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
-	if (SPI_execute_with_args(sql.data, NUM_OPTION_PARAMS, types, values, nulls,
+	if (SPI_execute_with_args(sql.data, nparams, types, values, nulls,
 							  false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into replicant.pipelines");
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -1128,6 +1142,7 @@ Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
 {
 	char *name;
+	char *slot_name;
 	PipelineOptions o;
 	Oid owner = GetUserId();
 	ReplicantCatalogAccess s;
@@ -1146,7 +1161,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	check_create_owner(owner, &o);
 
 	replicant_catalog_enter(&s);
-	tables = check_create_catalog(name, owner, &o);
+	slot_name = replicant_pipeline_new_slot_name(name);
+	tables = check_create_catalog(name, slot_name, owner, &o);
 
 	/*
 	 * Everything is valid: only now create the slot, then the row.  An
@@ -1154,9 +1170,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		create_slot(replicant_pipeline_slot_name(name),
-					o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
-	pipeline_id = insert_pipeline(name, owner, &o, PG_NARGS());
+		create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
+	pipeline_id = insert_pipeline(name, slot_name, owner, &o, PG_NARGS());
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
@@ -1435,7 +1450,6 @@ Datum
 replicant_drop_pipeline(PG_FUNCTION_ARGS)
 {
 	char *name = required_text(fcinfo, 0, "pipeline name");
-	char *slot_name;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
 	Oid argtypes[1] = {INT4OID};
@@ -1457,9 +1471,11 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	replicant_catalog_leave(&s);
 
 	stop_worker(ref.id);
-	slot_name = replicant_pipeline_slot_name(name);
-	if (replicant_slot_exists(slot_name))
-		ReplicationSlotDrop(slot_name, false); /* waits for the worker to let go */
+	if (!replicant_slot_drop(ref.slot_name) &&
+		replicant_slot_owner(ref.slot_name) == REPLICANT_SLOT_FOREIGN)
+		ereport(WARNING,
+				(errmsg("replication slot \"%s\" was left in place", ref.slot_name),
+				 errdetail("It belongs to another database or output plugin, not to pipeline \"%s\".", name)));
 
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();

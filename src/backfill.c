@@ -64,10 +64,12 @@
 
 #include "backfill.h"
 #include "compat.h"
+#include "encoder.h"
 #include "format.h"
 #include "partition_root.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "row_key.h"
 #include "table_read.h"
 
 /* Rows per keyset chunk; blocks per ctid chunk; rows per bitmap range. */
@@ -296,7 +298,7 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 	bool identity_full;
 	char *mode;
 
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
+	replicant_row_key_identity(rel, &key_columns, &whole_row, &identity_full);
 	if (strcmp(requested, "ctid") == 0)
 	{
 		if (key_columns != NULL && replicant_table_can_leave_toast_unchanged(rel))
@@ -401,6 +403,7 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 		const char *lt = linitial(order->lt_ops);
 		int64 ranges;
 		StringInfoData sql;
+		int pinned;
 
 		ranges = Max(1, DatumGetInt64(args[3]) / CHUNK_ROWS);
 		initStringInfo(&sql);
@@ -414,12 +417,20 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 						 lt, ranges, ranges - 1, key, lt,
 						 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 													RelationGetRelationName(rel)));
+		/*
+		 * Rendered here, in the caller's session, and parsed by the worker:
+		 * both under the encoder's pinned settings (DateStyle, TimeZone,
+		 * IntervalStyle, extra_float_digits...), which the worker keeps for
+		 * its whole life, not under whatever the caller has set.
+		 */
+		pinned = replicant_encoder_pin_settings_local();
 		if (SPI_execute(sql.data, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not plan bitmap ranges");
 		bounds = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		if (isnull)
 			bounds = PointerGetDatum(construct_empty_array(TEXTOID));
 		bounds = PointerGetDatum(DatumGetArrayTypePCopy(bounds));
+		AtEOXact_GUC(false, pinned);
 	}
 	table_close(rel, AccessShareLock);
 	SetUserIdAndSecContext(saved_userid, saved_sec_context);
@@ -712,7 +723,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 													  "replicant backfill row",
 													  ALLOCSET_DEFAULT_SIZES);
 
-	replicant_publication_delivered_key(rel, columns, &key_columns, &whole_row);
+	replicant_row_key_delivered(rel, columns, &key_columns, &whole_row);
 	initStringInfo(&change);
 	initStringInfo(&key);
 	initStringInfo(&new_row);

@@ -82,7 +82,7 @@ typedef struct ReplicantMessage
  * encode exactly as the stream's do.  key and new_row receive the encoded
  * fields the change points to; the caller sets backfill_id and read_lsn.  columns are
  * the published ones (NULL: all), key_columns and whole_row the key
- * replicant_publication_delivered_key() gives for them (whole_row: the
+ * replicant_row_key_delivered() gives for them (whole_row: the
  * published columns).
  */
 extern void replicant_change_from_values(ReplicantChange *change,

@@ -31,11 +31,18 @@
 #include "decoder.h"
 #include "fault.h"
 #include "output_plugin.h"
+#include "plugin_gate.h"
 #include "publication.h"
 #include "slot.h"
 
 /* confirmed_flush reaches disk at most this often (ms); the checkpoint row is the authority. */
 #define SLOT_SAVE_INTERVAL_MS 1000
+/*
+ * The reader's buffer for records spanning pages is kept up to this size,
+ * and replaced by one of the size XLogReaderAllocate() gives it.
+ */
+#define READ_BUFFER_KEEP (1024 * 1024)
+#define READ_BUFFER_START (5 * Max(BLCKSZ, XLOG_BLCKSZ))
 
 struct ReplicantDecoder
 {
@@ -57,7 +64,7 @@ ReplicantDecoder *
 replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 						char **halt_reason)
 {
-	char *slot_name = replicant_pipeline_slot_name(pipeline->name);
+	char *slot_name = pipeline->slot_name;
 	MemoryContext caller_context = CurrentMemoryContext;
 	MemoryContext decoder_context;
 	ReplicantDecoder *decoder;
@@ -86,10 +93,10 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	MemoryContextSwitchTo(decoder_context);
 	decoder = palloc0(sizeof(ReplicantDecoder));
 	decoder->context = decoder_context;
-	replicant_output_plugin_expect_worker(true);
+	replicant_plugin_gate_open(true);
 	decoder->ctx = CreateDecodingContext(pipeline->checkpoint_end_lsn, NIL, false,
 										 REPLICANT_LOCAL_WAL_ROUTINE, NULL, NULL, NULL);
-	replicant_output_plugin_expect_worker(false);
+	replicant_plugin_gate_open(false);
 	decoder->state = replicant_output_state(decoder->ctx);
 	decoder->state->batch = batch;
 	decoder->state->format = replicant_format_of(pipeline);
@@ -219,6 +226,20 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	CurrentResourceOwner = saved_owner;
 	MemoryContextSwitchTo(saved_context);
 
+	/*
+	 * A record spanning pages is put together in the reader's buffer, which
+	 * grows to the largest one read (a large message) and stays so.  The
+	 * records read are decoded copies: a buffer grown past READ_BUFFER_KEEP
+	 * is replaced by one of the size the reader starts with (it copies the
+	 * first two pages of a record there before it looks at the size), and
+	 * grown again when a record needs it.
+	 */
+	if (ctx->reader->readRecordBufSize > READ_BUFFER_KEEP)
+	{
+		pfree(ctx->reader->readRecordBuf);
+		ctx->reader->readRecordBuf = MemoryContextAlloc(decoder->context, READ_BUFFER_START);
+		ctx->reader->readRecordBufSize = READ_BUFFER_START;
+	}
 	return at_end;
 }
 

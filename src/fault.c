@@ -14,7 +14,12 @@
  * two seconds there, to widen a race ("halt": between a halt's records in
  * the catalog and in shared memory), and "<point>:hold" waits there until
  * the setting names something else, so a test can look at the worker
- * stopped at that step for as long as it needs.
+ * stopped at that step for as long as it needs.  "<point>:error=<SQLSTATE>"
+ * raises an ERROR of that class there instead, for the points where a
+ * worker meets errors of its own: "decode", "encode", "deliver",
+ * "checkpoint", "snapshot_read", "backfill_read", "sync" (the phases a halt
+ * names), and "snapshot_import" (a shard worker importing the exported
+ * snapshot).
  */
 #include "postgres.h"
 
@@ -24,6 +29,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "utils/elog.h"
 #include "utils/guc.h"
 #include "utils/wait_event.h"
 
@@ -67,6 +73,24 @@ hold(const char *point)
 	write_stderr("replicant: fault point \"%s\" released\n", point);
 }
 
+/* Raises an ERROR of class sqlstate (five characters of [0-9A-Z]). */
+static void
+raise_error(const char *point, const char *sqlstate)
+{
+	int i;
+
+	for (i = 0; i < 5; i++)
+		if (!((sqlstate[i] >= '0' && sqlstate[i] <= '9') ||
+			  (sqlstate[i] >= 'A' && sqlstate[i] <= 'Z')))
+			return;
+	if (sqlstate[5] != '\0')
+		return;
+	ereport(ERROR,
+			(errcode(MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2],
+								   sqlstate[3], sqlstate[4])),
+			 errmsg("fault point \"%s\" raised an error of class %s", point, sqlstate)));
+}
+
 void
 replicant_fault(const char *point)
 {
@@ -94,4 +118,6 @@ replicant_fault(const char *point)
 	}
 	if (strcmp(replicant_fault_point + len, ":hold") == 0)
 		hold(point);
+	if (strncmp(replicant_fault_point + len, ":error=", 7) == 0)
+		raise_error(point, replicant_fault_point + len + 7);
 }

@@ -28,31 +28,21 @@
 #include "compat.h"
 #include "encoder.h"
 #include "epoch.h"
+#include "fault.h"
 #include "output_plugin.h"
 #include "partition_root.h"
+#include "plugin_gate.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "shmem.h"
 #include "waiver.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 
 static struct EncodedRows *create_rows(MemoryContext context);
 
-/*
- * Set by replicant around its own creation of a decoding context (a
- * pipeline worker's, or a pipeline's slot being created), and taken by that
- * context's startup: nothing else ever sets it, so a context created
- * anywhere else (pg_logical_slot_get_changes(), a walsender,
- * pg_create_logical_replication_slot()) is refused, whatever options it
- * passes.  Only the worker sets up what the callbacks use.
- */
-static bool worker_context_expected = false;
-
-void
-replicant_output_plugin_expect_worker(bool expect)
-{
-	worker_context_expected = expect;
-}
+/* A buffer grown past this for a large row or message is given back after it. */
+#define ROWS_KEEP_BYTES (64 * 1024)
 
 ReplicantDecodingState *
 replicant_output_state(LogicalDecodingContext *ctx)
@@ -65,10 +55,9 @@ replicant_startup(LogicalDecodingContext *ctx, OutputPluginOptions *options,
 				  bool is_init)
 {
 	ReplicantDecodingState *state;
-	bool expected = worker_context_expected;
 
-	worker_context_expected = false;
-	if (!expected)
+	/* only replicant's own contexts: the callbacks need what the worker sets up */
+	if (!replicant_plugin_gate_pass())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("the replicant output plugin can only be used by replicant pipelines"),
@@ -98,6 +87,12 @@ replicant_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 
 	state->txn_open = false;
+	if (state->txn_messages.data && state->txn_messages.maxlen > ROWS_KEEP_BYTES)
+	{
+		/* What one large message grew is not kept for the next transaction. */
+		pfree(state->txn_messages.data);
+		state->txn_messages.data = NULL;
+	}
 	if (state->txn_messages.data)
 		resetStringInfo(&state->txn_messages);
 }
@@ -320,9 +315,6 @@ typedef struct EncodedRows
 	StringInfoData unchanged;
 } EncodedRows;
 
-/* A buffer grown past this for a large row is given back after its change. */
-#define ROWS_KEEP_BYTES (64 * 1024)
-
 static void
 trim_buffer(StringInfo buffer)
 {
@@ -371,6 +363,9 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 				Datum *new_values, bool *new_nulls,
 				Datum *old_values, bool *old_nulls)
 {
+	/* An error from here to the end of the change names this phase (worker.c). */
+	replicant_shmem_enter_phase(REPLICANT_PHASE_ENCODE);
+	replicant_fault("encode");
 	memset(record, 0, sizeof(ReplicantChange));
 	record->op = op;
 	record->relation = &info->relation;
@@ -542,6 +537,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 						  state->pipeline_name, &record);
 
 done:
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DECODE);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
 	trim_rows(rows);
@@ -659,6 +655,32 @@ copy_message(XLogRecPtr lsn, const char *prefix, Size size, const char *content)
 }
 
 /*
+ * Renders a transactional message into its transaction's messages, which
+ * live as long as the decoding state; what the format allocates meanwhile
+ * goes with the per-change context.
+ */
+static void
+add_txn_message(ReplicantDecodingState *state, ReorderBufferTXN *txn,
+				const ReplicantMessage *record)
+{
+	MemoryContext old;
+
+	if (state->txn_messages.data == NULL)
+	{
+		old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
+		initStringInfo(&state->txn_messages);
+		MemoryContextSwitchTo(old);
+	}
+	old = MemoryContextSwitchTo(state->change_context);
+	open_txn(state, txn);
+	if (state->txn_messages.len > 0)
+		appendStringInfoString(&state->txn_messages, state->format->separator);
+	state->format->message(&state->txn_messages, state->pipeline_name, record);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(state->change_context);
+}
+
+/*
  * Messages from pg_logical_emit_message(): a transactional one rides its
  * transaction's "messages" array; a non-transactional one is delivered on
  * its own, at its place in the stream.  Watermarks of incremental backfills
@@ -675,24 +697,21 @@ replicant_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		return;
 	if (message_wanted(state, prefix, transactional ? txn->final_lsn : message_lsn))
 	{
-		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
-
 		if (!transactional)
+		{
+			MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
+
 			state->pending_messages =
 				lappend(state->pending_messages,
 						copy_message(message_lsn, prefix, message_size, message));
+			MemoryContextSwitchTo(old);
+		}
 		else if (wanted(state, txn))
 		{
 			ReplicantMessage record = {message_lsn, prefix, message, message_size};
 
-			open_txn(state, txn);
-			if (state->txn_messages.data == NULL)
-				initStringInfo(&state->txn_messages);
-			if (state->txn_messages.len > 0)
-				appendStringInfoString(&state->txn_messages, state->format->separator);
-			state->format->message(&state->txn_messages, state->pipeline_name, &record);
+			add_txn_message(state, txn, &record);
 		}
-		MemoryContextSwitchTo(old);
 		return;
 	}
 	replicant_chunk_note_message(state->chunk, prefix, message, message_size);

@@ -43,12 +43,4 @@ typedef struct ReplicantDecodingState
 
 extern ReplicantDecodingState *replicant_output_state(LogicalDecodingContext *ctx);
 
-/*
- * With true, lets the next decoding context this process creates (or the
- * slot it creates) use the plugin; the plugin refuses every other.
- * replicant calls it right before it creates one, and with false right
- * after, also when that failed.
- */
-extern void replicant_output_plugin_expect_worker(bool expect);
-
 #endif /* REPLICANT_OUTPUT_PLUGIN_H */

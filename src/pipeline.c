@@ -7,7 +7,10 @@
 
 #include "catalog/namespace.h"
 #include "catalog/pg_type_d.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -101,9 +104,37 @@ replicant_pipeline_check_publication_name(const char *name)
 }
 
 char *
-replicant_pipeline_slot_name(const char *name)
+replicant_pipeline_new_slot_name(const char *name)
 {
-	return psprintf(REPLICANT_SLOT_PREFIX "%s", name);
+	char *prefix;
+	int keep;
+
+	if (!replicant_pipeline_has_column("slot_name"))
+		return psprintf(REPLICANT_SLOT_PREFIX "%s", name);
+	prefix = psprintf(REPLICANT_SLOT_PREFIX "%u_", MyDatabaseId);
+	if (strlen(prefix) + strlen(name) < NAMEDATALEN)
+		return psprintf("%s%s", prefix, name);
+	/* At most 48 + 21 characters: keep what fits beside "_<8 hex digits>". */
+	keep = NAMEDATALEN - 1 - strlen(prefix) - 9;
+	return psprintf("%s%.*s_%08x", prefix, keep, name,
+					hash_bytes((const unsigned char *) name, strlen(name)));
+}
+
+const char *
+replicant_pipeline_slot_name_sql(void)
+{
+	return replicant_pipeline_has_column("slot_name") ?
+			   "p.slot_name::pg_catalog.text" :
+			   "'" REPLICANT_SLOT_PREFIX "' OPERATOR(pg_catalog.||) p.name";
+}
+
+static char *
+spi_text(HeapTuple tuple, TupleDesc desc, int col)
+{
+	bool isnull;
+	Datum d = SPI_getbinval(tuple, desc, col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
 }
 
 ReplicantPipelineRef
@@ -116,11 +147,9 @@ replicant_pipeline_lookup(const char *name, bool lock)
 	TupleDesc desc;
 	bool isnull;
 
-	if (SPI_execute_with_args(lock ?
-								  "SELECT id, owner, halt_reason IS NOT NULL, enabled, publications"
-								  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE" :
-								  "SELECT id, owner, halt_reason IS NOT NULL, enabled, publications"
-								  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
+	if (SPI_execute_with_args(psprintf("SELECT id, owner, halt_reason IS NOT NULL, enabled, publications, %s"
+									   "  FROM replicant.pipelines p WHERE name OPERATOR(pg_catalog.=) $1%s",
+									   replicant_pipeline_slot_name_sql(), lock ? " FOR UPDATE" : ""),
 							  1, argtypes, args, NULL, !lock, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	if (SPI_processed == 0)
@@ -134,17 +163,18 @@ replicant_pipeline_lookup(const char *name, bool lock)
 	ref.halted = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
 	ref.enabled = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
 	ref.publications = DatumGetArrayTypePCopy(SPI_getbinval(tuple, desc, 5, &isnull));
+	ref.slot_name = spi_text(tuple, desc, 6);
 	ref.name = pstrdup(name);
 	return ref;
 }
 
-static char *
-spi_text(HeapTuple tuple, TupleDesc desc, int col)
+void
+replicant_pipeline_check_owner(const ReplicantPipelineRef *ref, Oid userid)
 {
-	bool isnull;
-	Datum d = SPI_getbinval(tuple, desc, col, &isnull);
-
-	return isnull ? NULL : TextDatumGetCString(d);
+	if (!has_privs_of_role(userid, ref->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of pipeline \"%s\"", ref->name)));
 }
 
 static Datum
@@ -214,13 +244,14 @@ read_pipeline_row(int32 id)
 								  /* 0.1.0's table has no failover or format column until ALTER EXTENSION UPDATE */
 								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'failover')::pg_catalog.bool, false),"
 								  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'format', 'replicant'),"
-								  "       %s"
+								  "       %s, %s"
 								  "  FROM replicant.pipelines p"
 								  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 								  " WHERE p.id OPERATOR(pg_catalog.=) $1",
 								  replicant_pipeline_has_column("publication_lsns") ?
 									  "p.publication_lsns" :
-									  "NULL::pg_catalog.pg_lsn[]"),
+									  "NULL::pg_catalog.pg_lsn[]",
+								  replicant_pipeline_slot_name_sql()),
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pipeline %d", id);
 	return SPI_processed > 0;
@@ -262,6 +293,7 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 	p->format = spi_text(tuple, desc, 23);
 	d = spi_datum(tuple, desc, 24, &isnull);
 	p->publication_lsns = publication_lsns(d, isnull, list_length(p->publications));
+	p->slot_name = spi_text(tuple, desc, 25);
 	return p;
 }
 
@@ -356,7 +388,7 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	return p;
 }
 
-void
+bool
 replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn,
 							   const char *cause)
 {
@@ -374,9 +406,11 @@ replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn,
 	nulls[3] = cause ? ' ' : 'n';
 	if (SPI_execute_with_args(have_cause ?
 								  "UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3,"
-								  " halt_cause = $4 WHERE id OPERATOR(pg_catalog.=) $1" :
+								  " halt_cause = $4"
+								  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL" :
 								  "UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3"
-								  " WHERE id OPERATOR(pg_catalog.=) $1",
+								  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL",
 							  have_cause ? 4 : 3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record halt of pipeline %d", id);
+	return SPI_processed > 0;
 }

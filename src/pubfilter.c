@@ -316,6 +316,7 @@ replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc desc,
 	bool old_match;
 	bool new_match;
 
+	Assert(filter->have_columns);
 	*reason = NULL;
 	prepare(filter, desc);
 	switch (*action)
@@ -358,6 +359,8 @@ replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc desc,
 char *
 replicant_pubfilter_read_sql(ReplicantPubFilter *filter, Relation rel)
 {
+	/* A filter no publication was added to must not mean "every row". */
+	Assert(filter->have_columns);
 	if (filter->read_unfiltered || filter->read_quals == NIL)
 		return NULL;
 	return deparse_expression((Node *) ored(filter->read_quals),
@@ -369,6 +372,7 @@ replicant_pubfilter_read_sql(ReplicantPubFilter *filter, Relation rel)
 bool
 replicant_pubfilter_read_row(ReplicantPubFilter *filter, TupleTableSlot *slot)
 {
+	Assert(filter->have_columns);
 	if (filter->read_unfiltered || filter->read_quals == NIL)
 		return true;
 	if (filter->read_exprstate == NULL)

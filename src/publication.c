@@ -15,6 +15,12 @@
  * (partition_root.c); row filters and column lists are pubfilter.c's,
  * taken from the publications that publish the relation as what it is
  * delivered as, as pgoutput takes them.
+ *
+ * Dropped tables do not stay: an entry that keeps no state (a table not
+ * published) goes once invalidated, at a later lookup; a published table's
+ * entry and its saved shape when pruning.c finds the table gone, so that
+ * memory does not grow with every table ever decoded and a new table that
+ * gets a dropped one's OID is not held to the old one's shape.
  */
 #include "postgres.h"
 
@@ -28,7 +34,6 @@
 #include "catalog/pg_publication.h"
 #include "catalog/pg_publication_rel.h"
 #include "commands/extension.h"
-#include "access/sysattr.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -46,6 +51,7 @@
 #include "compat.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "row_key.h"
 #include "table_shape.h"
 #include "waiver.h"
 
@@ -79,6 +85,12 @@ static Oid replicant_namespace = InvalidOid;
 static const char *schemaless_target = NULL;
 
 static HTAB *relinfo_hash = NULL;
+/* The entry returned last: runs of changes to one table are the rule. */
+static ReplicantRelInfo *last_relinfo = NULL;
+/* Relation invalidations since the last sweep of stateless entries. */
+static int invalidations = 0;
+/* Stateless invalid entries are swept after this many invalidations. */
+#define SWEEP_AFTER 256
 
 /*
  * Tables the owner may not read as the worker starts (no SELECT, or
@@ -124,6 +136,7 @@ relcache_callback(Datum arg, Oid relid)
 
 	if (relinfo_hash == NULL)
 		return;
+	invalidations++;
 	if (!OidIsValid(relid))
 	{
 		invalidate_all_relinfo();
@@ -284,19 +297,6 @@ replicant_publication_missing(XLogRecPtr commit_lsn, const List *waivers, char *
 	return NULL;
 }
 
-/* Converts a bitmap of attribute numbers offset as RelationGetIndexAttrBitmap's. */
-static Bitmapset *
-plain_attnums(Bitmapset *offset_attnums)
-{
-	Bitmapset *result = NULL;
-	int x = -1;
-
-	while ((x = bms_next_member(offset_attnums, x)) >= 0)
-		result = bms_add_member(result, x + FirstLowInvalidHeapAttributeNumber);
-	bms_free(offset_attnums);
-	return result;
-}
-
 static Bitmapset *
 bms_copy_in(MemoryContext mcxt, const Bitmapset *set)
 {
@@ -305,62 +305,6 @@ bms_copy_in(MemoryContext mcxt, const Bitmapset *set)
 
 	MemoryContextSwitchTo(old);
 	return copy;
-}
-
-void
-replicant_publication_key(Relation rel, Bitmapset **key_columns,
-						  bool *whole_row, bool *identity_full)
-{
-	char identity = rel->rd_rel->relreplident;
-
-	*key_columns = NULL;
-	*whole_row = false;
-	*identity_full = (identity == REPLICA_IDENTITY_FULL);
-	if (identity == REPLICA_IDENTITY_NOTHING)
-		return;
-	if (identity == REPLICA_IDENTITY_FULL)
-	{
-		*key_columns =
-			plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_PRIMARY_KEY));
-		*whole_row = (*key_columns == NULL);
-		return;
-	}
-	*key_columns =
-		plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_IDENTITY_KEY));
-}
-
-/* Whether every column of the whole row but an undelivered generated one is in columns. */
-static bool
-whole_row_delivered(TupleDesc desc, const Bitmapset *columns)
-{
-	int i;
-
-	for (i = 0; columns != NULL && i < desc->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (att->attisdropped || REPLICANT_ATT_IS_VIRTUAL(att) || att->attgenerated)
-			continue;
-		if (!bms_is_member(att->attnum, columns))
-			return false;
-	}
-	return true;
-}
-
-void
-replicant_publication_delivered_key(Relation rel, const Bitmapset *columns,
-									Bitmapset **key_columns, bool *whole_row)
-{
-	bool identity_full;
-
-	replicant_publication_key(rel, key_columns, whole_row, &identity_full);
-	if (*whole_row)
-		*whole_row = whole_row_delivered(RelationGetDescr(rel), columns);
-	else if (columns != NULL && !bms_is_subset(*key_columns, columns))
-	{
-		bms_free(*key_columns);
-		*key_columns = NULL;
-	}
 }
 
 /* FOR ALL TABLES, or rel's schema: no row filter, no column list. */
@@ -472,7 +416,7 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 	 * The shape saved at create_pipeline is the relation's own identity (a
 	 * partition's, not its root's), whatever the column lists deliver.
 	 */
-	replicant_publication_key(rel, &own_key, &whole_row, &identity_full);
+	replicant_row_key_identity(rel, &own_key, &whole_row, &identity_full);
 	now = replicant_table_shape(rel, own_key);
 	baseline = entry->fingerprint ? entry->fingerprint : replicant_table_shape_saved(entry->relid);
 	if (baseline != NULL && entry->schema_change == NULL)
@@ -495,7 +439,7 @@ replicant_publication_save_table_shape(int32 pipeline_id, Relation rel)
 	bool whole_row;
 	bool identity_full;
 
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
+	replicant_row_key_identity(rel, &key_columns, &whole_row, &identity_full);
 	replicant_table_shape_save(pipeline_id, RelationGetRelid(rel),
 							   replicant_table_shape(rel, key_columns));
 }
@@ -618,8 +562,10 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	entry->relation.table = MemoryContextStrdup(relinfo_context,
 												RelationGetRelationName(target));
 	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
-	replicant_publication_delivered_key(target, entry->filter->columns, &entry->key_columns,
-										&entry->key_whole_row);
+	/* A published table has a filter: a publication's at least. */
+	Assert(entry->filter->have_columns);
+	replicant_row_key_delivered(target, entry->filter->columns, &entry->key_columns,
+								&entry->key_whole_row);
 	entry->key_columns = bms_copy_in(relinfo_context, entry->key_columns);
 	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
 	if (entry->filter->conflict && entry->halt_reason == NULL)
@@ -627,6 +573,63 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	if (schemaless_target && entry->halt_reason == NULL)
 		entry->halt_reason = target_taken(rel, target);
 	replicant_partition_root_close(target, rel);
+}
+
+/* Frees what entry holds but its shape (fingerprint, schema_change). */
+static void
+release_relinfo(ReplicantRelInfo *entry)
+{
+	bms_free(entry->key_columns);
+	replicant_pubfilter_free(entry->filter);
+	replicant_partition_root_reset(&entry->root);
+	if (entry->relation.schema)
+		pfree(entry->relation.schema);
+	if (entry->relation.table)
+		pfree(entry->relation.table);
+	if (entry->halt_reason)
+		pfree(entry->halt_reason);
+}
+
+/* Removes relid's entry from the cache, shape and all. */
+static void
+remove_relinfo(Oid relid)
+{
+	ReplicantRelInfo *entry = hash_search(relinfo_hash, &relid, HASH_FIND, NULL);
+
+	if (entry == NULL)
+		return;
+	release_relinfo(entry);
+	if (entry->fingerprint)
+		pfree(entry->fingerprint);
+	if (entry->schema_change)
+		pfree(entry->schema_change);
+	if (last_relinfo == entry)
+		last_relinfo = NULL;
+	(void) hash_search(relinfo_hash, &relid, HASH_REMOVE, NULL);
+}
+
+/*
+ * Removes the invalidated entries that keep no state (no shape: the table
+ * was not published when last seen), which a lookup would compute anew
+ * anyway; those of dropped tables would otherwise stay for good.  Only
+ * between changes, when no entry is in use.
+ */
+static void
+sweep_stateless(void)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+	List *stale = NIL;
+	ListCell *lc;
+
+	invalidations = 0;
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (!entry->valid && entry->fingerprint == NULL && entry->schema_change == NULL)
+			stale = lappend_oid(stale, entry->relid);
+	foreach(lc, stale)
+		remove_relinfo(lfirst_oid(lc));
+	list_free(stale);
 }
 
 /*
@@ -645,15 +648,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	char *old_fingerprint = entry->fingerprint;
 	char *schema_change = entry->schema_change;
 
-	bms_free(entry->key_columns);
-	replicant_pubfilter_free(entry->filter);
-	replicant_partition_root_reset(&entry->root);
-	if (entry->relation.schema)
-		pfree(entry->relation.schema);
-	if (entry->relation.table)
-		pfree(entry->relation.table);
-	if (entry->halt_reason)
-		pfree(entry->halt_reason);
+	release_relinfo(entry);
 	memset(entry, 0, sizeof(ReplicantRelInfo));
 	entry->relid = relid;
 	entry->valid = true;
@@ -702,24 +697,24 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 ReplicantRelInfo *
 replicant_publication_relinfo(Relation rel)
 {
-	/* the entry returned last: runs of changes to one table are the rule */
-	static ReplicantRelInfo *last = NULL;
 	Oid relid = RelationGetRelid(rel);
 	ReplicantRelInfo *entry;
 	bool found;
 
 	if (!publications_valid)
 		load_publications();
-	/* entries are never removed from the table, nor moved */
-	if (last != NULL && last->relid == relid && last->valid)
-		return last;
+	/* entries never move; one removed is no longer last_relinfo */
+	if (last_relinfo != NULL && last_relinfo->relid == relid && last_relinfo->valid)
+		return last_relinfo;
+	if (invalidations >= SWEEP_AFTER)
+		sweep_stateless();
 
 	entry = hash_search(relinfo_hash, &relid, HASH_ENTER, &found);
 	if (!found)
 		memset(entry, 0, sizeof(ReplicantRelInfo));
 	if (!entry->valid)
 		compute_relinfo(entry, rel);
-	last = entry;
+	last_relinfo = entry;
 	return entry;
 }
 
@@ -746,4 +741,35 @@ replicant_publication_published_tables(ArrayType *publications, bool delivered_o
 																	SPI_tuptable->tupdesc, 1, &isnull)));
 	}
 	return relids;
+}
+
+List *
+replicant_publication_invalid_relids(void)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+	List *relids = NIL;
+
+	if (relinfo_hash == NULL)
+		return NIL;
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (!entry->valid)
+			relids = lappend_oid(relids, entry->relid);
+	return relids;
+}
+
+bool
+replicant_publication_forget(Oid relid)
+{
+	ReplicantRelInfo *entry;
+
+	entry = relinfo_hash ? hash_search(relinfo_hash, &relid, HASH_FIND, NULL) : NULL;
+	/* Valid again: a new table of that OID, decoded since; its shape is its own. */
+	if (entry && entry->valid)
+		return false;
+	if (entry)
+		remove_relinfo(relid);
+	replicant_table_shape_forget(relid);
+	return true;
 }

@@ -35,7 +35,7 @@ typedef struct ReplicantRelInfo
 	ReplicantPartitionRoot root;
 
 	/*
-	 * The change's "key" (replicant_publication_delivered_key): the replica
+	 * The change's "key" (replicant_row_key_delivered): the replica
 	 * identity's columns, or under REPLICA IDENTITY FULL the primary key.
 	 * key_whole_row means FULL without a primary key: the delivered columns.
 	 * Neither means no key (null): the table has no identity, or its column
@@ -102,34 +102,21 @@ extern void replicant_publication_load_denied(Oid owner);
 extern ReplicantRelInfo *replicant_publication_relinfo(Relation rel);
 
 /*
- * rel's replica identity: its columns (the primary key under REPLICA
- * IDENTITY FULL), or whole_row for FULL without a primary key.  What
- * identifies a row inside replicant (backfill cursors, table shapes); what
- * leaves the server is the next function's.
- */
-extern void replicant_publication_key(Relation rel, Bitmapset **key_columns,
-									  bool *whole_row, bool *identity_full);
-
-/*
- * The columns of a change's "key" (see ReplicantRelInfo) when rel's
- * publications deliver columns (NULL: every live one), on every path, so
- * that stream, snapshot and backfill key rows alike and no column outside
- * columns is in a key: the identity's columns when all of them are
- * delivered, else none; under REPLICA IDENTITY FULL without a primary key
- * (whole_row, which encodes as columns) only when every column is delivered
- * but generated ones, which the columns may leave out as the server
- * version's pgoutput does (they follow from the others).
- */
-extern void replicant_publication_delivered_key(Relation rel, const Bitmapset *columns,
-												Bitmapset **key_columns, bool *whole_row);
-
-/*
  * Table shapes (table_shape.h), inside an SPI connection: saving a table's
  * current shape (create_pipeline), and saving the ones decoding saw since
  * the last call with the next checkpoint.
  */
 extern void replicant_publication_save_table_shape(int32 pipeline_id, Relation rel);
 extern void replicant_publication_save_shapes(int32 pipeline_id);
+
+/*
+ * For forgetting dropped tables (pruning.c): the tables whose cache entries
+ * were invalidated since they were last used; and forgetting one, its
+ * entry and its saved shape, unless the entry is in use again (a new table
+ * of that OID, decoded since): returns whether it was forgotten.
+ */
+extern List *replicant_publication_invalid_relids(void);
+extern bool replicant_publication_forget(Oid relid);
 
 /* Whether a shape was seen that the next checkpoint must save. */
 extern bool replicant_publication_shapes_unsaved(void);

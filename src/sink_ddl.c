@@ -32,6 +32,7 @@
 #include "pipeline.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "row_key.h"
 
 PG_FUNCTION_INFO_V1(replicant_sink_ddl);
 
@@ -121,7 +122,7 @@ table_ddl(Oid relid, List *names)
 	(void) replicant_publication_read_filter(rel, rel, names, &filter);
 	columns = filter->columns;
 	/* the stream's key: published columns only */
-	replicant_publication_delivered_key(rel, columns, &key_columns, &whole_row);
+	replicant_row_key_delivered(rel, columns, &key_columns, &whole_row);
 	initStringInfo(&out);
 	initStringInfo(&order);
 	appendStringInfoString(&out, "CREATE TABLE ");

@@ -8,7 +8,7 @@
 #include "replication/slot.h"
 
 #include "compat.h"
-#include "output_plugin.h"
+#include "plugin_gate.h"
 #include "replicant.h"
 #include "slot.h"
 
@@ -19,7 +19,7 @@ replicant_slot_create(const char *name, bool failover, bool need_full_snapshot)
 
 	REPLICANT_SLOT_CREATE(name, RS_EPHEMERAL, failover);
 	/* create_pipeline's backend goes on after an error: expect nothing then. */
-	replicant_output_plugin_expect_worker(true);
+	replicant_plugin_gate_open(true);
 	PG_TRY();
 	{
 		ctx = CreateInitDecodingContext("replicant", NIL, need_full_snapshot,
@@ -28,22 +28,48 @@ replicant_slot_create(const char *name, bool failover, bool need_full_snapshot)
 	}
 	PG_FINALLY();
 	{
-		replicant_output_plugin_expect_worker(false);
+		replicant_plugin_gate_open(false);
 	}
 	PG_END_TRY();
 	DecodingContextFindStartpoint(ctx);
 	return ctx;
 }
 
-bool
-replicant_slot_exists(const char *name)
+/*
+ * Whether the slot is one replicant's worker may decode: a logical slot of
+ * this database whose output plugin is replicant's.
+ */
+static bool
+slot_is_ours(ReplicationSlot *slot)
 {
-	bool exists;
+	bool ours;
+
+	/* The plugin is written, under the mutex, just after the slot is made. */
+	SpinLockAcquire(&slot->mutex);
+	ours = SlotIsLogical(slot) && slot->data.database == MyDatabaseId &&
+		   strcmp(NameStr(slot->data.plugin), "replicant") == 0;
+	SpinLockRelease(&slot->mutex);
+	return ours;
+}
+
+ReplicantSlotOwner
+replicant_slot_owner(const char *name)
+{
+	ReplicationSlot *slot;
+	ReplicantSlotOwner owner = REPLICANT_SLOT_MISSING;
 
 	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
-	exists = SearchNamedReplicationSlot(name, false) != NULL;
+	slot = SearchNamedReplicationSlot(name, false);
+	if (slot != NULL)
+		owner = slot_is_ours(slot) ? REPLICANT_SLOT_OURS : REPLICANT_SLOT_FOREIGN;
 	LWLockRelease(ReplicationSlotControlLock);
-	return exists;
+	return owner;
+}
+
+char *
+replicant_slot_foreign_reason(const char *name)
+{
+	return psprintf("replication slot \"%s\" is not this pipeline's: it belongs to another database or output plugin, so replicant neither decodes nor drops it", name);
 }
 
 XLogRecPtr
@@ -69,10 +95,23 @@ replicant_slot_acquire(const char *name)
 {
 	const char *invalidation;
 
-	if (!replicant_slot_exists(name))
-		return psprintf("replication slot \"%s\" does not exist (a promoted standby has it only as a failover slot): recreate the pipeline with a snapshot", name);
+	switch (replicant_slot_owner(name))
+	{
+		case REPLICANT_SLOT_MISSING:
+			return psprintf("replication slot \"%s\" does not exist (a promoted standby has it only as a failover slot): recreate the pipeline with a snapshot", name);
+		case REPLICANT_SLOT_FOREIGN:
+			return replicant_slot_foreign_reason(name);
+		case REPLICANT_SLOT_OURS:
+			break;
+	}
 
 	REPLICANT_SLOT_ACQUIRE(name, true);
+	/* Dropped and made again by someone else since the look: look again. */
+	if (!slot_is_ours(MyReplicationSlot))
+	{
+		ReplicationSlotRelease();
+		return replicant_slot_foreign_reason(name);
+	}
 
 	SpinLockAcquire(&MyReplicationSlot->mutex);
 	invalidation = replicant_slot_invalidation(MyReplicationSlot);
@@ -83,6 +122,20 @@ replicant_slot_acquire(const char *name)
 	if (strcmp(invalidation, "wal_removed") == 0)
 		return psprintf("replication slot \"%s\" was invalidated because the WAL it needed was removed", name);
 	return psprintf("replication slot \"%s\" was invalidated (invalidation_reason %s)", name, invalidation);
+}
+
+bool
+replicant_slot_drop(const char *name)
+{
+	if (replicant_slot_owner(name) != REPLICANT_SLOT_OURS)
+		return false;
+
+	/*
+	 * Waits for a worker still holding it to let go.  Only a role that may
+	 * drop any slot (REPLICATION) could replace it in between.
+	 */
+	ReplicationSlotDrop(name, false);
+	return true;
 }
 
 int
@@ -96,6 +149,24 @@ replicant_slot_free_count(void)
 		free_slots += ReplicationSlotCtl->replication_slots[i].in_use ? 0 : 1;
 	LWLockRelease(ReplicationSlotControlLock);
 	return free_slots;
+}
+
+bool
+replicant_slot_any_active(Oid dboid)
+{
+	bool active = false;
+	int i;
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	for (i = 0; i < max_replication_slots; i++)
+	{
+		ReplicationSlot *s = &ReplicationSlotCtl->replication_slots[i];
+
+		active |= (s->in_use && s->active_pid != 0 && s->data.database == dboid &&
+				   strcmp(NameStr(s->data.plugin), "replicant") == 0);
+	}
+	LWLockRelease(ReplicationSlotControlLock);
+	return active;
 }
 
 List *

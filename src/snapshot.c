@@ -69,6 +69,7 @@
 #include "partition_root.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "row_key.h"
 #include "replicant.h"
 #include "sink_http.h"
 #include "slot.h"
@@ -464,6 +465,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 								  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not record snapshot progress");
 		replicant_catalog_end(&access);
+		replicant_shmem_note_progress(slot);
 	}
 }
 
@@ -489,12 +491,12 @@ create_slot_and_export(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 	if (replicant_slot_free_count() == 0)
 		replicant_delivery_halt(slot, pipeline,
 								psprintf("cannot create replication slot \"%s\": all replication slots are in use (max_replication_slots = %d)",
-										 replicant_pipeline_slot_name(pipeline->name),
+										 pipeline->slot_name,
 										 max_replication_slots));
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
 
-	ctx = replicant_slot_create(replicant_pipeline_slot_name(pipeline->name),
+	ctx = replicant_slot_create(pipeline->slot_name,
 								pipeline->failover, true);
 
 	/* SnapBuildInitialSnapshot refuses once any catalog access set our xmin. */
@@ -778,10 +780,18 @@ read_all_shards(ReplicantPipelineSlot *slot, int slot_index,
 	{
 		if (!run_shard_workers(slot, slot_index, pipeline, snapshot_name))
 		{
-			/* The launcher restarts us (with backoff) and we resume. */
+			/*
+			 * The launcher restarts us (with backoff, a bounded number of
+			 * times) and we resume.  A shard worker that failed on an error
+			 * left why in the slot.
+			 */
 			ereport(LOG,
 					(errmsg("replicant pipeline \"%s\" restarts its snapshot after a snapshot worker failed",
 							pipeline->name)));
+			LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+			if (slot->failure[0] == '\0')
+				strlcpy(slot->failure, "a snapshot worker exited abnormally", sizeof(slot->failure));
+			LWLockRelease(replicant_shmem->lock);
 			proc_exit(1);
 		}
 		if (pg_atomic_exchange_u32(&slot->snapshot_stale, 0) == 0)
@@ -806,6 +816,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	List *planned;
 	char *snapshot_name;
 	ReplicantSink *sink;
+	ReplicantSlotOwner slot_owner;
 
 	if (!snapshot_pending(pipeline, &planned_before))
 		return;
@@ -813,7 +824,10 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 
 	sink = replicant_delivery_sink(pipeline);
 
-	if (!replicant_slot_exists(replicant_pipeline_slot_name(pipeline->name)))
+	slot_owner = replicant_slot_owner(pipeline->slot_name);
+	if (slot_owner == REPLICANT_SLOT_FOREIGN)
+		replicant_delivery_halt(slot, pipeline, replicant_slot_foreign_reason(pipeline->slot_name));
+	if (slot_owner == REPLICANT_SLOT_MISSING)
 	{
 		/*
 		 * Nothing was read under an earlier plan without the slot: the
@@ -1059,6 +1073,12 @@ end_window(Relation rel, MemoryContext window_context)
 }
 
 /*
+ * Set while importing the exported snapshot: an error then means that its
+ * exporter, the pipeline worker, is gone or going (replicant_shard_main).
+ */
+static bool importing = false;
+
+/*
  * Starts the window's transaction under the imported snapshot and opens the
  * shard's table into *relp.  Returns WINDOW_READ when it has blocks left to
  * read; otherwise the transaction is over and the result says why not.
@@ -1072,7 +1092,10 @@ begin_window(const char *snapshot_name, Shard *shard, Relation *relp,
 
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
+	importing = true;
+	replicant_fault("snapshot_import");
 	ImportSnapshot(snapshot_name);
+	importing = false;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(window_context);
 
@@ -1291,8 +1314,8 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 												&reader->filter);
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
-	replicant_publication_delivered_key(reader->target, reader->filter->columns,
-										&reader->key_columns, &reader->whole_row);
+	replicant_row_key_delivered(reader->target, reader->filter->columns,
+								&reader->key_columns, &reader->whole_row);
 	reader->map = replicant_partition_root_read_map(rel, reader->target);
 	reader->heap_slot = table_slot_create(rel, NULL);
 	reader->row_slot = reader->map ?
@@ -1367,12 +1390,13 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	WindowResult opened;
 	/* the stream delivers nothing before the snapshot is done */
 	XLogRecPtr consistent_point =
-		replicant_slot_confirmed_flush(replicant_pipeline_slot_name(pipeline->name));
+		replicant_slot_confirmed_flush(pipeline->slot_name);
 
 	*rows = 0;
 	opened = begin_window(snapshot_name, shard, &rel, new_relfilenode);
 	if (opened != WINDOW_READ)
 		return opened;
+	replicant_fault("snapshot_read");
 
 	open_window_reader(slot, pipeline, rel, shard, hi, &reader);
 	desc = RelationGetDescr(reader.target);
@@ -1427,43 +1451,6 @@ shard_exit(int code, Datum arg)
 }
 
 /*
- * Reads one window, turning any error (a row that cannot be encoded, say)
- * into a fail-closed halt whose reason names the table and the error class,
- * never the message, which could quote a value.
- */
-static WindowResult
-read_window_or_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-					ReplicantSink *sink, const char *snapshot_name, Shard *shard,
-					int64 hi, int64 *rows, Oid *new_relfilenode)
-{
-	MemoryContext context = CurrentMemoryContext;
-	WindowResult result = WINDOW_READ;
-
-	PG_TRY();
-	{
-		result = read_window(slot, pipeline, sink, snapshot_name, shard, hi,
-							 rows, new_relfilenode);
-	}
-	PG_CATCH();
-	{
-		ErrorData *edata;
-
-		MemoryContextSwitchTo(context);
-		replicant_sink_cancel(sink);
-		edata = CopyErrorData();
-		FlushErrorState();
-		if (edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
-			edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			proc_exit(1);
-		replicant_delivery_halt(slot, pipeline,
-								psprintf("snapshot of table \"%s\" failed with error class %s",
-										 shard->relname, unpack_sql_state(edata->sqlerrcode)));
-	}
-	PG_END_TRY();
-	return result;
-}
-
-/*
  * Reads a claimed shard window by window, recording progress after each,
  * until it is done, its table starts over, or the snapshot turned stale.
  */
@@ -1489,8 +1476,8 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (shard->hi_block >= 0)
 			hi = Min(hi, shard->hi_block);
 
-		r = read_window_or_halt(slot, pipeline, sink, snapshot_name, shard,
-								hi, &rows, &relfilenode);
+		r = read_window(slot, pipeline, sink, snapshot_name, shard,
+						hi, &rows, &relfilenode);
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(window_context);
 		replicant_fault("snapshot_window");
@@ -1517,10 +1504,48 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (r == WINDOW_READ)
 			shard->next_block = hi;
 		record_progress(shard, done, rows);
+		replicant_shmem_note_progress(slot);
 		replicant_fault("snapshot_progress");
 		if (done)
 			break;
 	}
+}
+
+/*
+ * Acts on the error that ended a shard worker's run, never the message,
+ * which could quote a value: halts the pipeline, naming the table and the
+ * error class, or exits for the pipeline worker to restart the snapshot
+ * when the error is transient (replicant_delivery_fail).  A worker that
+ * could not import the snapshot, or whose pipeline was stopped meanwhile,
+ * exits without a word: its exporter, the pipeline worker, is gone or
+ * going, and a halt or disable that stopped it stands.
+ */
+REPLICANT_NORETURN static void
+shard_failed(ReplicantPipelineSlot *slot, uint32 generation,
+			 ReplicantPipeline *pipeline, Shard *shard)
+{
+	ErrorData *edata = CopyErrorData();
+	bool stopped;
+
+	FlushErrorState();
+	AbortOutOfAnyTransaction();
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	stopped = slot->generation != generation || !slot->runnable ||
+			  slot->state == REPLICANT_STATE_HALTED;
+	LWLockRelease(replicant_shmem->lock);
+	if (importing || stopped)
+	{
+		ereport(LOG,
+				(errmsg("replicant snapshot worker of pipeline \"%s\" exits: %s",
+						pipeline->name,
+						importing ? "it could not import the exported snapshot" :
+									"the pipeline was stopped")));
+		/* Not 0: the shard it claimed is not done. */
+		proc_exit(1);
+	}
+	replicant_delivery_fail(slot, pipeline, edata,
+							replicant_delivery_failure(REPLICANT_PHASE_SNAPSHOT_READ,
+													   shard->relname, edata->sqlerrcode));
 }
 
 void
@@ -1531,7 +1556,7 @@ replicant_shard_main(Datum main_arg)
 	ReplicantPipeline *pipeline;
 	ReplicantCatalogAccess access;
 	ReplicantSink *sink;
-	Shard shard;
+	Shard *shard;
 	MemoryContext window_context;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
@@ -1569,14 +1594,25 @@ replicant_shard_main(Datum main_arg)
 
 	window_context = AllocSetContextCreate(TopMemoryContext, "replicant snapshot window",
 										   ALLOCSET_DEFAULT_SIZES);
-	/*
-	 * Once a table turned out rewritten after the snapshot, nothing more is
-	 * read under it: the pipeline worker takes a fresh one (claims are
-	 * reset then).
-	 */
-	while (claim_shard(pipeline->id, &shard) &&
-		   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
-		read_shard(slot, pipeline, sink, args.snapshot_name, &shard, window_context);
+	shard = palloc0(sizeof(Shard));
+	PG_TRY();
+	{
+		/*
+		 * Once a table turned out rewritten after the snapshot, nothing
+		 * more is read under it: the pipeline worker takes a fresh one
+		 * (claims are reset then).
+		 */
+		while (claim_shard(pipeline->id, shard) &&
+			   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
+			read_shard(slot, pipeline, sink, args.snapshot_name, shard, window_context);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(TopMemoryContext);
+		replicant_sink_cancel(sink);
+		shard_failed(slot, args.generation, pipeline, shard);
+	}
+	PG_END_TRY();
 	replicant_sink_destroy(sink);
 	replicant_checkpoint_make_durable();
 	proc_exit(0);

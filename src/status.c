@@ -121,7 +121,10 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* The pipeline's id and whether it is halted; errors if it does not exist. */
+/*
+ * The pipeline's id and whether it is halted; errors if it does not exist or
+ * the caller may not manage it (its progress is the owner's business).
+ */
 static int32
 lookup_pipeline_id(const char *name, bool *halted)
 {
@@ -130,6 +133,7 @@ lookup_pipeline_id(const char *name, bool *halted)
 
 	replicant_catalog_enter(&access);
 	ref = replicant_pipeline_lookup(name, false);
+	replicant_pipeline_check_owner(&ref, access.saved_userid);
 	*halted = ref.halted;
 	replicant_catalog_leave(&access);
 	return ref.id;

@@ -179,3 +179,17 @@ replicant_table_shape_save(int32 pipeline_id, Oid relid, const char *shape)
 		saved = hash_search(saved_shapes, &relid, HASH_ENTER, NULL);
 	saved->shape = MemoryContextStrdup(shape_context, shape);
 }
+
+void
+replicant_table_shape_forget(Oid relid)
+{
+	SavedShape *saved;
+
+	if (saved_shapes == NULL)
+		return;
+	saved = hash_search(saved_shapes, &relid, HASH_FIND, NULL);
+	if (saved == NULL)
+		return;
+	pfree(saved->shape);
+	(void) hash_search(saved_shapes, &relid, HASH_REMOVE, NULL);
+}

@@ -34,4 +34,7 @@ extern void replicant_table_shape_load(int32 pipeline_id);
 extern const char *replicant_table_shape_saved(Oid relid);
 extern void replicant_table_shape_save(int32 pipeline_id, Oid relid, const char *shape);
 
+/* Forgets the saved shape of a table found dropped (pruning.c), in memory. */
+extern void replicant_table_shape_forget(Oid relid);
+
 #endif /* REPLICANT_TABLE_SHAPE_H */

@@ -31,6 +31,10 @@
  * await_delivered().  Conditions that would make delivery wrong halt the
  * pipeline: the reason is recorded in the catalog
  * and the worker exits 0, so nothing restarts it until resume_pipeline.
+ * An error halts too, unless it is known to be transient: then the worker
+ * exits and the launcher restarts it, a bounded number of times
+ * (replicant_delivery_fail).  The phase the worker is in (shmem.h) names
+ * what failed.
  */
 #include "postgres.h"
 
@@ -104,7 +108,7 @@ typedef struct Worker
 	ReplicantDecoder *decoder;
 	ReplicantSink *sink;
 	ReplicantBackfill *backfill; /* incremental backfill being read */
-	const char *phase;           /* for a halt's reason */
+	const char *chunk_table;     /* a chunk being delivered: its table */
 	int64 cpu_credit_us;         /* CPU budget left (see CPU_SHARE_DIVISOR) */
 	TimestampTz credit_at;       /* when cpu_credit_us was last brought up to date */
 } Worker;
@@ -141,8 +145,10 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	slot->state = REPLICANT_STATE_STARTING;
 	slot->last_error[0] = '\0';
 	slot->stop_requested = false;
+	slot->phase = REPLICANT_PHASE_STARTING;
 	LWLockRelease(replicant_shmem->lock);
 
+	replicant_shmem_set_own_slot(slot);
 	w->slot = slot;
 	w->generation = args->generation;
 	before_shmem_exit(worker_detach, PointerGetDatum(w));
@@ -164,7 +170,10 @@ confirm(Worker *w, XLogRecPtr lsn)
 	replicant_decoder_confirm(w->decoder, lsn);
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (lsn > w->slot->delivered_upto)
+	{
 		w->slot->delivered_upto = lsn;
+		w->slot->progress++;
+	}
 	/* Under the lock: a caller still waiting asks again (status.c). */
 	pg_atomic_write_u32(&w->slot->checkpoint_wanted, 0);
 	LWLockRelease(replicant_shmem->lock);
@@ -180,43 +189,28 @@ commit_pending(Worker *w)
 }
 
 /*
- * Decodes, turning a data error while encoding a change (a value its type
- * cannot output, or that cannot be converted to UTF-8) into a fail-closed
- * halt instead of a crash loop.  The reason names the table and the error
- * class, never the message, which could quote the value.
+ * Commits the pending checkpoint, unless that fails too: after an error,
+ * before the worker halts or exits, so that what the sink acknowledged is
+ * not sent again.
  */
-static bool
-read_or_halt(Worker *w)
+static void
+commit_pending_if_possible(Worker *w)
 {
 	MemoryContext context = CurrentMemoryContext;
-	bool at_end = true;
 
+	if (w->decoder == NULL || !replicant_checkpoint_is_pending())
+		return;
 	PG_TRY();
 	{
-		at_end = replicant_decoder_read(w->decoder, w->pipeline->batch_max_transactions,
-										(uint64) w->pipeline->batch_max_bytes,
-										replicant_batch_linger_ms);
+		commit_pending(w);
 	}
 	PG_CATCH();
 	{
-		ErrorData *edata;
-
 		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_DATA_EXCEPTION)
-			PG_RE_THROW();
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
-		commit_pending(w);
-		replicant_delivery_halt(w->slot, w->pipeline,
-								psprintf(replicant_decoder_in_row_filter(w->decoder) ?
-											 "the row filter of table \"%s\" failed on a change (error class %s)" :
-											 "could not encode a change of table \"%s\" (error class %s)",
-										 replicant_decoder_current_table(w->decoder),
-										 unpack_sql_state(edata->sqlerrcode)));
 	}
 	PG_END_TRY();
-	return at_end;
 }
 
 /* Servers from 15.19 on load only output plugins listed in this setting. */
@@ -269,6 +263,7 @@ post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *
 	ReplicantRequest request;
 	int i;
 
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
 	/* A range the format makes no request of is delivered. */
 	result->outcome = REPLICANT_SINK_OK;
 	*target = NULL;
@@ -373,6 +368,8 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 
 	initStringInfo(&changes);
 	initStringInfo(&out);
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
+	w->chunk_table = more ? chunk->relation->table : NULL;
 	while (more)
 	{
 		ReplicantMemoryBody state;
@@ -407,52 +404,26 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		rows += n;
 	}
 	replicant_backfill_record_chunk(chunk, rows);
+	replicant_shmem_note_progress(w->slot);
+	w->chunk_table = NULL;
 }
 
 /*
- * Reads the next chunk of the backfill, turning what retrying cannot fix
- * into a fail-closed halt: a table the owner may not read whole, or an
- * error while reading (a revoked privilege, a value its type cannot
- * output).  The reason names the table and the error class, never the
- * message, which could quote a key.
+ * Reads the next chunk of the backfill; halts when the owner may not read
+ * the table whole.  An error while reading (a revoked privilege, a value
+ * its type cannot output, a conflict) is the worker's (worker_failed).
  */
 static ReplicantChunk *
-read_chunk_or_halt(Worker *w)
+read_chunk(Worker *w)
 {
-	MemoryContext context = CurrentMemoryContext;
-	ReplicantChunk *volatile chunk = NULL;
-	char *volatile reason = NULL;
+	ReplicantChunk *chunk;
+	char *denied = NULL;
 
-	PG_TRY();
-	{
-		char *denied = NULL;
-
-		chunk = replicant_backfill_read_chunk(w->pipeline, w->backfill, &denied);
-		reason = denied;
-	}
-	PG_CATCH();
-	{
-		ErrorData *edata;
-		int class;
-
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		class = ERRCODE_TO_CATEGORY(edata->sqlerrcode);
-		/* A cancel, a shortage or a conflict can pass: restart and retry. */
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
-			class == ERRCODE_INSUFFICIENT_RESOURCES ||
-			class == ERRCODE_OPERATOR_INTERVENTION ||
-			class == ERRCODE_SYSTEM_ERROR ||
-			class == ERRCODE_TRANSACTION_ROLLBACK)
-			PG_RE_THROW();
-		FlushErrorState();
-		AbortOutOfAnyTransaction();
-		reason = psprintf("could not read a backfill chunk of table \"%s\" (error class %s)",
-						  w->backfill->relname, unpack_sql_state(edata->sqlerrcode));
-	}
-	PG_END_TRY();
-	if (reason)
-		worker_halt(w, reason);
+	replicant_shmem_enter_phase(REPLICANT_PHASE_BACKFILL_READ);
+	replicant_fault("backfill_read");
+	chunk = replicant_backfill_read_chunk(w->pipeline, w->backfill, &denied);
+	if (denied)
+		worker_halt(w, denied);
 	return chunk;
 }
 
@@ -467,6 +438,7 @@ deliver_messages(Worker *w, List *messages)
 	const ReplicantFormat *format = replicant_format_of(w->pipeline);
 	ListCell *lc;
 
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
 	foreach(lc, messages)
 	{
 		ReplicantRequest request;
@@ -524,26 +496,54 @@ load_pipeline(Worker *w, int32 pipeline_id)
 		worker_halt(w, REPLICANT_MESSAGES_NEED_REPLICATION);
 }
 
-/*
- * Errors that a restart would only meet again: a wrong setting, a missing
- * privilege or object, a read-only transaction, a full slot table.  The
- * rest (out of memory, a conflict, a lost connection) may pass, so the
- * worker exits and the launcher restarts it with backoff.
- */
-static bool
-retry_cannot_fix(int sqlerrcode)
+/* The table a failure in phase involves, or NULL. */
+static const char *
+failed_table(Worker *w, ReplicantPhase phase)
 {
-	switch (ERRCODE_TO_CATEGORY(sqlerrcode))
+	switch (phase)
 	{
-		case ERRCODE_DATA_EXCEPTION:
-		case ERRCODE_INVALID_TRANSACTION_STATE:
-		case ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION:
-		case ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION:
-		case ERRCODE_FEATURE_NOT_SUPPORTED:
-			return true;
+		case REPLICANT_PHASE_ENCODE:
+			return w->decoder ? replicant_decoder_current_table(w->decoder) : NULL;
+		case REPLICANT_PHASE_BACKFILL_READ:
+			return w->backfill ? w->backfill->relname : NULL;
+		case REPLICANT_PHASE_DELIVER:
+			return w->chunk_table;
 		default:
-			return sqlerrcode == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED;
+			return NULL;
 	}
+}
+
+/*
+ * Acts on the error that ended a run (the current one): halts, or exits
+ * for the launcher to restart the worker when it is transient
+ * (replicant_delivery_fail).  The reason names the phase, the table and
+ * the error class, never the message, which could quote a value.
+ */
+REPLICANT_NORETURN static void
+worker_failed(Worker *w, int32 pipeline_id)
+{
+	ErrorData *edata = CopyErrorData();
+	ReplicantPhase phase = w->slot->phase;
+	char *reason;
+
+	FlushErrorState();
+	AbortOutOfAnyTransaction();
+	if (phase == REPLICANT_PHASE_DECODE && w->decoder &&
+		replicant_decoder_in_row_filter(w->decoder))
+		reason = psprintf("the row filter of table \"%s\" failed on a change (error class %s)",
+						  replicant_decoder_current_table(w->decoder),
+						  unpack_sql_state(edata->sqlerrcode));
+	else
+		reason = replicant_delivery_failure(phase, failed_table(w, phase), edata->sqlerrcode);
+	if (w->pipeline == NULL)
+	{
+		/* Failed loading it: enough to record the halt by. */
+		w->pipeline = palloc0(sizeof(ReplicantPipeline));
+		w->pipeline->id = pipeline_id;
+		w->pipeline->name = w->slot->name;
+	}
+	commit_pending_if_possible(w);
+	replicant_delivery_fail(w->slot, w->pipeline, edata, reason);
 }
 
 static void run_pipeline(Worker *w);
@@ -563,31 +563,21 @@ replicant_worker_main(Datum main_arg)
 
 	w = MemoryContextAllocZero(TopMemoryContext, sizeof(Worker));
 	w->slot_index = DatumGetInt32(main_arg);
-	w->phase = "starting";
 	worker_attach(w, &args);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
 	replicant_encoder_pin_settings();
 	replicant_pin_worker_settings();
 
-	load_pipeline(w, args.pipeline_id);
 	context = CurrentMemoryContext;
 	PG_TRY();
 	{
+		load_pipeline(w, args.pipeline_id);
 		run_pipeline(w);
 	}
 	PG_CATCH();
 	{
-		ErrorData *edata;
-
 		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		if (!retry_cannot_fix(edata->sqlerrcode))
-			PG_RE_THROW();
-		/* The message could quote a value: the class and the phase only. */
-		FlushErrorState();
-		AbortOutOfAnyTransaction();
-		worker_halt(w, psprintf("pipeline worker failed while %s with error class %s",
-								w->phase, unpack_sql_state(edata->sqlerrcode)));
+		worker_failed(w, args.pipeline_id);
 	}
 	PG_END_TRY();
 }
@@ -607,9 +597,9 @@ start_streaming(Worker *w)
 	pgstat_report_appname(appname);
 
 	check_output_plugin_allowed(w);
-	w->phase = "taking the initial snapshot";
+	replicant_shmem_enter_phase(REPLICANT_PHASE_SNAPSHOT);
 	replicant_snapshot_initial(w->slot, w->slot_index, w->pipeline);
-	w->phase = "starting to stream";
+	replicant_shmem_enter_phase(REPLICANT_PHASE_STARTING);
 
 	/*
 	 * Commit asynchronously from here on: whatever the worker committed is
@@ -631,7 +621,6 @@ start_streaming(Worker *w)
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
 	confirm(w, Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn));
 	w->backfill = replicant_backfill_next(w->pipeline->id);
-	w->phase = "streaming";
 }
 
 /*
@@ -648,7 +637,7 @@ start_chunk_if_due(Worker *w)
 		return;
 	MemoryContextSwitchTo(TopMemoryContext);
 	replicant_decoder_before_normal_access(w->decoder);
-	replicant_decoder_set_chunk(w->decoder, read_chunk_or_halt(w));
+	replicant_decoder_set_chunk(w->decoder, read_chunk(w));
 	MemoryContextSwitchTo(cycle_context);
 }
 
@@ -698,7 +687,10 @@ stream_cycle(Worker *w, bool *delivered)
 		replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()) == 0)
 		commit_pending(w);
 
-	at_end = read_or_halt(w);
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DECODE);
+	at_end = replicant_decoder_read(w->decoder, w->pipeline->batch_max_transactions,
+									(uint64) w->pipeline->batch_max_bytes,
+									replicant_batch_linger_ms);
 	if (replicant_decoder_halt_reason(w->decoder))
 	{
 		commit_pending(w);

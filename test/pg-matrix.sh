@@ -11,7 +11,8 @@
 # second run reuses it and starts in seconds.  The repository is copied in
 # and .ci/suite.sh runs there: build with warnings as errors, install,
 # `make installcheck` (pg_regress, then every TAP file, or only the TAP files
-# given), and the final line "N passed, M failed".  The copy includes
+# given), and the final line "N passed, M failed".  SUITE_CFLAGS is passed on
+# to .ci/suite.sh (.ci/run builds 18's extension with -DUSE_ASSERT_CHECKING).  The copy includes
 # test/js/node_modules (`npm ci --prefix test/js`, as .ci/run does): the
 # chroot has Node.js but no npm.  If the version cannot be
 # installed, built or started, the run says so and fails: it never skips.
@@ -168,7 +169,7 @@ if [ $demo = 1 ]; then
 fi
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 	REGRESS_TIMEOUT="${REGRESS_TIMEOUT:-300}" TAP_TIMEOUT="${TAP_TIMEOUT:-1200}" \
-	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" "${clickhouse_env[@]}" \
+	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" SUITE_CFLAGS="${SUITE_CFLAGS:-}" "${clickhouse_env[@]}" \
 	bash /build/replicant/.ci/suite.sh "$pg_config" "$@" || {
 	rc=$?
 	echo "(PostgreSQL $version: the paths above are inside $root)"

@@ -90,13 +90,15 @@ ok($node->poll_query_until('postgres',
 $node->safe_psql('postgres', "INSERT INTO items VALUES (4, 'after enable')");
 
 # A quiet pipeline's slot advances while unpublished tables churn.
+my $second_slot = $node->safe_psql('second',
+	"SELECT slot_name FROM replicant.status WHERE pipeline = 'second_db'");
 my $before = $node->safe_psql('second',
-	"SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'replicant_second_db'");
+	"SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '$second_slot'");
 $node->safe_psql('second',
 	"INSERT INTO churn SELECT g, g FROM generate_series(1, 5000) g; UPDATE churn SET v = v + 1");
 my $churned_to = $node->safe_psql('second', 'SELECT pg_current_wal_lsn()');
 ok($node->poll_query_until('second',
-		"SELECT confirmed_flush_lsn >= '$churned_to' FROM pg_replication_slots WHERE slot_name = 'replicant_second_db'"),
+		"SELECT confirmed_flush_lsn >= '$churned_to' FROM pg_replication_slots WHERE slot_name = '$second_slot'"),
 	"quiet slot advances past unpublished churn ($before -> $churned_to)");
 
 # Tables outside the publication never arrive, in either database.
@@ -105,7 +107,7 @@ is($sink->dump('public.churn') . $sink2->dump('public.churn'), '', 'unpublished 
 # drop stops the worker and removes the slot and the rows.
 $node->safe_psql('second', "SELECT replicant.drop_pipeline('second_db')");
 is( $node->safe_psql('second',
-		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_second_db'"),
+		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$second_slot'"),
 	'0', 'drop removes the slot');
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'replicant pipeline second_db'"),
@@ -117,10 +119,119 @@ is($node->safe_psql('second', 'SELECT count(*) FROM replicant.pipelines'), '0', 
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['items']),
 	'first database delivered everything across kill, disable and enable');
 
+# ---- slot names are cluster-wide, pipeline names per database ----------------
+# A pipeline of the same name in each database gets a slot of its own (named
+# with its database's OID): B never adopts A's slot, and dropping B's
+# pipeline leaves A's alone.  A is disabled meanwhile, so that its slot is
+# free for B to take if B would.
+my ($ret, $out, $err);
+for my $db ('postgres', 'second')
+{
+	$node->safe_psql($db,
+		'CREATE TABLE same (id int PRIMARY KEY, db text); CREATE PUBLICATION same_pub FOR TABLE same');
+}
+my $sink_a = ReplicantTest::start_sink(name => 'sink_same_a');
+my $sink_b = ReplicantTest::start_sink(name => 'sink_same_b');
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('same', 'same_pub', '$sink_a->{url}')");
+$node->safe_psql('postgres', "INSERT INTO same VALUES (1, 'a')");
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_a, ['same']), 'same name: A streams');
+my $oid_a = $node->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'postgres'");
+my $oid_b = $node->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'second'");
+is($node->safe_psql('postgres', "SELECT slot_name FROM replicant.status WHERE pipeline = 'same'"),
+	"replicant_${oid_a}_same", 'same name: the slot is named with the database OID');
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('same')");
+ok(ReplicantTest::poll($node, "SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'same'"),
+	'same name: A disabled');
+$node->safe_psql('postgres', "INSERT INTO same VALUES (2, 'a, while disabled')");
+
+$node->safe_psql('second', "INSERT INTO same VALUES (1, 'b')");
+($ret, $out, $err) = $node->psql('second',
+	"SELECT replicant.create_pipeline('same', 'same_pub', '$sink_b->{url}', snapshot => 'initial')");
+is($ret, 0, 'same name: B creates a pipeline of the same name') or diag($err);
+$node->safe_psql('second', "INSERT INTO same VALUES (2, 'b')");
+ok(ReplicantTest::wait_until_synced($node, 'second', $sink_b, ['same'], 60),
+	'same name: B streams its own rows');
+is($node->safe_psql('second', "SELECT slot_name FROM replicant.status WHERE pipeline = 'same'"),
+	"replicant_${oid_b}_same", 'same name: B has its own slot');
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'same'",
+		undef, 'second'),
+	'same name: B streams after its initial snapshot');
+$node->safe_psql('second', "SELECT replicant.drop_pipeline('same')");
+is($node->safe_psql('postgres',
+		"SELECT database FROM pg_replication_slots WHERE slot_name = 'replicant_${oid_a}_same'"),
+	'postgres', "same name: dropping B's pipeline leaves A's slot");
+
+$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('same')");
+$node->safe_psql('postgres', "INSERT INTO same VALUES (3, 'a')");
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_a, ['same'], 60),
+	'same name: A streams on, nothing lost while it was disabled');
+is($node->safe_psql('postgres', "SELECT state || coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'same'"),
+	'streaming', 'same name: A is not halted');
+is($sink_a->dump('public.same') =~ tr/\n//, 3, "same name: A's sink has only A's rows");
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('same')");
+$sink_a->stop;
+$sink_b->stop;
+
+# A 48-character name beside a 5-digit database OID does not fit in a slot
+# name (63 bytes): it keeps its start and gets a hash of the whole name.
+my $long = 'l' x 40 . '_0123456';
+$node->safe_psql('second', "SELECT replicant.create_pipeline('$long', 'same_pub', '$sink2->{url}')");
+my $long_slot = $node->safe_psql('second', "SELECT slot_name FROM replicant.status WHERE pipeline = '$long'");
+like($long_slot, qr/^replicant_${oid_b}_l{38}_[0-9a-f]{8}$/, 'long name: the slot name keeps its start and a hash');
+is(length($long_slot), 63, 'long name: and fits in a name');
+is($node->safe_psql('second', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$long_slot' AND database = 'second'"),
+	'1', 'long name: the slot exists');
+$node->safe_psql('second', "SELECT replicant.drop_pipeline('$long')");
+is($node->safe_psql('second', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$long_slot'"),
+	'0', 'long name: drop_pipeline drops it');
+
+# ---- a slot of the pipeline's name that is not the pipeline's ----------------
+# A slot of another plugin in this database, or one of another database, that
+# carries the name a pipeline's slot has: never decoded, adopted or dropped.
+sub slot_of
+{
+	my ($name) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT database || ' ' || plugin FROM pg_replication_slots WHERE slot_name = '$name'");
+}
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('alien', 'same_pub', '$sink->{url}')");
+my $alien = $node->safe_psql('postgres', "SELECT slot_name FROM replicant.status WHERE pipeline = 'alien'");
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('alien')");
+ok(ReplicantTest::poll($node,
+		"SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$alien'"),
+	'foreign slot: the pipeline let go of its slot');
+$node->safe_psql('postgres',
+	"SELECT pg_drop_replication_slot('$alien'); SELECT pg_create_logical_replication_slot('$alien', 'test_decoding')");
+$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('alien')");
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'alien'"),
+	'foreign slot: a pipeline finding a test_decoding slot of its name halts');
+like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'alien'"),
+	qr/^replication slot "\Q$alien\E" is not this pipeline's: it belongs to another database or output plugin/,
+	'foreign slot: and says why');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('alien')");
+is(slot_of($alien), 'postgres test_decoding', 'foreign slot: drop_pipeline leaves the test_decoding slot');
+$node->safe_psql('postgres', "SELECT pg_drop_replication_slot('$alien')");
+
+# The same name, taken by a pgoutput slot of the other database.
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('alien', 'same_pub', '$sink->{url}')");
+$alien = $node->safe_psql('postgres', "SELECT slot_name FROM replicant.status WHERE pipeline = 'alien'");
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('alien')");
+$node->safe_psql('second', "SELECT pg_create_logical_replication_slot('$alien', 'pgoutput')");
+for my $snapshot ('none', 'initial')
+{
+	($ret, $out, $err) = $node->psql('postgres',
+		"SELECT replicant.create_pipeline('alien', 'same_pub', '$sink->{url}', snapshot => '$snapshot')");
+	like($err, qr/replication slot "\Q$alien\E" already exists/,
+		"foreign slot: create_pipeline (snapshot $snapshot) refuses another database's slot of its name");
+	$node->psql('postgres', "SELECT replicant.drop_pipeline('alien')") if $ret == 0;
+}
+is(slot_of($alien), 'second pgoutput', "foreign slot: the other database's slot is left alone");
+$node->safe_psql('second', "SELECT pg_drop_replication_slot('$alien')");
+
 # Prerequisites: each refused with a hint, nothing created.
 my $plain = ReplicantTest::new_node('plain', preload => 0, conf => 'wal_level = replica');
 $plain->safe_psql('postgres', 'CREATE EXTENSION replicant; CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t');
-my ($ret, $out, $err) = $plain->psql('postgres',
+($ret, $out, $err) = $plain->psql('postgres',
 	"SELECT replicant.create_pipeline('x', 'p', 'http://127.0.0.1:9/')");
 like($err, qr/replicant is not loaded through "shared_preload_libraries"/, 'not preloaded is refused');
 like($err, qr/HINT:  Add "replicant" to "shared_preload_libraries"/, 'with a hint');

@@ -172,16 +172,17 @@ sub resumes_needed
 
 sub slot_count
 {
-	my ($p) = @_;
+	my ($p, $db) = @_;
+	my $slot = ReplicantTest::slot_name($node, $db // 'postgres', $p);
 	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_$p'");
+		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$slot'");
 }
 
 sub drop_pipeline
 {
 	my ($label, $p, $db) = @_;
 	$node->safe_psql($db // 'postgres', "SELECT replicant.drop_pipeline('$p')");
-	is(slot_count($p), '0', "$label: drop_pipeline leaves no slot");
+	is(slot_count($p, $db), '0', "$label: drop_pipeline leaves no slot");
 	ok(poll("SELECT count(*) = 0 FROM pg_stat_activity"
 			  . " WHERE application_name = 'replicant pipeline $p'", 10),
 		"$label: and no worker");
@@ -207,18 +208,19 @@ CREATE TABLE filler (id serial PRIMARY KEY, v text);
 	ok(poll("SELECT state = 'retrying' FROM replicant.status WHERE pipeline = 'lost'", 30),
 		"$label: retrying while the sink is down");
 	my $wal_status = '';
+	my $slot = ReplicantTest::slot_name($node, 'postgres', 'lost');
 	for my $round (1 .. 40)
 	{
 		$node->safe_psql('postgres',
 			"INSERT INTO filler (v) SELECT md5(g::text) FROM generate_series(1, 2000) g;"
 			  . " SELECT pg_switch_wal(); CHECKPOINT;");
 		$wal_status = $node->safe_psql('postgres',
-			"SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'replicant_lost'");
+			"SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = '$slot'");
 		last if $wal_status eq 'lost';
 	}
 	is($wal_status, 'lost', "$label: pg_replication_slots says the slot is lost");
 	expect_halt($label, 'lost',
-		qr/^replication slot "replicant_lost" was invalidated because the WAL it needed was removed$/);
+		qr/^replication slot "\Q$slot\E" was invalidated because the WAL it needed was removed$/);
 	$node->safe_psql('postgres', 'ALTER SYSTEM RESET max_slot_wal_keep_size; SELECT pg_reload_conf()');
 	$sink->restart;    # the pipelines created from here on use its URL
 	halted_across_restart($label, 'lost', qr/was invalidated because the WAL it needed was removed/);

@@ -270,7 +270,8 @@ is($node->safe_psql('postgres', "SELECT pg_get_userbyid(owner) FROM replicant.pi
 	'maker', 'owned by that role');
 ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'makers'", 30),
 	'makers: streaming');
-foreach my $fn (qw(alter_pipeline enable_pipeline disable_pipeline resume_pipeline drop_pipeline backfill))
+foreach my $fn (qw(alter_pipeline enable_pipeline disable_pipeline resume_pipeline drop_pipeline backfill
+	await_delivered))
 {
 	(my $sql = $calls{$fn}) =~ s/'sec'/'makers'/;
 	my ($ret, $out, $err) = $node->psql('postgres', "SET ROLE other;\nSELECT $sql");
@@ -281,7 +282,8 @@ foreach my $fn (qw(alter_pipeline enable_pipeline disable_pipeline resume_pipeli
 is($node->safe_psql('postgres', "SELECT state FROM replicant.status WHERE pipeline = 'makers'"),
 	'streaming', 'makers: untouched');
 $node->safe_psql('postgres', "SET ROLE maker;\nSELECT replicant.drop_pipeline('makers')");
-is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_makers'"),
+my $makers_slot = ReplicantTest::slot_name($node, 'postgres', 'makers');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$makers_slot'"),
 	'0', 'the owner drops its pipeline');
 
 # ---- TLS: verification on; ca_file trusts a self-signed sink -----------------------

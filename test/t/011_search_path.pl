@@ -199,7 +199,8 @@ foreach my $call (
 		error => qr/must be owner of pipeline "su"/);
 }
 as_evil("await_delivered of a superuser's pipeline",
-	"SELECT replicant.await_delivered('su', timeout_ms => 100)");
+	"SELECT replicant.await_delivered('su', timeout_ms => 100)",
+	error => qr/must be owner of pipeline "su"/);
 
 # The workers of evil's pipelines ran their catalog queries.
 $node->safe_psql('postgres', 'INSERT INTO sp_t SELECT generate_series(3001, 3100)');

@@ -85,6 +85,14 @@ COMMIT;
 		$default, "$from: updated to $default");
 	my $at_update = $node->safe_psql($db, 'SELECT count(*) FROM txn');
 
+	# The pipeline keeps the slot it has, which $from named replicant_<name>:
+	# the update re-delivers nothing and loses nothing.
+	is($node->safe_psql($db,
+			"SELECT s.slot_name || ' ' || r.database || ' ' || (r.confirmed_flush_lsn IS NOT NULL)"
+			  . " FROM replicant.status s JOIN pg_replication_slots r USING (slot_name)"
+			  . " WHERE s.pipeline = '$pipeline'"),
+		"replicant_$pipeline $db true", "$from: the pipeline keeps its slot and status shows it");
+
 	ok($poll->("SELECT count(*) > $at_update + 300 FROM txn", 60),
 		"$from: the workload goes on after the update");
 	$load->finish;
@@ -104,6 +112,16 @@ COMMIT;
 	ok(ReplicantTest::wait_until_synced($node, $db, $sink, [ 'kv', 'txn' ], 60),
 		"$from: the sink still equals the source");
 	is($sink->stats->{duplicate_transactions}, 0, "$from: nothing was delivered twice");
+
+	# A pipeline created after the update gets a slot named with the
+	# database's OID, beside the old one.
+	$node->safe_psql($db, "SELECT replicant.create_pipeline('new$suffix', 'up_pub', '$url')");
+	my $new_slot = ReplicantTest::slot_name($node, $db, "new$suffix");
+	is($node->safe_psql($db,
+			"SELECT slot_name || ' ' || (SELECT database FROM pg_replication_slots r WHERE r.slot_name = s.slot_name)"
+			  . " FROM replicant.status s WHERE pipeline = 'new$suffix'"),
+		"$new_slot $db", "$from: a new pipeline's slot is named with the database OID");
+	$node->safe_psql($db, "SELECT replicant.drop_pipeline('new$suffix')");
 	return ($db, $pipeline, $sink);
 }
 
@@ -145,6 +163,8 @@ for my $u (@upgraded)
 	is($node->safe_psql($db, $objects), $fresh,
 		"$db: the updated objects equal those of a fresh installation");
 	$node->safe_psql($db, "SELECT replicant.drop_pipeline('$pipeline')");
+	is($node->safe_psql($db, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_$pipeline'"),
+		'0', "$db: drop_pipeline drops the slot the pipeline kept");
 	$sink->stop;
 }
 $node->stop;

@@ -3,7 +3,8 @@
 # (a table read in one window used to stay 'planned' without started_at and
 # get the end time as started_at); a never-analysed table's rows are
 # estimated from its size (not 0), its bitmap ranges sized from that, and
-# the 'auto' router reads its physical order when pg_stats has nothing.
+# the 'auto' router reads its physical order when pg_stats has nothing;
+# bitmap bounds do not depend on the caller's DateStyle.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -87,5 +88,29 @@ is($node->safe_psql('postgres', "SELECT rows_done FROM replicant.backfill_status
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink2, ['seq', 'rnd'], 60),
 	'the sink equals the source');
 $sink2->stop;
+
+# ---- bitmap bounds whatever the caller's DateStyle ----------------------------
+# The bounds are planned in the caller's session and parsed by the worker:
+# rendered under 'SQL, DMY' (24/06/2025) and read under the worker's ISO,
+# YMD, they would be other dates or no dates at all.
+my $sink3 = ReplicantTest::start_sink(name => 'dates');
+$node->safe_psql('postgres', q{
+	CREATE TABLE days (d date PRIMARY KEY, n int);
+	INSERT INTO days SELECT date '2020-01-01' + g, g FROM generate_series(0, 19999) g;
+	CREATE PUBLICATION days_pub FOR TABLE days;
+});
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('dates', 'days_pub', '$sink3->{url}')");
+my $days = $node->safe_psql('postgres',
+	"SET DateStyle = 'SQL, DMY'; SET TimeZone = 'Pacific/Chatham';"
+	  . " SELECT replicant.backfill('dates', 'days', mode => 'bitmap')");
+ok($node->safe_psql('postgres', "SELECT coalesce(cardinality(bounds), 0) >= 5 FROM replicant.backfills WHERE id = $days") eq 't',
+	'bitmap_bounds_datestyle: several ranges');
+ok(ReplicantTest::poll($node, "SELECT state = 'done' FROM replicant.backfill_status WHERE id = $days", 60),
+	'bitmap_bounds_datestyle: a bitmap backfill planned under DateStyle SQL, DMY finishes');
+is($node->safe_psql('postgres', "SELECT rows_done FROM replicant.backfill_status WHERE id = $days"),
+	'20000', 'bitmap_bounds_datestyle: each row read once');
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink3, ['days'], 60),
+	'bitmap_bounds_datestyle: the sink equals the source');
+$sink3->stop;
 
 done_testing();

@@ -64,7 +64,8 @@ CREATE PUBLICATION race_pub FOR TABLE early;
 	my $sink = ReplicantTest::start_sink(name => 'sink_race');
 	$node->safe_psql('postgres',
 		"SELECT replicant.create_pipeline('race', 'race_pub', '$sink->{url}', snapshot => 'initial')");
-	ok(poll("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'replicant_race')"
+	my $slot = ReplicantTest::slot_name($node, 'postgres', 'race');
+	ok(poll("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$slot')"
 			  . " AND EXISTS (SELECT 1 FROM replicant.backfill_status WHERE pipeline = 'race')"),
 		'planning race: planned, creating the slot');
 	$node->safe_psql('postgres', 'ALTER PUBLICATION race_pub ADD TABLE late');
@@ -95,7 +96,8 @@ CREATE PUBLICATION secured_pub FOR TABLE secured;
 	my $sink = ReplicantTest::start_sink(name => 'sink_rls');
 	$node->safe_psql('postgres',
 		"SET ROLE snapowner; SELECT replicant.create_pipeline('rls', 'secured_pub', '$sink->{url}', snapshot => 'initial')");
-	ok(poll("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'replicant_rls')"),
+	my $slot = ReplicantTest::slot_name($node, 'postgres', 'rls');
+	ok(poll("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$slot')"),
 		'row-level security: planned, creating the slot');
 	$node->safe_psql('postgres', q{
 ALTER TABLE secured ENABLE ROW LEVEL SECURITY;

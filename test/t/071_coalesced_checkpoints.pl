@@ -34,6 +34,7 @@ $node->safe_psql('postgres', q{
 	CREATE PUBLICATION pub FOR TABLE t;
 });
 $node->safe_psql('postgres', "SELECT replicant.create_pipeline('p', 'pub', '$sink->{url}')");
+my $slot = ReplicantTest::slot_name($node, 'postgres', 'p');
 ok(ReplicantTest::poll($node,
 	"SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'p'"),
 	'pipeline streams');
@@ -59,7 +60,7 @@ sub slot_confirmed_before
 	my ($lsn) = @_;
 	return $node->safe_psql('postgres', qq{
 		SELECT (confirmed_flush_lsn OPERATOR(pg_catalog.-) '0/0')::bigint <= $lsn
-		  FROM pg_replication_slots WHERE slot_name = 'replicant_p'});
+		  FROM pg_replication_slots WHERE slot_name = '$slot'});
 }
 
 # Commits one transaction and returns its commit LSN as the sink has it,
@@ -204,7 +205,7 @@ $idle = insert_and_wait('idle 2');
 ok(poll("SELECT (" . checkpoint_sql() . ") = $idle"),
 	'with no more traffic the checkpoint catches up');
 ok(poll("SELECT s.confirmed_flush_lsn >= c.end_lsn FROM pg_replication_slots s,"
-	  . " replicant.checkpoints c WHERE s.slot_name = 'replicant_p'"),
+	  . " replicant.checkpoints c WHERE s.slot_name = '$slot'"),
 	'and the slot follows it');
 
 is($node->safe_psql('postgres',
@@ -227,7 +228,7 @@ my $dropped = $node->psql('postgres', "SELECT replicant.drop_pipeline('p')",
 ok(!$timed_out && $dropped == 0, 'drop_pipeline returns');
 ok(poll("SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'replicant pipeline p'"),
 	'the worker is gone');
-is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_p'"),
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$slot'"),
 	'0', 'and so is the slot');
 
 done_testing();
