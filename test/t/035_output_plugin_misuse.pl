@@ -30,10 +30,11 @@ $node->safe_psql('postgres', "INSERT INTO t VALUES (1, 'streamed')");
 ok(ReplicantTest::poll($node,
 		"SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 60000)"),
 	'the pipeline streams');
+my $slot = $node->safe_psql('postgres', "SELECT slot_name FROM replicant.pipelines WHERE name = 'p'");
 # Disabled, its worker lets go of the slot; a change waits in it.
 $node->safe_psql('postgres', "SELECT replicant.disable_pipeline('p')");
 ok(ReplicantTest::poll($node,
-		"SELECT NOT active FROM pg_replication_slots WHERE slot_name = 'replicant_p'"),
+		"SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$slot'"),
 	'the disabled pipeline releases its slot');
 $node->safe_psql('postgres', "INSERT INTO t VALUES (2, 'waiting in the slot')");
 
@@ -63,10 +64,10 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE
 server_up('creating a slot');
 
 foreach my $call (
-	"pg_logical_slot_peek_changes('replicant_p', NULL, NULL)",
-	"pg_logical_slot_peek_changes('replicant_p', NULL, NULL, 'replicant_worker', '1')",
-	"pg_logical_slot_get_changes('replicant_p', NULL, NULL, 'replicant_worker', '1')",
-	"pg_logical_slot_peek_binary_changes('replicant_p', NULL, NULL, 'replicant_worker', '1')")
+	"pg_logical_slot_peek_changes('$slot', NULL, NULL)",
+	"pg_logical_slot_peek_changes('$slot', NULL, NULL, 'replicant_worker', '1')",
+	"pg_logical_slot_get_changes('$slot', NULL, NULL, 'replicant_worker', '1')",
+	"pg_logical_slot_peek_binary_changes('$slot', NULL, NULL, 'replicant_worker', '1')")
 {
 	($ret, $err) = as_repl("SELECT count(*) FROM $call");
 	isnt($ret, 0, "$call fails");
@@ -79,7 +80,7 @@ my ($out, $recv_err) = ('', '');
 IPC::Run::run(
 	[
 		'pg_recvlogical', '-d', $node->connstr('postgres'), '-U', 'repl',
-		'-S', 'replicant_p', '--start', '--no-loop', '-f', '-',
+		'-S', $slot, '--start', '--no-loop', '-f', '-',
 		'-o', 'replicant_worker=1', '-E', $node->safe_psql('postgres', 'SELECT pg_current_wal_lsn()')
 	],
 	'>', \$out, '2>', \$recv_err);
