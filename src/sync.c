@@ -117,7 +117,7 @@ record_halt_requests(void)
 	{
 		HaltRequest *request = lfirst(lc);
 
-		if (replicant_pipeline_record_halt(request->pipeline_id, request->reason, InvalidXLogRecPtr))
+		if (replicant_pipeline_record_halt(request->pipeline_id, request->reason, InvalidXLogRecPtr, NULL))
 			ereport(LOG,
 					(errmsg("replicant pipeline \"%s\" halted: %s", request->name, request->reason),
 					 errhint("Fix the cause, then call replicant.resume_pipeline('%s').",
