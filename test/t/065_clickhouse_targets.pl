@@ -125,11 +125,11 @@ $node->safe_psql('postgres',
 	"SELECT replicant.create_pipeline('keys', ARRAY['pub_u', 'pub_audit', 'pub_gfull'], '$url', format => 'clickhouse')");
 my %ddl = map { /^CREATE TABLE `(\w+)`/ ? ($1 => $_) : () }
   split /\n(?=CREATE TABLE)/, $node->safe_psql('postgres', "SELECT replicant.sink_ddl('keys')");
-is($ddl{u}, "CREATE TABLE `u` (\n  plan Nullable(String),\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = MergeTree ORDER BY tuple()",
+is($ddl{u}, "CREATE TABLE `u` (\n  `plan` Nullable(String),\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = MergeTree ORDER BY tuple()",
 	'sink_ddl: a list without the key column: no key, insert-only, the key column left out');
-is($ddl{audit}, "CREATE TABLE `audit` (\n  who String,\n  action String,\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = MergeTree ORDER BY tuple()",
+is($ddl{audit}, "CREATE TABLE `audit` (\n  `who` String,\n  `action` String,\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = MergeTree ORDER BY tuple()",
 	'sink_ddl: REPLICA IDENTITY FULL with a list: no key, the unlisted column left out');
-is($ddl{gfull}, "CREATE TABLE `gfull` (\n  a Int32,\n  b String,\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = ReplacingMergeTree(_version) ORDER BY (a, b)",
+is($ddl{gfull}, "CREATE TABLE `gfull` (\n  `a` Int32,\n  `b` String,\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = ReplacingMergeTree(_version) ORDER BY (`a`, `b`)",
 	'sink_ddl: REPLICA IDENTITY FULL without a list: the published columns are the key');
 
 done_testing();
