@@ -16,6 +16,11 @@ OBJS = \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
+	src/table_shape.o \
+	src/row_key.o \
+	src/plugin_gate.o \
+	src/epoch.o \
+	src/waiver.o \
 	src/pruning.o \
 	src/pubfilter.o \
 	src/partition_root.o \

@@ -193,7 +193,7 @@ SELECT replicant.resume_pipeline('orders');
 SELECT replicant.create_pipeline('later', 'p1', 'http://127.0.0.1:9/', enabled => false);
 SELECT name, enabled FROM replicant.pipelines WHERE name = 'later';
 SELECT state, worker_pid FROM replicant.status WHERE pipeline = 'later';
-SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_later';
+SELECT count(*) FROM pg_replication_slots s JOIN replicant.status st ON st.slot_name = s.slot_name WHERE st.pipeline = 'later';
 SELECT replicant.retry_pipeline('later');
 SELECT replicant.drop_pipeline('later');
 

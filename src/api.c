@@ -60,6 +60,7 @@
 #include "shmem.h"
 #include "signing.h"
 #include "slot.h"
+#include "waiver.h"
 
 PG_FUNCTION_INFO_V1(replicant_create_pipeline);
 PG_FUNCTION_INFO_V1(replicant_alter_pipeline);
@@ -1307,6 +1308,9 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int n
 	int id;
 
 	option_params(o, INT4OID, Int32GetDatum(ref->id), ref->owner, types, values, nulls);
+	/* What decoding delivers changes for what commits from now on only. */
+	if (o->given[OPT_PUBLICATION] || o->given[OPT_MESSAGES] || o->given[OPT_MESSAGE_PREFIXES])
+		replicant_epoch_record(ref->id);
 	/* An added publication applies to what commits from now on (0.2.0). */
 	if (o->given[OPT_PUBLICATION] && replicant_pipeline_has_column("publication_lsns"))
 		run_update(psprintf("UPDATE replicant.pipelines SET publication_lsns ="
@@ -1421,6 +1425,8 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		resumed_at_commit = lappend_int(resumed_at_commit, ref.id);
 		MemoryContextSwitchTo(old);
+		/* exactly the halt's cause, for what committed up to now */
+		replicant_waiver_grant(ref.id);
 	}
 	args[0] = Int32GetDatum(ref.id);
 	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),

@@ -73,6 +73,7 @@
 #include "partition_root.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "row_key.h"
 #include "table_read.h"
 
 /* Rows per keyset chunk; blocks per ctid chunk; rows per bitmap range. */
@@ -301,7 +302,7 @@ replicant_backfill_choose_mode(Oid relid, const char *requested)
 	bool identity_full;
 	char *mode;
 
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
+	replicant_row_key_identity(rel, &key_columns, &whole_row, &identity_full);
 	if (strcmp(requested, "ctid") == 0)
 	{
 		if (key_columns != NULL && replicant_table_can_leave_toast_unchanged(rel))
@@ -732,7 +733,6 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 	TupleDesc desc = RelationGetDescr(rel);
 	Bitmapset *key_columns;
 	bool whole_row;
-	bool identity_full;
 	bool keyset = strcmp(b->mode, "keyset") == 0;
 	Datum args[INDEX_MAX_KEYS];
 	Oid types[INDEX_MAX_KEYS];
@@ -751,7 +751,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 													  "replicant backfill row",
 													  ALLOCSET_DEFAULT_SIZES);
 
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
+	replicant_row_key_delivered(rel, columns, &key_columns, &whole_row);
 	initStringInfo(&change);
 	initStringInfo(&key);
 	initStringInfo(&new_row);

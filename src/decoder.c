@@ -22,7 +22,6 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
 #include "replication/decode.h"
 #include "replication/slot.h"
 #include "utils/inval.h"
@@ -35,6 +34,7 @@
 #include "decoder.h"
 #include "fault.h"
 #include "output_plugin.h"
+#include "plugin_gate.h"
 #include "publication.h"
 #include "slot.h"
 
@@ -71,7 +71,6 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	MemoryContext caller_context = CurrentMemoryContext;
 	MemoryContext decoder_context;
 	ReplicantDecoder *decoder;
-	List *options;
 
 	*halt_reason = NULL;
 	CheckLogicalDecodingRequirements();
@@ -97,23 +96,22 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	MemoryContextSwitchTo(decoder_context);
 	decoder = palloc0(sizeof(ReplicantDecoder));
 	decoder->context = decoder_context;
-	options = list_make1(makeDefElem(REPLICANT_PLUGIN_OPTION, NULL, -1));
-	decoder->ctx = CreateDecodingContext(pipeline->checkpoint_end_lsn, options, false,
+	replicant_plugin_gate_open(true);
+	decoder->ctx = CreateDecodingContext(pipeline->checkpoint_end_lsn, NIL, false,
 										 REPLICANT_LOCAL_WAL_ROUTINE, NULL, NULL, NULL);
+	replicant_plugin_gate_open(false);
 	decoder->state = replicant_output_state(decoder->ctx);
 	decoder->state->batch = batch;
 	decoder->state->format = replicant_format_of(pipeline);
 	decoder->state->pipeline_name = pipeline->name;
 	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
-	decoder->state->messages = pipeline->messages;
-	decoder->state->resumed_lsn = pipeline->resumed_lsn;
-	decoder->state->message_prefixes = pipeline->message_prefixes;
+	decoder->state->epochs = pipeline->epochs;
+	decoder->state->waivers = pipeline->waivers;
 	decoder->confirmed = MyReplicationSlot->data.confirmed_flush;
 	decoder->caches_normal = true; /* the pipeline was loaded with them */
 	decoder->last_save = GetCurrentTimestamp();
 
-	replicant_publication_init(pipeline->publications, pipeline->publication_lsns,
-							   pipeline->owner, decoder->state->format->schemaless_target);
+	replicant_publication_init(pipeline->owner, decoder->state->format->schemaless_target);
 
 	/* Transactions committing after confirmed_flush began at restart_lsn. */
 	XLogBeginRead(decoder->ctx->reader, MyReplicationSlot->data.restart_lsn);
@@ -303,6 +301,12 @@ XLogRecPtr
 replicant_decoder_halt_lsn(ReplicantDecoder *decoder)
 {
 	return decoder->state->halt_lsn;
+}
+
+const char *
+replicant_decoder_halt_cause(ReplicantDecoder *decoder)
+{
+	return decoder->state->halt_cause;
 }
 
 const char *

@@ -462,12 +462,12 @@ void
 replicant_delivery_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 						const char *reason)
 {
-	replicant_delivery_halt_at(slot, pipeline, reason, InvalidXLogRecPtr);
+	replicant_delivery_halt_at(slot, pipeline, reason, InvalidXLogRecPtr, NULL);
 }
 
 void
 replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-						   const char *reason, XLogRecPtr lsn)
+						   const char *reason, XLogRecPtr lsn, const char *cause)
 {
 	ReplicantCatalogAccess access;
 	bool recorded;
@@ -481,7 +481,7 @@ replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 	 * then, or the launcher would start the pipeline over.
 	 */
 	replicant_catalog_begin(&access);
-	recorded = replicant_pipeline_record_halt(pipeline->id, reason, lsn);
+	recorded = replicant_pipeline_record_halt(pipeline->id, reason, lsn, cause);
 	replicant_catalog_end(&access);
 	if (!recorded)
 		already_stopped(slot, pipeline);

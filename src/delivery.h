@@ -45,10 +45,14 @@ REPLICANT_NORETURN extern void replicant_delivery_halt(ReplicantPipelineSlot *sl
 													   ReplicantPipeline *pipeline,
 													   const char *reason);
 
-/* The same, for a schema change met at lsn, which resume_pipeline accepts. */
+/*
+ * The same, for a halt met decoding the commit at lsn, whose cause (or
+ * NULL) resume_pipeline then accepts for the commits up to the resume.
+ */
 REPLICANT_NORETURN extern void replicant_delivery_halt_at(ReplicantPipelineSlot *slot,
 														  ReplicantPipeline *pipeline,
-														  const char *reason, XLogRecPtr lsn);
+														  const char *reason, XLogRecPtr lsn,
+														  const char *cause);
 
 /*
  * Acts on a final answer that is not a 2xx: 410 Gone disables the pipeline,

@@ -22,6 +22,7 @@
 #include "guc_pin.h"
 #include "pipeline.h"
 #include "replicant.h"
+#include "waiver.h"
 
 /*
  * Settings the worker's own transactions depend on, whatever the owner's
@@ -240,7 +241,6 @@ read_pipeline_row(int32 id)
 								  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
 								  "       c.commit_lsn, c.end_lsn, p.snapshot_workers, p.messages,"
 								  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
-								  "       p.resumed_lsn,"
 								  /* 0.1.0's table has no failover or format column until ALTER EXTENSION UPDATE */
 								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'failover')::pg_catalog.bool, false),"
 								  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'format', 'replicant'),"
@@ -291,13 +291,12 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 	d = spi_datum(tuple, desc, 20, &isnull);
 	p->secret_previous_until = isnull ? 0 : DatumGetTimestampTz(d);
 	p->ca_file = spi_text(tuple, desc, 21);
-	p->resumed_lsn = spi_lsn(tuple, desc, 22);
-	p->failover = DatumGetBool(spi_datum(tuple, desc, 23, &isnull));
-	p->format = spi_text(tuple, desc, 24);
-	d = spi_datum(tuple, desc, 25, &isnull);
+	p->failover = DatumGetBool(spi_datum(tuple, desc, 22, &isnull));
+	p->format = spi_text(tuple, desc, 23);
+	d = spi_datum(tuple, desc, 24, &isnull);
 	p->publication_lsns = publication_lsns(d, isnull, list_length(p->publications));
-	p->slot_name = spi_text(tuple, desc, 26);
-	p->create_tables = DatumGetBool(spi_datum(tuple, desc, 27, &isnull));
+	p->slot_name = spi_text(tuple, desc, 25);
+	p->create_tables = DatumGetBool(spi_datum(tuple, desc, 26, &isnull));
 	return p;
 }
 
@@ -328,6 +327,53 @@ load_headers(ReplicantPipeline *p, MemoryContext mcxt)
 	MemoryContextSwitchTo(old);
 }
 
+/* The options the pipeline had before alter_pipeline calls the checkpoint has not passed. */
+static void
+load_epochs(ReplicantPipeline *p, MemoryContext mcxt)
+{
+	Oid argtypes[2] = {INT4OID, PG_LSNOID};
+	Datum args[2] = {Int32GetDatum(p->id), LSNGetDatum(p->checkpoint_commit_lsn)};
+	ReplicantEpoch *current;
+	MemoryContext old;
+	bool kept = replicant_epoch_kept();
+	uint64 i;
+
+	if (kept &&
+		SPI_execute_with_args("SELECT until_lsn, publications, publication_lsns, messages,"
+							  "       message_prefixes"
+							  "  FROM replicant.pipeline_epochs"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
+							  "   AND until_lsn OPERATOR(pg_catalog.>) $2"
+							  " ORDER BY until_lsn",
+							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the earlier options of pipeline %d", p->id);
+	old = MemoryContextSwitchTo(mcxt);
+	for (i = 0; kept && i < SPI_processed; i++)
+	{
+		HeapTuple tuple = SPI_tuptable->vals[i];
+		TupleDesc desc = SPI_tuptable->tupdesc;
+		ReplicantEpoch *epoch = palloc0(sizeof(ReplicantEpoch));
+		bool isnull;
+		Datum d;
+
+		epoch->until = spi_lsn(tuple, desc, 1);
+		epoch->publications = text_array_list(spi_datum(tuple, desc, 2, &isnull));
+		d = spi_datum(tuple, desc, 3, &isnull);
+		epoch->publication_lsns = publication_lsns(d, isnull, list_length(epoch->publications));
+		epoch->messages = DatumGetBool(spi_datum(tuple, desc, 4, &isnull));
+		d = spi_datum(tuple, desc, 5, &isnull);
+		epoch->message_prefixes = isnull ? NIL : text_array_list(d);
+		p->epochs = lappend(p->epochs, epoch);
+	}
+	current = palloc0(sizeof(ReplicantEpoch));
+	current->publications = p->publications;
+	current->publication_lsns = p->publication_lsns;
+	current->messages = p->messages;
+	current->message_prefixes = p->message_prefixes;
+	p->epochs = lappend(p->epochs, current);
+	MemoryContextSwitchTo(old);
+}
+
 ReplicantPipeline *
 replicant_pipeline_load(int32 id, MemoryContext mcxt)
 {
@@ -340,23 +386,34 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	p = pipeline_from_row(id, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 	MemoryContextSwitchTo(old);
 	load_headers(p, mcxt);
+	load_epochs(p, mcxt);
+	p->waivers = replicant_waiver_load(id, p->checkpoint_commit_lsn, mcxt);
 	return p;
 }
 
 bool
-replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn)
+replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn,
+							   const char *cause)
 {
-	Oid argtypes[3] = {INT4OID, TEXTOID, PG_LSNOID};
-	Datum args[3];
-	char nulls[3] = {' ', ' ', ' '};
+	Oid argtypes[4] = {INT4OID, TEXTOID, PG_LSNOID, TEXTOID};
+	Datum args[4];
+	char nulls[4] = {' ', ' ', ' ', ' '};
+	/* 0.2.0's table has no cause: its resumes accept nothing while decoding */
+	bool have_cause = replicant_pipeline_has_column("halt_cause");
 
 	args[0] = Int32GetDatum(id);
 	args[1] = CStringGetTextDatum(reason);
 	args[2] = LSNGetDatum(lsn);
 	nulls[2] = XLogRecPtrIsInvalid(lsn) ? 'n' : ' ';
-	if (SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3"
-							  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL",
-							  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
+	args[3] = cause ? CStringGetTextDatum(cause) : (Datum) 0;
+	nulls[3] = cause ? ' ' : 'n';
+	if (SPI_execute_with_args(have_cause ?
+								  "UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3,"
+								  " halt_cause = $4"
+								  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL" :
+								  "UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3"
+								  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL",
+							  have_cause ? 4 : 3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record halt of pipeline %d", id);
 	return SPI_processed > 0;
 }

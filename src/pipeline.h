@@ -11,6 +11,7 @@
 #include "utils/array.h"
 
 #include "catalog.h"
+#include "epoch.h"
 
 typedef struct ReplicantPipeline
 {
@@ -41,9 +42,16 @@ typedef struct ReplicantPipeline
 	bool failover;                    /* the slot is a failover slot (17+) */
 	char *format;                     /* its wire format's name (format.h) */
 	bool create_tables;               /* create missing ClickHouse targets at start */
-	XLogRecPtr resumed_lsn;           /* halts met by changes before it were resumed past */
 	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
 	XLogRecPtr checkpoint_end_lsn;
+
+	/*
+	 * What decoding goes by: the options above before each alter_pipeline
+	 * call the checkpoint has not passed, oldest first, then the current
+	 * ones (of ReplicantEpoch *); the halt causes resumes accepted (waiver.h).
+	 */
+	List *epochs;
+	List *waivers;
 } ReplicantPipeline;
 
 /*
@@ -121,11 +129,13 @@ extern void replicant_pipeline_check_owner(const ReplicantPipelineRef *ref, Oid 
 extern ReplicantPipeline *replicant_pipeline_load(int32 id, MemoryContext mcxt);
 
 /*
- * Records a fail-closed halt (inside replicant_catalog_begin/end); lsn, if
- * valid, is where a schema change was met, which resuming accepts.  The
- * first halt stands, and a disabled pipeline is not halted: returns false,
- * recording nothing, when the pipeline is halted or disabled already.
+ * Records a fail-closed halt (inside replicant_catalog_begin/end): lsn, if
+ * valid, is the commit decoding halted at, cause (or NULL) what resuming
+ * accepts there (waiver.h).  The first halt stands, and a disabled pipeline
+ * is not halted: returns false, recording nothing, when the pipeline is
+ * halted or disabled already.
  */
-extern bool replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn);
+extern bool replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn,
+										   const char *cause);
 
 #endif /* REPLICANT_PIPELINE_H */

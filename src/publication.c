@@ -37,7 +37,6 @@
 #include "catalog/pg_publication.h"
 #include "catalog/pg_publication_rel.h"
 #include "commands/extension.h"
-#include "access/sysattr.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -55,9 +54,12 @@
 #include "compat.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "row_key.h"
+#include "table_shape.h"
+#include "waiver.h"
 
-static List *publication_names = NIL;
-static XLogRecPtr *publication_lsns = NULL; /* per name: counts from here on */
+/* The pipeline's options for the commit being decoded (epoch.h). */
+static const ReplicantEpoch *epoch = NULL;
 static Oid pipeline_owner = InvalidOid;
 
 static MemoryContext publication_context = NULL;
@@ -65,16 +67,22 @@ static MemoryContext relinfo_context = NULL;
 static List *publications = NIL;      /* of Publication *, when valid */
 static List *publications_from = NIL; /* of XLogRecPtr *, parallel to it */
 static bool publications_valid = false;
-static char *publications_missing = NULL;
 
 /*
- * A publication added by alter_pipeline that the historic catalog does not
- * have: before the position it was added at it is empty (as PostgreSQL 16's
- * pgoutput treats a publication that does not exist yet); from there on it
- * must exist, or it was dropped.
+ * The epoch's publications the historic catalog does not have, each with
+ * the position it counts from (0: always).  One that alter_pipeline added
+ * is empty before that position (as PostgreSQL 16's pgoutput treats a
+ * publication that does not exist yet); from there on it must exist, or it
+ * was dropped, which halts the pipeline unless a resume accepted it: then
+ * it is empty too, and only its own tables go without their changes.
  */
-static char *added_missing = NULL;
-static XLogRecPtr added_missing_from = InvalidXLogRecPtr;
+typedef struct MissingPublication
+{
+	const char *name;
+	XLogRecPtr from;
+} MissingPublication;
+
+static List *publications_missing = NIL;
 static Oid replicant_namespace = InvalidOid;
 /* What the format calls a target named after its table alone, or NULL. */
 static const char *schemaless_target = NULL;
@@ -95,20 +103,8 @@ static int invalidations = 0;
  */
 static List *denied_now = NIL;
 
-/*
- * Table shapes as of the last checkpoint (replicant.table_shapes): the
- * baseline for a table this process has not seen yet, so that a column
- * dropped while no worker was looking still halts the pipeline.
- */
-typedef struct SavedShape
-{
-	Oid relid; /* hash key */
-	char *shape;
-} SavedShape;
-
-static HTAB *saved_shapes = NULL;
+/* Whether a shape was seen that the next checkpoint must save. */
 static bool shapes_unsaved = false;
-static SPIPlanPtr save_shape_plan = NULL;
 
 static void
 invalidate_all_relinfo(void)
@@ -168,35 +164,18 @@ membership_callback(Datum arg, int cacheid, uint32 hashvalue)
 	invalidate_all_relinfo();
 }
 
-/* The relation info cache and the saved shapes live in a context of their own. */
-static void
-create_relinfo_context(void)
-{
-	if (relinfo_context == NULL)
-		relinfo_context = AllocSetContextCreate(CacheMemoryContext,
-												"replicant relation info",
-												ALLOCSET_DEFAULT_SIZES);
-}
-
 void
-replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner,
-						   const char *target_kind)
+replicant_publication_init(Oid owner, const char *target_kind)
 {
 	HASHCTL ctl;
-	ListCell *lc;
-	MemoryContext old;
 
 	Assert(relinfo_hash == NULL);
 	publication_context = AllocSetContextCreate(CacheMemoryContext,
 												"replicant publications",
 												ALLOCSET_SMALL_SIZES);
-	create_relinfo_context();
-	old = MemoryContextSwitchTo(CacheMemoryContext);
-	foreach(lc, names)
-		publication_names = lappend(publication_names, pstrdup(lfirst(lc)));
-	publication_lsns = palloc(sizeof(XLogRecPtr) * Max(list_length(names), 1));
-	memcpy(publication_lsns, from_lsns, sizeof(XLogRecPtr) * list_length(names));
-	MemoryContextSwitchTo(old);
+	/* The relation info cache lives in a context of its own. */
+	relinfo_context = AllocSetContextCreate(CacheMemoryContext, "replicant relation info",
+											ALLOCSET_DEFAULT_SIZES);
 	pipeline_owner = owner;
 	schemaless_target = target_kind;
 
@@ -248,40 +227,45 @@ replicant_publication_load_denied(Oid owner)
 	MemoryContextSwitchTo(old);
 }
 
+void
+replicant_publication_use_epoch(const ReplicantEpoch *options)
+{
+	if (options == epoch)
+		return;
+	epoch = options;
+	publications_valid = false;
+	invalidate_all_relinfo();
+}
+
+/* The epoch's publications as the historic catalog has them; the rest are missing. */
 static void
 load_publications(void)
 {
 	MemoryContext old;
 	ListCell *lc;
 
+	Assert(epoch != NULL);
 	MemoryContextReset(publication_context);
 	publications = NIL;
 	publications_from = NIL;
-	publications_missing = NULL;
-	added_missing = NULL;
-	added_missing_from = InvalidXLogRecPtr;
+	publications_missing = NIL;
 
 	old = MemoryContextSwitchTo(publication_context);
 	replicant_namespace = get_namespace_oid("replicant", true);
-	foreach(lc, publication_names)
+	foreach(lc, epoch->publications)
 	{
 		char *name = lfirst(lc);
-		XLogRecPtr from = publication_lsns[foreach_current_index(lc)];
+		XLogRecPtr from = epoch->publication_lsns[foreach_current_index(lc)];
 		Publication *pub = GetPublicationByName(name, true);
 		XLogRecPtr *from_copy;
 
-		if (pub == NULL && XLogRecPtrIsInvalid(from))
-		{
-			publications_missing = psprintf("publication \"%s\" does not exist", name);
-			break;
-		}
 		if (pub == NULL)
 		{
-			if (added_missing == NULL || from < added_missing_from)
-			{
-				added_missing = psprintf("publication \"%s\" does not exist", name);
-				added_missing_from = from;
-			}
+			MissingPublication *missing = palloc(sizeof(MissingPublication));
+
+			missing->name = name;
+			missing->from = from;
+			publications_missing = lappend(publications_missing, missing);
 			continue;
 		}
 		from_copy = palloc(sizeof(XLogRecPtr));
@@ -294,27 +278,26 @@ load_publications(void)
 }
 
 char *
-replicant_publication_check(XLogRecPtr commit_lsn)
+replicant_publication_missing(XLogRecPtr commit_lsn, const List *waivers, char **cause)
 {
+	ListCell *lc;
+
 	if (!publications_valid)
 		load_publications();
-	if (publications_missing == NULL && added_missing != NULL &&
-		commit_lsn >= added_missing_from)
-		return added_missing;
-	return publications_missing;
-}
+	foreach(lc, publications_missing)
+	{
+		MissingPublication *missing = lfirst(lc);
 
-/* Converts a bitmap of attribute numbers offset as RelationGetIndexAttrBitmap's. */
-static Bitmapset *
-plain_attnums(Bitmapset *offset_attnums)
-{
-	Bitmapset *result = NULL;
-	int x = -1;
-
-	while ((x = bms_next_member(offset_attnums, x)) >= 0)
-		result = bms_add_member(result, x + FirstLowInvalidHeapAttributeNumber);
-	bms_free(offset_attnums);
-	return result;
+		/* an added publication is empty before the call that added it */
+		if (commit_lsn < missing->from)
+			continue;
+		*cause = replicant_waiver_cause(REPLICANT_WAIVER_PUBLICATION, missing->name);
+		if (replicant_waiver_covers(waivers, *cause, commit_lsn))
+			continue;
+		return psprintf("publication \"%s\" does not exist", missing->name);
+	}
+	*cause = NULL;
+	return NULL;
 }
 
 static Bitmapset *
@@ -325,28 +308,6 @@ bms_copy_in(MemoryContext mcxt, const Bitmapset *set)
 
 	MemoryContextSwitchTo(old);
 	return copy;
-}
-
-void
-replicant_publication_key(Relation rel, Bitmapset **key_columns,
-						  bool *whole_row, bool *identity_full)
-{
-	char identity = rel->rd_rel->relreplident;
-
-	*key_columns = NULL;
-	*whole_row = false;
-	*identity_full = (identity == REPLICA_IDENTITY_FULL);
-	if (identity == REPLICA_IDENTITY_NOTHING)
-		return;
-	if (identity == REPLICA_IDENTITY_FULL)
-	{
-		*key_columns =
-			plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_PRIMARY_KEY));
-		*whole_row = (*key_columns == NULL);
-		return;
-	}
-	*key_columns =
-		plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_IDENTITY_KEY));
 }
 
 /* FOR ALL TABLES, or rel's schema: no row filter, no column list. */
@@ -449,70 +410,6 @@ replicant_publication_read_filter(Relation rel, Relation target, List *names,
 }
 
 /*
- * "identity:key columns|delivered columns", to compare versions of a table.
- */
-static char *
-fingerprint(Relation rel, Bitmapset *key_columns)
-{
-	TupleDesc desc = RelationGetDescr(rel);
-	StringInfoData buf;
-	int i;
-
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "%c:", rel->rd_rel->relreplident);
-	i = -1;
-	while ((i = bms_next_member(key_columns, i)) >= 0)
-		appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i - 1)->attname));
-	appendStringInfoChar(&buf, '|');
-	for (i = 0; i < desc->natts; i++)
-		if (!TupleDescAttr(desc, i)->attisdropped &&
-			!REPLICANT_ATT_IS_VIRTUAL(TupleDescAttr(desc, i)))
-			appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i)->attname));
-	return buf.data;
-}
-
-/* The first column of the old fingerprint missing from the new one, or NULL. */
-static char *
-column_lost(const char *old_fp, const char *new_fp)
-{
-	const char *old_cols = strchr(old_fp, '|') + 1;
-	const char *new_cols = strchr(new_fp, '|');
-	char *copy = pstrdup(old_cols);
-	char *col;
-	char *save;
-
-	for (col = strtok_r(copy, ",", &save); col; col = strtok_r(NULL, ",", &save))
-	{
-		char *needle = psprintf(",%s,", col);
-		char *hay = psprintf(",%s", new_cols + 1);
-
-		if (strstr(hay, needle) == NULL)
-			return col;
-	}
-	return NULL;
-}
-
-/*
- * Whether the identity part of new_fp ("identity:key columns") only widens
- * old_fp's: DEFAULT or USING INDEX became FULL with the same key columns.
- * "key" stays what it was, and old rows now come whole, which every sink
- * and format takes (ClickHouse's deletes of the old key included).  A key
- * that changes (an index other than the primary key, or none: FULL then
- * keys by the whole row) is not a widening.
- */
-static bool
-identity_widened(const char *old_fp, const char *new_fp)
-{
-	const char *old_key = old_fp + 2;
-	const char *new_key = new_fp + 2;
-	size_t len = strchr(old_key, '|') - old_key;
-
-	return (old_fp[0] == REPLICA_IDENTITY_DEFAULT || old_fp[0] == REPLICA_IDENTITY_INDEX) &&
-		   new_fp[0] == REPLICA_IDENTITY_FULL && len > 0 &&
-		   strchr(new_key, '|') - new_key == len && strncmp(old_key, new_key, len) == 0;
-}
-
-/*
  * Compares the table with the version seen last (by this process, else as
  * of the last checkpoint): a dropped or renamed column, or a replica
  * identity that changed other than by widening to FULL, is a destructive
@@ -523,77 +420,30 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 {
 	char *now;
 	const char *baseline;
+	Bitmapset *own_key;
+	bool whole_row;
+	bool identity_full;
 
 	if (!entry->published)
 		return;
-	if (OidIsValid(entry->root.relid) && entry->root.relid != entry->relid)
+	/*
+	 * The shape saved at create_pipeline is the relation's own identity (a
+	 * partition's, not its root's), whatever the column lists deliver.
+	 */
+	replicant_row_key_identity(rel, &own_key, &whole_row, &identity_full);
+	now = replicant_table_shape(rel, own_key);
+	baseline = entry->fingerprint ? entry->fingerprint : replicant_table_shape_saved(entry->relid);
+	if (baseline != NULL && entry->schema_change == NULL)
 	{
-		/* The shape saved at create_pipeline is the partition's own. */
-		Bitmapset *own_key;
-		bool whole_row;
-		bool identity_full;
+		char *change = replicant_table_shape_change(baseline, now, RelationGetRelationName(rel));
 
-		replicant_publication_key(rel, &own_key, &whole_row, &identity_full);
-		now = fingerprint(rel, own_key);
-	}
-	else
-		now = fingerprint(rel, entry->key_columns);
-	baseline = entry->fingerprint;
-	if (baseline == NULL && saved_shapes != NULL)
-	{
-		SavedShape *saved = hash_search(saved_shapes, &entry->relid, HASH_FIND, NULL);
-
-		baseline = saved ? saved->shape : NULL;
-	}
-	if (baseline != NULL && strcmp(now, baseline) != 0)
-	{
-		char *what = NULL;
-		char *lost;
-		size_t identity_len = strchr(now, '|') - now;
-
-		if (strncmp(now, baseline, identity_len + 1) != 0 && !identity_widened(baseline, now))
-			what = psprintf("the replica identity of table \"%s\" changed",
-							RelationGetRelationName(rel));
-		else if ((lost = column_lost(baseline, now)) != NULL)
-			what = psprintf("column \"%s\" of table \"%s\" was dropped or renamed",
-							lost, RelationGetRelationName(rel));
-
-		/* Nothing to fix: the operator decides whether sinks take the new shape. */
-		if (what && entry->schema_change == NULL)
-			entry->schema_change = MemoryContextStrdup(relinfo_context,
-													   psprintf("%s; replicant.resume_pipeline() accepts the new shape",
-																what));
+		if (change)
+			entry->schema_change = MemoryContextStrdup(relinfo_context, change);
 	}
 	if (entry->fingerprint)
 		pfree(entry->fingerprint);
 	entry->fingerprint = MemoryContextStrdup(relinfo_context, now);
 	shapes_unsaved = true;
-}
-
-/* Upserts one table's shape; the caller is connected to SPI. */
-static void
-store_shape(int32 pipeline_id, Oid relid, const char *shape)
-{
-	Datum args[3];
-
-	if (save_shape_plan == NULL)
-	{
-		Oid argtypes[3] = {INT4OID, OIDOID, TEXTOID};
-		SPIPlanPtr plan;
-
-		plan = SPI_prepare("INSERT INTO replicant.table_shapes (pipeline_id, relid, shape)"
-						   " VALUES ($1, $2, $3)"
-						   " ON CONFLICT (pipeline_id, relid) DO UPDATE SET shape = excluded.shape",
-						   3, argtypes);
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare table shape statement");
-		save_shape_plan = plan;
-	}
-	args[0] = Int32GetDatum(pipeline_id);
-	args[1] = ObjectIdGetDatum(relid);
-	args[2] = CStringGetTextDatum(shape);
-	if (SPI_execute_plan(save_shape_plan, args, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not save the table shapes of pipeline %d", pipeline_id);
 }
 
 void
@@ -603,39 +453,9 @@ replicant_publication_save_table_shape(int32 pipeline_id, Relation rel)
 	bool whole_row;
 	bool identity_full;
 
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
-	store_shape(pipeline_id, RelationGetRelid(rel), fingerprint(rel, key_columns));
-}
-
-void
-replicant_publication_load_shapes(int32 pipeline_id)
-{
-	HASHCTL ctl;
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(pipeline_id)};
-	uint64 i;
-
-	create_relinfo_context();
-	ctl.keysize = sizeof(Oid);
-	ctl.entrysize = sizeof(SavedShape);
-	ctl.hcxt = relinfo_context;
-	saved_shapes = hash_create("replicant saved table shapes", 128, &ctl,
-							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-
-	if (SPI_execute_with_args("SELECT relid, shape FROM replicant.table_shapes"
-							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the table shapes of pipeline %d", pipeline_id);
-	for (i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple tuple = SPI_tuptable->vals[i];
-		bool isnull;
-		Oid relid = DatumGetObjectId(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull));
-		SavedShape *saved = hash_search(saved_shapes, &relid, HASH_ENTER, NULL);
-
-		saved->shape = MemoryContextStrdup(relinfo_context,
-										   SPI_getvalue(tuple, SPI_tuptable->tupdesc, 2));
-	}
+	replicant_row_key_identity(rel, &key_columns, &whole_row, &identity_full);
+	replicant_table_shape_save(pipeline_id, RelationGetRelid(rel),
+							   replicant_table_shape(rel, key_columns));
 }
 
 /* Whether a shape was seen that the next checkpoint must save. */
@@ -657,15 +477,13 @@ replicant_publication_save_shapes(int32 pipeline_id)
 	HASH_SEQ_STATUS status;
 	ReplicantRelInfo *entry;
 
-	if (!shapes_unsaved || relinfo_hash == NULL || saved_shapes == NULL)
+	if (!shapes_unsaved || relinfo_hash == NULL)
 		return;
 	shapes_unsaved = false;
 
 	hash_seq_init(&status, relinfo_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		SavedShape *saved;
-
 		if (entry->fingerprint == NULL)
 			continue;
 		if (entry->schema_change != NULL)
@@ -673,15 +491,7 @@ replicant_publication_save_shapes(int32 pipeline_id)
 			shapes_unsaved = true;
 			continue;
 		}
-		saved = hash_search(saved_shapes, &entry->relid, HASH_FIND, NULL);
-		if (saved && strcmp(saved->shape, entry->fingerprint) == 0)
-			continue;
-		store_shape(pipeline_id, entry->relid, entry->fingerprint);
-		if (saved)
-			pfree(saved->shape);
-		else
-			saved = hash_search(saved_shapes, &entry->relid, HASH_ENTER, NULL);
-		saved->shape = MemoryContextStrdup(relinfo_context, entry->fingerprint);
+		replicant_table_shape_save(pipeline_id, entry->relid, entry->fingerprint);
 	}
 }
 
@@ -761,10 +571,6 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 {
 	Relation target = replicant_partition_root_open(&entry->root, rel, relinfo_context);
 
-	replicant_publication_key(target, &entry->key_columns, &entry->key_whole_row,
-							  &entry->identity_full);
-	entry->key_columns = bms_copy_in(relinfo_context, entry->key_columns);
-	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
 	entry->relation.schema = MemoryContextStrdup(relinfo_context,
 												 get_namespace_name(RelationGetNamespace(target)));
 	entry->relation.table = MemoryContextStrdup(relinfo_context,
@@ -772,6 +578,10 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
 	/* A published table has a filter: a publication's at least. */
 	Assert(entry->filter->have_columns);
+	replicant_row_key_delivered(target, entry->filter->columns, &entry->key_columns,
+								&entry->key_whole_row);
+	entry->key_columns = bms_copy_in(relinfo_context, entry->key_columns);
+	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
 	if (entry->filter->conflict && entry->halt_reason == NULL)
 		entry->halt_reason = pstrdup(entry->filter->conflict);
 	if (schemaless_target && entry->halt_reason == NULL)
@@ -882,6 +692,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	{
 		entry->halt_reason = psprintf("pipeline owner has no SELECT privilege on table \"%s\"",
 									  RelationGetRelationName(rel));
+		entry->halt_privilege = true;
 		entry->halt_resumable = !list_member_oid(denied_now, relid);
 	}
 	if (entry->halt_reason == NULL &&
@@ -889,6 +700,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	{
 		entry->halt_reason = psprintf("table \"%s\" has row-level security that the pipeline owner does not bypass",
 									  RelationGetRelationName(rel));
+		entry->halt_privilege = true;
 		entry->halt_resumable = !list_member_oid(denied_now, relid);
 	}
 	if (entry->halt_reason)
@@ -965,7 +777,6 @@ bool
 replicant_publication_forget(Oid relid)
 {
 	ReplicantRelInfo *entry;
-	SavedShape *saved;
 
 	entry = relinfo_hash ? hash_search(relinfo_hash, &relid, HASH_FIND, NULL) : NULL;
 	/* Valid again: a new table of that OID, decoded since; its shape is its own. */
@@ -973,11 +784,6 @@ replicant_publication_forget(Oid relid)
 		return false;
 	if (entry)
 		remove_relinfo(relid);
-	saved = saved_shapes ? hash_search(saved_shapes, &relid, HASH_FIND, NULL) : NULL;
-	if (saved)
-	{
-		pfree(saved->shape);
-		(void) hash_search(saved_shapes, &relid, HASH_REMOVE, NULL);
-	}
+	replicant_table_shape_forget(relid);
 	return true;
 }

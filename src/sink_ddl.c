@@ -50,6 +50,7 @@
 #include "pipeline.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "row_key.h"
 #include "sink_ddl.h"
 
 PG_FUNCTION_INFO_V1(replicant_sink_ddl);
@@ -119,14 +120,14 @@ target_ddl(Relation leaf, Relation target, List *names, bool if_not_exists)
 	TupleDesc desc = RelationGetDescr(target);
 	Bitmapset *key_columns;
 	bool whole_row;
-	bool identity_full;
 	ReplicantPubFilter *filter;
 	StringInfoData out;
 	StringInfoData order;
 	int i;
 
-	replicant_publication_key(target, &key_columns, &whole_row, &identity_full);
 	(void) replicant_publication_read_filter(leaf, target, names, &filter);
+	/* the stream's key: published columns only */
+	replicant_row_key_delivered(target, filter->columns, &key_columns, &whole_row);
 	initStringInfo(&out);
 	initStringInfo(&order);
 	appendStringInfoString(&out, if_not_exists ? "CREATE TABLE IF NOT EXISTS " : "CREATE TABLE ");
@@ -137,11 +138,10 @@ target_ddl(Relation leaf, Relation target, List *names, bool if_not_exists)
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 		bool key;
 
-		if (att->attisdropped || REPLICANT_ATT_IS_VIRTUAL(att))
+		if (att->attisdropped || REPLICANT_ATT_IS_VIRTUAL(att) ||
+			(filter->columns != NULL && !bms_is_member(att->attnum, filter->columns)))
 			continue;
 		key = whole_row || bms_is_member(att->attnum, key_columns);
-		if (!key && filter->columns != NULL && !bms_is_member(att->attnum, filter->columns))
-			continue;
 		append_column(&out, att, key);
 		if (key)
 		{

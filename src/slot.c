@@ -11,18 +11,29 @@
 #include "replication/slot.h"
 
 #include "compat.h"
+#include "plugin_gate.h"
 #include "replicant.h"
 #include "slot.h"
 
 LogicalDecodingContext *
 replicant_slot_create(const char *name, bool failover, bool need_full_snapshot)
 {
-	LogicalDecodingContext *ctx;
+	LogicalDecodingContext *volatile ctx = NULL;
 
 	REPLICANT_SLOT_CREATE(name, RS_EPHEMERAL, failover);
-	ctx = CreateInitDecodingContext("replicant", NIL, need_full_snapshot,
-									InvalidXLogRecPtr, REPLICANT_LOCAL_WAL_ROUTINE,
-									NULL, NULL, NULL);
+	/* create_pipeline's backend goes on after an error: expect nothing then. */
+	replicant_plugin_gate_open(true);
+	PG_TRY();
+	{
+		ctx = CreateInitDecodingContext("replicant", NIL, need_full_snapshot,
+										InvalidXLogRecPtr, REPLICANT_LOCAL_WAL_ROUTINE,
+										NULL, NULL, NULL);
+	}
+	PG_FINALLY();
+	{
+		replicant_plugin_gate_open(false);
+	}
+	PG_END_TRY();
 	DecodingContextFindStartpoint(ctx);
 	return ctx;
 }

@@ -73,6 +73,7 @@
 #include "partition_root.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "row_key.h"
 #include "replicant.h"
 #include "sink_http.h"
 #include "slot.h"
@@ -1370,7 +1371,6 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	char *refused;
 	ItemPointerData mintid;
 	ItemPointerData maxtid;
-	bool identity_full;
 
 	reader->rel = rel;
 	reader->target = replicant_partition_root_open_for_read(rel, pipeline->publications,
@@ -1392,8 +1392,8 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		replicant_delivery_halt(slot, pipeline,
 								psprintf("table \"%s\" cannot be read in block ranges: its access method has no TID range scans",
 										 RelationGetRelationName(rel)));
-	replicant_publication_key(reader->target, &reader->key_columns, &reader->whole_row,
-							  &identity_full);
+	replicant_row_key_delivered(reader->target, reader->filter->columns,
+								&reader->key_columns, &reader->whole_row);
 	reader->map = replicant_partition_root_read_map(rel, reader->target);
 	reader->heap_slot = table_slot_create(rel, NULL);
 	reader->row_slot = reader->map ?

@@ -117,7 +117,7 @@ record_halt_requests(void)
 	{
 		HaltRequest *request = lfirst(lc);
 
-		if (replicant_pipeline_record_halt(request->pipeline_id, request->reason, InvalidXLogRecPtr))
+		if (replicant_pipeline_record_halt(request->pipeline_id, request->reason, InvalidXLogRecPtr, NULL))
 			ereport(LOG,
 					(errmsg("replicant pipeline \"%s\" halted: %s", request->name, request->reason),
 					 errhint("Fix the cause, then call replicant.resume_pipeline('%s').",
@@ -175,7 +175,6 @@ read_pipeline_rows(List **halts)
 static List *
 read_rows_unless_dropped(List **halts)
 {
-	MemoryContext context = CurrentMemoryContext;
 	List *rows = NIL;
 
 	PG_TRY();
@@ -190,7 +189,8 @@ read_rows_unless_dropped(List **halts)
 	{
 		ErrorData *edata;
 
-		MemoryContextSwitchTo(context);
+		/* Not the transaction's context, which the abort frees. */
+		MemoryContextSwitchTo(TopMemoryContext);
 		edata = CopyErrorData();
 		if (edata->sqlerrcode != ERRCODE_UNDEFINED_TABLE)
 			PG_RE_THROW();
@@ -199,6 +199,7 @@ read_rows_unless_dropped(List **halts)
 		StartTransactionCommand();
 		if (OidIsValid(get_extension_oid("replicant", true)))
 			ReThrowError(edata);
+		FreeErrorData(edata);
 		rows = NIL;
 		*halts = NIL;
 	}

@@ -74,6 +74,7 @@
 #include "sink_http.h"
 #include "snapshot.h"
 #include "stop_signal.h"
+#include "table_shape.h"
 #include "worker.h"
 
 /* Longest sleep when idle; commits wake the worker long before. */
@@ -480,7 +481,7 @@ load_pipeline(Worker *w, int32 pipeline_id)
 	w->pipeline = replicant_pipeline_load(pipeline_id, TopMemoryContext);
 	if (w->pipeline != NULL)
 	{
-		replicant_publication_load_shapes(pipeline_id);
+		replicant_table_shape_load(pipeline_id);
 		replicant_publication_load_denied(w->pipeline->owner);
 		may_receive_messages = has_rolreplication(w->pipeline->owner);
 	}
@@ -497,7 +498,7 @@ load_pipeline(Worker *w, int32 pipeline_id)
 		proc_exit(0);
 	}
 	/* The owner may have lost the attribute since create or alter. */
-	if (w->pipeline->messages && !may_receive_messages)
+	if (replicant_epoch_any_messages(w->pipeline->epochs) && !may_receive_messages)
 		worker_halt(w, REPLICANT_MESSAGES_NEED_REPLICATION);
 }
 
@@ -709,7 +710,8 @@ stream_cycle(Worker *w, bool *delivered)
 		commit_pending(w);
 		replicant_delivery_halt_at(w->slot, w->pipeline,
 								   replicant_decoder_halt_reason(w->decoder),
-								   replicant_decoder_halt_lsn(w->decoder));
+								   replicant_decoder_halt_lsn(w->decoder),
+								   replicant_decoder_halt_cause(w->decoder));
 	}
 
 	if (w->batch->ntxns > 0)

@@ -18,6 +18,7 @@
 use strict;
 use warnings;
 use Time::HiRes qw(time usleep);
+use JSON::PP;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
@@ -166,8 +167,8 @@ sub halt_info
 {
 	my ($p, $db) = @_;
 	return $node->safe_psql($db // 'postgres',
-		"SELECT format('state %s, halt_reason %s, halt_lsn %s, schema_ack_lsn %s',"
-		  . " s.state, p.halt_reason, p.halt_lsn, p.schema_ack_lsn)"
+		"SELECT format('state %s, halt_reason %s, halt_lsn %s, resumed_lsn %s',"
+		  . " s.state, p.halt_reason, p.halt_lsn, p.resumed_lsn)"
 		  . " FROM replicant.pipelines p JOIN replicant.status s ON s.pipeline = p.name"
 		  . " WHERE p.name = '$p'");
 }
@@ -458,6 +459,91 @@ CREATE PUBLICATION rls_pub FOR TABLE rls_t;
 	expect_streaming($label, 'rls');
 	isnt(wait_sink_row('public.rls_t', 3), '', "$label: a change made after RLS was disabled arrives");
 	drop_pipeline($label, 'rls');
+}
+
+# ---- a resume accepts exactly the cause of the halt it resumes -------------------
+# The sink rejects a batch and the pipeline halts; while it is halted, one
+# of its two publications is dropped and created again, and a table of the
+# other loses a column.  Resuming the sink's halt accepts neither: each
+# halts the pipeline in turn, naming it, and only resuming that halt
+# accepts it, for what committed up to the resume.  A publication a resume
+# accepted as missing is empty there: only its own table's changes of that
+# time are not delivered; the other publication's all arrive.
+{
+	my $label = 'resume accepts its halt only';
+	my $ws = ReplicantTest::start_sink(name => 'waiver');
+	$node->safe_psql('postgres', q{
+CREATE TABLE wa_t (id int PRIMARY KEY, v text);
+CREATE TABLE wb_t (id int PRIMARY KEY, v text);
+CREATE TABLE wc_t (id int PRIMARY KEY, v text, x text);
+CREATE PUBLICATION wa_pub FOR TABLE wa_t, wc_t;
+CREATE PUBLICATION wb_pub FOR TABLE wb_t;
+});
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('waiver', ARRAY['wa_pub', 'wb_pub'], '$ws->{url}',"
+		  . " http_timeout_ms => 2000, connect_timeout_ms => 500)");
+	$node->safe_psql('postgres', qq{
+INSERT INTO wa_t VALUES (1, '$MARK a1');
+INSERT INTO wb_t VALUES (1, '$MARK b1');
+INSERT INTO wc_t VALUES (1, '$MARK c1', '$MARK x1');
+});
+	my $ids = sub {
+		my ($t) = @_;
+		return join(',', sort { $a <=> $b } map { /"id":(\d+)/ ? $1 : () } split /\n/, $ws->dump("public.$t"));
+	};
+	ok(poll("SELECT replicant.await_delivered('waiver', pg_current_wal_lsn(), 30000)", 60),
+		"$label: delivered before");
+
+	$ws->control({ fail_status => 400 });
+	$node->safe_psql('postgres', "INSERT INTO wa_t VALUES (2, '$MARK a2')");
+	expect_halt($label, 'waiver', qr/^sink rejected batch: HTTP 400/);
+	$node->safe_psql('postgres', qq{
+DROP PUBLICATION wb_pub;
+INSERT INTO wa_t VALUES (3, '$MARK a3');
+INSERT INTO wb_t VALUES (2, '$MARK b2');
+CREATE PUBLICATION wb_pub FOR TABLE wb_t;
+ALTER TABLE wc_t DROP COLUMN x;
+INSERT INTO wc_t VALUES (2, '$MARK c2');
+INSERT INTO wa_t VALUES (4, '$MARK a4');
+INSERT INTO wb_t VALUES (3, '$MARK b3');
+});
+	$ws->control({ clear => JSON::PP::true });
+
+	# (A halt discards the batch decoded before it: what arrived before a
+	# halt is at most what committed before the change that halted.)
+	resume('waiver');
+	expect_halt("$label, the sink's halt resumed", 'waiver', qr/^publication "wb_pub" does not exist$/);
+	like($ids->('wa_t'), qr/^1(,2)?$/, "$label: nothing committed after the drop arrives");
+
+	resume('waiver');
+	expect_halt("$label, the missing publication accepted", 'waiver',
+		qr/^column "x" of table "wc_t" was dropped or renamed; replicant\.resume_pipeline\(\) accepts the new shape$/);
+	like($ids->('wa_t'), qr/^1(,2(,3)?)?$/, "$label: nothing committed after the column's drop arrives");
+	is($ids->('wb_t'), '1', "$label: nor the missing publication's own row of the time it was missing");
+
+	resume('waiver');
+	expect_streaming("$label, the new shape accepted", 'waiver');
+	ok(poll("SELECT replicant.await_delivered('waiver', pg_current_wal_lsn(), 30000)", 60),
+		"$label: delivered up to now");
+	is($ids->('wa_t'), '1,2,3,4', "$label: wa_t: every row");
+	is($ids->('wb_t'), '1,3', "$label: wb_t: all but the row committed while its publication was missing");
+	is($ids->('wc_t'), '1,2', "$label: wc_t: every row, the one after the drop in the new shape");
+
+	# What a resume accepted ends where it was called.
+	$node->safe_psql('postgres', qq{
+DROP PUBLICATION wb_pub;
+INSERT INTO wa_t VALUES (5, '$MARK a5');
+});
+	expect_halt("$label, dropped again after the resume", 'waiver', qr/^publication "wb_pub" does not exist$/);
+	is($ids->('wa_t'), '1,2,3,4', "$label: nothing committed after it was dropped again arrives");
+	$node->safe_psql('postgres', 'CREATE PUBLICATION wb_pub FOR TABLE wb_t');
+	resume('waiver');
+	expect_streaming("$label, resumed again", 'waiver');
+	ok(poll("SELECT replicant.await_delivered('waiver', pg_current_wal_lsn(), 30000)", 60),
+		"$label: delivered up to now, again");
+	is($ids->('wa_t'), '1,2,3,4,5', "$label: wa_t's row of that time arrives");
+	drop_pipeline($label, 'waiver');
+	$ws->stop;
 }
 
 # ---- a row that cannot be encoded ---------------------------------------------------

@@ -109,4 +109,29 @@ like($ddl, qr/^CREATE TABLE `people` \(\n  `id` Int32,\n  `name` Nullable\(Strin
 	'sink_ddl prints only the columns the publication lists');
 unlike($ddl, qr/secret/, '... not the unpublished one');
 
+# Keys are made of published columns only (as the stream's "key"): a list
+# that leaves out a column of the replica identity leaves the table without
+# a key (insert-only); under REPLICA IDENTITY FULL without a primary key the
+# published columns are the key.
+$node->safe_psql('postgres', q{
+CREATE TABLE u (email text PRIMARY KEY, plan text);
+CREATE PUBLICATION pub_u FOR TABLE u (plan) WITH (publish = 'insert');
+CREATE TABLE audit (who text NOT NULL, action text NOT NULL, secret text NOT NULL);
+ALTER TABLE audit REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_audit FOR TABLE audit (who, action) WITH (publish = 'insert');
+CREATE TABLE gfull (a int NOT NULL, b text NOT NULL, g text GENERATED ALWAYS AS (b || 'x') STORED);
+ALTER TABLE gfull REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_gfull FOR TABLE gfull;
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('keys', ARRAY['pub_u', 'pub_audit', 'pub_gfull'], '$url', format => 'clickhouse')");
+my %ddl = map { /^CREATE TABLE `(\w+)`/ ? ($1 => $_) : () }
+  split /\n(?=CREATE TABLE)/, $node->safe_psql('postgres', "SELECT replicant.sink_ddl('keys')");
+is($ddl{u}, "CREATE TABLE `u` (\n  `plan` Nullable(String),\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = MergeTree ORDER BY tuple()",
+	'sink_ddl: a list without the key column: no key, insert-only, the key column left out');
+is($ddl{audit}, "CREATE TABLE `audit` (\n  `who` String,\n  `action` String,\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = MergeTree ORDER BY tuple()",
+	'sink_ddl: REPLICA IDENTITY FULL with a list: no key, the unlisted column left out');
+is($ddl{gfull}, "CREATE TABLE `gfull` (\n  `a` Int32,\n  `b` String,\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = ReplacingMergeTree(_version) ORDER BY (`a`, `b`)",
+	'sink_ddl: REPLICA IDENTITY FULL without a list: the published columns are the key');
+
 done_testing();
