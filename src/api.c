@@ -9,6 +9,9 @@
  * are never missed; it stays ephemeral (dropped on error) until the
  * transaction commits.  Changes reach the workers through the launcher,
  * which is asked to re-read this database only once the caller commits.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn: stop_worker_and_wait), §9 (privileges).
  */
 #include "postgres.h"
 

@@ -34,6 +34,9 @@
  * VACUUM FULL, CLUSTER or TRUNCATE rewrote the table.  Keyset and bitmap
  * compare and order the key with the operators of its index's operator
  * families, in the index's column order, whatever the search_path.
+ *
+ * Rules kept with other files: docs/internals.md §2 (the watermark protocol),
+ * §9 (privileges).
  */
 #include "postgres.h"
 

@@ -2,6 +2,9 @@
  * catalog.c
  *		Running queries on replicant's own tables with replicant's privileges:
  *		the one place that switches to the bootstrap superuser for them.
+ *
+ * Rules kept with other files: docs/internals.md §9 (privileges: who runs
+ * what as whom).
  */
 #include "postgres.h"
 

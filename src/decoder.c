@@ -13,6 +13,9 @@
  * there: while commits keep flushing (the worker is behind), the batch
  * keeps growing, for at most replicant.batch_linger; the first time the
  * reader finds nothing more, the batch goes out at once.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm).
  */
 #include "postgres.h"
 

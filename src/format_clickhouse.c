@@ -32,6 +32,8 @@
  * tables are independent, so only a table's own order matters.  A row
  * request's body is read from the store through a filter, in bounded
  * memory whatever the batch's size.
+ *
+ * Rules kept with other files: docs/internals.md §2 and §4 (a row's version).
  */
 #include "postgres.h"
 

@@ -16,6 +16,9 @@
  * Nothing here may raise an error for a condition that must halt the
  * pipeline: it records a value-free reason instead and delivers nothing
  * more, and the worker halts once the record has been processed.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn), §8 (errors: halt or retry).
  */
 #include "postgres.h"
 

@@ -21,6 +21,9 @@
  * entry and its saved shape when pruning.c finds the table gone, so that
  * memory does not grow with every table ever decoded and a new table that
  * gets a dropped one's OID is not held to the old one's shape.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn).
  */
 #include "postgres.h"
 

@@ -13,6 +13,8 @@
  * Nothing that came from the sink (body, headers other than Retry-After) and
  * nothing from libcurl's error buffer (it can quote the URL, which can hold
  * credentials) reaches result->error: that text is fixed per failure class.
+ *
+ * Rules kept with other files: docs/internals.md §8 (errors: halt or retry).
  */
 #include "postgres.h"
 

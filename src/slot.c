@@ -1,6 +1,9 @@
 /*
  * slot.c
  *		Pipelines' logical replication slots.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm), §3 (the exported snapshot).
  */
 #include "postgres.h"
 

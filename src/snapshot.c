@@ -26,6 +26,9 @@
  * window checks the table's relfilenode against the one stamped at plan
  * time: after VACUUM FULL, CLUSTER or TRUNCATE the table's shards start over
  * instead of trusting stale block positions.
+ *
+ * Rules kept with other files: docs/internals.md §3 (the exported snapshot
+ * and its shards).
  */
 #include "postgres.h"
 

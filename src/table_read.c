@@ -4,6 +4,9 @@
  *		shared by the initial snapshot and backfills: whether the owner may
  *		read it whole, how many rows it holds, and whether reading it in
  *		block order can miss what an update moved.
+ *
+ * Rules kept with other files: docs/internals.md §9 (privileges: who runs
+ * what as whom).
  */
 #include "postgres.h"
 

@@ -35,6 +35,9 @@
  * exits and the launcher restarts it, a bounded number of times
  * (replicant_delivery_fail).  The phase the worker is in (shmem.h) names
  * what failed.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm), §4, §8 (halt or retry).
  */
 #include "postgres.h"
 

@@ -1,6 +1,8 @@
 # Pipeline lifecycle: two databases, create/disable/enable/drop taking
 # effect without a restart, a killed worker coming back, readable process
 # names, a quiet pipeline's slot advancing, and the server prerequisites.
+#
+# versions: all (slot handling: a quiet pipeline's slot advancing)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

@@ -1,4 +1,4 @@
-# Fail-closed halts (docs/design.md §7): each condition halts its pipeline
+# Fail-closed halts (docs/internals.md §8): each condition halts its pipeline
 # with a clear, value-free last_error; the halt survives a server restart;
 # once the cause is fixed, resume_pipeline (or, for a lost slot, drop and
 # create) makes the pipeline continue and later changes arrive.
@@ -13,6 +13,8 @@
 #
 # Every row value carries a marker; neither last_error nor the server log
 # (default logging: log_statement = none) may ever show it.
+#
+# versions: all (slot invalidation, src/compat.h)
 use strict;
 use warnings;
 use Time::HiRes qw(time usleep);

@@ -1,4 +1,4 @@
-# Secrets and privileges (docs/design.md §8, README "Security").
+# Secrets and privileges (docs/internals.md §9, README "Security").
 #
 # A marker is planted in row values, in a header value and in the signing
 # secret; then every path that handles them runs: create_pipeline calls that

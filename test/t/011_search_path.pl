@@ -1,4 +1,4 @@
-# Privilege boundary (issue #10 items 1, 2, 5).
+# Privilege boundary (docs/internals.md §9).
 #
 # A role granted the management functions puts its own schema first on
 # search_path, holding operators and functions that shadow the built-in ones
@@ -13,8 +13,8 @@
 # messages => true needs REPLICATION or superuser, at create, at alter and
 # when the worker starts (item 5).
 #
-# Planning a backfill runs a table owner's code in the caller's session
-# (issue #30 item 12): the policy function of a table with row-level
+# Planning a backfill runs a table owner's code in the caller's session:
+# the policy function of a table with row-level
 # security runs when the planner samples the key's order or the bitmap
 # ranges.  It runs only as a security-restricted operation: a setting it
 # changes does not outlive the call, and it cannot create temporary objects
@@ -286,7 +286,7 @@ ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHE
 is(scalar(@{ $sink->messages }), $before, 'no message was delivered without REPLICATION');
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('rm')");
 
-# ---- issue #30 item 12: a table owner's code during backfill planning ---------
+# ---- a table owner's code during backfill planning ----------------------------
 # tabowner's policy function moves the caller's search_path to its own
 # schema and tries to plant a temporary table.  The pipeline's owner reads
 # the table through the policy, so the function runs in whatever session

@@ -1,4 +1,4 @@
-# ALTER EXTENSION replicant UPDATE under a write workload (issue #10 item 15).
+# ALTER EXTENSION replicant UPDATE under a write workload.
 #
 # For each earlier version (0.1.0, and 0.2.0, the previous release) the
 # extension is installed at that version, in a database of its own, and a

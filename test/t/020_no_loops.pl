@@ -14,6 +14,8 @@
 #     they stream, with or without FORCE), their slots go, and their places
 #     in replicant.max_pipelines are free; a DROP DATABASE that fails leaves
 #     them streaming
+#
+# versions: all (slot handling: slots refused, not created, never dropped)
 use strict;
 use warnings;
 use Time::HiRes qw(time usleep);

@@ -1,4 +1,4 @@
-# Backfills against concurrent DDL (issue #30 items 1 and 5):
+# Backfills against concurrent DDL:
 #
 #   a rewriting ALTER (ALTER COLUMN ... TYPE) whose transaction holds the
 #     table's lock while a chunk starts, twice per backfill, in each read
@@ -15,6 +15,8 @@
 #     the filter, no column outside the list, reaches the sink; also when
 #     its owner lost SELECT on it meanwhile (no halt for a table no longer
 #     published).
+#
+# versions: all (publication semantics: tables leaving a publication, partitions detached)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

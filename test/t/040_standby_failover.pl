@@ -15,6 +15,8 @@
 # pipeline halts with a clear last_error, its worker is not started again,
 # nothing more reaches the sink, and recreating it with a snapshot (README)
 # brings the sink back to the source.
+#
+# versions: all (failover slots and standbys differ per version)
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;

@@ -6,6 +6,8 @@
 # for one table halt the pipeline, as the server refuses them.  Generated
 # columns are not published before PostgreSQL 18, nor on 18 unless
 # publish_generated_columns = stored (041 covers that).
+#
+# versions: all (column lists and generated columns)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

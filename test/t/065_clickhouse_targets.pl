@@ -3,6 +3,8 @@
 # one name, leaving nothing behind.  sink_ddl prints only the columns the
 # publications deliver (PostgreSQL 15's column lists).  No ClickHouse server
 # is needed: nothing here is delivered.
+#
+# versions: all (column lists)
 use strict;
 use warnings;
 use FindBin;

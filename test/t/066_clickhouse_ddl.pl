@@ -13,6 +13,8 @@
 # snapshot, enable; and create_tables => true, which creates missing targets
 # exactly as sink_ddl prints them before the snapshot, leaves an existing
 # one as it is, and halts when ClickHouse refuses.
+#
+# versions: all (publish_via_partition_root, generated columns, column lists)
 use strict;
 use warnings;
 use FindBin;
