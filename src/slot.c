@@ -130,15 +130,36 @@ replicant_slot_acquire(const char *name)
 bool
 replicant_slot_drop(const char *name)
 {
+	MemoryContext context = CurrentMemoryContext;
+	volatile bool dropped = true;
+
 	if (replicant_slot_owner(name) != REPLICANT_SLOT_OURS)
 		return false;
 
 	/*
 	 * Waits for a worker still holding it to let go.  Only a role that may
-	 * drop any slot (REPLICATION) could replace it in between.
+	 * drop any slot (REPLICATION) could replace it in between.  A slot the
+	 * worker was still creating (ephemeral) goes away as the worker exits:
+	 * then there is nothing left to drop.
 	 */
-	ReplicationSlotDrop(name, false);
-	return true;
+	PG_TRY();
+	{
+		ReplicationSlotDrop(name, false);
+	}
+	PG_CATCH();
+	{
+		ErrorData *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_UNDEFINED_OBJECT ||
+			replicant_slot_owner(name) != REPLICANT_SLOT_MISSING)
+			PG_RE_THROW();
+		FlushErrorState();
+		dropped = false;
+	}
+	PG_END_TRY();
+	return dropped;
 }
 
 int
