@@ -8,17 +8,18 @@
 \echo Use "ALTER EXTENSION replicant UPDATE" to load this file. \quit
 
 -- ---- Slot names are cluster-wide, pipeline names per database: a new
--- pipeline's slot is replicant_<database OID>_<name> (a name too long for
+-- pipeline's slot is replicant<database OID>_<name> (a name too long for
 -- that keeps its start and gets its hash), and the row records it.  Existing
--- pipelines keep the slot they have, replicant_<name>: the update re-delivers
--- and loses nothing.  replicant never decodes, adopts or drops a slot of
+-- pipelines keep the slot they have, replicant_<name>, which no new name
+-- equals (a digit follows "replicant" in these): the update re-delivers and
+-- loses nothing.  replicant never decodes, adopts or drops a slot of
 -- another database or another output plugin, whatever its name.
 ALTER TABLE replicant.pipelines ADD COLUMN slot_name name;
 UPDATE replicant.pipelines SET slot_name = ('replicant_' || name)::name;
 ALTER TABLE replicant.pipelines ALTER COLUMN slot_name SET NOT NULL;
 ALTER TABLE replicant.pipelines ADD CONSTRAINT pipelines_slot_name_key UNIQUE (slot_name);
 COMMENT ON COLUMN replicant.pipelines.slot_name IS
-    'API: Private. The pipeline''s replication slot: replicant_<database OID>_<name>, or replicant_<name> for a pipeline created before 0.3.0.';
+    'API: Private. The pipeline''s replication slot: replicant<database OID>_<name>, or replicant_<name> for a pipeline created before 0.3.0.';
 
 -- ---- replicant.status shows a sink URL's path and query (where tokens often
 -- live) only to the pipeline's owner (its members, superusers); every other

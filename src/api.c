@@ -1484,6 +1484,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	ReplicantCatalogAccess s;
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1];
+	char *slot_name;
 
 	/* Dropping a slot cannot be rolled back. */
 	PreventInTransactionBlock(true, "replicant.drop_pipeline()");
@@ -1498,13 +1499,14 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	if (SPI_execute_with_args("DELETE FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete from replicant.pipelines");
+	/* What the lookup allocated goes with SPI's memory at the leave. */
+	slot_name = MemoryContextStrdup(s.saved_context, ref.slot_name);
 	replicant_catalog_leave(&s);
 
 	stop_worker(ref.id);
-	if (!replicant_slot_drop(ref.slot_name) &&
-		replicant_slot_owner(ref.slot_name) == REPLICANT_SLOT_FOREIGN)
+	if (replicant_slot_drop(slot_name, false) == REPLICANT_SLOT_FOREIGN)
 		ereport(WARNING,
-				(errmsg("replication slot \"%s\" was left in place", ref.slot_name),
+				(errmsg("replication slot \"%s\" was left in place", slot_name),
 				 errdetail("It belongs to another database or output plugin, not to pipeline \"%s\".", name)));
 
 	replicant_shmem_request_sync_at_commit();

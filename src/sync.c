@@ -20,7 +20,6 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
-#include "replication/slot.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
@@ -321,17 +320,17 @@ drop_orphan_slots(List *inactive_slots, List *rows)
 
 		foreach(lc2, rows)
 			owned |= (strcmp(((PipelineRow *) lfirst(lc2))->slot_name, slot_name) == 0);
-		if (!owned && replicant_slot_owner(slot_name) == REPLICANT_SLOT_OURS)
+		if (!owned)
 		{
 			MemoryContext context = CurrentMemoryContext;
 
-			ereport(LOG,
-					(errmsg("dropping replication slot \"%s\", which no replicant pipeline owns",
-							slot_name)));
 			/* Taken meanwhile, say: the pipelines' sync does not fail for it. */
 			PG_TRY();
 			{
-				ReplicationSlotDrop(slot_name, true);
+				if (replicant_slot_drop(slot_name, true) == REPLICANT_SLOT_OURS)
+					ereport(LOG,
+							(errmsg("dropped replication slot \"%s\", which no replicant pipeline owned",
+									slot_name)));
 			}
 			PG_CATCH();
 			{

@@ -190,8 +190,9 @@ $node->safe_psql('fresh', "SELECT replicant.create_pipeline('gone', 'u_pub', '$u
 $node->safe_psql('fresh', 'DROP EXTENSION replicant');
 is($node->safe_psql('fresh', "SELECT has_schema_privilege('watcher', 'replicant', 'USAGE')"), 't',
 	'after DROP EXTENSION the schema stays, with its grants');
+my $gone_slot = ReplicantTest::slot_name($node, 'fresh', 'gone');
 ok(ReplicantTest::poll($node,
-		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = 'replicant_gone'"),
+		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = '$gone_slot'"),
 	'... its pipelines\' slots go');
 $node->safe_psql('fresh', 'CREATE EXTENSION replicant');
 is($node->safe_psql('fresh',
