@@ -27,6 +27,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "catalog.h"
 #include "delivery.h"
 #include "fault.h"
 #include "pipeline.h"
@@ -134,6 +135,7 @@ read_pipeline_rows(List **halts)
 
 	if (!OidIsValid(get_extension_oid("replicant", true)))
 		return NIL;
+	replicant_catalog_check_schema();
 	replicant_fault("sync");
 	*halts = record_halt_requests();
 	halt_unconnectable_pipelines();
@@ -376,6 +378,7 @@ halt_database_pipelines(const char *reason)
 		StartTransactionCommand();
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
+		replicant_catalog_check_schema();
 		if (OidIsValid(get_extension_oid("replicant", true)) &&
 			SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $1"
 								  " WHERE enabled AND halt_reason IS NULL",
