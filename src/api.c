@@ -55,6 +55,7 @@
 #include "publication.h"
 #include "replicant.h"
 #include "shmem.h"
+#include "sink_ddl.h"
 #include "signing.h"
 #include "slot.h"
 #include "waiver.h"
@@ -966,16 +967,18 @@ warn_tables_leaving_toast_out(List *relids, const char *format)
 /*
  * Format 'clickhouse' names each target after its table, without the
  * schema: refuse two published tables of one name, which would mix their
- * rows in one target.
+ * rows in one target; and a delivered column named as one the format adds
+ * (sink_ddl.c raises that error).
  */
 static void
-check_targets_distinct(List *relids, const char *format)
+check_targets_distinct(ArrayType *publications, List *relids, const char *format)
 {
 	Oid argtypes[1] = {OIDARRAYOID};
 	Datum args[1];
 
 	if (relids == NIL || strcmp(format, "clickhouse") != 0)
 		return;
+	(void) replicant_sink_ddl_tables(publications, false, CurrentMemoryContext);
 	args[0] = PointerGetDatum(oid_array(relids));
 	if (SPI_execute_with_args("SELECT n1.nspname, c1.relname, n2.nspname"
 							  "  FROM pg_catalog.pg_class c1"
@@ -1083,7 +1086,7 @@ check_create_catalog(const char *name, const char *slot_name, Oid owner,
 		replicant_format_lookup(TextDatumGetCString(o->values[OPT_FORMAT]))->whole_rows)
 		warn_tables_leaving_toast_out(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_FORMAT])
-		check_targets_distinct(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
+		check_targets_distinct(pubs, tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_CREATE_TABLES])
 		check_create_tables(DatumGetBool(o->values[OPT_CREATE_TABLES]),
 							o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
@@ -1379,12 +1382,14 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 							o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
 												  pipeline_format(ref.id));
 	if (o.given[OPT_FORMAT] || o.given[OPT_PUBLICATION])
-		check_targets_distinct(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
-																		  DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
-																		  ref.publications,
-																	  true),
+	{
+		ArrayType *pubs = o.given[OPT_PUBLICATION] ? DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
+													 ref.publications;
+
+		check_targets_distinct(pubs, replicant_publication_published_tables(pubs, true),
 							   o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
 													 pipeline_format(ref.id));
+	}
 	replicant_catalog_leave(&s);
 	stop_worker_and_wait(ref.id);
 
