@@ -10,6 +10,7 @@ OBJS = \
 	src/sync.o \
 	src/worker.o \
 	src/catalog.o \
+	src/install.o \
 	src/pipeline.o \
 	src/decoder.o \
 	src/slot.o \

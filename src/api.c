@@ -58,6 +58,7 @@
 #include "publication.h"
 #include "replicant.h"
 #include "shmem.h"
+#include "sink_ddl.h"
 #include "signing.h"
 #include "slot.h"
 #include "waiver.h"
@@ -969,16 +970,18 @@ warn_tables_leaving_toast_out(List *relids, const char *format)
 /*
  * Format 'clickhouse' names each target after its table, without the
  * schema: refuse two published tables of one name, which would mix their
- * rows in one target.
+ * rows in one target; and a delivered column named as one the format adds
+ * (sink_ddl.c raises that error).
  */
 static void
-check_targets_distinct(List *relids, const char *format)
+check_targets_distinct(ArrayType *publications, List *relids, const char *format)
 {
 	Oid argtypes[1] = {OIDARRAYOID};
 	Datum args[1];
 
 	if (relids == NIL || strcmp(format, "clickhouse") != 0)
 		return;
+	(void) replicant_sink_ddl_tables(publications, false, CurrentMemoryContext);
 	args[0] = PointerGetDatum(oid_array(relids));
 	if (SPI_execute_with_args("SELECT n1.nspname, c1.relname, n2.nspname"
 							  "  FROM pg_catalog.pg_class c1"
@@ -1086,7 +1089,7 @@ check_create_catalog(const char *name, const char *slot_name, Oid owner,
 		replicant_format_lookup(TextDatumGetCString(o->values[OPT_FORMAT]))->whole_rows)
 		warn_tables_leaving_toast_out(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_FORMAT])
-		check_targets_distinct(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
+		check_targets_distinct(pubs, tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_CREATE_TABLES])
 		check_create_tables(DatumGetBool(o->values[OPT_CREATE_TABLES]),
 							o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
@@ -1382,12 +1385,14 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 							o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
 												  pipeline_format(ref.id));
 	if (o.given[OPT_FORMAT] || o.given[OPT_PUBLICATION])
-		check_targets_distinct(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
-																		  DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
-																		  ref.publications,
-																	  true),
+	{
+		ArrayType *pubs = o.given[OPT_PUBLICATION] ? DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
+													 ref.publications;
+
+		check_targets_distinct(pubs, replicant_publication_published_tables(pubs, true),
 							   o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
 													 pipeline_format(ref.id));
+	}
 	replicant_catalog_leave(&s);
 	stop_worker_and_wait(ref.id);
 
@@ -1487,6 +1492,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	ReplicantCatalogAccess s;
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1];
+	char *slot_name;
 
 	/* Dropping a slot cannot be rolled back. */
 	PreventInTransactionBlock(true, "replicant.drop_pipeline()");
@@ -1501,13 +1507,14 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	if (SPI_execute_with_args("DELETE FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete from replicant.pipelines");
+	/* What the lookup allocated goes with SPI's memory at the leave. */
+	slot_name = MemoryContextStrdup(s.saved_context, ref.slot_name);
 	replicant_catalog_leave(&s);
 
 	stop_worker(ref.id);
-	if (!replicant_slot_drop(ref.slot_name) &&
-		replicant_slot_owner(ref.slot_name) == REPLICANT_SLOT_FOREIGN)
+	if (replicant_slot_drop(slot_name, false) == REPLICANT_SLOT_FOREIGN)
 		ereport(WARNING,
-				(errmsg("replication slot \"%s\" was left in place", ref.slot_name),
+				(errmsg("replication slot \"%s\" was left in place", slot_name),
 				 errdetail("It belongs to another database or output plugin, not to pipeline \"%s\".", name)));
 
 	replicant_shmem_request_sync_at_commit();

@@ -29,6 +29,17 @@ typedef struct ReplicantCatalogAccess
  */
 extern int replicant_pin_search_path(void);
 
+/*
+ * Raises an error unless the schema named "replicant" is the extension's
+ * and a superuser owns it (nothing to check while the extension is not
+ * installed: queries on its tables then fail by themselves).  The owner of
+ * a schema may rename it, or drop the tables in it and make its own, and
+ * queries run with raised privileges name replicant's tables by name.
+ * Both enter and begin check it; so must any other query on replicant's
+ * tables as a superuser.  Inside a transaction.
+ */
+extern void replicant_catalog_check_schema(void);
+
 /* Inside the caller's transaction (SQL-callable functions). */
 extern void replicant_catalog_enter(ReplicantCatalogAccess *access);
 extern void replicant_catalog_leave(ReplicantCatalogAccess *access);

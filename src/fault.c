@@ -14,7 +14,9 @@
  * two seconds there, to widen a race ("halt": between a halt's records in
  * the catalog and in shared memory), and "<point>:hold" waits there until
  * the setting names something else, so a test can look at the worker
- * stopped at that step for as long as it needs.  "<point>:error=<SQLSTATE>"
+ * stopped at that step for as long as it needs ("slot_drop": a slot that
+ * drop_pipeline or the sync of orphan slots found replicant's by name,
+ * not acquired yet).  "<point>:error=<SQLSTATE>"
  * raises an ERROR of that class there instead, for the points where a
  * worker meets errors of its own: "decode", "encode", "deliver",
  * "checkpoint", "snapshot_read", "backfill_read", "sync" (the phases a halt

@@ -331,7 +331,7 @@ append_row(StringInfo out, const ReplicantChange *change, StringInfo object,
 					 errmsg("update of table \"%s\" left TOASTed columns out of its new row",
 							change->relation->table)));
 	}
-	appendStringInfo(out, "%s\"_version\":" UINT64_FORMAT ",\"_deleted\":%d}\n",
+	appendStringInfo(out, "%s\"" REPLICANT_CLICKHOUSE_VERSION_COLUMN "\":" UINT64_FORMAT ",\"" REPLICANT_CLICKHOUSE_DELETED_COLUMN "\":%d}\n",
 					 object->len > 2 ? "," : "", (uint64) version, deleted ? 1 : 0);
 }
 
@@ -710,6 +710,30 @@ code_is_final(int code)
 		if (final_codes[i] == code)
 			return true;
 	return false;
+}
+
+bool
+replicant_clickhouse_ddl_code_is_final(int code)
+{
+	static const int transient_codes[] = {
+		57,  /* TABLE_ALREADY_EXISTS: made meanwhile (IF NOT EXISTS passes next) */
+		159, /* TIMEOUT_EXCEEDED */
+		202, /* TOO_MANY_SIMULTANEOUS_QUERIES */
+		203, /* NO_FREE_CONNECTION */
+		209, /* SOCKET_TIMEOUT */
+		210, /* NETWORK_ERROR */
+		241, /* MEMORY_LIMIT_EXCEEDED */
+		243, /* NOT_ENOUGH_SPACE */
+		285, /* TOO_FEW_LIVE_REPLICAS */
+		473, /* DEADLOCK_AVOIDED */
+		999, /* KEEPER_EXCEPTION */
+	};
+	int i;
+
+	for (i = 0; i < lengthof(transient_codes); i++)
+		if (transient_codes[i] == code)
+			return false;
+	return true;
 }
 
 const ReplicantFormat replicant_format_clickhouse = {

@@ -110,11 +110,12 @@ replicant_pipeline_new_slot_name(const char *name)
 	int keep;
 
 	if (!replicant_pipeline_has_column("slot_name"))
-		return psprintf(REPLICANT_SLOT_PREFIX "%s", name);
+		return psprintf(REPLICANT_LEGACY_SLOT_PREFIX "%s", name);
 	prefix = psprintf(REPLICANT_SLOT_PREFIX "%u_", MyDatabaseId);
-	if (strlen(prefix) + strlen(name) < NAMEDATALEN)
+	/* Up to 62 bytes as it is: a hashed name has 63, so none equals another. */
+	if (strlen(prefix) + strlen(name) < NAMEDATALEN - 1)
 		return psprintf("%s%s", prefix, name);
-	/* At most 48 + 21 characters: keep what fits beside "_<8 hex digits>". */
+	/* At most 48 + 20 bytes: keep what fits beside "_<8 hex digits>". */
 	keep = NAMEDATALEN - 1 - strlen(prefix) - 9;
 	return psprintf("%s%.*s_%08x", prefix, keep, name,
 					hash_bytes((const unsigned char *) name, strlen(name)));
@@ -125,7 +126,7 @@ replicant_pipeline_slot_name_sql(void)
 {
 	return replicant_pipeline_has_column("slot_name") ?
 			   "p.slot_name::pg_catalog.text" :
-			   "'" REPLICANT_SLOT_PREFIX "' OPERATOR(pg_catalog.||) p.name";
+			   "'" REPLICANT_LEGACY_SLOT_PREFIX "' OPERATOR(pg_catalog.||) p.name";
 }
 
 static char *

@@ -82,9 +82,10 @@ extern void replicant_pipeline_check_name(const char *name);
 extern void replicant_pipeline_check_publication_name(const char *name);
 
 /*
- * The slot name of a new pipeline of this database: "replicant_<database
+ * The slot name of a new pipeline of this database: "replicant<database
  * OID>_<name>", so that pipelines of one name in two databases never share
- * a slot (a name too long for that keeps its start and gets its hash).
+ * a slot (a name too long for that keeps its start and gets its hash), nor
+ * does a pipeline created before 0.3.0, whose slot is "replicant_<name>".
  * Under the SQL objects of 0.1.0 or 0.2.0, whose rows cannot record it,
  * "replicant_<name>" as they had it; the update to 0.3.0 records that.
  */

@@ -523,6 +523,12 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 }
 
 void
+replicant_sink_classify_codes(ReplicantSink *sink, bool (*code_is_final)(int code))
+{
+	sink->code_is_final = code_is_final;
+}
+
+void
 replicant_sink_destroy(ReplicantSink *sink)
 {
 	if (sink == NULL)

@@ -7,10 +7,12 @@
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "replication/slot.h"
 
 #include "compat.h"
+#include "fault.h"
 #include "plugin_gate.h"
 #include "replicant.h"
 #include "slot.h"
@@ -101,7 +103,7 @@ replicant_slot_acquire(const char *name)
 	switch (replicant_slot_owner(name))
 	{
 		case REPLICANT_SLOT_MISSING:
-			return psprintf("replication slot \"%s\" does not exist (a promoted standby has it only as a failover slot): recreate the pipeline with a snapshot", name);
+			return psprintf("replication slot \"%s\" does not exist (it was dropped, or this server is a promoted standby that had no failover copy of it): recreate the pipeline with a snapshot", name);
 		case REPLICANT_SLOT_FOREIGN:
 			return replicant_slot_foreign_reason(name);
 		case REPLICANT_SLOT_OURS:
@@ -127,24 +129,19 @@ replicant_slot_acquire(const char *name)
 	return psprintf("replication slot \"%s\" was invalidated (invalidation_reason %s)", name, invalidation);
 }
 
-bool
-replicant_slot_drop(const char *name)
+/*
+ * Acquires the slot, or returns false if it went away meanwhile: a slot the
+ * worker was still creating (ephemeral) goes with the worker that exits.
+ */
+static bool
+acquire_unless_gone(const char *name, bool nowait)
 {
 	MemoryContext context = CurrentMemoryContext;
-	volatile bool dropped = true;
+	volatile bool acquired = true;
 
-	if (replicant_slot_owner(name) != REPLICANT_SLOT_OURS)
-		return false;
-
-	/*
-	 * Waits for a worker still holding it to let go.  Only a role that may
-	 * drop any slot (REPLICATION) could replace it in between.  A slot the
-	 * worker was still creating (ephemeral) goes away as the worker exits:
-	 * then there is nothing left to drop.
-	 */
 	PG_TRY();
 	{
-		ReplicationSlotDrop(name, false);
+		REPLICANT_SLOT_ACQUIRE(name, nowait);
 	}
 	PG_CATCH();
 	{
@@ -156,10 +153,45 @@ replicant_slot_drop(const char *name)
 			replicant_slot_owner(name) != REPLICANT_SLOT_MISSING)
 			PG_RE_THROW();
 		FlushErrorState();
-		dropped = false;
+		acquired = false;
 	}
 	PG_END_TRY();
-	return dropped;
+	return acquired;
+}
+
+ReplicantSlotOwner
+replicant_slot_drop(const char *name, bool nowait)
+{
+	ReplicantSlotOwner owner = replicant_slot_owner(name);
+
+	if (owner != REPLICANT_SLOT_OURS)
+		return owner;
+	replicant_fault("slot_drop");
+
+	/*
+	 * Looked at by name, the slot may have been dropped and made again by
+	 * someone with REPLICATION since: it is looked at again once acquired
+	 * (waiting for a process holding it to let go, unless nowait), and
+	 * dropped as acquired, which nobody else can drop or replace.
+	 */
+	if (!acquire_unless_gone(name, nowait))
+		return REPLICANT_SLOT_MISSING;
+	if (!slot_is_ours(MyReplicationSlot))
+	{
+		ReplicationSlotRelease();
+		return REPLICANT_SLOT_FOREIGN;
+	}
+	/* ReplicationSlotDrop's rule: the slot sync worker keeps a standby's copy. */
+	if (RecoveryInProgress() && REPLICANT_SLOT_SYNCED(MyReplicationSlot))
+	{
+		ReplicationSlotRelease();
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot drop replication slot \"%s\"", name),
+				 errdetail("This replication slot is being synchronized from the primary server.")));
+	}
+	REPLICANT_SLOT_DROP_ACQUIRED();
+	return REPLICANT_SLOT_OURS;
 }
 
 int
@@ -193,6 +225,22 @@ replicant_slot_any_active(Oid dboid)
 	return active;
 }
 
+/*
+ * Whether name is one replicant gives a pipeline's slot: "replicant_<name>"
+ * (before 0.3.0) or "replicant<database OID>_<name>".
+ */
+static bool
+slot_name_is_replicants(const char *name)
+{
+	const char *p = name + strlen(REPLICANT_SLOT_PREFIX);
+
+	if (strncmp(name, REPLICANT_SLOT_PREFIX, strlen(REPLICANT_SLOT_PREFIX)) != 0)
+		return false;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	return *p == '_';
+}
+
 List *
 replicant_slot_list_inactive(void)
 {
@@ -208,8 +256,7 @@ replicant_slot_list_inactive(void)
 		if (s->in_use && s->active_pid == 0 &&
 			s->data.database == MyDatabaseId &&
 			strcmp(NameStr(s->data.plugin), "replicant") == 0 &&
-			strncmp(NameStr(s->data.name), REPLICANT_SLOT_PREFIX,
-					strlen(REPLICANT_SLOT_PREFIX)) == 0)
+			slot_name_is_replicants(NameStr(s->data.name)))
 			names = lappend(names, pstrdup(NameStr(s->data.name)));
 	}
 	LWLockRelease(ReplicationSlotControlLock);

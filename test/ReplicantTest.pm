@@ -292,7 +292,7 @@ sub wait_until_synced
 =item slot_name($node, $dbname, $pipeline)
 
 The name of the replication slot of a pipeline created in database $dbname:
-C<replicant_E<lt>database OIDE<gt>_E<lt>pipelineE<gt>> (for a name short
+C<replicantE<lt>database OIDE<gt>_E<lt>pipelineE<gt>> (for a name short
 enough; replicant.status.slot_name shows every pipeline's).
 
 =cut
@@ -302,7 +302,7 @@ sub slot_name
 	my ($node, $dbname, $pipeline) = @_;
 	my $oid = $node->safe_psql('postgres',
 		"SELECT oid FROM pg_database WHERE datname = '$dbname'");
-	return "replicant_${oid}_$pipeline";
+	return "replicant${oid}_$pipeline";
 }
 
 =pod
