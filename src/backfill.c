@@ -66,6 +66,7 @@
 #include "catalog.h"
 #include "compat.h"
 #include "encoder.h"
+#include "fault.h"
 #include "format.h"
 #include "partition_root.h"
 #include "publication.h"
@@ -1003,6 +1004,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		replicant_chunk_free(chunk);
 		return NULL;
 	}
+	replicant_fault("backfill_chunk");
 	snapshot = snapshot_after_low_watermark(pipeline, b, chunk);
 	if (snapshot == NULL)
 	{
