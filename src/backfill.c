@@ -600,7 +600,8 @@ close_chunk(ReplicantChunk *chunk, ReplicantCatalogAccess *access)
 /*
  * The table stopped being published (ALTER PUBLICATION ... DROP TABLE, a
  * publication dropped or replaced, a partition detached from the root it
- * was published through): the rest of it is never read.
+ * was published through): the rest of it is not read, unless it is
+ * published again (replicant_backfill_replan_skipped).
  */
 static void
 skip_unpublished(ReplicantPipeline *pipeline, ReplicantBackfill *b)

@@ -2,13 +2,16 @@
  * backfill_plan.c
  *		Planning incremental backfills: the read method (the router), the
  *		table's measures and bitmap ranges, read as the table's owner once
- *		the pipeline's owner was found to read the table whole.
+ *		the pipeline's owner was found to read the table whole; and planning
+ *		again the tables whose backfill was skipped while no publication
+ *		published them, once one does again.
  */
 #include "postgres.h"
 
 #include <math.h>
 
 #include "access/table.h"
+#include "catalog/pg_class_d.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "storage/bufmgr.h"
@@ -23,6 +26,9 @@
 #include "chunk.h"
 #include "encoder.h"
 #include "key_order.h"
+#include "partition_root.h"
+#include "publication.h"
+#include "pubfilter.h"
 #include "row_key.h"
 #include "table_read.h"
 
@@ -293,4 +299,128 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 							  6, types, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not plan the backfill");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Whether a publication of the pipeline publishes rel now, by the rule a
+ * chunk or a snapshot window skips it by.  Publications that disagree on
+ * its columns count as publishing it: reading it halts on that.
+ */
+static bool
+published_now(ReplicantPipeline *pipeline, Relation rel)
+{
+	Relation target = replicant_partition_root_open_for_read(rel, pipeline->publications,
+															 AccessShareLock);
+	ReplicantPubFilter *filter;
+	char *conflict = replicant_publication_read_filter(rel, target, pipeline->publications,
+													   &filter);
+	bool published = conflict != NULL || replicant_pubfilter_publishes(filter);
+
+	replicant_pubfilter_free(filter);
+	if (target != rel)
+		table_close(target, AccessShareLock);
+	return published;
+}
+
+/*
+ * The tables whose last backfill or initial snapshot in the pipeline was
+ * skipped, oldest first, in the SPI connection's memory.  Needs SPI.
+ */
+static List *
+skipped_tables(int32 pipeline_id)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
+	List *relids = NIL;
+	uint64 i;
+
+	if (SPI_execute_with_args("SELECT b.relid FROM replicant.backfills b"
+							  " WHERE b.pipeline_id OPERATOR(pg_catalog.=) $1"
+							  "   AND b.state OPERATOR(pg_catalog.=) 'skipped'"
+							  "   AND NOT EXISTS (SELECT 1 FROM replicant.backfills l"
+							  "                    WHERE l.pipeline_id OPERATOR(pg_catalog.=) b.pipeline_id"
+							  "                      AND l.relid OPERATOR(pg_catalog.=) b.relid"
+							  "                      AND l.id OPERATOR(pg_catalog.>) b.id)"
+							  " ORDER BY b.id",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read backfills");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool isnull;
+
+		relids = lappend_oid(relids,
+							 DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 1, &isnull)));
+	}
+	return relids;
+}
+
+/*
+ * Plans a backfill of relid again, from its start, when a publication
+ * publishes it again (setting *planned); returns whether it is still
+ * skipped.  Sets *refused (in mcxt) when the pipeline's owner may not read
+ * the table it would plan.
+ */
+static bool
+replan_if_published(ReplicantPipeline *pipeline, Oid relid, bool *planned,
+					char **refused, MemoryContext mcxt)
+{
+	Relation rel = get_rel_relkind(relid) == RELKIND_RELATION ?
+					   try_table_open(relid, AccessShareLock) :
+					   NULL;
+	char *name;
+
+	/* Dropped since: nothing of it is published, nothing is missing. */
+	if (rel == NULL)
+		return false;
+	if (!published_now(pipeline, rel))
+	{
+		table_close(rel, AccessShareLock);
+		return true;
+	}
+	name = pstrdup(RelationGetRelationName(rel));
+	*refused = replicant_table_read_denied(rel, pipeline->owner);
+	table_close(rel, AccessShareLock);
+	if (*refused)
+	{
+		*refused = MemoryContextStrdup(mcxt, *refused);
+		return false;
+	}
+	(void) replicant_backfill_plan(pipeline->id, pipeline->owner, relid, "auto");
+	*planned = true;
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" backfills table \"%s\" again from its start",
+					pipeline->name, name),
+			 errdetail("Its last backfill or snapshot was skipped while no publication of the pipeline published it, and one publishes it again.")));
+	return false;
+}
+
+bool
+replicant_backfill_replan_skipped(ReplicantPipeline *pipeline, bool *planned,
+								  char **halt_reason)
+{
+	ReplicantCatalogAccess access;
+	MemoryContext caller = CurrentMemoryContext;
+	bool skipped = false;
+	ListCell *lc;
+
+	*planned = false;
+	*halt_reason = NULL;
+	replicant_catalog_begin(&access);
+	/*
+	 * Under the SQL objects of 0.1.0 and 0.2.0 a skip is recorded as
+	 * 'cancelled', which cannot be told from the operator's cancel.
+	 */
+	if (strcmp(replicant_catalog_skipped_state(), "skipped") == 0)
+	{
+		foreach(lc, skipped_tables(pipeline->id))
+		{
+			skipped |= replan_if_published(pipeline, lfirst_oid(lc), planned,
+										   halt_reason, caller);
+			if (*halt_reason)
+				break;
+		}
+	}
+	replicant_catalog_end(&access);
+	return skipped;
 }

@@ -1,7 +1,8 @@
 /*
  * backfill_plan.h
  *		Planning incremental backfills: read method, measures, bitmap
- *		ranges.
+ *		ranges; and backfilling again the tables a skipped backfill or
+ *		snapshot left unread, once they are published again.
  */
 #ifndef REPLICANT_BACKFILL_PLAN_H
 #define REPLICANT_BACKFILL_PLAN_H
@@ -16,5 +17,19 @@
  */
 extern int64 replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid,
 									 const char *requested_mode);
+
+/*
+ * Plans a backfill, from its start, of every table whose last backfill or
+ * initial snapshot in the pipeline was skipped because no publication
+ * published it, and which one of the pipeline's publications publishes
+ * again: the rows it never read, and the changes the stream skipped
+ * meanwhile, reach the sink; sets *planned if it planned one.  Returns
+ * whether such a table is still not published (to look again later); sets
+ * *halt_reason when the pipeline's owner may not read one that is (the
+ * stream would halt on it too).  In a transaction of its own (pipeline
+ * worker).
+ */
+extern bool replicant_backfill_replan_skipped(ReplicantPipeline *pipeline, bool *planned,
+											  char **halt_reason);
 
 #endif /* REPLICANT_BACKFILL_PLAN_H */

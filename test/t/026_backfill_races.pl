@@ -243,6 +243,44 @@ unpublish_during_backfill(
 	filter       => \&big_v,
 	leaf_name    => 'public.meas_1');
 
+# ---- a table published again after its backfill was skipped -----------------------
+# Skipped while no publication published it; published again, it is read
+# again from its start: the rows the skipped backfill never read arrive,
+# and so does a row changed while the table was not published (the stream
+# skipped that change).
+query(q{
+CREATE TABLE kin (id int PRIMARY KEY, name text NOT NULL);
+INSERT INTO kin SELECT g, 'name ' || g FROM generate_series(1, 40000) g;
+CREATE PUBLICATION kin_pub FOR TABLE kin;
+});
+{
+	my $sink = ReplicantTest::start_sink(name => 'sink_kin', delay_ms => 300);
+	query("SELECT replicant.create_pipeline('kin', 'kin_pub', '$sink->{url}')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'kin'"),
+		'republished: the pipeline streams');
+	my $id = query("SELECT replicant.backfill('kin', 'kin', mode => 'keyset')");
+	ok(poll("SELECT rows_done > 0 FROM replicant.backfill_status WHERE id = $id"),
+		'republished: a chunk was delivered');
+	query('ALTER PUBLICATION kin_pub DROP TABLE kin');
+	$sink->control({ clear => 1 });
+	ok(poll("SELECT state = 'skipped' FROM replicant.backfill_status WHERE id = $id", 120),
+		'republished: the backfill is skipped');
+	query("UPDATE kin SET name = 'changed while unpublished' WHERE id = 1");
+	query('ALTER PUBLICATION kin_pub ADD TABLE kin');
+	query("INSERT INTO kin VALUES (0, 'after')");
+	my $again = "SELECT state FROM replicant.backfill_status WHERE pipeline = 'kin'"
+	  . " AND relation = 'kin'::regclass AND id > $id";
+	ok(poll("SELECT EXISTS ($again)", 60), 'republished: the table is backfilled again');
+	ok(poll("SELECT ($again) = 'done'", 180), 'republished: the new backfill ends');
+	my ($state, $error) = split /\|/,
+	  query("SELECT state, coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'kin'");
+	is("$state $error", 'streaming ', 'republished: the pipeline streams, with no error');
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['kin'], 60),
+		'backfill_skipped_republished: every row of the table published again reaches the sink');
+	query("SELECT replicant.drop_pipeline('kin')");
+	$sink->stop;
+}
+
 # ---- a column that leaves the column list while a chunk starts ---------------------
 # ALTER PUBLICATION takes a lock that the chunk's does not conflict with.
 # Held after it locked its table, before its low watermark, the chunk sees
