@@ -29,6 +29,8 @@ OBJS = \
 	src/encode_scalar.o \
 	src/guc_pin.o \
 	src/backfill.o \
+	src/backfill_plan.o \
+	src/key_order.o \
 	src/chunk.o \
 	src/batch.o \
 	src/headers.o \

@@ -47,7 +47,7 @@
 #include "utils/varlena.h"
 #include "utils/wait_event.h"
 
-#include "backfill.h"
+#include "backfill_plan.h"
 #include "catalog.h"
 #include "compat.h"
 #include "format.h"

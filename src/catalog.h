@@ -11,8 +11,9 @@
  * as the pipeline's owner.  Catalog access therefore runs as the bootstrap
  * superuser, inside SPI, with search_path pinned, so that nothing of the
  * caller's resolves in the queries; reading a user table switches to the
- * pipeline's owner instead (replicant_backfill_plan).  The caller's memory
- * context is current again after the matching end or leave.
+ * table's owner instead, restricted, once the pipeline's owner was found to
+ * read it whole (table_read.h).  The caller's memory context is current
+ * again after the matching end or leave.
  */
 typedef struct ReplicantCatalogAccess
 {

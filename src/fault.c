@@ -9,7 +9,8 @@
  * not committed), "after_checkpoint" (checkpoint committed, slot not
  * confirmed), "snapshot_window" (a snapshot window is delivered, its
  * progress not recorded), "snapshot_progress" (its progress is recorded,
- * the next window not read).  A value "<point>:abort" aborts instead, which
+ * the next window not read), "backfill_chunk" (a backfill chunk holds its
+ * table's lock, its low watermark not written).  A value "<point>:abort" aborts instead, which
  * makes the postmaster restart the whole server, "<point>:pause" waits
  * two seconds there, to widen a race ("halt": between a halt's records in
  * the catalog and in shared memory), and "<point>:hold" waits there until

@@ -35,6 +35,7 @@
 #include "catalog/partition.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_publication.h"
+#include "catalog/pg_publication_namespace.h"
 #include "catalog/pg_publication_rel.h"
 #include "commands/extension.h"
 #include "catalog/pg_type_d.h"
@@ -42,6 +43,7 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/catcache.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -49,6 +51,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "compat.h"
@@ -407,6 +410,16 @@ replicant_publication_read_filter(Relation rel, Relation target, List *names,
 	add_filters(*filter, rel, target, pubs, GetRelationPublications(relid),
 				GetSchemaPublications(RelationGetNamespace(rel)), ancestors);
 	return (*filter)->conflict;
+}
+
+void
+replicant_publication_catalog_refresh(void)
+{
+	AcceptInvalidationMessages();
+	CatalogCacheFlushCatalog(PublicationRelationId);
+	CatalogCacheFlushCatalog(PublicationRelRelationId);
+	CatalogCacheFlushCatalog(PublicationNamespaceRelationId);
+	InvalidateCatalogSnapshot();
 }
 
 /*

@@ -135,6 +135,17 @@ extern char *replicant_publication_read_filter(Relation rel, Relation target,
 											   struct ReplicantPubFilter **filter);
 
 /*
+ * Makes the publications' catalog rows be read anew, under a catalog
+ * snapshot taken after the caller's latest snapshot: cached ones, or the
+ * catalog snapshot they were read under, may predate it (ALTER PUBLICATION
+ * takes no lock that a reader's conflicts with).  Call before
+ * replicant_partition_root_open_for_read and
+ * replicant_publication_read_filter when what they say must be at least as
+ * new as the data read.
+ */
+extern void replicant_publication_catalog_refresh(void);
+
+/*
  * A value-free reason if a publication that counts for a commit at
  * commit_lsn is missing at this point of decoding and waivers (waiver.h) do
  * not accept it, with *cause what a resume would; else NULL: the missing

@@ -1385,7 +1385,7 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		return false;
 	}
 	if (refused == NULL)
-		refused = replicant_table_read_denied(rel);
+		refused = replicant_table_read_denied(rel, pipeline->owner);
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
 	if (rel->rd_tableam->scan_set_tidrange == NULL)

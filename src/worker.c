@@ -58,6 +58,7 @@
 #include "utils/varlena.h"
 
 #include "backfill.h"
+#include "backfill_plan.h"
 #include "batch.h"
 #include "chunk.h"
 #include "checkpoint.h"
@@ -81,6 +82,8 @@
 #define IDLE_TIMEOUT_MS 1000
 /* Sleep while WAL is inserted but not flushed yet (synchronous_commit=off). */
 #define FLUSH_WAIT_MS 10
+/* How often a table skipped while unpublished is looked at again. */
+#define SKIP_CHECK_MS 1000
 
 /*
  * A caught-up worker's delivering cycles may use 1/CPU_SHARE_DIVISOR of a
@@ -113,6 +116,9 @@ typedef struct Worker
 	ReplicantDecoder *decoder;
 	ReplicantSink *sink;
 	ReplicantBackfill *backfill; /* incremental backfill being read */
+	bool skips_pending;          /* a table skipped while unpublished may be
+								  * published again */
+	TimestampTz skip_check_at;   /* when to look at it again */
 	const char *chunk_table;     /* a chunk being delivered: its table */
 	int64 cpu_credit_us;         /* CPU budget left (see CPU_SHARE_DIVISOR) */
 	TimestampTz credit_at;       /* when cpu_credit_us was last brought up to date */
@@ -635,6 +641,44 @@ start_streaming(Worker *w)
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
 	confirm(w, Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn));
 	w->backfill = replicant_backfill_next(w->pipeline->id);
+	w->skips_pending = true;
+}
+
+/*
+ * Backfills again, from their start, the tables that a backfill or the
+ * initial snapshot skipped while no publication published them, once one
+ * publishes them again (replicant_backfill_replan_skipped): looked at after
+ * the snapshot, after each skip, and every SKIP_CHECK_MS while such a
+ * table is still not published.  Halts when the owner may not read one.
+ */
+static void
+replan_skipped_if_due(Worker *w)
+{
+	TimestampTz now;
+	bool planned;
+	char *refused;
+
+	if (!w->skips_pending)
+		return;
+	now = GetCurrentTimestamp();
+	if (now < w->skip_check_at)
+		return;
+	replicant_shmem_enter_phase(REPLICANT_PHASE_BACKFILL_READ);
+	replicant_decoder_before_normal_access(w->decoder);
+	w->skips_pending = replicant_backfill_replan_skipped(w->pipeline, &planned, &refused);
+	w->skip_check_at = TimestampTzPlusMilliseconds(now, SKIP_CHECK_MS);
+	if (refused)
+	{
+		commit_pending(w);
+		worker_halt(w, refused);
+	}
+	if (planned && w->backfill == NULL)
+	{
+		MemoryContext cycle_context = MemoryContextSwitchTo(TopMemoryContext);
+
+		w->backfill = replicant_backfill_next(w->pipeline->id);
+		MemoryContextSwitchTo(cycle_context);
+	}
 }
 
 /*
@@ -666,6 +710,7 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 	replicant_chunk_free(chunk);
 	if (last)
 	{
+		w->skips_pending |= w->backfill->skipped;
 		pfree(w->backfill);
 		MemoryContextSwitchTo(TopMemoryContext);
 		replicant_decoder_before_normal_access(w->decoder);
@@ -689,6 +734,7 @@ stream_cycle(Worker *w, bool *delivered)
 	*delivered = false;
 
 	replicant_delivery_check_for_interrupts(w->slot);
+	replan_skipped_if_due(w);
 	start_chunk_if_due(w);
 
 	/* A commit after this point sets the latch again. */
