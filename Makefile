@@ -7,20 +7,30 @@ OBJS = \
 	src/replicant.o \
 	src/shmem.o \
 	src/launcher.o \
+	src/sync.o \
 	src/worker.o \
 	src/catalog.o \
+	src/install.o \
 	src/pipeline.o \
 	src/decoder.o \
 	src/slot.o \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
+	src/table_shape.o \
+	src/row_key.o \
+	src/plugin_gate.o \
+	src/epoch.o \
+	src/waiver.o \
+	src/pruning.o \
 	src/pubfilter.o \
 	src/partition_root.o \
 	src/encoder.o \
 	src/encode_scalar.o \
 	src/guc_pin.o \
 	src/backfill.o \
+	src/backfill_plan.o \
+	src/key_order.o \
 	src/chunk.o \
 	src/batch.o \
 	src/headers.o \
@@ -30,6 +40,7 @@ OBJS = \
 	src/format_replicant.o \
 	src/format_cloudevents.o \
 	src/sink_ddl.o \
+	src/stop_signal.o \
 	src/sink_http.o \
 	src/snapshot.o \
 	src/table_read.o \

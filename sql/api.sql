@@ -97,6 +97,23 @@ SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', format => 'bo
 \set VERBOSITY terse
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', format => 'Replicant');
 
+-- create_tables: only format 'clickhouse' has target tables; enabled
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', create_tables => true);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', format => 'cloudevents', create_tables => true);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', create_tables => NULL);
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', enabled => NULL);
+
+-- sink_ddl before a pipeline exists: publications that exist, no nulls
+SELECT replicant.sink_ddl(NULL::text[]);
+SELECT replicant.sink_ddl(ARRAY[]::text[]);
+SELECT replicant.sink_ddl(ARRAY[NULL]::text[]);
+SELECT replicant.sink_ddl(ARRAY['nope']);
+SELECT replicant.sink_ddl(ARRAY['p1;drop table t1']);
+SELECT replicant.sink_ddl(ARRAY['p1']);
+SELECT replicant.sink_ddl(publication => ARRAY['p1', 'p2']);
+SELECT replicant.retry_pipeline('nope');
+SELECT replicant.retry_pipeline(NULL);
+
 -- a transaction block cannot create or drop pipelines
 BEGIN;
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/');
@@ -128,6 +145,10 @@ SELECT replicant.alter_pipeline('orders', message_prefixes => ARRAY['replicant.x
 SELECT replicant.alter_pipeline('orders', format => 'bogus');
 SELECT format FROM replicant.pipelines;
 SELECT replicant.alter_pipeline('orders', format => 'replicant');
+SELECT replicant.alter_pipeline('orders', create_tables => true);
+SELECT replicant.alter_pipeline('orders', format => 'clickhouse', create_tables => true);
+SELECT format, create_tables FROM replicant.pipelines;
+SELECT replicant.alter_pipeline('orders', format => 'replicant', create_tables => false);
 SELECT replicant.await_delivered('nope');
 SELECT replicant.await_delivered('orders', timeout_ms => NULL);
 SELECT replicant.await_delivered('orders', timeout_ms => -1);
@@ -168,6 +189,14 @@ SELECT enabled FROM replicant.pipelines;
 SELECT replicant.enable_pipeline('orders');
 SELECT replicant.resume_pipeline('orders');
 
+-- created disabled: the slot is made (it keeps what commits), no worker runs
+SELECT replicant.create_pipeline('later', 'p1', 'http://127.0.0.1:9/', enabled => false);
+SELECT name, enabled FROM replicant.pipelines WHERE name = 'later';
+SELECT state, worker_pid FROM replicant.status WHERE pipeline = 'later';
+SELECT count(*) FROM pg_replication_slots s JOIN replicant.status st ON st.slot_name = s.slot_name WHERE st.pipeline = 'later';
+SELECT replicant.retry_pipeline('later');
+SELECT replicant.drop_pipeline('later');
+
 BEGIN;
 SELECT replicant.drop_pipeline('orders');
 ROLLBACK;
@@ -179,7 +208,15 @@ SELECT * FROM replicant.pipelines;
 SELECT * FROM replicant.status;
 SELECT replicant.create_pipeline('y', 'p1', 'http://127.0.0.1:9/');
 SELECT replicant.drop_pipeline('orders');
+SELECT replicant.retry_pipeline('orders');
+SELECT * FROM replicant.backfill_status;
 RESET ROLE;
+GRANT USAGE ON SCHEMA replicant TO replicant_nobody;
+SET ROLE replicant_nobody;
+SELECT * FROM replicant.backfill_status;
+SELECT replicant.sink_ddl(ARRAY['p1']);
+RESET ROLE;
+REVOKE USAGE ON SCHEMA replicant FROM replicant_nobody;
 SELECT has_function_privilege('replicant_nobody', 'replicant.drop_pipeline(text)', 'EXECUTE') AS can_drop,
        has_table_privilege('replicant_nobody', 'replicant.pipelines', 'SELECT') AS can_read_secrets;
 

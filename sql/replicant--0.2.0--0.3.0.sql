@@ -6,3 +6,518 @@
 -- pg_catalog, pg_temp itself (test/t/011_search_path.pl checks every
 -- function), and one meant for replicant_admin is granted to it here.
 \echo Use "ALTER EXTENSION replicant UPDATE" to load this file. \quit
+
+-- ---- The extension's schema belongs to a superuser (this section comes
+-- first, before anything else runs in the schema).  A schema "replicant"
+-- that existed before CREATE EXTENSION (made by any role with CREATE on the
+-- database, or left behind by DROP EXTENSION) keeps its owner, who could
+-- rename it, or drop replicant's tables in it and make its own, whose
+-- triggers replicant's background workers would then fire as a superuser.
+-- So installing or updating to 0.3.0 refuses an extension schema that is
+-- not named "replicant" or whose owner is not a superuser; the library
+-- refuses to work in it too (README, Security).  An error here rolls back
+-- the whole CREATE EXTENSION: nothing of 0.1.0's and 0.2.0's scripts, which
+-- ran before (calling only qualified functions and operators), stays.
+DO $$
+DECLARE
+    schema_name name;
+    owner_name name;
+    owner_is_super boolean;
+BEGIN
+    SELECT n.nspname, r.rolname, r.rolsuper INTO schema_name, owner_name, owner_is_super
+      FROM pg_catalog.pg_extension e
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+      JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE e.extname OPERATOR(pg_catalog.=) 'replicant';
+    IF schema_name OPERATOR(pg_catalog.<>) 'replicant' THEN
+        RAISE EXCEPTION 'the schema of extension "replicant" is not named "replicant"'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('It is named "%s".', schema_name),
+                  HINT = 'Rename it back to "replicant" (ALTER SCHEMA ... RENAME TO replicant), and run the command again.';
+    END IF;
+    IF NOT owner_is_super THEN
+        RAISE EXCEPTION 'schema "replicant" is owned by role "%", which is not a superuser', owner_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The owner of the schema could replace replicant''s tables with its own, whose code replicant would run as a superuser.',
+                  HINT = 'Drop the schema (DROP SCHEMA replicant) before CREATE EXTENSION replicant; or, once you have checked every object in it, make a superuser its owner (ALTER SCHEMA replicant OWNER TO ...) and run the command again.';
+    END IF;
+END
+$$;
+
+-- The fresh-installation test below: whether a row (its xmin) was written by
+-- the running transaction.  age(xmin) <= 0 says so only until 2^31
+-- transactions later, when age wraps.
+CREATE FUNCTION replicant._xid_is_current(xid) RETURNS boolean
+LANGUAGE C STRICT STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_xid_is_current';
+REVOKE ALL ON FUNCTION replicant._xid_is_current(xid) FROM PUBLIC;
+COMMENT ON FUNCTION replicant._xid_is_current(xid) IS
+    'API: Private. Whether the transaction ID is the running transaction''s (or one of its subtransactions''), for the installation script';
+
+-- ---- Slot names are cluster-wide, pipeline names per database: a new
+-- pipeline's slot is replicant<database OID>_<name> (a name too long for
+-- that keeps its start and gets its hash), and the row records it.  Existing
+-- pipelines keep the slot they have, replicant_<name>, which no new name
+-- equals (a digit follows "replicant" in these): the update re-delivers and
+-- loses nothing.  replicant never decodes, adopts or drops a slot of
+-- another database or another output plugin, whatever its name.
+ALTER TABLE replicant.pipelines ADD COLUMN slot_name name;
+UPDATE replicant.pipelines SET slot_name = ('replicant_' || name)::name;
+ALTER TABLE replicant.pipelines ALTER COLUMN slot_name SET NOT NULL;
+ALTER TABLE replicant.pipelines ADD CONSTRAINT pipelines_slot_name_key UNIQUE (slot_name);
+COMMENT ON COLUMN replicant.pipelines.slot_name IS
+    'API: Private. The pipeline''s replication slot: replicant<database OID>_<name>, or replicant_<name> for a pipeline created before 0.3.0.';
+
+-- ---- replicant.status shows a sink URL's path and query (where tokens often
+-- live) only to the pipeline's owner (its members, superusers); every other
+-- reader sees scheme://host[:port].
+CREATE FUNCTION replicant._sink_url(url text, owner oid) RETURNS text
+LANGUAGE C STRICT STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_sink_url';
+COMMENT ON FUNCTION replicant._sink_url(text, oid) IS
+    'API: Private. A sink URL as replicant.status shows it to the reader: without credentials to the owner, scheme://host[:port] to anyone else';
+
+-- ---- The first hour, round 2 (issue 31): ClickHouse in the natural order.
+-- create_pipeline(..., enabled => false) creates a pipeline disabled;
+-- create_tables => true (format 'clickhouse') has the worker create the
+-- target tables that are missing, as sink_ddl prints them, before it
+-- delivers anything; sink_ddl(publication text[]) prints them before any
+-- pipeline exists.
+ALTER TABLE replicant.pipelines ADD COLUMN create_tables boolean NOT NULL DEFAULT false;
+
+DROP FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text);
+DROP FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text);
+
+CREATE FUNCTION replicant.create_pipeline(
+    name                    text,
+    publication             text[],
+    sink_url                text,
+    snapshot                text DEFAULT 'none',
+    batch_max_bytes         integer DEFAULT 8388608,
+    batch_max_transactions  integer DEFAULT 10000,
+    http_timeout_ms         integer DEFAULT 30000,
+    connect_timeout_ms      integer DEFAULT 5000,
+    headers                 jsonb DEFAULT '{}',
+    secret                  text DEFAULT NULL,
+    snapshot_workers        integer DEFAULT 2,
+    messages                boolean DEFAULT false,
+    message_prefixes        text[] DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    failover                boolean DEFAULT false,
+    format                  text DEFAULT 'replicant',
+    enabled                 boolean DEFAULT true,
+    create_tables           boolean DEFAULT false)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
+COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean) IS
+    'Creates a pipeline streaming the publications'' changes to sink_url';
+
+CREATE FUNCTION replicant.create_pipeline(
+    name                    text,
+    publication             text,
+    sink_url                text,
+    snapshot                text DEFAULT 'none',
+    batch_max_bytes         integer DEFAULT 8388608,
+    batch_max_transactions  integer DEFAULT 10000,
+    http_timeout_ms         integer DEFAULT 30000,
+    connect_timeout_ms      integer DEFAULT 5000,
+    headers                 jsonb DEFAULT '{}',
+    secret                  text DEFAULT NULL,
+    snapshot_workers        integer DEFAULT 2,
+    messages                boolean DEFAULT false,
+    message_prefixes        text[] DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    failover                boolean DEFAULT false,
+    format                  text DEFAULT 'replicant',
+    enabled                 boolean DEFAULT true,
+    create_tables           boolean DEFAULT false)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
+COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean) IS
+    'Creates a pipeline streaming one publication''s changes to sink_url';
+
+DROP FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text);
+
+CREATE FUNCTION replicant.alter_pipeline(
+    name                    text,
+    publication             text[] DEFAULT NULL,
+    sink_url                text DEFAULT NULL,
+    batch_max_bytes         integer DEFAULT NULL,
+    batch_max_transactions  integer DEFAULT NULL,
+    http_timeout_ms         integer DEFAULT NULL,
+    connect_timeout_ms      integer DEFAULT NULL,
+    headers                 jsonb DEFAULT NULL,
+    secret                  text DEFAULT NULL,
+    clear_secret            boolean DEFAULT false,
+    messages                boolean DEFAULT NULL,
+    message_prefixes        text[] DEFAULT NULL,
+    secret_previous_until   timestamptz DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    format                  text DEFAULT NULL,
+    create_tables           boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_alter_pipeline';
+COMMENT ON FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean) IS
+    'Changes a pipeline''s options; NULL leaves an option as it is; the worker restarts with them';
+
+CREATE FUNCTION replicant.sink_ddl(publication text[])
+RETURNS SETOF text
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_sink_ddl_publications';
+COMMENT ON FUNCTION replicant.sink_ddl(text[]) IS
+    'The ClickHouse CREATE TABLE statement for each table the publications deliver, before any pipeline exists';
+
+REVOKE ALL ON FUNCTION
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean),
+    replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean),
+    replicant.sink_ddl(text[])
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean),
+    replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean),
+    replicant.sink_ddl(text[])
+TO replicant_admin;
+
+-- ---- Retries a user can see (issue 31): replicant.status.next_retry_at is
+-- when a pipeline waiting to retry its sink tries again, and
+-- retry_pipeline(name) has it try at once.  _worker_status() keeps its
+-- columns (the library still serves the views of 0.1.0 and 0.2.0);
+-- _worker_status_v2(), the same C function, adds next_retry_at.
+CREATE FUNCTION replicant._worker_status_v2(
+    OUT pipeline_id integer,
+    OUT state text,
+    OUT worker_pid integer,
+    OUT transactions_delivered bigint,
+    OUT changes_delivered bigint,
+    OUT batches_delivered bigint,
+    OUT bytes_delivered bigint,
+    OUT retries bigint,
+    OUT last_delivery_at timestamptz,
+    OUT last_error text,
+    OUT sink_latency_ms double precision,
+    OUT last_http_status integer,
+    OUT next_retry_at timestamptz)
+RETURNS SETOF record
+LANGUAGE C STRICT VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_worker_status';
+COMMENT ON FUNCTION replicant._worker_status_v2() IS
+    'API: Private. Live worker state behind replicant.status, for readers of that view';
+GRANT EXECUTE ON FUNCTION replicant._worker_status_v2() TO PUBLIC;
+
+-- The view with all of it: the slot the row names, and only if it is of
+-- this database and replicant's plugin; the sink URL as the reader may see
+-- it; when a pipeline waiting to retry tries again.
+CREATE OR REPLACE VIEW replicant.status AS
+SELECT p.name AS pipeline,
+       CASE
+           WHEN pg_catalog.pg_is_in_recovery() THEN 'standby'
+           WHEN p.halt_reason IS NOT NULL THEN 'halted'
+           WHEN NOT p.enabled THEN 'disabled'
+           ELSE coalesce(w.state, 'starting')
+       END AS state,
+       p.slot_name COLLATE pg_catalog."default" AS slot_name,  -- as 0.2.0's column
+       c.commit_lsn AS checkpoint_lsn,
+       s.confirmed_flush_lsn,
+       pg_wal_lsn_diff(CASE
+                           WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
+                           ELSE pg_catalog.pg_current_wal_lsn()
+                       END, s.confirmed_flush_lsn)::bigint AS lag_bytes,
+       coalesce(w.transactions_delivered, 0) AS transactions_delivered,
+       coalesce(w.changes_delivered, 0) AS changes_delivered,
+       coalesce(w.batches_delivered, 0) AS batches_delivered,
+       coalesce(w.bytes_delivered, 0) AS bytes_delivered,
+       coalesce(w.retries, 0) AS retries,
+       coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
+       coalesce(p.halt_reason, w.last_error) AS last_error,
+       w.worker_pid,
+       replicant._sink_url(p.sink_url, p.owner) AS sink_url,
+       w.sink_latency_ms,
+       w.last_http_status,
+       p.publications,
+       CASE WHEN p.halt_reason IS NULL AND p.enabled THEN w.next_retry_at END AS next_retry_at
+  FROM replicant.pipelines p
+  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id
+  LEFT JOIN pg_catalog.pg_replication_slots s
+         ON s.slot_name = p.slot_name
+        AND s.database = pg_catalog.current_database()
+        AND s.plugin = 'replicant'
+  LEFT JOIN replicant._worker_status_v2() w ON w.pipeline_id = p.id;
+
+-- _worker_status() stays: tests read it, and so may monitoring queries.
+
+CREATE FUNCTION replicant.retry_pipeline(name text) RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_retry_pipeline';
+COMMENT ON FUNCTION replicant.retry_pipeline(text) IS
+    'Has a pipeline that waits to retry its sink try again now';
+REVOKE ALL ON FUNCTION replicant.retry_pipeline(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION replicant.retry_pipeline(text) TO replicant_admin;
+
+-- ---- Progress a person can watch (issue 31): whoever may read
+-- replicant.status, and pg_monitor's members, may read backfill_status; a
+-- finished table's estimate is its count, and a running one never shows
+-- more than 100 %, nor less once its every shard has been read.
+CREATE FUNCTION replicant._check_progress_reader() RETURNS boolean
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_check_progress_reader';
+COMMENT ON FUNCTION replicant._check_progress_reader() IS
+    'API: Private. Raises an error unless the caller may read replicant.status or is a member of pg_monitor';
+GRANT EXECUTE ON FUNCTION replicant._check_progress_reader() TO PUBLIC;
+
+-- ---- Snapshot and backfill reads (issue 30 item 5): a table that stops
+-- ---- being published is 'skipped' --------------------------------------------
+
+-- A backfill, or a table of an initial snapshot, whose table no publication
+-- of the pipeline publishes any more is 'skipped': the rest of it is never
+-- read.  (Until this update the library records it as 'cancelled'.)
+ALTER TABLE replicant.backfills DROP CONSTRAINT backfills_state_check;
+ALTER TABLE replicant.backfills ADD CONSTRAINT backfills_state_check
+    CHECK (state IN ('planned', 'running', 'done', 'cancelled', 'failed', 'skipped'));
+
+-- ---- Snapshot progress (issue 30 item 15): rows_done moves with every
+-- ---- acknowledged batch ------------------------------------------------------
+
+-- Rows of an initial snapshot's window that the sink acknowledged before the
+-- window's progress is recorded, per snapshot worker, from shared memory.
+CREATE FUNCTION replicant._snapshot_progress(
+    OUT backfill_id bigint,
+    OUT shard integer,
+    OUT next_block bigint,
+    OUT rows_done bigint)
+RETURNS SETOF record
+LANGUAGE C STRICT VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_snapshot_progress';
+-- Run with the privileges of whoever reads replicant.backfill_status; the
+-- function checks that the reader may SELECT that view.
+GRANT EXECUTE ON FUNCTION replicant._snapshot_progress() TO PUBLIC;
+COMMENT ON FUNCTION replicant._snapshot_progress() IS
+    'API: Private. Live snapshot progress behind replicant.backfill_status, for readers of that view';
+
+-- rows_done (and percent) add those rows while the shard's recorded
+-- position is still the start of the window they come from.
+CREATE OR REPLACE VIEW replicant.backfill_status AS
+SELECT b.id,
+       p.name AS pipeline,
+       b.relid::regclass AS relation,
+       b.mode,
+       b.state,
+       d.rows_done,
+       CASE
+           WHEN b.state = 'done' OR r.read_to_end THEN d.rows_done
+           WHEN b.state = 'running' THEN greatest(b.rows_estimate, d.rows_done)
+           ELSE b.rows_estimate
+       END AS rows_estimate,
+       CASE
+           WHEN b.state = 'done' OR r.read_to_end THEN 100.0
+           WHEN b.rows_estimate > 0 THEN least(99.9, round(100.0 * d.rows_done / b.rows_estimate, 1))
+           ELSE 0.0
+       END AS percent,
+       b.started_at,
+       b.finished_at
+  FROM replicant.backfills b
+  JOIN replicant.pipelines p ON p.id = b.pipeline_id
+  LEFT JOIN (SELECT s.backfill_id, sum(l.rows_done)::bigint AS rows_done
+               FROM replicant._snapshot_progress() l
+               JOIN replicant.snapshot_shards s
+                 ON s.backfill_id = l.backfill_id AND s.shard = l.shard
+                AND s.next_block = l.next_block AND NOT s.done
+              GROUP BY s.backfill_id) w ON w.backfill_id = b.id
+  CROSS JOIN LATERAL (SELECT b.rows_done + coalesce(w.rows_done, 0) AS rows_done) d
+  CROSS JOIN LATERAL (
+      SELECT b.state = 'running' AND b.kind = 'initial'
+             AND EXISTS (SELECT FROM replicant.snapshot_shards s WHERE s.backfill_id = b.id)
+             AND NOT EXISTS (SELECT FROM replicant.snapshot_shards s
+                              WHERE s.backfill_id = b.id AND NOT s.done) AS read_to_end) r
+ WHERE replicant._check_progress_reader();
+COMMENT ON VIEW replicant.backfill_status IS
+    'One row per table read by a snapshot or backfill: mode, state and progress';
+GRANT SELECT ON replicant.backfill_status TO PUBLIC;
+GRANT USAGE ON SCHEMA replicant TO pg_monitor;
+
+-- ---- Uninstall and reinstall (issue 31).  The schema replicant is the
+-- extension's own schema (the control file's "schema"), which PostgreSQL
+-- does not let the extension own ("cannot add schema ... because the schema
+-- contains the extension"), so DROP EXTENSION leaves it behind with its
+-- grants (README: "Uninstall").  A new installation into such a left-over
+-- schema starts without them: every privilege on the schema but its
+-- owner's is revoked (then replicant_admin's and pg_monitor's USAGE
+-- granted again; a section that grants on the schema goes after this one),
+-- and a schema with default privileges, which the objects created above
+-- have received already, is refused.  ALTER EXTENSION UPDATE keeps
+-- everything: only the installing transaction created the extension's
+-- dependency on its schema.
+DO $$
+DECLARE
+    grantee_name text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                     JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.objid
+                    WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+                      AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                      AND e.extname OPERATOR(pg_catalog.=) 'replicant'
+                      AND replicant._xid_is_current(d.xmin)) THEN
+        RETURN;    -- an update
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_default_acl
+                WHERE defaclnamespace OPERATOR(pg_catalog.=) 'replicant'::pg_catalog.regnamespace) THEN
+        RAISE EXCEPTION 'schema "replicant" has default privileges'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'They would grant privileges on replicant''s tables, which hold secrets.',
+                  HINT = 'Drop the schema left by an earlier installation (DROP SCHEMA replicant), or its default privileges, before CREATE EXTENSION replicant.';
+    END IF;
+    FOR grantee_name IN
+        SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                             ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
+          FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+         WHERE n.nspname OPERATOR(pg_catalog.=) 'replicant'
+           AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON SCHEMA replicant FROM %s', grantee_name);
+    END LOOP;
+    GRANT USAGE ON SCHEMA replicant TO replicant_admin, pg_monitor;
+END
+$$;
+
+-- ---- replicant_admin is trusted only as replicant would make it.  Roles are
+-- cluster-wide, and 0.2.0 granted the management functions to a
+-- replicant_admin that existed already, which any CREATEROLE holder could
+-- have made first, keeping control of its membership (on 16 and later the
+-- creator of a role holds ADMIN OPTION on it).  Installing or updating to
+-- 0.3.0 therefore refuses a replicant_admin that can log in or has a role
+-- attribute, or that has a member granted by a role that is not a superuser
+-- or a member other than a superuser with ADMIN OPTION.  This runs after
+-- 0.2.0's script, in the same transaction, so a refused CREATE EXTENSION
+-- grants nothing.
+DO $$
+DECLARE
+    admin pg_catalog.pg_roles%ROWTYPE;
+    bad_member name;
+BEGIN
+    SELECT * INTO admin FROM pg_catalog.pg_roles
+     WHERE rolname OPERATOR(pg_catalog.=) 'replicant_admin';
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF admin.rolcanlogin OR admin.rolsuper OR admin.rolcreaterole OR admin.rolcreatedb
+       OR admin.rolreplication OR admin.rolbypassrls THEN
+        RAISE EXCEPTION 'role "replicant_admin" is not safe to grant replicant''s management functions to'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The role can log in or has role attributes.',
+                  HINT = 'replicant_admin must be a NOLOGIN role without attributes that only superusers manage: fix it with ALTER ROLE, or drop it (DROP OWNED BY replicant_admin in each database, then DROP ROLE replicant_admin), and run the command again.';
+    END IF;
+    SELECT u.rolname INTO bad_member
+      FROM pg_catalog.pg_auth_members m
+      JOIN pg_catalog.pg_roles u ON u.oid OPERATOR(pg_catalog.=) m.member
+      LEFT JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) m.grantor
+     WHERE m.roleid OPERATOR(pg_catalog.=) admin.oid
+       AND (NOT coalesce(g.rolsuper, false) OR (m.admin_option AND NOT u.rolsuper))
+     ORDER BY u.rolname
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'role "replicant_admin" is not safe to grant replicant''s management functions to'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('Role "%s" is a member of it by the grant of a role that is not a superuser, or holds ADMIN OPTION on it.', bad_member),
+                  HINT = 'Only superusers may grant replicant_admin: revoke that membership (and grant it again as a superuser, without ADMIN OPTION), or drop the role (DROP OWNED BY replicant_admin in each database, then DROP ROLE replicant_admin), and run the command again.';
+    END IF;
+END
+$$;
+
+-- ----------------------------------------------------------------------------
+-- resume_pipeline waives exactly the cause of the halt it resumes.  A halt
+-- met while decoding records that cause (halt_cause, value-free: a missing
+-- publication by name, a table's shape change or missing privilege by its
+-- OID); resume_pipeline turns it into a waiver for the commits up to the
+-- resume, kept until the checkpoint passes it.  Any other halt waives
+-- nothing.
+ALTER TABLE replicant.pipelines ADD COLUMN halt_cause text;
+COMMENT ON COLUMN replicant.pipelines.halt_cause IS
+    'API: Private. What resuming the halt accepts while decoding (publication:<name>, schema:<relid>, privilege:<relid>), or NULL: nothing.';
+
+CREATE TABLE replicant.resume_waivers (
+    pipeline_id integer NOT NULL REFERENCES replicant.pipelines ON DELETE CASCADE,
+    cause       text NOT NULL,
+    up_to       pg_lsn NOT NULL,    -- commits at or before this LSN
+    PRIMARY KEY (pipeline_id, cause)
+);
+REVOKE ALL ON replicant.resume_waivers FROM PUBLIC;
+COMMENT ON TABLE replicant.resume_waivers IS
+    'API: Private. Halt causes resume_pipeline accepted, per pipeline, for commits up to a WAL position.';
+
+-- ----------------------------------------------------------------------------
+-- alter_pipeline changes what decoding delivers (publications, messages,
+-- message_prefixes) only for what commits from the WAL position of the
+-- call on: the options before it are kept here for the commits before it,
+-- so that a transaction re-delivered after the call (its batch was not
+-- acknowledged yet) carries exactly what it carried before.  Rows the
+-- checkpoint has passed are removed by the next alter_pipeline.
+CREATE TABLE replicant.pipeline_epochs (
+    pipeline_id      integer NOT NULL REFERENCES replicant.pipelines ON DELETE CASCADE,
+    until_lsn        pg_lsn NOT NULL,   -- for commits before this LSN
+    publications     text[] NOT NULL,
+    publication_lsns pg_lsn[],
+    messages         boolean NOT NULL,
+    message_prefixes text[],
+    PRIMARY KEY (pipeline_id, until_lsn)
+);
+REVOKE ALL ON replicant.pipeline_epochs FROM PUBLIC;
+COMMENT ON TABLE replicant.pipeline_epochs IS
+    'API: Private. A pipeline''s decoding options before an alter_pipeline call, for the commits before it.';
+
+-- ---- Privileges nobody granted on purpose (keep this section last: it
+-- covers every object made above).  Default privileges of the installing
+-- role (ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO ..., global or
+-- for the schema) give each table made above to their grantees, and
+-- pg_monitor has USAGE on the schema: replicant.pipelines holds secrets.
+-- So, at every installation and update, nobody but a table's or sequence's
+-- owner keeps any privilege on it (views keep their grants: they show only
+-- what is safe to show); a function this transaction made is executable
+-- only by its owner, PUBLIC and replicant_admin, as granted above.
+GRANT EXECUTE ON FUNCTION replicant._sink_url(text, oid) TO PUBLIC;   -- the status view calls it
+DO $$
+DECLARE
+    target record;
+    admin pg_catalog.oid := coalesce((SELECT oid FROM pg_catalog.pg_roles
+                                       WHERE rolname OPERATOR(pg_catalog.=) 'replicant_admin'), 0);
+BEGIN
+    FOR target IN
+        SELECT DISTINCT CASE c.relkind WHEN 'S' THEN 'SEQUENCE ' ELSE 'TABLE ' END
+                            OPERATOR(pg_catalog.||) c.oid::pg_catalog.regclass::pg_catalog.text AS object,
+               a.grantee
+          FROM pg_catalog.pg_class c
+          CROSS JOIN LATERAL (SELECT x.grantee FROM pg_catalog.aclexplode(c.relacl) x
+                              UNION ALL
+                              SELECT x.grantee
+                                FROM pg_catalog.pg_attribute t, pg_catalog.aclexplode(t.attacl) x
+                               WHERE t.attrelid OPERATOR(pg_catalog.=) c.oid) a
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'replicant'::pg_catalog.regnamespace
+           AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p,S}')
+           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+        UNION
+        SELECT DISTINCT 'FUNCTION ' OPERATOR(pg_catalog.||) p.oid::pg_catalog.regprocedure::pg_catalog.text,
+               a.grantee
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'replicant'::pg_catalog.regnamespace
+           AND replicant._xid_is_current(p.xmin)
+           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[p.proowner, 0, admin])
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s CASCADE', target.object,
+                                  CASE WHEN target.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                       ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(target.grantee)) END);
+    END LOOP;
+END
+$$;

@@ -9,6 +9,9 @@
  * are never missed; it stays ephemeral (dropped on error) until the
  * transaction commits.  Changes reach the workers through the launcher,
  * which is asked to re-read this database only once the caller commits.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn: stop_worker_and_wait), §9 (privileges).
  */
 #include "postgres.h"
 
@@ -44,7 +47,7 @@
 #include "utils/varlena.h"
 #include "utils/wait_event.h"
 
-#include "backfill.h"
+#include "backfill_plan.h"
 #include "catalog.h"
 #include "compat.h"
 #include "format.h"
@@ -55,8 +58,10 @@
 #include "publication.h"
 #include "replicant.h"
 #include "shmem.h"
+#include "sink_ddl.h"
 #include "signing.h"
 #include "slot.h"
+#include "waiver.h"
 
 PG_FUNCTION_INFO_V1(replicant_create_pipeline);
 PG_FUNCTION_INFO_V1(replicant_alter_pipeline);
@@ -520,6 +525,8 @@ typedef enum PipelineOptionId
 	OPT_CA_FILE,
 	OPT_FAILOVER,
 	OPT_FORMAT,
+	OPT_ENABLED,
+	OPT_CREATE_TABLES,
 	OPT_SECRET_PREVIOUS_UNTIL,
 	NUM_PIPELINE_OPTIONS
 } PipelineOptionId;
@@ -555,6 +562,9 @@ static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
 	[OPT_FAILOVER] = {"failover", "failover", BOOLOID, 0, 0, 14, -1, false},
 	/* Nor has either function format. */
 	[OPT_FORMAT] = {"format", "format", TEXTOID, 0, 0, 15, 14, false},
+	/* 0.3.0's: created disabled; format clickhouse creates missing targets. */
+	[OPT_ENABLED] = {"enabled", "enabled", BOOLOID, 0, 0, 16, -1, false},
+	[OPT_CREATE_TABLES] = {"create_tables", "create_tables", BOOLOID, 0, 0, 17, 15, false},
 	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", TIMESTAMPTZOID, 0, 0, -1, 12, true},
 };
 
@@ -705,10 +715,7 @@ option_params(const PipelineOptions *o, Oid pipeline_type, Datum pipeline, Oid o
 static void
 check_is_owner(const ReplicantPipelineRef *ref, const ReplicantCatalogAccess *s)
 {
-	if (!has_privs_of_role(s->saved_userid, ref->owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be owner of pipeline \"%s\"", ref->name)));
+	replicant_pipeline_check_owner(ref, s->saved_userid);
 }
 
 static void
@@ -957,22 +964,24 @@ warn_tables_leaving_toast_out(List *relids, const char *format)
 						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
 						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
 				 errdetail("Format \"%s\" writes whole rows: an update that leaves a TOASTed column unchanged will halt the pipeline.", format),
-				 errhint("Set ALTER TABLE ... REPLICA IDENTITY FULL on the table.")));
+				 errhint("Run ALTER TABLE ... REPLICA IDENTITY FULL on the table before creating the pipeline; when its replica identity is its primary key, doing so later is safe too.")));
 }
 
 /*
  * Format 'clickhouse' names each target after its table, without the
  * schema: refuse two published tables of one name, which would mix their
- * rows in one target.
+ * rows in one target; and a delivered column named as one the format adds
+ * (sink_ddl.c raises that error).
  */
 static void
-check_targets_distinct(List *relids, const char *format)
+check_targets_distinct(ArrayType *publications, List *relids, const char *format)
 {
 	Oid argtypes[1] = {OIDARRAYOID};
 	Datum args[1];
 
 	if (relids == NIL || strcmp(format, "clickhouse") != 0)
 		return;
+	(void) replicant_sink_ddl_tables(publications, false, CurrentMemoryContext);
 	args[0] = PointerGetDatum(oid_array(relids));
 	if (SPI_execute_with_args("SELECT n1.nspname, c1.relname, n2.nspname"
 							  "  FROM pg_catalog.pg_class c1"
@@ -995,6 +1004,20 @@ check_targets_distinct(List *relids, const char *format)
 						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2)),
 				 errdetail("Format \"clickhouse\" names each target after its table, without the schema."),
 				 errhint("Publish only one of them to this pipeline.")));
+}
+
+/*
+ * create_tables => true: only format 'clickhouse' has targets to create
+ * (sink_ddl.c).
+ */
+static void
+check_create_tables(bool create_tables, const char *format)
+{
+	if (create_tables && strcmp(format, "clickhouse") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("create_tables needs format \"clickhouse\""),
+				 errdetail("Format \"%s\" has no target tables to create.", format)));
 }
 
 /* The format pipeline id delivers in. */
@@ -1049,7 +1072,8 @@ check_create_owner(Oid owner, const PipelineOptions *o)
  * the publications deliver.  Holds the name's lock from here to commit.
  */
 static List *
-check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
+check_create_catalog(const char *name, const char *slot_name, Oid owner,
+					 const PipelineOptions *o)
 {
 	ArrayType *pubs = DatumGetArrayTypeP(o->values[OPT_PUBLICATION]);
 	Oid argtypes[1] = {TEXTOID};
@@ -1065,7 +1089,10 @@ check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
 		replicant_format_lookup(TextDatumGetCString(o->values[OPT_FORMAT]))->whole_rows)
 		warn_tables_leaving_toast_out(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_FORMAT])
-		check_targets_distinct(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
+		check_targets_distinct(pubs, tables, TextDatumGetCString(o->values[OPT_FORMAT]));
+	if (o->given[OPT_CREATE_TABLES])
+		check_create_tables(DatumGetBool(o->values[OPT_CREATE_TABLES]),
+							o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
 	lock_pipeline_name(name);
 	/* Not read-only: a fresh snapshot sees a creator we waited for. */
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
@@ -1075,6 +1102,11 @@ check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("pipeline \"%s\" already exists", name)));
+	/* Not even a foreign one: an initial snapshot's worker would meet it. */
+	if (replicant_slot_owner(slot_name) != REPLICANT_SLOT_MISSING)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("replication slot \"%s\" already exists", slot_name)));
 	check_free_slots(strcmp(TextDatumGetCString(o->values[OPT_SNAPSHOT]), "initial") == 0,
 					 DatumGetInt32(o->values[OPT_SNAPSHOT_WORKERS]));
 	return tables;
@@ -1085,13 +1117,15 @@ check_create_catalog(const char *name, Oid owner, const PipelineOptions *o)
  * arguments: 0.1.0's function lacks failover) gets its column.
  */
 static int32
-insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs)
+insert_pipeline(const char *name, const char *slot_name, Oid owner, const PipelineOptions *o,
+				int nargs)
 {
 	StringInfoData sql;
 	StringInfoData params;
-	Oid types[NUM_OPTION_PARAMS];
-	Datum values[NUM_OPTION_PARAMS];
-	char nulls[NUM_OPTION_PARAMS];
+	Oid types[NUM_OPTION_PARAMS + 1];
+	Datum values[NUM_OPTION_PARAMS + 1];
+	char nulls[NUM_OPTION_PARAMS + 1];
+	int nparams = NUM_OPTION_PARAMS;
 	bool isnull;
 	int id;
 
@@ -1108,10 +1142,19 @@ insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs
 		appendStringInfo(&sql, ", %s", opt->column);
 		appendStringInfo(&params, ", $%d", OPTION_PARAM_BASE + id);
 	}
+	option_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
+	/* 0.1.0's and 0.2.0's rows have no slot_name: theirs is replicant_<name>. */
+	if (replicant_pipeline_has_column("slot_name"))
+	{
+		types[nparams] = NAMEOID;
+		values[nparams] = DirectFunctionCall1(namein, CStringGetDatum(slot_name));
+		nulls[nparams++] = ' ';
+		appendStringInfoString(&sql, ", slot_name");
+		appendStringInfo(&params, ", $%d", nparams);
+	}
 	appendStringInfo(&sql, ") VALUES (%s) RETURNING id", params.data);
 
-	option_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
-	if (SPI_execute_with_args(sql.data, NUM_OPTION_PARAMS, types, values, nulls,
+	if (SPI_execute_with_args(sql.data, nparams, types, values, nulls,
 							  false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into replicant.pipelines");
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -1121,12 +1164,17 @@ insert_pipeline(const char *name, Oid owner, const PipelineOptions *o, int nargs
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				   headers, secret, snapshot_workers, messages, message_prefixes,
- *				   ca_file, failover, format)
+ *				   ca_file, failover, format, enabled, create_tables)
+ *
+ * With enabled => false the pipeline is created disabled: its slot (unless
+ * an initial snapshot's worker makes it) keeps what commits from the call
+ * on, and nothing is delivered until enable_pipeline.
  */
 Datum
 replicant_create_pipeline(PG_FUNCTION_ARGS)
 {
 	char *name;
+	char *slot_name;
 	PipelineOptions o;
 	Oid owner = GetUserId();
 	ReplicantCatalogAccess s;
@@ -1145,7 +1193,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	check_create_owner(owner, &o);
 
 	replicant_catalog_enter(&s);
-	tables = check_create_catalog(name, owner, &o);
+	slot_name = replicant_pipeline_new_slot_name(name);
+	tables = check_create_catalog(name, slot_name, owner, &o);
 
 	/*
 	 * Everything is valid: only now create the slot, then the row.  An
@@ -1153,9 +1202,8 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		create_slot(replicant_pipeline_slot_name(name),
-					o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
-	pipeline_id = insert_pipeline(name, owner, &o, PG_NARGS());
+		create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
+	pipeline_id = insert_pipeline(name, slot_name, owner, &o, PG_NARGS());
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
@@ -1263,6 +1311,9 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int n
 	int id;
 
 	option_params(o, INT4OID, Int32GetDatum(ref->id), ref->owner, types, values, nulls);
+	/* What decoding delivers changes for what commits from now on only. */
+	if (o->given[OPT_PUBLICATION] || o->given[OPT_MESSAGES] || o->given[OPT_MESSAGE_PREFIXES])
+		replicant_epoch_record(ref->id);
 	/* An added publication applies to what commits from now on (0.2.0). */
 	if (o->given[OPT_PUBLICATION] && replicant_pipeline_has_column("publication_lsns"))
 		run_update(psprintf("UPDATE replicant.pipelines SET publication_lsns ="
@@ -1293,7 +1344,7 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int n
  * alter_pipeline(name, publication, sink_url, batch_max_bytes,
  *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				  headers, secret, clear_secret, messages, message_prefixes,
- *				  secret_previous_until, ca_file, format)
+ *				  secret_previous_until, ca_file, format, create_tables)
  *
  * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
  * every prefix.  The old worker is stopped before this
@@ -1329,13 +1380,19 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 																				 ref.publications,
 																			 true),
 									  TextDatumGetCString(o.values[OPT_FORMAT]));
+	if (o.given[OPT_CREATE_TABLES])
+		check_create_tables(DatumGetBool(o.values[OPT_CREATE_TABLES]),
+							o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
+												  pipeline_format(ref.id));
 	if (o.given[OPT_FORMAT] || o.given[OPT_PUBLICATION])
-		check_targets_distinct(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
-																		  DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
-																		  ref.publications,
-																	  true),
+	{
+		ArrayType *pubs = o.given[OPT_PUBLICATION] ? DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
+													 ref.publications;
+
+		check_targets_distinct(pubs, replicant_publication_published_tables(pubs, true),
 							   o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
 													 pipeline_format(ref.id));
+	}
 	replicant_catalog_leave(&s);
 	stop_worker_and_wait(ref.id);
 
@@ -1373,6 +1430,8 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		resumed_at_commit = lappend_int(resumed_at_commit, ref.id);
 		MemoryContextSwitchTo(old);
+		/* exactly the halt's cause, for what committed up to now */
+		replicant_waiver_grant(ref.id);
 	}
 	args[0] = Int32GetDatum(ref.id);
 	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),
@@ -1429,11 +1488,11 @@ Datum
 replicant_drop_pipeline(PG_FUNCTION_ARGS)
 {
 	char *name = required_text(fcinfo, 0, "pipeline name");
-	char *slot_name;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1];
+	char *slot_name;
 
 	/* Dropping a slot cannot be rolled back. */
 	PreventInTransactionBlock(true, "replicant.drop_pipeline()");
@@ -1448,12 +1507,15 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	if (SPI_execute_with_args("DELETE FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete from replicant.pipelines");
+	/* What the lookup allocated goes with SPI's memory at the leave. */
+	slot_name = MemoryContextStrdup(s.saved_context, ref.slot_name);
 	replicant_catalog_leave(&s);
 
 	stop_worker(ref.id);
-	slot_name = replicant_pipeline_slot_name(name);
-	if (replicant_slot_exists(slot_name))
-		ReplicationSlotDrop(slot_name, false); /* waits for the worker to let go */
+	if (replicant_slot_drop(slot_name, false) == REPLICANT_SLOT_FOREIGN)
+		ereport(WARNING,
+				(errmsg("replication slot \"%s\" was left in place", slot_name),
+				 errdetail("It belongs to another database or output plugin, not to pipeline \"%s\".", name)));
 
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
@@ -1635,13 +1697,16 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
 							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
 							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
-							  " ca_file => %L, failover => %s, format => %L);%s',"
+							  " ca_file => %L, failover => %s, format => %L%s);%s',"
 							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
 							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
 							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
 							  "  CASE WHEN $1 THEN p.secret END,"
 							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
 							  "  p.format,"
+							  /* 0.2.0's table has no create_tables until ALTER EXTENSION UPDATE */
+							  "  CASE WHEN (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool"
+							  "   THEN ', create_tables => true' ELSE '' END,"
 							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
 							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
 							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"

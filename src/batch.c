@@ -9,6 +9,9 @@
  * splitting a batch after a 413 free.  The store lives in memory up to
  * replicant.batch_memory_limit and moves to a temporary file beyond it, so a
  * transaction of any size is delivered in bounded memory.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn), §6 (memory bounds).
  */
 #include "postgres.h"
 
@@ -38,6 +41,18 @@ replicant_batch_create(const char *separator)
 void
 replicant_batch_reset(ReplicantBatch *batch)
 {
+	/*
+	 * A batch in memory stays below the limit; a buffer grown far past it
+	 * for one large row or message is given back rather than kept.
+	 */
+	if ((size_t) batch->mem.maxlen > 2 * Max(batch->memory_limit, SPILL_CHUNK))
+	{
+		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(batch->mem.data));
+
+		pfree(batch->mem.data);
+		initStringInfo(&batch->mem);
+		MemoryContextSwitchTo(old);
+	}
 	resetStringInfo(&batch->mem);
 	if (batch->file >= 0)
 		FileClose(batch->file);
@@ -127,6 +142,13 @@ StringInfo
 replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, size_t head_len)
 {
 	Assert(!batch->in_txn);
+
+	/*
+	 * Transactions are stored in commit order, each once for the life of the
+	 * batch (the worker's): a commit_lsn is rendered once, so it has one
+	 * content however often the request holding it is sent.
+	 */
+	Assert(commit_lsn > batch->last_commit_lsn);
 	batch->memory_limit = (size_t) replicant_batch_memory_limit_kb * 1024;
 	if (batch->ntxns > 0)
 		store_append(batch, batch->separator, strlen(batch->separator));
@@ -187,6 +209,8 @@ replicant_batch_end_txn(ReplicantBatch *batch, XLogRecPtr end_lsn)
 	txn->offset = batch->txn_offset;
 	txn->length = store_length(batch) - batch->txn_offset;
 	txn->nchanges = batch->txn_nchanges;
+	Assert(end_lsn > txn->commit_lsn);
+	batch->last_commit_lsn = txn->commit_lsn;
 	batch->ntxns++;
 	batch->in_txn = false;
 }

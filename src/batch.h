@@ -59,6 +59,9 @@ typedef struct ReplicantBatch
 	int ntxns;
 	int maxtxns;
 
+	/* The last transaction stored, whatever was delivered and reset since. */
+	XLogRecPtr last_commit_lsn;
+
 	/* The transaction being appended, if any. */
 	bool in_txn;
 	uint64 txn_offset;

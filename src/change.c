@@ -22,7 +22,7 @@ replicant_change_from_values(ReplicantChange *change, const ReplicantRelation *r
 {
 	resetStringInfo(key);
 	if (key_columns || whole_row)
-		replicant_encode_object(key, desc, values, nulls, key_columns,
+		replicant_encode_object(key, desc, values, nulls, whole_row ? columns : key_columns,
 								REPLICANT_TOAST_DETOAST, NULL);
 	else
 		appendStringInfoString(key, "null");

@@ -81,7 +81,9 @@ typedef struct ReplicantMessage
  * values/nulls (natts long, dropped columns null), so that keys and values
  * encode exactly as the stream's do.  key and new_row receive the encoded
  * fields the change points to; the caller sets backfill_id and read_lsn.  columns are
- * the published ones (NULL: all); the key is not limited by them.
+ * the published ones (NULL: all), key_columns and whole_row the key
+ * replicant_row_key_delivered() gives for them (whole_row: the
+ * published columns).
  */
 extern void replicant_change_from_values(ReplicantChange *change,
 										 const ReplicantRelation *relation,

@@ -18,6 +18,9 @@
  * WAL is flushed before the next request leaves, usually for free as other
  * commits flush WAL too, so a crash loses at most the checkpoint committed
  * last, never an older one.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm).
  */
 #include "postgres.h"
 
@@ -31,6 +34,7 @@
 #include "checkpoint.h"
 #include "fault.h"
 #include "pipeline.h"
+#include "pruning.h"
 #include "publication.h"
 #include "replicant.h"
 
@@ -45,6 +49,9 @@ static XLogRecPtr pending_end_lsn;
 
 static TimestampTz last_commit_at = 0;
 static XLogRecPtr committed_end = InvalidXLogRecPtr;
+
+/* The last commit the sink acknowledged, in this process. */
+static XLogRecPtr last_acknowledged PG_USED_FOR_ASSERTS_ONLY = InvalidXLogRecPtr;
 
 static SPIPlanPtr
 prepare(const char *sql)
@@ -66,12 +73,16 @@ checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 {
 	ReplicantCatalogAccess access;
 	Datum args[3];
+	ReplicantPhase left = replicant_shmem_enter_phase(REPLICANT_PHASE_CHECKPOINT);
 
+	/* The checkpoint never passes what the sink acknowledged. */
+	Assert(commit_lsn <= last_acknowledged && end_lsn > commit_lsn);
 	args[0] = Int32GetDatum(pipeline_id);
 	args[1] = LSNGetDatum(commit_lsn);
 	args[2] = LSNGetDatum(end_lsn);
 
 	replicant_catalog_begin(&access);
+	replicant_fault("checkpoint");
 	if (update_plan == NULL)
 		update_plan = prepare("UPDATE replicant.checkpoints"
 							  "   SET commit_lsn = $2, end_lsn = $3, updated_at = pg_catalog.now()"
@@ -88,10 +99,12 @@ checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 			elog(ERROR, "could not write checkpoint of pipeline %d", pipeline_id);
 	}
 	replicant_publication_save_shapes(pipeline_id);
+	replicant_pruning_checkpoint(pipeline_id, end_lsn);
 	replicant_catalog_end(&access);
 
 	pending = false;
 	committed_end = end_lsn;
+	replicant_shmem_enter_phase(left);
 	replicant_fault("after_checkpoint");
 }
 
@@ -100,6 +113,11 @@ replicant_checkpoint_acknowledged(ReplicantPipelineSlot *slot, int32 pipeline_id
 								  XLogRecPtr commit_lsn, XLogRecPtr end_lsn,
 								  TimestampTz now)
 {
+	/* Acknowledgements come in commit order, each commit once. */
+	Assert(commit_lsn > last_acknowledged);
+#ifdef USE_ASSERT_CHECKING
+	last_acknowledged = commit_lsn;
+#endif
 	pending = true;
 	pending_pipeline_id = pipeline_id;
 	pending_commit_lsn = commit_lsn;

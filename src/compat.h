@@ -67,6 +67,29 @@ replicant_wait_for_standby_confirmation(XLogRecPtr lsn)
 #endif
 
 /*
+ * Drops the slot this process acquired.  PG17 exports
+ * ReplicationSlotDropAcquired, which ReplicationSlotDrop calls once it has
+ * acquired the slot by name.  PG15 keeps it static, but releasing an
+ * ephemeral slot drops it with it (as after a failed slot creation), so the
+ * acquired slot is made ephemeral, in memory only, and released: a crash in
+ * between leaves the slot as it was on disk.
+ */
+#if PG_VERSION_NUM >= 170000
+#define REPLICANT_SLOT_DROP_ACQUIRED() ReplicationSlotDropAcquired()
+#define REPLICANT_SLOT_SYNCED(slot) ((slot)->data.synced)
+#else
+#define REPLICANT_SLOT_DROP_ACQUIRED() \
+	do \
+	{ \
+		SpinLockAcquire(&MyReplicationSlot->mutex); \
+		MyReplicationSlot->data.persistency = RS_EPHEMERAL; \
+		SpinLockRelease(&MyReplicationSlot->mutex); \
+		ReplicationSlotRelease(); \
+	} while (0)
+#define REPLICANT_SLOT_SYNCED(slot) false
+#endif
+
+/*
  * PG17 tracks a WaitEventSet with a resource owner instead of allocating it
  * in a memory context.  The set made here outlives transactions (no owner
  * on PG17, the given context before); the caller frees it with

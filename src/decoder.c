@@ -13,13 +13,15 @@
  * there: while commits keep flushing (the worker is behind), the batch
  * keeps growing, for at most replicant.batch_linger; the first time the
  * reader finds nothing more, the batch goes out at once.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm).
  */
 #include "postgres.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
 #include "replication/decode.h"
 #include "replication/slot.h"
 #include "utils/inval.h"
@@ -32,11 +34,18 @@
 #include "decoder.h"
 #include "fault.h"
 #include "output_plugin.h"
+#include "plugin_gate.h"
 #include "publication.h"
 #include "slot.h"
 
 /* confirmed_flush reaches disk at most this often (ms); the checkpoint row is the authority. */
 #define SLOT_SAVE_INTERVAL_MS 1000
+/*
+ * The reader's buffer for records spanning pages is kept up to this size,
+ * and replaced by one of the size XLogReaderAllocate() gives it.
+ */
+#define READ_BUFFER_KEEP (1024 * 1024)
+#define READ_BUFFER_START (5 * Max(BLCKSZ, XLOG_BLCKSZ))
 
 struct ReplicantDecoder
 {
@@ -58,11 +67,10 @@ ReplicantDecoder *
 replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 						char **halt_reason)
 {
-	char *slot_name = replicant_pipeline_slot_name(pipeline->name);
+	char *slot_name = pipeline->slot_name;
 	MemoryContext caller_context = CurrentMemoryContext;
 	MemoryContext decoder_context;
 	ReplicantDecoder *decoder;
-	List *options;
 
 	*halt_reason = NULL;
 	CheckLogicalDecodingRequirements();
@@ -88,23 +96,22 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	MemoryContextSwitchTo(decoder_context);
 	decoder = palloc0(sizeof(ReplicantDecoder));
 	decoder->context = decoder_context;
-	options = list_make1(makeDefElem(REPLICANT_PLUGIN_OPTION, NULL, -1));
-	decoder->ctx = CreateDecodingContext(pipeline->checkpoint_end_lsn, options, false,
+	replicant_plugin_gate_open(true);
+	decoder->ctx = CreateDecodingContext(pipeline->checkpoint_end_lsn, NIL, false,
 										 REPLICANT_LOCAL_WAL_ROUTINE, NULL, NULL, NULL);
+	replicant_plugin_gate_open(false);
 	decoder->state = replicant_output_state(decoder->ctx);
 	decoder->state->batch = batch;
 	decoder->state->format = replicant_format_of(pipeline);
 	decoder->state->pipeline_name = pipeline->name;
 	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
-	decoder->state->messages = pipeline->messages;
-	decoder->state->resumed_lsn = pipeline->resumed_lsn;
-	decoder->state->message_prefixes = pipeline->message_prefixes;
+	decoder->state->epochs = pipeline->epochs;
+	decoder->state->waivers = pipeline->waivers;
 	decoder->confirmed = MyReplicationSlot->data.confirmed_flush;
 	decoder->caches_normal = true; /* the pipeline was loaded with them */
 	decoder->last_save = GetCurrentTimestamp();
 
-	replicant_publication_init(pipeline->publications, pipeline->publication_lsns,
-							   pipeline->owner, decoder->state->format->schemaless_target);
+	replicant_publication_init(pipeline->owner, decoder->state->format->schemaless_target);
 
 	/* Transactions committing after confirmed_flush began at restart_lsn. */
 	XLogBeginRead(decoder->ctx->reader, MyReplicationSlot->data.restart_lsn);
@@ -222,6 +229,20 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	CurrentResourceOwner = saved_owner;
 	MemoryContextSwitchTo(saved_context);
 
+	/*
+	 * A record spanning pages is put together in the reader's buffer, which
+	 * grows to the largest one read (a large message) and stays so.  The
+	 * records read are decoded copies: a buffer grown past READ_BUFFER_KEEP
+	 * is replaced by one of the size the reader starts with (it copies the
+	 * first two pages of a record there before it looks at the size), and
+	 * grown again when a record needs it.
+	 */
+	if (ctx->reader->readRecordBufSize > READ_BUFFER_KEEP)
+	{
+		pfree(ctx->reader->readRecordBuf);
+		ctx->reader->readRecordBuf = MemoryContextAlloc(decoder->context, READ_BUFFER_START);
+		ctx->reader->readRecordBufSize = READ_BUFFER_START;
+	}
 	return at_end;
 }
 
@@ -280,6 +301,12 @@ XLogRecPtr
 replicant_decoder_halt_lsn(ReplicantDecoder *decoder)
 {
 	return decoder->state->halt_lsn;
+}
+
+const char *
+replicant_decoder_halt_cause(ReplicantDecoder *decoder)
+{
+	return decoder->state->halt_cause;
 }
 
 const char *

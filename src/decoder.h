@@ -56,10 +56,12 @@ extern void replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn)
 
 /*
  * Why decoding must stop and deliver nothing more (value-free), or NULL;
- * and the commit LSN of the change that halted it, if any.
+ * the commit LSN of the change that halted it, if any; and what resuming
+ * accepts there (waiver.h), or NULL.
  */
 extern const char *replicant_decoder_halt_reason(ReplicantDecoder *decoder);
 extern XLogRecPtr replicant_decoder_halt_lsn(ReplicantDecoder *decoder);
+extern const char *replicant_decoder_halt_cause(ReplicantDecoder *decoder);
 
 /* The table whose change is being encoded, for error reports. */
 extern const char *replicant_decoder_current_table(ReplicantDecoder *decoder);

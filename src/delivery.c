@@ -3,9 +3,21 @@
  *		Getting one request body to the sink, and halting when that must stop.
  *
  * Retried failures (408, 425, 429, 5xx, refused, reset, timeout) back off
- * exponentially from RETRY_BASE_MS to RETRY_MAX_MS with jitter, or wait as
- * long as Retry-After asked.  Nothing is ever skipped: the caller gets the
- * body through or a final answer it must act on.
+ * exponentially from RETRY_BASE_MS to RETRY_MAX_MS with jitter (to
+ * RETRY_REFUSED_MAX_MS while nothing accepts the connection), or wait as
+ * long as Retry-After asked.  replicant.status shows when the next attempt
+ * is due, and retry_pipeline() has it made at once.  Nothing is ever
+ * skipped: the caller gets the body through or a final answer it must act
+ * on.
+ *
+ * An error a pipeline's process meets is retried only while it is known to
+ * be transient (error_is_transient): the process exits and the launcher
+ * restarts it, at most REPLICANT_MAX_RETRIES times while the pipeline makes
+ * no progress (launcher.c).  Every other error halts at once, with a
+ * value-free reason naming the phase, the error class and the table.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm), §8 (errors: halt or retry).
  */
 #include "postgres.h"
 
@@ -30,6 +42,13 @@
 
 #define RETRY_BASE_MS 200
 #define RETRY_MAX_MS 30000
+/*
+ * A refused connection costs the sink nothing, and one that comes back
+ * (restarted, redeployed) should be used at once, not after half a minute.
+ */
+#define RETRY_REFUSED_MAX_MS 2000
+/* How often a waiting shard worker, whose latch retry_pipeline() cannot set, looks. */
+#define RETRY_REQUEST_POLL_MS 250
 /* While a sink keeps failing, the log hears of it this often. */
 #define RETRY_LOG_INTERVAL_MS (5 * 60 * 1000)
 
@@ -131,14 +150,50 @@ replicant_delivery_sleep_until(ReplicantPipelineSlot *slot, TimestampTz deadline
 static long
 backoff_ms(int attempt, const ReplicantSinkResult *result)
 {
+	long max = result->refused ? RETRY_REFUSED_MAX_MS : RETRY_MAX_MS;
 	long cap = RETRY_BASE_MS;
 
 	if (result->retry_after_ms > 0)
 		return result->retry_after_ms;
-	while (attempt-- > 0 && cap < RETRY_MAX_MS)
+	while (attempt-- > 0 && cap < max)
 		cap *= 2;
-	cap = Min(cap, RETRY_MAX_MS);
+	cap = Min(cap, max);
 	return cap / 2 + (long) pg_prng_uint64_range(&pg_global_prng_state, 0, cap / 2);
+}
+
+static void
+set_next_retry_at(ReplicantPipelineSlot *slot, TimestampTz at)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->next_retry_at = at;
+	LWLockRelease(replicant_shmem->lock);
+}
+
+/*
+ * Waits for a retry's time, shown in replicant.status meanwhile; ends early
+ * when retry_pipeline() asks for an attempt now or the worker is to stop.
+ * As replicant_delivery_sleep_until, commits' latch wake-ups do not end it.
+ */
+static void
+sleep_before_retry(ReplicantPipelineSlot *slot, TimestampTz deadline)
+{
+	uint32 requests = pg_atomic_read_u32(&slot->retry_requests);
+
+	set_next_retry_at(slot, deadline);
+	for (;;)
+	{
+		int64 left_us = deadline - GetCurrentTimestamp();
+
+		if (left_us <= 0 || stop_requested(slot) ||
+			pg_atomic_read_u32(&slot->retry_requests) != requests)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min((left_us + 999) / 1000, RETRY_REQUEST_POLL_MS), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		replicant_delivery_check_for_interrupts(slot);
+		replicant_delivery_reload_config();
+	}
+	set_next_retry_at(slot, 0);
 }
 
 /* Keeps the last HTTP status and a ring of request durations for status. */
@@ -219,8 +274,8 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 
 		/* Not acknowledged: stopping here leaves nothing to re-deliver. */
 		replicant_delivery_stop_if_requested(slot);
-		replicant_delivery_sleep_until(slot, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-																		 backoff_ms(attempt++, result)));
+		sleep_before_retry(slot, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															 backoff_ms(attempt++, result)));
 		replicant_delivery_stop_if_requested(slot);
 	}
 }
@@ -231,6 +286,7 @@ replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 						ReplicantSinkResult *result)
 {
 	replicant_delivery_check_for_interrupts(slot);
+	replicant_fault("deliver");
 	replicant_checkpoint_make_durable();
 	replicant_sink_post(sink, webhook_id, body, result);
 	retry_until_answered(slot, sink, webhook_id, body, result);
@@ -253,6 +309,71 @@ replicant_delivery_post_finish(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 	retry_until_answered(slot, sink, webhook_id, body, result);
 }
 
+/*
+ * Whether an error may pass by itself, so that running the same step again
+ * can succeed: a lost connection, a conflict (serialization, deadlock), a
+ * lock or statement timeout, a shortage (memory, disk, connections), a
+ * shutdown or another administrator's command, a slot another process
+ * still holds, an I/O error.  Everything else (a data error, a missing
+ * object or privilege, a program or configuration limit, an internal
+ * error) would only be met again.
+ */
+bool
+replicant_delivery_error_is_transient(int sqlerrcode)
+{
+	switch (sqlerrcode)
+	{
+		case ERRCODE_CONFIGURATION_LIMIT_EXCEEDED:
+		case ERRCODE_DATABASE_DROPPED:
+			return false;
+		case ERRCODE_LOCK_NOT_AVAILABLE:
+		case ERRCODE_OBJECT_IN_USE:
+		case ERRCODE_SYSTEM_ERROR:
+		case ERRCODE_IO_ERROR:
+			return true;
+	}
+	switch (ERRCODE_TO_CATEGORY(sqlerrcode))
+	{
+		case ERRCODE_CONNECTION_EXCEPTION:
+		case ERRCODE_TRANSACTION_ROLLBACK:
+		case ERRCODE_INSUFFICIENT_RESOURCES:
+		case ERRCODE_OPERATOR_INTERVENTION:
+			return true;
+	}
+	return false;
+}
+
+char *
+replicant_delivery_failure(ReplicantPhase phase, const char *table, int sqlerrcode)
+{
+	if (table != NULL && table[0] != '\0')
+		return psprintf("phase \"%s\" failed on table \"%s\" with error class %s",
+						replicant_phase_name(phase), table, unpack_sql_state(sqlerrcode));
+	return psprintf("phase \"%s\" failed with error class %s",
+					replicant_phase_name(phase), unpack_sql_state(sqlerrcode));
+}
+
+void
+replicant_delivery_fail(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+						ErrorData *edata, const char *reason)
+{
+	/* The caller ended the failed transaction; a transaction still open would hide it. */
+	Assert(!IsTransactionState());
+	if (!replicant_delivery_error_is_transient(edata->sqlerrcode))
+		replicant_delivery_halt(slot, pipeline, reason);
+
+	/* The launcher restarts the worker, and halts with this after the last retry. */
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	strlcpy(slot->failure, reason, sizeof(slot->failure));
+	if (slot->runnable)
+	{
+		slot->state = REPLICANT_STATE_RETRYING;
+		strlcpy(slot->last_error, reason, sizeof(slot->last_error));
+	}
+	LWLockRelease(replicant_shmem->lock);
+	ReThrowError(edata);
+}
+
 ReplicantSink *
 replicant_delivery_sink(ReplicantPipeline *pipeline)
 {
@@ -272,6 +393,25 @@ replicant_delivery_sink(ReplicantPipeline *pipeline)
 	return replicant_sink_create(&config);
 }
 
+/*
+ * Exits after a halt or a disable that found the pipeline halted or
+ * disabled already (by another of its processes, or by its owner): what
+ * stopped it first stands, in the catalog and in replicant.status.  The
+ * slot says it is stopped before this exits: a snapshot's pipeline worker
+ * takes a shard worker's clean exit for a finished shard unless it does.
+ */
+REPLICANT_NORETURN static void
+already_stopped(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->runnable = false;
+	LWLockRelease(replicant_shmem->lock);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" was halted or disabled meanwhile: exiting",
+					pipeline->name)));
+	proc_exit(0);
+}
+
 /* Disables the pipeline (the sink said 410 Gone) and exits. */
 REPLICANT_NORETURN static void
 disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *reason)
@@ -279,16 +419,21 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 	ReplicantCatalogAccess access;
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1] = {Int32GetDatum(pipeline->id)};
+	bool stopped_already;
 
 	if (IsTransactionState())
 		AbortCurrentTransaction();
 
 	/* The catalog first, as for a halt (replicant_delivery_halt_at). */
 	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args("UPDATE replicant.pipelines SET enabled = false WHERE id OPERATOR(pg_catalog.=) $1",
+	if (SPI_execute_with_args("UPDATE replicant.pipelines SET enabled = false"
+							  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not disable pipeline %d", pipeline->id);
+	stopped_already = (SPI_processed == 0);
 	replicant_catalog_end(&access);
+	if (stopped_already)
+		already_stopped(slot, pipeline);
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" disabled: %s", pipeline->name, reason),
 			 errhint("Call replicant.enable_pipeline('%s') once the sink accepts batches again.",
@@ -317,14 +462,15 @@ void
 replicant_delivery_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 						const char *reason)
 {
-	replicant_delivery_halt_at(slot, pipeline, reason, InvalidXLogRecPtr);
+	replicant_delivery_halt_at(slot, pipeline, reason, InvalidXLogRecPtr, NULL);
 }
 
 void
 replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-						   const char *reason, XLogRecPtr lsn)
+						   const char *reason, XLogRecPtr lsn, const char *cause)
 {
 	ReplicantCatalogAccess access;
+	bool recorded;
 
 	if (IsTransactionState())
 		AbortCurrentTransaction();
@@ -335,8 +481,10 @@ replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 	 * then, or the launcher would start the pipeline over.
 	 */
 	replicant_catalog_begin(&access);
-	replicant_pipeline_record_halt(pipeline->id, reason, lsn);
+	recorded = replicant_pipeline_record_halt(pipeline->id, reason, lsn, cause);
 	replicant_catalog_end(&access);
+	if (!recorded)
+		already_stopped(slot, pipeline);
 	replicant_fault("halt");
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" halted: %s", pipeline->name, reason),

@@ -38,16 +38,21 @@ extern void replicant_delivery_post_finish(ReplicantPipelineSlot *slot, Replican
 /*
  * Halts the pipeline fail-closed: records the value-free reason in the
  * catalog and in slot, and exits so that nothing restarts it until
- * resume_pipeline.  Aborts any open transaction first.
+ * resume_pipeline.  Aborts any open transaction first.  A pipeline halted
+ * or disabled already keeps what stopped it; the process just exits.
  */
 REPLICANT_NORETURN extern void replicant_delivery_halt(ReplicantPipelineSlot *slot,
 													   ReplicantPipeline *pipeline,
 													   const char *reason);
 
-/* The same, for a schema change met at lsn, which resume_pipeline accepts. */
+/*
+ * The same, for a halt met decoding the commit at lsn, whose cause (or
+ * NULL) resume_pipeline then accepts for the commits up to the resume.
+ */
 REPLICANT_NORETURN extern void replicant_delivery_halt_at(ReplicantPipelineSlot *slot,
 														  ReplicantPipeline *pipeline,
-														  const char *reason, XLogRecPtr lsn);
+														  const char *reason, XLogRecPtr lsn,
+														  const char *cause);
 
 /*
  * Acts on a final answer that is not a 2xx: 410 Gone disables the pipeline,
@@ -84,6 +89,29 @@ extern void replicant_delivery_check_for_interrupts(ReplicantPipelineSlot *slot)
  * for what may have set it.
  */
 extern void replicant_delivery_sleep_until(ReplicantPipelineSlot *slot, TimestampTz deadline);
+
+/* Whether an error of this class may pass, so that a retry can succeed. */
+extern bool replicant_delivery_error_is_transient(int sqlerrcode);
+
+/*
+ * A failure's value-free reason: the phase, the table (NULL or "" when none
+ * is involved) and the error class, never the message, which could quote a
+ * value.
+ */
+extern char *replicant_delivery_failure(ReplicantPhase phase, const char *table,
+										int sqlerrcode);
+
+/*
+ * Acts on an error a pipeline's process caught and copied (edata; the error
+ * state is flushed, no transaction is open): one that is transient is
+ * thrown again, so that the process exits and the launcher restarts the
+ * pipeline, with reason left in slot for the halt that ends
+ * REPLICANT_MAX_RETRIES restarts without progress; any other halts the
+ * pipeline with reason at once.  Does not return.
+ */
+REPLICANT_NORETURN extern void replicant_delivery_fail(ReplicantPipelineSlot *slot,
+													   ReplicantPipeline *pipeline,
+													   ErrorData *edata, const char *reason);
 
 /* Handles a pending SIGHUP. */
 extern void replicant_delivery_reload_config(void);

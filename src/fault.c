@@ -9,14 +9,22 @@
  * not committed), "after_checkpoint" (checkpoint committed, slot not
  * confirmed), "snapshot_window" (a snapshot window is delivered, its
  * progress not recorded), "snapshot_progress" (its progress is recorded,
- * the next window not read), "backfill_chunk" (a backfill chunk has its
- * low watermark and snapshot, its rows are not read: ":pause" widens the
- * chunk's window for concurrent writes).  A value "<point>:abort" aborts instead, which
+ * the next window not read), "backfill_chunk" (a backfill chunk holds its
+ * table's lock, its low watermark not written), "backfill_window"
+ * (its low watermark and snapshot taken, its filter and rows not read:
+ * ":pause" widens the chunk's window for concurrent writes).  A value "<point>:abort" aborts instead, which
  * makes the postmaster restart the whole server, "<point>:pause" waits
  * two seconds there, to widen a race ("halt": between a halt's records in
  * the catalog and in shared memory), and "<point>:hold" waits there until
  * the setting names something else, so a test can look at the worker
- * stopped at that step for as long as it needs.
+ * stopped at that step for as long as it needs ("slot_drop": a slot that
+ * drop_pipeline or the sync of orphan slots found replicant's by name,
+ * not acquired yet).  "<point>:error=<SQLSTATE>"
+ * raises an ERROR of that class there instead, for the points where a
+ * worker meets errors of its own: "decode", "encode", "deliver",
+ * "checkpoint", "snapshot_read", "backfill_read", "sync" (the phases a halt
+ * names), and "snapshot_import" (a shard worker importing the exported
+ * snapshot).
  *
  * Builds with -DREPLICANT_MUTANTS also have the mutants of fault.h.
  */
@@ -28,6 +36,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "utils/elog.h"
 #include "utils/guc.h"
 #include "utils/wait_event.h"
 
@@ -69,6 +78,24 @@ hold(const char *point)
 		}
 	}
 	write_stderr("replicant: fault point \"%s\" released\n", point);
+}
+
+/* Raises an ERROR of class sqlstate (five characters of [0-9A-Z]). */
+static void
+raise_error(const char *point, const char *sqlstate)
+{
+	int i;
+
+	for (i = 0; i < 5; i++)
+		if (!((sqlstate[i] >= '0' && sqlstate[i] <= '9') ||
+			  (sqlstate[i] >= 'A' && sqlstate[i] <= 'Z')))
+			return;
+	if (sqlstate[5] != '\0')
+		return;
+	ereport(ERROR,
+			(errcode(MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2],
+								   sqlstate[3], sqlstate[4])),
+			 errmsg("fault point \"%s\" raised an error of class %s", point, sqlstate)));
 }
 
 #ifdef REPLICANT_MUTANTS
@@ -116,4 +143,6 @@ replicant_fault(const char *point)
 	}
 	if (strcmp(replicant_fault_point + len, ":hold") == 0)
 		hold(point);
+	if (strncmp(replicant_fault_point + len, ":error=", 7) == 0)
+		raise_error(point, replicant_fault_point + len + 7);
 }

@@ -13,7 +13,8 @@ extern void replicant_fault_init(void);
  * Exits the process (code 1, so the launcher restarts it) when
  * replicant.fault_point names this point; inert otherwise.  Safe anywhere,
  * including libcurl callbacks: it never raises an error (":hold", which
- * reloads the configuration while it waits, is for points outside them).
+ * reloads the configuration while it waits, and ":error=<SQLSTATE>", which
+ * raises one, are for points outside them).
  */
 extern void replicant_fault(const char *point);
 

@@ -32,6 +32,8 @@
  * tables are independent, so only a table's own order matters.  A row
  * request's body is read from the store through a filter, in bounded
  * memory whatever the batch's size.
+ *
+ * Rules kept with other files: docs/internals.md §2 and §4 (a row's version).
  */
 #include "postgres.h"
 
@@ -41,6 +43,7 @@
 
 #include "encoder.h"
 #include "format.h"
+#include "format_clickhouse.h"
 
 /* A record's header: kind, a quoted name (NAMEDATALEN, escaped) and a length. */
 #define HEAD_MAX (2 + 4 * NAMEDATALEN + 24)
@@ -89,14 +92,13 @@ static MemoryContext plan_context = NULL;
 static List *plan = NIL; /* of PlannedRequest, the current batch's */
 static RowsBody rows_body;
 
-/* `name` as a ClickHouse identifier: no tab or newline left raw. */
-static void
-append_target(StringInfo out, const char *table)
+void
+replicant_clickhouse_append_identifier(StringInfo out, const char *name)
 {
-	const char *p;
+	const unsigned char *p;
 
 	appendStringInfoChar(out, '`');
-	for (p = table; *p; p++)
+	for (p = (const unsigned char *) name; *p; p++)
 	{
 		switch (*p)
 		{
@@ -115,7 +117,10 @@ append_target(StringInfo out, const char *table)
 				appendStringInfoString(out, "\\r");
 				break;
 			default:
-				appendStringInfoChar(out, *p);
+				if (*p < ' ')
+					appendStringInfo(out, "\\x%02x", *p);
+				else
+					appendStringInfoChar(out, *p);
 		}
 	}
 	appendStringInfoChar(out, '`');
@@ -326,7 +331,7 @@ append_row(StringInfo out, const ReplicantChange *change, StringInfo object,
 					 errmsg("update of table \"%s\" left TOASTed columns out of its new row",
 							change->relation->table)));
 	}
-	appendStringInfo(out, "%s\"_version\":" UINT64_FORMAT ",\"_deleted\":%d}\n",
+	appendStringInfo(out, "%s\"" REPLICANT_CLICKHOUSE_VERSION_COLUMN "\":" UINT64_FORMAT ",\"" REPLICANT_CLICKHOUSE_DELETED_COLUMN "\":%d}\n",
 					 object->len > 2 ? "," : "", (uint64) version, deleted ? 1 : 0);
 }
 
@@ -335,7 +340,7 @@ static void
 begin_record(StringInfo out, char kind, const ReplicantChange *change, int *length_at)
 {
 	appendStringInfoChar(out, kind);
-	append_target(out, change->relation->table);
+	replicant_clickhouse_append_identifier(out, change->relation->table);
 	appendStringInfoChar(out, '\t');
 	*length_at = out->len;
 	/* a fixed-width length, filled in once the payload is known */
@@ -661,7 +666,7 @@ snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *re
 			   int64 backfill_id, bool first, bool last)
 {
 	appendStringInfoString(out, "INSERT INTO ");
-	append_target(out, relation->table);
+	replicant_clickhouse_append_identifier(out, relation->table);
 	appendStringInfoString(out, " FORMAT JSONEachRow\n");
 }
 
@@ -705,6 +710,30 @@ code_is_final(int code)
 		if (final_codes[i] == code)
 			return true;
 	return false;
+}
+
+bool
+replicant_clickhouse_ddl_code_is_final(int code)
+{
+	static const int transient_codes[] = {
+		57,  /* TABLE_ALREADY_EXISTS: made meanwhile (IF NOT EXISTS passes next) */
+		159, /* TIMEOUT_EXCEEDED */
+		202, /* TOO_MANY_SIMULTANEOUS_QUERIES */
+		203, /* NO_FREE_CONNECTION */
+		209, /* SOCKET_TIMEOUT */
+		210, /* NETWORK_ERROR */
+		241, /* MEMORY_LIMIT_EXCEEDED */
+		243, /* NOT_ENOUGH_SPACE */
+		285, /* TOO_FEW_LIVE_REPLICAS */
+		473, /* DEADLOCK_AVOIDED */
+		999, /* KEEPER_EXCEPTION */
+	};
+	int i;
+
+	for (i = 0; i < lengthof(transient_codes); i++)
+		if (transient_codes[i] == code)
+			return false;
+	return true;
 }
 
 const ReplicantFormat replicant_format_clickhouse = {

@@ -1,56 +1,60 @@
 /*
  * launcher.c
- *		The launcher and the per-database sync worker.
+ *		The launcher: starts, stops and restarts the pipeline workers.
  *
  * The launcher is a static background worker connected to no database.
  * Pipelines live in each database's replicant.pipelines table, which it
- * cannot read, so it starts a short-lived sync worker in a database whenever
+ * cannot read, so it starts a short-lived sync worker (sync.c) in a database whenever
  * that database's pipelines may have changed (the SQL API asks for it at
  * commit; at start every database is read).  The sync worker mirrors the
  * rows into shared memory and exits; the launcher then starts, stops or
  * restarts pipeline workers to match, restarting crashed ones with
  * exponential backoff.  Pipeline workers are BGW_NEVER_RESTART so that the
  * launcher alone decides.
+ *
+ * Nothing is restarted without bound.  A worker that exits on an error
+ * (or dies) while its pipeline makes no progress (shmem.h) is restarted at
+ * most REPLICANT_MAX_RETRIES times; the next failure halts the pipeline,
+ * with the reason the worker left, recorded by the database's sync worker,
+ * which can write the catalog.  A sync worker that fails is retried as
+ * often; after that, or on an error that is not transient, it halts the
+ * database's pipelines itself.  The pipelines of a dropped database are
+ * forgotten.
+ *
+ * Rules kept with other files: docs/internals.md §8 (restarts), §9
+ * (privileges).
  */
 #include "postgres.h"
 
-#include "access/genam.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
-#include "catalog/pg_type_d.h"
-#include "commands/extension.h"
-#include "executor/spi.h"
 #include "miscadmin.h"
-#include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "replication/slot.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/proc.h"
-#include "tcop/tcopprot.h"
-#include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "launcher.h"
-#include "pipeline.h"
 #include "replicant.h"
 #include "shmem.h"
-#include "slot.h"
+#include "sync.h"
 #include "worker.h"
 
-#define MAX_CONCURRENT_SYNCS 4
 /* A worker that ran less than this before exiting counts as failing. */
 #define HEALTHY_RUN_MS 10000
 #define RESTART_MIN_MS 1000
-#define RESTART_MAX_MS 60000
 #define LAUNCHER_NAP_MS 10000
+
+/* replicant.max_restart_delay: the longest a failed worker waits for its restart. */
+static int max_restart_delay_ms = 60000;
 
 /* The launcher's view of each pipeline slot's worker. */
 typedef struct LaunchedWorker
@@ -61,8 +65,10 @@ typedef struct LaunchedWorker
 	TimestampTz started_at;
 	TimestampTz next_start;
 	int failures;
-	bool wanted;     /* as of the last round */
-	bool terminated; /* stopped by us, for a new configuration */
+	bool wanted;          /* as of the last round */
+	bool terminated;      /* stopped by us, for a new configuration */
+	uint64 fail_progress; /* the slot's progress at the failures counted */
+	int fail_count;       /* failed runs in a row at fail_progress */
 } LaunchedWorker;
 
 typedef struct LaunchedSync
@@ -71,8 +77,17 @@ typedef struct LaunchedSync
 	Oid dboid;
 } LaunchedSync;
 
+/* A database whose last syncs failed. */
+typedef struct FailedSync
+{
+	Oid dboid;
+	int failures;
+	TimestampTz retry_at;
+} FailedSync;
+
 static LaunchedWorker *launched;
-static LaunchedSync syncs[MAX_CONCURRENT_SYNCS];
+static LaunchedSync syncs[REPLICANT_MAX_SYNCS];
+static List *failed_syncs = NIL; /* of FailedSync *, in TopMemoryContext */
 
 /*
  * Asks a worker to stop where it leaves nothing to re-deliver; a worker
@@ -104,6 +119,14 @@ replicant_launcher_register(void)
 {
 	BackgroundWorker worker = {0};
 
+	DefineCustomIntVariable("replicant.max_restart_delay",
+							"Longest wait before a failed pipeline worker is started again.",
+							"The wait doubles from 1s with every failed start, up to this. A failure that may pass is retried at most 10 times while the pipeline makes no progress; the next one halts it.",
+							&max_restart_delay_ms,
+							60000, 100, 3600000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 5;
@@ -123,15 +146,14 @@ launcher_detach(int code, Datum arg)
 	LWLockRelease(replicant_shmem->lock);
 }
 
-/* Queues every connectable, non-template database for a sync. */
-static void
-queue_all_databases(void)
+/* The databases (only the connectable, non-template ones if asked), in mcxt. */
+static List *
+list_databases(bool connectable_only, MemoryContext mcxt)
 {
 	Relation rel;
 	TableScanDesc scan;
 	HeapTuple tuple;
 	List *dbs = NIL;
-	ListCell *lc;
 
 	StartTransactionCommand();
 	rel = table_open(DatabaseRelationId, AccessShareLock);
@@ -139,20 +161,93 @@ queue_all_databases(void)
 	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
 		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+		MemoryContext old;
 
-		if (db->datallowconn && !db->datistemplate)
-			dbs = lappend_oid(dbs, db->oid);
+		if (connectable_only && (!db->datallowconn || db->datistemplate))
+			continue;
+		old = MemoryContextSwitchTo(mcxt);
+		dbs = lappend_oid(dbs, db->oid);
+		MemoryContextSwitchTo(old);
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
+	return dbs;
+}
+
+/* Queues every connectable, non-template database for a sync. */
+static void
+queue_all_databases(void)
+{
+	List *dbs = list_databases(true, CurrentMemoryContext);
+	ListCell *lc;
 
 	foreach(lc, dbs)
 		replicant_shmem_request_sync(lfirst_oid(lc));
+	list_free(dbs);
 }
 
+static FailedSync *
+failed_sync(Oid dboid)
+{
+	ListCell *lc;
+
+	foreach(lc, failed_syncs)
+		if (((FailedSync *) lfirst(lc))->dboid == dboid)
+			return lfirst(lc);
+	return NULL;
+}
+
+/*
+ * Forgets the pipelines of databases that no longer exist (DROP DATABASE,
+ * which also dropped their replication slots): their slots in shared
+ * memory are free for others, and nothing tries to start them again.
+ * Returns the databases that exist.
+ */
+static List *
+forget_dropped_databases(void)
+{
+	List *dbs = list_databases(false, CurrentMemoryContext);
+	ListCell *lc;
+	int i;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	replicant_shmem->databases_dropped = false;
+	for (i = 0; i < replicant_max_pipelines; i++)
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+
+		if (!slot->in_use || list_member_oid(dbs, slot->dboid))
+			continue;
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" is gone with its database (OID %u)",
+						slot->name, slot->dboid)));
+		slot->in_use = false;
+		slot->runnable = false;
+	}
+	for (i = replicant_shmem->ndirty - 1; i >= 0; i--)
+		if (!list_member_oid(dbs, replicant_shmem->dirty_dbs[i]))
+			replicant_shmem->dirty_dbs[i] = replicant_shmem->dirty_dbs[--replicant_shmem->ndirty];
+	LWLockRelease(replicant_shmem->lock);
+	foreach(lc, failed_syncs)
+	{
+		FailedSync *failed = lfirst(lc);
+
+		if (!list_member_oid(dbs, failed->dboid))
+		{
+			failed_syncs = foreach_delete_current(failed_syncs, lc);
+			pfree(failed);
+		}
+	}
+	return dbs;
+}
+
+/*
+ * A database to sync next: one whose sync is not running, nor waiting to
+ * be retried (*nap then says for how long at most).
+ */
 static Oid
-next_dirty_database(void)
+next_dirty_database(TimestampTz now, long *nap)
 {
 	Oid dboid = InvalidOid;
 	int i;
@@ -162,9 +257,15 @@ next_dirty_database(void)
 	{
 		int j;
 		bool busy = false;
+		FailedSync *failed = failed_sync(replicant_shmem->dirty_dbs[i]);
 
-		for (j = 0; j < MAX_CONCURRENT_SYNCS; j++)
+		for (j = 0; j < REPLICANT_MAX_SYNCS; j++)
 			busy |= (syncs[j].handle != NULL && syncs[j].dboid == replicant_shmem->dirty_dbs[i]);
+		if (failed && now < failed->retry_at)
+		{
+			*nap = Min(*nap, TimestampDifferenceMilliseconds(now, failed->retry_at) + 1);
+			busy = true;
+		}
 		if (busy)
 			continue;
 		dboid = replicant_shmem->dirty_dbs[i];
@@ -206,58 +307,167 @@ stopped(BackgroundWorkerHandle *handle)
 	return GetBackgroundWorkerPid(handle, &pid) == BGWH_STOPPED;
 }
 
-static void
-run_syncs(void)
+static long
+restart_delay_ms(int failures)
 {
+	long delay = Min(RESTART_MIN_MS, max_restart_delay_ms);
+
+	while (failures-- > 0 && delay < max_restart_delay_ms)
+		delay *= 2;
+	return Min(delay, max_restart_delay_ms);
+}
+
+/*
+ * A sync of dboid ended, done or not.  One that failed is tried again
+ * after a backoff, at most REPLICANT_MAX_RETRIES times in a row; then the
+ * sync worker has halted the database's pipelines (it is told which try is
+ * the last), unless it could not even do that: then they halt in shared
+ * memory only, until the database's next sync succeeds.
+ */
+static void
+sync_ended(Oid dboid, bool done, TimestampTz now)
+{
+	FailedSync *failed = failed_sync(dboid);
+	List *dbs = done ? NIL : list_databases(false, CurrentMemoryContext);
+	bool gone = !done && !list_member_oid(dbs, dboid);
+	MemoryContext old;
 	int i;
 
-	for (i = 0; i < MAX_CONCURRENT_SYNCS; i++)
+	list_free(dbs);
+	/* A database dropped meanwhile needs no sync. */
+	if (done || gone)
 	{
+		if (failed)
+		{
+			failed_syncs = list_delete_ptr(failed_syncs, failed);
+			pfree(failed);
+		}
+		return;
+	}
+	if (failed == NULL)
+	{
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		failed = palloc0(sizeof(FailedSync));
+		failed->dboid = dboid;
+		failed_syncs = lappend(failed_syncs, failed);
+		MemoryContextSwitchTo(old);
+	}
+	if (++failed->failures <= REPLICANT_MAX_RETRIES)
+	{
+		failed->retry_at = TimestampTzPlusMilliseconds(now, restart_delay_ms(failed->failures - 1));
+		replicant_shmem_request_sync(dboid);
+		return;
+	}
+	ereport(WARNING,
+			(errmsg("replicant could not read the pipelines of database %u %d times in a row: halting them",
+					dboid, failed->failures)));
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	for (i = 0; i < replicant_max_pipelines; i++)
+		if (replicant_shmem->slots[i].in_use && replicant_shmem->slots[i].dboid == dboid)
+			replicant_shmem_halt(&replicant_shmem->slots[i],
+								 "phase \"sync\" failed: the sync worker exited abnormally, 11 times in a row", false);
+	LWLockRelease(replicant_shmem->lock);
+	failed_syncs = list_delete_ptr(failed_syncs, failed);
+	pfree(failed);
+}
+
+/* Reaps finished sync workers and starts new ones; returns how long the launcher may nap. */
+static long
+run_syncs(TimestampTz now)
+{
+	long nap = LAUNCHER_NAP_MS;
+	int i;
+
+	for (i = 0; i < REPLICANT_MAX_SYNCS; i++)
+	{
+		ReplicantSyncArgs args = {0};
+		FailedSync *failed;
+
 		if (syncs[i].handle != NULL && stopped(syncs[i].handle))
 		{
 			pfree(syncs[i].handle);
 			syncs[i].handle = NULL;
+			sync_ended(syncs[i].dboid, replicant_shmem->sync_done[i], now);
 		}
+		if (syncs[i].handle != NULL)
+			continue;
+		args.dboid = next_dirty_database(now, &nap);
+		if (!OidIsValid(args.dboid))
+			continue;
+		args.index = i;
+		failed = failed_sync(args.dboid);
+		args.retries = failed ? failed->failures : 0;
+		replicant_shmem->sync_done[i] = false;
+		syncs[i].dboid = args.dboid;
+		syncs[i].handle = start_worker("replicant_sync_main", "replicant sync",
+									   "replicant sync", (Datum) 0,
+									   &args, sizeof(args));
 		if (syncs[i].handle == NULL)
 		{
-			Oid dboid = next_dirty_database();
-
-			if (!OidIsValid(dboid))
-				continue;
-			syncs[i].dboid = dboid;
-			syncs[i].handle = start_worker("replicant_sync_main", "replicant sync",
-										   "replicant sync", (Datum) 0,
-										   &dboid, sizeof(dboid));
-			if (syncs[i].handle == NULL)
-			{
-				/* Out of worker slots: try again on the next round. */
-				replicant_shmem_request_sync(dboid);
-				break;
-			}
+			/* Out of worker slots: try again on the next round. */
+			replicant_shmem_request_sync(args.dboid);
+			break;
 		}
 	}
+	return nap;
 }
 
-static long
-restart_delay_ms(int failures)
+/*
+ * Counts a failed run of a slot's worker (an error, or an exit it did not
+ * choose); after REPLICANT_MAX_RETRIES restarts in a row without progress,
+ * halts the pipeline with the reason the worker left.
+ */
+static void
+count_failure(ReplicantPipelineSlot *slot, LaunchedWorker *w,
+			  const ReplicantPipelineSlot *copy)
 {
-	long delay = RESTART_MIN_MS;
+	char *reason;
 
-	while (failures-- > 0 && delay < RESTART_MAX_MS)
-		delay *= 2;
-	return Min(delay, RESTART_MAX_MS);
+	if (copy->progress != w->fail_progress)
+	{
+		w->fail_progress = copy->progress;
+		w->fail_count = 0;
+	}
+	if (++w->fail_count <= REPLICANT_MAX_RETRIES)
+		return;
+	/* The count starts over after a halt: never more than one past the bound. */
+	Assert(w->fail_count == REPLICANT_MAX_RETRIES + 1);
+	reason = psprintf("%s, %d times in a row without progress",
+					  copy->failure[0] ? copy->failure :
+										 psprintf("the pipeline worker exited abnormally in phase \"%s\"",
+												  replicant_phase_name(copy->phase)),
+					  w->fail_count);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" halts: %s", copy->name, reason)));
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (slot->generation == copy->generation)
+		replicant_shmem_halt(slot, reason, true);
+	LWLockRelease(replicant_shmem->lock);
+	/* Its database's sync worker records the halt. */
+	replicant_shmem_request_sync(copy->dboid);
+	w->fail_count = 0;
 }
 
 /*
  * Forgets a worker that exited.  Unless it was stopped on purpose, its next
- * start waits out a backoff that grows while its runs stay short.
+ * start waits out a backoff that grows while its runs stay short, and the
+ * failure counts towards a halt.
  */
 static void
-reap_worker(LaunchedWorker *w, const ReplicantPipelineSlot *copy,
-			TimestampTz now)
+reap_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w,
+			ReplicantPipelineSlot *copy, TimestampTz now)
 {
+	/* It may have failed for want of its database, dropped meanwhile. */
+	List *dbs = forget_dropped_databases();
+	bool database_exists = list_member_oid(dbs, copy->dboid);
+
+	list_free(dbs);
 	pfree(w->handle);
 	w->handle = NULL;
+	/* Why it failed, if it did and could say; a later failure says anew. */
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->failure[0] = '\0';
+	LWLockRelease(replicant_shmem->lock);
 	if (w->terminated || copy->stop_requested)
 	{
 		/* Restarted for new settings or backfills: no failure. */
@@ -271,13 +481,17 @@ reap_worker(LaunchedWorker *w, const ReplicantPipelineSlot *copy,
 		else
 			w->failures++;
 		w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
+		if (copy->in_use && copy->runnable && copy->generation == w->generation &&
+			database_exists)
+			count_failure(slot, w, copy);
 
 		/*
 		 * It may not even have connected (its owner lost LOGIN): the sync
 		 * worker, which can read the catalog, finds out and halts the
-		 * pipeline instead of this restarting it.
+		 * pipeline instead of this restarting it.  (Not when it was stopped:
+		 * its database may be going, DROP DATABASE.)
 		 */
-		if (copy->in_use)
+		if (copy->in_use && copy->runnable && database_exists)
 			replicant_shmem_request_sync(copy->dboid);
 	}
 
@@ -285,7 +499,7 @@ reap_worker(LaunchedWorker *w, const ReplicantPipelineSlot *copy,
 	 * A pipeline gone from the catalog (dropped with the extension) left its
 	 * slot behind; it can be dropped now that it is free.
 	 */
-	if (!copy->in_use)
+	if (!copy->in_use && database_exists)
 		replicant_shmem_request_sync(copy->dboid);
 }
 
@@ -347,15 +561,21 @@ reconcile_workers(void)
 	{
 		ReplicantPipelineSlot copy;
 		LaunchedWorker *w = &launched[i];
+		bool exited = (w->handle != NULL && stopped(w->handle));
 		bool running;
 		bool wanted;
 
+		/* Read after the exit: with what the worker wrote last. */
 		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 		memcpy(&copy, &replicant_shmem->slots[i], sizeof(copy));
 		LWLockRelease(replicant_shmem->lock);
-
-		if (w->handle != NULL && stopped(w->handle))
-			reap_worker(w, &copy, now);
+		if (exited)
+		{
+			reap_worker(&replicant_shmem->slots[i], w, &copy, now);
+			LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+			memcpy(&copy, &replicant_shmem->slots[i], sizeof(copy));
+			LWLockRelease(replicant_shmem->lock);
+		}
 		running = (w->handle != NULL);
 		wanted = copy.in_use && copy.runnable;
 
@@ -364,6 +584,7 @@ reconcile_workers(void)
 		{
 			w->failures = 0;
 			w->next_start = 0;
+			w->fail_count = 0;
 		}
 		w->wanted = wanted;
 
@@ -382,6 +603,7 @@ reconcile_workers(void)
 			/* A pipeline new to this slot starts at once. */
 			w->failures = 0;
 			w->next_start = 0;
+			w->fail_count = 0;
 		}
 		if (now < w->next_start)
 		{
@@ -417,7 +639,9 @@ replicant_launcher_main(Datum main_arg)
 	while (!ShutdownRequestPending)
 	{
 		bool rescan;
+		bool dropped;
 		long nap;
+		TimestampTz now;
 
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
@@ -430,234 +654,18 @@ replicant_launcher_main(Datum main_arg)
 		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 		rescan = replicant_shmem->rescan_all;
 		replicant_shmem->rescan_all = false;
+		dropped = replicant_shmem->databases_dropped;
 		LWLockRelease(replicant_shmem->lock);
+		if (dropped)
+			list_free(forget_dropped_databases());
 		if (rescan)
 			queue_all_databases();
 
-		run_syncs();
-		nap = reconcile_workers();
+		now = GetCurrentTimestamp();
+		nap = Min(run_syncs(now), reconcile_workers());
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 nap, PG_WAIT_EXTENSION);
 	}
-	proc_exit(0);
-}
-
-/*
- * Sync worker: mirrors this database's pipeline rows into shared memory.
- */
-
-typedef struct PipelineRow
-{
-	int32 id;
-	char name[NAMEDATALEN];
-	Oid owner;
-	bool runnable;
-	int32 config_version;
-} PipelineRow;
-
-/*
- * A worker connects as the pipeline's owner, which needs LOGIN: without it
- * every start fails before the worker can say why.  Such pipelines halt
- * here, with the reason, until resume_pipeline.
- */
-static void
-halt_unconnectable_pipelines(void)
-{
-	uint64 i;
-
-	/* search_path is pinned: the operators are pg_catalog's. */
-	if (SPI_execute("UPDATE replicant.pipelines p"
-					"   SET halt_reason = coalesce("
-					"         (SELECT 'pipeline owner ' || quote_ident(r.rolname) || ' is not permitted to log in'"
-					"            FROM pg_authid r WHERE r.oid = p.owner),"
-					"         'pipeline owner (role OID ' || p.owner::text || ') no longer exists')"
-					" WHERE p.enabled AND p.halt_reason IS NULL"
-					"   AND NOT EXISTS (SELECT 1 FROM pg_authid r WHERE r.oid = p.owner AND r.rolcanlogin)"
-					" RETURNING p.name, p.halt_reason",
-					false, 0) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not update replicant.pipelines");
-	for (i = 0; i < SPI_processed; i++)
-		ereport(LOG,
-				(errmsg("replicant pipeline \"%s\" halted: %s",
-						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
-						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
-				 errhint("Grant the role LOGIN, then call replicant.resume_pipeline('%s').",
-						 SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1))));
-}
-
-static List *
-read_pipeline_rows(void)
-{
-	List *rows = NIL;
-	uint64 i;
-
-	if (!OidIsValid(get_extension_oid("replicant", true)))
-		return NIL;
-	halt_unconnectable_pipelines();
-	/* Not read-only: a new snapshot, which sees the halts just recorded. */
-	if (SPI_execute("SELECT id, name, owner, enabled AND halt_reason IS NULL, config_version"
-					"  FROM replicant.pipelines",
-					false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read replicant.pipelines");
-	for (i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple tuple = SPI_tuptable->vals[i];
-		TupleDesc desc = SPI_tuptable->tupdesc;
-		PipelineRow *row = MemoryContextAllocZero(TopMemoryContext, sizeof(PipelineRow));
-		bool isnull;
-
-		row->id = DatumGetInt32(SPI_getbinval(tuple, desc, 1, &isnull));
-		strlcpy(row->name, TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull)),
-				NAMEDATALEN);
-		row->owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 3, &isnull));
-		row->runnable = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
-		row->config_version = DatumGetInt32(SPI_getbinval(tuple, desc, 5, &isnull));
-		rows = lappend(rows, row);
-	}
-	return rows;
-}
-
-static void
-mirror_rows(List *rows)
-{
-	ListCell *lc;
-	int i;
-
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-
-	/* Pipelines of this database that are gone give their slots up. */
-	for (i = 0; i < replicant_max_pipelines; i++)
-	{
-		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
-		bool found = false;
-
-		if (!slot->in_use || slot->dboid != MyDatabaseId)
-			continue;
-		foreach(lc, rows)
-			found |= (((PipelineRow *) lfirst(lc))->id == slot->pipeline_id);
-		if (!found)
-			slot->in_use = false;
-	}
-
-	foreach(lc, rows)
-	{
-		PipelineRow *row = lfirst(lc);
-		ReplicantPipelineSlot *slot = replicant_shmem_find(MyDatabaseId, row->id);
-
-		if (slot == NULL)
-		{
-			for (i = 0; i < replicant_max_pipelines; i++)
-			{
-				if (!replicant_shmem->slots[i].in_use)
-				{
-					slot = &replicant_shmem->slots[i];
-					break;
-				}
-			}
-			if (slot == NULL)
-			{
-				ereport(WARNING,
-						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("replicant pipeline \"%s\" cannot run: all %d pipeline slots are in use",
-								row->name, replicant_max_pipelines),
-						 errhint("You might need to increase \"%s\".", "replicant.max_pipelines")));
-				continue;
-			}
-			slot->in_use = true;
-			slot->generation++;
-			slot->dboid = MyDatabaseId;
-			slot->pipeline_id = row->id;
-			slot->pid = 0;
-			slot->latch = NULL;
-			slot->state = REPLICANT_STATE_STARTING;
-			slot->transactions_delivered = 0;
-			slot->changes_delivered = 0;
-			slot->batches_delivered = 0;
-			slot->bytes_delivered = 0;
-			slot->retries = 0;
-			slot->last_delivery_at = 0;
-			slot->last_error[0] = '\0';
-			slot->last_http_status = 0;
-			slot->nlatency = 0;
-			slot->delivered_upto = InvalidXLogRecPtr;
-		}
-		if (row->runnable && !slot->runnable && slot->pid == 0)
-		{
-			/* Resumed or enabled: the old halt no longer describes it. */
-			slot->state = REPLICANT_STATE_STARTING;
-			slot->last_error[0] = '\0';
-		}
-		strlcpy(slot->name, row->name, NAMEDATALEN);
-		slot->owner = row->owner;
-		slot->runnable = row->runnable;
-		slot->config_version = row->config_version;
-	}
-	LWLockRelease(replicant_shmem->lock);
-}
-
-/*
- * Drops this database's replicant slots that no pipeline owns, such as
- * those left by DROP EXTENSION.  Slots are listed before the rows are read
- * with a fresh snapshot: a slot that create_pipeline made is held by its
- * creator until its row is committed, so it is never taken for an orphan.
- */
-static void
-drop_orphan_slots(List *inactive_slots, List *rows)
-{
-	ListCell *lc;
-	ListCell *lc2;
-
-	foreach(lc, inactive_slots)
-	{
-		char *slot_name = lfirst(lc);
-		bool owned = false;
-
-		foreach(lc2, rows)
-		{
-			char *owner_slot = replicant_pipeline_slot_name(((PipelineRow *) lfirst(lc2))->name);
-
-			owned |= (strcmp(owner_slot, slot_name) == 0);
-		}
-		if (!owned)
-		{
-			ereport(LOG,
-					(errmsg("dropping replication slot \"%s\", which no replicant pipeline owns",
-							slot_name)));
-			ReplicationSlotDrop(slot_name, true);
-		}
-	}
-}
-
-void
-replicant_sync_main(Datum main_arg)
-{
-	Oid dboid;
-	List *inactive;
-	List *rows;
-
-	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(dboid));
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	replicant_pin_worker_settings();
-	pgstat_report_appname("replicant sync");
-
-	StartTransactionCommand();
-	inactive = replicant_slot_list_inactive();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	rows = read_pipeline_rows();
-	PopActiveSnapshot();
-	SPI_finish();
-	CommitTransactionCommand();
-
-	mirror_rows(rows);
-	drop_orphan_slots(inactive, rows);
-
-	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
-	if (replicant_shmem->launcher_latch)
-		SetLatch(replicant_shmem->launcher_latch);
-	LWLockRelease(replicant_shmem->lock);
 	proc_exit(0);
 }

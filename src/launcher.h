@@ -10,6 +10,5 @@
 extern void replicant_launcher_register(void);
 
 PGDLLEXPORT void replicant_launcher_main(Datum main_arg);
-PGDLLEXPORT void replicant_sync_main(Datum main_arg);
 
 #endif /* REPLICANT_LAUNCHER_H */

@@ -16,6 +16,9 @@
  * Nothing here may raise an error for a condition that must halt the
  * pipeline: it records a value-free reason instead and delivers nothing
  * more, and the worker halts once the record has been processed.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn), §8 (errors: halt or retry).
  */
 #include "postgres.h"
 
@@ -27,14 +30,22 @@
 
 #include "compat.h"
 #include "encoder.h"
+#include "epoch.h"
+#include "fault.h"
 #include "output_plugin.h"
 #include "partition_root.h"
+#include "plugin_gate.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "shmem.h"
+#include "waiver.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 
 static struct EncodedRows *create_rows(MemoryContext context);
+
+/* A buffer grown past this for a large row or message is given back after it. */
+#define ROWS_KEEP_BYTES (64 * 1024)
 
 ReplicantDecodingState *
 replicant_output_state(LogicalDecodingContext *ctx)
@@ -47,26 +58,17 @@ replicant_startup(LogicalDecodingContext *ctx, OutputPluginOptions *options,
 				  bool is_init)
 {
 	ReplicantDecodingState *state;
-	bool from_worker = false;
-	ListCell *lc;
 
-	options->output_type = OUTPUT_PLUGIN_TEXTUAL_OUTPUT;
-	options->receive_rewrites = false;
-	if (is_init)
-		return;
-
-	foreach(lc, ctx->output_plugin_options)
-	{
-		DefElem *elem = lfirst(lc);
-
-		if (strcmp(elem->defname, REPLICANT_PLUGIN_OPTION) == 0)
-			from_worker = true;
-	}
-	if (!from_worker)
+	/* only replicant's own contexts: the callbacks need what the worker sets up */
+	if (!replicant_plugin_gate_pass())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("the replicant output plugin can only be used by replicant pipelines"),
 				 errhint("Use replicant.create_pipeline() to stream changes.")));
+	options->output_type = OUTPUT_PLUGIN_TEXTUAL_OUTPUT;
+	options->receive_rewrites = false;
+	if (is_init)
+		return;
 
 	state = MemoryContextAllocZero(ctx->context, sizeof(ReplicantDecodingState));
 	state->change_context = AllocSetContextCreate(ctx->context,
@@ -88,21 +90,14 @@ replicant_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 
 	state->txn_open = false;
+	if (state->txn_messages.data && state->txn_messages.maxlen > ROWS_KEEP_BYTES)
+	{
+		/* What one large message grew is not kept for the next transaction. */
+		pfree(state->txn_messages.data);
+		state->txn_messages.data = NULL;
+	}
 	if (state->txn_messages.data)
 		resetStringInfo(&state->txn_messages);
-}
-
-static void
-halt(ReplicantDecodingState *state, const char *reason)
-{
-	if (state->halt_reason != NULL)
-		return;
-	state->halt_reason = MemoryContextStrdup(GetMemoryChunkContext(state), reason);
-	if (state->txn_open)
-		replicant_batch_discard_txn(state->batch);
-	state->txn_open = false;
-	list_free_deep(state->pending_messages);
-	state->pending_messages = NIL;
 }
 
 /* Whether a change of txn must be looked at; opens the transaction lazily. */
@@ -138,46 +133,80 @@ open_txn(ReplicantDecodingState *state, ReorderBufferTXN *txn)
 }
 
 /*
+ * Halts at txn's commit for reason: delivers nothing more.  A resume then
+ * accepts cause (waiver.h) for the commits up to it, or nothing when cause
+ * is NULL.
+ */
+static void
+halt_at(ReplicantDecodingState *state, ReorderBufferTXN *txn, const char *reason,
+		const char *cause)
+{
+	MemoryContext context = GetMemoryChunkContext(state);
+
+	if (state->halt_reason != NULL)
+		return;
+	state->halt_reason = MemoryContextStrdup(context, reason);
+	state->halt_cause = cause ? MemoryContextStrdup(context, cause) : NULL;
+	state->halt_lsn = txn->final_lsn;
+	if (state->txn_open)
+		replicant_batch_discard_txn(state->batch);
+	state->txn_open = false;
+	list_free_deep(state->pending_messages);
+	state->pending_messages = NIL;
+}
+
+/* Whether a resume accepted cause for txn's commit. */
+static bool
+waived(ReplicantDecodingState *state, ReorderBufferTXN *txn, const char *cause)
+{
+	return replicant_waiver_covers(state->waivers, cause, txn->final_lsn);
+}
+
+/*
  * Looks up what to deliver of rel; halts when that cannot be done right.
- * Conditions an operator can fix (a missing publication, privileges, a
- * schema change) are accepted for changes committed before the last
- * resume_pipeline: the operator saw the halt and chose to go on.
+ * A condition an operator can fix (a missing publication, privileges, a
+ * schema change) is accepted for the commits up to a resume_pipeline that
+ * resumed a halt on exactly it: the operator saw it and chose to go on.
  */
 static ReplicantRelInfo *
 relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation rel)
 {
-	ReplicantRelInfo *info = replicant_publication_relinfo(rel);
-	bool resumed = txn->final_lsn <= state->resumed_lsn;
+	ReplicantRelInfo *info;
 	char *missing;
+	char *cause;
 
+	replicant_publication_use_epoch(replicant_epoch_at(state->epochs, txn->final_lsn));
+	info = replicant_publication_relinfo(rel);
 	if (info->own)
 		return NULL;
-	missing = replicant_publication_check(txn->final_lsn);
+	/* Nothing can say what it would have published: halt, or it is empty. */
+	missing = replicant_publication_missing(txn->final_lsn, state->waivers, &cause);
 	if (missing)
 	{
-		/* Nothing can say what it would have published: deliver nothing. */
-		if (!resumed)
-		{
-			state->halt_lsn = txn->final_lsn;
-			halt(state, missing);
-		}
+		halt_at(state, txn, missing, cause);
 		return NULL;
 	}
 	/* Only in publications alter_pipeline added after this commit. */
 	if (info->published && txn->final_lsn < info->published_from)
 		return NULL;
-	if (info->halt_reason && !(info->halt_resumable && resumed))
+	if (info->halt_reason)
 	{
-		state->halt_lsn = txn->final_lsn;
-		halt(state, info->halt_reason);
-		return NULL;
+		/* Privileges: a resume accepts them once the owner may read the table. */
+		cause = info->halt_privilege ?
+					replicant_waiver_table_cause(REPLICANT_WAIVER_PRIVILEGE, RelationGetRelid(rel)) :
+					NULL;
+		if (!info->halt_resumable || !waived(state, txn, cause))
+		{
+			halt_at(state, txn, info->halt_reason, cause);
+			return NULL;
+		}
 	}
 	if (info->schema_change)
 	{
-		if (!resumed)
+		cause = replicant_waiver_table_cause(REPLICANT_WAIVER_SCHEMA, RelationGetRelid(rel));
+		if (!waived(state, txn, cause))
 		{
-			state->halt_lsn = txn->final_lsn;
-			halt(state, info->schema_change);
+			halt_at(state, txn, info->schema_change, cause);
 			return NULL;
 		}
 		/* Resumed past this change: take the new schema. */
@@ -199,7 +228,7 @@ encode_key(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 		replicant_encode_object(out, desc, values, nulls, info->key_columns,
 								REPLICANT_TOAST_UNCHANGED, NULL);
 	else if (info->key_whole_row)
-		replicant_encode_object(out, desc, values, nulls, NULL,
+		replicant_encode_object(out, desc, values, nulls, info->filter->columns,
 								REPLICANT_TOAST_UNCHANGED, NULL);
 	else
 		appendStringInfoString(out, "null");
@@ -289,9 +318,6 @@ typedef struct EncodedRows
 	StringInfoData unchanged;
 } EncodedRows;
 
-/* A buffer grown past this for a large row is given back after its change. */
-#define ROWS_KEEP_BYTES (64 * 1024)
-
 static void
 trim_buffer(StringInfo buffer)
 {
@@ -340,6 +366,9 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 				Datum *new_values, bool *new_nulls,
 				Datum *old_values, bool *old_nulls)
 {
+	/* An error from here to the end of the change names this phase (worker.c). */
+	replicant_shmem_enter_phase(REPLICANT_PHASE_ENCODE);
+	replicant_fault("encode");
 	memset(record, 0, sizeof(ReplicantChange));
 	record->op = op;
 	record->relation = &info->relation;
@@ -414,10 +443,7 @@ filter_change(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 										 new_values, new_nulls, &reason);
 	state->in_row_filter = false;
 	if (reason)
-	{
-		state->halt_lsn = txn->final_lsn;
-		halt(state, reason);
-	}
+		halt_at(state, txn, reason, NULL);
 	return deliver;
 }
 
@@ -502,9 +528,8 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		rows->unchanged.len > 0 && record.old_row == NULL)
 	{
 		/* the format cannot leave the columns out, nor knows their values */
-		state->halt_lsn = txn->final_lsn;
-		halt(state, psprintf("update of table \"%s\" left TOASTed columns unchanged, and the table's replica identity does not log them (the clickhouse format needs ALTER TABLE ... REPLICA IDENTITY FULL)",
-							 RelationGetRelationName(relation)));
+		halt_at(state, txn, psprintf("update of table \"%s\" left TOASTed columns unchanged, and the table's replica identity does not log them (the clickhouse format needs ALTER TABLE ... REPLICA IDENTITY FULL)", RelationGetRelationName(relation)),
+				NULL);
 		goto done;
 	}
 	/* before the change: rows it keeps go into the batch ahead of it */
@@ -515,6 +540,7 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 						  state->pipeline_name, &record);
 
 done:
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DECODE);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
 	trim_rows(rows);
@@ -594,17 +620,21 @@ replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	state->txn_open = false;
 }
 
-/* Whether the pipeline delivers messages with this prefix. */
+/*
+ * Whether the pipeline delivers messages with this prefix, committed (or,
+ * non-transactional, written) at lsn: the options of its epoch decide.
+ */
 static bool
-message_wanted(ReplicantDecodingState *state, const char *prefix)
+message_wanted(ReplicantDecodingState *state, const char *prefix, XLogRecPtr lsn)
 {
+	const ReplicantEpoch *epoch = replicant_epoch_at(state->epochs, lsn);
 	ListCell *lc;
 
-	if (!state->messages || strncmp(prefix, "replicant.", 10) == 0)
+	if (!epoch->messages || strncmp(prefix, "replicant.", 10) == 0)
 		return false;
-	if (state->message_prefixes == NIL)
+	if (epoch->message_prefixes == NIL)
 		return true;
-	foreach(lc, state->message_prefixes)
+	foreach(lc, epoch->message_prefixes)
 		if (strcmp(lfirst(lc), prefix) == 0)
 			return true;
 	return false;
@@ -628,6 +658,32 @@ copy_message(XLogRecPtr lsn, const char *prefix, Size size, const char *content)
 }
 
 /*
+ * Renders a transactional message into its transaction's messages, which
+ * live as long as the decoding state; what the format allocates meanwhile
+ * goes with the per-change context.
+ */
+static void
+add_txn_message(ReplicantDecodingState *state, ReorderBufferTXN *txn,
+				const ReplicantMessage *record)
+{
+	MemoryContext old;
+
+	if (state->txn_messages.data == NULL)
+	{
+		old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
+		initStringInfo(&state->txn_messages);
+		MemoryContextSwitchTo(old);
+	}
+	old = MemoryContextSwitchTo(state->change_context);
+	open_txn(state, txn);
+	if (state->txn_messages.len > 0)
+		appendStringInfoString(&state->txn_messages, state->format->separator);
+	state->format->message(&state->txn_messages, state->pipeline_name, record);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(state->change_context);
+}
+
+/*
  * Messages from pg_logical_emit_message(): a transactional one rides its
  * transaction's "messages" array; a non-transactional one is delivered on
  * its own, at its place in the stream.  Watermarks of incremental backfills
@@ -642,26 +698,23 @@ replicant_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 
 	if (state->halt_reason != NULL)
 		return;
-	if (message_wanted(state, prefix))
+	if (message_wanted(state, prefix, transactional ? txn->final_lsn : message_lsn))
 	{
-		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
-
 		if (!transactional)
+		{
+			MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
+
 			state->pending_messages =
 				lappend(state->pending_messages,
 						copy_message(message_lsn, prefix, message_size, message));
+			MemoryContextSwitchTo(old);
+		}
 		else if (wanted(state, txn))
 		{
 			ReplicantMessage record = {message_lsn, prefix, message, message_size};
 
-			open_txn(state, txn);
-			if (state->txn_messages.data == NULL)
-				initStringInfo(&state->txn_messages);
-			if (state->txn_messages.len > 0)
-				appendStringInfoString(&state->txn_messages, state->format->separator);
-			state->format->message(&state->txn_messages, state->pipeline_name, &record);
+			add_txn_message(state, txn, &record);
 		}
-		MemoryContextSwitchTo(old);
 		return;
 	}
 	replicant_chunk_note_message(state->chunk, prefix, message, message_size);

@@ -21,14 +21,14 @@ typedef struct ReplicantDecodingState
 	XLogRecPtr skip_upto;            /* commits at or below were delivered */
 	char *halt_reason;               /* set: stop, deliver nothing more */
 	XLogRecPtr halt_lsn;             /* commit LSN of the change that halted, if any */
-	XLogRecPtr resumed_lsn;          /* halts met by changes before it were resumed past */
+	char *halt_cause;                /* what resuming that halt accepts (waiver.h), or NULL */
+	List *epochs;                    /* the pipeline's options by commit (epoch.h) */
+	List *waivers;                   /* halt causes resumes accepted (waiver.h) */
 	char current_table[NAMEDATALEN]; /* being encoded, for error reports */
 	bool in_row_filter;              /* evaluating current_table's row filter */
 	ReplicantChunk *chunk;           /* incremental backfill chunk, or NULL */
 
-	/* pg_logical_emit_message() delivery (options messages, message_prefixes) */
-	bool messages;
-	List *message_prefixes;      /* of char *; NIL: all */
+	/* pg_logical_emit_message() delivery (the epoch's messages, message_prefixes) */
 	StringInfoData txn_messages; /* the open transaction's, rendered, separated */
 	List *pending_messages;      /* non-transactional, of ReplicantMessage *,
 									 * each allocated as one chunk */
@@ -40,9 +40,6 @@ typedef struct ReplicantDecodingState
 	MemoryContext change_context; /* reset after every change */
 	struct EncodedRows *rows;     /* buffers every change encodes into */
 } ReplicantDecodingState;
-
-/* Option that marks a context as created by a pipeline worker. */
-#define REPLICANT_PLUGIN_OPTION "replicant_worker"
 
 extern ReplicantDecodingState *replicant_output_state(LogicalDecodingContext *ctx);
 

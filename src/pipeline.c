@@ -7,7 +7,10 @@
 
 #include "catalog/namespace.h"
 #include "catalog/pg_type_d.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -19,6 +22,7 @@
 #include "guc_pin.h"
 #include "pipeline.h"
 #include "replicant.h"
+#include "waiver.h"
 
 /*
  * Settings the worker's own transactions depend on, whatever the owner's
@@ -100,9 +104,38 @@ replicant_pipeline_check_publication_name(const char *name)
 }
 
 char *
-replicant_pipeline_slot_name(const char *name)
+replicant_pipeline_new_slot_name(const char *name)
 {
-	return psprintf(REPLICANT_SLOT_PREFIX "%s", name);
+	char *prefix;
+	int keep;
+
+	if (!replicant_pipeline_has_column("slot_name"))
+		return psprintf(REPLICANT_LEGACY_SLOT_PREFIX "%s", name);
+	prefix = psprintf(REPLICANT_SLOT_PREFIX "%u_", MyDatabaseId);
+	/* Up to 62 bytes as it is: a hashed name has 63, so none equals another. */
+	if (strlen(prefix) + strlen(name) < NAMEDATALEN - 1)
+		return psprintf("%s%s", prefix, name);
+	/* At most 48 + 20 bytes: keep what fits beside "_<8 hex digits>". */
+	keep = NAMEDATALEN - 1 - strlen(prefix) - 9;
+	return psprintf("%s%.*s_%08x", prefix, keep, name,
+					hash_bytes((const unsigned char *) name, strlen(name)));
+}
+
+const char *
+replicant_pipeline_slot_name_sql(void)
+{
+	return replicant_pipeline_has_column("slot_name") ?
+			   "p.slot_name::pg_catalog.text" :
+			   "'" REPLICANT_LEGACY_SLOT_PREFIX "' OPERATOR(pg_catalog.||) p.name";
+}
+
+static char *
+spi_text(HeapTuple tuple, TupleDesc desc, int col)
+{
+	bool isnull;
+	Datum d = SPI_getbinval(tuple, desc, col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
 }
 
 ReplicantPipelineRef
@@ -115,11 +148,9 @@ replicant_pipeline_lookup(const char *name, bool lock)
 	TupleDesc desc;
 	bool isnull;
 
-	if (SPI_execute_with_args(lock ?
-								  "SELECT id, owner, halt_reason IS NOT NULL, enabled, publications"
-								  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE" :
-								  "SELECT id, owner, halt_reason IS NOT NULL, enabled, publications"
-								  "  FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
+	if (SPI_execute_with_args(psprintf("SELECT id, owner, halt_reason IS NOT NULL, enabled, publications, %s"
+									   "  FROM replicant.pipelines p WHERE name OPERATOR(pg_catalog.=) $1%s",
+									   replicant_pipeline_slot_name_sql(), lock ? " FOR UPDATE" : ""),
 							  1, argtypes, args, NULL, !lock, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	if (SPI_processed == 0)
@@ -133,17 +164,18 @@ replicant_pipeline_lookup(const char *name, bool lock)
 	ref.halted = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
 	ref.enabled = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
 	ref.publications = DatumGetArrayTypePCopy(SPI_getbinval(tuple, desc, 5, &isnull));
+	ref.slot_name = spi_text(tuple, desc, 6);
 	ref.name = pstrdup(name);
 	return ref;
 }
 
-static char *
-spi_text(HeapTuple tuple, TupleDesc desc, int col)
+void
+replicant_pipeline_check_owner(const ReplicantPipelineRef *ref, Oid userid)
 {
-	bool isnull;
-	Datum d = SPI_getbinval(tuple, desc, col, &isnull);
-
-	return isnull ? NULL : TextDatumGetCString(d);
+	if (!has_privs_of_role(userid, ref->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of pipeline \"%s\"", ref->name)));
 }
 
 static Datum
@@ -210,17 +242,19 @@ read_pipeline_row(int32 id)
 								  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
 								  "       c.commit_lsn, c.end_lsn, p.snapshot_workers, p.messages,"
 								  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
-								  "       p.resumed_lsn,"
 								  /* 0.1.0's table has no failover or format column until ALTER EXTENSION UPDATE */
 								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'failover')::pg_catalog.bool, false),"
 								  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'format', 'replicant'),"
-								  "       %s"
+								  "       %s, %s,"
+								  /* nor 0.2.0's a create_tables column */
+								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool, false)"
 								  "  FROM replicant.pipelines p"
 								  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 								  " WHERE p.id OPERATOR(pg_catalog.=) $1",
 								  replicant_pipeline_has_column("publication_lsns") ?
 									  "p.publication_lsns" :
-									  "NULL::pg_catalog.pg_lsn[]"),
+									  "NULL::pg_catalog.pg_lsn[]",
+								  replicant_pipeline_slot_name_sql()),
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pipeline %d", id);
 	return SPI_processed > 0;
@@ -258,11 +292,12 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 	d = spi_datum(tuple, desc, 20, &isnull);
 	p->secret_previous_until = isnull ? 0 : DatumGetTimestampTz(d);
 	p->ca_file = spi_text(tuple, desc, 21);
-	p->resumed_lsn = spi_lsn(tuple, desc, 22);
-	p->failover = DatumGetBool(spi_datum(tuple, desc, 23, &isnull));
-	p->format = spi_text(tuple, desc, 24);
-	d = spi_datum(tuple, desc, 25, &isnull);
+	p->failover = DatumGetBool(spi_datum(tuple, desc, 22, &isnull));
+	p->format = spi_text(tuple, desc, 23);
+	d = spi_datum(tuple, desc, 24, &isnull);
 	p->publication_lsns = publication_lsns(d, isnull, list_length(p->publications));
+	p->slot_name = spi_text(tuple, desc, 25);
+	p->create_tables = DatumGetBool(spi_datum(tuple, desc, 26, &isnull));
 	return p;
 }
 
@@ -293,6 +328,53 @@ load_headers(ReplicantPipeline *p, MemoryContext mcxt)
 	MemoryContextSwitchTo(old);
 }
 
+/* The options the pipeline had before alter_pipeline calls the checkpoint has not passed. */
+static void
+load_epochs(ReplicantPipeline *p, MemoryContext mcxt)
+{
+	Oid argtypes[2] = {INT4OID, PG_LSNOID};
+	Datum args[2] = {Int32GetDatum(p->id), LSNGetDatum(p->checkpoint_commit_lsn)};
+	ReplicantEpoch *current;
+	MemoryContext old;
+	bool kept = replicant_epoch_kept();
+	uint64 i;
+
+	if (kept &&
+		SPI_execute_with_args("SELECT until_lsn, publications, publication_lsns, messages,"
+							  "       message_prefixes"
+							  "  FROM replicant.pipeline_epochs"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
+							  "   AND until_lsn OPERATOR(pg_catalog.>) $2"
+							  " ORDER BY until_lsn",
+							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the earlier options of pipeline %d", p->id);
+	old = MemoryContextSwitchTo(mcxt);
+	for (i = 0; kept && i < SPI_processed; i++)
+	{
+		HeapTuple tuple = SPI_tuptable->vals[i];
+		TupleDesc desc = SPI_tuptable->tupdesc;
+		ReplicantEpoch *epoch = palloc0(sizeof(ReplicantEpoch));
+		bool isnull;
+		Datum d;
+
+		epoch->until = spi_lsn(tuple, desc, 1);
+		epoch->publications = text_array_list(spi_datum(tuple, desc, 2, &isnull));
+		d = spi_datum(tuple, desc, 3, &isnull);
+		epoch->publication_lsns = publication_lsns(d, isnull, list_length(epoch->publications));
+		epoch->messages = DatumGetBool(spi_datum(tuple, desc, 4, &isnull));
+		d = spi_datum(tuple, desc, 5, &isnull);
+		epoch->message_prefixes = isnull ? NIL : text_array_list(d);
+		p->epochs = lappend(p->epochs, epoch);
+	}
+	current = palloc0(sizeof(ReplicantEpoch));
+	current->publications = p->publications;
+	current->publication_lsns = p->publication_lsns;
+	current->messages = p->messages;
+	current->message_prefixes = p->message_prefixes;
+	p->epochs = lappend(p->epochs, current);
+	MemoryContextSwitchTo(old);
+}
+
 ReplicantPipeline *
 replicant_pipeline_load(int32 id, MemoryContext mcxt)
 {
@@ -305,22 +387,34 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	p = pipeline_from_row(id, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 	MemoryContextSwitchTo(old);
 	load_headers(p, mcxt);
+	load_epochs(p, mcxt);
+	p->waivers = replicant_waiver_load(id, p->checkpoint_commit_lsn, mcxt);
 	return p;
 }
 
-void
-replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn)
+bool
+replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn,
+							   const char *cause)
 {
-	Oid argtypes[3] = {INT4OID, TEXTOID, PG_LSNOID};
-	Datum args[3];
-	char nulls[3] = {' ', ' ', ' '};
+	Oid argtypes[4] = {INT4OID, TEXTOID, PG_LSNOID, TEXTOID};
+	Datum args[4];
+	char nulls[4] = {' ', ' ', ' ', ' '};
+	/* 0.2.0's table has no cause: its resumes accept nothing while decoding */
+	bool have_cause = replicant_pipeline_has_column("halt_cause");
 
 	args[0] = Int32GetDatum(id);
 	args[1] = CStringGetTextDatum(reason);
 	args[2] = LSNGetDatum(lsn);
 	nulls[2] = XLogRecPtrIsInvalid(lsn) ? 'n' : ' ';
-	if (SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3"
-							  " WHERE id OPERATOR(pg_catalog.=) $1",
-							  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
+	args[3] = cause ? CStringGetTextDatum(cause) : (Datum) 0;
+	nulls[3] = cause ? ' ' : 'n';
+	if (SPI_execute_with_args(have_cause ?
+								  "UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3,"
+								  " halt_cause = $4"
+								  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL" :
+								  "UPDATE replicant.pipelines SET halt_reason = $2, halt_lsn = $3"
+								  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL",
+							  have_cause ? 4 : 3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record halt of pipeline %d", id);
+	return SPI_processed > 0;
 }

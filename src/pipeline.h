@@ -11,11 +11,13 @@
 #include "utils/array.h"
 
 #include "catalog.h"
+#include "epoch.h"
 
 typedef struct ReplicantPipeline
 {
 	int32 id;
 	char *name;
+	char *slot_name;
 	Oid owner;
 	List *publications;           /* of char * */
 	XLogRecPtr *publication_lsns; /* per publication: delivered from here on */
@@ -39,9 +41,17 @@ typedef struct ReplicantPipeline
 	char *ca_file;                    /* CA bundle for https sinks; NULL: system CAs */
 	bool failover;                    /* the slot is a failover slot (17+) */
 	char *format;                     /* its wire format's name (format.h) */
-	XLogRecPtr resumed_lsn;           /* halts met by changes before it were resumed past */
+	bool create_tables;               /* create missing ClickHouse targets at start */
 	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
 	XLogRecPtr checkpoint_end_lsn;
+
+	/*
+	 * What decoding goes by: the options above before each alter_pipeline
+	 * call the checkpoint has not passed, oldest first, then the current
+	 * ones (of ReplicantEpoch *); the halt causes resumes accepted (waiver.h).
+	 */
+	List *epochs;
+	List *waivers;
 } ReplicantPipeline;
 
 /*
@@ -71,8 +81,21 @@ extern void replicant_pipeline_check_name(const char *name);
 /* Raises an error unless name is a plain identifier usable as a publication name. */
 extern void replicant_pipeline_check_publication_name(const char *name);
 
-/* Returns "replicant_<name>". */
-extern char *replicant_pipeline_slot_name(const char *name);
+/*
+ * The slot name of a new pipeline of this database: "replicant<database
+ * OID>_<name>", so that pipelines of one name in two databases never share
+ * a slot (a name too long for that keeps its start and gets its hash), nor
+ * does a pipeline created before 0.3.0, whose slot is "replicant_<name>".
+ * Under the SQL objects of 0.1.0 or 0.2.0, whose rows cannot record it,
+ * "replicant_<name>" as they had it; the update to 0.3.0 records that.
+ */
+extern char *replicant_pipeline_new_slot_name(const char *name);
+
+/*
+ * The SQL expression, over replicant.pipelines as "p", of a pipeline's slot
+ * name as text.
+ */
+extern const char *replicant_pipeline_slot_name_sql(void);
 
 /* A pipeline as a management function sees it. */
 typedef struct ReplicantPipelineRef
@@ -80,6 +103,7 @@ typedef struct ReplicantPipelineRef
 	int32 id;
 	Oid owner;
 	char *name;
+	char *slot_name;
 	bool halted;
 	bool enabled;
 	ArrayType *publications; /* text[] */
@@ -94,15 +118,25 @@ typedef struct ReplicantPipelineRef
 extern ReplicantPipelineRef replicant_pipeline_lookup(const char *name, bool lock);
 
 /*
+ * Raises an error unless userid has the privileges of the pipeline's owner
+ * (is it, a member of it, or a superuser): what managing a pipeline takes.
+ */
+extern void replicant_pipeline_check_owner(const ReplicantPipelineRef *ref, Oid userid);
+
+/*
  * Loads a pipeline and its checkpoint (inside replicant_catalog_begin/end);
  * the result is allocated in mcxt.  Returns NULL if it no longer exists.
  */
 extern ReplicantPipeline *replicant_pipeline_load(int32 id, MemoryContext mcxt);
 
 /*
- * Records a fail-closed halt (inside replicant_catalog_begin/end); lsn, if
- * valid, is where a schema change was met, which resuming accepts.
+ * Records a fail-closed halt (inside replicant_catalog_begin/end): lsn, if
+ * valid, is the commit decoding halted at, cause (or NULL) what resuming
+ * accepts there (waiver.h).  The first halt stands, and a disabled pipeline
+ * is not halted: returns false, recording nothing, when the pipeline is
+ * halted or disabled already.
  */
-extern void replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn);
+extern bool replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn,
+										   const char *cause);
 
 #endif /* REPLICANT_PIPELINE_H */

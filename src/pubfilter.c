@@ -15,12 +15,19 @@
  * evaluates it on the rows it reads from the heap with the same evaluator
  * as the stream, and backfills, which read through SQL, get it deparsed.
  *
+ * A filter no publication was added to publishes nothing: no row passes it
+ * on either side (the stream halts), and a snapshot or backfill of a table
+ * that stopped being published skips it (replicant_pubfilter_publishes).
+ *
  * Columns: a column list publishes its columns, anything else every live
  * column except generated ones, which only PostgreSQL 18 publishes (stored
  * ones, with publish_generated_columns = stored, or when listed).  Every
  * publication of the table must publish the same columns: the server
  * refuses anything else (15 when the subscription syncs the table, 16 to 18
  * in pgoutput and at CREATE SUBSCRIPTION), so the pipeline halts.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn).
  */
 #include "postgres.h"
 
@@ -48,6 +55,12 @@ replicant_pubfilter_create(MemoryContext parent)
 
 	filter->context = context;
 	return filter;
+}
+
+bool
+replicant_pubfilter_publishes(const ReplicantPubFilter *filter)
+{
+	return filter->have_columns;
 }
 
 void
@@ -320,6 +333,13 @@ replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc desc,
 	bool new_match;
 
 	*reason = NULL;
+	if (!replicant_pubfilter_publishes(filter))
+	{
+		/* Never "every row": halt rather than guess. */
+		*reason = psprintf("no publication of table \"%s\" gives its row filter and columns",
+						   relname);
+		return false;
+	}
 	prepare(filter, desc);
 	switch (*action)
 	{
@@ -361,6 +381,8 @@ replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc desc,
 char *
 replicant_pubfilter_read_sql(ReplicantPubFilter *filter, Relation rel)
 {
+	if (!replicant_pubfilter_publishes(filter))
+		return "false";
 	if (filter->read_unfiltered || filter->read_quals == NIL)
 		return NULL;
 	return deparse_expression((Node *) ored(filter->read_quals),
@@ -372,6 +394,8 @@ replicant_pubfilter_read_sql(ReplicantPubFilter *filter, Relation rel)
 bool
 replicant_pubfilter_read_row(ReplicantPubFilter *filter, TupleTableSlot *slot)
 {
+	if (!replicant_pubfilter_publishes(filter))
+		return false;
 	if (filter->read_unfiltered || filter->read_quals == NIL)
 		return true;
 	if (filter->read_exprstate == NULL)

@@ -32,7 +32,7 @@ typedef struct ReplicantPubFilter
 	 * column.  Every publication must deliver the same ones.
 	 */
 	Bitmapset *columns;
-	bool have_columns; /* a publication was added */
+	bool have_columns; /* a publication was added (else: publishes nothing) */
 	char *conflict;    /* value-free reason the server refuses them */
 
 	/* Built on first use: the stream side's per action, the read side's. */
@@ -43,8 +43,15 @@ typedef struct ReplicantPubFilter
 	ExprState *read_exprstate;
 } ReplicantPubFilter;
 
-/* An empty filter (every row, every column) in a child context of parent. */
+/*
+ * An empty filter in a child context of parent.  Until a publication is
+ * added it publishes nothing: no row passes it (an empty filter never means
+ * "every row and every column").
+ */
 extern ReplicantPubFilter *replicant_pubfilter_create(MemoryContext parent);
+
+/* Whether a publication was added: the relation is published at all. */
+extern bool replicant_pubfilter_publishes(const ReplicantPubFilter *filter);
 
 /*
  * Adds a publication that publishes rel as published_relid (rel itself, or
@@ -77,7 +84,7 @@ extern bool replicant_pubfilter_change(ReplicantPubFilter *filter, TupleDesc des
 
 /*
  * The read side's filter as SQL over rel's columns, for a backfill query's
- * WHERE, or NULL when every row is read.
+ * WHERE, or NULL when every row is read ("false" when nothing publishes it).
  */
 extern char *replicant_pubfilter_read_sql(ReplicantPubFilter *filter, Relation rel);
 

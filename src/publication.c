@@ -15,6 +15,15 @@
  * (partition_root.c); row filters and column lists are pubfilter.c's,
  * taken from the publications that publish the relation as what it is
  * delivered as, as pgoutput takes them.
+ *
+ * Dropped tables do not stay: an entry that keeps no state (a table not
+ * published) goes once invalidated, at a later lookup; a published table's
+ * entry and its saved shape when pruning.c finds the table gone, so that
+ * memory does not grow with every table ever decoded and a new table that
+ * gets a dropped one's OID is not held to the old one's shape.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn).
  */
 #include "postgres.h"
 
@@ -26,14 +35,15 @@
 #include "catalog/partition.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_publication.h"
+#include "catalog/pg_publication_namespace.h"
 #include "catalog/pg_publication_rel.h"
 #include "commands/extension.h"
-#include "access/sysattr.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/catcache.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -41,14 +51,18 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "compat.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "row_key.h"
+#include "table_shape.h"
+#include "waiver.h"
 
-static List *publication_names = NIL;
-static XLogRecPtr *publication_lsns = NULL; /* per name: counts from here on */
+/* The pipeline's options for the commit being decoded (epoch.h). */
+static const ReplicantEpoch *epoch = NULL;
 static Oid pipeline_owner = InvalidOid;
 
 static MemoryContext publication_context = NULL;
@@ -56,21 +70,33 @@ static MemoryContext relinfo_context = NULL;
 static List *publications = NIL;      /* of Publication *, when valid */
 static List *publications_from = NIL; /* of XLogRecPtr *, parallel to it */
 static bool publications_valid = false;
-static char *publications_missing = NULL;
 
 /*
- * A publication added by alter_pipeline that the historic catalog does not
- * have: before the position it was added at it is empty (as PostgreSQL 16's
- * pgoutput treats a publication that does not exist yet); from there on it
- * must exist, or it was dropped.
+ * The epoch's publications the historic catalog does not have, each with
+ * the position it counts from (0: always).  One that alter_pipeline added
+ * is empty before that position (as PostgreSQL 16's pgoutput treats a
+ * publication that does not exist yet); from there on it must exist, or it
+ * was dropped, which halts the pipeline unless a resume accepted it: then
+ * it is empty too, and only its own tables go without their changes.
  */
-static char *added_missing = NULL;
-static XLogRecPtr added_missing_from = InvalidXLogRecPtr;
+typedef struct MissingPublication
+{
+	const char *name;
+	XLogRecPtr from;
+} MissingPublication;
+
+static List *publications_missing = NIL;
 static Oid replicant_namespace = InvalidOid;
 /* What the format calls a target named after its table alone, or NULL. */
 static const char *schemaless_target = NULL;
 
 static HTAB *relinfo_hash = NULL;
+/* The entry returned last: runs of changes to one table are the rule. */
+static ReplicantRelInfo *last_relinfo = NULL;
+/* Relation invalidations since the last sweep of stateless entries. */
+static int invalidations = 0;
+/* Stateless invalid entries are swept after this many invalidations. */
+#define SWEEP_AFTER 256
 
 /*
  * Tables the owner may not read as the worker starts (no SELECT, or
@@ -80,20 +106,8 @@ static HTAB *relinfo_hash = NULL;
  */
 static List *denied_now = NIL;
 
-/*
- * Table shapes as of the last checkpoint (replicant.table_shapes): the
- * baseline for a table this process has not seen yet, so that a column
- * dropped while no worker was looking still halts the pipeline.
- */
-typedef struct SavedShape
-{
-	Oid relid; /* hash key */
-	char *shape;
-} SavedShape;
-
-static HTAB *saved_shapes = NULL;
+/* Whether a shape was seen that the next checkpoint must save. */
 static bool shapes_unsaved = false;
-static SPIPlanPtr save_shape_plan = NULL;
 
 static void
 invalidate_all_relinfo(void)
@@ -128,6 +142,7 @@ relcache_callback(Datum arg, Oid relid)
 
 	if (relinfo_hash == NULL)
 		return;
+	invalidations++;
 	if (!OidIsValid(relid))
 	{
 		invalidate_all_relinfo();
@@ -152,35 +167,18 @@ membership_callback(Datum arg, int cacheid, uint32 hashvalue)
 	invalidate_all_relinfo();
 }
 
-/* The relation info cache and the saved shapes live in a context of their own. */
-static void
-create_relinfo_context(void)
-{
-	if (relinfo_context == NULL)
-		relinfo_context = AllocSetContextCreate(CacheMemoryContext,
-												"replicant relation info",
-												ALLOCSET_DEFAULT_SIZES);
-}
-
 void
-replicant_publication_init(List *names, const XLogRecPtr *from_lsns, Oid owner,
-						   const char *target_kind)
+replicant_publication_init(Oid owner, const char *target_kind)
 {
 	HASHCTL ctl;
-	ListCell *lc;
-	MemoryContext old;
 
 	Assert(relinfo_hash == NULL);
 	publication_context = AllocSetContextCreate(CacheMemoryContext,
 												"replicant publications",
 												ALLOCSET_SMALL_SIZES);
-	create_relinfo_context();
-	old = MemoryContextSwitchTo(CacheMemoryContext);
-	foreach(lc, names)
-		publication_names = lappend(publication_names, pstrdup(lfirst(lc)));
-	publication_lsns = palloc(sizeof(XLogRecPtr) * Max(list_length(names), 1));
-	memcpy(publication_lsns, from_lsns, sizeof(XLogRecPtr) * list_length(names));
-	MemoryContextSwitchTo(old);
+	/* The relation info cache lives in a context of its own. */
+	relinfo_context = AllocSetContextCreate(CacheMemoryContext, "replicant relation info",
+											ALLOCSET_DEFAULT_SIZES);
 	pipeline_owner = owner;
 	schemaless_target = target_kind;
 
@@ -232,40 +230,45 @@ replicant_publication_load_denied(Oid owner)
 	MemoryContextSwitchTo(old);
 }
 
+void
+replicant_publication_use_epoch(const ReplicantEpoch *options)
+{
+	if (options == epoch)
+		return;
+	epoch = options;
+	publications_valid = false;
+	invalidate_all_relinfo();
+}
+
+/* The epoch's publications as the historic catalog has them; the rest are missing. */
 static void
 load_publications(void)
 {
 	MemoryContext old;
 	ListCell *lc;
 
+	Assert(epoch != NULL);
 	MemoryContextReset(publication_context);
 	publications = NIL;
 	publications_from = NIL;
-	publications_missing = NULL;
-	added_missing = NULL;
-	added_missing_from = InvalidXLogRecPtr;
+	publications_missing = NIL;
 
 	old = MemoryContextSwitchTo(publication_context);
 	replicant_namespace = get_namespace_oid("replicant", true);
-	foreach(lc, publication_names)
+	foreach(lc, epoch->publications)
 	{
 		char *name = lfirst(lc);
-		XLogRecPtr from = publication_lsns[foreach_current_index(lc)];
+		XLogRecPtr from = epoch->publication_lsns[foreach_current_index(lc)];
 		Publication *pub = GetPublicationByName(name, true);
 		XLogRecPtr *from_copy;
 
-		if (pub == NULL && XLogRecPtrIsInvalid(from))
-		{
-			publications_missing = psprintf("publication \"%s\" does not exist", name);
-			break;
-		}
 		if (pub == NULL)
 		{
-			if (added_missing == NULL || from < added_missing_from)
-			{
-				added_missing = psprintf("publication \"%s\" does not exist", name);
-				added_missing_from = from;
-			}
+			MissingPublication *missing = palloc(sizeof(MissingPublication));
+
+			missing->name = name;
+			missing->from = from;
+			publications_missing = lappend(publications_missing, missing);
 			continue;
 		}
 		from_copy = palloc(sizeof(XLogRecPtr));
@@ -278,27 +281,26 @@ load_publications(void)
 }
 
 char *
-replicant_publication_check(XLogRecPtr commit_lsn)
+replicant_publication_missing(XLogRecPtr commit_lsn, const List *waivers, char **cause)
 {
+	ListCell *lc;
+
 	if (!publications_valid)
 		load_publications();
-	if (publications_missing == NULL && added_missing != NULL &&
-		commit_lsn >= added_missing_from)
-		return added_missing;
-	return publications_missing;
-}
+	foreach(lc, publications_missing)
+	{
+		MissingPublication *missing = lfirst(lc);
 
-/* Converts a bitmap of attribute numbers offset as RelationGetIndexAttrBitmap's. */
-static Bitmapset *
-plain_attnums(Bitmapset *offset_attnums)
-{
-	Bitmapset *result = NULL;
-	int x = -1;
-
-	while ((x = bms_next_member(offset_attnums, x)) >= 0)
-		result = bms_add_member(result, x + FirstLowInvalidHeapAttributeNumber);
-	bms_free(offset_attnums);
-	return result;
+		/* an added publication is empty before the call that added it */
+		if (commit_lsn < missing->from)
+			continue;
+		*cause = replicant_waiver_cause(REPLICANT_WAIVER_PUBLICATION, missing->name);
+		if (replicant_waiver_covers(waivers, *cause, commit_lsn))
+			continue;
+		return psprintf("publication \"%s\" does not exist", missing->name);
+	}
+	*cause = NULL;
+	return NULL;
 }
 
 static Bitmapset *
@@ -309,28 +311,6 @@ bms_copy_in(MemoryContext mcxt, const Bitmapset *set)
 
 	MemoryContextSwitchTo(old);
 	return copy;
-}
-
-void
-replicant_publication_key(Relation rel, Bitmapset **key_columns,
-						  bool *whole_row, bool *identity_full)
-{
-	char identity = rel->rd_rel->relreplident;
-
-	*key_columns = NULL;
-	*whole_row = false;
-	*identity_full = (identity == REPLICA_IDENTITY_FULL);
-	if (identity == REPLICA_IDENTITY_NOTHING)
-		return;
-	if (identity == REPLICA_IDENTITY_FULL)
-	{
-		*key_columns =
-			plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_PRIMARY_KEY));
-		*whole_row = (*key_columns == NULL);
-		return;
-	}
-	*key_columns =
-		plain_attnums(RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_IDENTITY_KEY));
 }
 
 /* FOR ALL TABLES, or rel's schema: no row filter, no column list. */
@@ -359,14 +339,23 @@ publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
  * publish rel as target (rel itself, or the root it is delivered as): as
  * pgoutput, only the publications through which the relation is published
  * as what it is delivered as count.  They come from target's FOR TABLE
- * entry, unless a publication has the whole table anyway.
+ * entry, unless a publication has the whole table anyway: FOR ALL TABLES,
+ * or TABLES IN SCHEMA of target's schema.  pgoutput asks for the schema of
+ * the relation it publishes as (pgoutput_row_filter_init), not rel's: a
+ * partition in a schema the publication has whole, published through a
+ * root in another schema that it lists with a filter, gets the root's
+ * filter.  rel_pubs and schema_pubs are rel's.
  */
 static void
 add_filters(ReplicantPubFilter *filter, Relation rel, Relation target, List *pubs,
 			List *rel_pubs, List *schema_pubs, List *ancestors)
 {
 	Oid target_relid = RelationGetRelid(target);
+	List *target_schema_pubs = schema_pubs;
 	ListCell *lc;
+
+	if (RelationGetNamespace(target) != RelationGetNamespace(rel))
+		target_schema_pubs = GetSchemaPublications(RelationGetNamespace(target));
 
 	foreach(lc, pubs)
 	{
@@ -377,7 +366,8 @@ add_filters(ReplicantPubFilter *filter, Relation rel, Relation target, List *pub
 			replicant_partition_root_published_as(pub, rel, ancestors, NULL) != target_relid)
 			continue;
 		replicant_pubfilter_add(filter, target,
-								whole_table(pub, schema_pubs) ? InvalidOid : target_relid, pub);
+								whole_table(pub, target_schema_pubs) ? InvalidOid : target_relid,
+								pub);
 	}
 }
 
@@ -422,131 +412,51 @@ replicant_publication_read_filter(Relation rel, Relation target, List *names,
 	return (*filter)->conflict;
 }
 
-/*
- * "identity:key columns|delivered columns", to compare versions of a table.
- */
-static char *
-fingerprint(Relation rel, Bitmapset *key_columns)
+void
+replicant_publication_catalog_refresh(void)
 {
-	TupleDesc desc = RelationGetDescr(rel);
-	StringInfoData buf;
-	int i;
-
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "%c:", rel->rd_rel->relreplident);
-	i = -1;
-	while ((i = bms_next_member(key_columns, i)) >= 0)
-		appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i - 1)->attname));
-	appendStringInfoChar(&buf, '|');
-	for (i = 0; i < desc->natts; i++)
-		if (!TupleDescAttr(desc, i)->attisdropped &&
-			!REPLICANT_ATT_IS_VIRTUAL(TupleDescAttr(desc, i)))
-			appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i)->attname));
-	return buf.data;
-}
-
-/* The first column of the old fingerprint missing from the new one, or NULL. */
-static char *
-column_lost(const char *old_fp, const char *new_fp)
-{
-	const char *old_cols = strchr(old_fp, '|') + 1;
-	const char *new_cols = strchr(new_fp, '|');
-	char *copy = pstrdup(old_cols);
-	char *col;
-	char *save;
-
-	for (col = strtok_r(copy, ",", &save); col; col = strtok_r(NULL, ",", &save))
-	{
-		char *needle = psprintf(",%s,", col);
-		char *hay = psprintf(",%s", new_cols + 1);
-
-		if (strstr(hay, needle) == NULL)
-			return col;
-	}
-	return NULL;
+	AcceptInvalidationMessages();
+	CatalogCacheFlushCatalog(PublicationRelationId);
+	CatalogCacheFlushCatalog(PublicationRelRelationId);
+	CatalogCacheFlushCatalog(PublicationNamespaceRelationId);
+	InvalidateCatalogSnapshot();
 }
 
 /*
  * Compares the table with the version seen last (by this process, else as
- * of the last checkpoint): a dropped or renamed column, or a different
- * replica identity, is a destructive change.
+ * of the last checkpoint): a dropped or renamed column, or a replica
+ * identity that changed other than by widening to FULL, is a destructive
+ * change.
  */
 static void
 check_schema(ReplicantRelInfo *entry, Relation rel)
 {
 	char *now;
 	const char *baseline;
+	Bitmapset *own_key;
+	bool whole_row;
+	bool identity_full;
 
 	if (!entry->published)
 		return;
-	if (OidIsValid(entry->root.relid) && entry->root.relid != entry->relid)
+	/*
+	 * The shape saved at create_pipeline is the relation's own identity (a
+	 * partition's, not its root's), whatever the column lists deliver.
+	 */
+	replicant_row_key_identity(rel, &own_key, &whole_row, &identity_full);
+	now = replicant_table_shape(rel, own_key);
+	baseline = entry->fingerprint ? entry->fingerprint : replicant_table_shape_saved(entry->relid);
+	if (baseline != NULL && entry->schema_change == NULL)
 	{
-		/* The shape saved at create_pipeline is the partition's own. */
-		Bitmapset *own_key;
-		bool whole_row;
-		bool identity_full;
+		char *change = replicant_table_shape_change(baseline, now, RelationGetRelationName(rel));
 
-		replicant_publication_key(rel, &own_key, &whole_row, &identity_full);
-		now = fingerprint(rel, own_key);
-	}
-	else
-		now = fingerprint(rel, entry->key_columns);
-	baseline = entry->fingerprint;
-	if (baseline == NULL && saved_shapes != NULL)
-	{
-		SavedShape *saved = hash_search(saved_shapes, &entry->relid, HASH_FIND, NULL);
-
-		baseline = saved ? saved->shape : NULL;
-	}
-	if (baseline != NULL && strcmp(now, baseline) != 0)
-	{
-		char *what = NULL;
-		char *lost;
-		size_t identity_len = strchr(now, '|') - now;
-
-		if (strncmp(now, baseline, identity_len + 1) != 0)
-			what = psprintf("the replica identity of table \"%s\" changed",
-							RelationGetRelationName(rel));
-		else if ((lost = column_lost(baseline, now)) != NULL)
-			what = psprintf("column \"%s\" of table \"%s\" was dropped or renamed",
-							lost, RelationGetRelationName(rel));
-
-		/* Nothing to fix: the operator decides whether sinks take the new shape. */
-		if (what && entry->schema_change == NULL)
-			entry->schema_change = MemoryContextStrdup(relinfo_context,
-													   psprintf("%s; replicant.resume_pipeline() accepts the new shape",
-																what));
+		if (change)
+			entry->schema_change = MemoryContextStrdup(relinfo_context, change);
 	}
 	if (entry->fingerprint)
 		pfree(entry->fingerprint);
 	entry->fingerprint = MemoryContextStrdup(relinfo_context, now);
 	shapes_unsaved = true;
-}
-
-/* Upserts one table's shape; the caller is connected to SPI. */
-static void
-store_shape(int32 pipeline_id, Oid relid, const char *shape)
-{
-	Datum args[3];
-
-	if (save_shape_plan == NULL)
-	{
-		Oid argtypes[3] = {INT4OID, OIDOID, TEXTOID};
-		SPIPlanPtr plan;
-
-		plan = SPI_prepare("INSERT INTO replicant.table_shapes (pipeline_id, relid, shape)"
-						   " VALUES ($1, $2, $3)"
-						   " ON CONFLICT (pipeline_id, relid) DO UPDATE SET shape = excluded.shape",
-						   3, argtypes);
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare table shape statement");
-		save_shape_plan = plan;
-	}
-	args[0] = Int32GetDatum(pipeline_id);
-	args[1] = ObjectIdGetDatum(relid);
-	args[2] = CStringGetTextDatum(shape);
-	if (SPI_execute_plan(save_shape_plan, args, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not save the table shapes of pipeline %d", pipeline_id);
 }
 
 void
@@ -556,39 +466,9 @@ replicant_publication_save_table_shape(int32 pipeline_id, Relation rel)
 	bool whole_row;
 	bool identity_full;
 
-	replicant_publication_key(rel, &key_columns, &whole_row, &identity_full);
-	store_shape(pipeline_id, RelationGetRelid(rel), fingerprint(rel, key_columns));
-}
-
-void
-replicant_publication_load_shapes(int32 pipeline_id)
-{
-	HASHCTL ctl;
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(pipeline_id)};
-	uint64 i;
-
-	create_relinfo_context();
-	ctl.keysize = sizeof(Oid);
-	ctl.entrysize = sizeof(SavedShape);
-	ctl.hcxt = relinfo_context;
-	saved_shapes = hash_create("replicant saved table shapes", 128, &ctl,
-							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-
-	if (SPI_execute_with_args("SELECT relid, shape FROM replicant.table_shapes"
-							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the table shapes of pipeline %d", pipeline_id);
-	for (i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple tuple = SPI_tuptable->vals[i];
-		bool isnull;
-		Oid relid = DatumGetObjectId(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull));
-		SavedShape *saved = hash_search(saved_shapes, &relid, HASH_ENTER, NULL);
-
-		saved->shape = MemoryContextStrdup(relinfo_context,
-										   SPI_getvalue(tuple, SPI_tuptable->tupdesc, 2));
-	}
+	replicant_row_key_identity(rel, &key_columns, &whole_row, &identity_full);
+	replicant_table_shape_save(pipeline_id, RelationGetRelid(rel),
+							   replicant_table_shape(rel, key_columns));
 }
 
 /* Whether a shape was seen that the next checkpoint must save. */
@@ -610,15 +490,13 @@ replicant_publication_save_shapes(int32 pipeline_id)
 	HASH_SEQ_STATUS status;
 	ReplicantRelInfo *entry;
 
-	if (!shapes_unsaved || relinfo_hash == NULL || saved_shapes == NULL)
+	if (!shapes_unsaved || relinfo_hash == NULL)
 		return;
 	shapes_unsaved = false;
 
 	hash_seq_init(&status, relinfo_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		SavedShape *saved;
-
 		if (entry->fingerprint == NULL)
 			continue;
 		if (entry->schema_change != NULL)
@@ -626,15 +504,7 @@ replicant_publication_save_shapes(int32 pipeline_id)
 			shapes_unsaved = true;
 			continue;
 		}
-		saved = hash_search(saved_shapes, &entry->relid, HASH_FIND, NULL);
-		if (saved && strcmp(saved->shape, entry->fingerprint) == 0)
-			continue;
-		store_shape(pipeline_id, entry->relid, entry->fingerprint);
-		if (saved)
-			pfree(saved->shape);
-		else
-			saved = hash_search(saved_shapes, &entry->relid, HASH_ENTER, NULL);
-		saved->shape = MemoryContextStrdup(relinfo_context, entry->fingerprint);
+		replicant_table_shape_save(pipeline_id, entry->relid, entry->fingerprint);
 	}
 }
 
@@ -714,20 +584,79 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 {
 	Relation target = replicant_partition_root_open(&entry->root, rel, relinfo_context);
 
-	replicant_publication_key(target, &entry->key_columns, &entry->key_whole_row,
-							  &entry->identity_full);
-	entry->key_columns = bms_copy_in(relinfo_context, entry->key_columns);
-	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
 	entry->relation.schema = MemoryContextStrdup(relinfo_context,
 												 get_namespace_name(RelationGetNamespace(target)));
 	entry->relation.table = MemoryContextStrdup(relinfo_context,
 												RelationGetRelationName(target));
 	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
+	/* A published table has a filter: a publication's at least. */
+	Assert(entry->filter->have_columns);
+	replicant_row_key_delivered(target, entry->filter->columns, &entry->key_columns,
+								&entry->key_whole_row);
+	entry->key_columns = bms_copy_in(relinfo_context, entry->key_columns);
+	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
 	if (entry->filter->conflict && entry->halt_reason == NULL)
 		entry->halt_reason = pstrdup(entry->filter->conflict);
 	if (schemaless_target && entry->halt_reason == NULL)
 		entry->halt_reason = target_taken(rel, target);
 	replicant_partition_root_close(target, rel);
+}
+
+/* Frees what entry holds but its shape (fingerprint, schema_change). */
+static void
+release_relinfo(ReplicantRelInfo *entry)
+{
+	bms_free(entry->key_columns);
+	replicant_pubfilter_free(entry->filter);
+	replicant_partition_root_reset(&entry->root);
+	if (entry->relation.schema)
+		pfree(entry->relation.schema);
+	if (entry->relation.table)
+		pfree(entry->relation.table);
+	if (entry->halt_reason)
+		pfree(entry->halt_reason);
+}
+
+/* Removes relid's entry from the cache, shape and all. */
+static void
+remove_relinfo(Oid relid)
+{
+	ReplicantRelInfo *entry = hash_search(relinfo_hash, &relid, HASH_FIND, NULL);
+
+	if (entry == NULL)
+		return;
+	release_relinfo(entry);
+	if (entry->fingerprint)
+		pfree(entry->fingerprint);
+	if (entry->schema_change)
+		pfree(entry->schema_change);
+	if (last_relinfo == entry)
+		last_relinfo = NULL;
+	(void) hash_search(relinfo_hash, &relid, HASH_REMOVE, NULL);
+}
+
+/*
+ * Removes the invalidated entries that keep no state (no shape: the table
+ * was not published when last seen), which a lookup would compute anew
+ * anyway; those of dropped tables would otherwise stay for good.  Only
+ * between changes, when no entry is in use.
+ */
+static void
+sweep_stateless(void)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+	List *stale = NIL;
+	ListCell *lc;
+
+	invalidations = 0;
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (!entry->valid && entry->fingerprint == NULL && entry->schema_change == NULL)
+			stale = lappend_oid(stale, entry->relid);
+	foreach(lc, stale)
+		remove_relinfo(lfirst_oid(lc));
+	list_free(stale);
 }
 
 /*
@@ -746,15 +675,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	char *old_fingerprint = entry->fingerprint;
 	char *schema_change = entry->schema_change;
 
-	bms_free(entry->key_columns);
-	replicant_pubfilter_free(entry->filter);
-	replicant_partition_root_reset(&entry->root);
-	if (entry->relation.schema)
-		pfree(entry->relation.schema);
-	if (entry->relation.table)
-		pfree(entry->relation.table);
-	if (entry->halt_reason)
-		pfree(entry->halt_reason);
+	release_relinfo(entry);
 	memset(entry, 0, sizeof(ReplicantRelInfo));
 	entry->relid = relid;
 	entry->valid = true;
@@ -784,6 +705,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	{
 		entry->halt_reason = psprintf("pipeline owner has no SELECT privilege on table \"%s\"",
 									  RelationGetRelationName(rel));
+		entry->halt_privilege = true;
 		entry->halt_resumable = !list_member_oid(denied_now, relid);
 	}
 	if (entry->halt_reason == NULL &&
@@ -791,6 +713,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	{
 		entry->halt_reason = psprintf("table \"%s\" has row-level security that the pipeline owner does not bypass",
 									  RelationGetRelationName(rel));
+		entry->halt_privilege = true;
 		entry->halt_resumable = !list_member_oid(denied_now, relid);
 	}
 	if (entry->halt_reason)
@@ -801,24 +724,24 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 ReplicantRelInfo *
 replicant_publication_relinfo(Relation rel)
 {
-	/* the entry returned last: runs of changes to one table are the rule */
-	static ReplicantRelInfo *last = NULL;
 	Oid relid = RelationGetRelid(rel);
 	ReplicantRelInfo *entry;
 	bool found;
 
 	if (!publications_valid)
 		load_publications();
-	/* entries are never removed from the table, nor moved */
-	if (last != NULL && last->relid == relid && last->valid)
-		return last;
+	/* entries never move; one removed is no longer last_relinfo */
+	if (last_relinfo != NULL && last_relinfo->relid == relid && last_relinfo->valid)
+		return last_relinfo;
+	if (invalidations >= SWEEP_AFTER)
+		sweep_stateless();
 
 	entry = hash_search(relinfo_hash, &relid, HASH_ENTER, &found);
 	if (!found)
 		memset(entry, 0, sizeof(ReplicantRelInfo));
 	if (!entry->valid)
 		compute_relinfo(entry, rel);
-	last = entry;
+	last_relinfo = entry;
 	return entry;
 }
 
@@ -845,4 +768,35 @@ replicant_publication_published_tables(ArrayType *publications, bool delivered_o
 																	SPI_tuptable->tupdesc, 1, &isnull)));
 	}
 	return relids;
+}
+
+List *
+replicant_publication_invalid_relids(void)
+{
+	HASH_SEQ_STATUS status;
+	ReplicantRelInfo *entry;
+	List *relids = NIL;
+
+	if (relinfo_hash == NULL)
+		return NIL;
+	hash_seq_init(&status, relinfo_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (!entry->valid)
+			relids = lappend_oid(relids, entry->relid);
+	return relids;
+}
+
+bool
+replicant_publication_forget(Oid relid)
+{
+	ReplicantRelInfo *entry;
+
+	entry = relinfo_hash ? hash_search(relinfo_hash, &relid, HASH_FIND, NULL) : NULL;
+	/* Valid again: a new table of that OID, decoded since; its shape is its own. */
+	if (entry && entry->valid)
+		return false;
+	if (entry)
+		remove_relinfo(relid);
+	replicant_table_shape_forget(relid);
+	return true;
 }

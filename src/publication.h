@@ -13,6 +13,7 @@
 #include "utils/relcache.h"
 
 #include "change.h"
+#include "epoch.h"
 #include "partition_root.h"
 
 typedef struct ReplicantRelInfo
@@ -34,9 +35,11 @@ typedef struct ReplicantRelInfo
 	ReplicantPartitionRoot root;
 
 	/*
-	 * The change's "key": the replica identity's columns, or under REPLICA
-	 * IDENTITY FULL the primary key.  key_whole_row means FULL without a
-	 * primary key; neither means the table has no identity (key is null).
+	 * The change's "key" (replicant_row_key_delivered): the replica
+	 * identity's columns, or under REPLICA IDENTITY FULL the primary key.
+	 * key_whole_row means FULL without a primary key: the delivered columns.
+	 * Neither means no key (null): the table has no identity, or its column
+	 * list leaves out part of it.
 	 */
 	Bitmapset *key_columns;
 	bool key_whole_row;
@@ -53,7 +56,9 @@ typedef struct ReplicantRelInfo
 	 * the pipeline halts with this value-free reason.
 	 */
 	char *halt_reason;
-	bool halt_resumable; /* the operator can fix it (privileges) */
+	bool halt_privilege; /* the reason is the owner's privileges, which the
+						  * operator can fix and a resume accept */
+	bool halt_resumable; /* and the owner may read the table now */
 	bool own;            /* one of replicant's own tables */
 
 	/*
@@ -68,15 +73,20 @@ typedef struct ReplicantRelInfo
 } ReplicantRelInfo;
 
 /*
- * Prepares the cache for a pipeline with these publications, each counting
- * for commits from its from_lsns entry on (0: always), whose worker acts for
- * owner.  target_kind: what the format calls its targets when it names them
- * after the table alone (two delivered tables of one name then halt), or
- * NULL.  Call once per process, before decoding starts.
+ * Prepares the cache for a pipeline whose worker acts for owner.
+ * target_kind: what the format calls its targets when it names them after
+ * the table alone (two delivered tables of one name then halt), or NULL.
+ * Call once per process, before decoding starts.
  */
-extern void replicant_publication_init(List *publication_names,
-									   const XLogRecPtr *from_lsns, Oid owner,
-									   const char *target_kind);
+extern void replicant_publication_init(Oid owner, const char *target_kind);
+
+/*
+ * The options (epoch.h) the commit about to be decoded goes by: its
+ * publications, each counting for commits from its publication_lsns entry
+ * on (0: always).  Call before the functions below, for every commit; the
+ * epoch must live as long as decoding.
+ */
+extern void replicant_publication_use_epoch(const ReplicantEpoch *epoch);
 
 /*
  * Notes the tables the owner may not read now (needs SPI, outside
@@ -85,28 +95,28 @@ extern void replicant_publication_init(List *publication_names,
 extern void replicant_publication_load_denied(Oid owner);
 
 /*
- * Returns what to deliver of rel; needs catalog access (runs in decoding
- * callbacks under the historic snapshot).  publications_missing is set to a
- * value-free reason when one of the pipeline's publications does not exist.
+ * Returns what to deliver of rel under the current epoch's publications
+ * (the missing ones empty); needs catalog access (runs in decoding
+ * callbacks under the historic snapshot).
  */
 extern ReplicantRelInfo *replicant_publication_relinfo(Relation rel);
 
 /*
- * The columns that make a change's "key" (see ReplicantRelInfo); used by the
- * snapshot reader too, so both paths key rows alike.
- */
-extern void replicant_publication_key(Relation rel, Bitmapset **key_columns,
-									  bool *whole_row, bool *identity_full);
-
-/*
- * Table shapes (replicant.table_shapes), all inside an SPI connection:
- * saving a table's current shape (create_pipeline), loading those the
- * pipeline delivered up to its checkpoint, and saving the ones seen since
- * with the next checkpoint.
+ * Table shapes (table_shape.h), inside an SPI connection: saving a table's
+ * current shape (create_pipeline), and saving the ones decoding saw since
+ * the last call with the next checkpoint.
  */
 extern void replicant_publication_save_table_shape(int32 pipeline_id, Relation rel);
-extern void replicant_publication_load_shapes(int32 pipeline_id);
 extern void replicant_publication_save_shapes(int32 pipeline_id);
+
+/*
+ * For forgetting dropped tables (pruning.c): the tables whose cache entries
+ * were invalidated since they were last used; and forgetting one, its
+ * entry and its saved shape, unless the entry is in use again (a new table
+ * of that OID, decoded since): returns whether it was forgotten.
+ */
+extern List *replicant_publication_invalid_relids(void);
+extern bool replicant_publication_forget(Oid relid);
 
 /* Whether a shape was seen that the next checkpoint must save. */
 extern bool replicant_publication_shapes_unsaved(void);
@@ -125,10 +135,24 @@ extern char *replicant_publication_read_filter(Relation rel, Relation target,
 											   struct ReplicantPubFilter **filter);
 
 /*
- * A value-free reason if a publication that counts for a commit at
- * commit_lsn is missing at this point of decoding, else NULL.
+ * Makes the publications' catalog rows be read anew, under a catalog
+ * snapshot taken after the caller's latest snapshot: cached ones, or the
+ * catalog snapshot they were read under, may predate it (ALTER PUBLICATION
+ * takes no lock that a reader's conflicts with).  Call before
+ * replicant_partition_root_open_for_read and
+ * replicant_publication_read_filter when what they say must be at least as
+ * new as the data read.
  */
-extern char *replicant_publication_check(XLogRecPtr commit_lsn);
+extern void replicant_publication_catalog_refresh(void);
+
+/*
+ * A value-free reason if a publication that counts for a commit at
+ * commit_lsn is missing at this point of decoding and waivers (waiver.h) do
+ * not accept it, with *cause what a resume would; else NULL: the missing
+ * ones are empty.
+ */
+extern char *replicant_publication_missing(XLogRecPtr commit_lsn, const List *waivers,
+										   char **cause);
 
 /*
  * The relations pg_publication_tables lists for the publications (a text[]),

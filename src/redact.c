@@ -32,7 +32,9 @@
 #include "access/xact.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "tcop/tcopprot.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/elog.h"
 #include "utils/guc.h"
@@ -40,6 +42,7 @@
 #include "redact.h"
 
 PG_FUNCTION_INFO_V1(replicant_redact_url);
+PG_FUNCTION_INFO_V1(replicant_sink_url);
 
 static emit_log_hook_type prev_emit_log_hook = NULL;
 static bool installed = false;
@@ -185,10 +188,46 @@ replicant_redacted_url(const char *url)
 	return psprintf("%.*s***%s", (int) (authority - url), url, at);
 }
 
+/* url's "scheme://host[:port]" alone: no user information, path or query. */
+static char *
+url_origin(const char *url)
+{
+	const char *authority = strstr(url, "://");
+	const char *end;
+	const char *p;
+
+	if (authority == NULL)
+		return pstrdup("***");
+	authority += 3;
+	end = authority + strcspn(authority, "/?#");
+	for (p = authority; p < end; p++)
+		if (*p == '@')
+			authority = p + 1;
+	return psprintf("%.*s://%.*s", (int) (strstr(url, "://") - url), url,
+					(int) (end - authority), authority);
+}
+
 Datum
 replicant_redact_url(PG_FUNCTION_ARGS)
 {
 	char *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
 
 	PG_RETURN_TEXT_P(cstring_to_text(replicant_redacted_url(url)));
+}
+
+/*
+ * _sink_url(url, owner): replicant.status's sink_url for the reader.  Paths
+ * and queries often hold tokens, so only the pipeline's owner (or a member
+ * of the owner role, or a superuser) sees them; everyone else gets
+ * scheme://host[:port].
+ */
+Datum
+replicant_sink_url(PG_FUNCTION_ARGS)
+{
+	char *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	Oid owner = PG_GETARG_OID(1);
+
+	if (has_privs_of_role(GetUserId(), owner))
+		PG_RETURN_TEXT_P(cstring_to_text(replicant_redacted_url(url)));
+	PG_RETURN_TEXT_P(cstring_to_text(url_origin(url)));
 }

@@ -10,17 +10,22 @@
  */
 #include "postgres.h"
 
+#include <signal.h>
+
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/objectaccess.h"
+#include "catalog/pg_database_d.h"
 #include "catalog/pg_extension_d.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "shmem.h"
+#include "slot.h"
 
 ReplicantShmem *replicant_shmem = NULL;
 
@@ -31,6 +36,14 @@ static object_access_hook_type prev_object_access_hook = NULL;
 /* Backend-local: does this transaction ask for a sync, did it write? */
 static bool sync_pending_at_commit = false;
 static bool xact_wrote = false;
+/* The database this transaction drops, whose pipelines it stopped. */
+static Oid dropping_database = InvalidOid;
+
+/* How long DROP DATABASE waits for the database's workers to let go. */
+#define DROP_DATABASE_WAIT_MS 30000
+
+/* The slot this process reports its phase in (a pipeline's worker). */
+static ReplicantPipelineSlot *own_slot = NULL;
 
 static Size
 replicant_shmem_size(void)
@@ -72,6 +85,7 @@ replicant_shmem_startup(void)
 			pg_atomic_init_u32(&replicant_shmem->slots[i].shard_failures, 0);
 			pg_atomic_init_u32(&replicant_shmem->slots[i].snapshot_stale, 0);
 			pg_atomic_init_u32(&replicant_shmem->slots[i].checkpoint_wanted, 0);
+			pg_atomic_init_u32(&replicant_shmem->slots[i].retry_requests, 0);
 			ConditionVariableInit(&replicant_shmem->slots[i].delivered_cv);
 		}
 	}
@@ -110,6 +124,76 @@ nudge_workers(void)
 	}
 }
 
+/* Has the launcher free the slots of the pipelines of a dropped database. */
+static void
+database_dropped(void)
+{
+	Latch *latch;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	replicant_shmem->databases_dropped = true;
+	latch = replicant_shmem->launcher_latch;
+	LWLockRelease(replicant_shmem->lock);
+	if (latch)
+		SetLatch(latch);
+}
+
+/* Whether a worker of the database's pipelines runs, or holds its slot still. */
+static bool
+database_busy(Oid dboid)
+{
+	bool busy = false;
+	int i;
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	for (i = 0; i < replicant_max_pipelines; i++)
+		busy |= (replicant_shmem->slots[i].in_use &&
+				 replicant_shmem->slots[i].dboid == dboid &&
+				 replicant_shmem->slots[i].pid != 0);
+	LWLockRelease(replicant_shmem->lock);
+	return busy || replicant_slot_any_active(dboid);
+}
+
+/*
+ * DROP DATABASE takes the database's pipelines with it: PostgreSQL drops
+ * the database's replication slots, but refuses while one is active, which
+ * a streaming pipeline's is.  So their workers are stopped here, where the
+ * drop has passed its permission checks and not yet looked at the slots,
+ * and the launcher does not start them again: at commit it frees their
+ * slots in shared memory, while an abort has the database read again,
+ * which starts them anew.
+ */
+static void
+stop_database_pipelines(Oid dboid)
+{
+	TimestampTz deadline;
+	int i;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	for (i = 0; i < replicant_max_pipelines; i++)
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+
+		if (!slot->in_use || slot->dboid != dboid)
+			continue;
+		slot->runnable = false;
+		if (slot->pid != 0)
+			(void) kill(slot->pid, SIGTERM);
+	}
+	LWLockRelease(replicant_shmem->lock);
+	dropping_database = dboid;
+
+	/* A worker may be in a request: give it the time a request may take. */
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), DROP_DATABASE_WAIT_MS);
+	while (database_busy(dboid) && GetCurrentTimestamp() < deadline)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
 /*
  * Nudges the workers at the commit of a transaction that wrote, and
  * delivers sync requests made by the SQL API, only once committed.
@@ -129,10 +213,17 @@ replicant_xact_callback(XactEvent event, void *arg)
 			if (xact_wrote && replicant_shmem != NULL)
 				nudge_workers();
 			xact_wrote = false;
+			if (OidIsValid(dropping_database))
+				database_dropped();
+			dropping_database = InvalidOid;
 			break;
 		case XACT_EVENT_ABORT:
 			sync_pending_at_commit = false;
 			xact_wrote = false;
+			/* Not dropped after all: its pipelines start again. */
+			if (OidIsValid(dropping_database))
+				replicant_shmem_request_sync(dropping_database);
+			dropping_database = InvalidOid;
 			break;
 		default:
 			break;
@@ -153,6 +244,8 @@ replicant_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 	if (access == OAT_DROP && classId == ExtensionRelationId &&
 		objectId == get_extension_oid("replicant", true))
 		replicant_shmem_request_sync_at_commit();
+	if (access == OAT_DROP && classId == DatabaseRelationId && replicant_shmem != NULL)
+		stop_database_pipelines(objectId);
 }
 
 void
@@ -224,6 +317,72 @@ replicant_shmem_set_state(ReplicantPipelineSlot *slot, ReplicantWorkerState stat
 {
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->state = state;
+	LWLockRelease(replicant_shmem->lock);
+}
+
+void
+replicant_shmem_set_own_slot(ReplicantPipelineSlot *slot)
+{
+	own_slot = slot;
+}
+
+ReplicantPhase
+replicant_shmem_enter_phase(ReplicantPhase phase)
+{
+	ReplicantPhase left;
+
+	if (own_slot == NULL)
+		return phase;
+	/* One aligned word, written by this process only: no lock. */
+	left = own_slot->phase;
+	own_slot->phase = phase;
+	return left;
+}
+
+const char *
+replicant_phase_name(ReplicantPhase phase)
+{
+	switch (phase)
+	{
+		case REPLICANT_PHASE_STARTING:
+			return "start";
+		case REPLICANT_PHASE_SNAPSHOT:
+			return "snapshot";
+		case REPLICANT_PHASE_DECODE:
+			return "decode";
+		case REPLICANT_PHASE_ENCODE:
+			return "encode";
+		case REPLICANT_PHASE_DELIVER:
+			return "deliver";
+		case REPLICANT_PHASE_CHECKPOINT:
+			return "checkpoint";
+		case REPLICANT_PHASE_SNAPSHOT_READ:
+			return "snapshot read";
+		case REPLICANT_PHASE_BACKFILL_READ:
+			return "backfill read";
+		case REPLICANT_PHASE_SYNC:
+			return "sync";
+	}
+	return "start";
+}
+
+void
+replicant_shmem_halt(ReplicantPipelineSlot *slot, const char *reason, bool record)
+{
+	Assert(LWLockHeldByMeInMode(replicant_shmem->lock, LW_EXCLUSIVE));
+	Assert(reason != NULL && reason[0] != '\0');
+	slot->runnable = false;
+	slot->state = REPLICANT_STATE_HALTED;
+	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
+	if (record)
+		strlcpy(slot->halt_request, reason, sizeof(slot->halt_request));
+}
+
+void
+replicant_shmem_note_progress(ReplicantPipelineSlot *slot)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->progress++;
 	LWLockRelease(replicant_shmem->lock);
 }
 

@@ -24,9 +24,50 @@ typedef enum ReplicantWorkerState
 	REPLICANT_STATE_HALTED
 } ReplicantWorkerState;
 
+/*
+ * What a pipeline's processes are doing: the phase a failure's reason
+ * names (replicant_phase_name()).
+ */
+typedef enum ReplicantPhase
+{
+	REPLICANT_PHASE_STARTING = 0,
+	REPLICANT_PHASE_SNAPSHOT,      /* planning an initial snapshot, its markers */
+	REPLICANT_PHASE_DECODE,        /* reading WAL, deciding what is delivered */
+	REPLICANT_PHASE_ENCODE,        /* rendering a decoded change */
+	REPLICANT_PHASE_DELIVER,       /* sending a request */
+	REPLICANT_PHASE_CHECKPOINT,    /* committing the checkpoint */
+	REPLICANT_PHASE_SNAPSHOT_READ, /* a shard worker reading a table */
+	REPLICANT_PHASE_BACKFILL_READ, /* reading a backfill chunk */
+	REPLICANT_PHASE_SYNC           /* a sync worker reading the pipelines */
+} ReplicantPhase;
+
+/*
+ * A failure that may pass is retried (its worker restarted) at most this
+ * many times while the pipeline makes no progress; the next one halts.
+ */
+#define REPLICANT_MAX_RETRIES 10
+
 #define REPLICANT_MAX_DIRTY_DBS 32
+/* Sync workers running at once. */
+#define REPLICANT_MAX_SYNCS 4
 /* Requests whose durations make replicant.status.sink_latency_ms. */
 #define REPLICANT_LATENCY_SAMPLES 32
+/* Snapshot workers of one pipeline at most (option snapshot_workers). */
+#define REPLICANT_MAX_SNAPSHOT_WORKERS 16
+
+/*
+ * The rows a snapshot worker delivered (acknowledged) of the window it
+ * reads, which its shard's progress records only once the window is done.
+ * replicant.backfill_status adds them while the shard's recorded
+ * next_block is still window_block.
+ */
+typedef struct ReplicantWindowProgress
+{
+	int64 backfill_id; /* 0: none */
+	int32 shard;
+	int64 window_block;
+	int64 rows;
+} ReplicantWindowProgress;
 
 typedef struct ReplicantPipelineSlot
 {
@@ -64,6 +105,8 @@ typedef struct ReplicantPipelineSlot
 	uint64 retries;
 	TimestampTz last_delivery_at;
 	char last_error[REPLICANT_ERROR_LEN];
+	TimestampTz next_retry_at;                    /* while a retry waits: its time; else 0 */
+	pg_atomic_uint32 retry_requests;              /* bumped by retry_pipeline(): retry now */
 	int last_http_status;                         /* 0: none yet, or no HTTP answer */
 	float4 latency_ms[REPLICANT_LATENCY_SAMPLES]; /* ring of request durations */
 	int nlatency;                                 /* requests recorded, ever */
@@ -77,6 +120,23 @@ typedef struct ReplicantPipelineSlot
 	ConditionVariable delivered_cv;
 	/* Set by await_delivered(): commit a pending checkpoint now. */
 	pg_atomic_uint32 checkpoint_wanted;
+
+	/*
+	 * Bounded retries.  phase: what the pipeline's processes are doing
+	 * (written by each for itself, read after it exited).  progress moves
+	 * with every durable step (a checkpoint, a snapshot window, a backfill
+	 * chunk); the launcher counts its worker's failed runs since progress
+	 * last moved (launcher.c).  failure: why the last run failed, written by
+	 * the process that failed, value-free.  halt_request: a halt the
+	 * launcher decided on, which the database's sync worker records.
+	 */
+	ReplicantPhase phase;
+	uint64 progress;
+	char failure[REPLICANT_ERROR_LEN];
+	char halt_request[REPLICANT_ERROR_LEN];
+
+	/* Per snapshot worker (by its number), under the lock. */
+	ReplicantWindowProgress window_progress[REPLICANT_MAX_SNAPSHOT_WORKERS];
 } ReplicantPipelineSlot;
 
 typedef struct ReplicantShmem
@@ -89,6 +149,12 @@ typedef struct ReplicantShmem
 	bool rescan_all;
 	int ndirty;
 	Oid dirty_dbs[REPLICANT_MAX_DIRTY_DBS];
+
+	/* A database was dropped: the launcher frees its pipelines' slots. */
+	bool databases_dropped;
+
+	/* Set by the sync worker started in each of the launcher's places once it is done. */
+	bool sync_done[REPLICANT_MAX_SYNCS];
 
 	ReplicantPipelineSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } ReplicantShmem;
@@ -110,5 +176,27 @@ extern ReplicantPipelineSlot *replicant_shmem_find(Oid dboid, int32 pipeline_id)
 extern void replicant_shmem_set_state(ReplicantPipelineSlot *slot, ReplicantWorkerState state);
 
 extern const char *replicant_state_name(ReplicantWorkerState state);
+
+/*
+ * The slot whose phase this process keeps up to date (a pipeline or shard
+ * worker's), and the phase it enters; returns the phase it left.  Inert in
+ * other processes.
+ */
+extern void replicant_shmem_set_own_slot(ReplicantPipelineSlot *slot);
+extern ReplicantPhase replicant_shmem_enter_phase(ReplicantPhase phase);
+
+/* The phase's name, as a halt's reason gives it. */
+extern const char *replicant_phase_name(ReplicantPhase phase);
+
+/*
+ * Shows a halt the launcher decided on in the slot (replicant.status reads
+ * it) and keeps its worker from being started; with record, asks the
+ * database's sync worker to record it in the catalog, where it outlives a
+ * restart.  The caller holds the lock.
+ */
+extern void replicant_shmem_halt(ReplicantPipelineSlot *slot, const char *reason, bool record);
+
+/* Counts a durable step of the slot's pipeline (see progress). */
+extern void replicant_shmem_note_progress(ReplicantPipelineSlot *slot);
 
 #endif /* REPLICANT_SHMEM_H */

@@ -46,6 +46,7 @@ typedef struct ReplicantSinkResult
 	int retry_after_ms; /* from Retry-After, or -1 */
 	double elapsed_ms;  /* wall time of the HTTP exchange */
 	int error_code;     /* the sink's own error code, or 0 */
+	bool refused;       /* nothing accepted the connection (no sink listens) */
 	char error[128];    /* value-free: "HTTP 503", "could not connect
 								 * to sink"; empty on REPLICANT_SINK_OK */
 } ReplicantSinkResult;
@@ -59,6 +60,12 @@ typedef struct ReplicantSink ReplicantSink;
  */
 extern ReplicantSink *replicant_sink_create(const ReplicantSinkConfig *config);
 extern void replicant_sink_destroy(ReplicantSink *sink);
+
+/*
+ * Classifies the sink's error codes with code_is_final from now on, instead
+ * of the config's: a request of another kind may need other rules.
+ */
+extern void replicant_sink_classify_codes(ReplicantSink *sink, bool (*code_is_final)(int code));
 
 /*
  * POSTs one body with the contract's headers (webhook-id, webhook-timestamp,

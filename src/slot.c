@@ -1,38 +1,80 @@
 /*
  * slot.c
  *		Pipelines' logical replication slots.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm), §3 (the exported snapshot).
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "replication/slot.h"
 
 #include "compat.h"
+#include "fault.h"
+#include "plugin_gate.h"
 #include "replicant.h"
 #include "slot.h"
 
 LogicalDecodingContext *
 replicant_slot_create(const char *name, bool failover, bool need_full_snapshot)
 {
-	LogicalDecodingContext *ctx;
+	LogicalDecodingContext *volatile ctx = NULL;
 
 	REPLICANT_SLOT_CREATE(name, RS_EPHEMERAL, failover);
-	ctx = CreateInitDecodingContext("replicant", NIL, need_full_snapshot,
-									InvalidXLogRecPtr, REPLICANT_LOCAL_WAL_ROUTINE,
-									NULL, NULL, NULL);
+	/* create_pipeline's backend goes on after an error: expect nothing then. */
+	replicant_plugin_gate_open(true);
+	PG_TRY();
+	{
+		ctx = CreateInitDecodingContext("replicant", NIL, need_full_snapshot,
+										InvalidXLogRecPtr, REPLICANT_LOCAL_WAL_ROUTINE,
+										NULL, NULL, NULL);
+	}
+	PG_FINALLY();
+	{
+		replicant_plugin_gate_open(false);
+	}
+	PG_END_TRY();
 	DecodingContextFindStartpoint(ctx);
 	return ctx;
 }
 
-bool
-replicant_slot_exists(const char *name)
+/*
+ * Whether the slot is one replicant's worker may decode: a logical slot of
+ * this database whose output plugin is replicant's.
+ */
+static bool
+slot_is_ours(ReplicationSlot *slot)
 {
-	bool exists;
+	bool ours;
+
+	/* The plugin is written, under the mutex, just after the slot is made. */
+	SpinLockAcquire(&slot->mutex);
+	ours = SlotIsLogical(slot) && slot->data.database == MyDatabaseId &&
+		   strcmp(NameStr(slot->data.plugin), "replicant") == 0;
+	SpinLockRelease(&slot->mutex);
+	return ours;
+}
+
+ReplicantSlotOwner
+replicant_slot_owner(const char *name)
+{
+	ReplicationSlot *slot;
+	ReplicantSlotOwner owner = REPLICANT_SLOT_MISSING;
 
 	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
-	exists = SearchNamedReplicationSlot(name, false) != NULL;
+	slot = SearchNamedReplicationSlot(name, false);
+	if (slot != NULL)
+		owner = slot_is_ours(slot) ? REPLICANT_SLOT_OURS : REPLICANT_SLOT_FOREIGN;
 	LWLockRelease(ReplicationSlotControlLock);
-	return exists;
+	return owner;
+}
+
+char *
+replicant_slot_foreign_reason(const char *name)
+{
+	return psprintf("replication slot \"%s\" is not this pipeline's: it belongs to another database or output plugin, so replicant neither decodes nor drops it", name);
 }
 
 XLogRecPtr
@@ -58,10 +100,23 @@ replicant_slot_acquire(const char *name)
 {
 	const char *invalidation;
 
-	if (!replicant_slot_exists(name))
-		return psprintf("replication slot \"%s\" does not exist (a promoted standby has it only as a failover slot): recreate the pipeline with a snapshot", name);
+	switch (replicant_slot_owner(name))
+	{
+		case REPLICANT_SLOT_MISSING:
+			return psprintf("replication slot \"%s\" does not exist (it was dropped, or this server is a promoted standby that had no failover copy of it): recreate the pipeline with a snapshot", name);
+		case REPLICANT_SLOT_FOREIGN:
+			return replicant_slot_foreign_reason(name);
+		case REPLICANT_SLOT_OURS:
+			break;
+	}
 
 	REPLICANT_SLOT_ACQUIRE(name, true);
+	/* Dropped and made again by someone else since the look: look again. */
+	if (!slot_is_ours(MyReplicationSlot))
+	{
+		ReplicationSlotRelease();
+		return replicant_slot_foreign_reason(name);
+	}
 
 	SpinLockAcquire(&MyReplicationSlot->mutex);
 	invalidation = replicant_slot_invalidation(MyReplicationSlot);
@@ -72,6 +127,71 @@ replicant_slot_acquire(const char *name)
 	if (strcmp(invalidation, "wal_removed") == 0)
 		return psprintf("replication slot \"%s\" was invalidated because the WAL it needed was removed", name);
 	return psprintf("replication slot \"%s\" was invalidated (invalidation_reason %s)", name, invalidation);
+}
+
+/*
+ * Acquires the slot, or returns false if it went away meanwhile: a slot the
+ * worker was still creating (ephemeral) goes with the worker that exits.
+ */
+static bool
+acquire_unless_gone(const char *name, bool nowait)
+{
+	MemoryContext context = CurrentMemoryContext;
+	volatile bool acquired = true;
+
+	PG_TRY();
+	{
+		REPLICANT_SLOT_ACQUIRE(name, nowait);
+	}
+	PG_CATCH();
+	{
+		ErrorData *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_UNDEFINED_OBJECT ||
+			replicant_slot_owner(name) != REPLICANT_SLOT_MISSING)
+			PG_RE_THROW();
+		FlushErrorState();
+		acquired = false;
+	}
+	PG_END_TRY();
+	return acquired;
+}
+
+ReplicantSlotOwner
+replicant_slot_drop(const char *name, bool nowait)
+{
+	ReplicantSlotOwner owner = replicant_slot_owner(name);
+
+	if (owner != REPLICANT_SLOT_OURS)
+		return owner;
+	replicant_fault("slot_drop");
+
+	/*
+	 * Looked at by name, the slot may have been dropped and made again by
+	 * someone with REPLICATION since: it is looked at again once acquired
+	 * (waiting for a process holding it to let go, unless nowait), and
+	 * dropped as acquired, which nobody else can drop or replace.
+	 */
+	if (!acquire_unless_gone(name, nowait))
+		return REPLICANT_SLOT_MISSING;
+	if (!slot_is_ours(MyReplicationSlot))
+	{
+		ReplicationSlotRelease();
+		return REPLICANT_SLOT_FOREIGN;
+	}
+	/* ReplicationSlotDrop's rule: the slot sync worker keeps a standby's copy. */
+	if (RecoveryInProgress() && REPLICANT_SLOT_SYNCED(MyReplicationSlot))
+	{
+		ReplicationSlotRelease();
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot drop replication slot \"%s\"", name),
+				 errdetail("This replication slot is being synchronized from the primary server.")));
+	}
+	REPLICANT_SLOT_DROP_ACQUIRED();
+	return REPLICANT_SLOT_OURS;
 }
 
 int
@@ -85,6 +205,40 @@ replicant_slot_free_count(void)
 		free_slots += ReplicationSlotCtl->replication_slots[i].in_use ? 0 : 1;
 	LWLockRelease(ReplicationSlotControlLock);
 	return free_slots;
+}
+
+bool
+replicant_slot_any_active(Oid dboid)
+{
+	bool active = false;
+	int i;
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	for (i = 0; i < max_replication_slots; i++)
+	{
+		ReplicationSlot *s = &ReplicationSlotCtl->replication_slots[i];
+
+		active |= (s->in_use && s->active_pid != 0 && s->data.database == dboid &&
+				   strcmp(NameStr(s->data.plugin), "replicant") == 0);
+	}
+	LWLockRelease(ReplicationSlotControlLock);
+	return active;
+}
+
+/*
+ * Whether name is one replicant gives a pipeline's slot: "replicant_<name>"
+ * (before 0.3.0) or "replicant<database OID>_<name>".
+ */
+static bool
+slot_name_is_replicants(const char *name)
+{
+	const char *p = name + strlen(REPLICANT_SLOT_PREFIX);
+
+	if (strncmp(name, REPLICANT_SLOT_PREFIX, strlen(REPLICANT_SLOT_PREFIX)) != 0)
+		return false;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	return *p == '_';
 }
 
 List *
@@ -102,8 +256,7 @@ replicant_slot_list_inactive(void)
 		if (s->in_use && s->active_pid == 0 &&
 			s->data.database == MyDatabaseId &&
 			strcmp(NameStr(s->data.plugin), "replicant") == 0 &&
-			strncmp(NameStr(s->data.name), REPLICANT_SLOT_PREFIX,
-					strlen(REPLICANT_SLOT_PREFIX)) == 0)
+			slot_name_is_replicants(NameStr(s->data.name)))
 			names = lappend(names, pstrdup(NameStr(s->data.name)));
 	}
 	LWLockRelease(ReplicationSlotControlLock);

@@ -25,8 +25,22 @@
 extern LogicalDecodingContext *replicant_slot_create(const char *name, bool failover,
 													 bool need_full_snapshot);
 
-/* Whether a replication slot of that name exists. */
-extern bool replicant_slot_exists(const char *name);
+/*
+ * Slot names are cluster-wide: a slot of a pipeline's name may belong to
+ * another database or be decoded by another plugin, and then it is not the
+ * pipeline's to decode, adopt or drop.
+ */
+typedef enum ReplicantSlotOwner
+{
+	REPLICANT_SLOT_MISSING, /* no slot of that name */
+	REPLICANT_SLOT_OURS,    /* logical, of this database, replicant's plugin */
+	REPLICANT_SLOT_FOREIGN, /* anything else */
+} ReplicantSlotOwner;
+
+extern ReplicantSlotOwner replicant_slot_owner(const char *name);
+
+/* The value-free halt reason for a pipeline whose slot name is foreign. */
+extern char *replicant_slot_foreign_reason(const char *name);
 
 /*
  * The slot's confirmed_flush, or InvalidXLogRecPtr when there is no such
@@ -36,18 +50,31 @@ extern XLogRecPtr replicant_slot_confirmed_flush(const char *name);
 
 /*
  * Acquires the slot as MyReplicationSlot.  Returns NULL, or a value-free
- * reason why the slot is lost (it does not exist, or was invalidated),
- * holding nothing then.  Call inside a transaction.
+ * reason why the slot is lost (it does not exist, is foreign, or was
+ * invalidated), holding nothing then.  Call inside a transaction.
  */
 extern char *replicant_slot_acquire(const char *name);
+
+/*
+ * Drops the slot if it is replicant's and of this database, waiting for a
+ * process holding it to let go (raising an error instead when nowait), and
+ * returns REPLICANT_SLOT_OURS; a slot of that name that is not
+ * (REPLICANT_SLOT_FOREIGN, as it was when acquired) is left alone, and
+ * REPLICANT_SLOT_MISSING means there was none.  Holds nothing after an
+ * error.
+ */
+extern ReplicantSlotOwner replicant_slot_drop(const char *name, bool nowait);
 
 /* Replication slots not in use, of max_replication_slots. */
 extern int replicant_slot_free_count(void);
 
+/* Whether a slot of the database that replicant's plugin decodes is in use. */
+extern bool replicant_slot_any_active(Oid dboid);
+
 /*
  * Names of this database's slots that replicant's plugin decodes, named
- * like a pipeline's and held by no process: those no pipeline owns are
- * orphans.
+ * like a pipeline's ("replicant<database OID>_..." or "replicant_...") and
+ * held by no process: those no pipeline owns are orphans.
  */
 extern List *replicant_slot_list_inactive(void);
 

@@ -26,6 +26,9 @@
  * window checks the table's relfilenode against the one stamped at plan
  * time: after VACUUM FULL, CLUSTER or TRUNCATE the table's shards start over
  * instead of trusting stale block positions.
+ *
+ * Rules kept with other files: docs/internals.md §3 (the exported snapshot
+ * and its shards).
  */
 #include "postgres.h"
 
@@ -60,6 +63,7 @@
 #include "utils/snapmgr.h"
 
 #include "batch.h"
+#include "catalog.h"
 #include "checkpoint.h"
 #include "compat.h"
 #include "delivery.h"
@@ -69,10 +73,12 @@
 #include "partition_root.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "row_key.h"
 #include "replicant.h"
 #include "sink_http.h"
 #include "slot.h"
 #include "snapshot.h"
+#include "stop_signal.h"
 #include "table_read.h"
 
 /*
@@ -97,6 +103,7 @@ typedef struct ShardArgs
 	int32 pipeline_id;
 	int32 slot_index;
 	uint32 generation;
+	int32 worker; /* its number, < REPLICANT_MAX_SNAPSHOT_WORKERS */
 	char snapshot_name[64];
 } ShardArgs;
 
@@ -111,6 +118,13 @@ typedef struct Shard
 	int64 next_block;
 	int64 hi_block; /* -1: to the end of the table */
 } Shard;
+
+/*
+ * In a shard worker: its pipeline's slot and its number among the
+ * pipeline's shard workers (-1 in the pipeline worker).
+ */
+static ReplicantPipelineSlot *ShardSlot = NULL;
+static int ShardNumber = -1;
 
 static SPIPlanPtr
 prepare(const char *sql, int nargs, Oid *argtypes)
@@ -131,14 +145,18 @@ spi_int8(int row, int col)
 	return isnull ? -1 : DatumGetInt64(d);
 }
 
-/* Runs a query on the pipeline's ($1) snapshot plan. */
+/*
+ * Runs a query on the pipeline's ($1) snapshot plan; $2 is the state of a
+ * table that stopped being published, which is as finished as 'done'.
+ */
 static void
 read_plan(const char *sql, int32 pipeline_id, bool read_only)
 {
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(pipeline_id)};
+	Oid argtypes[2] = {INT4OID, TEXTOID};
+	Datum args[2] = {Int32GetDatum(pipeline_id),
+					 CStringGetTextDatum(replicant_catalog_skipped_state())};
 
-	if (SPI_execute_with_args(sql, 1, argtypes, args, NULL, read_only, 0) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(sql, 2, argtypes, args, NULL, read_only, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the snapshot plan");
 }
 
@@ -259,8 +277,9 @@ plan_snapshot(ReplicantPipeline *pipeline, bool replace)
 	replicant_catalog_end(&access);
 
 	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" planned an initial snapshot of %d tables",
-					pipeline->name, ntables)));
+			(errmsg_plural("replicant pipeline \"%s\" planned an initial snapshot of %d table",
+						   "replicant pipeline \"%s\" planned an initial snapshot of %d tables",
+						   ntables, pipeline->name, ntables)));
 }
 
 /*
@@ -375,6 +394,9 @@ note_snapshot_answer(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	slot->batches_delivered++;
 	slot->changes_delivered += nrows;
 	slot->bytes_delivered += bytes;
+	/* backfill_status counts them before the window's progress is recorded */
+	if (ShardNumber >= 0)
+		slot->window_progress[ShardNumber].rows += nrows;
 	slot->last_delivery_at = GetCurrentTimestamp();
 	if (slot->state == REPLICANT_STATE_RETRYING)
 		slot->state = REPLICANT_STATE_SNAPSHOTTING;
@@ -423,7 +445,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	replicant_catalog_begin(&access);
 	read_plan(last ?
 				  "SELECT id, relid FROM replicant.backfills"
-				  " WHERE pipeline_id = $1 AND kind = 'initial' AND state <> 'done' ORDER BY id" :
+				  " WHERE pipeline_id = $1 AND kind = 'initial' AND state NOT IN ('done', $2) ORDER BY id" :
 				  "SELECT id, relid FROM replicant.backfills"
 				  " WHERE pipeline_id = $1 AND kind = 'initial' AND NOT first_sent ORDER BY id",
 			  pipeline->id, true);
@@ -464,6 +486,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 								  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not record snapshot progress");
 		replicant_catalog_end(&access);
+		replicant_shmem_note_progress(slot);
 	}
 }
 
@@ -489,12 +512,12 @@ create_slot_and_export(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 	if (replicant_slot_free_count() == 0)
 		replicant_delivery_halt(slot, pipeline,
 								psprintf("cannot create replication slot \"%s\": all replication slots are in use (max_replication_slots = %d)",
-										 replicant_pipeline_slot_name(pipeline->name),
+										 pipeline->slot_name,
 										 max_replication_slots));
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
 
-	ctx = replicant_slot_create(replicant_pipeline_slot_name(pipeline->name),
+	ctx = replicant_slot_create(pipeline->slot_name,
 								pipeline->failover, true);
 
 	/* SnapBuildInitialSnapshot refuses once any catalog access set our xmin. */
@@ -630,7 +653,7 @@ snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 	if (strcmp(pipeline->snapshot, "initial") != 0)
 		return false;
 	replicant_catalog_begin(&access);
-	read_plan("SELECT count(*), count(*) FILTER (WHERE state <> 'done')"
+	read_plan("SELECT count(*), count(*) FILTER (WHERE state NOT IN ('done', $2))"
 			  "  FROM replicant.backfills WHERE pipeline_id = $1 AND kind = 'initial'",
 			  pipeline->id, true);
 	total = spi_int8(0, 1);
@@ -643,7 +666,7 @@ snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 
 static BackgroundWorkerHandle *
 launch_shard_worker(ReplicantPipeline *pipeline, int slot_index,
-					ReplicantPipelineSlot *slot, const char *snapshot_name)
+					ReplicantPipelineSlot *slot, const char *snapshot_name, int number)
 {
 	BackgroundWorker worker = {0};
 	BackgroundWorkerHandle *handle;
@@ -654,6 +677,7 @@ launch_shard_worker(ReplicantPipeline *pipeline, int slot_index,
 	args.pipeline_id = pipeline->id;
 	args.slot_index = slot_index;
 	args.generation = slot->generation;
+	args.worker = number;
 	strlcpy(args.snapshot_name, snapshot_name, sizeof(args.snapshot_name));
 
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -702,14 +726,14 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 	pg_atomic_write_u32(&slot->shard_failures, 0);
 	if (shard_handles == NULL)
 	{
-		nshard_handles = pipeline->snapshot_workers;
+		nshard_handles = Min(pipeline->snapshot_workers, REPLICANT_MAX_SNAPSHOT_WORKERS);
 		shard_handles = MemoryContextAllocZero(TopMemoryContext,
 											   sizeof(BackgroundWorkerHandle *) * nshard_handles);
 		before_shmem_exit(terminate_shard_workers, (Datum) 0);
 	}
 
 	for (i = 0; i < nshard_handles; i++)
-		shard_handles[i] = launch_shard_worker(pipeline, slot_index, slot, snapshot_name);
+		shard_handles[i] = launch_shard_worker(pipeline, slot_index, slot, snapshot_name, i);
 	if (shard_handles[0] == NULL)
 		replicant_delivery_halt(slot, pipeline,
 								"could not start snapshot workers: out of background worker slots");
@@ -778,10 +802,18 @@ read_all_shards(ReplicantPipelineSlot *slot, int slot_index,
 	{
 		if (!run_shard_workers(slot, slot_index, pipeline, snapshot_name))
 		{
-			/* The launcher restarts us (with backoff) and we resume. */
+			/*
+			 * The launcher restarts us (with backoff, a bounded number of
+			 * times) and we resume.  A shard worker that failed on an error
+			 * left why in the slot.
+			 */
 			ereport(LOG,
 					(errmsg("replicant pipeline \"%s\" restarts its snapshot after a snapshot worker failed",
 							pipeline->name)));
+			LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+			if (slot->failure[0] == '\0')
+				strlcpy(slot->failure, "a snapshot worker exited abnormally", sizeof(slot->failure));
+			LWLockRelease(replicant_shmem->lock);
 			proc_exit(1);
 		}
 		if (pg_atomic_exchange_u32(&slot->snapshot_stale, 0) == 0)
@@ -806,6 +838,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	List *planned;
 	char *snapshot_name;
 	ReplicantSink *sink;
+	ReplicantSlotOwner slot_owner;
 
 	if (!snapshot_pending(pipeline, &planned_before))
 		return;
@@ -813,7 +846,10 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 
 	sink = replicant_delivery_sink(pipeline);
 
-	if (!replicant_slot_exists(replicant_pipeline_slot_name(pipeline->name)))
+	slot_owner = replicant_slot_owner(pipeline->slot_name);
+	if (slot_owner == REPLICANT_SLOT_FOREIGN)
+		replicant_delivery_halt(slot, pipeline, replicant_slot_foreign_reason(pipeline->slot_name));
+	if (slot_owner == REPLICANT_SLOT_MISSING)
 	{
 		/*
 		 * Nothing was read under an earlier plan without the slot: the
@@ -942,7 +978,7 @@ static void
 record_progress(Shard *shard, bool done, int64 rows)
 {
 	ReplicantCatalogAccess access;
-	Datum args[6];
+	Datum args[7];
 
 	args[0] = Int64GetDatum(shard->backfill_id);
 	args[1] = Int32GetDatum(shard->shard);
@@ -952,18 +988,20 @@ record_progress(Shard *shard, bool done, int64 rows)
 	args[5] = ObjectIdGetDatum(shard->relfilenode);
 
 	replicant_catalog_begin(&access);
+	args[6] = CStringGetTextDatum(replicant_catalog_skipped_state());
 	if (progress_plan == NULL)
 	{
-		Oid argtypes[6] = {INT8OID, INT4OID, INT8OID, BOOLOID, INT8OID, OIDOID};
+		Oid argtypes[7] = {INT8OID, INT4OID, INT8OID, BOOLOID, INT8OID, OIDOID, TEXTOID};
 
+		/* A table another shard found unpublished stays skipped. */
 		progress_plan = prepare("WITH b AS ("
 								"  UPDATE replicant.backfills SET rows_done = rows_done + $5,"
 								"         state = 'running', started_at = coalesce(started_at, now())"
-								"   WHERE id = $1 AND relfilenode = $6 RETURNING id)"
+								"   WHERE id = $1 AND relfilenode = $6 AND state <> $7 RETURNING id)"
 								" UPDATE replicant.snapshot_shards s SET next_block = $3, done = $4,"
 								"        claimed = NOT $4"
 								"   FROM b WHERE s.backfill_id = b.id AND s.shard = $2",
-								6, argtypes);
+								7, argtypes);
 	}
 	if (SPI_execute_plan(progress_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record snapshot progress");
@@ -995,14 +1033,58 @@ restart_table(Shard *shard, Oid relfilenode)
 	replicant_catalog_end(&access);
 }
 
+/*
+ * The table stopped being published: none of its shards is read any more,
+ * and backfill_status says so.
+ */
+static void
+skip_table(Shard *shard)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[2] = {INT8OID, TEXTOID};
+	Datum args[2];
+
+	replicant_catalog_begin(&access);
+	args[0] = Int64GetDatum(shard->backfill_id);
+	args[1] = CStringGetTextDatum(replicant_catalog_skipped_state());
+	if (SPI_execute_with_args("WITH b AS ("
+							  "  UPDATE replicant.backfills SET state = $2, finished_at = now(),"
+							  "         started_at = coalesce(started_at, now())"
+							  "   WHERE id = $1 RETURNING id)"
+							  " UPDATE replicant.snapshot_shards s SET done = true, claimed = false"
+							  "   FROM b WHERE s.backfill_id = b.id",
+							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record snapshot progress");
+	replicant_catalog_end(&access);
+}
+
+/*
+ * Names the window the shard worker reads in its slot's window progress
+ * (shard NULL: none), from which on note_snapshot_answer counts the rows the
+ * sink acknowledged.
+ */
+static void
+note_window(const Shard *shard)
+{
+	ReplicantWindowProgress *progress = &ShardSlot->window_progress[ShardNumber];
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	progress->backfill_id = shard ? shard->backfill_id : 0;
+	progress->shard = shard ? shard->shard : 0;
+	progress->window_block = shard ? shard->next_block : 0;
+	progress->rows = 0;
+	LWLockRelease(replicant_shmem->lock);
+}
+
 /* What a window read found. */
 typedef enum WindowResult
 {
-	WINDOW_READ,      /* rows of the window delivered */
-	WINDOW_PAST_END,  /* the window starts beyond the table */
-	WINDOW_REWRITTEN, /* relfilenode changed: start the table over */
-	WINDOW_STALE,     /* rewritten after the snapshot, which sees none of it */
-	WINDOW_GONE       /* the table was dropped */
+	WINDOW_READ,       /* rows of the window delivered */
+	WINDOW_PAST_END,   /* the window starts beyond the table */
+	WINDOW_REWRITTEN,  /* relfilenode changed: start the table over */
+	WINDOW_STALE,      /* rewritten after the snapshot, which sees none of it */
+	WINDOW_GONE,       /* the table was dropped */
+	WINDOW_UNPUBLISHED /* no publication of the pipeline publishes it now */
 } WindowResult;
 
 /* Whether the active snapshot sees a row of rel's heap. */
@@ -1059,6 +1141,12 @@ end_window(Relation rel, MemoryContext window_context)
 }
 
 /*
+ * Set while importing the exported snapshot: an error then means that its
+ * exporter, the pipeline worker, is gone or going (replicant_shard_main).
+ */
+static bool importing = false;
+
+/*
  * Starts the window's transaction under the imported snapshot and opens the
  * shard's table into *relp.  Returns WINDOW_READ when it has blocks left to
  * read; otherwise the transaction is over and the result says why not.
@@ -1072,7 +1160,10 @@ begin_window(const char *snapshot_name, Shard *shard, Relation *relp,
 
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
+	importing = true;
+	replicant_fault("snapshot_import");
 	ImportSnapshot(snapshot_name);
+	importing = false;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(window_context);
 
@@ -1268,32 +1359,41 @@ typedef struct WindowReader
  * Opens the reader of blocks [shard's next block, hi) of rel; halts where
  * the stream would: the owner may not read rel whole (SELECT, or row-level
  * security it does not bypass: the heap read would bypass the policies), or
- * the publications disagree on the published columns.
+ * the publications disagree on the published columns.  Returns false,
+ * having opened nothing, when no publication of the pipeline publishes rel
+ * now (whatever the owner may read): it has no row filter nor columns to
+ * read it with.
  */
-static void
+static bool
 open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 				   Relation rel, Shard *shard, int64 hi, WindowReader *reader)
 {
-	char *refused = replicant_table_read_denied(rel);
+	char *refused;
 	ItemPointerData mintid;
 	ItemPointerData maxtid;
-	bool identity_full;
 
+	reader->rel = rel;
+	reader->target = replicant_partition_root_open_for_read(rel, pipeline->publications,
+															AccessShareLock);
+	refused = replicant_publication_read_filter(rel, reader->target, pipeline->publications,
+												&reader->filter);
+	if (refused == NULL && !replicant_pubfilter_publishes(reader->filter))
+	{
+		replicant_pubfilter_free(reader->filter);
+		if (reader->target != rel)
+			table_close(reader->target, AccessShareLock);
+		return false;
+	}
+	if (refused == NULL)
+		refused = replicant_table_read_denied(rel, pipeline->owner);
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
 	if (rel->rd_tableam->scan_set_tidrange == NULL)
 		replicant_delivery_halt(slot, pipeline,
 								psprintf("table \"%s\" cannot be read in block ranges: its access method has no TID range scans",
 										 RelationGetRelationName(rel)));
-	reader->rel = rel;
-	reader->target = replicant_partition_root_open_for_read(rel, pipeline->publications,
-															AccessShareLock);
-	refused = replicant_publication_read_filter(rel, reader->target, pipeline->publications,
-												&reader->filter);
-	if (refused)
-		replicant_delivery_halt(slot, pipeline, refused);
-	replicant_publication_key(reader->target, &reader->key_columns, &reader->whole_row,
-							  &identity_full);
+	replicant_row_key_delivered(reader->target, reader->filter->columns,
+								&reader->key_columns, &reader->whole_row);
 	reader->map = replicant_partition_root_read_map(rel, reader->target);
 	reader->heap_slot = table_slot_create(rel, NULL);
 	reader->row_slot = reader->map ?
@@ -1305,6 +1405,7 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	ItemPointerSet(&mintid, (BlockNumber) shard->next_block, FirstOffsetNumber);
 	ItemPointerSet(&maxtid, (BlockNumber) (hi - 1), MaxOffsetNumber);
 	reader->scan = table_beginscan_tidrange(rel, GetActiveSnapshot(), &mintid, &maxtid);
+	return true;
 }
 
 /*
@@ -1368,14 +1469,20 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	WindowResult opened;
 	/* the stream delivers nothing before the snapshot is done */
 	XLogRecPtr consistent_point =
-		replicant_slot_confirmed_flush(replicant_pipeline_slot_name(pipeline->name));
+		replicant_slot_confirmed_flush(pipeline->slot_name);
 
 	*rows = 0;
 	opened = begin_window(snapshot_name, shard, &rel, new_relfilenode);
 	if (opened != WINDOW_READ)
 		return opened;
+	replicant_fault("snapshot_read");
+	note_window(shard);
 
-	open_window_reader(slot, pipeline, rel, shard, hi, &reader);
+	if (!open_window_reader(slot, pipeline, rel, shard, hi, &reader))
+	{
+		end_window(rel, window_context);
+		return WINDOW_UNPUBLISHED;
+	}
 	desc = RelationGetDescr(reader.target);
 	relation.schema = get_namespace_name(RelationGetNamespace(reader.target));
 	relation.table = pstrdup(RelationGetRelationName(reader.target));
@@ -1417,51 +1524,18 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	return WINDOW_READ;
 }
 
-static ReplicantPipelineSlot *ShardSlot = NULL;
-
-/* Tells the pipeline worker that a shard may have been left claimed. */
+/*
+ * Tells the pipeline worker that a shard may have been left claimed; the
+ * window it read is read again, and counted, by whoever claims it next.
+ */
 static void
 shard_exit(int code, Datum arg)
 {
+	/* (Not when an error came while holding the lock: that would hang.) */
+	if (!LWLockHeldByMe(replicant_shmem->lock))
+		note_window(NULL);
 	if (code != 0)
 		pg_atomic_fetch_add_u32(&ShardSlot->shard_failures, 1);
-}
-
-/*
- * Reads one window, turning any error (a row that cannot be encoded, say)
- * into a fail-closed halt whose reason names the table and the error class,
- * never the message, which could quote a value.
- */
-static WindowResult
-read_window_or_halt(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-					ReplicantSink *sink, const char *snapshot_name, Shard *shard,
-					int64 hi, int64 *rows, Oid *new_relfilenode)
-{
-	MemoryContext context = CurrentMemoryContext;
-	WindowResult result = WINDOW_READ;
-
-	PG_TRY();
-	{
-		result = read_window(slot, pipeline, sink, snapshot_name, shard, hi,
-							 rows, new_relfilenode);
-	}
-	PG_CATCH();
-	{
-		ErrorData *edata;
-
-		MemoryContextSwitchTo(context);
-		replicant_sink_cancel(sink);
-		edata = CopyErrorData();
-		FlushErrorState();
-		if (edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
-			edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			proc_exit(1);
-		replicant_delivery_halt(slot, pipeline,
-								psprintf("snapshot of table \"%s\" failed with error class %s",
-										 shard->relname, unpack_sql_state(edata->sqlerrcode)));
-	}
-	PG_END_TRY();
-	return result;
 }
 
 /*
@@ -1490,12 +1564,14 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (shard->hi_block >= 0)
 			hi = Min(hi, shard->hi_block);
 
-		r = read_window_or_halt(slot, pipeline, sink, snapshot_name, shard,
-								hi, &rows, &relfilenode);
+		r = read_window(slot, pipeline, sink, snapshot_name, shard,
+						hi, &rows, &relfilenode);
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(window_context);
 		replicant_fault("snapshot_window");
 
+		if (r == WINDOW_STALE || r == WINDOW_REWRITTEN)
+			note_window(NULL); /* its rows count again from 0 */
 		if (r == WINDOW_STALE)
 		{
 			ereport(LOG,
@@ -1504,6 +1580,15 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			/* Before the restart, so that no one claims it under this snapshot. */
 			pg_atomic_write_u32(&slot->snapshot_stale, 1);
 			restart_table(shard, relfilenode);
+			break;
+		}
+		if (r == WINDOW_UNPUBLISHED)
+		{
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" skips the rest of its snapshot of table \"%s\"",
+							pipeline->name, shard->relname),
+					 errdetail("None of the pipeline's publications publishes the table any more.")));
+			skip_table(shard);
 			break;
 		}
 		if (r == WINDOW_REWRITTEN)
@@ -1518,10 +1603,48 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (r == WINDOW_READ)
 			shard->next_block = hi;
 		record_progress(shard, done, rows);
+		replicant_shmem_note_progress(slot);
 		replicant_fault("snapshot_progress");
 		if (done)
 			break;
 	}
+}
+
+/*
+ * Acts on the error that ended a shard worker's run, never the message,
+ * which could quote a value: halts the pipeline, naming the table and the
+ * error class, or exits for the pipeline worker to restart the snapshot
+ * when the error is transient (replicant_delivery_fail).  A worker that
+ * could not import the snapshot, or whose pipeline was stopped meanwhile,
+ * exits without a word: its exporter, the pipeline worker, is gone or
+ * going, and a halt or disable that stopped it stands.
+ */
+REPLICANT_NORETURN static void
+shard_failed(ReplicantPipelineSlot *slot, uint32 generation,
+			 ReplicantPipeline *pipeline, Shard *shard)
+{
+	ErrorData *edata = CopyErrorData();
+	bool stopped;
+
+	FlushErrorState();
+	AbortOutOfAnyTransaction();
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	stopped = slot->generation != generation || !slot->runnable ||
+			  slot->state == REPLICANT_STATE_HALTED;
+	LWLockRelease(replicant_shmem->lock);
+	if (importing || stopped)
+	{
+		ereport(LOG,
+				(errmsg("replicant snapshot worker of pipeline \"%s\" exits: %s",
+						pipeline->name,
+						importing ? "it could not import the exported snapshot" :
+									"the pipeline was stopped")));
+		/* Not 0: the shard it claimed is not done. */
+		proc_exit(1);
+	}
+	replicant_delivery_fail(slot, pipeline, edata,
+							replicant_delivery_failure(REPLICANT_PHASE_SNAPSHOT_READ,
+													   shard->relname, edata->sqlerrcode));
 }
 
 void
@@ -1532,18 +1655,19 @@ replicant_shard_main(Datum main_arg)
 	ReplicantPipeline *pipeline;
 	ReplicantCatalogAccess access;
 	ReplicantSink *sink;
-	Shard shard;
+	Shard *shard;
 	MemoryContext window_context;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
-	pqsignal(SIGTERM, die);
+	slot = &replicant_shmem->slots[args.slot_index];
+	replicant_stop_signal_init(slot, args.generation, "replicant snapshot worker of pipeline", DEBUG1);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
-	slot = &replicant_shmem->slots[args.slot_index];
 	if (slot->generation != args.generation)
 		proc_exit(0);
 	ShardSlot = slot;
+	ShardNumber = args.worker;
 	before_shmem_exit(shard_exit, (Datum) 0);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
 	replicant_encoder_pin_settings();
@@ -1570,14 +1694,27 @@ replicant_shard_main(Datum main_arg)
 
 	window_context = AllocSetContextCreate(TopMemoryContext, "replicant snapshot window",
 										   ALLOCSET_DEFAULT_SIZES);
-	/*
-	 * Once a table turned out rewritten after the snapshot, nothing more is
-	 * read under it: the pipeline worker takes a fresh one (claims are
-	 * reset then).
-	 */
-	while (claim_shard(pipeline->id, &shard) &&
-		   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
-		read_shard(slot, pipeline, sink, args.snapshot_name, &shard, window_context);
+	shard = palloc0(sizeof(Shard));
+	replicant_stop_signal_arm();
+	PG_TRY();
+	{
+		/*
+		 * Once a table turned out rewritten after the snapshot, nothing
+		 * more is read under it: the pipeline worker takes a fresh one
+		 * (claims are reset then).
+		 */
+		while (claim_shard(pipeline->id, shard) &&
+			   pg_atomic_read_u32(&slot->snapshot_stale) == 0)
+			read_shard(slot, pipeline, sink, args.snapshot_name, shard, window_context);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(TopMemoryContext);
+		replicant_sink_cancel(sink);
+		replicant_stop_signal_exit_if_asked();
+		shard_failed(slot, args.generation, pipeline, shard);
+	}
+	PG_END_TRY();
 	replicant_sink_destroy(sink);
 	replicant_checkpoint_make_durable();
 	proc_exit(0);

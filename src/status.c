@@ -2,6 +2,8 @@
  * status.c
  *		replicant._worker_status(): the live half of replicant.status, read
  *		from shared memory.  The view joins it with the catalog and the slot.
+ *		replicant._snapshot_progress(): the live half of
+ *		replicant.backfill_status.
  */
 #include "postgres.h"
 
@@ -12,6 +14,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
+#include "catalog/pg_authid_d.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -25,7 +28,10 @@
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(replicant_worker_status);
+PG_FUNCTION_INFO_V1(replicant_snapshot_progress);
 PG_FUNCTION_INFO_V1(replicant_await_delivered);
+PG_FUNCTION_INFO_V1(replicant_retry_pipeline);
+PG_FUNCTION_INFO_V1(replicant_check_progress_reader);
 
 static int
 float4_cmp(const void *a, const void *b)
@@ -56,21 +62,26 @@ median_latency(ReplicantPipelineSlot *slot)
 	return rint(median * 1000.0) / 1000.0;
 }
 
-#define WORKER_STATUS_COLS 12
+/*
+ * Columns of _worker_status_v2() (0.3.0); _worker_status() of 0.1.0 and
+ * 0.2.0, the same C function, declares all but the last (next_retry_at):
+ * a result holds as many as the calling SQL function declares.
+ */
+#define WORKER_STATUS_COLS 13
 
-/* Refuses callers that may not SELECT replicant.status (same schema as us). */
+/* Refuses callers that may not SELECT the view (in the same schema as us). */
 static void
-check_can_read_status(FunctionCallInfo fcinfo)
+check_can_read_view(FunctionCallInfo fcinfo, const char *view)
 {
 	Oid nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
-	Oid viewid = get_relname_relid("status", nspid);
+	Oid viewid = get_relname_relid(view, nspid);
 	AclResult aclresult;
 
 	if (!OidIsValid(viewid))
-		elog(ERROR, "replicant.status does not exist");
+		elog(ERROR, "replicant.%s does not exist", view);
 	aclresult = pg_class_aclcheck(viewid, GetUserId(), ACL_SELECT);
 	if (aclresult != ACLCHECK_OK)
-		aclcheck_error(aclresult, OBJECT_VIEW, "status");
+		aclcheck_error(aclresult, OBJECT_VIEW, view);
 }
 
 Datum
@@ -83,7 +94,7 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 	 * Executable by PUBLIC, since the view runs it with the privileges of
 	 * whoever reads the view: the view's own privilege is the gate.
 	 */
-	check_can_read_status(fcinfo);
+	check_can_read_view(fcinfo, "status");
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (!replicant_shmem_ready())
@@ -115,13 +126,133 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 		nulls[10] = (slot->nlatency == 0);
 		values[11] = Int32GetDatum(slot->last_http_status);
 		nulls[11] = (slot->last_http_status == 0);
+		values[12] = TimestampTzGetDatum(slot->next_retry_at);
+		nulls[12] = (slot->next_retry_at == 0 || slot->pid == 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(replicant_shmem->lock);
 	PG_RETURN_VOID();
 }
 
-/* The pipeline's id and whether it is halted; errors if it does not exist. */
+/*
+ * _check_progress_reader(), the gate of replicant.backfill_status: who may
+ * read replicant.status, and pg_monitor's members, may watch progress.
+ */
+static void
+check_progress_reader(FunctionCallInfo fcinfo)
+{
+	Oid nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	Oid viewid = get_relname_relid("status", nspid);
+
+	if (!has_privs_of_role(GetUserId(), ROLE_PG_MONITOR) &&
+		(!OidIsValid(viewid) || pg_class_aclcheck(viewid, GetUserId(), ACL_SELECT) != ACLCHECK_OK))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for view backfill_status"),
+				 errhint("Who may SELECT from replicant.status, and members of pg_monitor, may read it.")));
+}
+
+Datum
+replicant_check_progress_reader(PG_FUNCTION_ARGS)
+{
+	check_progress_reader(fcinfo);
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * retry_pipeline(name): a pipeline waiting to retry its sink tries at once
+ * (its workers look at once, snapshot workers within a quarter second);
+ * for one that is not retrying, a notice says so.
+ */
+Datum
+replicant_retry_pipeline(PG_FUNCTION_ARGS)
+{
+	char *name;
+	ReplicantCatalogAccess access;
+	ReplicantPipelineRef ref;
+	ReplicantPipelineSlot *slot;
+	bool retrying = false;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("pipeline name must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	replicant_pipeline_check_name(name);
+	if (!replicant_shmem_ready())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("replicant is not loaded through \"shared_preload_libraries\"")));
+	replicant_catalog_enter(&access);
+	ref = replicant_pipeline_lookup(name, false);
+	replicant_pipeline_check_owner(&ref, access.saved_userid);
+	replicant_catalog_leave(&access);
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	slot = replicant_shmem_find(MyDatabaseId, ref.id);
+	if (slot != NULL && slot->pid != 0)
+	{
+		retrying = (slot->state == REPLICANT_STATE_RETRYING || slot->next_retry_at != 0);
+		pg_atomic_fetch_add_u32(&slot->retry_requests, 1);
+		if (slot->latch)
+			SetLatch(slot->latch);
+	}
+	LWLockRelease(replicant_shmem->lock);
+	if (!retrying)
+		ereport(NOTICE,
+				(errmsg("pipeline \"%s\" is not waiting to retry its sink", name)));
+	PG_RETURN_VOID();
+}
+
+#define SNAPSHOT_PROGRESS_COLS 4
+
+/*
+ * replicant._snapshot_progress(): per snapshot worker of this database's
+ * pipelines, the rows the sink acknowledged of the window it reads (backfill
+ * id, shard, the window's first block), which replicant.backfill_status adds
+ * to the progress recorded so far.  Executable by PUBLIC, with the view's
+ * gate: who may read replicant.status, and pg_monitor's members.
+ */
+Datum
+replicant_snapshot_progress(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	check_progress_reader(fcinfo);
+	InitMaterializedSRF(fcinfo, 0);
+	if (!replicant_shmem_ready())
+		PG_RETURN_VOID();
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	for (int i = 0; i < replicant_max_pipelines; i++)
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+
+		if (!slot->in_use || slot->dboid != MyDatabaseId)
+			continue;
+		for (int w = 0; w < REPLICANT_MAX_SNAPSHOT_WORKERS; w++)
+		{
+			ReplicantWindowProgress *progress = &slot->window_progress[w];
+			Datum values[SNAPSHOT_PROGRESS_COLS];
+			bool nulls[SNAPSHOT_PROGRESS_COLS] = {0};
+
+			if (progress->backfill_id == 0)
+				continue;
+			values[0] = Int64GetDatum(progress->backfill_id);
+			values[1] = Int32GetDatum(progress->shard);
+			values[2] = Int64GetDatum(progress->window_block);
+			values[3] = Int64GetDatum(progress->rows);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	LWLockRelease(replicant_shmem->lock);
+	PG_RETURN_VOID();
+}
+
+/*
+ * The pipeline's id and whether it is halted; errors if it does not exist or
+ * the caller may not manage it (its progress is the owner's business).
+ */
 static int32
 lookup_pipeline_id(const char *name, bool *halted)
 {
@@ -130,6 +261,7 @@ lookup_pipeline_id(const char *name, bool *halted)
 
 	replicant_catalog_enter(&access);
 	ref = replicant_pipeline_lookup(name, false);
+	replicant_pipeline_check_owner(&ref, access.saved_userid);
 	*halted = ref.halted;
 	replicant_catalog_leave(&access);
 	return ref.id;

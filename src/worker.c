@@ -31,6 +31,13 @@
  * await_delivered().  Conditions that would make delivery wrong halt the
  * pipeline: the reason is recorded in the catalog
  * and the worker exits 0, so nothing restarts it until resume_pipeline.
+ * An error halts too, unless it is known to be transient: then the worker
+ * exits and the launcher restarts it, a bounded number of times
+ * (replicant_delivery_fail).  The phase the worker is in (shmem.h) names
+ * what failed.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm), §4, §8 (halt or retry).
  */
 #include "postgres.h"
 
@@ -51,6 +58,7 @@
 #include "utils/varlena.h"
 
 #include "backfill.h"
+#include "backfill_plan.h"
 #include "batch.h"
 #include "chunk.h"
 #include "checkpoint.h"
@@ -63,14 +71,19 @@
 #include "publication.h"
 #include "replicant.h"
 #include "shmem.h"
+#include "sink_ddl.h"
 #include "sink_http.h"
 #include "snapshot.h"
+#include "stop_signal.h"
+#include "table_shape.h"
 #include "worker.h"
 
 /* Longest sleep when idle; commits wake the worker long before. */
 #define IDLE_TIMEOUT_MS 1000
 /* Sleep while WAL is inserted but not flushed yet (synchronous_commit=off). */
 #define FLUSH_WAIT_MS 10
+/* How often a table skipped while unpublished is looked at again. */
+#define SKIP_CHECK_MS 1000
 
 /*
  * A caught-up worker's delivering cycles may use 1/CPU_SHARE_DIVISOR of a
@@ -103,7 +116,10 @@ typedef struct Worker
 	ReplicantDecoder *decoder;
 	ReplicantSink *sink;
 	ReplicantBackfill *backfill; /* incremental backfill being read */
-	const char *phase;           /* for a halt's reason */
+	bool skips_pending;          /* a table skipped while unpublished may be
+								  * published again */
+	TimestampTz skip_check_at;   /* when to look at it again */
+	const char *chunk_table;     /* a chunk being delivered: its table */
 	int64 cpu_credit_us;         /* CPU budget left (see CPU_SHARE_DIVISOR) */
 	TimestampTz credit_at;       /* when cpu_credit_us was last brought up to date */
 } Worker;
@@ -140,8 +156,11 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	slot->state = REPLICANT_STATE_STARTING;
 	slot->last_error[0] = '\0';
 	slot->stop_requested = false;
+	slot->phase = REPLICANT_PHASE_STARTING;
+	slot->next_retry_at = 0;
 	LWLockRelease(replicant_shmem->lock);
 
+	replicant_shmem_set_own_slot(slot);
 	w->slot = slot;
 	w->generation = args->generation;
 	before_shmem_exit(worker_detach, PointerGetDatum(w));
@@ -163,7 +182,10 @@ confirm(Worker *w, XLogRecPtr lsn)
 	replicant_decoder_confirm(w->decoder, lsn);
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (lsn > w->slot->delivered_upto)
+	{
 		w->slot->delivered_upto = lsn;
+		w->slot->progress++;
+	}
 	/* Under the lock: a caller still waiting asks again (status.c). */
 	pg_atomic_write_u32(&w->slot->checkpoint_wanted, 0);
 	LWLockRelease(replicant_shmem->lock);
@@ -179,43 +201,28 @@ commit_pending(Worker *w)
 }
 
 /*
- * Decodes, turning a data error while encoding a change (a value its type
- * cannot output, or that cannot be converted to UTF-8) into a fail-closed
- * halt instead of a crash loop.  The reason names the table and the error
- * class, never the message, which could quote the value.
+ * Commits the pending checkpoint, unless that fails too: after an error,
+ * before the worker halts or exits, so that what the sink acknowledged is
+ * not sent again.
  */
-static bool
-read_or_halt(Worker *w)
+static void
+commit_pending_if_possible(Worker *w)
 {
 	MemoryContext context = CurrentMemoryContext;
-	bool at_end = true;
 
+	if (w->decoder == NULL || !replicant_checkpoint_is_pending())
+		return;
 	PG_TRY();
 	{
-		at_end = replicant_decoder_read(w->decoder, w->pipeline->batch_max_transactions,
-										(uint64) w->pipeline->batch_max_bytes,
-										replicant_batch_linger_ms);
+		commit_pending(w);
 	}
 	PG_CATCH();
 	{
-		ErrorData *edata;
-
 		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_DATA_EXCEPTION)
-			PG_RE_THROW();
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
-		commit_pending(w);
-		replicant_delivery_halt(w->slot, w->pipeline,
-								psprintf(replicant_decoder_in_row_filter(w->decoder) ?
-											 "the row filter of table \"%s\" failed on a change (error class %s)" :
-											 "could not encode a change of table \"%s\" (error class %s)",
-										 replicant_decoder_current_table(w->decoder),
-										 unpack_sql_state(edata->sqlerrcode)));
 	}
 	PG_END_TRY();
-	return at_end;
 }
 
 /* Servers from 15.19 on load only output plugins listed in this setting. */
@@ -268,6 +275,7 @@ post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *
 	ReplicantRequest request;
 	int i;
 
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
 	/* A range the format makes no request of is delivered. */
 	result->outcome = REPLICANT_SINK_OK;
 	*target = NULL;
@@ -372,6 +380,8 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 
 	initStringInfo(&changes);
 	initStringInfo(&out);
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
+	w->chunk_table = more ? chunk->relation->table : NULL;
 	while (more)
 	{
 		ReplicantMemoryBody state;
@@ -406,52 +416,26 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		rows += n;
 	}
 	replicant_backfill_record_chunk(chunk, rows);
+	replicant_shmem_note_progress(w->slot);
+	w->chunk_table = NULL;
 }
 
 /*
- * Reads the next chunk of the backfill, turning what retrying cannot fix
- * into a fail-closed halt: a table the owner may not read whole, or an
- * error while reading (a revoked privilege, a value its type cannot
- * output).  The reason names the table and the error class, never the
- * message, which could quote a key.
+ * Reads the next chunk of the backfill; halts when the owner may not read
+ * the table whole.  An error while reading (a revoked privilege, a value
+ * its type cannot output, a conflict) is the worker's (worker_failed).
  */
 static ReplicantChunk *
-read_chunk_or_halt(Worker *w)
+read_chunk(Worker *w)
 {
-	MemoryContext context = CurrentMemoryContext;
-	ReplicantChunk *volatile chunk = NULL;
-	char *volatile reason = NULL;
+	ReplicantChunk *chunk;
+	char *denied = NULL;
 
-	PG_TRY();
-	{
-		char *denied = NULL;
-
-		chunk = replicant_backfill_read_chunk(w->pipeline, w->backfill, &denied);
-		reason = denied;
-	}
-	PG_CATCH();
-	{
-		ErrorData *edata;
-		int class;
-
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		class = ERRCODE_TO_CATEGORY(edata->sqlerrcode);
-		/* A cancel, a shortage or a conflict can pass: restart and retry. */
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
-			class == ERRCODE_INSUFFICIENT_RESOURCES ||
-			class == ERRCODE_OPERATOR_INTERVENTION ||
-			class == ERRCODE_SYSTEM_ERROR ||
-			class == ERRCODE_TRANSACTION_ROLLBACK)
-			PG_RE_THROW();
-		FlushErrorState();
-		AbortOutOfAnyTransaction();
-		reason = psprintf("could not read a backfill chunk of table \"%s\" (error class %s)",
-						  w->backfill->relname, unpack_sql_state(edata->sqlerrcode));
-	}
-	PG_END_TRY();
-	if (reason)
-		worker_halt(w, reason);
+	replicant_shmem_enter_phase(REPLICANT_PHASE_BACKFILL_READ);
+	replicant_fault("backfill_read");
+	chunk = replicant_backfill_read_chunk(w->pipeline, w->backfill, &denied);
+	if (denied)
+		worker_halt(w, denied);
 	return chunk;
 }
 
@@ -466,6 +450,7 @@ deliver_messages(Worker *w, List *messages)
 	const ReplicantFormat *format = replicant_format_of(w->pipeline);
 	ListCell *lc;
 
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
 	foreach(lc, messages)
 	{
 		ReplicantRequest request;
@@ -502,7 +487,7 @@ load_pipeline(Worker *w, int32 pipeline_id)
 	w->pipeline = replicant_pipeline_load(pipeline_id, TopMemoryContext);
 	if (w->pipeline != NULL)
 	{
-		replicant_publication_load_shapes(pipeline_id);
+		replicant_table_shape_load(pipeline_id);
 		replicant_publication_load_denied(w->pipeline->owner);
 		may_receive_messages = has_rolreplication(w->pipeline->owner);
 	}
@@ -519,30 +504,58 @@ load_pipeline(Worker *w, int32 pipeline_id)
 		proc_exit(0);
 	}
 	/* The owner may have lost the attribute since create or alter. */
-	if (w->pipeline->messages && !may_receive_messages)
+	if (replicant_epoch_any_messages(w->pipeline->epochs) && !may_receive_messages)
 		worker_halt(w, REPLICANT_MESSAGES_NEED_REPLICATION);
 }
 
-/*
- * Errors that a restart would only meet again: a wrong setting, a missing
- * privilege or object, a read-only transaction, a full slot table.  The
- * rest (out of memory, a conflict, a lost connection) may pass, so the
- * worker exits and the launcher restarts it with backoff.
- */
-static bool
-retry_cannot_fix(int sqlerrcode)
+/* The table a failure in phase involves, or NULL. */
+static const char *
+failed_table(Worker *w, ReplicantPhase phase)
 {
-	switch (ERRCODE_TO_CATEGORY(sqlerrcode))
+	switch (phase)
 	{
-		case ERRCODE_DATA_EXCEPTION:
-		case ERRCODE_INVALID_TRANSACTION_STATE:
-		case ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION:
-		case ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION:
-		case ERRCODE_FEATURE_NOT_SUPPORTED:
-			return true;
+		case REPLICANT_PHASE_ENCODE:
+			return w->decoder ? replicant_decoder_current_table(w->decoder) : NULL;
+		case REPLICANT_PHASE_BACKFILL_READ:
+			return w->backfill ? w->backfill->relname : NULL;
+		case REPLICANT_PHASE_DELIVER:
+			return w->chunk_table;
 		default:
-			return sqlerrcode == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED;
+			return NULL;
 	}
+}
+
+/*
+ * Acts on the error that ended a run (the current one): halts, or exits
+ * for the launcher to restart the worker when it is transient
+ * (replicant_delivery_fail).  The reason names the phase, the table and
+ * the error class, never the message, which could quote a value.
+ */
+REPLICANT_NORETURN static void
+worker_failed(Worker *w, int32 pipeline_id)
+{
+	ErrorData *edata = CopyErrorData();
+	ReplicantPhase phase = w->slot->phase;
+	char *reason;
+
+	FlushErrorState();
+	AbortOutOfAnyTransaction();
+	if (phase == REPLICANT_PHASE_DECODE && w->decoder &&
+		replicant_decoder_in_row_filter(w->decoder))
+		reason = psprintf("the row filter of table \"%s\" failed on a change (error class %s)",
+						  replicant_decoder_current_table(w->decoder),
+						  unpack_sql_state(edata->sqlerrcode));
+	else
+		reason = replicant_delivery_failure(phase, failed_table(w, phase), edata->sqlerrcode);
+	if (w->pipeline == NULL)
+	{
+		/* Failed loading it: enough to record the halt by. */
+		w->pipeline = palloc0(sizeof(ReplicantPipeline));
+		w->pipeline->id = pipeline_id;
+		w->pipeline->name = w->slot->name;
+	}
+	commit_pending_if_possible(w);
+	replicant_delivery_fail(w->slot, w->pipeline, edata, reason);
 }
 
 static void run_pipeline(Worker *w);
@@ -556,37 +569,30 @@ replicant_worker_main(Datum main_arg)
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 
-	pqsignal(SIGTERM, die);
+	replicant_stop_signal_init(&replicant_shmem->slots[DatumGetInt32(main_arg)], args.generation,
+							   "replicant pipeline", LOG);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
 	w = MemoryContextAllocZero(TopMemoryContext, sizeof(Worker));
 	w->slot_index = DatumGetInt32(main_arg);
-	w->phase = "starting";
 	worker_attach(w, &args);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
 	replicant_encoder_pin_settings();
 	replicant_pin_worker_settings();
 
-	load_pipeline(w, args.pipeline_id);
 	context = CurrentMemoryContext;
+	replicant_stop_signal_arm();
 	PG_TRY();
 	{
+		load_pipeline(w, args.pipeline_id);
 		run_pipeline(w);
 	}
 	PG_CATCH();
 	{
-		ErrorData *edata;
-
 		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		if (!retry_cannot_fix(edata->sqlerrcode))
-			PG_RE_THROW();
-		/* The message could quote a value: the class and the phase only. */
-		FlushErrorState();
-		AbortOutOfAnyTransaction();
-		worker_halt(w, psprintf("pipeline worker failed while %s with error class %s",
-								w->phase, unpack_sql_state(edata->sqlerrcode)));
+		replicant_stop_signal_exit_if_asked();
+		worker_failed(w, args.pipeline_id);
 	}
 	PG_END_TRY();
 }
@@ -606,9 +612,14 @@ start_streaming(Worker *w)
 	pgstat_report_appname(appname);
 
 	check_output_plugin_allowed(w);
-	w->phase = "taking the initial snapshot";
+	if (w->pipeline->create_tables && strcmp(w->pipeline->format, "clickhouse") == 0)
+	{
+		replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
+		replicant_sink_ddl_create(w->slot, w->pipeline);
+	}
+	replicant_shmem_enter_phase(REPLICANT_PHASE_SNAPSHOT);
 	replicant_snapshot_initial(w->slot, w->slot_index, w->pipeline);
-	w->phase = "starting to stream";
+	replicant_shmem_enter_phase(REPLICANT_PHASE_STARTING);
 
 	/*
 	 * Commit asynchronously from here on: whatever the worker committed is
@@ -630,7 +641,44 @@ start_streaming(Worker *w)
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
 	confirm(w, Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn));
 	w->backfill = replicant_backfill_next(w->pipeline->id);
-	w->phase = "streaming";
+	w->skips_pending = true;
+}
+
+/*
+ * Backfills again, from their start, the tables that a backfill or the
+ * initial snapshot skipped while no publication published them, once one
+ * publishes them again (replicant_backfill_replan_skipped): looked at after
+ * the snapshot, after each skip, and every SKIP_CHECK_MS while such a
+ * table is still not published.  Halts when the owner may not read one.
+ */
+static void
+replan_skipped_if_due(Worker *w)
+{
+	TimestampTz now;
+	bool planned;
+	char *refused;
+
+	if (!w->skips_pending)
+		return;
+	now = GetCurrentTimestamp();
+	if (now < w->skip_check_at)
+		return;
+	replicant_shmem_enter_phase(REPLICANT_PHASE_BACKFILL_READ);
+	replicant_decoder_before_normal_access(w->decoder);
+	w->skips_pending = replicant_backfill_replan_skipped(w->pipeline, &planned, &refused);
+	w->skip_check_at = TimestampTzPlusMilliseconds(now, SKIP_CHECK_MS);
+	if (refused)
+	{
+		commit_pending(w);
+		worker_halt(w, refused);
+	}
+	if (planned && w->backfill == NULL)
+	{
+		MemoryContext cycle_context = MemoryContextSwitchTo(TopMemoryContext);
+
+		w->backfill = replicant_backfill_next(w->pipeline->id);
+		MemoryContextSwitchTo(cycle_context);
+	}
 }
 
 /*
@@ -647,7 +695,7 @@ start_chunk_if_due(Worker *w)
 		return;
 	MemoryContextSwitchTo(TopMemoryContext);
 	replicant_decoder_before_normal_access(w->decoder);
-	replicant_decoder_set_chunk(w->decoder, read_chunk_or_halt(w));
+	replicant_decoder_set_chunk(w->decoder, read_chunk(w));
 	MemoryContextSwitchTo(cycle_context);
 }
 
@@ -662,6 +710,7 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 	replicant_chunk_free(chunk);
 	if (last)
 	{
+		w->skips_pending |= w->backfill->skipped;
 		pfree(w->backfill);
 		MemoryContextSwitchTo(TopMemoryContext);
 		replicant_decoder_before_normal_access(w->decoder);
@@ -685,6 +734,7 @@ stream_cycle(Worker *w, bool *delivered)
 	*delivered = false;
 
 	replicant_delivery_check_for_interrupts(w->slot);
+	replan_skipped_if_due(w);
 	start_chunk_if_due(w);
 
 	/* A commit after this point sets the latch again. */
@@ -697,13 +747,17 @@ stream_cycle(Worker *w, bool *delivered)
 		replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()) == 0)
 		commit_pending(w);
 
-	at_end = read_or_halt(w);
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DECODE);
+	at_end = replicant_decoder_read(w->decoder, w->pipeline->batch_max_transactions,
+									(uint64) w->pipeline->batch_max_bytes,
+									replicant_batch_linger_ms);
 	if (replicant_decoder_halt_reason(w->decoder))
 	{
 		commit_pending(w);
 		replicant_delivery_halt_at(w->slot, w->pipeline,
 								   replicant_decoder_halt_reason(w->decoder),
-								   replicant_decoder_halt_lsn(w->decoder));
+								   replicant_decoder_halt_lsn(w->decoder),
+								   replicant_decoder_halt_cause(w->decoder));
 	}
 
 	if (w->batch->ntxns > 0)

@@ -771,7 +771,7 @@ sub resync_now
 			  . ' WITH (copy_data = true)');
 	}
 	my $offset = -s $r->{pub}->logfile;
-	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = 'backfill_chunk:pause'; SELECT pg_reload_conf();")
+	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = 'backfill_window:pause'; SELECT pg_reload_conf();")
 	  if $during;
 	my @leaves = map { my @l = $r->leaves_of($_); @l ? @l : ($_) } @rels;
 	if ($first)
@@ -784,7 +784,7 @@ sub resync_now
 	{
 		$r->poll_until('the chunk pauses', 15, sub {
 				PostgreSQL::Test::Utils::slurp_file($r->{pub}->logfile, $offset)
-				  =~ /fault point "backfill_chunk" reached, pausing/;
+				  =~ /fault point "backfill_window" reached, pausing/;
 			});
 		$during->();
 		$r->pub_sql('ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();');
@@ -829,26 +829,26 @@ sub do_pub
 }
 
 # A backfill whose first chunk stops for two seconds (fault point
-# backfill_chunk:pause) after its low watermark and snapshot, while a burst
+# backfill_window:pause) after its low watermark and snapshot, while a burst
 # updates every row of the table once: the rows the chunk reads are stale
 # by the time it ends, and the stream's updates inside its window must win.
 sub backfill_with_burst
 {
 	my ($r, $s) = @_;
 	my $offset = -s $r->{pub}->logfile;
-	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = 'backfill_chunk:pause'; SELECT pg_reload_conf();");
+	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = 'backfill_window:pause'; SELECT pg_reload_conf();");
 	$r->start_backfill($s->{table}, $s->{mode}, { cancellable => 1 });
 	$r->do_burst($s->{burst});
 	$r->poll_until('the chunk pauses', 15, sub {
 			PostgreSQL::Test::Utils::slurp_file($r->{pub}->logfile, $offset)
-			  =~ /fault point "backfill_chunk" reached, pausing/;
+			  =~ /fault point "backfill_window" reached, pausing/;
 		});
 	$r->pub_sql('ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();');
 	return;
 }
 
 # Runs $during while a backfill of $table reads it: the backfill's first
-# chunk waits two seconds (fault point backfill_chunk:pause) after its low
+# chunk waits two seconds (fault point backfill_window:pause) after its low
 # watermark and snapshot, before it opens the table, and $during runs in
 # that pause.  What replicant delivers meanwhile must still fit a policy in
 # force during the backfill, and nothing may be lost.
@@ -860,7 +860,7 @@ sub race_backfill
 	my @leaves = $usable ? $r->leaves_of($table) : ();
 	@leaves = ($table) if $usable && !@leaves;
 	my $offset = -s $r->{pub}->logfile;
-	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = 'backfill_chunk:pause'; SELECT pg_reload_conf();") if @leaves;
+	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = 'backfill_window:pause'; SELECT pg_reload_conf();") if @leaves;
 	my $started = 0;
 	foreach my $leaf (@leaves)
 	{
@@ -872,7 +872,7 @@ sub race_backfill
 	$r->write_policy;
 	$r->poll_until('the chunk pauses', 15, sub {
 			PostgreSQL::Test::Utils::slurp_file($r->{pub}->logfile, $offset)
-			  =~ /fault point "backfill_chunk" reached, pausing/;
+			  =~ /fault point "backfill_window" reached, pausing/;
 		}) if $started;
 	$during->();
 	$r->pub_sql('ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();') if @leaves;

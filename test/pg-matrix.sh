@@ -11,7 +11,10 @@
 # second run reuses it and starts in seconds.  The repository is copied in
 # and .ci/suite.sh runs there: build with warnings as errors, install,
 # `make installcheck` (pg_regress, then every TAP file, or only the TAP files
-# given), and the final line "N passed, M failed".  The copy includes
+# given), and the final line "N passed, M failed"; the SUITE_* variables
+# of .ci/suite.sh (SUITE_CFLAGS: .ci/run builds 18's extension with
+# -DUSE_ASSERT_CHECKING) and the tests' REPLICANT_* and ORACLE_* ones are
+# passed on.  The copy includes
 # test/js/node_modules (`npm ci --prefix test/js`, as .ci/run does): the
 # chroot has Node.js but no npm.  If the version cannot be
 # installed, built or started, the run says so and fails: it never skips.
@@ -161,19 +164,18 @@ mkdir -p "$root/build"
 cp -a "$repo/." "$root/build/replicant"
 rm -rf "$root/build/replicant/.git"
 echo "=== PostgreSQL $version in $root"
+# .ci/suite.sh's settings (SUITE_JOBS, SUITE_REPEAT, ...) and the tests'
+# (REPLICANT_SEED, ORACLE_SEED, ...), whatever they are.
+mapfile -t suite_env < <(env | grep -E '^(SUITE|REPLICANT|ORACLE)_[A-Z0-9_]+=' |
+	grep -vE '^REPLICANT_(MATRIX_|NO_CLICKHOUSE=)' || true)
 if [ $demo = 1 ]; then
 	chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 		bash /build/replicant/test/demo.sh "$version"
 	exit
 fi
-# The differential test's settings (ORACLE_SEED, ...) and SUITE_CFLAGS pass through.
-oracle_env=()
-while IFS= read -r name; do
-	oracle_env+=("$name=${!name}")
-done < <(compgen -e | grep -E '^(ORACLE_[A-Z_]+|SUITE_CFLAGS)$' || true)
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 	REGRESS_TIMEOUT="${REGRESS_TIMEOUT:-300}" TAP_TIMEOUT="${TAP_TIMEOUT:-1200}" \
-	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" "${clickhouse_env[@]}" "${oracle_env[@]}" \
+	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" "${clickhouse_env[@]}" "${suite_env[@]}" \
 	bash /build/replicant/.ci/suite.sh "$pg_config" "$@" || {
 	rc=$?
 	echo "(PostgreSQL $version: the paths above are inside $root)"

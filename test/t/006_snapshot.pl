@@ -1,4 +1,4 @@
-# Initial snapshots (docs/design.md §3, §5): create_pipeline(snapshot =>
+# Initial snapshots (docs/internals.md §3): create_pipeline(snapshot =>
 # 'initial') reads the published tables under the slot's exported snapshot
 # with parallel shard workers, brackets each table with first/last markers
 # and then streams from the slot's consistent point.  Covered: a 200,000-row
@@ -11,6 +11,8 @@
 # own names; under the root's when published via the root) and a type zoo whose snapshot reads and stream inserts encode
 # to byte-identical JSON; a sink that refuses a third of the requests (every
 # row still exactly once, each batch retried in its place).
+#
+# versions: all (the exported snapshot of a new slot; publish_via_partition_root)
 use strict;
 use warnings;
 use IPC::Run;
@@ -196,13 +198,18 @@ sub shard_worker_pid
 }
 
 # Waits until the table's snapshot has recorded progress but is not done.
+# Waits until the snapshot of $table has recorded a window's progress (not
+# only acknowledged batches of the window it reads, which backfill_status
+# counts too) and is still running.
 sub wait_mid_snapshot
 {
 	my ($pipeline, $table, $what) = @_;
 	ok( $node->poll_query_until('postgres', qq{
-			SELECT rows_done > 0 AND state = 'running'
-			  FROM replicant.backfill_status
-			 WHERE pipeline = '$pipeline' AND relation = '$table'::regclass}),
+			SELECT bool_or(s.next_block > s.lo_block) AND bool_and(b.state = 'running')
+			  FROM replicant.snapshot_shards s
+			  JOIN replicant.backfills b ON b.id = s.backfill_id
+			  JOIN replicant.pipelines p ON p.id = b.pipeline_id
+			 WHERE p.name = '$pipeline' AND b.relid = '$table'::regclass}),
 		"$what: the snapshot of $table is under way");
 	return;
 }

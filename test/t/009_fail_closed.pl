@@ -1,4 +1,4 @@
-# Fail-closed halts (docs/design.md §7): each condition halts its pipeline
+# Fail-closed halts (docs/internals.md §8): each condition halts its pipeline
 # with a clear, value-free last_error; the halt survives a server restart;
 # once the cause is fixed, resume_pipeline (or, for a lost slot, drop and
 # create) makes the pipeline continue and later changes arrive.
@@ -13,9 +13,12 @@
 #
 # Every row value carries a marker; neither last_error nor the server log
 # (default logging: log_statement = none) may ever show it.
+#
+# versions: all (slot invalidation, src/compat.h)
 use strict;
 use warnings;
 use Time::HiRes qw(time usleep);
+use JSON::PP;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
@@ -94,6 +97,21 @@ sub wait_sink_row
 	return '';
 }
 
+# Waits until the sink's row of $table with this id matches $re; returns it.
+sub wait_sink_match
+{
+	my ($table, $id, $re) = @_;
+	my $deadline = time() + 30;
+	my $row = '';
+	while (time() < $deadline)
+	{
+		$row = sink_row($table, $id);
+		return $row if $row =~ $re;
+		usleep(100_000);
+	}
+	return $row;
+}
+
 # Waits for the halt and checks its reason.
 sub expect_halt
 {
@@ -149,8 +167,8 @@ sub halt_info
 {
 	my ($p, $db) = @_;
 	return $node->safe_psql($db // 'postgres',
-		"SELECT format('state %s, halt_reason %s, halt_lsn %s, schema_ack_lsn %s',"
-		  . " s.state, p.halt_reason, p.halt_lsn, p.schema_ack_lsn)"
+		"SELECT format('state %s, halt_reason %s, halt_lsn %s, resumed_lsn %s',"
+		  . " s.state, p.halt_reason, p.halt_lsn, p.resumed_lsn)"
 		  . " FROM replicant.pipelines p JOIN replicant.status s ON s.pipeline = p.name"
 		  . " WHERE p.name = '$p'");
 }
@@ -171,16 +189,17 @@ sub resumes_needed
 
 sub slot_count
 {
-	my ($p) = @_;
+	my ($p, $db) = @_;
+	my $slot = ReplicantTest::slot_name($node, $db // 'postgres', $p);
 	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_$p'");
+		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$slot'");
 }
 
 sub drop_pipeline
 {
 	my ($label, $p, $db) = @_;
 	$node->safe_psql($db // 'postgres', "SELECT replicant.drop_pipeline('$p')");
-	is(slot_count($p), '0', "$label: drop_pipeline leaves no slot");
+	is(slot_count($p, $db), '0', "$label: drop_pipeline leaves no slot");
 	ok(poll("SELECT count(*) = 0 FROM pg_stat_activity"
 			  . " WHERE application_name = 'replicant pipeline $p'", 10),
 		"$label: and no worker");
@@ -206,18 +225,19 @@ CREATE TABLE filler (id serial PRIMARY KEY, v text);
 	ok(poll("SELECT state = 'retrying' FROM replicant.status WHERE pipeline = 'lost'", 30),
 		"$label: retrying while the sink is down");
 	my $wal_status = '';
+	my $slot = ReplicantTest::slot_name($node, 'postgres', 'lost');
 	for my $round (1 .. 40)
 	{
 		$node->safe_psql('postgres',
 			"INSERT INTO filler (v) SELECT md5(g::text) FROM generate_series(1, 2000) g;"
 			  . " SELECT pg_switch_wal(); CHECKPOINT;");
 		$wal_status = $node->safe_psql('postgres',
-			"SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'replicant_lost'");
+			"SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = '$slot'");
 		last if $wal_status eq 'lost';
 	}
 	is($wal_status, 'lost', "$label: pg_replication_slots says the slot is lost");
 	expect_halt($label, 'lost',
-		qr/^replication slot "replicant_lost" was invalidated because the WAL it needed was removed$/);
+		qr/^replication slot "\Q$slot\E" was invalidated because the WAL it needed was removed$/);
 	$node->safe_psql('postgres', 'ALTER SYSTEM RESET max_slot_wal_keep_size; SELECT pg_reload_conf()');
 	$sink->restart;    # the pipelines created from here on use its URL
 	halted_across_restart($label, 'lost', qr/was invalidated because the WAL it needed was removed/);
@@ -341,17 +361,28 @@ CREATE PUBLICATION fc_pub FOR TABLE fc_t;
 }
 
 # ---- replica identity changed -----------------------------------------------------
+# Widening to FULL with the same key (the primary key) only adds the old row:
+# nothing halts (create_pipeline's TOAST warning asks for exactly that).
+# Narrowing back, or a FULL that changes the key, halts.
 {
 	my $label = 'replica identity changed';
 	$node->safe_psql('postgres', q{
 CREATE TABLE ri_t (id int PRIMARY KEY, v text);
-CREATE PUBLICATION ri_pub FOR TABLE ri_t;
+CREATE TABLE ri_u (id int PRIMARY KEY, email text NOT NULL UNIQUE, v text);
+ALTER TABLE ri_u REPLICA IDENTITY USING INDEX ri_u_email_key;
+CREATE PUBLICATION ri_pub FOR TABLE ri_t, ri_u;
 });
 	create_pipeline('ident', 'ri_pub');
 	$node->safe_psql('postgres', "INSERT INTO ri_t VALUES (1, '$MARK 1')");
 	isnt(wait_sink_row('public.ri_t', 1), '', "$label: delivered before");
 
 	$node->safe_psql('postgres', 'ALTER TABLE ri_t REPLICA IDENTITY FULL');
+	$node->safe_psql('postgres', "UPDATE ri_t SET v = '$MARK 1w' WHERE id = 1");
+	like(wait_sink_match('public.ri_t', 1, qr/\Q$MARK\E 1w/), qr/\Q$MARK\E 1w/,
+		"replica_identity_widened_no_halt: $label: DEFAULT -> FULL (same key): the update arrives");
+	is(status('ident')->{state}, 'streaming', "$label: DEFAULT -> FULL: nothing halts");
+
+	$node->safe_psql('postgres', 'ALTER TABLE ri_t REPLICA IDENTITY DEFAULT');
 	$node->safe_psql('postgres', "UPDATE ri_t SET v = '$MARK 1b' WHERE id = 1");
 	expect_halt($label, 'ident', qr/^the replica identity of table "ri_t" changed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 	$node->safe_psql('postgres', "INSERT INTO ri_t VALUES (2, '$MARK 2')");
@@ -365,6 +396,14 @@ CREATE PUBLICATION ri_pub FOR TABLE ri_t;
 	isnt(wait_sink_row('public.ri_t', 3), '', "$label: and a later one");
 	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['ri_t'], 30),
 		"$label: the sink equals the source");
+
+	# USING INDEX (email) -> FULL keys by the primary key instead: a halt.
+	$node->safe_psql('postgres', "INSERT INTO ri_u VALUES (1, 'a\@example.com', '$MARK u1')");
+	isnt(wait_sink_row('public.ri_u', 1), '', "$label: USING INDEX: delivered before");
+	$node->safe_psql('postgres', 'ALTER TABLE ri_u REPLICA IDENTITY FULL');
+	$node->safe_psql('postgres', "UPDATE ri_u SET v = '$MARK u1b' WHERE id = 1");
+	expect_halt("$label (key changed)", 'ident',
+		qr/^the replica identity of table "ri_u" changed; replicant\.resume_pipeline\(\) accepts the new shape$/);
 	drop_pipeline($label, 'ident');
 }
 
@@ -420,6 +459,91 @@ CREATE PUBLICATION rls_pub FOR TABLE rls_t;
 	expect_streaming($label, 'rls');
 	isnt(wait_sink_row('public.rls_t', 3), '', "$label: a change made after RLS was disabled arrives");
 	drop_pipeline($label, 'rls');
+}
+
+# ---- a resume accepts exactly the cause of the halt it resumes -------------------
+# The sink rejects a batch and the pipeline halts; while it is halted, one
+# of its two publications is dropped and created again, and a table of the
+# other loses a column.  Resuming the sink's halt accepts neither: each
+# halts the pipeline in turn, naming it, and only resuming that halt
+# accepts it, for what committed up to the resume.  A publication a resume
+# accepted as missing is empty there: only its own table's changes of that
+# time are not delivered; the other publication's all arrive.
+{
+	my $label = 'resume accepts its halt only';
+	my $ws = ReplicantTest::start_sink(name => 'waiver');
+	$node->safe_psql('postgres', q{
+CREATE TABLE wa_t (id int PRIMARY KEY, v text);
+CREATE TABLE wb_t (id int PRIMARY KEY, v text);
+CREATE TABLE wc_t (id int PRIMARY KEY, v text, x text);
+CREATE PUBLICATION wa_pub FOR TABLE wa_t, wc_t;
+CREATE PUBLICATION wb_pub FOR TABLE wb_t;
+});
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('waiver', ARRAY['wa_pub', 'wb_pub'], '$ws->{url}',"
+		  . " http_timeout_ms => 2000, connect_timeout_ms => 500)");
+	$node->safe_psql('postgres', qq{
+INSERT INTO wa_t VALUES (1, '$MARK a1');
+INSERT INTO wb_t VALUES (1, '$MARK b1');
+INSERT INTO wc_t VALUES (1, '$MARK c1', '$MARK x1');
+});
+	my $ids = sub {
+		my ($t) = @_;
+		return join(',', sort { $a <=> $b } map { /"id":(\d+)/ ? $1 : () } split /\n/, $ws->dump("public.$t"));
+	};
+	ok(poll("SELECT replicant.await_delivered('waiver', pg_current_wal_lsn(), 30000)", 60),
+		"$label: delivered before");
+
+	$ws->control({ fail_status => 400 });
+	$node->safe_psql('postgres', "INSERT INTO wa_t VALUES (2, '$MARK a2')");
+	expect_halt($label, 'waiver', qr/^sink rejected batch: HTTP 400/);
+	$node->safe_psql('postgres', qq{
+DROP PUBLICATION wb_pub;
+INSERT INTO wa_t VALUES (3, '$MARK a3');
+INSERT INTO wb_t VALUES (2, '$MARK b2');
+CREATE PUBLICATION wb_pub FOR TABLE wb_t;
+ALTER TABLE wc_t DROP COLUMN x;
+INSERT INTO wc_t VALUES (2, '$MARK c2');
+INSERT INTO wa_t VALUES (4, '$MARK a4');
+INSERT INTO wb_t VALUES (3, '$MARK b3');
+});
+	$ws->control({ clear => JSON::PP::true });
+
+	# (A halt discards the batch decoded before it: what arrived before a
+	# halt is at most what committed before the change that halted.)
+	resume('waiver');
+	expect_halt("$label, the sink's halt resumed", 'waiver', qr/^publication "wb_pub" does not exist$/);
+	like($ids->('wa_t'), qr/^1(,2)?$/, "$label: nothing committed after the drop arrives");
+
+	resume('waiver');
+	expect_halt("$label, the missing publication accepted", 'waiver',
+		qr/^column "x" of table "wc_t" was dropped or renamed; replicant\.resume_pipeline\(\) accepts the new shape$/);
+	like($ids->('wa_t'), qr/^1(,2(,3)?)?$/, "$label: nothing committed after the column's drop arrives");
+	is($ids->('wb_t'), '1', "$label: nor the missing publication's own row of the time it was missing");
+
+	resume('waiver');
+	expect_streaming("$label, the new shape accepted", 'waiver');
+	ok(poll("SELECT replicant.await_delivered('waiver', pg_current_wal_lsn(), 30000)", 60),
+		"$label: delivered up to now");
+	is($ids->('wa_t'), '1,2,3,4', "$label: wa_t: every row");
+	is($ids->('wb_t'), '1,3', "$label: wb_t: all but the row committed while its publication was missing");
+	is($ids->('wc_t'), '1,2', "$label: wc_t: every row, the one after the drop in the new shape");
+
+	# What a resume accepted ends where it was called.
+	$node->safe_psql('postgres', qq{
+DROP PUBLICATION wb_pub;
+INSERT INTO wa_t VALUES (5, '$MARK a5');
+});
+	expect_halt("$label, dropped again after the resume", 'waiver', qr/^publication "wb_pub" does not exist$/);
+	is($ids->('wa_t'), '1,2,3,4', "$label: nothing committed after it was dropped again arrives");
+	$node->safe_psql('postgres', 'CREATE PUBLICATION wb_pub FOR TABLE wb_t');
+	resume('waiver');
+	expect_streaming("$label, resumed again", 'waiver');
+	ok(poll("SELECT replicant.await_delivered('waiver', pg_current_wal_lsn(), 30000)", 60),
+		"$label: delivered up to now, again");
+	is($ids->('wa_t'), '1,2,3,4,5', "$label: wa_t's row of that time arrives");
+	drop_pipeline($label, 'waiver');
+	$ws->stop;
 }
 
 # ---- a row that cannot be encoded ---------------------------------------------------
@@ -511,8 +635,8 @@ CREATE PUBLICATION drop_pub FOR TABLE drop_t;
 
 # ---- nothing left behind, nothing leaked ---------------------------------------------
 is($node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'replicant\\_%'"),
-	'0', 'no replicant_ slot remains');
+		"SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'replicant%'"),
+	'0', 'no replicant slot remains');
 is($node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'replicant pipeline'"),
 	'0', 'no pipeline worker runs');

@@ -1,4 +1,4 @@
-# ALTER EXTENSION replicant UPDATE under a write workload (issue #10 item 15).
+# ALTER EXTENSION replicant UPDATE under a write workload.
 #
 # For each earlier version (0.1.0, and 0.2.0, the previous release) the
 # extension is installed at that version, in a database of its own, and a
@@ -8,7 +8,8 @@
 # workload goes on.  Afterwards the sink equals the source (nothing lost),
 # the pipeline still streams and its status is readable, the management
 # functions work, and the updated objects are those of a fresh installation
-# (nothing half-migrated).
+# (nothing half-migrated), its grants on the schema kept.  Then an
+# uninstall and a reinstall: no old grant survives.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -80,10 +81,21 @@ COMMIT;
 	ok($poll->("SELECT checkpoint_lsn IS NOT NULL FROM replicant.status WHERE pipeline = '$pipeline'", 60),
 		"$from: the workload is being delivered");
 
+	$node->safe_psql($db, 'GRANT USAGE ON SCHEMA replicant TO watcher');
 	$node->safe_psql($db, 'ALTER EXTENSION replicant UPDATE');
 	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'replicant'"),
 		$default, "$from: updated to $default");
+	is($node->safe_psql($db, "SELECT has_schema_privilege('watcher', 'replicant', 'USAGE')"), 't',
+		"$from: the update keeps the grants on the schema");
 	my $at_update = $node->safe_psql($db, 'SELECT count(*) FROM txn');
+
+	# The pipeline keeps the slot it has, which $from named replicant_<name>:
+	# the update re-delivers nothing and loses nothing.
+	is($node->safe_psql($db,
+			"SELECT s.slot_name || ' ' || r.database || ' ' || (r.confirmed_flush_lsn IS NOT NULL)"
+			  . " FROM replicant.status s JOIN pg_replication_slots r USING (slot_name)"
+			  . " WHERE s.pipeline = '$pipeline'"),
+		"replicant_$pipeline $db true", "$from: the pipeline keeps its slot and status shows it");
 
 	ok($poll->("SELECT count(*) > $at_update + 300 FROM txn", 60),
 		"$from: the workload goes on after the update");
@@ -104,9 +116,20 @@ COMMIT;
 	ok(ReplicantTest::wait_until_synced($node, $db, $sink, [ 'kv', 'txn' ], 60),
 		"$from: the sink still equals the source");
 	is($sink->stats->{duplicate_transactions}, 0, "$from: nothing was delivered twice");
+
+	# A pipeline created after the update gets a slot named with the
+	# database's OID, beside the old one.
+	$node->safe_psql($db, "SELECT replicant.create_pipeline('new$suffix', 'up_pub', '$url')");
+	my $new_slot = ReplicantTest::slot_name($node, $db, "new$suffix");
+	is($node->safe_psql($db,
+			"SELECT slot_name || ' ' || (SELECT database FROM pg_replication_slots r WHERE r.slot_name = s.slot_name)"
+			  . " FROM replicant.status s WHERE pipeline = 'new$suffix'"),
+		"$new_slot $db", "$from: a new pipeline's slot is named with the database OID");
+	$node->safe_psql($db, "SELECT replicant.drop_pipeline('new$suffix')");
 	return ($db, $pipeline, $sink);
 }
 
+$node->safe_psql('postgres', 'CREATE ROLE watcher');
 my @upgraded = map { [ upgrade_under_load($_) ] } ('0.1.0', '0.2.0');
 
 # Nothing half-migrated: the objects equal those of a fresh installation.
@@ -145,7 +168,112 @@ for my $u (@upgraded)
 	is($node->safe_psql($db, $objects), $fresh,
 		"$db: the updated objects equal those of a fresh installation");
 	$node->safe_psql($db, "SELECT replicant.drop_pipeline('$pipeline')");
+	is($node->safe_psql($db, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_$pipeline'"),
+		'0', "$db: drop_pipeline drops the slot the pipeline kept");
 	$sink->stop;
 }
+# ---- uninstall and reinstall (README: "Uninstall") ---------------------------
+# DROP EXTENSION cannot take the schema with it (it is the extension's own
+# schema, which PostgreSQL does not let the extension own); a reinstall into
+# the schema left behind keeps none of its old grants.
+my ($ret, $out, $err) = $node->psql('fresh', 'ALTER EXTENSION replicant ADD SCHEMA replicant');
+like($err, qr/cannot add schema "replicant" to extension "replicant" because the schema contains the extension/,
+	'the server refuses to make the extension\'s own schema a member');
+$node->safe_psql('fresh', q{
+CREATE TABLE u (id int PRIMARY KEY);
+CREATE PUBLICATION u_pub FOR TABLE u;
+GRANT USAGE ON SCHEMA replicant TO watcher;
+GRANT SELECT ON replicant.status TO watcher;
+});
+my $usink = ReplicantTest::start_sink(name => 'uninstall');
+$node->safe_psql('fresh', "SELECT replicant.create_pipeline('gone', 'u_pub', '$usink->{url}')");
+$node->safe_psql('fresh', 'DROP EXTENSION replicant');
+is($node->safe_psql('fresh', "SELECT has_schema_privilege('watcher', 'replicant', 'USAGE')"), 't',
+	'after DROP EXTENSION the schema stays, with its grants');
+my $gone_slot = ReplicantTest::slot_name($node, 'fresh', 'gone');
+ok(ReplicantTest::poll($node,
+		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = '$gone_slot'"),
+	'... its pipelines\' slots go');
+$node->safe_psql('fresh', 'CREATE EXTENSION replicant');
+is($node->safe_psql('fresh',
+		"SELECT has_schema_privilege('watcher', 'replicant', 'USAGE'),"
+		  . " has_schema_privilege('replicant_admin', 'replicant', 'USAGE'),"
+		  . " has_table_privilege('watcher', 'replicant.status', 'SELECT')"),
+	'f|t|f', 'reinstall_no_old_grants: a reinstall keeps none of the old grants, only its own');
+is($node->safe_psql('fresh', $objects), $fresh, '... and its objects equal a fresh installation\'s');
+
+$node->safe_psql('fresh', q{
+ALTER DEFAULT PRIVILEGES IN SCHEMA replicant GRANT SELECT ON TABLES TO watcher;
+DROP EXTENSION replicant;
+});
+($ret, $out, $err) = $node->psql('fresh', 'CREATE EXTENSION replicant');
+like($err, qr/ERROR:  schema "replicant" has default privileges/,
+	'a left-over schema with default privileges is refused (its tables would get them)');
+like($err, qr/HINT:  Drop the schema left by an earlier installation \(DROP SCHEMA replicant\)/, '... with a hint');
+$node->safe_psql('fresh', 'DROP SCHEMA replicant');
+$node->safe_psql('fresh', 'CREATE EXTENSION replicant');
+is($node->safe_psql('fresh',
+		"SELECT count(*) FROM pg_default_acl WHERE defaclnamespace = 'replicant'::regnamespace"),
+	'0', 'README\'s uninstall (DROP EXTENSION, DROP SCHEMA) leaves nothing for the next installation');
+$usink->stop;
+
 $node->stop;
+
+# ---- an update 2^31 transactions after the installation -------------------------
+# The update tells itself from a fresh installation by whether the running
+# transaction wrote the extension's dependency on its schema; an update
+# taken for an installation would revoke the operator's grants on the
+# schema.  pg_resetwal -x moves the next transaction ID on, as days or
+# weeks of a busy server do, with the freezing anti-wraparound autovacuum
+# does anyway.
+my $old = ReplicantTest::new_node('upgrade_xid');
+$old->safe_psql('postgres', q{
+CREATE EXTENSION replicant VERSION '0.2.0';
+CREATE ROLE watcher;
+GRANT USAGE ON SCHEMA replicant TO watcher;
+});
+is($old->safe_psql('postgres', "SELECT has_schema_privilege('watcher', 'replicant', 'USAGE')"),
+	't', 'xid: watcher has USAGE on 0.2.0');
+
+# Moves the next transaction ID to $xid, with the commit log segment it needs.
+sub jump_xid
+{
+	my ($xid) = @_;
+	$old->stop;
+	PostgreSQL::Test::Utils::system_or_bail('pg_resetwal', '-x', $xid, $old->data_dir);
+	my $segment = sprintf('%s/pg_xact/%04X', $old->data_dir, $xid >> 20);
+	if (!-e $segment)
+	{
+		open(my $fh, '>', $segment) or die "could not create $segment: $!";
+		binmode $fh;
+		print $fh "\0" x 262144;
+		close $fh;
+	}
+	$old->start;
+	return;
+}
+
+# Freezes every database, so that what is older stays visible and the
+# wraparound limit moves on.
+sub freeze_all
+{
+	$old->safe_psql('postgres', 'ALTER DATABASE template0 WITH ALLOW_CONNECTIONS true');
+	$old->safe_psql($_, 'VACUUM FREEZE')
+	  foreach split /\n/, $old->safe_psql('postgres', 'SELECT datname FROM pg_database');
+	return;
+}
+
+freeze_all();
+jump_xid(1430 * 1048576);
+freeze_all();
+jump_xid(2430 * 1048576);
+note('age of the extension->schema dependency: ' . $old->safe_psql('postgres', q{
+SELECT age(d.xmin) FROM pg_depend d JOIN pg_extension e ON e.oid = d.objid
+ WHERE d.classid = 'pg_extension'::regclass AND d.refclassid = 'pg_namespace'::regclass
+   AND e.extname = 'replicant'}));
+($ret, $out, $err) = $old->psql('postgres', 'ALTER EXTENSION replicant UPDATE');
+is($ret, 0, 'xid: ALTER EXTENSION UPDATE succeeds') or diag($err);
+is($old->safe_psql('postgres', "SELECT has_schema_privilege('watcher', 'replicant', 'USAGE')"),
+	't', 'fresh_install_detection_wraps: an update 2^31 transactions after the installation keeps the grants on the schema');
+$old->stop;
 done_testing();

@@ -10,6 +10,12 @@
 #   two sessions creating the same pipeline: the loser hears "already exists"
 #   a replicant_-named slot that replicant did not create is never dropped
 #   DROP EXTENSION stops the workers and drops the slots at once
+#   DROP DATABASE takes its pipelines along: their workers stop (also while
+#     they stream, with or without FORCE), their slots go, and their places
+#     in replicant.max_pipelines are free; a DROP DATABASE that fails leaves
+#     them streaming
+#
+# versions: all (slot handling: slots refused, not created, never dropped)
 use strict;
 use warnings;
 use Time::HiRes qw(time usleep);
@@ -38,6 +44,13 @@ sub state_of
 	my ($p, $db) = @_;
 	return $node->safe_psql($db // 'postgres',
 		"SELECT state || ' ' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = '$p'");
+}
+
+sub log_matches_in
+{
+	my ($n, $re, $from) = @_;
+	my @m = (substr(slurp_file($n->logfile), $from) =~ /$re/g);
+	return scalar @m;
 }
 
 sub log_matches
@@ -123,7 +136,8 @@ ALTER ROLE carol SET search_path = public;
 			'>', \$out, '2>', \$err);
 		push @sessions, { h => $h, out => \$out, err => \$err };
 		# The first one is waiting inside slot creation before the second starts.
-		ok(poll("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'replicant_dup')"),
+		my $slot = ReplicantTest::slot_name($node, 'postgres', 'dup');
+		ok(poll("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$slot')"),
 			'same name: the first create holds the slot')
 		  if $n == 1;
 	}
@@ -261,11 +275,82 @@ CREATE PUBLICATION gpub FOR TABLE g;
 	$node->safe_psql('gone', "SELECT replicant.create_pipeline('gone', 'gpub', '$sink->{url}')");
 	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'gone'", 30, 'gone'),
 		'drop extension: streaming before');
+	my $slot = ReplicantTest::slot_name($node, 'gone', 'gone');
 	$node->safe_psql('gone', 'DROP EXTENSION replicant CASCADE');
 	ok(poll("SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'replicant pipeline gone')"),
 		'drop extension: the worker stopped');
-	ok(poll("SELECT NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'replicant_gone')"),
+	ok(poll("SELECT NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$slot')"),
 		'drop extension: the slot was dropped');
+}
+
+# ---- DROP DATABASE ------------------------------------------------------------------
+{
+	# Two pipeline places: a dropped database's pipelines must give theirs up.
+	my $dn = ReplicantTest::new_node('dropdb', conf => 'replicant.max_pipelines = 2');
+	my $dsink = ReplicantTest::start_sink(name => 'sink_dropdb');
+	my $dpoll = sub { my ($sql, $db) = @_; return ReplicantTest::poll($dn, $sql, $HALT_S, $db); };
+	my $make_db = sub {
+		my ($db, @pipelines) = @_;
+		$dn->safe_psql('postgres', "CREATE DATABASE $db");
+		$dn->safe_psql($db, q{
+CREATE EXTENSION replicant;
+CREATE TABLE d (id int PRIMARY KEY);
+CREATE PUBLICATION dpub FOR TABLE d;
+});
+		$dn->safe_psql($db, "SELECT replicant.create_pipeline('$_', 'dpub', '$dsink->{url}')")
+		  foreach @pipelines;
+		return;
+	};
+	my $fatal_re = qr/FATAL:  database \d+ does not exist/;
+
+	# Two disabled pipelines: the database drops as any would.
+	$make_db->('doomed_off', 'off1', 'off2');
+	$dn->safe_psql('doomed_off', "SELECT replicant.disable_pipeline('off1'), replicant.disable_pipeline('off2')");
+	ok($dpoll->("SELECT bool_and(state = 'disabled') FROM replicant.status", 'doomed_off'),
+		'drop database: two disabled pipelines');
+	$dn->safe_psql('postgres', 'DROP DATABASE doomed_off');
+	is($dn->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name ~ '^replicant[0-9]*_off[12]\$'"),
+		'0', 'drop database: their slots went with it');
+
+	# A pipeline of another database gets a place.
+	$make_db->('doomed_on', 'on1');
+	ok($dpoll->("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'on1'", 'doomed_on'),
+		'drop database: the places of the dropped pipelines are free');
+
+	# A DROP DATABASE that fails (another session is connected) leaves it streaming.
+	my ($out, $err) = ('', '');
+	my $session = IPC::Run::start(
+		[ 'psql', '-X', '-h', $dn->host, '-p', $dn->port, '-d', 'doomed_on', '-c', 'SELECT pg_sleep(600)' ],
+		'>', \$out, '2>', \$err);
+	ok($dpoll->("SELECT count(*) = 1 FROM pg_stat_activity WHERE datname = 'doomed_on' AND query LIKE '%pg_sleep%'"),
+		'drop database: another session is connected');
+	my ($ret, $stdout, $stderr) = $dn->psql('postgres', 'DROP DATABASE doomed_on');
+	like($stderr, qr/is being accessed by other users/, 'drop database: refused while another session is connected');
+	ok($dpoll->("SELECT state = 'streaming' AND worker_pid IS NOT NULL FROM replicant.status WHERE pipeline = 'on1'",
+			'doomed_on'),
+		'drop database: after the refusal the pipeline streams again');
+	$dn->safe_psql('doomed_on', 'INSERT INTO d VALUES (1)');
+	ok(ReplicantTest::wait_until_synced($dn, 'doomed_on', $dsink, ['d']), 'drop database: and delivers');
+	$session->kill_kill;
+
+	# WITH (FORCE) while it streams: its worker holds its slot, which
+	# PostgreSQL would refuse; replicant stops it first.
+	my $from = -s $dn->logfile;
+	($ret, $stdout, $stderr) = $dn->psql('postgres', 'DROP DATABASE doomed_on WITH (FORCE)');
+	is($ret, 0, 'drop database: WITH (FORCE) while a pipeline streams') or diag($stderr);
+	is($dn->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name ~ '^replicant[0-9]*_on1\$'"),
+		'0', 'drop database: its slot went with it');
+	ok($dpoll->("SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'replicant pipeline'"),
+		'drop database: no worker of it is left');
+
+	# Both places are free again, and nothing tries to start the dropped pipeline.
+	$make_db->('after', 'new1', 'new2');
+	ok($dpoll->("SELECT count(*) = 2 AND bool_and(state = 'streaming') FROM replicant.status", 'after'),
+		'drop database: both places serve new pipelines');
+	$dn->safe_psql('after', 'INSERT INTO d VALUES (1)');
+	ok(ReplicantTest::wait_until_synced($dn, 'after', $dsink, ['d']), 'drop database: they deliver');
+	is(log_matches_in($dn, $fatal_re, $from), 0, 'drop database: no worker tried to connect to it');
+	$dn->stop;
 }
 
 $node->stop;

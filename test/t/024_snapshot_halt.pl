@@ -5,6 +5,9 @@
 # 062_clickhouse_format.pl saw "halted" and then no error).  The fault point
 # halt:pause holds each halt for two seconds between its two records.
 #
+# Two shard workers refused at once: the first halt stands, in the catalog
+# and in the status; the second does not replace it.
+#
 # The same for 410 Gone, which disables the pipeline: a shard worker told so
 # leaves its shard unread, so the snapshot must not finish without it.  Once
 # enabled again the snapshot resumes and the sink gets every row.
@@ -58,6 +61,38 @@ unlike($log, qr/terminating background worker "replicant snapshot"[^\n]*\n[^\n]*
 	'no shard worker was stopped while it recorded its halt');
 unlike($log, qr/resumes its initial snapshot/, 'the snapshot was not run again');
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('p')");
+
+# ---- two shard workers refused at once: the first halt stands ----------------
+# Each reads a table of its own, both batches are refused; the halt held
+# between its two records gives the other time to halt too.  Its halt must
+# not replace the first one's reason (nor be logged as a halt).
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET replicant.fault_point = 'halt:pause';
+	SELECT pg_reload_conf();
+	CREATE TABLE t1 (id int PRIMARY KEY);
+	CREATE TABLE t2 (id int PRIMARY KEY);
+	INSERT INTO t1 SELECT generate_series(1, 100);
+	INSERT INTO t2 SELECT generate_series(1, 100);
+	CREATE PUBLICATION pub2 FOR TABLE t1, t2;
+});
+# The tables' empty first markers pass, their rows do not (413, a halt
+# for a snapshot batch).
+my $small = ReplicantTest::start_sink(name => 'small', max_body => 1000);
+$offset = -s $node->logfile;
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('two', 'pub2', '$small->{url}', snapshot => 'initial', snapshot_workers => 2)");
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'two'"),
+	'two refusals: halted');
+no_worker_left('two refusals: no worker is left');
+$node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();");
+$log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);
+my @halts = ($log =~ /replicant pipeline "two" halted: ([^\n]*)/g);
+is(scalar(@halts), 1, 'two refusals: one halt is recorded') or diag(join("\n", @halts));
+is($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'two'"),
+	$halts[0] // '', '... and it is the one the catalog holds');
+is($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'two'"),
+	$halts[0] // '', '... and the status shows');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('two')");
 
 # ---- 410 Gone to one shard worker mid-snapshot -----------------------------
 # One row per block (fillfactor 10, a 420-byte pad): 6,000 rows make six

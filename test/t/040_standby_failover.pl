@@ -15,6 +15,8 @@
 # pipeline halts with a clear last_error, its worker is not started again,
 # nothing more reaches the sink, and recreating it with a snapshot (README)
 # brings the sink back to the source.
+#
+# versions: all (failover slots and standbys differ per version)
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -42,11 +44,12 @@ SELECT pg_create_physical_replication_slot('standby1');
 });
 
 my $create = "SELECT replicant.create_pipeline('fo', 'fo_pub', '$sink->{url}'";
+my $slot = ReplicantTest::slot_name($primary, 'postgres', 'fo');
 if ($failover_slots)
 {
 	$primary->safe_psql('postgres', "$create, failover => true)");
 	is( $primary->safe_psql('postgres',
-			"SELECT failover FROM pg_replication_slots WHERE slot_name = 'replicant_fo'"),
+			"SELECT failover FROM pg_replication_slots WHERE slot_name = '$slot'"),
 		't', 'failover => true: the slot is a failover slot');
 }
 else
@@ -117,12 +120,12 @@ if ($failover_slots)
 	# it up to date while the workload runs.
 	ok( ReplicantTest::poll($standby,
 			"SELECT synced AND NOT temporary FROM pg_replication_slots"
-			  . " WHERE slot_name = 'replicant_fo'", 120),
+			  . " WHERE slot_name = '$slot'", 120),
 		'the standby synchronized the failover slot');
 	my $lsn = $primary->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
 	ok( ReplicantTest::poll($standby,
 			"SELECT confirmed_flush_lsn >= '$lsn' FROM pg_replication_slots"
-			  . " WHERE slot_name = 'replicant_fo'", 120),
+			  . " WHERE slot_name = '$slot'", 120),
 		'the synchronized slot follows the workload');
 
 	# The primary dies under load; the standby takes over.
@@ -161,7 +164,7 @@ else
 		'promoted without its slot, the pipeline halts');
 	like(
 		$standby->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'fo'"),
-		qr/^replication slot "replicant_fo" does not exist \(a promoted standby has it only as a failover slot\): recreate the pipeline with a snapshot$/,
+		qr/^replication slot "\Q$slot\E" does not exist \(it was dropped, or this server is a promoted standby that had no failover copy of it\): recreate the pipeline with a snapshot$/,
 		'last_error says the slot is missing and what to do');
 
 	# A second pipeline (to a sink of its own), created after the halt: once
@@ -177,7 +180,7 @@ else
 	$standby->safe_psql('postgres', "SELECT replicant.drop_pipeline('probe')");
 	is($standby->safe_psql('postgres', "SELECT state FROM replicant.status WHERE pipeline = 'fo'"),
 		'halted', 'the halted pipeline stays halted');
-	my $halts = () = slurp_file($standby->logfile) =~ /replication slot "replicant_fo" does not exist/g;
+	my $halts = () = slurp_file($standby->logfile) =~ /replication slot "\Q$slot\E" does not exist/g;
 	is($halts, 1, 'its worker ran once: no restart loop');
 	my $after = $sink->stats;
 	is(scalar @{ $after->{accepted} }, scalar @{ $before->{accepted} },

@@ -6,11 +6,15 @@
 # for one table halt the pipeline, as the server refuses them.  Generated
 # columns are not published before PostgreSQL 18, nor on 18 unless
 # publish_generated_columns = stored (041 covers that).
+#
+# versions: all (column lists and generated columns)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use JSON::PP;
+use MIME::Base64;
 use FindBin;
 use lib "$FindBin::RealBin/..";
 use ReplicantTest;
@@ -260,5 +264,116 @@ like(state_of('postgres', 'mix1b'), qr/^halted\|publications publish different c
 	'the stream says why');
 sink_has('postgres', 'public.test_mix_1', 'SELECT a, c FROM test_mix_1 WHERE a = 1',
 	'nothing of the refused change was delivered');
+
+# ---- key: no column outside the list leaves the server --------------------------
+# "key" is made of published columns only.  A table whose list leaves out a
+# column of its replica identity has no key (null), as a table without
+# identity (PostgreSQL refuses its UPDATE and DELETE while a publication
+# publishes them with that list); under REPLICA IDENTITY FULL without a
+# primary key, the key is the published row, and a stored generated column
+# is in neither key nor new where it is not published (before 18, or on 18
+# without publish_generated_columns = stored).  Every value outside the
+# lists carries a marker that no request may hold: stream, snapshot and
+# backfill, in the replicant and the CloudEvents format.
+{
+	my $MARK = 'UNLISTED-7c1e';
+	my $keys_sink = ReplicantTest::start_sink(name => 'keys', keep_bodies => 1);
+	my $keys_ce = ReplicantTest::start_sink(name => 'keys_ce', keep_bodies => 1);
+	$node->safe_psql('postgres', 'CREATE DATABASE keys');
+	$node->safe_psql('keys', qq{
+CREATE EXTENSION replicant;
+CREATE TABLE u (email text PRIMARY KEY, plan text);
+CREATE PUBLICATION pub_u FOR TABLE u (plan) WITH (publish = 'insert');
+CREATE TABLE audit (who text, action text, secret text);
+ALTER TABLE audit REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_audit FOR TABLE audit (who, action) WITH (publish = 'insert');
+CREATE TABLE gfull (a int NOT NULL, b text NOT NULL,
+    g text GENERATED ALWAYS AS ('$MARK ' || b) STORED);
+ALTER TABLE gfull REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_gfull FOR TABLE gfull;
+INSERT INTO u VALUES ('$MARK one\@example.com', 'free');
+INSERT INTO audit VALUES ('ann', 'login', '$MARK s1'), ('ann', 'login', '$MARK s2');
+INSERT INTO gfull (a, b) VALUES (1, 'one'), (3, 'three');
+});
+	foreach my $p ([ 'keys_r', $keys_sink, 'replicant' ], [ 'keys_ce', $keys_ce, 'cloudevents' ])
+	{
+		$node->safe_psql('keys',
+			"SELECT replicant.create_pipeline('$p->[0]', '{pub_u,pub_audit,pub_gfull}'::text[],"
+			  . " '$p->[1]{url}', snapshot => 'initial', format => '$p->[2]')");
+	}
+	ok(ReplicantTest::poll($node,
+			"SELECT count(*) = 2 FROM replicant.status WHERE state = 'streaming'", 60, 'keys'),
+		'keys: both pipelines stream after their snapshots');
+	$node->safe_psql('keys', qq{
+INSERT INTO u VALUES ('$MARK two\@example.com', 'pro');
+INSERT INTO audit VALUES ('bob', 'logout', '$MARK s3');
+INSERT INTO gfull (a, b) VALUES (2, 'two');
+});
+	# 18 refuses them: its replica identity holds an unpublished generated column.
+	my $gfull_updates = $node->pg_version < 18;
+	$node->safe_psql('keys', q{
+UPDATE gfull SET b = 'uno' WHERE a = 1;
+DELETE FROM gfull WHERE a = 2;
+}) if $gfull_updates;
+	foreach my $p (qw(keys_r keys_ce))
+	{
+		my @ids = map { $node->safe_psql('keys', "SELECT replicant.backfill('$p', '$_')") }
+		  qw(u audit gfull);
+		ok(ReplicantTest::poll($node,
+				"SELECT count(*) = 3 FROM replicant.backfill_status WHERE state = 'done' AND id IN ("
+				  . join(',', @ids) . ')', 60, 'keys'),
+			"keys: $p: backfills of the three tables done");
+		ok(ReplicantTest::poll($node,
+				"SELECT replicant.await_delivered('$p', pg_current_wal_lsn(), 60000)", 90, 'keys'),
+			"keys: $p: delivered up to now");
+	}
+
+	foreach my $s ($keys_sink, $keys_ce)
+	{
+		my @leaks = grep { index(decode_base64($_->{body_base64}), $MARK) >= 0 } @{ $s->raw_bodies };
+		is(scalar(@leaks), 0, "keys: no request to $s->{name} holds a value outside the lists")
+		  or diag(decode_base64($leaks[0]{body_base64}));
+	}
+
+	# The replicant format: what key is for each shape.
+	my @changes = map { @{ $_->{body}{changes} // [] }, map { @{ $_->{changes} } } @{ $_->{body}{transactions} // [] } }
+	  @{ $keys_sink->bodies };
+	my %ops;
+	foreach my $c (@changes)
+	{
+		$ops{"$c->{table} $c->{op}"}++;
+		if ($c->{table} eq 'u' || $c->{table} eq 'audit')
+		{
+			is($c->{key}, undef, "keys: $c->{table} $c->{op}: the list leaves out the identity: key is null");
+		}
+		else
+		{
+			my $row = $c->{new} // $c->{old};
+			is_deeply([ sort keys %{ $c->{key} } ], [ sort keys %$row ],
+				"keys: gfull $c->{op}: key has the columns of the published row");
+		}
+	}
+	is_deeply(\%ops,
+		{ 'u read' => 3, 'u insert' => 1, 'audit read' => 5, 'audit insert' => 1,
+		  'gfull read' => $gfull_updates ? 4 : 5, 'gfull insert' => 1,
+		  $gfull_updates ? ('gfull update' => 1, 'gfull delete' => 1) : () },
+		'keys: every change of the three tables, on every path');
+
+	# CloudEvents ids of reads digest the key, or the published row: two rows
+	# that differ only outside the list share their id.
+	my %ids;
+	foreach my $body (map { decode_json(decode_base64($_->{body_base64})) } @{ $keys_ce->raw_bodies })
+	{
+		foreach my $e (grep { $_->{type} eq 'io.replicant.read' && $_->{subject} eq 'public.audit' } @$body)
+		{
+			$ids{"$e->{backfillid} $e->{data}{new}{who}"}{ $e->{id} } = 1;
+		}
+	}
+	is_deeply([ map { scalar(keys %{ $ids{$_} }) } sort grep { / ann$/ } keys %ids ], [ 1, 1 ],
+		'keys: CloudEvents: rows that differ only outside the list share a read id');
+	$node->safe_psql('keys', "SELECT replicant.drop_pipeline('$_')") foreach qw(keys_r keys_ce);
+	$keys_sink->stop;
+	$keys_ce->stop;
+}
 
 done_testing();

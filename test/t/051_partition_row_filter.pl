@@ -1,6 +1,6 @@
 # Row filters on partitioned tables, after PostgreSQL's
 # src/test/subscription/t/028_row_filter.pl (the rows a subscriber ends up
-# with are carried over as facts).  Needs row filters (branch "rowfilter").
+# with are carried over as facts).
 #
 #   publish_via_partition_root = false: each partition's own filter decides
 #     (PostgreSQL refuses a filter on the partitioned table itself then); a
@@ -10,6 +10,16 @@
 #     used; updates are transformed against it (old and new match: update;
 #     only new: insert; only old: delete), a row moved to another partition
 #     too; snapshot and stream alike
+#   a partition in another schema than its root (FOR TABLES IN SCHEMA of
+#     the partition's schema, TABLE root WHERE (...), published via the
+#     root): the root's filter decides, as pgoutput
+#     decides (the publication's schemas are compared with the schema of the
+#     relation a change is published as: pgoutput_row_filter_init takes
+#     get_rel_namespace(entry->publish_as_relid), 15 to 18 alike), and as
+#     table synchronization copies the root; a subscriber of the same
+#     publication shows it, against the snapshot, the stream and a backfill
+#
+# versions: all (partition roots and row filters)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -125,4 +135,71 @@ is(query("SELECT string_agg(state, ',') FROM replicant.status"), 'streaming,stre
 	'nothing halted');
 query("SELECT replicant.drop_pipeline('p_leaf')");
 query("SELECT replicant.drop_pipeline('p_root')");
+# ---- a partition in another schema than its root -------------------------------------
+# The leaf xl.leaf is in a schema the publication has whole; its root xr.root
+# is listed with a filter.  pgoutput publishes the leaf's changes as
+# xr.root, filtered by xr.root's entry (xr is not one of the publication's
+# schemas): only rows with v > 10 reach a subscriber.
+query(q{
+CREATE SCHEMA xl;
+CREATE SCHEMA xr;
+CREATE TABLE xr.root (id int PRIMARY KEY, v int NOT NULL) PARTITION BY RANGE (id);
+CREATE TABLE xl.leaf PARTITION OF xr.root FOR VALUES FROM (0) TO (1000);
+CREATE TABLE xr.leaf2 PARTITION OF xr.root FOR VALUES FROM (1000) TO (2000);
+INSERT INTO xr.root VALUES (1, 5), (2, 20), (3, 10), (1001, 6), (1002, 30);
+-- A filter on an updated table may only use replica identity columns.
+ALTER TABLE xr.root REPLICA IDENTITY FULL;
+ALTER TABLE xl.leaf REPLICA IDENTITY FULL;
+ALTER TABLE xr.leaf2 REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_cross FOR TABLES IN SCHEMA xl, TABLE xr.root WHERE (v > 10)
+  WITH (publish_via_partition_root = true);
+});
+my $sub = ReplicantTest::new_node('cross_schema_subscriber');
+$sub->safe_psql('postgres', q{
+CREATE EXTENSION replicant;
+CREATE SCHEMA xr;
+CREATE TABLE xr.root (id int PRIMARY KEY, v int NOT NULL);
+});
+$sub->safe_psql('postgres',
+	"CREATE SUBSCRIPTION sub_cross CONNECTION '" . $node->connstr . " dbname=postgres' PUBLICATION pub_cross");
+ok($sub->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_subscription_rel WHERE srsubstate NOT IN ('r', 's')"),
+	'cross schema: the subscriber synchronized');
+
+my $sink_cross = ReplicantTest::start_sink(name => 'sink_cross');
+query("SELECT replicant.create_pipeline('p_cross', 'pub_cross', '$sink_cross->{url}', snapshot => 'initial')");
+ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'p_cross'"),
+	'cross schema: streaming after the snapshot');
+my $filtered_cross = '(SELECT id, v FROM xr.root WHERE v > 10)';
+is(ReplicantTest::source_rows($sub, 'postgres', 'xr.root'),
+	ReplicantTest::source_rows($node, 'postgres', $filtered_cross),
+	'cross schema: pgoutput\'s table synchronization copies only the rows with v > 10');
+is($sink_cross->dump('xr.root'), ReplicantTest::source_rows($node, 'postgres', $filtered_cross),
+	'viaroot_schema_filter (snapshot): only the rows with v > 10, as the subscriber');
+
+query(q{
+INSERT INTO xr.root VALUES (4, 7), (5, 50), (1003, 8), (1004, 40);
+UPDATE xr.root SET v = 11 WHERE id = 3;
+UPDATE xr.root SET v = 2 WHERE id = 2;
+});
+delivered('p_cross');
+$node->wait_for_catchup('sub_cross');
+is(ReplicantTest::source_rows($sub, 'postgres', 'xr.root'),
+	ReplicantTest::source_rows($node, 'postgres', $filtered_cross),
+	'cross schema: pgoutput delivers only the changes of rows with v > 10');
+is($sink_cross->dump('xr.root'), ReplicantTest::source_rows($sub, 'postgres', 'xr.root'),
+	'viaroot_schema_filter (stream): the sink equals the subscriber');
+
+my $sink_cross_bf = ReplicantTest::start_sink(name => 'sink_cross_backfill');
+query("SELECT replicant.alter_pipeline('p_cross', sink_url => '$sink_cross_bf->{url}')");
+my $bf = query("SELECT replicant.backfill('p_cross', 'xl.leaf', mode => 'keyset')");
+ok(poll("SELECT state = 'done' FROM replicant.backfill_status WHERE id = $bf"),
+	'cross schema: the backfill of the leaf finishes');
+is($sink_cross_bf->dump('xr.root'),
+	ReplicantTest::source_rows($node, 'postgres', '(SELECT id, v FROM xl.leaf WHERE v > 10)'),
+	'viaroot_schema_filter (backfill): only the leaf\'s rows with v > 10, under the root');
+is(query("SELECT state FROM replicant.status WHERE pipeline = 'p_cross'"), 'streaming',
+	'cross schema: nothing halted');
+query("SELECT replicant.drop_pipeline('p_cross')");
+$sub->stop;
 done_testing();

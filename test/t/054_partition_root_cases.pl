@@ -12,6 +12,8 @@
 #     partition delivered as itself: delivered; of the roots: delivered
 #   columns dropped and added on the root: the partitions' rows are mapped
 #     anew
+#
+# versions: all (partition roots)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

@@ -3,6 +3,8 @@
 # one name, leaving nothing behind.  sink_ddl prints only the columns the
 # publications deliver (PostgreSQL 15's column lists).  No ClickHouse server
 # is needed: nothing here is delivered.
+#
+# versions: all (column lists)
 use strict;
 use warnings;
 use FindBin;
@@ -34,7 +36,7 @@ like($stderr, qr/ERROR:  tables "sales\.orders" and "archive\.orders" would both
 like($stderr, qr/HINT:  Publish only one of them to this pipeline\./, '... with a hint');
 is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.pipelines WHERE name = 'both'"), '0',
 	'... and leaves no pipeline');
-is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'replicant_both'"), '0',
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name ~ '^replicant[0-9]*_both\$'"), '0',
 	'... and no slot');
 
 ($ret, $stdout, $stderr) = $node->psql('postgres',
@@ -103,8 +105,33 @@ is($node->safe_psql('postgres', "SELECT format FROM replicant.pipelines WHERE na
 $node->safe_psql('postgres',
 	"SELECT replicant.create_pipeline('people', ARRAY['pub_people'], '$url', format => 'clickhouse')");
 my $ddl = $node->safe_psql('postgres', "SELECT replicant.sink_ddl('people')");
-like($ddl, qr/^CREATE TABLE `people` \(\n  id Int32,\n  name Nullable\(String\),\n  age Nullable\(Int32\),\n  _version UInt64,\n  _deleted UInt8\n\) ENGINE = ReplacingMergeTree\(_version\) ORDER BY \(id\)$/,
+like($ddl, qr/^CREATE TABLE `people` \(\n  `id` Int32,\n  `name` Nullable\(String\),\n  `age` Nullable\(Int32\),\n  _version UInt64,\n  _deleted UInt8\n\) ENGINE = ReplacingMergeTree\(_version\) ORDER BY \(`id`\)$/,
 	'sink_ddl prints only the columns the publication lists');
 unlike($ddl, qr/secret/, '... not the unpublished one');
+
+# Keys are made of published columns only (as the stream's "key"): a list
+# that leaves out a column of the replica identity leaves the table without
+# a key (insert-only); under REPLICA IDENTITY FULL without a primary key the
+# published columns are the key.
+$node->safe_psql('postgres', q{
+CREATE TABLE u (email text PRIMARY KEY, plan text);
+CREATE PUBLICATION pub_u FOR TABLE u (plan) WITH (publish = 'insert');
+CREATE TABLE audit (who text NOT NULL, action text NOT NULL, secret text NOT NULL);
+ALTER TABLE audit REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_audit FOR TABLE audit (who, action) WITH (publish = 'insert');
+CREATE TABLE gfull (a int NOT NULL, b text NOT NULL, g text GENERATED ALWAYS AS (b || 'x') STORED);
+ALTER TABLE gfull REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_gfull FOR TABLE gfull;
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('keys', ARRAY['pub_u', 'pub_audit', 'pub_gfull'], '$url', format => 'clickhouse')");
+my %ddl = map { /^CREATE TABLE `(\w+)`/ ? ($1 => $_) : () }
+  split /\n(?=CREATE TABLE)/, $node->safe_psql('postgres', "SELECT replicant.sink_ddl('keys')");
+is($ddl{u}, "CREATE TABLE `u` (\n  `plan` Nullable(String),\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = MergeTree ORDER BY tuple()",
+	'sink_ddl: a list without the key column: no key, insert-only, the key column left out');
+is($ddl{audit}, "CREATE TABLE `audit` (\n  `who` String,\n  `action` String,\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = MergeTree ORDER BY tuple()",
+	'sink_ddl: REPLICA IDENTITY FULL with a list: no key, the unlisted column left out');
+is($ddl{gfull}, "CREATE TABLE `gfull` (\n  `a` Int32,\n  `b` String,\n  _version UInt64,\n  _deleted UInt8\n) ENGINE = ReplacingMergeTree(_version) ORDER BY (`a`, `b`)",
+	'sink_ddl: REPLICA IDENTITY FULL without a list: the published columns are the key');
 
 done_testing();

@@ -7,6 +7,8 @@
 # the column list, no row outside the row filter, at most one re-delivered
 # batch per crash, value-free halts).
 #
+# versions: all (publication semantics, generated columns per version)
+#
 # Without settings it runs the fixed CI seeds below.  Settings:
 #   ORACLE_SEED=1,2,...     these seeds instead
 #   ORACLE_HISTORY=FILE     replay a history file (a failing run writes one)

@@ -1,0 +1,19 @@
+/*
+ * plugin_gate.h
+ *		Which decoding contexts may use replicant's output plugin: only those
+ *		replicant creates itself (a pipeline worker's, a pipeline's slot).
+ */
+#ifndef REPLICANT_PLUGIN_GATE_H
+#define REPLICANT_PLUGIN_GATE_H
+
+/*
+ * With true, lets the next decoding context this process creates (or the
+ * slot it creates) use the plugin; replicant calls it right before it
+ * creates one, and with false right after, also when that failed.
+ */
+extern void replicant_plugin_gate_open(bool open);
+
+/* The plugin's startup: whether the gate was open for it; closes it. */
+extern bool replicant_plugin_gate_pass(void);
+
+#endif /* REPLICANT_PLUGIN_GATE_H */

@@ -1,0 +1,44 @@
+/*
+ * sink_ddl.h
+ *		The CREATE TABLE statements of the ClickHouse tables that format
+ *		'clickhouse' writes to: what replicant.sink_ddl() prints and what a
+ *		pipeline with create_tables runs.
+ */
+#ifndef REPLICANT_SINK_DDL_H
+#define REPLICANT_SINK_DDL_H
+
+#include "nodes/pg_list.h"
+#include "utils/array.h"
+
+#include "pipeline.h"
+#include "shmem.h"
+
+/* One target: the relation rows are delivered as, and its statement. */
+typedef struct ReplicantSinkTable
+{
+	Oid relid;   /* the delivered relation (a partition root, or the table) */
+	char *table; /* its name, as the format names the target */
+	char *ddl;   /* CREATE TABLE [IF NOT EXISTS] ... */
+} ReplicantSinkTable;
+
+/*
+ * The targets of what the publications (a text[]) deliver, one per
+ * delivered relation, in OID order, allocated in mcxt.  With
+ * if_not_exists the statements say IF NOT EXISTS.  Raises an error when a
+ * delivered column has the name of one the format adds (_version,
+ * _deleted).  Needs an SPI connection.
+ */
+extern List *replicant_sink_ddl_tables(ArrayType *publications, bool if_not_exists,
+									   MemoryContext mcxt);
+
+/*
+ * create_tables => true: runs CREATE TABLE IF NOT EXISTS for each target of
+ * the pipeline against its sink, before anything is delivered; an existing
+ * table is left as it is.  Retries what fails without an answer as
+ * deliveries do, and the few ClickHouse error codes that pass by
+ * themselves; any other refusal halts the pipeline (or a 410 disables it).
+ * Call in the pipeline worker, outside a transaction.
+ */
+extern void replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline);
+
+#endif /* REPLICANT_SINK_DDL_H */

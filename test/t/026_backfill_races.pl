@@ -1,0 +1,321 @@
+# Backfills against concurrent DDL:
+#
+#   a rewriting ALTER (ALTER COLUMN ... TYPE) whose transaction holds the
+#     table's lock while a chunk starts, twice per backfill, in each read
+#     mode: every row arrives.  A chunk used to take its snapshot before it
+#     waited for the lock, then read the rewritten heap, whose rows all
+#     carry the ALTER's xid, under that snapshot: keyset read nothing and
+#     marked the backfill done, ctid and bitmap skipped a window or a range.
+#   a table that stops being published while it is backfilled (ALTER
+#     PUBLICATION ... DROP TABLE, DROP PUBLICATION, alter_pipeline to another
+#     publication, DETACH PARTITION under publish_via_partition_root) is
+#     never read without its row filter and column list (an empty filter
+#     used to mean every row and every column): the backfill is 'skipped'
+#     (or the pipeline halts on the missing publication), and no row outside
+#     the filter, no column outside the list, reaches the sink; also when
+#     its owner lost SELECT on it meanwhile (no halt for a table no longer
+#     published).
+#
+# versions: all (publication semantics: tables leaving a publication, partitions detached)
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+my $node = ReplicantTest::new_node('backfill_races');
+
+sub query { return $node->safe_psql('postgres', @_); }
+sub poll  { return ReplicantTest::poll($node, @_); }
+
+sub fault_point
+{
+	my ($value) = @_;
+	query(($value ? "ALTER SYSTEM SET replicant.fault_point = '$value'" : 'ALTER SYSTEM RESET replicant.fault_point')
+		  . ";\nSELECT pg_reload_conf();");
+}
+
+# ---- a rewrite that holds the lock while a chunk starts -----------------------------
+# A table per mode, without TOASTable columns, so that ctid is planned
+# without a warning; enough rows for dozens of chunks in every mode.
+query('CREATE EXTENSION replicant');
+foreach my $mode ('keyset', 'ctid', 'bitmap')
+{
+	query(qq{
+CREATE TABLE rw_$mode (id int PRIMARY KEY, n int NOT NULL, m bigint NOT NULL);
+INSERT INTO rw_$mode SELECT g, g, g * 7 FROM generate_series(1, 100000) g;
+ANALYZE rw_$mode;
+CREATE PUBLICATION rw_${mode}_pub FOR TABLE rw_$mode;
+});
+}
+
+# Rewrites the pipeline's table (named as the pipeline) in a transaction
+# that holds its lock until the pipeline's worker waits for it, i.e. until
+# a chunk has started (after $meanwhile ran, if given); then commits.
+sub rewrite_under_chunk
+{
+	my ($pipeline, $type, $meanwhile) = @_;
+	my $psql = $node->background_psql('postgres');
+	$psql->query_safe("BEGIN; ALTER TABLE $pipeline ALTER COLUMN n TYPE $type");
+	$meanwhile->() if $meanwhile;
+	my $waited = poll(qq{
+SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE NOT l.granted AND l.relation = '$pipeline'::regclass
+                  AND a.application_name = 'replicant pipeline $pipeline')});
+	$psql->query_safe('COMMIT');
+	$psql->quit;
+	return $waited;
+}
+
+# The first rewrite holds the lock while the backfill's first chunk starts
+# (planned while the pipeline was disabled, read once it is enabled), the
+# second one while a later chunk starts.
+foreach my $mode ('keyset', 'ctid', 'bitmap')
+{
+	my $p    = "rw_$mode";
+	my $sink = ReplicantTest::start_sink(name => "sink_$p", delay_ms => 500);
+	query("SELECT replicant.create_pipeline('$p', '${p}_pub', '$sink->{url}')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = '$p'"),
+		"$mode: the pipeline streams");
+	query("SELECT replicant.disable_pipeline('$p')");
+	my $id = query("SELECT replicant.backfill('$p', '$p', mode => '$mode')");
+	ok(rewrite_under_chunk($p, 'bigint',
+			sub { query("SELECT replicant.enable_pipeline('$p')"); }),
+		"$mode: rewrite 1 held the table's lock while the first chunk waited for it");
+	ok(poll("SELECT rows_done > 0 FROM replicant.backfill_status WHERE id = $id"),
+		"$mode: a chunk was delivered after rewrite 1");
+	my $state = query("SELECT state FROM replicant.backfill_status WHERE id = $id");
+	if ($state eq 'running')
+	{
+		ok(rewrite_under_chunk($p, 'int'),
+			"$mode: rewrite 2 held the table's lock while a later chunk waited for it");
+	}
+	else
+	{
+		fail("$mode: the backfill still runs at rewrite 2 (it is $state)");
+	}
+	$sink->control({ clear => 1 });
+	ok(poll("SELECT state <> 'running' FROM replicant.backfill_status WHERE id = $id", 180),
+		"$mode: the backfill ends");
+	is(query("SELECT state FROM replicant.backfill_status WHERE id = $id"), 'done',
+		"$mode: the backfill is done");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, [$p], 60),
+		"backfill_snapshot_before_lock ($mode): every row arrives across two rewrites");
+	query("SELECT replicant.drop_pipeline('$p')");
+	$sink->stop;
+}
+
+# ---- a table that stops being published during its backfill -------------------------
+# Published: even ids, columns id and name.  Never published: odd ids, ssn.
+query(q{
+CREATE TABLE people (id int PRIMARY KEY, name text NOT NULL, ssn text NOT NULL);
+INSERT INTO people SELECT g, 'name ' || g, 'SSN-' || g FROM generate_series(1, 40000) g;
+CREATE TABLE other (id int PRIMARY KEY);
+INSERT INTO other VALUES (1);
+CREATE PUBLICATION people_pub FOR TABLE people (id, name) WHERE (id % 2 = 0);
+CREATE PUBLICATION other_pub FOR TABLE other;
+CREATE TABLE meas (id int NOT NULL, v int NOT NULL, secret text NOT NULL, PRIMARY KEY (id))
+  PARTITION BY RANGE (id);
+CREATE TABLE meas_1 PARTITION OF meas FOR VALUES FROM (0) TO (100000);
+CREATE TABLE meas_2 PARTITION OF meas FOR VALUES FROM (100000) TO (200000);
+INSERT INTO meas SELECT g, g % 10, 'SECRET-' || g FROM generate_series(1, 40000) g;
+CREATE PUBLICATION meas_pub FOR TABLE meas (id, v) WHERE (v > 4)
+  WITH (publish_via_partition_root = true);
+});
+
+# What the sink holds of the table: lines of canonical JSON.
+sub leaked
+{
+	my ($sink, $table, $column, $filter) = @_;
+	my @rows = split /\n/, $sink->dump($table);
+	return scalar(grep { /"\Q$column\E"/ || !$filter->($_) } @rows);
+}
+
+sub even_id
+{
+	my ($row) = @_;
+	return $row =~ /"id":(\d+)/ && $1 % 2 == 0;
+}
+
+sub big_v
+{
+	my ($row) = @_;
+	return $row =~ /"v":(\d+)/ && $1 > 4;
+}
+
+# Backfills $table of a new pipeline on $pubs into a slowed sink, runs $ddl
+# once a chunk was delivered, and checks that nothing unpublished arrived.
+sub unpublish_during_backfill
+{
+	my (%c) = @_;
+	my $p    = $c{name};
+	my $sink = ReplicantTest::start_sink(name => "sink_$p", delay_ms => 300);
+	query(($c{owner} ? "SET ROLE $c{owner}; " : '')
+		  . "SELECT replicant.create_pipeline('$p', $c{pubs}, '$sink->{url}')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = '$p'"),
+		"$p: the pipeline streams");
+	my $id = query("SELECT replicant.backfill('$p', '$c{table}', mode => 'keyset')");
+	ok(poll("SELECT rows_done > 0 FROM replicant.backfill_status WHERE id = $id"),
+		"$p: a chunk was delivered");
+	is(query("SELECT state FROM replicant.backfill_status WHERE id = $id"), 'running',
+		"$p: the backfill runs when the table stops being published");
+	query($c{ddl});
+	$sink->control({ clear => 1 });
+	ok(poll("SELECT b.state <> 'running' OR s.state = 'halted'"
+			  . " FROM replicant.backfill_status b JOIN replicant.status s USING (pipeline)"
+			  . " WHERE b.id = $id", 120),
+		"$p: the backfill ends (or the pipeline halts)");
+	my ($state, $pipeline_state, $error) = split /\|/,
+	  query("SELECT b.state, s.state, s.last_error FROM replicant.backfill_status b"
+		  . " JOIN replicant.status s USING (pipeline) WHERE b.id = $id");
+	if ($c{may_halt} && $pipeline_state eq 'halted')
+	{
+		like($error, qr/^publication "\w+" does not exist/, "$p: halted on the missing publication");
+		isnt($state, 'done', "$p: the backfill is not recorded as done");
+	}
+	else
+	{
+		is($state, 'skipped', "backfill_unpublished_unfiltered ($p): the backfill is skipped");
+	}
+	is(leaked($sink, $c{delivered_as}, $c{hidden}, $c{filter}), 0,
+		"backfill_unpublished_unfiltered ($p): no unpublished row or column reached the sink");
+	is($sink->dump($c{leaf_name}), '', "$p: nothing under the detached table's own name")
+	  if $c{leaf_name};
+	query("SELECT replicant.drop_pipeline('$p')");
+	$sink->stop;
+}
+
+unpublish_during_backfill(
+	name         => 'drop_table',
+	pubs         => "'people_pub'",
+	table        => 'people',
+	ddl          => 'ALTER PUBLICATION people_pub DROP TABLE people',
+	delivered_as => 'public.people',
+	hidden       => 'ssn',
+	filter       => \&even_id);
+query('ALTER PUBLICATION people_pub ADD TABLE people (id, name) WHERE (id % 2 = 0)');
+
+# A table no longer published is skipped whatever its owner may still
+# read: its SELECT revoked too, it used to halt the pipeline.
+query(q{
+CREATE ROLE bfowner LOGIN;
+GRANT USAGE ON SCHEMA replicant TO bfowner;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA replicant TO bfowner;
+GRANT SELECT ON people TO bfowner;
+});
+unpublish_during_backfill(
+	name         => 'drop_and_revoke',
+	owner        => 'bfowner',
+	pubs         => "'people_pub'",
+	table        => 'people',
+	ddl          => 'ALTER PUBLICATION people_pub DROP TABLE people; REVOKE SELECT ON people FROM bfowner',
+	delivered_as => 'public.people',
+	hidden       => 'ssn',
+	filter       => \&even_id);
+query('ALTER PUBLICATION people_pub ADD TABLE people (id, name) WHERE (id % 2 = 0)');
+
+unpublish_during_backfill(
+	name         => 'alter_pipeline',
+	pubs         => "'people_pub'",
+	table        => 'people',
+	ddl          => "SELECT replicant.alter_pipeline('alter_pipeline', publication => ARRAY['other_pub'])",
+	delivered_as => 'public.people',
+	hidden       => 'ssn',
+	filter       => \&even_id);
+
+unpublish_during_backfill(
+	name         => 'drop_publication',
+	pubs         => "ARRAY['other_pub', 'people_pub']",
+	table        => 'people',
+	ddl          => 'DROP PUBLICATION people_pub',
+	delivered_as => 'public.people',
+	hidden       => 'ssn',
+	filter       => \&even_id,
+	may_halt     => 1);
+
+unpublish_during_backfill(
+	name         => 'detach',
+	pubs         => "'meas_pub'",
+	table        => 'meas_1',
+	ddl          => 'ALTER TABLE meas DETACH PARTITION meas_1',
+	delivered_as => 'public.meas',
+	hidden       => 'secret',
+	filter       => \&big_v,
+	leaf_name    => 'public.meas_1');
+
+# ---- a table published again after its backfill was skipped -----------------------
+# Skipped while no publication published it; published again, it is read
+# again from its start: the rows the skipped backfill never read arrive,
+# and so does a row changed while the table was not published (the stream
+# skipped that change).
+query(q{
+CREATE TABLE kin (id int PRIMARY KEY, name text NOT NULL);
+INSERT INTO kin SELECT g, 'name ' || g FROM generate_series(1, 40000) g;
+CREATE PUBLICATION kin_pub FOR TABLE kin;
+});
+{
+	my $sink = ReplicantTest::start_sink(name => 'sink_kin', delay_ms => 300);
+	query("SELECT replicant.create_pipeline('kin', 'kin_pub', '$sink->{url}')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'kin'"),
+		'republished: the pipeline streams');
+	my $id = query("SELECT replicant.backfill('kin', 'kin', mode => 'keyset')");
+	ok(poll("SELECT rows_done > 0 FROM replicant.backfill_status WHERE id = $id"),
+		'republished: a chunk was delivered');
+	query('ALTER PUBLICATION kin_pub DROP TABLE kin');
+	$sink->control({ clear => 1 });
+	ok(poll("SELECT state = 'skipped' FROM replicant.backfill_status WHERE id = $id", 120),
+		'republished: the backfill is skipped');
+	query("UPDATE kin SET name = 'changed while unpublished' WHERE id = 1");
+	query('ALTER PUBLICATION kin_pub ADD TABLE kin');
+	query("INSERT INTO kin VALUES (0, 'after')");
+	my $again = "SELECT state FROM replicant.backfill_status WHERE pipeline = 'kin'"
+	  . " AND relation = 'kin'::regclass AND id > $id";
+	ok(poll("SELECT EXISTS ($again)", 60), 'republished: the table is backfilled again');
+	ok(poll("SELECT ($again) = 'done'", 180), 'republished: the new backfill ends');
+	my ($state, $error) = split /\|/,
+	  query("SELECT state, coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'kin'");
+	is("$state $error", 'streaming ', 'republished: the pipeline streams, with no error');
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['kin'], 60),
+		'backfill_skipped_republished: every row of the table published again reaches the sink');
+	query("SELECT replicant.drop_pipeline('kin')");
+	$sink->stop;
+}
+
+# ---- a column that leaves the column list while a chunk starts ---------------------
+# ALTER PUBLICATION takes a lock that the chunk's does not conflict with.
+# Held after it locked its table, before its low watermark, the chunk sees
+# b leave the column list and an UPDATE write b's new values, which were
+# never published: the chunk must not deliver them (its filter used to be
+# taken before its snapshot).
+query(q{
+CREATE TABLE cl (id int PRIMARY KEY, a int NOT NULL, b text NOT NULL);
+INSERT INTO cl SELECT g, g, 'published' FROM generate_series(1, 20000) g;
+CREATE PUBLICATION cl_pub FOR TABLE cl (id, a, b);
+});
+{
+	my $sink = ReplicantTest::start_sink(name => 'sink_cl');
+	query("SELECT replicant.create_pipeline('cl', 'cl_pub', '$sink->{url}')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'cl'"),
+		'column list: the pipeline streams');
+	my $offset = -s $node->logfile;
+	fault_point('backfill_chunk:hold');
+	my $id = query("SELECT replicant.backfill('cl', 'cl', mode => 'keyset')");
+	$node->wait_for_log(qr/fault point "backfill_chunk" reached, holding/, $offset);
+	query('ALTER PUBLICATION cl_pub SET TABLE cl (id, a)');
+	query("UPDATE cl SET b = 'UNPUBLISHED-' || id");
+	fault_point(undef);
+	ok(poll("SELECT state = 'done' FROM replicant.backfill_status WHERE id = $id", 180),
+		'column list: the backfill ends');
+	ok(poll("SELECT replicant.await_delivered('cl', timeout_ms => 1000)"),
+		'column list: the stream delivered the update');
+	my @leaked = grep { /UNPUBLISHED-/ } split /\n/, $sink->dump('public.cl');
+	is(scalar(@leaked), 0,
+		'backfill_filter_before_snapshot: no value written after its column left the column list reaches the sink');
+	query("SELECT replicant.drop_pipeline('cl')");
+	$sink->stop;
+}
+
+$node->stop;
+done_testing();

@@ -1,0 +1,257 @@
+# No crash loop by construction: a worker retries an error only while it is
+# known to be transient, and at most 10 times in a row without progress;
+# every other error, and the 11th transient one, halts the pipeline with a
+# value-free reason naming the phase, the error class and the table.
+#
+# For each phase (decode, encode, deliver, checkpoint, snapshot read,
+# backfill read, sync) the fault point <phase>:error=<SQLSTATE> raises an
+# error there: a transient class halts after exactly 11 failed runs (10
+# restarts), a class that is not transient halts at once, and after the halt
+# nothing is started again.  Then the fault is gone, resume_pipeline, and
+# everything arrives.
+#
+# Without a fault point: a ClickHouse-format update that changes the key
+# and leaves a TOASTed column unchanged cannot be rendered (55000, raised
+# while encoding): it halts at once instead of restarting forever.
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+my $HALT_S = 180;
+
+# Restarts 100 ms apart: eleven runs take seconds, not the default minutes.
+my $node = ReplicantTest::new_node('bounded', conf => "replicant.max_restart_delay = 100ms");
+my $sink = ReplicantTest::start_sink();
+$node->safe_psql('postgres', q{CREATE EXTENSION replicant;});
+
+sub poll { return ReplicantTest::poll($node, @_); }
+
+sub log_count
+{
+	my ($re, $from) = @_;
+	my @m = (PostgreSQL::Test::Utils::slurp_file($node->logfile, $from) =~ /$re/g);
+	return scalar @m;
+}
+
+sub set_fault
+{
+	my ($value) = @_;
+	$node->safe_psql('postgres',
+		defined $value
+		? "ALTER SYSTEM SET replicant.fault_point = '$value'; SELECT pg_reload_conf();"
+		: "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();");
+	return;
+}
+
+# A table and publication for a case with $rows rows, and (unless $create
+# is false) its pipeline, streaming: then the rows are inserted after it
+# started, so that the stream delivers them.
+sub new_case
+{
+	my ($p, %opts) = @_;
+	my $db = $opts{db} // 'postgres';
+	my $rows = "INSERT INTO $p SELECT g, 'row ' || g FROM generate_series(1, $opts{rows}) g";
+	$node->safe_psql($db, "CREATE TABLE $p (id int PRIMARY KEY, v text);"
+		  . " CREATE PUBLICATION ${p}_pub FOR TABLE $p;");
+	if (!($opts{create} // 1))
+	{
+		$node->safe_psql($db, $rows);
+		return;
+	}
+	$node->safe_psql($db, "SELECT replicant.create_pipeline('$p', '${p}_pub', '$sink->{url}')");
+	ok(ReplicantTest::poll($node,
+			"SELECT state = 'streaming' FROM replicant.status WHERE pipeline = '$p'", 60, $db),
+		"$p: streaming");
+	$node->safe_psql($db, $rows);
+	return;
+}
+
+# Waits for the halt and checks what it says and how often the fault fired:
+# $runs failed runs, each logged as an ERROR when it was retried.
+sub expect_halt
+{
+	my ($p, $phase, $class, $transient, $from, %opts) = @_;
+	my $db = $opts{db} // 'postgres';
+	ok(ReplicantTest::poll($node,
+			"SELECT state = 'halted' AND worker_pid IS NULL FROM replicant.status WHERE pipeline = '$p'",
+			$HALT_S, $db),
+		"$p: halted");
+	my $error = $node->safe_psql($db, "SELECT last_error FROM replicant.status WHERE pipeline = '$p'");
+	my $table = $opts{table} ? qq{ on table "$opts{table}"} : '';
+	my $re = qr/^phase "\Q$phase\E" failed\Q$table\E with error class \Q$class\E/;
+	like($error, $re, "$p: the reason names the phase, the table and the class");
+	if ($transient)
+	{
+		like($error, qr/, 11 times in a row( without progress)?$/, "$p: after the 11th failure");
+	}
+	else
+	{
+		unlike($error, qr/times in a row/, "$p: at the first failure");
+	}
+	my $retried = log_count(qr/ERROR:  fault point "[a-z_]+" raised an error of class \Q$class\E/, $from);
+	is($retried, $opts{retried} // ($transient ? 11 : 0),
+		"$p: failed runs retried ($retried), each logged");
+	return;
+}
+
+# Nothing is started again: another pipeline's whole start and first
+# delivery, longer than any restart delay, adds no failure.
+sub no_restart
+{
+	my ($p, $from, %opts) = @_;
+	my $db = $opts{db} // 'postgres';
+	my $before = log_count(qr/fault point "[a-z_]+" raised an error/, $from);
+	my $probe = "probe_$p";
+	new_case($probe, rows => 1, db => $db);
+	$node->safe_psql($db, "INSERT INTO $probe VALUES (1000, 'x')");
+	ok(ReplicantTest::wait_until_synced($node, $db, $sink, [$probe]), "$p: a probe pipeline delivers meanwhile");
+	is(log_count(qr/fault point "[a-z_]+" raised an error/, $from), $before,
+		"$p: not started again after the halt");
+	is($node->safe_psql($db, "SELECT state FROM replicant.status WHERE pipeline = '$p'"),
+		'halted', "$p: still halted");
+	$node->safe_psql($db, "SELECT replicant.drop_pipeline('$probe')");
+	return;
+}
+
+# Resumed without the fault, the pipeline delivers everything.
+sub resume_delivers
+{
+	my ($p, %opts) = @_;
+	my $db = $opts{db} // 'postgres';
+	$node->safe_psql($db, "SELECT replicant.resume_pipeline('$p')");
+	$node->safe_psql($db, "INSERT INTO $p VALUES (2000, 'after resume')");
+	ok(ReplicantTest::wait_until_synced($node, $db, $sink, [$p]), "$p: resumed, every row arrives");
+	$node->safe_psql($db, "SELECT replicant.drop_pipeline('$p')");
+	return;
+}
+
+# One phase, one class: the fault, what sets it off, the halt.
+sub phase_case
+{
+	my ($point, $phase, $class, $transient, %opts) = @_;
+	my $p = "${point}_" . lc($class);
+	my $from = -s $node->logfile;
+	my $trigger = $opts{trigger} // sub { $node->safe_psql('postgres', "INSERT INTO $p VALUES (1001, 'x')") };
+
+	new_case($p, rows => $opts{rows} // 3, create => !$opts{create});
+	set_fault("$point:error=$class");
+	$opts{create}->($p) if $opts{create};
+	$trigger->($p);
+	expect_halt($p, $phase, $class, $transient, $from, %opts);
+	set_fault(undef);
+	no_restart($p, $from);
+	resume_delivers($p);
+	return;
+}
+
+foreach my $case (
+	[ 'decode', 'decode', '40001', 1 ],
+	[ 'decode', 'decode', '54000', 0 ],
+	[ 'encode', 'encode', '53200', 1, table => 1 ],
+	[ 'encode', 'encode', '54000', 0, table => 1 ],
+	[ 'deliver', 'deliver', '08006', 1 ],
+	[ 'deliver', 'deliver', '42501', 0 ],
+	[ 'checkpoint', 'checkpoint', '55P03', 1 ],
+	[ 'checkpoint', 'checkpoint', 'XX000', 0 ],
+  )
+{
+	my ($point, $phase, $class, $transient, %opts) = @$case;
+	my $p = "${point}_" . lc($class);
+	phase_case($point, $phase, $class, $transient, %opts, table => $opts{table} ? $p : undef);
+}
+
+# An initial snapshot, read by one shard worker: the shard worker's error
+# ends the pipeline worker's run too, which counts it.
+foreach my $case ([ '40P01', 1 ], [ '22P02', 0 ])
+{
+	my ($class, $transient) = @$case;
+	my $p = 'snapshot_read_' . lc($class);
+	phase_case('snapshot_read', 'snapshot read', $class, $transient,
+		rows => 1000, table => $p,
+		create => sub {
+			$node->safe_psql('postgres',
+				"SELECT replicant.create_pipeline('$_[0]', '$_[0]_pub', '$sink->{url}',"
+				  . " snapshot => 'initial', snapshot_workers => 1)");
+		},
+		trigger => sub { });
+}
+
+# A shard worker that cannot import the exported snapshot (as when its
+# pipeline worker is gone) exits without a halt, whatever the error's
+# class: the pipeline worker restarts the snapshot, a bounded number of
+# times, and only then halts.
+{
+	my $p = 'snapshot_import';
+	my $from = -s $node->logfile;
+	new_case($p, rows => 100, create => 0);
+	set_fault("snapshot_import:error=22023");
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('$p', '${p}_pub', '$sink->{url}', snapshot => 'initial', snapshot_workers => 1)");
+	ok(poll("SELECT state = 'halted' AND worker_pid IS NULL FROM replicant.status WHERE pipeline = '$p'", $HALT_S),
+		"$p: halted");
+	is($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = '$p'"),
+		'a snapshot worker exited abnormally, 11 times in a row without progress',
+		"$p: by the pipeline worker, after the 11th failed run");
+	is(log_count(qr/snapshot worker of pipeline "$p" exits: it could not import the exported snapshot/, $from), 11,
+		"$p: each time the snapshot worker exited without a halt of its own");
+	set_fault(undef);
+	resume_delivers($p);
+}
+
+# A backfill of a streaming pipeline.
+foreach my $case ([ '57014', 1 ], [ '0A000', 0 ])
+{
+	my ($class, $transient) = @$case;
+	my $p = 'backfill_read_' . lc($class);
+	phase_case('backfill_read', 'backfill read', $class, $transient,
+		rows => 1000, table => $p,
+		trigger => sub { $node->safe_psql('postgres', "SELECT replicant.backfill('$_[0]', '$_[0]')") });
+}
+
+# The sync worker, which reads a database's pipelines for the launcher:
+# each case in a database of its own, since a failed sync halts every
+# pipeline of its database.  The pipeline is created while the fault is
+# set, so it never ran: it halts in the catalog, with the reason.
+foreach my $case ([ '55006', 1 ], [ '42P01', 0 ])
+{
+	my ($class, $transient) = @$case;
+	my $db = 'sync_' . lc($class);
+	my $p = "p_$db";
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, 'CREATE EXTENSION replicant');
+	new_case($p, rows => 0, db => $db, create => 0);
+	my $from = -s $node->logfile;
+	set_fault("sync:error=$class");
+	$node->safe_psql($db, "SELECT replicant.create_pipeline('$p', '${p}_pub', '$sink->{url}')");
+	# The 11th failed sync is the one that halts: it is not thrown again.
+	expect_halt($p, 'sync', $class, $transient, $from, db => $db, retried => $transient ? 10 : 0);
+	set_fault(undef);
+	no_restart($p, $from, db => $db);
+	resume_delivers($p, db => $db);
+}
+
+# ---- a ClickHouse-format key change that leaves TOAST unchanged -------------
+{
+	my $from = -s $node->logfile;
+	$node->safe_psql('postgres', q{
+CREATE TABLE ch_t (id int PRIMARY KEY, big text);
+ALTER TABLE ch_t ALTER COLUMN big SET STORAGE EXTERNAL;
+CREATE PUBLICATION ch_pub FOR TABLE ch_t;
+INSERT INTO ch_t VALUES (1, repeat('x', 10000));
+});
+	# The format renders before anything is sent: the sink is never asked.
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('ch', 'ch_pub', '$sink->{url}', format => 'clickhouse')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'ch'"), 'clickhouse: streaming');
+	$node->safe_psql('postgres', 'UPDATE ch_t SET id = 2');
+	expect_halt('ch', 'encode', '55000', 0, $from, table => 'ch_t');
+	is(log_count(qr/replicant pipeline "ch" streaming from/, $from), 1,
+		'clickhouse: the worker was not started again');
+}
+
+$node->stop;
+done_testing();
