@@ -200,15 +200,14 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 	}
 	if (info->schema_change)
 	{
-		cause = replicant_waiver_table_cause(REPLICANT_WAIVER_SCHEMA, RelationGetRelid(rel));
+		cause = replicant_waiver_shape_cause(RelationGetRelid(rel), info->schema_target);
 		if (!waived(state, txn, cause))
 		{
 			halt_at(state, txn, info->schema_change, cause);
 			return NULL;
 		}
-		/* Resumed past this change: take the new schema. */
-		pfree(info->schema_change);
-		info->schema_change = NULL;
+		/* Resumed past a change into exactly this shape: take it. */
+		replicant_publication_accept_shape(info);
 	}
 	if (!info->published)
 		return NULL;

@@ -406,17 +406,33 @@ replicant_publication_read_filter(Relation rel, Relation target, List *names,
 	return (*filter)->conflict;
 }
 
+/* Forgets entry's pending schema change, if any. */
+static void
+clear_schema_change(ReplicantRelInfo *entry)
+{
+	if (entry->schema_change)
+		pfree(entry->schema_change);
+	if (entry->schema_target)
+		pfree(entry->schema_target);
+	entry->schema_change = NULL;
+	entry->schema_target = NULL;
+}
+
 /*
- * Compares the table with the version seen last (by this process, else as
- * of the last checkpoint): a dropped or renamed column, or a replica
+ * Compares the table with the version accepted last (by this process, else
+ * as of the last checkpoint): a dropped or renamed column, or a replica
  * identity that changed other than by widening to FULL, is a destructive
- * change.
+ * change, pending until a resume accepts the shape it leads to.  A shape
+ * that changes again while one is pending is compared with the same
+ * baseline: the halt names what changed since, and a resume accepts the
+ * newest shape only.
  */
 static void
 check_schema(ReplicantRelInfo *entry, Relation rel)
 {
 	char *now;
 	const char *baseline;
+	char *change = NULL;
 	Bitmapset *own_key;
 	bool whole_row;
 	bool identity_full;
@@ -430,16 +446,31 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 	replicant_row_key_identity(rel, &own_key, &whole_row, &identity_full);
 	now = replicant_table_shape(rel, own_key);
 	baseline = entry->fingerprint ? entry->fingerprint : replicant_table_shape_saved(entry->relid);
-	if (baseline != NULL && entry->schema_change == NULL)
+	if (baseline != NULL)
+		change = replicant_table_shape_change(baseline, now, RelationGetRelationName(rel));
+	clear_schema_change(entry);
+	if (change)
 	{
-		char *change = replicant_table_shape_change(baseline, now, RelationGetRelationName(rel));
-
-		if (change)
-			entry->schema_change = MemoryContextStrdup(relinfo_context, change);
+		entry->schema_change = MemoryContextStrdup(relinfo_context, change);
+		entry->schema_target = MemoryContextStrdup(relinfo_context, now);
+		return;
 	}
 	if (entry->fingerprint)
 		pfree(entry->fingerprint);
 	entry->fingerprint = MemoryContextStrdup(relinfo_context, now);
+	shapes_unsaved = true;
+}
+
+void
+replicant_publication_accept_shape(ReplicantRelInfo *entry)
+{
+	Assert(entry->schema_change != NULL);
+	if (entry->fingerprint)
+		pfree(entry->fingerprint);
+	entry->fingerprint = entry->schema_target;
+	entry->schema_target = NULL;
+	pfree(entry->schema_change);
+	entry->schema_change = NULL;
 	shapes_unsaved = true;
 }
 
@@ -612,8 +643,7 @@ remove_relinfo(Oid relid)
 	release_relinfo(entry);
 	if (entry->fingerprint)
 		pfree(entry->fingerprint);
-	if (entry->schema_change)
-		pfree(entry->schema_change);
+	clear_schema_change(entry);
 	if (last_relinfo == entry)
 		last_relinfo = NULL;
 	(void) hash_search(relinfo_hash, &relid, HASH_REMOVE, NULL);
@@ -658,6 +688,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	ListCell *lc2;
 	char *old_fingerprint = entry->fingerprint;
 	char *schema_change = entry->schema_change;
+	char *schema_target = entry->schema_target;
 
 	release_relinfo(entry);
 	memset(entry, 0, sizeof(ReplicantRelInfo));
@@ -665,6 +696,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	entry->valid = true;
 	entry->fingerprint = old_fingerprint;
 	entry->schema_change = schema_change;
+	entry->schema_target = schema_target;
 
 	/* The extension's own tables never loop back to the sink. */
 	entry->own = (RelationGetNamespace(rel) == replicant_namespace);

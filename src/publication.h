@@ -62,14 +62,16 @@ typedef struct ReplicantRelInfo
 	bool own;            /* one of replicant's own tables */
 
 	/*
-	 * Live column names and replica identity as seen last (the baseline
-	 * survives restarts in replicant.table_shapes); a later version that
-	 * dropped (or renamed) a column or changed the identity sets
-	 * schema_change, a destructive change the pipeline halts on unless the
-	 * operator resumed past it.
+	 * Live column names and replica identity as accepted last (the
+	 * baseline survives restarts in replicant.table_shapes); a later
+	 * version that dropped (or renamed) a column or changed the identity
+	 * sets schema_change, a destructive change the pipeline halts on, and
+	 * schema_target, the shape it leads to, unless the operator resumed
+	 * past exactly that shape (replicant_publication_accept_shape).
 	 */
 	char *fingerprint;
 	char *schema_change;
+	char *schema_target;
 } ReplicantRelInfo;
 
 /*
@@ -100,6 +102,12 @@ extern void replicant_publication_load_denied(Oid owner);
  * callbacks under the historic snapshot).
  */
 extern ReplicantRelInfo *replicant_publication_relinfo(Relation rel);
+
+/*
+ * Takes entry's pending schema change as its shape: a resume accepted
+ * exactly that shape.  The next checkpoint saves it.
+ */
+extern void replicant_publication_accept_shape(ReplicantRelInfo *entry);
 
 /*
  * Table shapes (table_shape.h), inside an SPI connection: saving a table's

@@ -6,7 +6,8 @@
 #   slot invalidated (WAL removed past max_slot_wal_keep_size)
 #   publication dropped, then created again
 #   a published table's column dropped (also across a server restart)
-#   replica identity changed
+#   replica identity changed; while halted on one shape change, another
+#     (a resume accepts the shape its halt named, no other)
 #   the pipeline owner's SELECT revoked, and row-level security enabled
 #   a row that cannot be encoded (non-UTF-8 bytes in an SQL_ASCII database)
 #   drop_pipeline of a halted pipeline and of one in the middle of a POST
@@ -542,6 +543,43 @@ INSERT INTO wa_t VALUES (5, '$MARK a5');
 	is($ids->('wa_t'), '1,2,3,4,5', "$label: wa_t's row of that time arrives");
 	drop_pipeline($label, 'waiver');
 	$ws->stop;
+}
+
+# ---- a resume accepts the shape its halt named, no other ---------------------------
+# The halt on a dropped column names the shape the table changed to; while
+# the pipeline is halted, the replica identity changes too (the key becomes
+# another column).  Resuming the column's halt accepts that shape only: the
+# key's change halts again (a delete keyed by the new key would leave the
+# row at the sink), and only its own resume accepts it.
+{
+	my $label = 'resume accepts the shape it named';
+	$node->safe_psql('postgres', q{
+CREATE TABLE sh_t (id int PRIMARY KEY, a text, c int NOT NULL, v text);
+CREATE UNIQUE INDEX sh_t_c ON sh_t (c);
+CREATE PUBLICATION sh_pub FOR TABLE sh_t;
+});
+	create_pipeline('shape', 'sh_pub');
+	$node->safe_psql('postgres', "INSERT INTO sh_t VALUES (1, '$MARK a1', 1, '$MARK 1')");
+	isnt(wait_sink_row('public.sh_t', 1), '', "$label: delivered before");
+	$node->safe_psql('postgres', qq{
+ALTER TABLE sh_t DROP COLUMN a;
+INSERT INTO sh_t VALUES (2, 2, '$MARK 2');
+});
+	expect_halt($label, 'shape',
+		qr/^column "a" of table "sh_t" was dropped or renamed; replicant\.resume_pipeline\(\) accepts the new shape$/);
+	$node->safe_psql('postgres', qq{
+ALTER TABLE sh_t REPLICA IDENTITY USING INDEX sh_t_c;
+INSERT INTO sh_t VALUES (3, 3, '$MARK 3');
+});
+	resume('shape');
+	expect_halt("$label, the column's halt resumed", 'shape',
+		qr/^the replica identity of table "sh_t" changed; replicant\.resume_pipeline\(\) accepts the new shape$/);
+	is(sink_row('public.sh_t', 3), '', "$label: nothing committed after the key changed arrives");
+	resume('shape');
+	expect_streaming("$label, the new key accepted", 'shape');
+	isnt(wait_sink_row('public.sh_t', 2), '', "$label: the row in the shape the first resume accepted arrives");
+	isnt(wait_sink_row('public.sh_t', 3), '', "$label: the row after the key changed arrives");
+	drop_pipeline($label, 'shape');
 }
 
 # ---- a row that cannot be encoded ---------------------------------------------------
