@@ -713,16 +713,16 @@ chunk_relation(ReplicantChunk *chunk, Relation rel)
 }
 
 /*
- * Reads the chunk's rows through a cursor under the given snapshot.  A
- * keyset chunk ends early once its rows reach batch_max_bytes (at least one
- * row), its cursor then being the last row taken.  Rows take the names,
- * columns and key of rel: the table read, or the root it is published as;
- * they carry the published columns only (NULL: all).
+ * Reads the chunk's rows of leaf through a cursor under the given snapshot.
+ * A keyset chunk ends early once its rows reach batch_max_bytes (at least
+ * one row), its cursor then being the last row taken.  Rows take the names
+ * and columns of rel: leaf, or the root it is published as, and leaf's key
+ * under rel's names; they carry the published columns only (NULL: all).
  */
 static void
-read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *query,
-		  Snapshot snapshot, ReplicantPipeline *pipeline, const Bitmapset *columns,
-		  bool *last)
+read_rows(ReplicantChunk *chunk, Relation leaf, Relation rel, KeyOrder *order,
+		  const char *query, Snapshot snapshot, ReplicantPipeline *pipeline,
+		  const Bitmapset *columns, bool *last)
 {
 	const ReplicantFormat *format = replicant_format_of(pipeline);
 	int max_bytes = pipeline->batch_max_bytes;
@@ -748,7 +748,7 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 													  "replicant backfill row",
 													  ALLOCSET_DEFAULT_SIZES);
 
-	replicant_row_key_delivered(rel, columns, &key_columns, &whole_row);
+	replicant_row_key_delivered(leaf, rel, columns, &key_columns, &whole_row);
 	initStringInfo(&change);
 	initStringInfo(&key);
 	initStringInfo(&new_row);
@@ -946,7 +946,7 @@ read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	if (strcmp(b->mode, "ctid") != 0)
 		order = key_order(rel);
 	query = chunk_query(b, rel, src->select_list, order, nblocks, src->row_filter, &last);
-	read_rows(chunk, src->target, order, query, snapshot, pipeline, src->columns, &last);
+	read_rows(chunk, rel, src->target, order, query, snapshot, pipeline, src->columns, &last);
 
 	if (strcmp(b->mode, "keyset") != 0)
 		keep_cursor(chunk);

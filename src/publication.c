@@ -589,9 +589,11 @@ target_taken(Relation rel, Relation target)
 }
 
 /*
- * The names and key of the relation rel's changes are delivered as (an
- * ancestor when published via the partition root).  "old" carries what rel
- * logged, so identity_full is rel's own.
+ * The names of the relation rel's changes are delivered as (an ancestor
+ * when published via the partition root), and their key: rel's own
+ * identity under those names, which is what rel logs and what PostgreSQL
+ * checks against the column list.  "old" carries what rel logged
+ * (identity_full is rel's own; else its identity's published columns).
  */
 static void
 describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
@@ -606,10 +608,12 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
 	/* A published table has a filter: a publication's at least. */
 	Assert(entry->filter->have_columns);
-	replicant_row_key_delivered(target, entry->filter->columns, &entry->key_columns,
+	replicant_row_key_delivered(rel, target, entry->filter->columns, &entry->key_columns,
 								&entry->key_whole_row);
 	entry->key_columns = bms_copy_in(relinfo_context, entry->key_columns);
 	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
+	entry->old_columns = bms_copy_in(relinfo_context,
+									 replicant_row_key_logged(rel, target, entry->filter->columns));
 	if (entry->filter->conflict && entry->halt_reason == NULL)
 		entry->halt_reason = pstrdup(entry->filter->conflict);
 	if (schemaless_target && entry->halt_reason == NULL)
@@ -617,11 +621,12 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	replicant_partition_root_close(target, rel);
 }
 
-/* Frees what entry holds but its shape (fingerprint, schema_change). */
+/* Frees what entry holds but its shape (fingerprint, schema_change, schema_target). */
 static void
 release_relinfo(ReplicantRelInfo *entry)
 {
 	bms_free(entry->key_columns);
+	bms_free(entry->old_columns);
 	replicant_pubfilter_free(entry->filter);
 	replicant_partition_root_reset(&entry->root);
 	if (entry->relation.schema)

@@ -36,7 +36,8 @@ typedef struct ReplicantRelInfo
 
 	/*
 	 * The change's "key" (replicant_row_key_delivered): the replica
-	 * identity's columns, or under REPLICA IDENTITY FULL the primary key.
+	 * identity's columns (a partition's own, under the delivered
+	 * relation's names), or under REPLICA IDENTITY FULL the primary key.
 	 * key_whole_row means FULL without a primary key: the delivered columns.
 	 * Neither means no key (null): the table has no identity, or its column
 	 * list leaves out part of it.
@@ -44,6 +45,13 @@ typedef struct ReplicantRelInfo
 	Bitmapset *key_columns;
 	bool key_whole_row;
 	bool identity_full;
+
+	/*
+	 * What "old" carries of an old row: under REPLICA IDENTITY FULL (of the
+	 * relation itself) every published column; else the published columns
+	 * of its identity, the only ones it logs (empty: none).
+	 */
+	Bitmapset *old_columns;
 
 	/* How changes name the relation */
 	ReplicantRelation relation;

@@ -1389,7 +1389,7 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		replicant_delivery_halt(slot, pipeline,
 								psprintf("table \"%s\" cannot be read in block ranges: its access method has no TID range scans",
 										 RelationGetRelationName(rel)));
-	replicant_row_key_delivered(reader->target, reader->filter->columns,
+	replicant_row_key_delivered(rel, reader->target, reader->filter->columns,
 								&reader->key_columns, &reader->whole_row);
 	reader->map = replicant_partition_root_read_map(rel, reader->target);
 	reader->heap_slot = table_slot_create(rel, NULL);
