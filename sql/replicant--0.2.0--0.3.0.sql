@@ -428,3 +428,15 @@ CREATE TABLE replicant.pipeline_epochs (
 REVOKE ALL ON replicant.pipeline_epochs FROM PUBLIC;
 COMMENT ON TABLE replicant.pipeline_epochs IS
     'API: Private. A pipeline''s decoding options before an alter_pipeline call, for the commits before it.';
+
+-- ----------------------------------------------------------------------------
+-- CloudEvents read ids tell every row apart without revealing it: a digest
+-- of the row's replica identity (unpublished columns included), or of where
+-- it lies for a table without one, keyed by this random key of the
+-- pipeline, which never leaves the server.
+ALTER TABLE replicant.pipelines ADD COLUMN event_id_key bytea NOT NULL
+    DEFAULT pg_catalog.sha256(pg_catalog.convert_to(
+        pg_catalog.gen_random_uuid()::pg_catalog.text
+        OPERATOR(pg_catalog.||) pg_catalog.gen_random_uuid()::pg_catalog.text, 'UTF8'));
+COMMENT ON COLUMN replicant.pipelines.event_id_key IS
+    'API: Private. Secret key of the digests in CloudEvents read ids; random per pipeline.';

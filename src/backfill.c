@@ -713,6 +713,20 @@ chunk_relation(ReplicantChunk *chunk, Relation rel)
 }
 
 /*
+ * Where a row of a table without an identity of columns lies: the ctid
+ * the chunk's query selects last for such a table (open_chunk_source).
+ */
+static ItemPointer
+row_position(HeapTuple row, TupleDesc row_desc, const Bitmapset *identity)
+{
+	bool isnull;
+
+	if (identity != NULL)
+		return NULL;
+	return (ItemPointer) DatumGetPointer(SPI_getbinval(row, row_desc, row_desc->natts, &isnull));
+}
+
+/*
  * Reads the chunk's rows of leaf through a cursor under the given snapshot.
  * A keyset chunk ends early once its rows reach batch_max_bytes (at least
  * one row), its cursor then being the last row taken.  Rows take the names
@@ -730,6 +744,7 @@ read_rows(ReplicantChunk *chunk, Relation leaf, Relation rel, KeyOrder *order,
 	TupleDesc desc = RelationGetDescr(rel);
 	Bitmapset *key_columns;
 	bool whole_row;
+	Bitmapset *identity = replicant_row_key_identity_as(leaf, rel, &whole_row);
 	bool keyset = strcmp(b->mode, "keyset") == 0;
 	Datum args[INDEX_MAX_KEYS];
 	Oid types[INDEX_MAX_KEYS];
@@ -775,6 +790,11 @@ read_rows(ReplicantChunk *chunk, Relation leaf, Relation rel, KeyOrder *order,
 									  values, isnull, key_columns, whole_row, columns);
 			record.backfill_id = b->id;
 			record.read_lsn = chunk->low_watermark;
+			if (format->read_ids)
+				replicant_change_set_read_id(&record, pipeline->event_id_key, desc, values, isnull,
+											 identity, b->relid,
+											 row_position(SPI_tuptable->vals[i],
+														  SPI_tuptable->tupdesc, identity));
 			resetStringInfo(&change);
 			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);
@@ -886,6 +906,7 @@ open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource
 {
 	ReplicantPubFilter *filter;
 	char *reason;
+	bool whole_row;
 
 	memset(src, 0, sizeof(ChunkSource));
 	src->rel = try_table_open(b->relid, AccessShareLock);
@@ -912,6 +933,9 @@ open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource
 		return reason;
 	}
 	src->select_list = replicant_partition_root_select_list(src->rel, src->target);
+	/* Where a row without an identity of columns lies names its reads (change.h). */
+	if (replicant_row_key_identity_as(src->rel, src->target, &whole_row) == NULL)
+		src->select_list = psprintf("%s, ctid", src->select_list);
 	src->row_filter = replicant_pubfilter_read_sql(filter, src->target);
 	src->columns = bms_copy(filter->columns);
 	replicant_pubfilter_free(filter);

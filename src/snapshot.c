@@ -1347,6 +1347,7 @@ typedef struct WindowReader
 	ReplicantPubFilter *filter; /* row filter and published columns */
 	Bitmapset *key_columns;
 	bool whole_row;
+	Bitmapset *identity; /* rel's, in target's columns; NULL: none */
 	TableScanDesc scan;
 	TupleTableSlot *heap_slot; /* rel's tuples, as the scan returns them */
 	TupleTableSlot *row_slot;  /* converted to target's columns (map) */
@@ -1368,6 +1369,7 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	char *refused;
 	ItemPointerData mintid;
 	ItemPointerData maxtid;
+	bool whole_row;
 
 	reader->rel = rel;
 	reader->target = replicant_partition_root_open_for_read(rel, pipeline->publications,
@@ -1391,6 +1393,7 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 										 RelationGetRelationName(rel)));
 	replicant_row_key_delivered(rel, reader->target, reader->filter->columns,
 								&reader->key_columns, &reader->whole_row);
+	reader->identity = replicant_row_key_identity_as(rel, reader->target, &whole_row);
 	reader->map = replicant_partition_root_read_map(rel, reader->target);
 	reader->heap_slot = table_slot_create(rel, NULL);
 	reader->row_slot = reader->map ?
@@ -1504,6 +1507,10 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 									 reader.filter->columns);
 		record.backfill_id = shard->backfill_id;
 		record.read_lsn = consistent_point;
+		if (replicant_format_of(pipeline)->read_ids)
+			replicant_change_set_read_id(&record, pipeline->event_id_key, desc,
+										 row->tts_values, row->tts_isnull, reader.identity,
+										 RelationGetRelid(rel), &reader.heap_slot->tts_tid);
 		add_window_row(&batch, &record, &spill);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(row_context);
