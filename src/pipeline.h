@@ -47,6 +47,7 @@ typedef struct ReplicantPipeline
 	XLogRecPtr checkpoint_end_lsn;
 	/* keys the ids of reads (change.h); random per process under 0.2.0's objects */
 	uint8 event_id_key[REPLICANT_READ_ID_KEY_LEN];
+	XLogRecPtr slot_created_at; /* where this process created the slot, or 0 */
 
 	/*
 	 * What decoding goes by: the options above before each alter_pipeline

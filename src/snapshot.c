@@ -524,6 +524,8 @@ create_slot_and_export(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 	name = ExportSnapshot(GetTransactionSnapshot());
 
 	FreeDecodingContext(ctx);
+	/* Streaming checks that nothing moved the slot from here (slot_position.h). */
+	pipeline->slot_created_at = MyReplicationSlot->data.confirmed_flush;
 	/* From here the transaction's xmin protects the rows, the slot the WAL. */
 	ReplicationSlotPersist();
 	ReplicationSlotRelease();

@@ -18,6 +18,7 @@
 #define REPLICANT_WAIVER_PUBLICATION "publication" /* missing; its name */
 #define REPLICANT_WAIVER_SCHEMA "schema"           /* a table's shape changed; its OID and new shape */
 #define REPLICANT_WAIVER_PRIVILEGE "privilege"     /* no SELECT, or RLS; the table's OID */
+#define REPLICANT_WAIVER_SLOT "slot"               /* the slot was moved; to where */
 
 /* "<kind>:<object>", in CurrentMemoryContext. */
 extern char *replicant_waiver_cause(const char *kind, const char *object);

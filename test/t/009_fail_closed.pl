@@ -9,6 +9,8 @@
 #   replica identity changed; while halted on one shape change, another
 #     (a resume accepts the shape its halt named, no other)
 #   the pipeline owner's SELECT revoked, and row-level security enabled
+#   the slot moved by another role (pg_replication_slot_advance()); not
+#     when the worker moved it, nor after a crash
 #   a row that cannot be encoded (non-UTF-8 bytes in an SQL_ASCII database)
 #   drop_pipeline of a halted pipeline and of one in the middle of a POST
 #
@@ -580,6 +582,66 @@ INSERT INTO sh_t VALUES (3, 3, '$MARK 3');
 	isnt(wait_sink_row('public.sh_t', 2), '', "$label: the row in the shape the first resume accepted arrives");
 	isnt(wait_sink_row('public.sh_t', 3), '', "$label: the row after the key changed arrives");
 	drop_pipeline($label, 'shape');
+}
+
+# ---- the slot moved by something else -------------------------------------------
+# A role with REPLICATION can pg_replication_slot_advance() a stopped
+# pipeline's slot (fast-forwarding never loads the output plugin, so the
+# plugin cannot refuse).  The worker records how far it confirms the slot,
+# before it confirms; one that finds the slot beyond that halts, saying
+# changes may be lost, instead of skipping them silently, and
+# resume_pipeline accepts the gap.  The slot the worker moved on by itself
+# over writes to unpublished tables, and a crash, never halt it.
+{
+	my $label = 'slot moved';
+	$node->safe_psql('postgres', q{
+CREATE TABLE mv_t (id int PRIMARY KEY, v text);
+CREATE TABLE mv_other (id int, v text);
+CREATE PUBLICATION mv_pub FOR TABLE mv_t;
+CREATE ROLE advancer LOGIN REPLICATION;
+});
+	create_pipeline('moved', 'mv_pub');
+	my $slot = ReplicantTest::slot_name($node, 'postgres', 'moved');
+	$node->safe_psql('postgres', "INSERT INTO mv_t VALUES (1, '$MARK 1')");
+	isnt(wait_sink_row('public.mv_t', 1), '', "$label: delivered before");
+
+	# The worker moves its slot on over WAL that delivers nothing.
+	my $quiet = $node->safe_psql('postgres',
+		"INSERT INTO mv_other SELECT g, repeat('x', 200) FROM generate_series(1, 2000) g;"
+		  . ' SELECT pg_current_wal_lsn()');
+	ok(poll("SELECT confirmed_flush_lsn >= '$quiet' FROM pg_replication_slots WHERE slot_name = '$slot'", 30),
+		"$label: the worker moves its slot past writes to an unpublished table");
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('moved')");
+	ok(poll("SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$slot'"),
+		"$label: the disabled pipeline lets go of its slot");
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('moved')");
+	$node->safe_psql('postgres', "INSERT INTO mv_t VALUES (2, '$MARK 2')");
+	isnt(wait_sink_row('public.mv_t', 2), '', "$label: a slot the worker moved itself does not halt it");
+	$node->safe_psql('postgres',
+		"INSERT INTO mv_other SELECT g, repeat('y', 200) FROM generate_series(1, 2000) g");
+	$node->stop('immediate');
+	$node->start;
+	$node->safe_psql('postgres', "INSERT INTO mv_t VALUES (3, '$MARK 3')");
+	isnt(wait_sink_row('public.mv_t', 3), '', "$label: nor after a crash");
+	is(status('moved')->{state}, 'streaming', "$label: streaming after the crash");
+
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('moved')");
+	ok(poll("SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$slot'"),
+		"$label: disabled again");
+	$node->safe_psql('postgres', "INSERT INTO mv_t VALUES (4, '$MARK 4')");
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SET ROLE advancer; SELECT pg_replication_slot_advance('$slot', pg_current_wal_lsn())");
+	is($ret, 0, "$label: a REPLICATION role advances the stopped pipeline's slot") or diag($err);
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('moved')");
+	expect_halt($label, 'moved',
+		qr/^replication slot "\Q$slot\E" was moved from [0-9A-F]+\/[0-9A-F]+ to [0-9A-F]+\/[0-9A-F]+ by something other than this pipeline \(such as pg_replication_slot_advance\(\)\): changes committed in between may be lost; replicant\.resume_pipeline\(\) accepts the gap$/);
+	is(sink_row('public.mv_t', 4), '', "$label: the row the advance skipped was not delivered");
+	resume('moved');
+	expect_streaming("$label, the gap accepted", 'moved');
+	$node->safe_psql('postgres', "INSERT INTO mv_t VALUES (5, '$MARK 5')");
+	isnt(wait_sink_row('public.mv_t', 5), '', "$label: a later change arrives");
+	is(sink_row('public.mv_t', 4), '', "$label: the skipped row stays lost, as accepted");
+	drop_pipeline($label, 'moved');
 }
 
 # ---- a row that cannot be encoded ---------------------------------------------------
