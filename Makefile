@@ -14,6 +14,7 @@ OBJS = \
 	src/pipeline.o \
 	src/decoder.o \
 	src/slot.o \
+	src/slot_position.o \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \

@@ -478,6 +478,35 @@ REVOKE ALL ON replicant.pipeline_epochs FROM PUBLIC;
 COMMENT ON TABLE replicant.pipeline_epochs IS
     'API: Private. A pipeline''s decoding options before an alter_pipeline call, for the commits before it.';
 
+-- ----------------------------------------------------------------------------
+-- CloudEvents read ids tell every row apart without revealing it: a digest
+-- of the row's replica identity (unpublished columns included), or of where
+-- it lies for a table without one, keyed by this random key of the
+-- pipeline, which never leaves the server.
+ALTER TABLE replicant.pipelines ADD COLUMN event_id_key bytea NOT NULL
+    DEFAULT pg_catalog.sha256(pg_catalog.convert_to(
+        pg_catalog.gen_random_uuid()::pg_catalog.text
+        OPERATOR(pg_catalog.||) pg_catalog.gen_random_uuid()::pg_catalog.text, 'UTF8'));
+COMMENT ON COLUMN replicant.pipelines.event_id_key IS
+    'API: Private. Secret key of the digests in CloudEvents read ids; random per pipeline.';
+
+-- ----------------------------------------------------------------------------
+-- How far replicant may have confirmed a pipeline's slot beyond the
+-- checkpoint's end (a new slot's consistent point, WAL that delivered
+-- nothing): a worker that finds its slot further than both halts, since
+-- something else moved it (pg_replication_slot_advance()).  A resume of
+-- that halt accepts the gap: its cause names the position.  A shape
+-- change's cause names the shape the table changed into.
+CREATE TABLE replicant.slot_positions (
+    pipeline_id   integer PRIMARY KEY REFERENCES replicant.pipelines ON DELETE CASCADE,
+    confirmed_lsn pg_lsn NOT NULL
+);
+REVOKE ALL ON replicant.slot_positions FROM PUBLIC;
+COMMENT ON TABLE replicant.slot_positions IS
+    'API: Private. How far replicant may have confirmed each pipeline''s slot, besides the checkpoint''s end.';
+COMMENT ON COLUMN replicant.pipelines.halt_cause IS
+    'API: Private. What resuming the halt accepts while decoding (publication:<name>, schema:<relid>:<shape digest>, privilege:<relid>, slot:<lsn>), or NULL: nothing.';
+
 -- ---- Privileges nobody granted on purpose (keep this section last: it
 -- covers every object made above).  Default privileges of the installing
 -- role (ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO ..., global or

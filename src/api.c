@@ -61,6 +61,7 @@
 #include "sink_ddl.h"
 #include "signing.h"
 #include "slot.h"
+#include "slot_position.h"
 #include "waiver.h"
 
 PG_FUNCTION_INFO_V1(replicant_create_pipeline);
@@ -725,8 +726,8 @@ run_update(const char *sql, int nargs, Oid *argtypes, Datum *args, const char *n
 		elog(ERROR, "could not update replicant.pipelines");
 }
 
-/* Creates the pipeline's logical slot, ephemeral until commit. */
-static void
+/* Creates the pipeline's logical slot, ephemeral until commit; returns its consistent point. */
+static XLogRecPtr
 create_slot(const char *slot_name, bool failover)
 {
 	LogicalDecodingContext *ctx;
@@ -745,6 +746,7 @@ create_slot(const char *slot_name, bool failover)
 	ctx = replicant_slot_create(slot_name, failover, false);
 	slot_created_in_xact = true;
 	FreeDecodingContext(ctx);
+	return MyReplicationSlot->data.confirmed_flush;
 }
 
 /*
@@ -1181,6 +1183,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	char *snapshot;
 	int32 pipeline_id;
 	List *tables;
+	XLogRecPtr slot_point = InvalidXLogRecPtr;
 
 	replicant_redact_statements();
 	PreventInTransactionBlock(true, "replicant.create_pipeline()");
@@ -1202,8 +1205,11 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
+		slot_point = create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
 	pipeline_id = insert_pipeline(name, slot_name, owner, &o, PG_NARGS());
+	/* What the worker finds beyond it, something else moved (slot_position.h). */
+	if (!XLogRecPtrIsInvalid(slot_point))
+		replicant_slot_position_create(pipeline_id, slot_point);
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{

@@ -370,11 +370,26 @@ close_as_table_owner(Relation rel, Portal portal)
 }
 
 /*
+ * Where a row of a table without an identity of columns lies: the ctid
+ * the chunk's query selects last for such a table (take_chunk_filter).
+ */
+static ItemPointer
+row_position(HeapTuple row, TupleDesc row_desc, const Bitmapset *identity)
+{
+	bool isnull;
+
+	if (identity != NULL)
+		return NULL;
+	return (ItemPointer) DatumGetPointer(SPI_getbinval(row, row_desc, row_desc->natts, &isnull));
+}
+
+/*
  * Reads the chunk's rows of src through a cursor under the given snapshot.
  * A keyset chunk ends early once its rows reach batch_max_bytes (at least
  * one row), its cursor then being the last row taken.  Rows take the
- * names, columns and key of src's target: the table read, or the root it
- * is published as; they carry the published columns only.
+ * names and columns of src's target: the table read, or the root it is
+ * published as, and the table's key under the target's names; they carry
+ * the published columns only.
  */
 static void
 read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
@@ -386,6 +401,7 @@ read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 	TupleDesc desc = RelationGetDescr(src->target);
 	Bitmapset *key_columns;
 	bool whole_row;
+	Bitmapset *identity = replicant_row_key_identity_as(src->rel, src->target, &whole_row);
 	bool keyset = strcmp(b->mode, "keyset") == 0;
 	Datum args[INDEX_MAX_KEYS];
 	Oid types[INDEX_MAX_KEYS];
@@ -404,7 +420,7 @@ read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 													  "replicant backfill row",
 													  ALLOCSET_DEFAULT_SIZES);
 
-	replicant_row_key_delivered(src->target, src->columns, &key_columns, &whole_row);
+	replicant_row_key_delivered(src->rel, src->target, src->columns, &key_columns, &whole_row);
 	initStringInfo(&change);
 	initStringInfo(&key);
 	initStringInfo(&new_row);
@@ -430,6 +446,11 @@ read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 									  values, isnull, key_columns, whole_row, src->columns);
 			record.backfill_id = b->id;
 			record.read_lsn = chunk->low_watermark;
+			if (format->read_ids)
+				replicant_change_set_read_id(&record, pipeline->event_id_key, desc, values, isnull,
+											 identity, b->relid,
+											 row_position(SPI_tuptable->vals[i],
+														  SPI_tuptable->tupdesc, identity));
 			resetStringInfo(&change);
 			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);
@@ -532,6 +553,7 @@ take_chunk_filter(ReplicantPipeline *pipeline, ChunkSource *src, bool *unpublish
 {
 	ReplicantPubFilter *filter;
 	char *reason;
+	bool whole_row;
 
 	replicant_publication_catalog_refresh();
 	src->target = replicant_partition_root_open_for_read(src->rel, pipeline->publications,
@@ -544,6 +566,9 @@ take_chunk_filter(ReplicantPipeline *pipeline, ChunkSource *src, bool *unpublish
 	if (reason == NULL && !*unpublished)
 	{
 		src->select_list = replicant_partition_root_select_list(src->rel, src->target);
+		/* Where a row without an identity of columns lies names its reads (change.h). */
+		if (replicant_row_key_identity_as(src->rel, src->target, &whole_row) == NULL)
+			src->select_list = psprintf("%s, ctid", src->select_list);
 		src->row_filter = replicant_pubfilter_read_sql(filter, src->target);
 		src->columns = bms_copy(filter->columns);
 	}

@@ -59,6 +59,21 @@ replicant_wait_for_standby_confirmation(XLogRecPtr lsn)
 #endif
 }
 
+/*
+ * The same without waiting: whether those standbys have received lsn (true
+ * for the acquired slot without failover, or before 17).  What a standby
+ * syncs of the slot is then backed by what it has of the primary's WAL.
+ */
+static inline bool
+replicant_standbys_have(XLogRecPtr lsn)
+{
+#if PG_VERSION_NUM >= 170000
+	return !MyReplicationSlot->data.failover || StandbySlotsHaveCaughtup(lsn, DEBUG1);
+#else
+	return true;
+#endif
+}
+
 /* PG18 added error_if_invalid to ReplicationSlotAcquire. */
 #if PG_VERSION_NUM >= 180000
 #define REPLICANT_SLOT_ACQUIRE(name, nowait) ReplicationSlotAcquire((name), (nowait), false)

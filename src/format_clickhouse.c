@@ -371,7 +371,10 @@ render_change(StringInfo out, const char *pipeline, const ReplicantChange *origi
 	ReplicantChange converted = *original;
 	const ReplicantChange *change = &converted;
 
-	converted.key = json_as_strings(original->key, names);
+	/* A key of null is no key: the change names no row (insert-only target). */
+	converted.key = (original->key && strcmp(original->key->data, "null") != 0) ?
+						json_as_strings(original->key, names) :
+						NULL;
 	converted.new_row = json_as_strings(original->new_row, names);
 	converted.old_row = json_as_strings(original->old_row, names);
 

@@ -11,6 +11,7 @@
 #include "utils/array.h"
 
 #include "catalog.h"
+#include "change.h"
 #include "epoch.h"
 
 typedef struct ReplicantPipeline
@@ -44,6 +45,9 @@ typedef struct ReplicantPipeline
 	bool create_tables;               /* create missing ClickHouse targets at start */
 	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
 	XLogRecPtr checkpoint_end_lsn;
+	/* keys the ids of reads (change.h); random per process under 0.2.0's objects */
+	uint8 event_id_key[REPLICANT_READ_ID_KEY_LEN];
+	XLogRecPtr slot_created_at; /* where this process created the slot, or 0 */
 
 	/*
 	 * What decoding goes by: the options above before each alter_pipeline

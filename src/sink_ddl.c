@@ -134,7 +134,9 @@ append_column(StringInfo out, Form_pg_attribute att, bool key)
  * The statement of target, which the rows of leaf are delivered as under
  * the publications (names): the columns they deliver (filter, over
  * target's columns) and its key, as output_plugin.c and change.c encode a
- * change's "new" and "key" (a whole-row key: every live column).
+ * change's "new" and "key" (a whole-row key: every live column); a
+ * partition root's key is its leaves' identity under its names, none when
+ * they are keyed differently.
  */
 static char *
 target_ddl(Relation leaf, Relation target, List *names, bool if_not_exists)
@@ -148,8 +150,8 @@ target_ddl(Relation leaf, Relation target, List *names, bool if_not_exists)
 	int i;
 
 	(void) replicant_publication_read_filter(leaf, target, names, &filter);
-	/* the stream's key: published columns only */
-	replicant_row_key_delivered(target, filter->columns, &key_columns, &whole_row);
+	/* the stream's key: published columns only, the same for every leaf of a root */
+	replicant_row_key_of_target(target, filter->columns, &key_columns, &whole_row);
 	initStringInfo(&out);
 	initStringInfo(&order);
 	appendStringInfoString(&out, if_not_exists ? "CREATE TABLE IF NOT EXISTS " : "CREATE TABLE ");

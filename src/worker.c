@@ -605,6 +605,7 @@ static void
 start_streaming(Worker *w)
 {
 	char *halt_reason;
+	char *halt_cause;
 	char *appname;
 
 	appname = psprintf("replicant pipeline %s", w->pipeline->name);
@@ -630,9 +631,9 @@ start_streaming(Worker *w)
 
 	MemoryContextSwitchTo(TopMemoryContext);
 	w->batch = replicant_batch_create(replicant_format_of(w->pipeline)->separator);
-	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason);
+	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason, &halt_cause);
 	if (w->decoder == NULL)
-		worker_halt(w, halt_reason);
+		replicant_delivery_halt_at(w->slot, w->pipeline, halt_reason, InvalidXLogRecPtr, halt_cause);
 	w->sink = replicant_delivery_sink(w->pipeline);
 
 	ereport(LOG,
