@@ -950,8 +950,10 @@ sub do_ddl
 		if ($s->{race})
 		{
 			# A rewrite while the table is read again from scratch at both
-			# ends, between its first chunk's snapshot and its read (issue
-			# #30 item 1): every row must arrive.
+			# ends, asked for while its first chunk holds its snapshot (it
+			# waits for the chunk's lock): every row must arrive (0.2.0's
+			# chunks took their snapshot before their lock, and one that
+			# waited for a rewrite read none of the rewritten rows).
 			$r->finish_bursts;
 			$r->compare("before step $r->{n} (ALTER TYPE during a backfill)");
 			$r->resync(1, $table, $change);

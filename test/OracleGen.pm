@@ -1172,12 +1172,19 @@ sub generate
 
 # The kinds of step a history holds, as tags ("ddl:rename_column",
 # "fault:kill9", "sql:savepoint", ...): the CI seeds together must hold all
-# of FEATURES (080_oracle.pl checks it).  Shapes that meet a known defect
-# are tagged "shape:<name>" (a column list without the key: issue #30 item
-# 4; a table dropped from its publication while a backfill reads it: item
-# 5; a root's row filter over a partition in a schema the publication
-# publishes: item 6; a table rewritten by ALTER TYPE between a backfill
-# chunk's snapshot and its read: item 1).
+# of FEATURES (080_oracle.pl checks it).  Steps that met a defect of
+# 0.2.0 carry the name of its shape ("shape" in the step or the setup:
+# list_without_key, a column list without the key, which went into "key";
+# unpublished_during_backfill, a table dropped from its publication while a
+# backfill read it, every column and row; root_filter_schema_leaf, a root's
+# row filter over a partition in a schema the publication publishes,
+# ignored; rewrite_during_backfill, ALTER TYPE while a backfill chunk holds
+# its snapshot, the rest of the table lost).  The shapes of %OPEN_DEFECTS,
+# defects known and not fixed yet, are tagged "shape:<name>": a soak counts
+# their failures apart from news, and CI seeds are chosen among histories
+# without them.  The four above are fixed in 0.3.0: none is open.
+our %OPEN_DEFECTS = ();
+
 our @FEATURES = qw(
   setup:initial setup:incremental setup:interval0 setup:interval50
   sql:single sql:multi sql:savepoint sql:rollback sql:large sql:rekey sql:truncate_several
@@ -1197,7 +1204,7 @@ sub features
 	my $setup = $history->{setup};
 	$f{"setup:$setup->{snapshot}"} = 1;
 	$f{"setup:interval$setup->{checkpoint_interval}"} = 1;
-	$f{"shape:$setup->{shape}"} = 1 if $setup->{shape};
+	$f{"shape:$setup->{shape}"} = 1 if $setup->{shape} && $OPEN_DEFECTS{ $setup->{shape} };
 	foreach my $s (@{ $history->{steps} })
 	{
 		my $op = $s->{op};
@@ -1227,7 +1234,7 @@ sub features
 		elsif ($op eq 'fault') { $f{"fault:$s->{kind}"} = 1; }
 		elsif ($op eq 'sink_fault') { $f{"sink:$s->{fault}"} = 1; }
 		else { $f{$op} = 1; }
-		$f{"shape:$s->{shape}"} = 1 if $s->{shape};
+		$f{"shape:$s->{shape}"} = 1 if $s->{shape} && $OPEN_DEFECTS{ $s->{shape} };
 	}
 	return \%f;
 }

@@ -37,7 +37,8 @@ use OracleGen;
 
 # The fixed seeds CI runs on every version: each passes today and together
 # they cover every step kind (see test/README.md for how they were chosen,
-# and for the seeds left out until the defects they find are fixed).
+# and for the seeds left out until the defects they find are fixed).  CI
+# also replays every history file of test/oracle/.
 my @CI_SEEDS = (491, 453, 5);
 
 my $version = do
@@ -165,6 +166,24 @@ foreach my $seed (@seeds)
 	}
 	last if $mutant;    # caught
 }
+# CI also replays the histories of defects found before (test/oracle/, a
+# few steps each): each must pass now.
+my $ci = !$ENV{ORACLE_SEED} && !$ENV{ORACLE_RANDOM} && !$soak && !$mutant;
+if ($ci)
+{
+	foreach my $file (sort glob("$FindBin::RealBin/../oracle/*.jsonl"))
+	{
+		my $history = OracleGen::read_history($file);
+		delete $_->{n} for @{ $history->{steps} };
+		my $name = $file =~ s{.*/}{}r =~ s/\.jsonl$//r;
+		my $res = run_one($history, "history-$name");
+		$ran++;
+		next if $res->{ok};
+		$failures++;
+		($first_failing, $first_history, $first_res) = ($name, $history, $res) unless defined $first_failing;
+	}
+}
+
 # The first failure without a known defect's shape is the one to shorten.
 if (defined $first_unshaped)
 {
@@ -176,7 +195,7 @@ elsif (defined $first_failing)
 }
 
 # The CI seeds together hold every kind of step (OracleGen::FEATURES).
-if (!$ENV{ORACLE_SEED} && !$ENV{ORACLE_RANDOM} && !$soak && !$mutant)
+if ($ci)
 {
 	my %covered;
 	$covered{$_} = 1 for map { keys %{ OracleGen::features(OracleGen::generate($_, $version, steps => $steps)) } } @CI_SEEDS;
