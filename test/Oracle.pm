@@ -86,7 +86,7 @@ sub flunk
 sub conn_error
 {
 	my ($err) = @_;
-	return $err =~ /could not connect|connection to server|server closed the connection|terminating connection|the database system is (starting up|in recovery|shutting down|not yet accepting)|no connection to the server|Connection refused|SSL SYSCALL|connection .* failed/;
+	return $err =~ /could not connect|connection to server|server closed the connection|terminating connection|the database system is (starting up|in recovery|shutting down|not yet accepting)|no connection to the server|Connection refused|SSL SYSCALL|connection .* failed|^psql: ack Broken pipe/;
 }
 
 # SQL on a node, retried while the server restarts.  Returns (ok, stdout, stderr).
@@ -96,7 +96,12 @@ sub try_sql
 	my $deadline = time() + ($o{timeout} // 180);
 	while (1)
 	{
-		my ($ret, $out, $err) = $node->psql($o{db} // 'postgres', $sql);
+		my ($ret, $out, $err);
+		# psql that finds the server in recovery exits before it read its
+		# input, and IPC::Run dies writing it ("ack Broken pipe"): that is
+		# a connection error too.
+		eval { ($ret, $out, $err) = $node->psql($o{db} // 'postgres', $sql); 1 }
+		  or ($ret, $err) = (undef, "psql: $@");
 		return (1, $out, $err) if defined $ret && $ret == 0;
 		$err //= '';
 		if (conn_error($err) && time() < $deadline)
