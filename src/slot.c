@@ -17,12 +17,12 @@
 #include "replicant.h"
 #include "slot.h"
 
-LogicalDecodingContext *
-replicant_slot_create(const char *name, bool failover, bool need_full_snapshot)
+/* The new slot's decoding context, through replicant's plugin gate. */
+static LogicalDecodingContext *
+init_decoding_context(bool need_full_snapshot)
 {
 	LogicalDecodingContext *volatile ctx = NULL;
 
-	REPLICANT_SLOT_CREATE(name, RS_EPHEMERAL, failover);
 	/* create_pipeline's backend goes on after an error: expect nothing then. */
 	replicant_plugin_gate_open(true);
 	PG_TRY();
@@ -36,6 +36,16 @@ replicant_slot_create(const char *name, bool failover, bool need_full_snapshot)
 		replicant_plugin_gate_open(false);
 	}
 	PG_END_TRY();
+	return ctx;
+}
+
+LogicalDecodingContext *
+replicant_slot_create(const char *name, bool failover, bool need_full_snapshot)
+{
+	LogicalDecodingContext *ctx;
+
+	REPLICANT_SLOT_CREATE(name, RS_EPHEMERAL, failover);
+	ctx = init_decoding_context(need_full_snapshot);
 	DecodingContextFindStartpoint(ctx);
 	return ctx;
 }
