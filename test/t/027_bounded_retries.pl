@@ -28,6 +28,12 @@ my $node = ReplicantTest::new_node('bounded', conf => "replicant.max_restart_del
 my $sink = ReplicantTest::start_sink();
 $node->safe_psql('postgres', q{CREATE EXTENSION replicant;});
 
+# Defined before the prefix "replicant" is reserved: not dropped at start.
+is($node->safe_psql('postgres', 'SHOW replicant.max_restart_delay'), '100ms',
+	'restart_delay_setting: replicant.max_restart_delay from postgresql.conf holds from the start');
+unlike(slurp_file($node->logfile), qr/invalid configuration parameter name "replicant\./,
+	'... no replicant setting is dropped at start');
+
 sub poll { return ReplicantTest::poll($node, @_); }
 
 sub log_count
