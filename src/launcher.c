@@ -100,11 +100,11 @@ stop_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w)
 	cooperative = slot->in_use && slot->generation == w->generation &&
 				  slot->pid != 0 && slot->latch != NULL &&
 				  slot->state != REPLICANT_STATE_SNAPSHOTTING;
-	if (cooperative)
-	{
+	/* Terminated or not, the stop is ours: it ends quietly (stop_signal.c). */
+	if (slot->in_use && slot->generation == w->generation)
 		slot->stop_requested = true;
+	if (cooperative)
 		SetLatch(slot->latch);
-	}
 	LWLockRelease(replicant_shmem->lock);
 	if (!cooperative)
 		TerminateBackgroundWorker(w->handle);

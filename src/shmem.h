@@ -85,6 +85,14 @@ typedef struct ReplicantPipelineSlot
 	 * worker attaches.
 	 */
 	bool stop_requested;
+	/*
+	 * Set by drop_pipeline before it stops the worker, until its
+	 * transaction ends: the pipeline's row is being deleted, so no worker
+	 * of it may start again (whatever a sync mirrors meanwhile), and the
+	 * one stopping commits nothing (the row it would update waits for the
+	 * drop, which waits for the worker).
+	 */
+	bool dropping;
 	int32 config_version;
 	char name[NAMEDATALEN];
 

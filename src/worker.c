@@ -129,7 +129,11 @@ worker_detach(int code, Datum arg)
 	LWLockRelease(replicant_shmem->lock);
 }
 
-/* Claims the shared slot; exits quietly if it was given to someone else. */
+/*
+ * Claims the shared slot; exits quietly if it was given to someone else,
+ * or to another configuration (the launcher stops this worker then, and
+ * the stop it asked for would otherwise be cleared here).
+ */
 static void
 worker_attach(Worker *w, ReplicantWorkerArgs *args)
 {
@@ -137,7 +141,8 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (!slot->in_use || slot->generation != args->generation ||
-		!slot->runnable || (slot->pid != 0 && slot->pid != MyProcPid))
+		!slot->runnable || slot->dropping || slot->config_version != args->config_version ||
+		(slot->pid != 0 && slot->pid != MyProcPid))
 	{
 		LWLockRelease(replicant_shmem->lock);
 		proc_exit(0);
