@@ -9,6 +9,7 @@ OBJS = \
 	src/launcher.o \
 	src/sync.o \
 	src/worker.o \
+	src/runs.o \
 	src/catalog.o \
 	src/pipeline.o \
 	src/decoder.o \

@@ -52,8 +52,10 @@
 #include "redact.h"
 #include "pipeline.h"
 #include "partition_root.h"
+#include "plugin_gate.h"
 #include "publication.h"
 #include "replicant.h"
+#include "runs.h"
 #include "shmem.h"
 #include "signing.h"
 #include "slot.h"
@@ -1198,6 +1200,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	if (strcmp(snapshot, "initial") != 0)
 		create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
 	pipeline_id = insert_pipeline(name, slot_name, owner, &o, PG_NARGS());
+	replicant_runs_start_over(pipeline_id);
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
@@ -1428,6 +1431,9 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 	args[0] = Int32GetDatum(ref.id);
 	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),
 			   1, argtypes, args, NULL);
+	/* Enabled or resumed: a deliberate start owes nothing to past runs. */
+	if (strncmp(assignment, "enabled = false", 15) != 0)
+		replicant_runs_start_over(ref.id);
 	replicant_catalog_leave(&s);
 	replicant_shmem_request_sync_at_commit();
 }

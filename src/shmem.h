@@ -143,6 +143,20 @@ typedef struct ReplicantPipelineSlot
 	char failure[REPLICANT_ERROR_LEN];
 	char halt_request[REPLICANT_ERROR_LEN];
 
+	/*
+	 * How the worker's last run ended, for the launcher to tell the
+	 * pipeline's failures from what others did to it (launcher.c); cleared
+	 * when a worker attaches.  connected: it got as far as its database (a
+	 * refused connection, a connection limit, is no failure of the
+	 * pipeline's).  interrupted: another process terminated or cancelled it
+	 * (a SIGTERM replicant did not send, a query cancel); shard_interrupted:
+	 * one of its snapshot workers, which the worker then takes for its own.
+	 * Written by signal handlers: one aligned word each, no lock.
+	 */
+	bool connected;
+	bool interrupted;
+	bool shard_interrupted;
+
 	/* Per snapshot worker (by its number), under the lock. */
 	ReplicantWindowProgress window_progress[REPLICANT_MAX_SNAPSHOT_WORKERS];
 } ReplicantPipelineSlot;

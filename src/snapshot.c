@@ -72,6 +72,7 @@
 #include "pubfilter.h"
 #include "row_key.h"
 #include "replicant.h"
+#include "runs.h"
 #include "sink_http.h"
 #include "slot.h"
 #include "snapshot.h"
@@ -787,6 +788,28 @@ prepare_shards(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 }
 
 /*
+ * Exits for the launcher to restart the pipeline worker (with backoff, a
+ * bounded number of times), which resumes the snapshot.  A shard worker
+ * that failed on an error left why in the slot; one that another process
+ * terminated or cancelled makes the run no failure of the pipeline's.
+ */
+REPLICANT_NORETURN static void
+restart_snapshot(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+				 const char *why, const char *failure)
+{
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" restarts its snapshot after %s",
+					pipeline->name, why)));
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (slot->shard_interrupted)
+		slot->interrupted = true;
+	else if (slot->failure[0] == '\0')
+		strlcpy(slot->failure, failure, sizeof(slot->failure));
+	LWLockRelease(replicant_shmem->lock);
+	proc_exit(1);
+}
+
+/*
  * Runs shard workers until every shard is read; exits for a restart when
  * one failed.  The exporting transaction is still open on return.
  */
@@ -798,21 +821,8 @@ read_all_shards(ReplicantPipelineSlot *slot, int slot_index,
 	for (;;)
 	{
 		if (!run_shard_workers(slot, slot_index, pipeline, snapshot_name))
-		{
-			/*
-			 * The launcher restarts us (with backoff, a bounded number of
-			 * times) and we resume.  A shard worker that failed on an error
-			 * left why in the slot.
-			 */
-			ereport(LOG,
-					(errmsg("replicant pipeline \"%s\" restarts its snapshot after a snapshot worker failed",
-							pipeline->name)));
-			LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-			if (slot->failure[0] == '\0')
-				strlcpy(slot->failure, "a snapshot worker exited abnormally", sizeof(slot->failure));
-			LWLockRelease(replicant_shmem->lock);
-			proc_exit(1);
-		}
+			restart_snapshot(slot, pipeline, "a snapshot worker failed",
+							 "a snapshot worker exited abnormally");
 		if (pg_atomic_exchange_u32(&slot->snapshot_stale, 0) == 0)
 			break;
 
@@ -1601,6 +1611,7 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			shard->next_block = hi;
 		record_progress(shard, done, rows);
 		replicant_shmem_note_progress(slot);
+		replicant_runs_progressed(pipeline->id);
 		replicant_fault("snapshot_progress");
 		if (done)
 			break;
@@ -1657,7 +1668,7 @@ replicant_shard_main(Datum main_arg)
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 	slot = &replicant_shmem->slots[args.slot_index];
-	replicant_stop_signal_init(slot, args.generation, "replicant snapshot worker of pipeline", DEBUG1);
+	replicant_stop_signal_init(slot, args.generation, "replicant snapshot worker of pipeline", DEBUG1, true);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 

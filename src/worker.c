@@ -64,8 +64,10 @@
 #include "fault.h"
 #include "format.h"
 #include "pipeline.h"
+#include "plugin_gate.h"
 #include "publication.h"
 #include "replicant.h"
+#include "runs.h"
 #include "shmem.h"
 #include "sink_ddl.h"
 #include "sink_http.h"
@@ -111,6 +113,7 @@ typedef struct Worker
 	ReplicantSink *sink;
 	ReplicantBackfill *backfill; /* incremental backfill being read */
 	const char *chunk_table;     /* a chunk being delivered: its table */
+	XLogRecPtr start_lsn;        /* where streaming began, confirmed at the start */
 	int64 cpu_credit_us;         /* CPU budget left (see CPU_SHARE_DIVISOR) */
 	TimestampTz credit_at;       /* when cpu_credit_us was last brought up to date */
 } Worker;
@@ -154,6 +157,9 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	slot->stop_requested = false;
 	slot->phase = REPLICANT_PHASE_STARTING;
 	slot->next_retry_at = 0;
+	slot->connected = false;
+	slot->interrupted = false;
+	slot->shard_interrupted = false;
 	LWLockRelease(replicant_shmem->lock);
 
 	replicant_shmem_set_own_slot(slot);
@@ -186,6 +192,9 @@ confirm(Worker *w, XLogRecPtr lsn)
 	pg_atomic_write_u32(&w->slot->checkpoint_wanted, 0);
 	LWLockRelease(replicant_shmem->lock);
 	ConditionVariableBroadcast(&w->slot->delivered_cv);
+	/* Past where this run began: it is no run without progress (runs.c). */
+	if (lsn > w->start_lsn)
+		replicant_runs_progressed(w->pipeline->id);
 }
 
 /* Commits the pending checkpoint, if any, and confirms it. */
@@ -413,6 +422,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 	}
 	replicant_backfill_record_chunk(chunk, rows);
 	replicant_shmem_note_progress(w->slot);
+	replicant_runs_progressed(w->pipeline->id);
 	w->chunk_table = NULL;
 }
 
@@ -504,6 +514,16 @@ load_pipeline(Worker *w, int32 pipeline_id)
 		worker_halt(w, REPLICANT_MESSAGES_NEED_REPLICATION);
 }
 
+/* Counts this run before anything that could crash (runs.c). */
+static void
+count_run(Worker *w, bool start_over)
+{
+	char *halt_reason = replicant_runs_begin(w->pipeline->id, start_over);
+
+	if (halt_reason)
+		worker_halt(w, halt_reason);
+}
+
 /* The table a failure in phase involves, or NULL. */
 static const char *
 failed_table(Worker *w, ReplicantPhase phase)
@@ -554,6 +574,22 @@ worker_failed(Worker *w, int32 pipeline_id)
 	replicant_delivery_fail(w->slot, w->pipeline, edata, reason);
 }
 
+/*
+ * Before a stop replicant asked for ends the worker quietly: what the sink
+ * acknowledged is committed (unless the pipeline is being dropped), or the
+ * next worker would send it again.
+ */
+static void
+commit_before_quiet_stop(Worker *w)
+{
+	if (!replicant_stop_signal_pending())
+		return;
+	FlushErrorState();
+	AbortOutOfAnyTransaction();
+	if (replicant_delivery_may_commit_at_stop(w->slot))
+		commit_pending_if_possible(w);
+}
+
 static void run_pipeline(Worker *w);
 
 void
@@ -566,7 +602,7 @@ replicant_worker_main(Datum main_arg)
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 
 	replicant_stop_signal_init(&replicant_shmem->slots[DatumGetInt32(main_arg)], args.generation,
-							   "replicant pipeline", LOG);
+							   "replicant pipeline", LOG, false);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
@@ -574,6 +610,9 @@ replicant_worker_main(Datum main_arg)
 	w->slot_index = DatumGetInt32(main_arg);
 	worker_attach(w, &args);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	w->slot->connected = true;
+	LWLockRelease(replicant_shmem->lock);
 	replicant_encoder_pin_settings();
 	replicant_pin_worker_settings();
 
@@ -582,11 +621,13 @@ replicant_worker_main(Datum main_arg)
 	PG_TRY();
 	{
 		load_pipeline(w, args.pipeline_id);
+		count_run(w, args.start_over);
 		run_pipeline(w);
 	}
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(context);
+		commit_before_quiet_stop(w);
 		replicant_stop_signal_exit_if_asked();
 		worker_failed(w, args.pipeline_id);
 	}
@@ -635,7 +676,8 @@ start_streaming(Worker *w)
 			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
 					w->pipeline->name, LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder)))));
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
-	confirm(w, Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn));
+	w->start_lsn = Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn);
+	confirm(w, w->start_lsn);
 	w->backfill = replicant_backfill_next(w->pipeline->id);
 }
 
