@@ -707,12 +707,12 @@ terminate_shard_workers(int code, Datum arg)
 }
 
 /*
- * Runs snapshot_workers shard workers until they have all exited.  A shard
- * worker exits cleanly only once it finds nothing left to claim, having
- * finished what it claimed; so when all exited cleanly every shard is done.
- * Returns false when one failed (its shard stays claimed until a resume).
- * The catalog cannot be read here: this process is inside the exporting
- * transaction, whose snapshot is the old one.
+ * Runs snapshot_workers shard workers until they have all exited.  Returns
+ * false when one failed (its shard stays claimed until a resume).  A clean
+ * exit does not prove every shard done: a worker the postmaster could not
+ * start (fork failed) or that a stop ended quietly read nothing, so the
+ * caller asks the catalog once the exporting transaction ended (inside it,
+ * this process sees the catalog as of the old snapshot).
  */
 static bool
 run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
@@ -894,6 +894,14 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 
 	/* Every shard is read: the exported snapshot is no longer needed. */
 	CommitTransactionCommand();
+
+	/*
+	 * Unless a shard worker was never started (the postmaster could not
+	 * fork it), or ended on a stop without a word: the catalog says.
+	 */
+	if (count_unfinished_shards(pipeline->id, false) > 0)
+		restart_snapshot(slot, pipeline, "a snapshot worker ended with its shards unread",
+						 "a snapshot worker ended with its shards unread");
 	send_markers(slot, pipeline, sink, true);
 	replicant_sink_destroy(sink);
 	ereport(LOG,
