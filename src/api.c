@@ -41,7 +41,6 @@
 #include "utils/rls.h"
 #include "utils/syscache.h"
 #include "utils/tuplestore.h"
-#include "utils/varlena.h"
 #include "utils/wait_event.h"
 
 #include "backfill.h"
@@ -156,23 +155,6 @@ register_xact_callback(void)
 /*
  * Server prerequisites
  */
-static bool
-output_plugin_allowed(void)
-{
-	const char *setting = GetConfigOption("output_plugin_libraries", true, false);
-	List *names;
-	ListCell *lc;
-
-	if (setting == NULL)
-		return true; /* servers before 15.19 load any plugin */
-	if (!SplitIdentifierString(pstrdup(setting), ',', &names))
-		return false;
-	foreach(lc, names)
-		if (strcmp(lfirst(lc), "replicant") == 0)
-			return true;
-	return false;
-}
-
 static void
 check_prerequisites(void)
 {
@@ -186,7 +168,7 @@ check_prerequisites(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("replicant requires \"wal_level\" to be \"logical\""),
 				 errhint("Set \"wal_level = logical\" and restart the server.")));
-	if (!output_plugin_allowed())
+	if (!replicant_plugin_gate_server_allows())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("\"output_plugin_libraries\" does not list \"replicant\""),

@@ -52,7 +52,6 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-#include "utils/varlena.h"
 
 #include "backfill.h"
 #include "batch.h"
@@ -230,25 +229,12 @@ commit_pending_if_possible(Worker *w)
 	PG_END_TRY();
 }
 
-/* Servers from 15.19 on load only output plugins listed in this setting. */
+/* Servers from 15.19 on load only output plugins listed in output_plugin_libraries. */
 static void
 check_output_plugin_allowed(Worker *w)
 {
-	const char *setting = GetConfigOption("output_plugin_libraries", true, false);
-	char *copy;
-	List *names;
-	ListCell *lc;
-
-	if (setting == NULL)
-		return;
-	copy = pstrdup(setting);
-	if (SplitIdentifierString(copy, ',', &names))
-	{
-		foreach(lc, names)
-			if (strcmp(lfirst(lc), "replicant") == 0)
-				return;
-	}
-	worker_halt(w, "\"output_plugin_libraries\" does not list \"replicant\"");
+	if (!replicant_plugin_gate_server_allows())
+		worker_halt(w, "\"output_plugin_libraries\" does not list \"replicant\"");
 }
 
 /* Counts an acknowledged request in replicant.status. */
