@@ -6,6 +6,7 @@ OBJS = \
 	src/module.o \
 	src/replicant.o \
 	src/shmem.o \
+	src/dropdb.o \
 	src/launcher.o \
 	src/sync.o \
 	src/worker.o \

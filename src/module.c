@@ -12,6 +12,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "dropdb.h"
 #include "fault.h"
 #include "launcher.h"
 #include "redact.h"
@@ -41,4 +42,5 @@ _PG_init(void)
 	MarkGUCPrefixReserved("replicant");
 
 	replicant_shmem_init();
+	replicant_dropdb_init();
 }

@@ -152,7 +152,7 @@ replicant_slot_free_count(void)
 }
 
 bool
-replicant_slot_any_active(Oid dboid)
+replicant_slot_any_active(Oid dboid, bool ours)
 {
 	bool active = false;
 	int i;
@@ -163,7 +163,7 @@ replicant_slot_any_active(Oid dboid)
 		ReplicationSlot *s = &ReplicationSlotCtl->replication_slots[i];
 
 		active |= (s->in_use && s->active_pid != 0 && s->data.database == dboid &&
-				   strcmp(NameStr(s->data.plugin), "replicant") == 0);
+				   (strcmp(NameStr(s->data.plugin), "replicant") == 0) == ours);
 	}
 	LWLockRelease(ReplicationSlotControlLock);
 	return active;

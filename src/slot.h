@@ -65,8 +65,11 @@ extern bool replicant_slot_drop(const char *name);
 /* Replication slots not in use, of max_replication_slots. */
 extern int replicant_slot_free_count(void);
 
-/* Whether a slot of the database that replicant's plugin decodes is in use. */
-extern bool replicant_slot_any_active(Oid dboid);
+/*
+ * Whether a logical slot of the database is in use that replicant's plugin
+ * decodes (ours) or that another plugin does (not ours).
+ */
+extern bool replicant_slot_any_active(Oid dboid, bool ours);
 
 /*
  * Names of this database's slots that replicant's plugin decodes, named
