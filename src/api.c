@@ -46,6 +46,7 @@
 #include "backfill.h"
 #include "catalog.h"
 #include "compat.h"
+#include "fault.h"
 #include "format.h"
 #include "headers.h"
 #include "redact.h"
@@ -78,6 +79,10 @@ PG_FUNCTION_INFO_V1(replicant_pipeline_definitions);
 static bool slot_created_in_xact = false;
 static bool xact_callback_registered = false;
 static bool resync_on_abort = false;
+/* The pipelines drop_pipeline drops in this transaction (in TopMemoryContext). */
+static List *dropping_pipelines = NIL;
+
+static void clear_dropping(void);
 
 /* Pipelines resumed in this transaction (in TopMemoryContext). */
 static List *resumed_at_commit = NIL;
@@ -126,6 +131,8 @@ api_xact_callback(XactEvent event, void *arg)
 				ReplicationSlotRelease();
 			slot_created_in_xact = false;
 			resync_on_abort = false;
+			list_free(dropping_pipelines);
+			dropping_pipelines = NIL;
 			if (resumed_at_commit != NIL)
 				clear_resumed_halts();
 			list_free(resumed_at_commit);
@@ -135,6 +142,10 @@ api_xact_callback(XactEvent event, void *arg)
 			list_free(resumed_at_commit);
 			resumed_at_commit = NIL;
 			slot_created_in_xact = false;
+			if (dropping_pipelines != NIL)
+				clear_dropping();
+			list_free(dropping_pipelines);
+			dropping_pipelines = NIL;
 			if (resync_on_abort)
 				replicant_shmem_request_sync(MyDatabaseId);
 			resync_on_abort = false;
@@ -1441,26 +1452,53 @@ replicant_resume_pipeline(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* Stops the pipeline's worker so its slot can be dropped. */
+/*
+ * Stops the pipeline's worker so its slot can be dropped.  Until this
+ * transaction ends the slot stays marked dropping: a sync that read the
+ * row before the delete commits cannot make it runnable again, and neither
+ * the launcher nor the worker starts it.  An abort clears the mark and
+ * re-syncs.
+ */
 static void
 stop_worker(int32 pipeline_id)
 {
 	ReplicantPipelineSlot *slot;
 	pid_t pid = 0;
+	MemoryContext old;
 
+	register_xact_callback();
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	dropping_pipelines = lappend_int(dropping_pipelines, pipeline_id);
+	MemoryContextSwitchTo(old);
+	resync_on_abort = true;
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
 	if (slot)
 	{
-		/* Keeps the launcher from restarting it; an abort re-syncs. */
 		slot->runnable = false;
+		slot->dropping = true;
 		pid = slot->pid;
 	}
 	LWLockRelease(replicant_shmem->lock);
-	resync_on_abort = true;
-	register_xact_callback();
 	if (pid != 0)
 		kill(pid, SIGTERM);
+}
+
+/* drop_pipeline failed: the pipelines it was dropping may run again. */
+static void
+clear_dropping(void)
+{
+	ReplicantPipelineSlot *slot;
+	ListCell *lc;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	foreach(lc, dropping_pipelines)
+	{
+		slot = replicant_shmem_find(MyDatabaseId, lfirst_int(lc));
+		if (slot)
+			slot->dropping = false;
+	}
+	LWLockRelease(replicant_shmem->lock);
 }
 
 /* drop_pipeline(name): stops the worker, drops the slot and all state. */
@@ -1489,6 +1527,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	replicant_catalog_leave(&s);
 
 	stop_worker(ref.id);
+	replicant_fault("drop_pipeline");
 	if (!replicant_slot_drop(ref.slot_name) &&
 		replicant_slot_owner(ref.slot_name) == REPLICANT_SLOT_FOREIGN)
 		ereport(WARNING,

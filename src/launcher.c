@@ -607,7 +607,7 @@ reconcile_workers(void)
 			LWLockRelease(replicant_shmem->lock);
 		}
 		running = (w->handle != NULL);
-		wanted = copy.in_use && copy.runnable;
+		wanted = copy.in_use && copy.runnable && !copy.dropping;
 
 		/* Enabled or resumed: a deliberate start owes nothing to past failures. */
 		if (wanted && !w->wanted)

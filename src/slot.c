@@ -6,11 +6,17 @@
 
 #include "miscadmin.h"
 #include "replication/slot.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "compat.h"
 #include "plugin_gate.h"
 #include "replicant.h"
 #include "slot.h"
+
+/* How long drop_pipeline waits for the worker it stopped to let go of the slot. */
+#define SLOT_DROP_WAIT_MS 60000
 
 LogicalDecodingContext *
 replicant_slot_create(const char *name, bool failover, bool need_full_snapshot)
@@ -124,17 +130,54 @@ replicant_slot_acquire(const char *name)
 	return psprintf("replication slot \"%s\" was invalidated (invalidation_reason %s)", name, invalidation);
 }
 
+/* The process holding the slot, or 0. */
+static pid_t
+slot_holder(const char *name)
+{
+	ReplicationSlot *slot;
+	pid_t pid = 0;
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	slot = SearchNamedReplicationSlot(name, false);
+	if (slot != NULL)
+	{
+		SpinLockAcquire(&slot->mutex);
+		pid = slot->active_pid;
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(ReplicationSlotControlLock);
+	return pid;
+}
+
 bool
 replicant_slot_drop(const char *name)
 {
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SLOT_DROP_WAIT_MS);
+	pid_t holder;
+
 	if (replicant_slot_owner(name) != REPLICANT_SLOT_OURS)
 		return false;
 
+	/* Waits, for a while, for a worker still holding it to let go. */
+	while ((holder = slot_holder(name)) != 0)
+	{
+		if (GetCurrentTimestamp() >= deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("replication slot \"%s\" is still in use by process %d", name, (int) holder),
+					 errhint("Try again once that process has exited.")));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+
 	/*
-	 * Waits for a worker still holding it to let go.  Only a role that may
-	 * drop any slot (REPLICATION) could replace it in between.
+	 * Without waiting: a process that took it meanwhile makes this an
+	 * error, never a wait without end.  Only a role that may drop any slot
+	 * (REPLICATION) could replace it in between.
 	 */
-	ReplicationSlotDrop(name, false);
+	ReplicationSlotDrop(name, true);
 	return true;
 }
 

@@ -57,8 +57,9 @@ extern char *replicant_slot_acquire(const char *name);
 
 /*
  * Drops the slot if it is replicant's and of this database, waiting for a
- * process holding it to let go; returns whether it did.  A slot of that
- * name that is not (REPLICANT_SLOT_FOREIGN) is left alone.
+ * process holding it to let go, for a minute at most (then an error);
+ * returns whether it did.  A slot of that name that is not
+ * (REPLICANT_SLOT_FOREIGN) is left alone.
  */
 extern bool replicant_slot_drop(const char *name);
 

@@ -284,9 +284,13 @@ mirror_rows(List *rows, List *halts)
 			slot->phase = REPLICANT_PHASE_STARTING;
 			slot->failure[0] = '\0';
 			slot->halt_request[0] = '\0';
+			slot->dropping = false;
 		}
 		/* A halt the launcher asked for and no sync recorded yet stands. */
 		if (slot->halt_request[0] != '\0')
+			row->runnable = false;
+		/* Being dropped: the row shows until drop_pipeline commits. */
+		if (slot->dropping)
 			row->runnable = false;
 		if (row->runnable && !slot->runnable && slot->pid == 0)
 		{
