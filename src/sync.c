@@ -438,6 +438,9 @@ sync_database(void)
 	MemoryContextSwitchTo(old);
 	rows = read_rows_unless_dropped(&halts);
 	CommitTransactionCommand();
+	/* Both lists outlive the contexts the commit and SPI_finish() freed. */
+	Assert(rows == NIL || GetMemoryChunkContext(rows) == TopMemoryContext);
+	Assert(inactive == NIL || GetMemoryChunkContext(inactive) == TopMemoryContext);
 
 	mirror_rows(rows, halts);
 	drop_orphan_slots(inactive, rows);
