@@ -12,9 +12,11 @@ OBJS = \
 	src/worker.o \
 	src/runs.o \
 	src/catalog.o \
+	src/install.o \
 	src/pipeline.o \
 	src/decoder.o \
 	src/slot.o \
+	src/slot_position.o \
 	src/delivery.o \
 	src/output_plugin.o \
 	src/publication.o \
@@ -30,6 +32,8 @@ OBJS = \
 	src/encode_scalar.o \
 	src/guc_pin.o \
 	src/backfill.o \
+	src/backfill_plan.o \
+	src/key_order.o \
 	src/chunk.o \
 	src/batch.o \
 	src/headers.o \

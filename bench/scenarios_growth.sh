@@ -25,7 +25,7 @@ pipelines_create_disabled() { # PREFIX FIRST LAST PUB
 
 # ------------------------------------------------- 8: catch-up vs pgoutput --
 #
-# The target 4: 200k single-row transactions; replicant's catch-up
+# Target 4 (bench/RESULTS.md): 200k single-row transactions; replicant's catch-up
 # beside the in-server decode-only limit of pgoutput over the same WAL:
 #   SELECT count(*) FROM pg_logical_slot_peek_binary_changes(slot, end, NULL,
 #          'proto_version', '1', 'publication_names', PUB)

@@ -7,18 +7,67 @@
 -- function), and one meant for replicant_admin is granted to it here.
 \echo Use "ALTER EXTENSION replicant UPDATE" to load this file. \quit
 
+-- ---- The extension's schema belongs to a superuser (this section comes
+-- first, before anything else runs in the schema).  A schema "replicant"
+-- that existed before CREATE EXTENSION (made by any role with CREATE on the
+-- database, or left behind by DROP EXTENSION) keeps its owner, who could
+-- rename it, or drop replicant's tables in it and make its own, whose
+-- triggers replicant's background workers would then fire as a superuser.
+-- So installing or updating to 0.3.0 refuses an extension schema that is
+-- not named "replicant" or whose owner is not a superuser; the library
+-- refuses to work in it too (README, Security).  An error here rolls back
+-- the whole CREATE EXTENSION: nothing of 0.1.0's and 0.2.0's scripts, which
+-- ran before (calling only qualified functions and operators), stays.
+DO $$
+DECLARE
+    schema_name name;
+    owner_name name;
+    owner_is_super boolean;
+BEGIN
+    SELECT n.nspname, r.rolname, r.rolsuper INTO schema_name, owner_name, owner_is_super
+      FROM pg_catalog.pg_extension e
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+      JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE e.extname OPERATOR(pg_catalog.=) 'replicant';
+    IF schema_name OPERATOR(pg_catalog.<>) 'replicant' THEN
+        RAISE EXCEPTION 'the schema of extension "replicant" is not named "replicant"'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('It is named "%s".', schema_name),
+                  HINT = 'Rename it back to "replicant" (ALTER SCHEMA ... RENAME TO replicant), and run the command again.';
+    END IF;
+    IF NOT owner_is_super THEN
+        RAISE EXCEPTION 'schema "replicant" is owned by role "%", which is not a superuser', owner_name
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The owner of the schema could replace replicant''s tables with its own, whose code replicant would run as a superuser.',
+                  HINT = 'Drop the schema (DROP SCHEMA replicant) before CREATE EXTENSION replicant; or, once you have checked every object in it, make a superuser its owner (ALTER SCHEMA replicant OWNER TO ...) and run the command again.';
+    END IF;
+END
+$$;
+
+-- The fresh-installation test below: whether a row (its xmin) was written by
+-- the running transaction.  age(xmin) <= 0 says so only until 2^31
+-- transactions later, when age wraps.
+CREATE FUNCTION replicant._xid_is_current(xid) RETURNS boolean
+LANGUAGE C STRICT STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_xid_is_current';
+REVOKE ALL ON FUNCTION replicant._xid_is_current(xid) FROM PUBLIC;
+COMMENT ON FUNCTION replicant._xid_is_current(xid) IS
+    'API: Private. Whether the transaction ID is the running transaction''s (or one of its subtransactions''), for the installation script';
+
 -- ---- Slot names are cluster-wide, pipeline names per database: a new
--- pipeline's slot is replicant_<database OID>_<name> (a name too long for
+-- pipeline's slot is replicant<database OID>_<name> (a name too long for
 -- that keeps its start and gets its hash), and the row records it.  Existing
--- pipelines keep the slot they have, replicant_<name>: the update re-delivers
--- and loses nothing.  replicant never decodes, adopts or drops a slot of
+-- pipelines keep the slot they have, replicant_<name>, which no new name
+-- equals (a digit follows "replicant" in these): the update re-delivers and
+-- loses nothing.  replicant never decodes, adopts or drops a slot of
 -- another database or another output plugin, whatever its name.
 ALTER TABLE replicant.pipelines ADD COLUMN slot_name name;
 UPDATE replicant.pipelines SET slot_name = ('replicant_' || name)::name;
 ALTER TABLE replicant.pipelines ALTER COLUMN slot_name SET NOT NULL;
 ALTER TABLE replicant.pipelines ADD CONSTRAINT pipelines_slot_name_key UNIQUE (slot_name);
 COMMENT ON COLUMN replicant.pipelines.slot_name IS
-    'API: Private. The pipeline''s replication slot: replicant_<database OID>_<name>, or replicant_<name> for a pipeline created before 0.3.0.';
+    'API: Private. The pipeline''s replication slot: replicant<database OID>_<name>, or replicant_<name> for a pipeline created before 0.3.0.';
 
 -- ---- replicant.status shows a sink URL's path and query (where tokens often
 -- live) only to the pipeline's owner (its members, superusers); every other
@@ -321,7 +370,7 @@ BEGIN
                     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
                       AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
                       AND e.extname OPERATOR(pg_catalog.=) 'replicant'
-                      AND pg_catalog.age(d.xmin) OPERATOR(pg_catalog.<=) 0) THEN
+                      AND replicant._xid_is_current(d.xmin)) THEN
         RETURN;    -- an update
     END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_default_acl
@@ -430,6 +479,35 @@ COMMENT ON TABLE replicant.pipeline_epochs IS
     'API: Private. A pipeline''s decoding options before an alter_pipeline call, for the commits before it.';
 
 -- ----------------------------------------------------------------------------
+-- CloudEvents read ids tell every row apart without revealing it: a digest
+-- of the row's replica identity (unpublished columns included), or of where
+-- it lies for a table without one, keyed by this random key of the
+-- pipeline, which never leaves the server.
+ALTER TABLE replicant.pipelines ADD COLUMN event_id_key bytea NOT NULL
+    DEFAULT pg_catalog.sha256(pg_catalog.convert_to(
+        pg_catalog.gen_random_uuid()::pg_catalog.text
+        OPERATOR(pg_catalog.||) pg_catalog.gen_random_uuid()::pg_catalog.text, 'UTF8'));
+COMMENT ON COLUMN replicant.pipelines.event_id_key IS
+    'API: Private. Secret key of the digests in CloudEvents read ids; random per pipeline.';
+
+-- ----------------------------------------------------------------------------
+-- How far replicant may have confirmed a pipeline's slot beyond the
+-- checkpoint's end (a new slot's consistent point, WAL that delivered
+-- nothing): a worker that finds its slot further than both halts, since
+-- something else moved it (pg_replication_slot_advance()).  A resume of
+-- that halt accepts the gap: its cause names the position.  A shape
+-- change's cause names the shape the table changed into.
+CREATE TABLE replicant.slot_positions (
+    pipeline_id   integer PRIMARY KEY REFERENCES replicant.pipelines ON DELETE CASCADE,
+    confirmed_lsn pg_lsn NOT NULL
+);
+REVOKE ALL ON replicant.slot_positions FROM PUBLIC;
+COMMENT ON TABLE replicant.slot_positions IS
+    'API: Private. How far replicant may have confirmed each pipeline''s slot, besides the checkpoint''s end.';
+COMMENT ON COLUMN replicant.pipelines.halt_cause IS
+    'API: Private. What resuming the halt accepts while decoding (publication:<name>, schema:<relid>:<shape digest>, privilege:<relid>, slot:<lsn>), or NULL: nothing.';
+
+-- ----------------------------------------------------------------------------
 -- No crash loop across crash restarts.  A worker that dies by a signal (a
 -- segmentation fault, the OOM killer) makes the postmaster restart the
 -- whole server, which forgets the launcher's count of failed runs; each run
@@ -445,3 +523,47 @@ REVOKE ALL ON replicant.worker_runs FROM PUBLIC;
 COMMENT ON TABLE replicant.worker_runs IS
     'API: Private. Runs of each pipeline''s worker in a row without progress, across crash restarts.';
 INSERT INTO replicant.worker_runs (pipeline_id) SELECT id FROM replicant.pipelines;
+
+-- ---- Privileges nobody granted on purpose (keep this section last: it
+-- covers every object made above).  Default privileges of the installing
+-- role (ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO ..., global or
+-- for the schema) give each table made above to their grantees, and
+-- pg_monitor has USAGE on the schema: replicant.pipelines holds secrets.
+-- So, at every installation and update, nobody but a table's or sequence's
+-- owner keeps any privilege on it (views keep their grants: they show only
+-- what is safe to show); a function this transaction made is executable
+-- only by its owner, PUBLIC and replicant_admin, as granted above.
+GRANT EXECUTE ON FUNCTION replicant._sink_url(text, oid) TO PUBLIC;   -- the status view calls it
+DO $$
+DECLARE
+    target record;
+    admin pg_catalog.oid := coalesce((SELECT oid FROM pg_catalog.pg_roles
+                                       WHERE rolname OPERATOR(pg_catalog.=) 'replicant_admin'), 0);
+BEGIN
+    FOR target IN
+        SELECT DISTINCT CASE c.relkind WHEN 'S' THEN 'SEQUENCE ' ELSE 'TABLE ' END
+                            OPERATOR(pg_catalog.||) c.oid::pg_catalog.regclass::pg_catalog.text AS object,
+               a.grantee
+          FROM pg_catalog.pg_class c
+          CROSS JOIN LATERAL (SELECT x.grantee FROM pg_catalog.aclexplode(c.relacl) x
+                              UNION ALL
+                              SELECT x.grantee
+                                FROM pg_catalog.pg_attribute t, pg_catalog.aclexplode(t.attacl) x
+                               WHERE t.attrelid OPERATOR(pg_catalog.=) c.oid) a
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'replicant'::pg_catalog.regnamespace
+           AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p,S}')
+           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+        UNION
+        SELECT DISTINCT 'FUNCTION ' OPERATOR(pg_catalog.||) p.oid::pg_catalog.regprocedure::pg_catalog.text,
+               a.grantee
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'replicant'::pg_catalog.regnamespace
+           AND replicant._xid_is_current(p.xmin)
+           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[p.proowner, 0, admin])
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s CASCADE', target.object,
+                                  CASE WHEN target.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                       ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(target.grantee)) END);
+    END LOOP;
+END
+$$;

@@ -9,6 +9,9 @@
  * are never missed; it stays ephemeral (dropped on error) until the
  * transaction commits.  Changes reach the workers through the launcher,
  * which is asked to re-read this database only once the caller commits.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn: stop_worker_and_wait), §9 (privileges).
  */
 #include "postgres.h"
 
@@ -43,7 +46,7 @@
 #include "utils/tuplestore.h"
 #include "utils/wait_event.h"
 
-#include "backfill.h"
+#include "backfill_plan.h"
 #include "catalog.h"
 #include "compat.h"
 #include "fault.h"
@@ -57,8 +60,10 @@
 #include "replicant.h"
 #include "runs.h"
 #include "shmem.h"
+#include "sink_ddl.h"
 #include "signing.h"
 #include "slot.h"
+#include "slot_position.h"
 #include "waiver.h"
 
 PG_FUNCTION_INFO_V1(replicant_create_pipeline);
@@ -716,8 +721,8 @@ run_update(const char *sql, int nargs, Oid *argtypes, Datum *args, const char *n
 		elog(ERROR, "could not update replicant.pipelines");
 }
 
-/* Creates the pipeline's logical slot, ephemeral until commit. */
-static void
+/* Creates the pipeline's logical slot, ephemeral until commit; returns its consistent point. */
+static XLogRecPtr
 create_slot(const char *slot_name, bool failover)
 {
 	LogicalDecodingContext *ctx;
@@ -736,6 +741,7 @@ create_slot(const char *slot_name, bool failover)
 	ctx = replicant_slot_create(slot_name, failover, false);
 	slot_created_in_xact = true;
 	FreeDecodingContext(ctx);
+	return MyReplicationSlot->data.confirmed_flush;
 }
 
 /*
@@ -961,16 +967,18 @@ warn_tables_leaving_toast_out(List *relids, const char *format)
 /*
  * Format 'clickhouse' names each target after its table, without the
  * schema: refuse two published tables of one name, which would mix their
- * rows in one target.
+ * rows in one target; and a delivered column named as one the format adds
+ * (sink_ddl.c raises that error).
  */
 static void
-check_targets_distinct(List *relids, const char *format)
+check_targets_distinct(ArrayType *publications, List *relids, const char *format)
 {
 	Oid argtypes[1] = {OIDARRAYOID};
 	Datum args[1];
 
 	if (relids == NIL || strcmp(format, "clickhouse") != 0)
 		return;
+	(void) replicant_sink_ddl_tables(publications, false, CurrentMemoryContext);
 	args[0] = PointerGetDatum(oid_array(relids));
 	if (SPI_execute_with_args("SELECT n1.nspname, c1.relname, n2.nspname"
 							  "  FROM pg_catalog.pg_class c1"
@@ -1078,7 +1086,7 @@ check_create_catalog(const char *name, const char *slot_name, Oid owner,
 		replicant_format_lookup(TextDatumGetCString(o->values[OPT_FORMAT]))->whole_rows)
 		warn_tables_leaving_toast_out(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_FORMAT])
-		check_targets_distinct(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
+		check_targets_distinct(pubs, tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_CREATE_TABLES])
 		check_create_tables(DatumGetBool(o->values[OPT_CREATE_TABLES]),
 							o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
@@ -1170,6 +1178,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	char *snapshot;
 	int32 pipeline_id;
 	List *tables;
+	XLogRecPtr slot_point = InvalidXLogRecPtr;
 
 	replicant_redact_statements();
 	PreventInTransactionBlock(true, "replicant.create_pipeline()");
@@ -1191,9 +1200,12 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
+		slot_point = create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
 	pipeline_id = insert_pipeline(name, slot_name, owner, &o, PG_NARGS());
 	replicant_runs_start_over(pipeline_id);
+	/* What the worker finds beyond it, something else moved (slot_position.h). */
+	if (!XLogRecPtrIsInvalid(slot_point))
+		replicant_slot_position_create(pipeline_id, slot_point);
 	save_table_shapes(pipeline_id, tables);
 	if (strcmp(snapshot, "incremental") == 0)
 	{
@@ -1375,12 +1387,14 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 							o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
 												  pipeline_format(ref.id));
 	if (o.given[OPT_FORMAT] || o.given[OPT_PUBLICATION])
-		check_targets_distinct(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
-																		  DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
-																		  ref.publications,
-																	  true),
+	{
+		ArrayType *pubs = o.given[OPT_PUBLICATION] ? DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
+													 ref.publications;
+
+		check_targets_distinct(pubs, replicant_publication_published_tables(pubs, true),
 							   o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
 													 pipeline_format(ref.id));
+	}
 	replicant_catalog_leave(&s);
 	stop_worker_and_wait(ref.id);
 
@@ -1510,6 +1524,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	ReplicantCatalogAccess s;
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1];
+	char *slot_name;
 
 	/* Dropping a slot cannot be rolled back. */
 	PreventInTransactionBlock(true, "replicant.drop_pipeline()");
@@ -1524,14 +1539,15 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	if (SPI_execute_with_args("DELETE FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete from replicant.pipelines");
+	/* What the lookup allocated goes with SPI's memory at the leave. */
+	slot_name = MemoryContextStrdup(s.saved_context, ref.slot_name);
 	replicant_catalog_leave(&s);
 
 	stop_worker(ref.id);
 	replicant_fault("drop_pipeline");
-	if (!replicant_slot_drop(ref.slot_name) &&
-		replicant_slot_owner(ref.slot_name) == REPLICANT_SLOT_FOREIGN)
+	if (replicant_slot_drop(slot_name, false) == REPLICANT_SLOT_FOREIGN)
 		ereport(WARNING,
-				(errmsg("replication slot \"%s\" was left in place", ref.slot_name),
+				(errmsg("replication slot \"%s\" was left in place", slot_name),
 				 errdetail("It belongs to another database or output plugin, not to pipeline \"%s\".", name)));
 
 	replicant_shmem_request_sync_at_commit();

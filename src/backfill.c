@@ -34,18 +34,16 @@
  * VACUUM FULL, CLUSTER or TRUNCATE rewrote the table.  Keyset and bitmap
  * compare and order the key with the operators of its index's operator
  * families, in the index's column order, whatever the search_path.
+ *
+ * Rules kept with other files: docs/internals.md §2 (the watermark protocol),
+ * §9 (privileges).
  */
 #include "postgres.h"
 
-#include <math.h>
-
-#include "access/genam.h"
-#include "access/stratnum.h"
 #include "access/table.h"
 #include "access/transam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/pg_operator.h"
 #include "catalog/pg_type_d.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
@@ -59,421 +57,27 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "backfill.h"
 #include "catalog.h"
 #include "compat.h"
 #include "encoder.h"
+#include "fault.h"
 #include "format.h"
+#include "key_order.h"
 #include "partition_root.h"
 #include "publication.h"
 #include "pubfilter.h"
 #include "row_key.h"
 #include "table_read.h"
 
-/* Rows per keyset chunk; blocks per ctid chunk; rows per bitmap range. */
-#define CHUNK_ROWS 2000
+/* Blocks per ctid chunk. */
 #define CHUNK_BLOCKS 32
 /* Rows fetched from a chunk's cursor at a time. */
 #define FETCH_ROWS 200
 /* Wait before a chunk whose snapshot missed a commit is tried again. */
 #define GAP_RETRY_MS 100
-/* Blocks sampled for the physical order of a table without statistics. */
-#define ORDER_SAMPLE_BLOCKS 200
-
-/* |correlation| of the leading key column from which keyset reads in order. */
-#define KEYSET_CORRELATION 0.8
-
-/*
- * The key's columns as its index orders them, with the operators of the
- * index's operator families as SQL text (OPERATOR(schema.name)): a type's
- * operators found through the search_path (pinned to pg_catalog in the
- * worker) can be another type's, citext's "<" resolving to text's.
- */
-typedef struct KeyOrder
-{
-	List *names;     /* column names */
-	List *types;     /* their types, qualified */
-	List *order_ops; /* ORDER BY ... USING, as the index orders */
-	List *after_ops; /* "comes after" in that order */
-	List *eq_ops;
-	List *lt_ops; /* ascending, whatever the index */
-	List *ge_ops;
-} KeyOrder;
-
-static char *
-qualified_operator(Oid opno)
-{
-	HeapTuple tuple = SearchSysCache1(OPEROID, ObjectIdGetDatum(opno));
-	Form_pg_operator op;
-	char *sql;
-
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for operator %u", opno);
-	op = (Form_pg_operator) GETSTRUCT(tuple);
-	sql = psprintf("OPERATOR(%s.%s)", quote_identifier(get_namespace_name(op->oprnamespace)),
-				   NameStr(op->oprname));
-	ReleaseSysCache(tuple);
-	return sql;
-}
-
-/* The index the key comes from: the replica identity's, else the primary key. */
-static Oid
-key_index(Relation rel)
-{
-	Oid index = RelationGetReplicaIndex(rel);
-
-	return OidIsValid(index) ? index : REPLICANT_PRIMARY_KEY_INDEX(rel);
-}
-
-static KeyOrder *
-key_order(Relation rel)
-{
-	KeyOrder *order = palloc0(sizeof(KeyOrder));
-	Oid indexoid = key_index(rel);
-	Relation index;
-	int i;
-
-	if (!OidIsValid(indexoid))
-		elog(ERROR, "table \"%s\" has no key index", RelationGetRelationName(rel));
-	index = index_open(indexoid, AccessShareLock);
-	for (i = 0; i < IndexRelationGetNumberOfKeyAttributes(index); i++)
-	{
-		AttrNumber attnum = index->rd_index->indkey.values[i];
-		Oid family = index->rd_opfamily[i];
-		Oid type = index->rd_opcintype[i];
-		bool desc = (index->rd_indoption[i] & INDOPTION_DESC) != 0;
-		Oid lt = get_opfamily_member(family, type, type, BTLessStrategyNumber);
-		Oid gt = get_opfamily_member(family, type, type, BTGreaterStrategyNumber);
-		Oid eq = get_opfamily_member(family, type, type, BTEqualStrategyNumber);
-		Oid ge = get_opfamily_member(family, type, type, BTGreaterEqualStrategyNumber);
-
-		if (attnum <= 0 || !OidIsValid(lt) || !OidIsValid(gt) || !OidIsValid(eq) || !OidIsValid(ge))
-			elog(ERROR, "key index of table \"%s\" is not a btree index on columns",
-				 RelationGetRelationName(rel));
-		order->names = lappend(order->names,
-							   pstrdup(NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname)));
-		order->types = lappend(order->types,
-							   format_type_be_qualified(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid));
-		order->order_ops = lappend(order->order_ops, qualified_operator(desc ? gt : lt));
-		order->after_ops = lappend(order->after_ops, qualified_operator(desc ? lt : gt));
-		order->eq_ops = lappend(order->eq_ops, qualified_operator(eq));
-		order->lt_ops = lappend(order->lt_ops, qualified_operator(lt));
-		order->ge_ops = lappend(order->ge_ops, qualified_operator(ge));
-	}
-	index_close(index, AccessShareLock);
-	return order;
-}
-
-/* "ORDER BY a USING op, b USING op" as the key index orders. */
-static void
-append_order_by(StringInfo sql, KeyOrder *order)
-{
-	ListCell *lc;
-	ListCell *lo;
-
-	appendStringInfoString(sql, " ORDER BY ");
-	forboth(lc, order->names, lo, order->order_ops)
-		appendStringInfo(sql, "%s%s USING %s", foreach_current_index(lc) ? ", " : "",
-						 quote_identifier(lfirst(lc)), (char *) lfirst(lo));
-}
-
-/*
- * "The key comes after the cursor ($1, $2, ...)": one row comparison when
- * every column compares with the same operator, else spelled out column by
- * column.
- */
-static void
-append_after_cursor(StringInfo sql, KeyOrder *order)
-{
-	int n = list_length(order->names);
-	bool same = true;
-	int i;
-	int j;
-
-	for (i = 1; i < n; i++)
-		same &= strcmp(list_nth(order->after_ops, i), linitial(order->after_ops)) == 0;
-	if (same)
-	{
-		appendStringInfoString(sql, "ROW(");
-		for (i = 0; i < n; i++)
-			appendStringInfo(sql, "%s%s", i ? ", " : "",
-							 quote_identifier(list_nth(order->names, i)));
-		appendStringInfo(sql, ") %s ROW(", (char *) linitial(order->after_ops));
-		for (i = 0; i < n; i++)
-			appendStringInfo(sql, "%s$%d::%s", i ? ", " : "", i + 1,
-							 (char *) list_nth(order->types, i));
-		appendStringInfoChar(sql, ')');
-		return;
-	}
-	appendStringInfoChar(sql, '(');
-	for (i = 0; i < n; i++)
-	{
-		appendStringInfo(sql, "%s(", i ? " OR " : "");
-		for (j = 0; j < i; j++)
-			appendStringInfo(sql, "%s %s $%d::%s AND ",
-							 quote_identifier(list_nth(order->names, j)),
-							 (char *) list_nth(order->eq_ops, j), j + 1,
-							 (char *) list_nth(order->types, j));
-		appendStringInfo(sql, "%s %s $%d::%s)",
-						 quote_identifier(list_nth(order->names, i)),
-						 (char *) list_nth(order->after_ops, i), i + 1,
-						 (char *) list_nth(order->types, i));
-	}
-	appendStringInfoChar(sql, ')');
-}
-
-/*
- * How well the table's physical order follows the key's, from the first
- * rows of evenly spread blocks (rank correlation, as pg_stats.correlation
- * is), for a table never analysed.  Needs SPI.
- */
-static bool
-sampled_correlation(Relation rel, KeyOrder *order, double *correlation)
-{
-	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
-	StringInfoData tids;
-	StringInfoData sql;
-	Oid argtypes[1] = {TEXTOID};
-	Datum args[1];
-	bool isnull = true;
-	BlockNumber i;
-	BlockNumber step;
-
-	if (nblocks == 0)
-		return false;
-	step = Max(1, nblocks / ORDER_SAMPLE_BLOCKS);
-	initStringInfo(&tids);
-	appendStringInfoChar(&tids, '{');
-	for (i = 0; i < nblocks; i += step)
-		appendStringInfo(&tids, "%s\"(%u,1)\",\"(%u,2)\",\"(%u,3)\"", i ? "," : "", i, i, i);
-	appendStringInfoChar(&tids, '}');
-	args[0] = CStringGetTextDatum(tids.data);
-
-	initStringInfo(&sql);
-	appendStringInfo(&sql,
-					 "SELECT pg_catalog.corr(a::pg_catalog.float8, b::pg_catalog.float8) FROM ("
-					 " SELECT pg_catalog.row_number() OVER (ORDER BY ctid USING OPERATOR(pg_catalog.<)) AS a,"
-					 "        pg_catalog.row_number() OVER (");
-	append_order_by(&sql, order);
-	appendStringInfo(&sql, ") AS b FROM ONLY %s"
-						   "  WHERE ctid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.tid[])) s",
-					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-												RelationGetRelationName(rel)));
-	if (SPI_execute_with_args(sql.data, 1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
-		SPI_processed > 0)
-	{
-		Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		if (!isnull)
-			*correlation = DatumGetFloat8(d);
-	}
-	return !isnull;
-}
-
-/*
- * Block windows read a row where it is when its window comes.  An update
- * that moves a row into a block already read hides it from the backfill,
- * and the stream's update is all the sink gets of it: whole, unless it left
- * TOASTed columns unchanged.  So ctid is never chosen for a table with a key
- * whose updates can leave them out, and asked for, it warns.
- */
-static void
-warn_ctid_can_lose_toast(Relation rel)
-{
-	ereport(WARNING,
-			(errmsg("mode \"ctid\" can deliver rows of table \"%s\" without their TOASTed columns",
-					RelationGetRelationName(rel)),
-			 errdetail("A row that an update leaving a TOASTed column unchanged moves into a block the backfill has already read is not read; the sink gets the update alone."),
-			 errhint("Use mode \"keyset\" or \"auto\" if the table's rows are updated during the backfill.")));
-}
-
-char *
-replicant_backfill_choose_mode(Oid relid, const char *requested)
-{
-	Relation rel = table_open(relid, AccessShareLock);
-	Bitmapset *key_columns;
-	bool whole_row;
-	bool identity_full;
-	char *mode;
-
-	replicant_row_key_identity(rel, &key_columns, &whole_row, &identity_full);
-	if (strcmp(requested, "ctid") == 0)
-	{
-		if (key_columns != NULL && replicant_table_can_leave_toast_unchanged(rel))
-			warn_ctid_can_lose_toast(rel);
-		mode = "ctid";
-	}
-	else if (key_columns == NULL)
-	{
-		if (strcmp(requested, "auto") != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("table \"%s\" has no key, so it can only be read with mode \"ctid\"",
-							RelationGetRelationName(rel))));
-		mode = "ctid";
-	}
-	else if (strcmp(requested, "bitmap") == 0 && bms_num_members(key_columns) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("mode \"bitmap\" needs a single-column key"),
-				 errhint("Use mode \"keyset\" or \"ctid\" for table \"%s\".",
-						 RelationGetRelationName(rel))));
-	else if (strcmp(requested, "auto") != 0)
-		mode = pstrdup(requested);
-	else if (replicant_table_can_leave_toast_unchanged(rel))
-		mode = "keyset"; /* never ctid: warn_ctid_can_lose_toast says why */
-	else
-	{
-		/*
-		 * Keyset walks the index in order, which reads the heap sequentially
-		 * only when it is in key order.  Otherwise block windows read it
-		 * sequentially whatever the key (bench/backfill_modes.sh on a
-		 * random-UUID table: ctid 125,000, keyset 108,000, bitmap 92,000
-		 * rows/s).
-		 */
-		Oid argtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
-		Datum args[3];
-		bool isnull = true;
-		double correlation = 0;
-		KeyOrder *order = key_order(rel);
-
-		args[0] = CStringGetTextDatum(get_namespace_name(RelationGetNamespace(rel)));
-		args[1] = CStringGetTextDatum(RelationGetRelationName(rel));
-		args[2] = CStringGetTextDatum(linitial(order->names));
-		if (SPI_execute_with_args("SELECT correlation FROM pg_catalog.pg_stats"
-								  " WHERE schemaname OPERATOR(pg_catalog.=) $1"
-								  "   AND tablename OPERATOR(pg_catalog.=) $2"
-								  "   AND attname OPERATOR(pg_catalog.=) $3",
-								  3, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
-			SPI_processed > 0)
-		{
-			Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-			if (!isnull)
-				correlation = DatumGetFloat4(d);
-		}
-		/* Never analysed: look at the physical order itself. */
-		if (isnull)
-			isnull = !sampled_correlation(rel, order, &correlation);
-		if (!isnull && fabs(correlation) >= KEYSET_CORRELATION)
-			mode = "keyset";
-		else
-			mode = "ctid";
-	}
-	table_close(rel, AccessShareLock);
-	return mode;
-}
-
-/*
- * Boundaries of bitmap sub-ranges of about CHUNK_ROWS rows each of rel's
- * estimate rows, as a text[] in the order of the key's index.  Needs SPI.
- */
-static Datum
-bitmap_bounds(Relation rel, int64 estimate)
-{
-	KeyOrder *order = key_order(rel);
-	const char *key = quote_identifier(linitial(order->names));
-	const char *lt = linitial(order->lt_ops);
-	int64 ranges = Max(1, estimate / CHUNK_ROWS);
-	StringInfoData sql;
-	Datum bounds;
-	bool isnull;
-	int pinned;
-
-	initStringInfo(&sql);
-	/* Sorted as the key's index sorts: as text, 10 would come before 9. */
-	appendStringInfo(&sql,
-					 "SELECT pg_catalog.array_agg(b::pg_catalog.text ORDER BY b USING %s)"
-					 "  FROM (SELECT DISTINCT b FROM pg_catalog.unnest(("
-					 "  SELECT pg_catalog.percentile_disc(ARRAY(SELECT g::pg_catalog.float8 OPERATOR(pg_catalog./) " INT64_FORMAT
-					 "                              FROM pg_catalog.generate_series(1, " INT64_FORMAT ") g))"
-					 "         WITHIN GROUP (ORDER BY %s USING %s) FROM ONLY %s)) b) d",
-					 lt, ranges, ranges - 1, key, lt,
-					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-												RelationGetRelationName(rel)));
-	/*
-	 * Rendered here, in the caller's session, and parsed by the worker:
-	 * both under the encoder's pinned settings (DateStyle, TimeZone,
-	 * IntervalStyle, extra_float_digits...), which the worker keeps for its
-	 * whole life, not under whatever the caller has set.
-	 */
-	pinned = replicant_encoder_pin_settings_local();
-	if (SPI_execute(sql.data, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not plan bitmap ranges");
-	bounds = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull)
-		bounds = PointerGetDatum(construct_empty_array(TEXTOID));
-	bounds = PointerGetDatum(DatumGetArrayTypePCopy(bounds));
-	AtEOXact_GUC(false, pinned);
-	return bounds;
-}
-
-/*
- * Chooses the read method and measures the table (its rows, relfilenode
- * and, for bitmap, the ranges' bounds) as the pipeline's owner, as every
- * read of the table is.  That reads the table, so it runs code of the
- * owner's and of the table owner's (row-level security policies, the key
- * type's comparisons) in the caller's session: only as a security-
- * restricted operation, as CREATE INDEX runs an index's expressions.  Such
- * code creates no temporary objects, and every setting it changes is
- * undone on return; search_path is pinned meanwhile.  Needs SPI.
- */
-static char *
-plan_as_owner(Oid owner, Oid relid, const char *requested_mode, int64 *estimate,
-			  Oid *relfilenode, Datum *bounds)
-{
-	Oid saved_userid;
-	int saved_sec_context;
-	int guc_level;
-	Relation rel;
-	char *mode;
-
-	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
-	SetUserIdAndSecContext(owner, saved_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-									  SECURITY_RESTRICTED_OPERATION);
-	guc_level = replicant_pin_search_path();
-	mode = replicant_backfill_choose_mode(relid, requested_mode);
-	rel = table_open(relid, AccessShareLock);
-	*estimate = replicant_table_estimate_rows(rel);
-	*relfilenode = rel->rd_rel->relfilenode;
-	*bounds = strcmp(mode, "bitmap") == 0 ? bitmap_bounds(rel, *estimate) : (Datum) 0;
-	table_close(rel, AccessShareLock);
-	AtEOXact_GUC(false, guc_level);
-	SetUserIdAndSecContext(saved_userid, saved_sec_context);
-	return mode;
-}
-
-int64
-replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *requested_mode)
-{
-	Oid types[6] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID};
-	Datum values[6];
-	char nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
-	int64 estimate;
-	Oid relfilenode;
-	Datum bounds;
-	char *mode;
-	bool isnull;
-
-	/* Only the plan's row is written with the caller's raised rights. */
-	mode = plan_as_owner(owner, relid, requested_mode, &estimate, &relfilenode, &bounds);
-	values[0] = Int32GetDatum(pipeline_id);
-	values[1] = ObjectIdGetDatum(relid);
-	values[2] = CStringGetTextDatum(mode);
-	values[3] = Int64GetDatum(estimate);
-	values[4] = ObjectIdGetDatum(relfilenode);
-	values[5] = bounds;
-	nulls[5] = bounds ? ' ' : 'n';
-	if (SPI_execute_with_args("INSERT INTO replicant.backfills"
-							  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds)"
-							  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6) RETURNING id",
-							  6, types, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "could not plan the backfill");
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
 
 static List *
 text_array_to_list(Datum d, bool isnull)
@@ -546,7 +150,7 @@ replicant_backfill_next(int32 pipeline_id)
  */
 static char *
 chunk_query(ReplicantBackfill *b, Relation rel, const char *select_list,
-			KeyOrder *order, int64 nblocks, const char *row_filter, bool *last)
+			ReplicantKeyOrder *order, int64 nblocks, const char *row_filter, bool *last)
 {
 	StringInfoData sql;
 	const char *where = row_filter ? " AND " : " WHERE ";
@@ -570,10 +174,10 @@ chunk_query(ReplicantBackfill *b, Relation rel, const char *select_list,
 		if (b->cursor_key != NIL)
 		{
 			appendStringInfoString(&sql, where);
-			append_after_cursor(&sql, order);
+			replicant_key_after_cursor(&sql, order);
 		}
-		append_order_by(&sql, order);
-		appendStringInfo(&sql, " LIMIT %d", CHUNK_ROWS);
+		replicant_key_order_by(&sql, order);
+		appendStringInfo(&sql, " LIMIT %d", REPLICANT_CHUNK_ROWS);
 	}
 	else
 	{
@@ -611,7 +215,7 @@ snapshot_misses_commits(Snapshot snapshot)
 static ReplicantChunk *
 new_chunk(ReplicantBackfill *b, MemoryContext parent)
 {
-	ReplicantChunk *chunk = replicant_chunk_create(parent, b->relid, CHUNK_ROWS * 2);
+	ReplicantChunk *chunk = replicant_chunk_create(parent, b->relid, REPLICANT_CHUNK_ROWS * 2);
 
 	chunk->backfill = b;
 	snprintf(chunk->token, sizeof(chunk->token), INT64_FORMAT ":" INT64_FORMAT ":%u",
@@ -675,7 +279,7 @@ chunk_args(ReplicantBackfill *b, Datum *args, Oid *types, char *nulls)
 
 /* The keyset cursor after the chunk's last row, applied once it is delivered. */
 static void
-set_next_cursor(ReplicantChunk *chunk, KeyOrder *order, HeapTuple row, TupleDesc desc)
+set_next_cursor(ReplicantChunk *chunk, ReplicantKeyOrder *order, HeapTuple row, TupleDesc desc)
 {
 	MemoryContext old = MemoryContextSwitchTo(chunk->context);
 	ListCell *lc;
@@ -713,23 +317,91 @@ chunk_relation(ReplicantChunk *chunk, Relation rel)
 }
 
 /*
- * Reads the chunk's rows through a cursor under the given snapshot.  A
- * keyset chunk ends early once its rows reach batch_max_bytes (at least one
- * row), its cursor then being the last row taken.  Rows take the names,
- * columns and key of rel: the table read, or the root it is published as;
- * they carry the published columns only (NULL: all).
+ * What a chunk reads: the table, the relation its rows are delivered as
+ * (itself, or its partition root) and their columns as select_list, the
+ * row filter (NULL: every row) and the published columns (NULL: all).
+ */
+typedef struct ChunkSource
+{
+	Relation rel;
+	Relation target;
+	char *select_list;
+	char *row_filter;
+	Bitmapset *columns;
+} ChunkSource;
+
+/*
+ * The chunk's cursor is opened, fetched from and closed as the table's
+ * owner, restricted: planning and running its query runs code of the table
+ * owner's (table_read.h).  Its rows are encoded as the pipeline's owner.
+ */
+static Portal
+open_as_table_owner(Relation rel, const char *query, int nargs, Oid *types,
+					Datum *args, const char *nulls)
+{
+	ReplicantTableOwnerScope scope;
+	Portal portal;
+
+	replicant_table_owner_enter(rel, &scope);
+	portal = SPI_cursor_open_with_args(NULL, query, nargs, types, args,
+									   nargs ? nulls : NULL, true, 0);
+	replicant_table_owner_leave(&scope);
+	return portal;
+}
+
+static void
+fetch_as_table_owner(Relation rel, Portal portal)
+{
+	ReplicantTableOwnerScope scope;
+
+	replicant_table_owner_enter(rel, &scope);
+	SPI_cursor_fetch(portal, true, FETCH_ROWS);
+	replicant_table_owner_leave(&scope);
+}
+
+static void
+close_as_table_owner(Relation rel, Portal portal)
+{
+	ReplicantTableOwnerScope scope;
+
+	replicant_table_owner_enter(rel, &scope);
+	SPI_cursor_close(portal);
+	replicant_table_owner_leave(&scope);
+}
+
+/*
+ * Where a row of a table without an identity of columns lies: the ctid
+ * the chunk's query selects last for such a table (take_chunk_filter).
+ */
+static ItemPointer
+row_position(HeapTuple row, TupleDesc row_desc, const Bitmapset *identity)
+{
+	bool isnull;
+
+	if (identity != NULL)
+		return NULL;
+	return (ItemPointer) DatumGetPointer(SPI_getbinval(row, row_desc, row_desc->natts, &isnull));
+}
+
+/*
+ * Reads the chunk's rows of src through a cursor under the given snapshot.
+ * A keyset chunk ends early once its rows reach batch_max_bytes (at least
+ * one row), its cursor then being the last row taken.  Rows take the
+ * names and columns of src's target: the table read, or the root it is
+ * published as, and the table's key under the target's names; they carry
+ * the published columns only.
  */
 static void
-read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *query,
-		  Snapshot snapshot, ReplicantPipeline *pipeline, const Bitmapset *columns,
-		  bool *last)
+read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
+		  const char *query, Snapshot snapshot, ReplicantPipeline *pipeline, bool *last)
 {
 	const ReplicantFormat *format = replicant_format_of(pipeline);
 	int max_bytes = pipeline->batch_max_bytes;
 	ReplicantBackfill *b = chunk->backfill;
-	TupleDesc desc = RelationGetDescr(rel);
+	TupleDesc desc = RelationGetDescr(src->target);
 	Bitmapset *key_columns;
 	bool whole_row;
+	Bitmapset *identity = replicant_row_key_identity_as(src->rel, src->target, &whole_row);
 	bool keyset = strcmp(b->mode, "keyset") == 0;
 	Datum args[INDEX_MAX_KEYS];
 	Oid types[INDEX_MAX_KEYS];
@@ -748,20 +420,19 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 													  "replicant backfill row",
 													  ALLOCSET_DEFAULT_SIZES);
 
-	replicant_row_key_delivered(rel, columns, &key_columns, &whole_row);
+	replicant_row_key_delivered(src->rel, src->target, src->columns, &key_columns, &whole_row);
 	initStringInfo(&change);
 	initStringInfo(&key);
 	initStringInfo(&new_row);
-	chunk->relation = chunk_relation(chunk, rel);
+	chunk->relation = chunk_relation(chunk, src->target);
 
 	PushActiveSnapshot(snapshot);
-	portal = SPI_cursor_open_with_args(NULL, query, nargs, types, args,
-									   nargs ? nulls : NULL, true, 0);
+	portal = open_as_table_owner(src->rel, query, nargs, types, args, nulls);
 	while (!full)
 	{
 		uint64 i;
 
-		SPI_cursor_fetch(portal, true, FETCH_ROWS);
+		fetch_as_table_owner(src->rel, portal);
 		if (SPI_processed == 0)
 			break;
 		for (i = 0; i < SPI_processed && !full; i++)
@@ -772,9 +443,14 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 
 			replicant_change_from_row(&record, chunk->relation, &key, &new_row, desc,
 									  SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-									  values, isnull, key_columns, whole_row, columns);
+									  values, isnull, key_columns, whole_row, src->columns);
 			record.backfill_id = b->id;
 			record.read_lsn = chunk->low_watermark;
+			if (format->read_ids)
+				replicant_change_set_read_id(&record, pipeline->event_id_key, desc, values, isnull,
+											 identity, b->relid,
+											 row_position(SPI_tuptable->vals[i],
+														  SPI_tuptable->tupdesc, identity));
 			resetStringInfo(&change);
 			format->change(&change, pipeline->name, &record);
 			MemoryContextSwitchTo(old);
@@ -788,21 +464,22 @@ read_rows(ReplicantChunk *chunk, Relation rel, KeyOrder *order, const char *quer
 			set_next_cursor(chunk, order, SPI_tuptable->vals[i - 1], SPI_tuptable->tupdesc);
 		SPI_freetuptable(SPI_tuptable);
 	}
-	SPI_cursor_close(portal);
+	close_as_table_owner(src->rel, portal);
 	PopActiveSnapshot();
 	MemoryContextDelete(row_context);
 
 	if (keyset)
 	{
-		*last = !full && nread < CHUNK_ROWS;
+		*last = !full && nread < REPLICANT_CHUNK_ROWS;
 		if (nread == 0)
 			keep_cursor(chunk);
 	}
 }
 
 /*
- * Starts the chunk's transaction, a transaction of replicant's in which the
- * chunk reads as the pipeline's owner, as the stream would.
+ * Starts the chunk's transaction, a transaction of replicant's, as the
+ * pipeline's owner: the table is read as its own owner once the pipeline's
+ * owner was found to read it whole, as the stream would.
  */
 static void
 begin_chunk(ReplicantCatalogAccess *access)
@@ -849,73 +526,54 @@ snapshot_after_low_watermark(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	return snapshot;
 }
 
-/*
- * What a chunk reads: the table, the relation its rows are delivered as
- * (itself, or its partition root) and their columns as select_list, the
- * row filter (NULL: every row) and the published columns (NULL: all).
- */
-typedef struct ChunkSource
-{
-	Relation rel;
-	Relation target;
-	char *select_list;
-	char *row_filter;
-	Bitmapset *columns;
-	bool unpublished; /* rel is NULL: no publication publishes it now */
-} ChunkSource;
-
 static void
 close_chunk_source(ChunkSource *src)
 {
 	if (src->rel == NULL)
 		return;
-	if (src->target != src->rel)
+	if (src->target != NULL && src->target != src->rel)
 		table_close(src->target, AccessShareLock);
 	table_close(src->rel, AccessShareLock);
 	src->rel = src->target = NULL;
 }
 
 /*
- * Opens what the chunk reads (b's table; NULL when dropped or no longer
- * published) and checks that the owner may read it; returns a value-free
- * reason when not, having closed it again.  A table that is no longer
- * published is skipped whatever the owner may read, as the stream skips it.
+ * What the chunk reads of src->rel, as the publications publish it now:
+ * the relation its rows are delivered as, its row filter and columns.
+ * Taken after the chunk's snapshot, from the catalog as it is then (so at
+ * least as new as the snapshot): a column that left the column list, or a
+ * row filter narrowed, before a change the snapshot sees is not read (the
+ * stream leaves it out of that change too).  Sets *unpublished, reading
+ * nothing, when no publication of the pipeline publishes the table now,
+ * whatever its owner may read: the stream skips it too.  Else returns a
+ * value-free reason when the pipeline's owner may not read it whole.
  */
 static char *
-open_chunk_source(ReplicantPipeline *pipeline, ReplicantBackfill *b, ChunkSource *src)
+take_chunk_filter(ReplicantPipeline *pipeline, ChunkSource *src, bool *unpublished)
 {
 	ReplicantPubFilter *filter;
 	char *reason;
+	bool whole_row;
 
-	memset(src, 0, sizeof(ChunkSource));
-	src->rel = try_table_open(b->relid, AccessShareLock);
-	if (src->rel == NULL)
-		return NULL;
+	replicant_publication_catalog_refresh();
 	src->target = replicant_partition_root_open_for_read(src->rel, pipeline->publications,
 														 AccessShareLock);
 	reason = replicant_publication_read_filter(src->rel, src->target, pipeline->publications,
 											   &filter);
-	if (reason == NULL && !replicant_pubfilter_publishes(filter))
+	*unpublished = reason == NULL && !replicant_pubfilter_publishes(filter);
+	if (reason == NULL && !*unpublished)
+		reason = replicant_table_read_denied(src->rel, pipeline->owner);
+	if (reason == NULL && !*unpublished)
 	{
-		/* Its filter would be empty: nothing of it may be read. */
-		replicant_pubfilter_free(filter);
-		close_chunk_source(src);
-		src->unpublished = true;
-		return NULL;
+		src->select_list = replicant_partition_root_select_list(src->rel, src->target);
+		/* Where a row without an identity of columns lies names its reads (change.h). */
+		if (replicant_row_key_identity_as(src->rel, src->target, &whole_row) == NULL)
+			src->select_list = psprintf("%s, ctid", src->select_list);
+		src->row_filter = replicant_pubfilter_read_sql(filter, src->target);
+		src->columns = bms_copy(filter->columns);
 	}
-	if (reason == NULL)
-		reason = replicant_table_read_denied(src->rel);
-	if (reason)
-	{
-		replicant_pubfilter_free(filter);
-		close_chunk_source(src);
-		return reason;
-	}
-	src->select_list = replicant_partition_root_select_list(src->rel, src->target);
-	src->row_filter = replicant_pubfilter_read_sql(filter, src->target);
-	src->columns = bms_copy(filter->columns);
 	replicant_pubfilter_free(filter);
-	return NULL;
+	return reason;
 }
 
 /*
@@ -927,7 +585,7 @@ read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 				ReplicantChunk *chunk, ChunkSource *src, Snapshot snapshot)
 {
 	Relation rel = src->rel;
-	KeyOrder *order = NULL;
+	ReplicantKeyOrder *order = NULL;
 	char *query;
 	bool last;
 	int64 nblocks;
@@ -944,9 +602,9 @@ read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	}
 	nblocks = RelationGetNumberOfBlocks(rel);
 	if (strcmp(b->mode, "ctid") != 0)
-		order = key_order(rel);
+		order = replicant_key_order(rel);
 	query = chunk_query(b, rel, src->select_list, order, nblocks, src->row_filter, &last);
-	read_rows(chunk, src->target, order, query, snapshot, pipeline, src->columns, &last);
+	read_rows(chunk, src, order, query, snapshot, pipeline, &last);
 
 	if (strcmp(b->mode, "keyset") != 0)
 		keep_cursor(chunk);
@@ -970,7 +628,8 @@ close_chunk(ReplicantChunk *chunk, ReplicantCatalogAccess *access)
 /*
  * The table stopped being published (ALTER PUBLICATION ... DROP TABLE, a
  * publication dropped or replaced, a partition detached from the root it
- * was published through): the rest of it is never read.
+ * was published through): the rest of it is not read, unless it is
+ * published again (replicant_backfill_replan_skipped).
  */
 static void
 skip_unpublished(ReplicantPipeline *pipeline, ReplicantBackfill *b)
@@ -982,6 +641,24 @@ skip_unpublished(ReplicantPipeline *pipeline, ReplicantBackfill *b)
 			 errdetail("None of the pipeline's publications publishes the table any more.")));
 }
 
+/* Ends a chunk that reads nothing: halted, or deferred (no snapshot). */
+static ReplicantChunk *
+abandon_chunk(ReplicantChunk *chunk, ChunkSource *src, Snapshot snapshot,
+			  ReplicantCatalogAccess *access)
+{
+	if (snapshot)
+		UnregisterSnapshot(snapshot);
+	close_chunk_source(src);
+	replicant_catalog_end(access);
+	replicant_chunk_free(chunk);
+	return NULL;
+}
+
+/*
+ * In this order: the table's lock, the low watermark, the snapshot, then
+ * what the publications publish of the table (take_chunk_filter) and
+ * whether the pipeline's owner may read it, then the rows.
+ */
 ReplicantChunk *
 replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 							  char **halt_reason)
@@ -989,34 +666,32 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	ReplicantCatalogAccess access;
 	MemoryContext caller = CurrentMemoryContext;
 	ReplicantChunk *chunk;
-	ChunkSource src;
+	ChunkSource src = {0};
 	Snapshot snapshot;
+	bool unpublished = false;
 
 	*halt_reason = NULL;
 	chunk = new_chunk(b, caller);
 	begin_chunk(&access);
-	*halt_reason = open_chunk_source(pipeline, b, &src);
+	src.rel = try_table_open(b->relid, AccessShareLock);
+	replicant_fault("backfill_chunk");
+	snapshot = snapshot_after_low_watermark(pipeline, b, chunk);
+	if (snapshot == NULL)
+		return abandon_chunk(chunk, &src, NULL, &access);
+	if (src.rel != NULL)
+		*halt_reason = take_chunk_filter(pipeline, &src, &unpublished);
 	if (*halt_reason)
 	{
 		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
-		replicant_catalog_end(&access);
-		replicant_chunk_free(chunk);
-		return NULL;
+		return abandon_chunk(chunk, &src, snapshot, &access);
 	}
-	snapshot = snapshot_after_low_watermark(pipeline, b, chunk);
-	if (snapshot == NULL)
-	{
-		close_chunk_source(&src);
-		replicant_catalog_end(&access);
-		replicant_chunk_free(chunk);
-		return NULL;
-	}
-	if (src.rel == NULL)
+	if (src.rel == NULL || unpublished)
 	{
 		/* Dropped, or no longer published: nothing more to read. */
-		if (src.unpublished)
+		if (unpublished)
 			skip_unpublished(pipeline, b);
 		UnregisterSnapshot(snapshot);
+		close_chunk_source(&src);
 		chunk->last = true;
 		chunk->relation = NULL;
 		close_chunk(chunk, &access);

@@ -34,13 +34,6 @@ typedef struct ReplicantBackfill
 	bool skipped;         /* the table is no longer published: read no more */
 } ReplicantBackfill;
 
-/* Router: resolves 'auto' from the table's keys and pg_stats (needs SPI). */
-extern char *replicant_backfill_choose_mode(Oid relid, const char *requested);
-
-/* Plans a backfill of relid for the pipeline (needs SPI); returns its id. */
-extern int64 replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid,
-									 const char *requested_mode);
-
 /* The oldest unfinished incremental backfill, or NULL (own transaction). */
 extern ReplicantBackfill *replicant_backfill_next(int32 pipeline_id);
 

@@ -9,6 +9,9 @@
  * splitting a batch after a 413 free.  The store lives in memory up to
  * replicant.batch_memory_limit and moves to a temporary file beyond it, so a
  * transaction of any size is delivered in bounded memory.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn), §6 (memory bounds).
  */
 #include "postgres.h"
 

@@ -2,15 +2,28 @@
  * catalog.c
  *		Running queries on replicant's own tables with replicant's privileges:
  *		the one place that switches to the bootstrap superuser for them.
+ *
+ * Rules kept with other files: docs/internals.md §9 (privileges: who runs
+ * what as whom).
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid_d.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_namespace.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "catalog.h"
 
@@ -25,9 +38,59 @@ replicant_pin_search_path(void)
 	return level;
 }
 
+/* The schema of extension replicant, or InvalidOid when it is not installed. */
+static Oid
+extension_schema(void)
+{
+	Relation rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple tuple;
+	Oid schema = InvalidOid;
+
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("replicant"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		schema = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return schema;
+}
+
+void
+replicant_catalog_check_schema(void)
+{
+	Oid schema = extension_schema();
+	HeapTuple tuple;
+	Oid owner;
+
+	if (!OidIsValid(schema))
+		return;
+	if (get_namespace_oid("replicant", true) != schema)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("schema \"replicant\" is not the schema of extension \"replicant\""),
+				 errdetail("The extension's schema was renamed; replicant runs no query on a schema of that name."),
+				 errhint("Rename the extension's schema back to \"replicant\" (after dropping or renaming the schema that took its name).")));
+	tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(schema));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for schema %u", schema);
+	owner = ((Form_pg_namespace) GETSTRUCT(tuple))->nspowner;
+	ReleaseSysCache(tuple);
+	if (!superuser_arg(owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("schema \"replicant\" is owned by a role that is not a superuser"),
+				 errdetail("The owner of the schema could replace replicant's tables with its own, whose code replicant would run as a superuser."),
+				 errhint("Once you have checked every object in it, make a superuser its owner (ALTER SCHEMA replicant OWNER TO ...).")));
+}
+
 void
 replicant_catalog_enter(ReplicantCatalogAccess *access)
 {
+	replicant_catalog_check_schema();
 	access->saved_context = CurrentMemoryContext;
 	access->guc_level = replicant_pin_search_path();
 	GetUserIdAndSecContext(&access->saved_userid, &access->saved_sec_context);

@@ -11,8 +11,9 @@
  * as the pipeline's owner.  Catalog access therefore runs as the bootstrap
  * superuser, inside SPI, with search_path pinned, so that nothing of the
  * caller's resolves in the queries; reading a user table switches to the
- * pipeline's owner instead (replicant_backfill_plan).  The caller's memory
- * context is current again after the matching end or leave.
+ * table's owner instead, restricted, once the pipeline's owner was found to
+ * read it whole (table_read.h).  The caller's memory context is current
+ * again after the matching end or leave.
  */
 typedef struct ReplicantCatalogAccess
 {
@@ -28,6 +29,17 @@ typedef struct ReplicantCatalogAccess
  * resolve nothing of the caller's or of the owner's role settings.
  */
 extern int replicant_pin_search_path(void);
+
+/*
+ * Raises an error unless the schema named "replicant" is the extension's
+ * and a superuser owns it (nothing to check while the extension is not
+ * installed: queries on its tables then fail by themselves).  The owner of
+ * a schema may rename it, or drop the tables in it and make its own, and
+ * queries run with raised privileges name replicant's tables by name.
+ * Both enter and begin check it; so must any other query on replicant's
+ * tables as a superuser.  Inside a transaction.
+ */
+extern void replicant_catalog_check_schema(void);
 
 /* Inside the caller's transaction (SQL-callable functions). */
 extern void replicant_catalog_enter(ReplicantCatalogAccess *access);

@@ -8,6 +8,8 @@
  */
 #include "postgres.h"
 
+#include "common/hmac.h"
+#include "common/sha2.h"
 #include "executor/spi.h"
 
 #include "change.h"
@@ -60,4 +62,34 @@ replicant_change_from_row(ReplicantChange *change, const ReplicantRelation *rela
 	}
 	replicant_change_from_values(change, relation, key, new_row, desc, values, nulls,
 								 key_columns, whole_row, columns);
+}
+
+void
+replicant_change_set_read_id(ReplicantChange *change, const uint8 *key, TupleDesc desc,
+							 Datum *values, bool *nulls, const Bitmapset *identity, Oid leaf,
+							 ItemPointer tid)
+{
+	pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
+	uint8 digest[PG_SHA256_DIGEST_LENGTH];
+	StringInfoData material;
+	int i;
+
+	initStringInfo(&material);
+	appendBinaryStringInfo(&material, (const char *) &leaf, sizeof(leaf));
+	if (identity != NULL)
+		replicant_encode_object(&material, desc, values, nulls, identity,
+								REPLICANT_TOAST_DETOAST, NULL);
+	else if (tid != NULL && ItemPointerIsValid(tid))
+		appendBinaryStringInfo(&material, (const char *) tid, sizeof(ItemPointerData));
+	else
+		elog(ERROR, "a row read without identity has no position");
+	if (ctx == NULL ||
+		pg_hmac_init(ctx, key, REPLICANT_READ_ID_KEY_LEN) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) material.data, material.len) < 0 ||
+		pg_hmac_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "could not compute the id of a read");
+	pg_hmac_free(ctx);
+	pfree(material.data);
+	for (i = 0; i < REPLICANT_READ_ID_LEN / 2; i++)
+		snprintf(change->read_id + 2 * i, 3, "%02x", digest[i]);
 }

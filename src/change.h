@@ -16,6 +16,12 @@
 #include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
 #include "nodes/bitmapset.h"
+#include "storage/itemptr.h"
+
+/* A read's id: hex of 128 bits of a keyed digest. */
+#define REPLICANT_READ_ID_LEN 32
+/* The key of those digests, one per pipeline (replicant.pipelines.event_id_key). */
+#define REPLICANT_READ_ID_KEY_LEN 32
 
 typedef enum ReplicantOp
 {
@@ -65,6 +71,8 @@ typedef struct ReplicantChange
 	StringInfo old_row;      /* the row or key before it, an object */
 	StringInfo unchanged;    /* update: TOASTed columns it left out, as
 								 * comma-separated JSON strings */
+	/* A read, for a format that names it: replicant_change_set_read_id. */
+	char read_id[REPLICANT_READ_ID_LEN + 1];
 } ReplicantChange;
 
 /* A message from pg_logical_emit_message(). */
@@ -104,5 +112,21 @@ extern void replicant_change_from_row(ReplicantChange *change,
 									  Datum *values, bool *nulls,
 									  const Bitmapset *key_columns, bool whole_row,
 									  const Bitmapset *columns);
+
+/*
+ * Sets a read's read_id, what tells its row apart from every other row of
+ * its table and is the same whenever the row is read again: a digest, keyed
+ * by the pipeline's secret key (REPLICANT_READ_ID_KEY_LEN bytes), of the
+ * partition or table the row lies in (leaf) and its replica identity
+ * (identity: columns of desc, published or not; values/nulls as for
+ * replicant_change_from_values), or, for a table whose identity is no
+ * column (the whole row, or none), of where the row lies (tid; the same
+ * until the row is changed or moved).  The key keeps the digest from
+ * revealing any value.  Call in a transaction.
+ */
+extern void replicant_change_set_read_id(ReplicantChange *change, const uint8 *key,
+										 TupleDesc desc, Datum *values, bool *nulls,
+										 const Bitmapset *identity, Oid leaf,
+										 ItemPointer tid);
 
 #endif /* REPLICANT_CHANGE_H */

@@ -18,6 +18,9 @@
  * WAL is flushed before the next request leaves, usually for free as other
  * commits flush WAL too, so a crash loses at most the checkpoint committed
  * last, never an older one.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm).
  */
 #include "postgres.h"
 

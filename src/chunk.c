@@ -2,6 +2,8 @@
  * chunk.c
  *		Backfill chunks: rows by key, their watermarks, and the matching of
  *		the stream's changes against them (see backfill.c for the method).
+ *
+ * Rules kept with other files: docs/internals.md §2 (the watermark protocol).
  */
 #include "postgres.h"
 

@@ -16,6 +16,9 @@
 
 #include "change.h"
 
+/* Rows per keyset chunk, and about as many per bitmap range. */
+#define REPLICANT_CHUNK_ROWS 2000
+
 /* Prefix of the watermark messages written into WAL; never delivered. */
 #define REPLICANT_WATERMARK_PREFIX "replicant.watermark"
 

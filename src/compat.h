@@ -59,11 +59,49 @@ replicant_wait_for_standby_confirmation(XLogRecPtr lsn)
 #endif
 }
 
+/*
+ * The same without waiting: whether those standbys have received lsn (true
+ * for the acquired slot without failover, or before 17).  What a standby
+ * syncs of the slot is then backed by what it has of the primary's WAL.
+ */
+static inline bool
+replicant_standbys_have(XLogRecPtr lsn)
+{
+#if PG_VERSION_NUM >= 170000
+	return !MyReplicationSlot->data.failover || StandbySlotsHaveCaughtup(lsn, DEBUG1);
+#else
+	return true;
+#endif
+}
+
 /* PG18 added error_if_invalid to ReplicationSlotAcquire. */
 #if PG_VERSION_NUM >= 180000
 #define REPLICANT_SLOT_ACQUIRE(name, nowait) ReplicationSlotAcquire((name), (nowait), false)
 #else
 #define REPLICANT_SLOT_ACQUIRE(name, nowait) ReplicationSlotAcquire((name), (nowait))
+#endif
+
+/*
+ * Drops the slot this process acquired.  PG17 exports
+ * ReplicationSlotDropAcquired, which ReplicationSlotDrop calls once it has
+ * acquired the slot by name.  PG15 keeps it static, but releasing an
+ * ephemeral slot drops it with it (as after a failed slot creation), so the
+ * acquired slot is made ephemeral, in memory only, and released: a crash in
+ * between leaves the slot as it was on disk.
+ */
+#if PG_VERSION_NUM >= 170000
+#define REPLICANT_SLOT_DROP_ACQUIRED() ReplicationSlotDropAcquired()
+#define REPLICANT_SLOT_SYNCED(slot) ((slot)->data.synced)
+#else
+#define REPLICANT_SLOT_DROP_ACQUIRED() \
+	do \
+	{ \
+		SpinLockAcquire(&MyReplicationSlot->mutex); \
+		MyReplicationSlot->data.persistency = RS_EPHEMERAL; \
+		SpinLockRelease(&MyReplicationSlot->mutex); \
+		ReplicationSlotRelease(); \
+	} while (0)
+#define REPLICANT_SLOT_SYNCED(slot) false
 #endif
 
 /*

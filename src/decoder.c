@@ -13,6 +13,9 @@
  * there: while commits keep flushing (the worker is behind), the batch
  * keeps growing, for at most replicant.batch_linger; the first time the
  * reader finds nothing more, the batch goes out at once.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm).
  */
 #include "postgres.h"
 
@@ -34,6 +37,7 @@
 #include "plugin_gate.h"
 #include "publication.h"
 #include "slot.h"
+#include "slot_position.h"
 
 /* confirmed_flush reaches disk at most this often (ms); the checkpoint row is the authority. */
 #define SLOT_SAVE_INTERVAL_MS 1000
@@ -58,11 +62,14 @@ struct ReplicantDecoder
 	bool caches_normal;    /* normal transactions read user tables */
 	bool caches_historic;  /* decoding ran since the last reset */
 	TimestampTz last_save; /* when the slot was last written to disk */
+
+	/* How far the slot may be confirmed (slot_position.h). */
+	ReplicantSlotPosition position;
 };
 
 ReplicantDecoder *
 replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
-						char **halt_reason)
+						char **halt_reason, char **halt_cause)
 {
 	char *slot_name = pipeline->slot_name;
 	MemoryContext caller_context = CurrentMemoryContext;
@@ -70,6 +77,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	ReplicantDecoder *decoder;
 
 	*halt_reason = NULL;
+	*halt_cause = NULL;
 	CheckLogicalDecodingRequirements();
 	decoder_context = AllocSetContextCreate(TopMemoryContext, "replicant decoder",
 											ALLOCSET_DEFAULT_SIZES);
@@ -115,7 +123,14 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(caller_context);
-	return decoder;
+
+	/* Held by this process now: only a move made before can be found. */
+	*halt_reason = replicant_slot_position_start(&decoder->position, pipeline->id, slot_name,
+												 decoder->confirmed, pipeline->checkpoint_end_lsn,
+												 pipeline->slot_created_at, pipeline->waivers,
+												 halt_cause);
+	/* The worker halts and exits, and lets go of the slot. */
+	return *halt_reason ? NULL : decoder;
 }
 
 static bool
@@ -269,6 +284,8 @@ replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn)
 {
 	TimestampTz now;
 
+	/* Never past a durable record of how far it may go (slot_position.c). */
+	lsn = replicant_slot_position_allow(&decoder->position, lsn);
 	if (lsn <= decoder->confirmed)
 		return;
 	LogicalConfirmReceivedLocation(lsn);

@@ -17,12 +17,15 @@ typedef struct ReplicantDecoder ReplicantDecoder;
 /*
  * Acquires the pipeline's slot and prepares decoding from the checkpoint
  * (or the slot's confirmed_flush, whichever is later).  Returns NULL and a
- * value-free *halt_reason when the slot cannot be used.  Call outside a
+ * value-free *halt_reason when the slot cannot be used, or was moved
+ * further than the pipeline confirmed it (slot_position.h), and then in
+ * *halt_cause what a resume accepts, if anything.  Call outside a
  * transaction.
  */
 extern ReplicantDecoder *replicant_decoder_start(ReplicantPipeline *pipeline,
 												 ReplicantBatch *batch,
-												 char **halt_reason);
+												 char **halt_reason,
+												 char **halt_cause);
 
 /*
  * Decodes flushed WAL into the batch until the end of flushed WAL, a halt,
@@ -50,7 +53,9 @@ extern XLogRecPtr replicant_decoder_confirmed(ReplicantDecoder *decoder);
 
 /*
  * Tells the slot that everything before lsn is done with, so it stops
- * retaining that WAL.  Only ever called after the checkpoint is committed.
+ * retaining that WAL.  Only ever called after the checkpoint is committed;
+ * the slot moves only as far as a flushed record says it may
+ * (slot_position.h), which may be less until a later call.
  */
 extern void replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn);
 

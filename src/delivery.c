@@ -15,6 +15,9 @@
  * restarts it, at most REPLICANT_MAX_RETRIES times while the pipeline makes
  * no progress (launcher.c).  Every other error halts at once, with a
  * value-free reason naming the phase, the error class and the table.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm), §8 (errors: halt or retry).
  */
 #include "postgres.h"
 

@@ -9,8 +9,7 @@
  * On the stream path we run inside an output plugin callback under a
  * historic snapshot, so everything here is catalog lookups and type output
  * functions: no SPI, no casts, nothing that reads user tables or writes, and
- * no fetching of on-disk TOAST pointers (design.md section 6,
- * pg-internals-notes.md section 4).
+ * no fetching of on-disk TOAST pointers (docs/internals.md, section 7).
  *
  * What we need to know about a type is cached per type OID in a hash table
  * that a TYPEOID syscache callback invalidates.  The hottest types (integers,

@@ -13,6 +13,9 @@
  * decoding takes for each commit the options of its epoch, and only what
  * commits after the call gets the new ones, as an added publication counts
  * from the call on (publication_lsns).
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn).
  */
 #include "postgres.h"
 

@@ -9,12 +9,15 @@
  * not committed), "after_checkpoint" (checkpoint committed, slot not
  * confirmed), "snapshot_window" (a snapshot window is delivered, its
  * progress not recorded), "snapshot_progress" (its progress is recorded,
- * the next window not read).  A value "<point>:abort" aborts instead, which
+ * the next window not read), "backfill_chunk" (a backfill chunk holds its
+ * table's lock, its low watermark not written).  A value "<point>:abort" aborts instead, which
  * makes the postmaster restart the whole server, "<point>:pause" waits
  * two seconds there, to widen a race ("halt": between a halt's records in
  * the catalog and in shared memory), and "<point>:hold" waits there until
  * the setting names something else, so a test can look at the worker
- * stopped at that step for as long as it needs.  "<point>:error=<SQLSTATE>"
+ * stopped at that step for as long as it needs ("slot_drop": a slot that
+ * drop_pipeline or the sync of orphan slots found replicant's by name,
+ * not acquired yet).  "<point>:error=<SQLSTATE>"
  * raises an ERROR of that class there instead, for the points where a
  * worker meets errors of its own: "decode", "encode", "deliver",
  * "checkpoint", "snapshot_read", "backfill_read", "sync" (the phases a halt

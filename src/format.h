@@ -57,6 +57,12 @@ typedef struct ReplicantFormat
 	 */
 	const char *schemaless_target;
 
+	/*
+	 * Whether change() names a read by its read_id (change.h), which the
+	 * snapshot and backfill readers then set.
+	 */
+	bool read_ids;
+
 	/* Written between two changes, two transactions or two messages. */
 	const char *separator;
 

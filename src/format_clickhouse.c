@@ -32,6 +32,8 @@
  * tables are independent, so only a table's own order matters.  A row
  * request's body is read from the store through a filter, in bounded
  * memory whatever the batch's size.
+ *
+ * Rules kept with other files: docs/internals.md §2 and §4 (a row's version).
  */
 #include "postgres.h"
 
@@ -329,7 +331,7 @@ append_row(StringInfo out, const ReplicantChange *change, StringInfo object,
 					 errmsg("update of table \"%s\" left TOASTed columns out of its new row",
 							change->relation->table)));
 	}
-	appendStringInfo(out, "%s\"_version\":" UINT64_FORMAT ",\"_deleted\":%d}\n",
+	appendStringInfo(out, "%s\"" REPLICANT_CLICKHOUSE_VERSION_COLUMN "\":" UINT64_FORMAT ",\"" REPLICANT_CLICKHOUSE_DELETED_COLUMN "\":%d}\n",
 					 object->len > 2 ? "," : "", (uint64) version, deleted ? 1 : 0);
 }
 
@@ -369,7 +371,10 @@ render_change(StringInfo out, const char *pipeline, const ReplicantChange *origi
 	ReplicantChange converted = *original;
 	const ReplicantChange *change = &converted;
 
-	converted.key = json_as_strings(original->key, names);
+	/* A key of null is no key: the change names no row (insert-only target). */
+	converted.key = (original->key && strcmp(original->key->data, "null") != 0) ?
+						json_as_strings(original->key, names) :
+						NULL;
 	converted.new_row = json_as_strings(original->new_row, names);
 	converted.old_row = json_as_strings(original->old_row, names);
 
@@ -708,6 +713,30 @@ code_is_final(int code)
 		if (final_codes[i] == code)
 			return true;
 	return false;
+}
+
+bool
+replicant_clickhouse_ddl_code_is_final(int code)
+{
+	static const int transient_codes[] = {
+		57,  /* TABLE_ALREADY_EXISTS: made meanwhile (IF NOT EXISTS passes next) */
+		159, /* TIMEOUT_EXCEEDED */
+		202, /* TOO_MANY_SIMULTANEOUS_QUERIES */
+		203, /* NO_FREE_CONNECTION */
+		209, /* SOCKET_TIMEOUT */
+		210, /* NETWORK_ERROR */
+		241, /* MEMORY_LIMIT_EXCEEDED */
+		243, /* NOT_ENOUGH_SPACE */
+		285, /* TOO_FEW_LIVE_REPLICAS */
+		473, /* DEADLOCK_AVOIDED */
+		999, /* KEEPER_EXCEPTION */
+	};
+	int i;
+
+	for (i = 0; i < lengthof(transient_codes); i++)
+		if (transient_codes[i] == code)
+			return false;
+	return true;
 }
 
 const ReplicantFormat replicant_format_clickhouse = {

@@ -17,4 +17,17 @@
  */
 extern void replicant_clickhouse_append_identifier(StringInfo out, const char *name);
 
+/*
+ * Whether a ClickHouse error code answering a CREATE TABLE is final: all
+ * but a short list of codes that pass by themselves (timeouts, network,
+ * memory, too many queries, a lock or coordination service to wait for).
+ * The rows' list (the format's code_is_final) would retry a refused query
+ * (QUERY_IS_PROHIBITED, READONLY) or a bad definition forever.
+ */
+extern bool replicant_clickhouse_ddl_code_is_final(int code);
+
+/* The columns format 'clickhouse' adds to every target; a table's may not be named so. */
+#define REPLICANT_CLICKHOUSE_VERSION_COLUMN "_version"
+#define REPLICANT_CLICKHOUSE_DELETED_COLUMN "_deleted"
+
 #endif /* REPLICANT_FORMAT_CLICKHOUSE_H */

@@ -8,8 +8,6 @@
 #include "postgres.h"
 
 #include "access/xlog.h"
-#include "common/cryptohash.h"
-#include "common/sha2.h"
 #include "miscadmin.h"
 
 #include "encoder.h"
@@ -74,32 +72,17 @@ append_commit(StringInfo out, const ReplicantTxn *txn)
 }
 
 /*
- * A read has no commit: its id is the backfill's and a digest of the row's
- * key (of the row itself when the table has none), the same whenever the
- * row is read again.
+ * A read has no commit: its id is the backfill's and the row's read_id,
+ * which tells the row apart from every other, reveals none of its values
+ * (key may be null, and rows may share all their published values) and is
+ * the same whenever the row is read again.
  */
 static char *
 read_id(const ReplicantChange *change)
 {
-	StringInfo identity = (change->key && strcmp(change->key->data, "null") != 0) ?
-							  change->key :
-							  change->new_row;
-	uint8 digest[PG_SHA256_DIGEST_LENGTH];
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
-	StringInfoData id;
-	int i;
-
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) identity->data, identity->len) < 0 ||
-		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
-		elog(ERROR, "could not compute the id of a read event");
-	pg_cryptohash_free(ctx);
-	initStringInfo(&id);
-	appendStringInfo(&id, "b" INT64_FORMAT "-", change->backfill_id);
-	/* 128 bits: no two keys of one table share an id in practice */
-	for (i = 0; i < 16; i++)
-		appendStringInfo(&id, "%02x", digest[i]);
-	return id.data;
+	if (change->read_id[0] == '\0')
+		elog(ERROR, "a read event has no id");
+	return psprintf("b" INT64_FORMAT "-%s", change->backfill_id, change->read_id);
 }
 
 static void
@@ -263,6 +246,7 @@ message_request(const char *pipeline, const ReplicantMessage *message,
 const ReplicantFormat replicant_format_cloudevents = {
 	.name = "cloudevents",
 	.content_type = "application/cloudevents-batch+json",
+	.read_ids = true,
 	.separator = ",",
 	.change = render_change,
 	.begin_txn = begin_txn,

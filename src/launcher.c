@@ -23,6 +23,9 @@
  * often; after that, or on an error that is not transient, it halts the
  * database's pipelines itself.  The pipelines of a dropped database are
  * forgotten.
+ *
+ * Rules kept with other files: docs/internals.md §8 (restarts), §9
+ * (privileges).
  */
 #include "postgres.h"
 

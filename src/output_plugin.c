@@ -16,6 +16,9 @@
  * Nothing here may raise an error for a condition that must halt the
  * pipeline: it records a value-free reason instead and delivers nothing
  * more, and the worker halts once the record has been processed.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn), §8 (errors: halt or retry).
  */
 #include "postgres.h"
 
@@ -200,15 +203,14 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 	}
 	if (info->schema_change)
 	{
-		cause = replicant_waiver_table_cause(REPLICANT_WAIVER_SCHEMA, RelationGetRelid(rel));
+		cause = replicant_waiver_shape_cause(RelationGetRelid(rel), info->schema_target);
 		if (!waived(state, txn, cause))
 		{
 			halt_at(state, txn, info->schema_change, cause);
 			return NULL;
 		}
-		/* Resumed past this change: take the new schema. */
-		pfree(info->schema_change);
-		info->schema_change = NULL;
+		/* Resumed past a change into exactly this shape: take it. */
+		replicant_publication_accept_shape(info);
 	}
 	if (!info->published)
 		return NULL;
@@ -232,19 +234,23 @@ encode_key(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 }
 
 /*
- * The old row: the whole old row under REPLICA IDENTITY FULL, else the old
- * key columns when the old tuple was logged (key changed, or a delete).
+ * The old row, as the relation logged it (key changed, or a delete): the
+ * whole old row under REPLICA IDENTITY FULL, else its identity's columns,
+ * the only ones the old tuple holds; published columns only, null when
+ * none is.
  */
 static void
 encode_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 		   Datum *values, bool *nulls)
 {
-	if (info->identity_full || info->key_columns == NULL)
+	if (info->identity_full)
 		replicant_encode_object(out, desc, values, nulls, info->filter->columns,
 								REPLICANT_TOAST_UNCHANGED, NULL);
-	else
-		replicant_encode_object(out, desc, values, nulls, info->key_columns,
+	else if (!bms_is_empty(info->old_columns))
+		replicant_encode_object(out, desc, values, nulls, info->old_columns,
 								REPLICANT_TOAST_UNCHANGED, NULL);
+	else
+		appendStringInfoString(out, "null");
 }
 
 /* Puts chunk rows, as read, into the batch before the change superseding them. */

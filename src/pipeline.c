@@ -110,11 +110,12 @@ replicant_pipeline_new_slot_name(const char *name)
 	int keep;
 
 	if (!replicant_pipeline_has_column("slot_name"))
-		return psprintf(REPLICANT_SLOT_PREFIX "%s", name);
+		return psprintf(REPLICANT_LEGACY_SLOT_PREFIX "%s", name);
 	prefix = psprintf(REPLICANT_SLOT_PREFIX "%u_", MyDatabaseId);
-	if (strlen(prefix) + strlen(name) < NAMEDATALEN)
+	/* Up to 62 bytes as it is: a hashed name has 63, so none equals another. */
+	if (strlen(prefix) + strlen(name) < NAMEDATALEN - 1)
 		return psprintf("%s%s", prefix, name);
-	/* At most 48 + 21 characters: keep what fits beside "_<8 hex digits>". */
+	/* At most 48 + 20 bytes: keep what fits beside "_<8 hex digits>". */
 	keep = NAMEDATALEN - 1 - strlen(prefix) - 9;
 	return psprintf("%s%.*s_%08x", prefix, keep, name,
 					hash_bytes((const unsigned char *) name, strlen(name)));
@@ -125,7 +126,7 @@ replicant_pipeline_slot_name_sql(void)
 {
 	return replicant_pipeline_has_column("slot_name") ?
 			   "p.slot_name::pg_catalog.text" :
-			   "'" REPLICANT_SLOT_PREFIX "' OPERATOR(pg_catalog.||) p.name";
+			   "'" REPLICANT_LEGACY_SLOT_PREFIX "' OPERATOR(pg_catalog.||) p.name";
 }
 
 static char *
@@ -246,17 +247,39 @@ read_pipeline_row(int32 id)
 								  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'format', 'replicant'),"
 								  "       %s, %s,"
 								  /* nor 0.2.0's a create_tables column */
-								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool, false)"
+								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool, false),"
+								  "       %s"
 								  "  FROM replicant.pipelines p"
 								  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 								  " WHERE p.id OPERATOR(pg_catalog.=) $1",
 								  replicant_pipeline_has_column("publication_lsns") ?
 									  "p.publication_lsns" :
 									  "NULL::pg_catalog.pg_lsn[]",
-								  replicant_pipeline_slot_name_sql()),
+								  replicant_pipeline_slot_name_sql(),
+								  replicant_pipeline_has_column("event_id_key") ?
+									  "p.event_id_key" :
+									  "NULL::pg_catalog.bytea"),
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pipeline %d", id);
 	return SPI_processed > 0;
+}
+
+/*
+ * The key of the pipeline's read ids; without the column (0.2.0's objects)
+ * a random one of this process: ids then differ between processes, never
+ * between retries of one request.
+ */
+static void
+read_event_id_key(ReplicantPipeline *p, HeapTuple tuple, TupleDesc desc, int col)
+{
+	bool isnull;
+	Datum d = spi_datum(tuple, desc, col, &isnull);
+	bytea *key = isnull ? NULL : DatumGetByteaPP(d);
+
+	if (key != NULL && VARSIZE_ANY_EXHDR(key) == REPLICANT_READ_ID_KEY_LEN)
+		memcpy(p->event_id_key, VARDATA_ANY(key), REPLICANT_READ_ID_KEY_LEN);
+	else if (!pg_strong_random(p->event_id_key, REPLICANT_READ_ID_KEY_LEN))
+		elog(ERROR, "could not generate a random key");
 }
 
 /* The pipeline from read_pipeline_row's result, in CurrentMemoryContext. */
@@ -297,6 +320,7 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 	p->publication_lsns = publication_lsns(d, isnull, list_length(p->publications));
 	p->slot_name = spi_text(tuple, desc, 25);
 	p->create_tables = DatumGetBool(spi_datum(tuple, desc, 26, &isnull));
+	read_event_id_key(p, tuple, desc, 27);
 	return p;
 }
 

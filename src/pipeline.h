@@ -11,6 +11,7 @@
 #include "utils/array.h"
 
 #include "catalog.h"
+#include "change.h"
 #include "epoch.h"
 
 typedef struct ReplicantPipeline
@@ -44,6 +45,9 @@ typedef struct ReplicantPipeline
 	bool create_tables;               /* create missing ClickHouse targets at start */
 	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
 	XLogRecPtr checkpoint_end_lsn;
+	/* keys the ids of reads (change.h); random per process under 0.2.0's objects */
+	uint8 event_id_key[REPLICANT_READ_ID_KEY_LEN];
+	XLogRecPtr slot_created_at; /* where this process created the slot, or 0 */
 
 	/*
 	 * What decoding goes by: the options above before each alter_pipeline
@@ -82,9 +86,10 @@ extern void replicant_pipeline_check_name(const char *name);
 extern void replicant_pipeline_check_publication_name(const char *name);
 
 /*
- * The slot name of a new pipeline of this database: "replicant_<database
+ * The slot name of a new pipeline of this database: "replicant<database
  * OID>_<name>", so that pipelines of one name in two databases never share
- * a slot (a name too long for that keeps its start and gets its hash).
+ * a slot (a name too long for that keeps its start and gets its hash), nor
+ * does a pipeline created before 0.3.0, whose slot is "replicant_<name>".
  * Under the SQL objects of 0.1.0 or 0.2.0, whose rows cannot record it,
  * "replicant_<name>" as they had it; the update to 0.3.0 records that.
  */

@@ -25,6 +25,9 @@
  * publication of the table must publish the same columns: the server
  * refuses anything else (15 when the subscription syncs the table, 16 to 18
  * in pgoutput and at CREATE SUBSCRIPTION), so the pipeline halts.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn).
  */
 #include "postgres.h"
 

@@ -21,6 +21,9 @@
  * entry and its saved shape when pruning.c finds the table gone, so that
  * memory does not grow with every table ever decoded and a new table that
  * gets a dropped one's OID is not held to the old one's shape.
+ *
+ * Rules kept with other files: docs/internals.md §4 (one content per
+ * commit_lsn).
  */
 #include "postgres.h"
 
@@ -32,6 +35,7 @@
 #include "catalog/partition.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_publication.h"
+#include "catalog/pg_publication_namespace.h"
 #include "catalog/pg_publication_rel.h"
 #include "commands/extension.h"
 #include "catalog/pg_type_d.h"
@@ -39,6 +43,7 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/catcache.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -46,6 +51,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "compat.h"
@@ -406,17 +412,43 @@ replicant_publication_read_filter(Relation rel, Relation target, List *names,
 	return (*filter)->conflict;
 }
 
+void
+replicant_publication_catalog_refresh(void)
+{
+	AcceptInvalidationMessages();
+	CatalogCacheFlushCatalog(PublicationRelationId);
+	CatalogCacheFlushCatalog(PublicationRelRelationId);
+	CatalogCacheFlushCatalog(PublicationNamespaceRelationId);
+	InvalidateCatalogSnapshot();
+}
+
+/* Forgets entry's pending schema change, if any. */
+static void
+clear_schema_change(ReplicantRelInfo *entry)
+{
+	if (entry->schema_change)
+		pfree(entry->schema_change);
+	if (entry->schema_target)
+		pfree(entry->schema_target);
+	entry->schema_change = NULL;
+	entry->schema_target = NULL;
+}
+
 /*
- * Compares the table with the version seen last (by this process, else as
- * of the last checkpoint): a dropped or renamed column, or a replica
+ * Compares the table with the version accepted last (by this process, else
+ * as of the last checkpoint): a dropped or renamed column, or a replica
  * identity that changed other than by widening to FULL, is a destructive
- * change.
+ * change, pending until a resume accepts the shape it leads to.  A shape
+ * that changes again while one is pending is compared with the same
+ * baseline: the halt names what changed since, and a resume accepts the
+ * newest shape only.
  */
 static void
 check_schema(ReplicantRelInfo *entry, Relation rel)
 {
 	char *now;
 	const char *baseline;
+	char *change = NULL;
 	Bitmapset *own_key;
 	bool whole_row;
 	bool identity_full;
@@ -430,16 +462,31 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 	replicant_row_key_identity(rel, &own_key, &whole_row, &identity_full);
 	now = replicant_table_shape(rel, own_key);
 	baseline = entry->fingerprint ? entry->fingerprint : replicant_table_shape_saved(entry->relid);
-	if (baseline != NULL && entry->schema_change == NULL)
+	if (baseline != NULL)
+		change = replicant_table_shape_change(baseline, now, RelationGetRelationName(rel));
+	clear_schema_change(entry);
+	if (change)
 	{
-		char *change = replicant_table_shape_change(baseline, now, RelationGetRelationName(rel));
-
-		if (change)
-			entry->schema_change = MemoryContextStrdup(relinfo_context, change);
+		entry->schema_change = MemoryContextStrdup(relinfo_context, change);
+		entry->schema_target = MemoryContextStrdup(relinfo_context, now);
+		return;
 	}
 	if (entry->fingerprint)
 		pfree(entry->fingerprint);
 	entry->fingerprint = MemoryContextStrdup(relinfo_context, now);
+	shapes_unsaved = true;
+}
+
+void
+replicant_publication_accept_shape(ReplicantRelInfo *entry)
+{
+	Assert(entry->schema_change != NULL);
+	if (entry->fingerprint)
+		pfree(entry->fingerprint);
+	entry->fingerprint = entry->schema_target;
+	entry->schema_target = NULL;
+	pfree(entry->schema_change);
+	entry->schema_change = NULL;
 	shapes_unsaved = true;
 }
 
@@ -558,9 +605,11 @@ target_taken(Relation rel, Relation target)
 }
 
 /*
- * The names and key of the relation rel's changes are delivered as (an
- * ancestor when published via the partition root).  "old" carries what rel
- * logged, so identity_full is rel's own.
+ * The names of the relation rel's changes are delivered as (an ancestor
+ * when published via the partition root), and their key: rel's own
+ * identity under those names, which is what rel logs and what PostgreSQL
+ * checks against the column list.  "old" carries what rel logged
+ * (identity_full is rel's own; else its identity's published columns).
  */
 static void
 describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
@@ -575,10 +624,12 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
 	/* A published table has a filter: a publication's at least. */
 	Assert(entry->filter->have_columns);
-	replicant_row_key_delivered(target, entry->filter->columns, &entry->key_columns,
+	replicant_row_key_delivered(rel, target, entry->filter->columns, &entry->key_columns,
 								&entry->key_whole_row);
 	entry->key_columns = bms_copy_in(relinfo_context, entry->key_columns);
 	entry->identity_full = (rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
+	entry->old_columns = bms_copy_in(relinfo_context,
+									 replicant_row_key_logged(rel, target, entry->filter->columns));
 	if (entry->filter->conflict && entry->halt_reason == NULL)
 		entry->halt_reason = pstrdup(entry->filter->conflict);
 	if (schemaless_target && entry->halt_reason == NULL)
@@ -586,11 +637,12 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	replicant_partition_root_close(target, rel);
 }
 
-/* Frees what entry holds but its shape (fingerprint, schema_change). */
+/* Frees what entry holds but its shape (fingerprint, schema_change, schema_target). */
 static void
 release_relinfo(ReplicantRelInfo *entry)
 {
 	bms_free(entry->key_columns);
+	bms_free(entry->old_columns);
 	replicant_pubfilter_free(entry->filter);
 	replicant_partition_root_reset(&entry->root);
 	if (entry->relation.schema)
@@ -612,8 +664,7 @@ remove_relinfo(Oid relid)
 	release_relinfo(entry);
 	if (entry->fingerprint)
 		pfree(entry->fingerprint);
-	if (entry->schema_change)
-		pfree(entry->schema_change);
+	clear_schema_change(entry);
 	if (last_relinfo == entry)
 		last_relinfo = NULL;
 	(void) hash_search(relinfo_hash, &relid, HASH_REMOVE, NULL);
@@ -658,6 +709,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	ListCell *lc2;
 	char *old_fingerprint = entry->fingerprint;
 	char *schema_change = entry->schema_change;
+	char *schema_target = entry->schema_target;
 
 	release_relinfo(entry);
 	memset(entry, 0, sizeof(ReplicantRelInfo));
@@ -665,6 +717,7 @@ compute_relinfo(ReplicantRelInfo *entry, Relation rel)
 	entry->valid = true;
 	entry->fingerprint = old_fingerprint;
 	entry->schema_change = schema_change;
+	entry->schema_target = schema_target;
 
 	/* The extension's own tables never loop back to the sink. */
 	entry->own = (RelationGetNamespace(rel) == replicant_namespace);

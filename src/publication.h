@@ -36,7 +36,8 @@ typedef struct ReplicantRelInfo
 
 	/*
 	 * The change's "key" (replicant_row_key_delivered): the replica
-	 * identity's columns, or under REPLICA IDENTITY FULL the primary key.
+	 * identity's columns (a partition's own, under the delivered
+	 * relation's names), or under REPLICA IDENTITY FULL the primary key.
 	 * key_whole_row means FULL without a primary key: the delivered columns.
 	 * Neither means no key (null): the table has no identity, or its column
 	 * list leaves out part of it.
@@ -44,6 +45,13 @@ typedef struct ReplicantRelInfo
 	Bitmapset *key_columns;
 	bool key_whole_row;
 	bool identity_full;
+
+	/*
+	 * What "old" carries of an old row: under REPLICA IDENTITY FULL (of the
+	 * relation itself) every published column; else the published columns
+	 * of its identity, the only ones it logs (empty: none).
+	 */
+	Bitmapset *old_columns;
 
 	/* How changes name the relation */
 	ReplicantRelation relation;
@@ -62,14 +70,16 @@ typedef struct ReplicantRelInfo
 	bool own;            /* one of replicant's own tables */
 
 	/*
-	 * Live column names and replica identity as seen last (the baseline
-	 * survives restarts in replicant.table_shapes); a later version that
-	 * dropped (or renamed) a column or changed the identity sets
-	 * schema_change, a destructive change the pipeline halts on unless the
-	 * operator resumed past it.
+	 * Live column names and replica identity as accepted last (the
+	 * baseline survives restarts in replicant.table_shapes); a later
+	 * version that dropped (or renamed) a column or changed the identity
+	 * sets schema_change, a destructive change the pipeline halts on, and
+	 * schema_target, the shape it leads to, unless the operator resumed
+	 * past exactly that shape (replicant_publication_accept_shape).
 	 */
 	char *fingerprint;
 	char *schema_change;
+	char *schema_target;
 } ReplicantRelInfo;
 
 /*
@@ -100,6 +110,12 @@ extern void replicant_publication_load_denied(Oid owner);
  * callbacks under the historic snapshot).
  */
 extern ReplicantRelInfo *replicant_publication_relinfo(Relation rel);
+
+/*
+ * Takes entry's pending schema change as its shape: a resume accepted
+ * exactly that shape.  The next checkpoint saves it.
+ */
+extern void replicant_publication_accept_shape(ReplicantRelInfo *entry);
 
 /*
  * Table shapes (table_shape.h), inside an SPI connection: saving a table's
@@ -133,6 +149,17 @@ extern bool replicant_publication_shapes_unsaved(void);
 extern char *replicant_publication_read_filter(Relation rel, Relation target,
 											   List *publication_names,
 											   struct ReplicantPubFilter **filter);
+
+/*
+ * Makes the publications' catalog rows be read anew, under a catalog
+ * snapshot taken after the caller's latest snapshot: cached ones, or the
+ * catalog snapshot they were read under, may predate it (ALTER PUBLICATION
+ * takes no lock that a reader's conflicts with).  Call before
+ * replicant_partition_root_open_for_read and
+ * replicant_publication_read_filter when what they say must be at least as
+ * new as the data read.
+ */
+extern void replicant_publication_catalog_refresh(void);
 
 /*
  * A value-free reason if a publication that counts for a commit at

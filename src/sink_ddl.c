@@ -20,7 +20,8 @@
  * by nothing, insert-only.  Types map to what ClickHouse's JSONEachRow
  * input reads the encoder's JSON into, from 18.16 on; see README for the
  * list.  Every identifier is back-quoted and escaped as the format quotes
- * its targets, so no name can end it.
+ * its targets, so no name can end it.  A delivered column named _version or
+ * _deleted, which the format adds, is an error.
  */
 #include "postgres.h"
 
@@ -91,6 +92,27 @@ scalar_type(Oid typid, int32 typmod)
 	}
 }
 
+/*
+ * Raises an error if the delivered column att of target has the name of a
+ * column the format adds: the CREATE TABLE would be refused, or a row
+ * would carry the name twice.
+ */
+static void
+check_column_name(Relation target, Form_pg_attribute att)
+{
+	if (strcmp(NameStr(att->attname), REPLICANT_CLICKHOUSE_VERSION_COLUMN) == 0 ||
+		strcmp(NameStr(att->attname), REPLICANT_CLICKHOUSE_DELETED_COLUMN) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_COLUMN),
+				 errmsg("column \"%s\" of table \"%s.%s\" has a name that format \"clickhouse\" reserves",
+						NameStr(att->attname),
+						get_namespace_name(RelationGetNamespace(target)),
+						RelationGetRelationName(target)),
+				 errdetail("Format \"clickhouse\" adds the columns \"%s\" and \"%s\" to every target table.",
+						   REPLICANT_CLICKHOUSE_VERSION_COLUMN, REPLICANT_CLICKHOUSE_DELETED_COLUMN),
+				 errhint("Leave the column out of the publication with a column list, or rename it.")));
+}
+
 static void
 append_column(StringInfo out, Form_pg_attribute att, bool key)
 {
@@ -112,7 +134,9 @@ append_column(StringInfo out, Form_pg_attribute att, bool key)
  * The statement of target, which the rows of leaf are delivered as under
  * the publications (names): the columns they deliver (filter, over
  * target's columns) and its key, as output_plugin.c and change.c encode a
- * change's "new" and "key" (a whole-row key: every live column).
+ * change's "new" and "key" (a whole-row key: every live column); a
+ * partition root's key is its leaves' identity under its names, none when
+ * they are keyed differently.
  */
 static char *
 target_ddl(Relation leaf, Relation target, List *names, bool if_not_exists)
@@ -126,8 +150,8 @@ target_ddl(Relation leaf, Relation target, List *names, bool if_not_exists)
 	int i;
 
 	(void) replicant_publication_read_filter(leaf, target, names, &filter);
-	/* the stream's key: published columns only */
-	replicant_row_key_delivered(target, filter->columns, &key_columns, &whole_row);
+	/* the stream's key: published columns only, the same for every leaf of a root */
+	replicant_row_key_of_target(target, filter->columns, &key_columns, &whole_row);
 	initStringInfo(&out);
 	initStringInfo(&order);
 	appendStringInfoString(&out, if_not_exists ? "CREATE TABLE IF NOT EXISTS " : "CREATE TABLE ");
@@ -141,6 +165,7 @@ target_ddl(Relation leaf, Relation target, List *names, bool if_not_exists)
 		if (att->attisdropped || REPLICANT_ATT_IS_VIRTUAL(att) ||
 			(filter->columns != NULL && !bms_is_member(att->attnum, filter->columns)))
 			continue;
+		check_column_name(target, att);
 		key = whole_row || bms_is_member(att->attnum, key_columns);
 		append_column(&out, att, key);
 		if (key)
@@ -346,7 +371,9 @@ replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeli
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(caller);
 
+	/* A refused CREATE TABLE is met again: halt on all but a few codes. */
 	sink = replicant_delivery_sink(pipeline);
+	replicant_sink_classify_codes(sink, replicant_clickhouse_ddl_code_is_final);
 	foreach(lc, targets)
 	{
 		ReplicantSinkTable *target = lfirst(lc);

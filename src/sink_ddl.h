@@ -24,7 +24,9 @@ typedef struct ReplicantSinkTable
 /*
  * The targets of what the publications (a text[]) deliver, one per
  * delivered relation, in OID order, allocated in mcxt.  With
- * if_not_exists the statements say IF NOT EXISTS.  Needs an SPI connection.
+ * if_not_exists the statements say IF NOT EXISTS.  Raises an error when a
+ * delivered column has the name of one the format adds (_version,
+ * _deleted).  Needs an SPI connection.
  */
 extern List *replicant_sink_ddl_tables(ArrayType *publications, bool if_not_exists,
 									   MemoryContext mcxt);
@@ -32,9 +34,10 @@ extern List *replicant_sink_ddl_tables(ArrayType *publications, bool if_not_exis
 /*
  * create_tables => true: runs CREATE TABLE IF NOT EXISTS for each target of
  * the pipeline against its sink, before anything is delivered; an existing
- * table is left as it is.  Retries as deliveries do; a refusal halts the
- * pipeline (or a 410 disables it).  Call in the pipeline worker, outside a
- * transaction.
+ * table is left as it is.  Retries what fails without an answer as
+ * deliveries do, and the few ClickHouse error codes that pass by
+ * themselves; any other refusal halts the pipeline (or a 410 disables it).
+ * Call in the pipeline worker, outside a transaction.
  */
 extern void replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline);
 

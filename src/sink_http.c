@@ -13,6 +13,8 @@
  * Nothing that came from the sink (body, headers other than Retry-After) and
  * nothing from libcurl's error buffer (it can quote the URL, which can hold
  * credentials) reaches result->error: that text is fixed per failure class.
+ *
+ * Rules kept with other files: docs/internals.md §8 (errors: halt or retry).
  */
 #include "postgres.h"
 
@@ -518,6 +520,12 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 	PG_END_TRY();
 
 	return sink;
+}
+
+void
+replicant_sink_classify_codes(ReplicantSink *sink, bool (*code_is_final)(int code))
+{
+	sink->code_is_final = code_is_final;
 }
 
 void

@@ -62,6 +62,12 @@ extern ReplicantSink *replicant_sink_create(const ReplicantSinkConfig *config);
 extern void replicant_sink_destroy(ReplicantSink *sink);
 
 /*
+ * Classifies the sink's error codes with code_is_final from now on, instead
+ * of the config's: a request of another kind may need other rules.
+ */
+extern void replicant_sink_classify_codes(ReplicantSink *sink, bool (*code_is_final)(int code));
+
+/*
  * POSTs one body with the contract's headers (webhook-id, webhook-timestamp,
  * webhook-signature when a secret is set, the configured headers,
  * User-Agent).  Waits on the process latch and the socket, answering

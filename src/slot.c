@@ -1,9 +1,13 @@
 /*
  * slot.c
  *		Pipelines' logical replication slots.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm), §3 (the exported snapshot).
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "replication/slot.h"
 #include "storage/latch.h"
@@ -11,6 +15,7 @@
 #include "utils/wait_event.h"
 
 #include "compat.h"
+#include "fault.h"
 #include "plugin_gate.h"
 #include "replicant.h"
 #include "slot.h"
@@ -104,7 +109,7 @@ replicant_slot_acquire(const char *name)
 	switch (replicant_slot_owner(name))
 	{
 		case REPLICANT_SLOT_MISSING:
-			return psprintf("replication slot \"%s\" does not exist (a promoted standby has it only as a failover slot): recreate the pipeline with a snapshot", name);
+			return psprintf("replication slot \"%s\" does not exist (it was dropped, or this server is a promoted standby that had no failover copy of it): recreate the pipeline with a snapshot", name);
 		case REPLICANT_SLOT_FOREIGN:
 			return replicant_slot_foreign_reason(name);
 		case REPLICANT_SLOT_OURS:
@@ -149,16 +154,13 @@ slot_holder(const char *name)
 	return pid;
 }
 
-bool
-replicant_slot_drop(const char *name)
+/* Waits, for a minute at most (then an error), for the slot's holder to let go. */
+static void
+wait_for_holder(const char *name)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SLOT_DROP_WAIT_MS);
 	pid_t holder;
 
-	if (replicant_slot_owner(name) != REPLICANT_SLOT_OURS)
-		return false;
-
-	/* Waits, for a while, for a worker still holding it to let go. */
 	while ((holder = slot_holder(name)) != 0)
 	{
 		if (GetCurrentTimestamp() >= deadline)
@@ -171,14 +173,74 @@ replicant_slot_drop(const char *name)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
+}
+
+/*
+ * Acquires the slot, or returns false if it went away meanwhile: a slot the
+ * worker was still creating (ephemeral) goes with the worker that exits.
+ */
+static bool
+acquire_unless_gone(const char *name, bool nowait)
+{
+	MemoryContext context = CurrentMemoryContext;
+	volatile bool acquired = true;
+
+	PG_TRY();
+	{
+		REPLICANT_SLOT_ACQUIRE(name, nowait);
+	}
+	PG_CATCH();
+	{
+		ErrorData *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_UNDEFINED_OBJECT ||
+			replicant_slot_owner(name) != REPLICANT_SLOT_MISSING)
+			PG_RE_THROW();
+		FlushErrorState();
+		acquired = false;
+	}
+	PG_END_TRY();
+	return acquired;
+}
+
+ReplicantSlotOwner
+replicant_slot_drop(const char *name, bool nowait)
+{
+	ReplicantSlotOwner owner = replicant_slot_owner(name);
+
+	if (owner != REPLICANT_SLOT_OURS)
+		return owner;
+	replicant_fault("slot_drop");
+	if (!nowait)
+		wait_for_holder(name);
 
 	/*
-	 * Without waiting: a process that took it meanwhile makes this an
-	 * error, never a wait without end.  Only a role that may drop any slot
-	 * (REPLICATION) could replace it in between.
+	 * Looked at by name, the slot may have been dropped and made again by
+	 * someone with REPLICATION since: it is looked at again once acquired,
+	 * and dropped as acquired, which nobody else can drop or replace.  It
+	 * is acquired without waiting: a process that took it after the wait
+	 * above makes this an error, never a wait without end.
 	 */
-	ReplicationSlotDrop(name, true);
-	return true;
+	if (!acquire_unless_gone(name, true))
+		return REPLICANT_SLOT_MISSING;
+	if (!slot_is_ours(MyReplicationSlot))
+	{
+		ReplicationSlotRelease();
+		return REPLICANT_SLOT_FOREIGN;
+	}
+	/* ReplicationSlotDrop's rule: the slot sync worker keeps a standby's copy. */
+	if (RecoveryInProgress() && REPLICANT_SLOT_SYNCED(MyReplicationSlot))
+	{
+		ReplicationSlotRelease();
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot drop replication slot \"%s\"", name),
+				 errdetail("This replication slot is being synchronized from the primary server.")));
+	}
+	REPLICANT_SLOT_DROP_ACQUIRED();
+	return REPLICANT_SLOT_OURS;
 }
 
 int
@@ -212,6 +274,22 @@ replicant_slot_any_active(Oid dboid, bool ours)
 	return active;
 }
 
+/*
+ * Whether name is one replicant gives a pipeline's slot: "replicant_<name>"
+ * (before 0.3.0) or "replicant<database OID>_<name>".
+ */
+static bool
+slot_name_is_replicants(const char *name)
+{
+	const char *p = name + strlen(REPLICANT_SLOT_PREFIX);
+
+	if (strncmp(name, REPLICANT_SLOT_PREFIX, strlen(REPLICANT_SLOT_PREFIX)) != 0)
+		return false;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	return *p == '_';
+}
+
 List *
 replicant_slot_list_inactive(void)
 {
@@ -227,8 +305,7 @@ replicant_slot_list_inactive(void)
 		if (s->in_use && s->active_pid == 0 &&
 			s->data.database == MyDatabaseId &&
 			strcmp(NameStr(s->data.plugin), "replicant") == 0 &&
-			strncmp(NameStr(s->data.name), REPLICANT_SLOT_PREFIX,
-					strlen(REPLICANT_SLOT_PREFIX)) == 0)
+			slot_name_is_replicants(NameStr(s->data.name)))
 			names = lappend(names, pstrdup(NameStr(s->data.name)));
 	}
 	LWLockRelease(ReplicationSlotControlLock);

@@ -57,11 +57,13 @@ extern char *replicant_slot_acquire(const char *name);
 
 /*
  * Drops the slot if it is replicant's and of this database, waiting for a
- * process holding it to let go, for a minute at most (then an error);
- * returns whether it did.  A slot of that name that is not
- * (REPLICANT_SLOT_FOREIGN) is left alone.
+ * process holding it to let go for a minute at most (then an error; at
+ * once when nowait), and returns REPLICANT_SLOT_OURS; a slot of that name
+ * that is not (REPLICANT_SLOT_FOREIGN, as it was when acquired) is left
+ * alone, and REPLICANT_SLOT_MISSING means there was none.  Holds nothing
+ * after an error.
  */
-extern bool replicant_slot_drop(const char *name);
+extern ReplicantSlotOwner replicant_slot_drop(const char *name, bool nowait);
 
 /* Replication slots not in use, of max_replication_slots. */
 extern int replicant_slot_free_count(void);
@@ -74,8 +76,8 @@ extern bool replicant_slot_any_active(Oid dboid, bool ours);
 
 /*
  * Names of this database's slots that replicant's plugin decodes, named
- * like a pipeline's and held by no process: those no pipeline owns are
- * orphans.
+ * like a pipeline's ("replicant<database OID>_..." or "replicant_...") and
+ * held by no process: those no pipeline owns are orphans.
  */
 extern List *replicant_slot_list_inactive(void);
 

@@ -26,6 +26,9 @@
  * window checks the table's relfilenode against the one stamped at plan
  * time: after VACUUM FULL, CLUSTER or TRUNCATE the table's shards start over
  * instead of trusting stale block positions.
+ *
+ * Rules kept with other files: docs/internals.md §3 (the exported snapshot
+ * and its shards).
  */
 #include "postgres.h"
 
@@ -525,6 +528,8 @@ create_slot_and_export(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 	name = ExportSnapshot(GetTransactionSnapshot());
 
 	FreeDecodingContext(ctx);
+	/* Streaming checks that nothing moved the slot from here (slot_position.h). */
+	pipeline->slot_created_at = MyReplicationSlot->data.confirmed_flush;
 	/* From here the transaction's xmin protects the rows, the slot the WAL. */
 	ReplicationSlotPersist();
 	ReplicationSlotRelease();
@@ -1365,6 +1370,7 @@ typedef struct WindowReader
 	ReplicantPubFilter *filter; /* row filter and published columns */
 	Bitmapset *key_columns;
 	bool whole_row;
+	Bitmapset *identity; /* rel's, in target's columns; NULL: none */
 	TableScanDesc scan;
 	TupleTableSlot *heap_slot; /* rel's tuples, as the scan returns them */
 	TupleTableSlot *row_slot;  /* converted to target's columns (map) */
@@ -1386,6 +1392,7 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	char *refused;
 	ItemPointerData mintid;
 	ItemPointerData maxtid;
+	bool whole_row;
 
 	reader->rel = rel;
 	reader->target = replicant_partition_root_open_for_read(rel, pipeline->publications,
@@ -1400,15 +1407,16 @@ open_window_reader(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		return false;
 	}
 	if (refused == NULL)
-		refused = replicant_table_read_denied(rel);
+		refused = replicant_table_read_denied(rel, pipeline->owner);
 	if (refused)
 		replicant_delivery_halt(slot, pipeline, refused);
 	if (rel->rd_tableam->scan_set_tidrange == NULL)
 		replicant_delivery_halt(slot, pipeline,
 								psprintf("table \"%s\" cannot be read in block ranges: its access method has no TID range scans",
 										 RelationGetRelationName(rel)));
-	replicant_row_key_delivered(reader->target, reader->filter->columns,
+	replicant_row_key_delivered(rel, reader->target, reader->filter->columns,
 								&reader->key_columns, &reader->whole_row);
+	reader->identity = replicant_row_key_identity_as(rel, reader->target, &whole_row);
 	reader->map = replicant_partition_root_read_map(rel, reader->target);
 	reader->heap_slot = table_slot_create(rel, NULL);
 	reader->row_slot = reader->map ?
@@ -1522,6 +1530,10 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 									 reader.filter->columns);
 		record.backfill_id = shard->backfill_id;
 		record.read_lsn = consistent_point;
+		if (replicant_format_of(pipeline)->read_ids)
+			replicant_change_set_read_id(&record, pipeline->event_id_key, desc,
+										 row->tts_values, row->tts_isnull, reader.identity,
+										 RelationGetRelid(rel), &reader.heap_slot->tts_tid);
 		add_window_row(&batch, &record, &spill);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(row_context);

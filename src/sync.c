@@ -20,7 +20,6 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
-#include "replication/slot.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
@@ -28,6 +27,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "catalog.h"
 #include "delivery.h"
 #include "fault.h"
 #include "pipeline.h"
@@ -135,6 +135,7 @@ read_pipeline_rows(List **halts)
 
 	if (!OidIsValid(get_extension_oid("replicant", true)))
 		return NIL;
+	replicant_catalog_check_schema();
 	replicant_fault("sync");
 	*halts = record_halt_requests();
 	halt_unconnectable_pipelines();
@@ -325,17 +326,17 @@ drop_orphan_slots(List *inactive_slots, List *rows)
 
 		foreach(lc2, rows)
 			owned |= (strcmp(((PipelineRow *) lfirst(lc2))->slot_name, slot_name) == 0);
-		if (!owned && replicant_slot_owner(slot_name) == REPLICANT_SLOT_OURS)
+		if (!owned)
 		{
 			MemoryContext context = CurrentMemoryContext;
 
-			ereport(LOG,
-					(errmsg("dropping replication slot \"%s\", which no replicant pipeline owns",
-							slot_name)));
 			/* Taken meanwhile, say: the pipelines' sync does not fail for it. */
 			PG_TRY();
 			{
-				ReplicationSlotDrop(slot_name, true);
+				if (replicant_slot_drop(slot_name, true) == REPLICANT_SLOT_OURS)
+					ereport(LOG,
+							(errmsg("dropped replication slot \"%s\", which no replicant pipeline owned",
+									slot_name)));
 			}
 			PG_CATCH();
 			{
@@ -381,6 +382,7 @@ halt_database_pipelines(const char *reason)
 		StartTransactionCommand();
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
+		replicant_catalog_check_schema();
 		if (OidIsValid(get_extension_oid("replicant", true)) &&
 			SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $1"
 								  " WHERE enabled AND halt_reason IS NULL",

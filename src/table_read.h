@@ -8,11 +8,37 @@
 #include "utils/relcache.h"
 
 /*
- * Why the current user may not read rel as a whole (no SELECT privilege,
- * or row-level security it does not bypass), value-free; NULL if it may.
- * The stream halts on the same conditions.
+ * Why the pipeline's owner (role) may not read rel as a whole (no SELECT
+ * privilege, or row-level security it does not bypass), value-free; NULL if
+ * it may.  The stream halts on the same conditions.  This is the gate: it
+ * comes before anything reads rel, whoever reads it then.
  */
-extern char *replicant_table_read_denied(Relation rel);
+extern char *replicant_table_read_denied(Relation rel, Oid role);
+
+/*
+ * Running a table owner's code.  Reading a table runs code of its owner's:
+ * the planner folds the IMMUTABLE functions of a partial index's predicate,
+ * a policy's functions run, so do a virtual generated column's.  Such code
+ * runs only as that owner and as a security-restricted operation, as
+ * CREATE INDEX, VACUUM and ANALYZE run it: never with the rights of the
+ * pipeline's owner (which could, say, GRANT its tables away), and unable to
+ * leave anything behind in the session (temporary objects; settings, which
+ * leaving undoes; search_path is pinned meanwhile).  The owner may read its
+ * table anyway, so this reads nothing the owner could not; row-level
+ * security forced on the owner does not apply (as when foreign-key checks
+ * read a table as its owner): callers read only what the pipeline's owner
+ * may read whole, checked with replicant_table_read_denied before.
+ */
+typedef struct ReplicantTableOwnerScope
+{
+	Oid saved_userid;
+	int saved_sec_context;
+	int guc_level;
+} ReplicantTableOwnerScope;
+
+/* Becomes the owner of rel, restricted, until the matching leave. */
+extern void replicant_table_owner_enter(Relation rel, ReplicantTableOwnerScope *scope);
+extern void replicant_table_owner_leave(ReplicantTableOwnerScope *scope);
 
 /*
  * Rows of rel as the planner estimates them: reltuples, or for a table

@@ -7,7 +7,9 @@
  * a table whose shape changed, a table the owner could not read.  Resuming
  * turns exactly that cause into a waiver for the commits up to the resume
  * (replicant.resume_waivers); decoding accepts that cause, and nothing else,
- * for those commits.  So a resume after a sink's rejection accepts nothing,
+ * for those commits.  A shape change's cause names the shape the table
+ * changed into, so a resume accepts that shape only: the table changing
+ * again while the pipeline was halted halts it again.  So a resume after a sink's rejection accepts nothing,
  * a publication missing while the pipeline was halted for another reason
  * halts it again, and a column dropped from another table too.  Waivers
  * accumulate across resumes (decoding may go back over an earlier halt's
@@ -17,6 +19,7 @@
 
 #include "catalog/namespace.h"
 #include "catalog/pg_type_d.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "utils/lsyscache.h"
 #include "utils/pg_lsn.h"
@@ -39,6 +42,18 @@ char *
 replicant_waiver_table_cause(const char *kind, Oid relid)
 {
 	return psprintf("%s:%u", kind, relid);
+}
+
+/*
+ * 64 bits of a hash of the shape name it: value-free (shapes hold names
+ * only), and two shapes of one table never meet by chance.
+ */
+char *
+replicant_waiver_shape_cause(Oid relid, const char *shape)
+{
+	uint64 digest = hash_bytes_extended((const unsigned char *) shape, (int) strlen(shape), 0);
+
+	return psprintf("%s:%u:%016llx", REPLICANT_WAIVER_SCHEMA, relid, (unsigned long long) digest);
 }
 
 bool

@@ -16,12 +16,19 @@
  * records none, and resuming it accepts nothing while decoding.
  */
 #define REPLICANT_WAIVER_PUBLICATION "publication" /* missing; its name */
-#define REPLICANT_WAIVER_SCHEMA "schema"           /* a table's shape changed; its OID */
+#define REPLICANT_WAIVER_SCHEMA "schema"           /* a table's shape changed; its OID and new shape */
 #define REPLICANT_WAIVER_PRIVILEGE "privilege"     /* no SELECT, or RLS; the table's OID */
+#define REPLICANT_WAIVER_SLOT "slot"               /* the slot was moved; to where */
 
 /* "<kind>:<object>", in CurrentMemoryContext. */
 extern char *replicant_waiver_cause(const char *kind, const char *object);
 extern char *replicant_waiver_table_cause(const char *kind, Oid relid);
+
+/*
+ * "schema:<relid>:<digest of shape>": a table changed into exactly this
+ * shape (table_shape.h); a resume of it accepts no other.
+ */
+extern char *replicant_waiver_shape_cause(Oid relid, const char *shape);
 
 /* Whether waivers (from replicant_waiver_load) accept cause for a commit at commit_lsn. */
 extern bool replicant_waiver_covers(const List *waivers, const char *cause,

@@ -35,6 +35,9 @@
  * exits and the launcher restarts it, a bounded number of times
  * (replicant_delivery_fail).  The phase the worker is in (shmem.h) names
  * what failed.
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm), §4, §8 (halt or retry).
  */
 #include "postgres.h"
 
@@ -54,6 +57,7 @@
 #include "utils/timestamp.h"
 
 #include "backfill.h"
+#include "backfill_plan.h"
 #include "batch.h"
 #include "chunk.h"
 #include "checkpoint.h"
@@ -79,6 +83,8 @@
 #define IDLE_TIMEOUT_MS 1000
 /* Sleep while WAL is inserted but not flushed yet (synchronous_commit=off). */
 #define FLUSH_WAIT_MS 10
+/* How often a table skipped while unpublished is looked at again. */
+#define SKIP_CHECK_MS 1000
 
 /*
  * A caught-up worker's delivering cycles may use 1/CPU_SHARE_DIVISOR of a
@@ -111,6 +117,9 @@ typedef struct Worker
 	ReplicantDecoder *decoder;
 	ReplicantSink *sink;
 	ReplicantBackfill *backfill; /* incremental backfill being read */
+	bool skips_pending;          /* a table skipped while unpublished may be
+								  * published again */
+	TimestampTz skip_check_at;   /* when to look at it again */
 	const char *chunk_table;     /* a chunk being delivered: its table */
 	XLogRecPtr start_lsn;        /* where streaming began, confirmed at the start */
 	int64 cpu_credit_us;         /* CPU budget left (see CPU_SHARE_DIVISOR) */
@@ -628,6 +637,7 @@ static void
 start_streaming(Worker *w)
 {
 	char *halt_reason;
+	char *halt_cause;
 	char *appname;
 
 	appname = psprintf("replicant pipeline %s", w->pipeline->name);
@@ -653,9 +663,9 @@ start_streaming(Worker *w)
 
 	MemoryContextSwitchTo(TopMemoryContext);
 	w->batch = replicant_batch_create(replicant_format_of(w->pipeline)->separator);
-	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason);
+	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason, &halt_cause);
 	if (w->decoder == NULL)
-		worker_halt(w, halt_reason);
+		replicant_delivery_halt_at(w->slot, w->pipeline, halt_reason, InvalidXLogRecPtr, halt_cause);
 	w->sink = replicant_delivery_sink(w->pipeline);
 
 	ereport(LOG,
@@ -665,6 +675,44 @@ start_streaming(Worker *w)
 	w->start_lsn = Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn);
 	confirm(w, w->start_lsn);
 	w->backfill = replicant_backfill_next(w->pipeline->id);
+	w->skips_pending = true;
+}
+
+/*
+ * Backfills again, from their start, the tables that a backfill or the
+ * initial snapshot skipped while no publication published them, once one
+ * publishes them again (replicant_backfill_replan_skipped): looked at after
+ * the snapshot, after each skip, and every SKIP_CHECK_MS while such a
+ * table is still not published.  Halts when the owner may not read one.
+ */
+static void
+replan_skipped_if_due(Worker *w)
+{
+	TimestampTz now;
+	bool planned;
+	char *refused;
+
+	if (!w->skips_pending)
+		return;
+	now = GetCurrentTimestamp();
+	if (now < w->skip_check_at)
+		return;
+	replicant_shmem_enter_phase(REPLICANT_PHASE_BACKFILL_READ);
+	replicant_decoder_before_normal_access(w->decoder);
+	w->skips_pending = replicant_backfill_replan_skipped(w->pipeline, &planned, &refused);
+	w->skip_check_at = TimestampTzPlusMilliseconds(now, SKIP_CHECK_MS);
+	if (refused)
+	{
+		commit_pending(w);
+		worker_halt(w, refused);
+	}
+	if (planned && w->backfill == NULL)
+	{
+		MemoryContext cycle_context = MemoryContextSwitchTo(TopMemoryContext);
+
+		w->backfill = replicant_backfill_next(w->pipeline->id);
+		MemoryContextSwitchTo(cycle_context);
+	}
 }
 
 /*
@@ -696,6 +744,7 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 	replicant_chunk_free(chunk);
 	if (last)
 	{
+		w->skips_pending |= w->backfill->skipped;
 		pfree(w->backfill);
 		MemoryContextSwitchTo(TopMemoryContext);
 		replicant_decoder_before_normal_access(w->decoder);
@@ -719,6 +768,7 @@ stream_cycle(Worker *w, bool *delivered)
 	*delivered = false;
 
 	replicant_delivery_check_for_interrupts(w->slot);
+	replan_skipped_if_due(w);
 	start_chunk_if_due(w);
 
 	/* A commit after this point sets the latch again. */

@@ -45,6 +45,7 @@ use Fcntl ();
 use File::Path ();
 use File::Basename qw(basename dirname);
 use IPC::Run;
+use List::Util ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -239,7 +240,9 @@ Polls until the sink holds exactly the source rows of every table, or the
 timeout passes (default: PostgreSQL::Test::Utils' timeout_default, 180 s).
 Tables are given as SQL names (C<public.t>, C<"Odd"."Name">). Returns true
 on success; on timeout reports the first table that differs with diag() and
-returns false.
+returns false. Each comparison starts psql and the sink script for every
+table: the pause between comparisons grows from 0.1 s to 1 s, so that a
+long wait costs little CPU when many tests run at once.
 
 =cut
 
@@ -260,6 +263,7 @@ sub wait_until_synced
 		]
 	} @$tables;
 
+	my $pause = 100_000;
 	while (1)
 	{
 		my $differs;
@@ -278,7 +282,8 @@ sub wait_until_synced
 			diag("wait_until_synced timed out after $timeout s: $differs");
 			return 0;
 		}
-		usleep(200_000);
+		usleep($pause);
+		$pause = List::Util::min($pause * 3 / 2, 1_000_000);
 	}
 }
 
@@ -287,7 +292,7 @@ sub wait_until_synced
 =item slot_name($node, $dbname, $pipeline)
 
 The name of the replication slot of a pipeline created in database $dbname:
-C<replicant_E<lt>database OIDE<gt>_E<lt>pipelineE<gt>> (for a name short
+C<replicantE<lt>database OIDE<gt>_E<lt>pipelineE<gt>> (for a name short
 enough; replicant.status.slot_name shows every pipeline's).
 
 =cut
@@ -297,7 +302,7 @@ sub slot_name
 	my ($node, $dbname, $pipeline) = @_;
 	my $oid = $node->safe_psql('postgres',
 		"SELECT oid FROM pg_database WHERE datname = '$dbname'");
-	return "replicant_${oid}_$pipeline";
+	return "replicant${oid}_$pipeline";
 }
 
 =pod

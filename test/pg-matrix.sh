@@ -11,8 +11,10 @@
 # second run reuses it and starts in seconds.  The repository is copied in
 # and .ci/suite.sh runs there: build with warnings as errors, install,
 # `make installcheck` (pg_regress, then every TAP file, or only the TAP files
-# given), and the final line "N passed, M failed".  SUITE_CFLAGS is passed on
-# to .ci/suite.sh (.ci/run builds 18's extension with -DUSE_ASSERT_CHECKING).  The copy includes
+# given), and the final line "N passed, M failed"; the SUITE_* variables
+# of .ci/suite.sh (SUITE_CFLAGS: .ci/run builds 18's extension with
+# -DUSE_ASSERT_CHECKING) and the tests' REPLICANT_* and ORACLE_* ones are
+# passed on.  The copy includes
 # test/js/node_modules (`npm ci --prefix test/js`, as .ci/run does): the
 # chroot has Node.js but no npm.  If the version cannot be
 # installed, built or started, the run says so and fails: it never skips.
@@ -162,6 +164,10 @@ mkdir -p "$root/build"
 cp -a "$repo/." "$root/build/replicant"
 rm -rf "$root/build/replicant/.git"
 echo "=== PostgreSQL $version in $root"
+# .ci/suite.sh's settings (SUITE_JOBS, SUITE_REPEAT, ...) and the tests'
+# (REPLICANT_SEED, ORACLE_SEED, ...), whatever they are.
+mapfile -t suite_env < <(env | grep -E '^(SUITE|REPLICANT|ORACLE)_[A-Z0-9_]+=' |
+	grep -vE '^REPLICANT_(MATRIX_|NO_CLICKHOUSE=)' || true)
 if [ $demo = 1 ]; then
 	chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 		bash /build/replicant/test/demo.sh "$version"
@@ -169,7 +175,7 @@ if [ $demo = 1 ]; then
 fi
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 	REGRESS_TIMEOUT="${REGRESS_TIMEOUT:-300}" TAP_TIMEOUT="${TAP_TIMEOUT:-1200}" \
-	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" SUITE_CFLAGS="${SUITE_CFLAGS:-}" "${clickhouse_env[@]}" \
+	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" "${clickhouse_env[@]}" "${suite_env[@]}" \
 	bash /build/replicant/.ci/suite.sh "$pg_config" "$@" || {
 	rc=$?
 	echo "(PostgreSQL $version: the paths above are inside $root)"

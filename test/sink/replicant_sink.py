@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """replicant_sink.py -- a reference HTTP sink for replicant (Python 3 stdlib only).
 
-It shows what a correct sink does with replicant's batches (docs/design.md §3-4):
+It shows what a correct sink does with replicant's batches (docs/sink-protocol.md;
+docs/internals.md, sections 1 and 5):
 
   * verify the Standard Webhooks signature (when a secret is configured);
   * apply a batch and raise the pipeline's watermark in ONE local transaction,
@@ -329,9 +330,10 @@ class Handler(BaseHTTPRequestHandler):
         pass   # we log our own line in log(), without the default noise
 
     def log(self, status, nbytes):
-        sys.stderr.write("%s %s %s %s %d bytes webhook-id=%s\n" % (
-            time.strftime("%H:%M:%S"), self.command, self.path, status, nbytes,
-            self.headers.get("webhook-id", "-")))
+        now = time.time()
+        sys.stderr.write("%s.%03d %s %s %s %d bytes webhook-id=%s\n" % (
+            time.strftime("%H:%M:%S", time.localtime(now)), int(now * 1000) % 1000,
+            self.command, self.path, status, nbytes, self.headers.get("webhook-id", "-")))
 
     def answer(self, status, body=b"", headers=()):
         self.send_response(status)

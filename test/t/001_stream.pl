@@ -1,8 +1,10 @@
-# What exactly reaches the sink (docs/design.md §3): the change objects for
+# What exactly reaches the sink (docs/sink-protocol.md): the change objects for
 # every kind of replica identity and for TOAST, the transaction envelope,
 # the request headers, publication membership (FOR TABLE, FOR ALL TABLES,
 # FOR TABLES IN SCHEMA, publish actions, several publications, a table
 # added later), and commit-to-sink latency.
+#
+# versions: all (publication membership and publish actions; old tuples, src/compat.h)
 use strict;
 use warnings;
 use B;

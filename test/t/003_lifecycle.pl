@@ -2,6 +2,8 @@
 # effect without a restart, a killed worker coming back, readable process
 # names, a quiet pipeline's slot advancing, quiet stops, a sync racing
 # drop_pipeline, and the server prerequisites.
+#
+# versions: all (slot handling: a quiet pipeline's slot advancing)
 use strict;
 use warnings;
 use IPC::Run;
@@ -141,7 +143,7 @@ ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_a, ['same']), 'same
 my $oid_a = $node->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'postgres'");
 my $oid_b = $node->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'second'");
 is($node->safe_psql('postgres', "SELECT slot_name FROM replicant.status WHERE pipeline = 'same'"),
-	"replicant_${oid_a}_same", 'same name: the slot is named with the database OID');
+	"replicant${oid_a}_same", 'same name: the slot is named with the database OID');
 $node->safe_psql('postgres', "SELECT replicant.disable_pipeline('same')");
 ok(ReplicantTest::poll($node, "SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'same'"),
 	'same name: A disabled');
@@ -155,13 +157,13 @@ $node->safe_psql('second', "INSERT INTO same VALUES (2, 'b')");
 ok(ReplicantTest::wait_until_synced($node, 'second', $sink_b, ['same'], 60),
 	'same name: B streams its own rows');
 is($node->safe_psql('second', "SELECT slot_name FROM replicant.status WHERE pipeline = 'same'"),
-	"replicant_${oid_b}_same", 'same name: B has its own slot');
+	"replicant${oid_b}_same", 'same name: B has its own slot');
 ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'same'",
 		undef, 'second'),
 	'same name: B streams after its initial snapshot');
 $node->safe_psql('second', "SELECT replicant.drop_pipeline('same')");
 is($node->safe_psql('postgres',
-		"SELECT database FROM pg_replication_slots WHERE slot_name = 'replicant_${oid_a}_same'"),
+		"SELECT database FROM pg_replication_slots WHERE slot_name = 'replicant${oid_a}_same'"),
 	'postgres', "same name: dropping B's pipeline leaves A's slot");
 
 $node->safe_psql('postgres', "SELECT replicant.enable_pipeline('same')");
@@ -176,17 +178,25 @@ $sink_a->stop;
 $sink_b->stop;
 
 # A 48-character name beside a 5-digit database OID does not fit in a slot
-# name (63 bytes): it keeps its start and gets a hash of the whole name.
+# name (replicant<OID>_<name>, 63 bytes at most): it keeps its start and
+# gets a hash of the whole name.
 my $long = 'l' x 40 . '_0123456';
 $node->safe_psql('second', "SELECT replicant.create_pipeline('$long', 'same_pub', '$sink2->{url}')");
 my $long_slot = $node->safe_psql('second', "SELECT slot_name FROM replicant.status WHERE pipeline = '$long'");
-like($long_slot, qr/^replicant_${oid_b}_l{38}_[0-9a-f]{8}$/, 'long name: the slot name keeps its start and a hash');
+like($long_slot, qr/^replicant${oid_b}_l{39}_[0-9a-f]{8}$/, 'long name: the slot name keeps its start and a hash');
 is(length($long_slot), 63, 'long name: and fits in a name');
 is($node->safe_psql('second', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$long_slot' AND database = 'second'"),
 	'1', 'long name: the slot exists');
 $node->safe_psql('second', "SELECT replicant.drop_pipeline('$long')");
 is($node->safe_psql('second', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$long_slot'"),
 	'0', 'long name: drop_pipeline drops it');
+# One byte shorter it fits as it is (62 bytes: a hashed name has 63, so the
+# two never meet).
+my $fits = 'm' x 47;
+$node->safe_psql('second', "SELECT replicant.create_pipeline('$fits', 'same_pub', '$sink2->{url}', enabled => false)");
+is($node->safe_psql('second', "SELECT slot_name FROM replicant.status WHERE pipeline = '$fits'"),
+	"replicant${oid_b}_$fits", 'a name that fits: the slot name is replicant<database OID>_<name>');
+$node->safe_psql('second', "SELECT replicant.drop_pipeline('$fits')");
 
 # ---- a slot of the pipeline's name that is not the pipeline's ----------------
 # A slot of another plugin in this database, or one of another database, that
@@ -230,6 +240,114 @@ for my $snapshot ('none', 'initial')
 }
 is(slot_of($alien), 'second pgoutput', "foreign slot: the other database's slot is left alone");
 $node->safe_psql('second', "SELECT pg_drop_replication_slot('$alien')");
+
+# ---- a slot that someone dropped ----------------------------------------------
+# The halt says what may have happened, the promoted standby being only one
+# of the possibilities.
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('dropped', 'same_pub', '$sink->{url}')");
+my $dropped = $node->safe_psql('postgres', "SELECT slot_name FROM replicant.status WHERE pipeline = 'dropped'");
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('dropped')");
+ok(ReplicantTest::poll($node, "SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$dropped'"),
+	'dropped slot: the pipeline let go of its slot');
+$node->safe_psql('postgres', "SELECT pg_drop_replication_slot('$dropped')");
+$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('dropped')");
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'dropped'"),
+	'dropped slot: the pipeline halts');
+like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'dropped'"),
+	qr/^replication slot "\Q$dropped\E" does not exist \(it was dropped, or this server is a promoted standby that had no failover copy of it\): recreate the pipeline with a snapshot$/,
+	'missing_slot_reason: the halt names a standby as one possible cause, not the only one');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('dropped')");
+
+# ---- drop_pipeline drops the slot it acquired, never one made in its place ----
+# Between drop_pipeline's first look at its slot (replicant's, of this
+# database) and the drop, someone with REPLICATION may drop the slot and
+# make another of that name (a physical one here: a logical slot waits for
+# drop_pipeline's transaction to end before it is made).  The fault point
+# slot_drop holds drop_pipeline right after that look.
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('swap', 'same_pub', '$sink->{url}')");
+my $swap = $node->safe_psql('postgres', "SELECT slot_name FROM replicant.status WHERE pipeline = 'swap'");
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('swap')");
+ok(ReplicantTest::poll($node, "SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$swap'"),
+	'swapped slot: the pipeline let go of its slot');
+my $hold_from = -s $node->logfile;
+$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'slot_drop:hold'; SELECT pg_reload_conf()");
+my ($drop_out, $drop_err) = ('', '');
+my $dropper = IPC::Run::start(
+	[ 'psql', '-X', '-h', $node->host, '-p', $node->port, '-d', 'postgres',
+	  '-c', "SELECT replicant.drop_pipeline('swap')" ],
+	'>', \$drop_out, '2>', \$drop_err);
+$node->wait_for_log(qr/fault point "slot_drop" reached, holding/, $hold_from);
+$node->safe_psql('postgres', "SELECT pg_drop_replication_slot('$swap')");
+$node->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('$swap')");
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf()');
+$dropper->finish;
+like($drop_err, qr/WARNING:  replication slot "\Q$swap\E" was left in place/,
+	'slot_drop_toctou: drop_pipeline leaves the slot made in its slot\'s place, with a WARNING');
+is($node->safe_psql('postgres', "SELECT slot_type FROM pg_replication_slots WHERE slot_name = '$swap'"),
+	'physical', '... and that slot is still there');
+is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.pipelines WHERE name = 'swap'"),
+	'0', '... and the pipeline is gone');
+$node->safe_psql('postgres', "SELECT pg_drop_replication_slot('$swap')");
+
+# ---- slot names of 0.3.0 and of the pipelines before it never meet ------------
+# Pipelines created before 0.3.0, and all of a database still at 0.2.0's SQL
+# objects (each database is updated on its own), have the slot
+# replicant_<name>.  A pipeline name may be "<digits>_<rest>", so a slot
+# name of 0.3.0 is one the old scheme cannot produce: a role allowed to
+# manage pipelines only in such a database cannot take the slot name of
+# another database's pipeline.
+$node->safe_psql('postgres', 'CREATE ROLE mallory LOGIN');
+for my $db ('old_a', 'old_b')
+{
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, q{
+		CREATE EXTENSION replicant VERSION '0.2.0';
+		CREATE TABLE t (id int PRIMARY KEY);
+		CREATE PUBLICATION pub FOR TABLE t;
+	});
+}
+$node->safe_psql('old_a', 'GRANT replicant_admin TO mallory; GRANT SELECT ON t TO mallory');
+($ret, $out, $err) = $node->psql('old_a',
+	"SELECT replicant.create_pipeline('${oid_a}_orders', 'pub', '$sink->{url}')",
+	extra_params => [ '-U', 'mallory' ]);
+is($ret, 0, "legacy names: mallory creates pipeline ${oid_a}_orders in a database at 0.2.0") or diag($err);
+is(slot_of("replicant_${oid_a}_orders"), 'old_a replicant', "... whose slot is replicant_${oid_a}_orders");
+($ret, $out, $err) = $node->psql('postgres',
+	"SELECT replicant.create_pipeline('orders', 'same_pub', '$sink->{url}')");
+is($ret, 0, "legacy_name_squat: database postgres still creates its own pipeline 'orders'") or diag($err);
+is($node->safe_psql('postgres', "SELECT slot_name FROM replicant.status WHERE pipeline = 'orders'"),
+	"replicant${oid_a}_orders", '... with the slot replicant<database OID>_orders');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('orders')");
+$node->safe_psql('old_a', "SELECT replicant.drop_pipeline('${oid_a}_orders')");
+
+# Between those old names, a replicant slot of another database may carry a
+# pipeline's slot name: B's pipeline "shared" lost its slot, and A made a
+# pipeline "shared".  B's worker never decodes A's slot, and B's
+# drop_pipeline leaves it.
+my $sink_old = ReplicantTest::start_sink(name => 'sink_old');
+$node->safe_psql('old_b', "SELECT replicant.create_pipeline('shared', 'pub', '$sink2->{url}')");
+$node->safe_psql('old_b', "SELECT replicant.disable_pipeline('shared')");
+ok(ReplicantTest::poll($node, "SELECT NOT active FROM pg_replication_slots WHERE slot_name = 'replicant_shared'"),
+	"foreign replicant slot: B's worker let go of its slot");
+$node->safe_psql('old_b', "SELECT pg_drop_replication_slot('replicant_shared')");
+$node->safe_psql('old_a', "SELECT replicant.create_pipeline('shared', 'pub', '$sink_old->{url}')");
+is(slot_of('replicant_shared'), 'old_a replicant', "foreign replicant slot: A's slot carries B's slot name");
+$node->safe_psql('old_b', "SELECT replicant.enable_pipeline('shared')");
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'shared'", 60, 'old_b'),
+	"foreign replicant slot: B's pipeline halts instead of decoding A's slot");
+like($node->safe_psql('old_b', "SELECT coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'shared'"),
+	qr/^replication slot "replicant_shared" is not this pipeline's: it belongs to another database or output plugin/,
+	'... saying why');
+($ret, $out, $err) = $node->psql('old_b', "SELECT replicant.drop_pipeline('shared')");
+is($ret, 0, "foreign replicant slot: B's drop_pipeline succeeds") or diag($err);
+like($err, qr/WARNING:  replication slot "replicant_shared" was left in place/, '... with a WARNING');
+is(slot_of('replicant_shared'), 'old_a replicant', "foreign_db_slot: A's slot is still there");
+$node->safe_psql('old_a', 'INSERT INTO t VALUES (1)');
+ok(ReplicantTest::wait_until_synced($node, 'old_a', $sink_old, ['t']), "... and A's pipeline streams on");
+unlike(slurp_file($node->logfile), qr/was not created in this database/,
+	'... no worker ever tried to decode the other database\'s slot');
+$node->safe_psql('old_a', "SELECT replicant.drop_pipeline('shared')");
+$sink_old->stop;
 # Stops replicant asks for end quietly: a LOG line and exit code 0, no FATAL
 # "terminating background worker ... due to administrator command" and no
 # "exited with exit code 1", for a streaming, a retrying and a snapshotting
@@ -372,7 +490,7 @@ ok(state_is('second', 'q_ext', 'streaming'), 'a pipeline in a database');
 $node->safe_psql('second', 'DROP EXTENSION replicant');
 ok(no_worker('q_ext'), '... DROP EXTENSION stops it');
 ok($node->poll_query_until('postgres',
-		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = 'replicant_q_ext'"),
+		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name ~ '^replicant[0-9]*_q_ext\$'"),
 	'... and its slot goes');
 my $log = substr(slurp_file($node->logfile), $log_from);
 unlike($log, qr/terminating background worker "replicant (pipeline|snapshot)"/,

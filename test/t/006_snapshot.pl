@@ -1,4 +1,4 @@
-# Initial snapshots (docs/design.md §3, §5): create_pipeline(snapshot =>
+# Initial snapshots (docs/internals.md §3): create_pipeline(snapshot =>
 # 'initial') reads the published tables under the slot's exported snapshot
 # with parallel shard workers, brackets each table with first/last markers
 # and then streams from the slot's consistent point.  Covered: a 200,000-row
@@ -11,6 +11,8 @@
 # own names; under the root's when published via the root) and a type zoo whose snapshot reads and stream inserts encode
 # to byte-identical JSON; a sink that refuses a third of the requests (every
 # row still exactly once, each batch retried in its place).
+#
+# versions: all (the exported snapshot of a new slot; publish_via_partition_root)
 use strict;
 use warnings;
 use IPC::Run;

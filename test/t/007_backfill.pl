@@ -2,6 +2,8 @@
 # backfilled with each read method while a client updates and deletes its
 # rows (a stale chunk row must never overwrite a newer change), a ctid
 # backfill surviving VACUUM FULL, and snapshot => 'incremental'.
+#
+# versions: all (watermark messages and the primary key index, src/compat.h)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

@@ -1,4 +1,4 @@
-# Fail-closed halts (docs/design.md §7): each condition halts its pipeline
+# Fail-closed halts (docs/internals.md §8): each condition halts its pipeline
 # with a clear, value-free last_error; the halt survives a server restart;
 # once the cause is fixed, resume_pipeline (or, for a lost slot, drop and
 # create) makes the pipeline continue and later changes arrive.
@@ -6,13 +6,18 @@
 #   slot invalidated (WAL removed past max_slot_wal_keep_size)
 #   publication dropped, then created again
 #   a published table's column dropped (also across a server restart)
-#   replica identity changed
+#   replica identity changed; while halted on one shape change, another
+#     (a resume accepts the shape its halt named, no other)
 #   the pipeline owner's SELECT revoked, and row-level security enabled
+#   the slot moved by another role (pg_replication_slot_advance()); not
+#     when the worker moved it, nor after a crash
 #   a row that cannot be encoded (non-UTF-8 bytes in an SQL_ASCII database)
 #   drop_pipeline of a halted pipeline and of one in the middle of a POST
 #
 # Every row value carries a marker; neither last_error nor the server log
 # (default logging: log_statement = none) may ever show it.
+#
+# versions: all (slot invalidation, src/compat.h)
 use strict;
 use warnings;
 use Time::HiRes qw(time usleep);
@@ -546,6 +551,103 @@ INSERT INTO wa_t VALUES (5, '$MARK a5');
 	$ws->stop;
 }
 
+# ---- a resume accepts the shape its halt named, no other ---------------------------
+# The halt on a dropped column names the shape the table changed to; while
+# the pipeline is halted, the replica identity changes too (the key becomes
+# another column).  Resuming the column's halt accepts that shape only: the
+# key's change halts again (a delete keyed by the new key would leave the
+# row at the sink), and only its own resume accepts it.
+{
+	my $label = 'resume accepts the shape it named';
+	$node->safe_psql('postgres', q{
+CREATE TABLE sh_t (id int PRIMARY KEY, a text, c int NOT NULL, v text);
+CREATE UNIQUE INDEX sh_t_c ON sh_t (c);
+CREATE PUBLICATION sh_pub FOR TABLE sh_t;
+});
+	create_pipeline('shape', 'sh_pub');
+	$node->safe_psql('postgres', "INSERT INTO sh_t VALUES (1, '$MARK a1', 1, '$MARK 1')");
+	isnt(wait_sink_row('public.sh_t', 1), '', "$label: delivered before");
+	$node->safe_psql('postgres', qq{
+ALTER TABLE sh_t DROP COLUMN a;
+INSERT INTO sh_t VALUES (2, 2, '$MARK 2');
+});
+	expect_halt($label, 'shape',
+		qr/^column "a" of table "sh_t" was dropped or renamed; replicant\.resume_pipeline\(\) accepts the new shape$/);
+	$node->safe_psql('postgres', qq{
+ALTER TABLE sh_t REPLICA IDENTITY USING INDEX sh_t_c;
+INSERT INTO sh_t VALUES (3, 3, '$MARK 3');
+});
+	resume('shape');
+	expect_halt("$label, the column's halt resumed", 'shape',
+		qr/^the replica identity of table "sh_t" changed; replicant\.resume_pipeline\(\) accepts the new shape$/);
+	is(sink_row('public.sh_t', 3), '', "$label: nothing committed after the key changed arrives");
+	resume('shape');
+	expect_streaming("$label, the new key accepted", 'shape');
+	isnt(wait_sink_row('public.sh_t', 2), '', "$label: the row in the shape the first resume accepted arrives");
+	isnt(wait_sink_row('public.sh_t', 3), '', "$label: the row after the key changed arrives");
+	drop_pipeline($label, 'shape');
+}
+
+# ---- the slot moved by something else -------------------------------------------
+# A role with REPLICATION can pg_replication_slot_advance() a stopped
+# pipeline's slot (fast-forwarding never loads the output plugin, so the
+# plugin cannot refuse).  The worker records how far it confirms the slot,
+# before it confirms; one that finds the slot beyond that halts, saying
+# changes may be lost, instead of skipping them silently, and
+# resume_pipeline accepts the gap.  The slot the worker moved on by itself
+# over writes to unpublished tables, and a crash, never halt it.
+{
+	my $label = 'slot moved';
+	$node->safe_psql('postgres', q{
+CREATE TABLE mv_t (id int PRIMARY KEY, v text);
+CREATE TABLE mv_other (id int, v text);
+CREATE PUBLICATION mv_pub FOR TABLE mv_t;
+CREATE ROLE advancer LOGIN REPLICATION;
+});
+	create_pipeline('moved', 'mv_pub');
+	my $slot = ReplicantTest::slot_name($node, 'postgres', 'moved');
+	$node->safe_psql('postgres', "INSERT INTO mv_t VALUES (1, '$MARK 1')");
+	isnt(wait_sink_row('public.mv_t', 1), '', "$label: delivered before");
+
+	# The worker moves its slot on over WAL that delivers nothing.
+	my $quiet = $node->safe_psql('postgres',
+		"INSERT INTO mv_other SELECT g, repeat('x', 200) FROM generate_series(1, 2000) g;"
+		  . ' SELECT pg_current_wal_lsn()');
+	ok(poll("SELECT confirmed_flush_lsn >= '$quiet' FROM pg_replication_slots WHERE slot_name = '$slot'", 30),
+		"$label: the worker moves its slot past writes to an unpublished table");
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('moved')");
+	ok(poll("SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$slot'"),
+		"$label: the disabled pipeline lets go of its slot");
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('moved')");
+	$node->safe_psql('postgres', "INSERT INTO mv_t VALUES (2, '$MARK 2')");
+	isnt(wait_sink_row('public.mv_t', 2), '', "$label: a slot the worker moved itself does not halt it");
+	$node->safe_psql('postgres',
+		"INSERT INTO mv_other SELECT g, repeat('y', 200) FROM generate_series(1, 2000) g");
+	$node->stop('immediate');
+	$node->start;
+	$node->safe_psql('postgres', "INSERT INTO mv_t VALUES (3, '$MARK 3')");
+	isnt(wait_sink_row('public.mv_t', 3), '', "$label: nor after a crash");
+	is(status('moved')->{state}, 'streaming', "$label: streaming after the crash");
+
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('moved')");
+	ok(poll("SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$slot'"),
+		"$label: disabled again");
+	$node->safe_psql('postgres', "INSERT INTO mv_t VALUES (4, '$MARK 4')");
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SET ROLE advancer; SELECT pg_replication_slot_advance('$slot', pg_current_wal_lsn())");
+	is($ret, 0, "$label: a REPLICATION role advances the stopped pipeline's slot") or diag($err);
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('moved')");
+	expect_halt($label, 'moved',
+		qr/^replication slot "\Q$slot\E" was moved from [0-9A-F]+\/[0-9A-F]+ to [0-9A-F]+\/[0-9A-F]+ by something other than this pipeline \(such as pg_replication_slot_advance\(\)\): changes committed in between may be lost; replicant\.resume_pipeline\(\) accepts the gap$/);
+	is(sink_row('public.mv_t', 4), '', "$label: the row the advance skipped was not delivered");
+	resume('moved');
+	expect_streaming("$label, the gap accepted", 'moved');
+	$node->safe_psql('postgres', "INSERT INTO mv_t VALUES (5, '$MARK 5')");
+	isnt(wait_sink_row('public.mv_t', 5), '', "$label: a later change arrives");
+	is(sink_row('public.mv_t', 4), '', "$label: the skipped row stays lost, as accepted");
+	drop_pipeline($label, 'moved');
+}
+
 # ---- a row that cannot be encoded ---------------------------------------------------
 # Every value of a UTF-8 (or convertible) database encodes; user-defined
 # types with a failing output function need C.  An SQL_ASCII database,
@@ -635,8 +737,8 @@ CREATE PUBLICATION drop_pub FOR TABLE drop_t;
 
 # ---- nothing left behind, nothing leaked ---------------------------------------------
 is($node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'replicant\\_%'"),
-	'0', 'no replicant_ slot remains');
+		"SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'replicant%'"),
+	'0', 'no replicant slot remains');
 is($node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'replicant pipeline'"),
 	'0', 'no pipeline worker runs');

@@ -1,4 +1,4 @@
-# Secrets and privileges (docs/design.md §8, README "Security").
+# Secrets and privileges (docs/internals.md §9, README "Security").
 #
 # A marker is planted in row values, in a header value and in the signing
 # secret; then every path that handles them runs: create_pipeline calls that
@@ -339,6 +339,66 @@ CREATE PUBLICATION tls_pub FOR TABLE tls_t;
 	ok(ReplicantTest::wait_until_synced($node, 'postgres', $https, ['tls_t'], 60),
 		'TLS: back to 127.0.0.1, delivered');
 	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('tls')");
+}
+
+# ---- default privileges of the installing role --------------------------------------
+# A common reporting setup, made long before replicant: every new table and
+# function of the installing role is granted to "mon", a pg_monitor member;
+# 0.3.0 gives pg_monitor USAGE on the schema.  Nobody but the owner keeps a
+# privilege on replicant's tables or sequences (pipelines holds secrets),
+# nor a grant of a function nobody granted it, at installation or update.
+# A hardened default (no EXECUTE for PUBLIC) leaves status readable.
+$node->safe_psql('postgres', q{
+CREATE ROLE mon LOGIN;
+GRANT pg_monitor TO mon;
+CREATE ROLE watcher LOGIN;
+GRANT replicant_admin TO watcher;
+CREATE DATABASE defpriv;
+CREATE DATABASE defpriv_old;
+});
+foreach my $db ('defpriv', 'defpriv_old')
+{
+	$node->safe_psql($db, q{
+ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO mon;
+ALTER DEFAULT PRIVILEGES GRANT USAGE, SELECT ON SEQUENCES TO mon;
+ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO mon;
+ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+CREATE TABLE t (id int PRIMARY KEY);
+CREATE PUBLICATION p FOR TABLE t;
+GRANT SELECT ON t TO watcher;
+});
+}
+$node->safe_psql('defpriv', 'CREATE EXTENSION replicant');
+$node->safe_psql('defpriv_old', "CREATE EXTENSION replicant VERSION '0.2.0'");
+$node->safe_psql('defpriv_old', 'ALTER EXTENSION replicant UPDATE');
+foreach my $db ('defpriv', 'defpriv_old')
+{
+	my $label = $db eq 'defpriv' ? 'installed' : 'updated';
+	$node->safe_psql($db,
+		"SELECT replicant.create_pipeline('sec', 'p', 'http://127.0.0.1:9/', secret => '$SECRET',"
+		  . " headers => $HEADERS, enabled => false)");
+	my ($ret, $out, $err) = $node->psql($db, 'SET ROLE mon; SELECT secret, headers FROM replicant.pipelines');
+	unlike($out, qr/\Q$MARK\E/, "default_privileges_global ($label): a pg_monitor member cannot read pipeline secrets");
+	like($err, qr/permission denied for table pipelines/, "... permission denied ($label)");
+	is($node->safe_psql($db, q{
+SELECT count(*) FROM pg_class c
+ WHERE c.relnamespace = 'replicant'::regnamespace AND c.relkind IN ('r', 'p', 'S')
+   AND (has_table_privilege('mon', c.oid, 'SELECT') OR has_table_privilege('mon', c.oid, 'UPDATE')
+        OR has_table_privilege('mon', c.oid, 'INSERT') OR has_any_column_privilege('mon', c.oid, 'SELECT'))}),
+		'0', "... nor any privilege on replicant's tables and sequences ($label)");
+	# An update keeps the grants of the functions it did not make: they may
+	# be an operator's (before replicant_admin, the way to delegate).
+	is($node->safe_psql($db,
+			"SELECT string_agg(p.oid::regprocedure::text, ', ') FROM pg_proc p"
+			  . " WHERE p.pronamespace = 'replicant'::regnamespace AND has_function_privilege('mon', p.oid, 'EXECUTE')"
+			  . "   AND NOT has_function_privilege('public', p.oid, 'EXECUTE')"),
+		'', "... nor EXECUTE on a function PUBLIC may not run ($label)")
+	  if $db eq 'defpriv';
+	($ret, $out, $err) = $node->psql($db,
+		"SET ROLE watcher; SELECT state, sink_url FROM replicant.status WHERE pipeline = 'sec'");
+	is($out, 'disabled|http://127.0.0.1:9', "a replicant_admin member reads status under a default without EXECUTE for PUBLIC ($label)")
+	  or diag($err);
+	$node->safe_psql($db, "SELECT replicant.drop_pipeline('sec')");
 }
 
 # ---- the whole log, once more ------------------------------------------------------

@@ -1,4 +1,4 @@
-# Privilege boundary (issue #10 items 1, 2, 5).
+# Privilege boundary (docs/internals.md §9).
 #
 # A role granted the management functions puts its own schema first on
 # search_path, holding operators and functions that shadow the built-in ones
@@ -14,11 +14,17 @@
 # when the worker starts (item 5).
 #
 # Planning a backfill runs a table owner's code in the caller's session
-# (issue #30 item 12): the policy function of a table with row-level
-# security runs when the planner samples the key's order or the bitmap
-# ranges.  It runs only as a security-restricted operation: a setting it
-# changes does not outlive the call, and it cannot create temporary objects
-# that would shadow the caller's.
+#: the function of a partial index's predicate runs
+# when the planner samples the key's order or the bitmap ranges.  It runs
+# only as a security-restricted operation: a setting it changes does not
+# outlive the call, and it cannot create temporary objects that would
+# shadow the caller's.
+#
+# And it runs only as the table's owner: in the
+# worker's chunk reads (a domain's CHECK on the cursor's key, a partial
+# index's predicate) and in planning, never with the pipeline owner's
+# rights; a policy that applies to the pipeline's owner never runs, the
+# table refused first; one forced on the table's owner never runs either.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -233,7 +239,7 @@ as_evil('create_pipeline of a table the owner may read',
 $node->safe_psql('postgres', 'REVOKE SELECT ON sp_hidden FROM evil');
 as_evil('backfill (bitmap) of a table the owner may not read',
 	"SELECT replicant.backfill('ev3', 'sp_hidden', 'bitmap')",
-	error => qr/permission denied for table sp_hidden/);
+	error => qr/pipeline owner has no SELECT privilege on table "sp_hidden"/);
 is($node->safe_psql('postgres',
 		"SELECT count(*) FROM replicant.backfill_status WHERE pipeline = 'ev3'"),
 	'0', 'no backfill of it was planned');
@@ -286,11 +292,14 @@ ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHE
 is(scalar(@{ $sink->messages }), $before, 'no message was delivered without REPLICATION');
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('rm')");
 
-# ---- issue #30 item 12: a table owner's code during backfill planning ---------
-# tabowner's policy function moves the caller's search_path to its own
-# schema and tries to plant a temporary table.  The pipeline's owner reads
-# the table through the policy, so the function runs in whatever session
-# plans a backfill of it; here a superuser's.
+# ---- a table owner's code during backfill planning ---------
+# tabowner's function moves the caller's search_path to its own schema and
+# tries to plant a temporary table.  It sits in a partial index's predicate,
+# which the planner folds in whatever session plans a query of the table,
+# so it runs in whatever session plans a backfill of it (the sample of the
+# key's order, the bitmap ranges); here a superuser's.  (It used to sit in a
+# row-level security policy; a backfill now refuses a table whose policies
+# apply to the pipeline's owner before anything reads it.)
 $node->safe_psql('postgres', q{
 CREATE ROLE tabowner LOGIN;
 CREATE ROLE planner LOGIN;
@@ -315,15 +324,17 @@ BEGIN
     RETURN true;
 END $$;
 }, extra_params => [ '-U', 'tabowner' ]);
+$node->safe_psql('postgres', q{
+CREATE FUNCTION trap.always() RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN trap.looks(0);
+END $$;
+CREATE INDEX ON trap.owned (v) WHERE trap.always();
+}, extra_params => [ '-U', 'tabowner' ]);
 $node->safe_psql('postgres', 'CREATE PUBLICATION trap_pub FOR TABLE trap.owned');
 $node->safe_psql('postgres',
 	"SELECT replicant.create_pipeline('planned', 'trap_pub', '$url')", extra_params => [ '-U', 'planner' ]);
-# After create_pipeline, which refuses a table its owner cannot read whole;
-# disabled, so that only planning reads the table.
-$node->safe_psql('postgres', q{
-ALTER TABLE trap.owned ENABLE ROW LEVEL SECURITY;
-CREATE POLICY looking ON trap.owned FOR SELECT USING (trap.looks(id));
-}, extra_params => [ '-U', 'tabowner' ]);
+# Disabled, so that only planning reads the table.
 $node->safe_psql('postgres', "SELECT replicant.disable_pipeline('planned')");
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_stats WHERE tablename = 'owned'"), '0',
 	'the table was never analysed (auto samples its order)');
@@ -345,6 +356,166 @@ SELECT replicant.cancel_backfill(id) FROM replicant.backfill_status WHERE pipeli
 		"backfill_plan_owner_code ($mode): nor did it leave a temporary table in the caller's session");
 }
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('planned')");
+
+# ---- a table owner's code runs as the table owner (review of #30 item 12) ----------
+# tabowner's trap records, whenever a session other than tabowner's own runs
+# it, who ran it, whether it could create a temporary table (it cannot
+# inside a security-restricted operation) and whether it could grant itself
+# a table of the pipeline owner's.  It sits in a domain's CHECK (the key of
+# a keyset backfill: the cursor's values were cast to the domain), in an
+# IMMUTABLE function of a partial index's predicate (the planner folds it
+# when it plans a chunk's query, in every mode), in a row-level security
+# policy (backfill planning sampled the table through it), and in a policy
+# that the table forces on its owner.  It may run only as tabowner, and
+# only as a security-restricted operation, as CREATE INDEX runs it.
+$node->safe_psql('postgres', q{
+CREATE ROLE pipeowner LOGIN;
+GRANT USAGE ON SCHEMA replicant TO pipeowner;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA replicant TO pipeowner;
+CREATE SCHEMA tabs AUTHORIZATION tabowner;
+GRANT USAGE ON SCHEMA tabs TO pipeowner;
+CREATE TABLE public.private_a (x text);
+CREATE TABLE public.private_b (x text);
+CREATE TABLE public.private_c (x text);
+INSERT INTO private_a VALUES ('only pipeowner may read this (a)');
+INSERT INTO private_b VALUES ('only pipeowner may read this (b)');
+INSERT INTO private_c VALUES ('only pipeowner may read this (c)');
+ALTER TABLE private_a OWNER TO pipeowner;
+ALTER TABLE private_b OWNER TO pipeowner;
+ALTER TABLE private_c OWNER TO pipeowner;
+});
+$node->safe_psql('postgres', q{
+CREATE TABLE tabs.loot (vector text, who text, temp_ok boolean, granted boolean);
+GRANT SELECT, INSERT ON tabs.loot TO PUBLIC;
+CREATE FUNCTION tabs.trap(vector text, target text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    temp_ok boolean := true;
+    granted boolean := true;
+BEGIN
+    IF session_user = 'tabowner'
+       OR EXISTS (SELECT FROM tabs.loot l WHERE l.vector = trap.vector AND l.who = current_user) THEN
+        RETURN true;
+    END IF;
+    BEGIN
+        CREATE TEMP TABLE planted (x int);
+        DROP TABLE planted;
+    EXCEPTION WHEN OTHERS THEN temp_ok := false;
+    END;
+    BEGIN
+        EXECUTE format('GRANT SELECT ON %s TO tabowner', target);
+    EXCEPTION WHEN OTHERS THEN granted := false;
+    END;
+    INSERT INTO tabs.loot VALUES (vector, current_user, temp_ok, granted);
+    RETURN true;
+END $$;
+CREATE FUNCTION tabs.key_ok(v int) RETURNS boolean LANGUAGE sql
+    RETURN tabs.trap('domain', 'public.private_a');
+CREATE DOMAIN tabs.key_t AS int CHECK (tabs.key_ok(VALUE));
+CREATE TABLE tabs.keyed (id tabs.key_t PRIMARY KEY, v text);
+INSERT INTO tabs.keyed SELECT g, 'v' || g FROM generate_series(1, 6000) g;
+GRANT SELECT ON tabs.keyed TO pipeowner;
+CREATE FUNCTION tabs.always() RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $f$
+BEGIN
+    RETURN tabs.trap('index', 'public.private_c');
+END $f$;
+CREATE TABLE tabs.indexed (id int PRIMARY KEY, v int);
+INSERT INTO tabs.indexed SELECT g, g FROM generate_series(1, 3000) g;
+CREATE INDEX ON tabs.indexed (v) WHERE tabs.always();
+GRANT SELECT ON tabs.indexed TO pipeowner;
+CREATE TABLE tabs.policed (id int PRIMARY KEY, v int) WITH (autovacuum_enabled = false);
+INSERT INTO tabs.policed SELECT g, g FROM generate_series(1, 5000) g;
+GRANT SELECT ON tabs.policed TO pipeowner;
+CREATE TABLE tabs.forced (id int PRIMARY KEY, v int);
+INSERT INTO tabs.forced SELECT g, g FROM generate_series(1, 3000) g;
+CREATE FUNCTION tabs.sees(id int) RETURNS boolean LANGUAGE sql
+    RETURN tabs.trap('forced', 'public.private_b') AND id % 2 = 0;
+ALTER TABLE tabs.forced ENABLE ROW LEVEL SECURITY;
+ALTER TABLE tabs.forced FORCE ROW LEVEL SECURITY;
+CREATE POLICY seeing ON tabs.forced FOR SELECT USING (tabs.sees(id));
+}, extra_params => [ '-U', 'tabowner' ]);
+$node->safe_psql('postgres', q{
+CREATE PUBLICATION keyed_pub FOR TABLE tabs.keyed;
+CREATE PUBLICATION indexed_pub FOR TABLE tabs.indexed;
+CREATE PUBLICATION policed_pub FOR TABLE tabs.policed;
+CREATE PUBLICATION forced_pub FOR TABLE tabs.forced;
+});
+is($node->safe_psql('postgres', 'SELECT count(*) FROM tabs.loot'), '0',
+	'owner code: no loot yet (tabowner\'s own sessions ran the traps)');
+
+sub loot
+{
+	my ($vector) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT string_agg(who || ' temp:' || temp_ok || ' grant:' || granted, ', ') FROM tabs.loot"
+		  . " WHERE vector = '$vector'");
+}
+
+sub tabowner_reads
+{
+	my ($table) = @_;
+	my ($ret) = $node->psql('postgres', "SELECT x FROM $table", extra_params => [ '-U', 'tabowner' ]);
+	return $ret == 0;
+}
+
+my @pipeowner = (extra_params => [ '-U', 'pipeowner' ]);
+
+# Backfills $table ($rows rows) with a new pipeline of $role's on $pub, to
+# the end.  (Nothing else may plan a query of it: the planner would fold the
+# partial index's predicate in that session.)
+sub owner_code_backfill
+{
+	my ($p, $pub, $table, $mode, $rows, @role) = @_;
+	$node->safe_psql('postgres', "SELECT replicant.create_pipeline('$p', '$pub', '$url')", @role);
+	ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = '$p'"),
+		"owner code ($p): streaming");
+	my $id = $node->safe_psql('postgres',
+		"SELECT replicant.backfill('$p', '$table', mode => '$mode')", @role);
+	ok(ReplicantTest::poll($node,
+			"SELECT state NOT IN ('planned', 'running') FROM replicant.backfill_status WHERE id = $id", 120),
+		"owner code ($p): the backfill ends");
+	is($node->safe_psql('postgres',
+			"SELECT state || ' ' || rows_done FROM replicant.backfill_status WHERE id = $id"),
+		"done $rows",
+		"owner code ($p): the backfill read every row");
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('$p')");
+}
+
+# A domain's CHECK: the cursor's values are compared as the domain's base
+# type, so the CHECK does not run at all.
+owner_code_backfill('keyed', 'keyed_pub', 'tabs.keyed', 'keyset', 6000, @pipeowner);
+is(loot('domain'), '',
+	'backfill_owner_code_domain: the domain\'s CHECK never ran in the worker (it ran as the pipeline owner)');
+ok(!tabowner_reads('public.private_a'), 'domain: the table owner still cannot read private_a');
+
+# A partial index's predicate: planned as tabowner, restricted.
+owner_code_backfill('indexed', 'indexed_pub', 'tabs.indexed', 'ctid', 3000, @pipeowner);
+is(loot('index'), 'tabowner temp:false grant:false',
+	'backfill_owner_code_index: the partial index\'s predicate ran as the table owner, restricted, in the worker');
+ok(!tabowner_reads('public.private_c'), 'partial index: the table owner still cannot read private_c');
+
+# A policy that applies to the pipeline's owner: backfill refuses the table
+# before reading it, as the worker would; no policy runs in planning.
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('policed', 'policed_pub', '$url')", @pipeowner);
+$node->safe_psql('postgres', q{
+CREATE FUNCTION tabs.looks(id int) RETURNS boolean LANGUAGE sql
+    RETURN tabs.trap('policy', 'public.private_b');
+ALTER TABLE tabs.policed ENABLE ROW LEVEL SECURITY;
+CREATE POLICY looking ON tabs.policed FOR SELECT USING (tabs.looks(id));
+}, extra_params => [ '-U', 'tabowner' ]);
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('policed')");
+my ($ret, $out, $err) = $node->psql('postgres',
+	"SELECT replicant.backfill('policed', 'tabs.policed', mode => 'bitmap')", @pipeowner);
+like($err, qr/table "policed" has row-level security that the pipeline owner does not bypass/,
+	'policy: backfill refuses a table the pipeline owner does not read whole');
+is(loot('policy'), '',
+	'backfill_planning_owner_code: the table owner\'s policy never ran as the pipeline owner in planning');
+ok(!tabowner_reads('public.private_b'), 'policy: the table owner still cannot read private_b');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('policed')");
+
+# A policy forced on the table's owner, and a pipeline owner that bypasses
+# row-level security (a superuser): read whole, and the policy never runs.
+owner_code_backfill('forced', 'forced_pub', 'tabs.forced', 'bitmap', 3000);
+is(loot('forced'), '', 'backfill_owner_code_forced: a policy forced on the table owner never ran');
 
 $sink->stop;
 $node->stop;

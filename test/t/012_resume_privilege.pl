@@ -1,5 +1,5 @@
 # A pipeline halted because its owner lost SELECT must not deliver the rows
-# it may not read (issue #10 item 3).
+# it may not read.
 #
 #   - REVOKE SELECT, rows inserted, halt; resume_pipeline without a re-grant
 #     halts again and delivers none of them; after GRANT and a resume the

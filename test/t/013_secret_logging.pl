@@ -1,4 +1,4 @@
-# Secrets under statement logging (issue #10 item 4, README "Security").
+# Secrets under statement logging (README "Security").
 #
 # With log_statement = all, log_min_duration_statement = 0, log_duration and
 # auto_explain (every plan, analysed, nested statements too), the calls that

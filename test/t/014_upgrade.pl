@@ -1,4 +1,4 @@
-# ALTER EXTENSION replicant UPDATE under a write workload (issue #10 item 15).
+# ALTER EXTENSION replicant UPDATE under a write workload.
 #
 # For each earlier version (0.1.0, and 0.2.0, the previous release) the
 # extension is installed at that version, in a database of its own, and a
@@ -190,8 +190,9 @@ $node->safe_psql('fresh', "SELECT replicant.create_pipeline('gone', 'u_pub', '$u
 $node->safe_psql('fresh', 'DROP EXTENSION replicant');
 is($node->safe_psql('fresh', "SELECT has_schema_privilege('watcher', 'replicant', 'USAGE')"), 't',
 	'after DROP EXTENSION the schema stays, with its grants');
+my $gone_slot = ReplicantTest::slot_name($node, 'fresh', 'gone');
 ok(ReplicantTest::poll($node,
-		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = 'replicant_gone'"),
+		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name = '$gone_slot'"),
 	'... its pipelines\' slots go');
 $node->safe_psql('fresh', 'CREATE EXTENSION replicant');
 is($node->safe_psql('fresh',
@@ -217,4 +218,62 @@ is($node->safe_psql('fresh',
 $usink->stop;
 
 $node->stop;
+
+# ---- an update 2^31 transactions after the installation -------------------------
+# The update tells itself from a fresh installation by whether the running
+# transaction wrote the extension's dependency on its schema; an update
+# taken for an installation would revoke the operator's grants on the
+# schema.  pg_resetwal -x moves the next transaction ID on, as days or
+# weeks of a busy server do, with the freezing anti-wraparound autovacuum
+# does anyway.
+my $old = ReplicantTest::new_node('upgrade_xid');
+$old->safe_psql('postgres', q{
+CREATE EXTENSION replicant VERSION '0.2.0';
+CREATE ROLE watcher;
+GRANT USAGE ON SCHEMA replicant TO watcher;
+});
+is($old->safe_psql('postgres', "SELECT has_schema_privilege('watcher', 'replicant', 'USAGE')"),
+	't', 'xid: watcher has USAGE on 0.2.0');
+
+# Moves the next transaction ID to $xid, with the commit log segment it needs.
+sub jump_xid
+{
+	my ($xid) = @_;
+	$old->stop;
+	PostgreSQL::Test::Utils::system_or_bail('pg_resetwal', '-x', $xid, $old->data_dir);
+	my $segment = sprintf('%s/pg_xact/%04X', $old->data_dir, $xid >> 20);
+	if (!-e $segment)
+	{
+		open(my $fh, '>', $segment) or die "could not create $segment: $!";
+		binmode $fh;
+		print $fh "\0" x 262144;
+		close $fh;
+	}
+	$old->start;
+	return;
+}
+
+# Freezes every database, so that what is older stays visible and the
+# wraparound limit moves on.
+sub freeze_all
+{
+	$old->safe_psql('postgres', 'ALTER DATABASE template0 WITH ALLOW_CONNECTIONS true');
+	$old->safe_psql($_, 'VACUUM FREEZE')
+	  foreach split /\n/, $old->safe_psql('postgres', 'SELECT datname FROM pg_database');
+	return;
+}
+
+freeze_all();
+jump_xid(1430 * 1048576);
+freeze_all();
+jump_xid(2430 * 1048576);
+note('age of the extension->schema dependency: ' . $old->safe_psql('postgres', q{
+SELECT age(d.xmin) FROM pg_depend d JOIN pg_extension e ON e.oid = d.objid
+ WHERE d.classid = 'pg_extension'::regclass AND d.refclassid = 'pg_namespace'::regclass
+   AND e.extname = 'replicant'}));
+($ret, $out, $err) = $old->psql('postgres', 'ALTER EXTENSION replicant UPDATE');
+is($ret, 0, 'xid: ALTER EXTENSION UPDATE succeeds') or diag($err);
+is($old->safe_psql('postgres', "SELECT has_schema_privilege('watcher', 'replicant', 'USAGE')"),
+	't', 'fresh_install_detection_wraps: an update 2^31 transactions after the installation keeps the grants on the schema');
+$old->stop;
 done_testing();

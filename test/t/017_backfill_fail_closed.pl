@@ -1,7 +1,8 @@
 # Backfill chunk reads keep the fail-closed rules of the snapshot path:
-# row-level security the owner does not bypass and a revoked SELECT halt the
-# pipeline with a value-free reason (never a silently filtered subset marked
-# done, never a FATAL restart loop); the owner's statement_timeout does not
+# row-level security the owner does not bypass and a revoked SELECT make
+# backfill() refuse the table, and once planned halt the pipeline with a
+# value-free reason (never a silently filtered subset marked done, never a
+# FATAL restart loop); the owner's statement_timeout does not
 # break chunk reads; a citext key is read in the index's order, with cursor
 # comparisons of the same operator family, so no row is skipped.
 use strict;
@@ -79,14 +80,33 @@ sub expect_halt
 		'0', "$p: no worker runs");
 }
 
+# Plans a backfill while the pipeline is disabled, runs $sql, and enables
+# the pipeline: its worker finds the table as $sql left it.
+sub backfill_then
+{
+	my ($p, $table, $sql) = @_;
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('$p')");
+	my $id = backfill($p, $table, 'keyset', 'pipeowner');
+	$node->safe_psql('postgres', $sql);
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('$p')");
+	return $id;
+}
+
 # ---- row-level security ------------------------------------------------------
 create_pipeline('rls', 'rls_pub', 'pipeowner');
-# After create_pipeline, which refuses a table the owner cannot read whole.
+# After create_pipeline, which refuses a table the owner cannot read whole;
+# so does backfill, before anything reads it (no policy runs).
 $node->safe_psql('postgres', q{
 	ALTER TABLE rls_t ENABLE ROW LEVEL SECURITY;
 	CREATE POLICY evens ON rls_t FOR SELECT USING (id % 2 = 0);
 });
-my $rls = backfill('rls', 'rls_t', 'keyset', 'pipeowner');
+my ($ret, $out, $err) = $node->psql('postgres',
+	"SET ROLE pipeowner; SELECT replicant.backfill('rls', 'rls_t', mode => 'keyset')");
+like($err, qr/ERROR:  table "rls_t" has row-level security that the pipeline owner does not bypass/,
+	'rls: backfill refuses the table');
+# Enabled after planning: the worker halts.
+$node->safe_psql('postgres', 'ALTER TABLE rls_t DISABLE ROW LEVEL SECURITY');
+my $rls = backfill_then('rls', 'rls_t', 'ALTER TABLE rls_t ENABLE ROW LEVEL SECURITY');
 expect_halt('rls', qr/^table "rls_t" has row-level security that the pipeline owner does not bypass$/);
 isnt($node->safe_psql('postgres', "SELECT state FROM replicant.backfill_status WHERE id = $rls"),
 	'done', 'backfill_rls_filtered_subset: the filtered backfill is not recorded as complete');
@@ -97,7 +117,13 @@ $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('rls')");
 # ---- SELECT revoked ------------------------------------------------------------
 create_pipeline('owned', 'own_pub', 'pipeowner');
 $node->safe_psql('postgres', 'REVOKE SELECT ON own_t FROM pipeowner');
-my $owned = backfill('owned', 'own_t', 'keyset', 'pipeowner');
+($ret, $out, $err) = $node->psql('postgres',
+	"SET ROLE pipeowner; SELECT replicant.backfill('owned', 'own_t', mode => 'keyset')");
+like($err, qr/ERROR:  pipeline owner has no SELECT privilege on table "own_t"/,
+	'revoked: backfill refuses the table');
+# Revoked after planning: the worker halts.
+$node->safe_psql('postgres', 'GRANT SELECT ON own_t TO pipeowner');
+my $owned = backfill_then('owned', 'own_t', 'REVOKE SELECT ON own_t FROM pipeowner');
 expect_halt('owned', qr/^pipeline owner has no SELECT privilege on table "own_t"$/);
 ok(!$node->log_contains('permission denied for table own_t'),
 	'backfill_revoked_select_restart_loop: no FATAL error loop in the log');

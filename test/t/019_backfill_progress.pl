@@ -2,8 +2,8 @@
 # an initial snapshot is 'running' with started_at from when reading began
 # (a table read in one window used to stay 'planned' without started_at and
 # get the end time as started_at), and its rows_done moves with every
-# acknowledged batch (issue #30 item 15: a table smaller than one window
-# showed 0 until it jumped to the total); a never-analysed table's rows are
+# acknowledged batch (a table smaller than one window used to show 0
+# until it jumped to the total); a never-analysed table's rows are
 # estimated from its size (not 0), its bitmap ranges sized from that, and
 # the 'auto' router reads its physical order when pg_stats has nothing;
 # bitmap bounds do not depend on the caller's DateStyle.

@@ -244,5 +244,61 @@ unpublish_during_snapshot(
 	published    => sub { $_[0] =~ /"v":(\d+)/ && $1 > 4 },
 	leaf_name    => 'public.parts_1');
 
+# ---- a table published again after its snapshot was skipped ------------------------
+# The rest of its snapshot is skipped while no publication publishes it;
+# published again (ALTER PUBLICATION ... ADD TABLE, or the publication
+# created again), it is backfilled from its start, so every row arrives.
+# It used to stay skipped, with nothing in replicant.status: the rows the
+# snapshot had not read were lost while the table was published.
+$node->safe_psql('postgres', q{
+CREATE TABLE kin (id int PRIMARY KEY, name text NOT NULL, pad text NOT NULL);
+INSERT INTO kin SELECT g, 'name ' || g, repeat('p', 400) FROM generate_series(1, 25000) g;
+CREATE PUBLICATION kin_pub FOR TABLE kin;
+});
+is($node->safe_psql('postgres', "SELECT pg_relation_size('kin') / 8192 > 1024"), 't',
+	'republished: kin spans two snapshot windows');
+foreach my $case ('republished', 'recreated')
+{
+	my $p    = "snap_$case";
+	my $sink = ReplicantTest::start_sink(name => "sink_$p");
+	my $offset = -s $node->logfile;
+	fault_point('snapshot_progress:hold');
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('$p', 'kin_pub', '$sink->{url}',"
+		  . " snapshot => 'initial', snapshot_workers => 1)");
+	$node->wait_for_log(qr/fault point "snapshot_progress" reached, holding/, $offset);
+	$node->safe_psql('postgres',
+		$case eq 'republished' ? 'ALTER PUBLICATION kin_pub DROP TABLE kin' : 'DROP PUBLICATION kin_pub');
+	fault_point(undef);
+	my $skipped = "SELECT id FROM replicant.backfill_status WHERE pipeline = '$p' AND state = 'skipped'";
+	ok(poll("SELECT EXISTS ($skipped)", 120), "$case: the rest of kin's snapshot is skipped");
+	$node->safe_psql('postgres',
+		$case eq 'republished' ? 'ALTER PUBLICATION kin_pub ADD TABLE kin' : 'CREATE PUBLICATION kin_pub FOR TABLE kin');
+	$node->safe_psql('postgres', "UPDATE kin SET name = 'after' WHERE id = 1");
+	# The stream may halt on the publication missing between the DROP and
+	# the CREATE; the operator, who created it again already, resumes.
+	ok(poll("SELECT CASE WHEN state = 'halted' THEN true"
+			  . " ELSE replicant.await_delivered('$p', timeout_ms => 1000) END"
+			  . " FROM replicant.status WHERE pipeline = '$p'", 120),
+		"$case: the stream reached the change after (or halted)");
+	if ($node->safe_psql('postgres', "SELECT state FROM replicant.status WHERE pipeline = '$p'") eq 'halted')
+	{
+		like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = '$p'"),
+			qr/^publication "kin_pub" does not exist/, "$case: halted on the missing publication");
+		$node->safe_psql('postgres', "SELECT replicant.resume_pipeline('$p')");
+	}
+	my $again = "SELECT state FROM replicant.backfill_status WHERE pipeline = '$p'"
+	  . " AND relation = 'kin'::regclass AND id > ($skipped)";
+	ok(poll("SELECT EXISTS ($again)", 60), "$case: kin is backfilled again");
+	ok(poll("SELECT ($again) = 'done'", 180), "$case: the backfill ends");
+	my ($state, $error) = split /\|/, $node->safe_psql('postgres',
+		"SELECT state, coalesce(last_error, '') FROM replicant.status WHERE pipeline = '$p'");
+	is("$state $error", 'streaming ', "$case: the pipeline streams, with no error");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['kin'], 60),
+		"snapshot_skipped_republished ($case): every row of the table published again reaches the sink");
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('$p')");
+	$sink->stop;
+}
+
 $node->stop;
 done_testing();

@@ -6,6 +6,8 @@
 #   a batch re-delivered across the alter (a crash after the sink's 2xx and
 #     before the checkpoint) carries what it carried before: no transaction
 #     of the added table arrives below the sink's watermark
+#
+# versions: all (publication semantics)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

@@ -2,6 +2,8 @@
 # EXTERNAL) that an UPDATE leaves unchanged arrives as an unchanged TOAST
 # pointer in the new tuple: the change's "key" still holds it, and "new"
 # lists it in "unchanged" instead of a value.
+#
+# versions: all (the decoded tuple's layout, src/compat.h)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

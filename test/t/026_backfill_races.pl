@@ -1,4 +1,4 @@
-# Backfills against concurrent DDL (issue #30 items 1 and 5):
+# Backfills against concurrent DDL:
 #
 #   a rewriting ALTER (ALTER COLUMN ... TYPE) whose transaction holds the
 #     table's lock while a chunk starts, twice per backfill, in each read
@@ -15,6 +15,8 @@
 #     the filter, no column outside the list, reaches the sink; also when
 #     its owner lost SELECT on it meanwhile (no halt for a table no longer
 #     published).
+#
+# versions: all (publication semantics: tables leaving a publication, partitions detached)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -27,6 +29,13 @@ my $node = ReplicantTest::new_node('backfill_races');
 
 sub query { return $node->safe_psql('postgres', @_); }
 sub poll  { return ReplicantTest::poll($node, @_); }
+
+sub fault_point
+{
+	my ($value) = @_;
+	query(($value ? "ALTER SYSTEM SET replicant.fault_point = '$value'" : 'ALTER SYSTEM RESET replicant.fault_point')
+		  . ";\nSELECT pg_reload_conf();");
+}
 
 # ---- a rewrite that holds the lock while a chunk starts -----------------------------
 # A table per mode, without TOASTable columns, so that ctid is planned
@@ -235,6 +244,78 @@ unpublish_during_backfill(
 	hidden       => 'secret',
 	filter       => \&big_v,
 	leaf_name    => 'public.meas_1');
+
+# ---- a table published again after its backfill was skipped -----------------------
+# Skipped while no publication published it; published again, it is read
+# again from its start: the rows the skipped backfill never read arrive,
+# and so does a row changed while the table was not published (the stream
+# skipped that change).
+query(q{
+CREATE TABLE kin (id int PRIMARY KEY, name text NOT NULL);
+INSERT INTO kin SELECT g, 'name ' || g FROM generate_series(1, 40000) g;
+CREATE PUBLICATION kin_pub FOR TABLE kin;
+});
+{
+	my $sink = ReplicantTest::start_sink(name => 'sink_kin', delay_ms => 300);
+	query("SELECT replicant.create_pipeline('kin', 'kin_pub', '$sink->{url}')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'kin'"),
+		'republished: the pipeline streams');
+	my $id = query("SELECT replicant.backfill('kin', 'kin', mode => 'keyset')");
+	ok(poll("SELECT rows_done > 0 FROM replicant.backfill_status WHERE id = $id"),
+		'republished: a chunk was delivered');
+	query('ALTER PUBLICATION kin_pub DROP TABLE kin');
+	$sink->control({ clear => 1 });
+	ok(poll("SELECT state = 'skipped' FROM replicant.backfill_status WHERE id = $id", 120),
+		'republished: the backfill is skipped');
+	query("UPDATE kin SET name = 'changed while unpublished' WHERE id = 1");
+	query('ALTER PUBLICATION kin_pub ADD TABLE kin');
+	query("INSERT INTO kin VALUES (0, 'after')");
+	my $again = "SELECT state FROM replicant.backfill_status WHERE pipeline = 'kin'"
+	  . " AND relation = 'kin'::regclass AND id > $id";
+	ok(poll("SELECT EXISTS ($again)", 60), 'republished: the table is backfilled again');
+	ok(poll("SELECT ($again) = 'done'", 180), 'republished: the new backfill ends');
+	my ($state, $error) = split /\|/,
+	  query("SELECT state, coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'kin'");
+	is("$state $error", 'streaming ', 'republished: the pipeline streams, with no error');
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['kin'], 60),
+		'backfill_skipped_republished: every row of the table published again reaches the sink');
+	query("SELECT replicant.drop_pipeline('kin')");
+	$sink->stop;
+}
+
+# ---- a column that leaves the column list while a chunk starts ---------------------
+# ALTER PUBLICATION takes a lock that the chunk's does not conflict with.
+# Held after it locked its table, before its low watermark, the chunk sees
+# b leave the column list and an UPDATE write b's new values, which were
+# never published: the chunk must not deliver them (its filter used to be
+# taken before its snapshot).
+query(q{
+CREATE TABLE cl (id int PRIMARY KEY, a int NOT NULL, b text NOT NULL);
+INSERT INTO cl SELECT g, g, 'published' FROM generate_series(1, 20000) g;
+CREATE PUBLICATION cl_pub FOR TABLE cl (id, a, b);
+});
+{
+	my $sink = ReplicantTest::start_sink(name => 'sink_cl');
+	query("SELECT replicant.create_pipeline('cl', 'cl_pub', '$sink->{url}')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'cl'"),
+		'column list: the pipeline streams');
+	my $offset = -s $node->logfile;
+	fault_point('backfill_chunk:hold');
+	my $id = query("SELECT replicant.backfill('cl', 'cl', mode => 'keyset')");
+	$node->wait_for_log(qr/fault point "backfill_chunk" reached, holding/, $offset);
+	query('ALTER PUBLICATION cl_pub SET TABLE cl (id, a)');
+	query("UPDATE cl SET b = 'UNPUBLISHED-' || id");
+	fault_point(undef);
+	ok(poll("SELECT state = 'done' FROM replicant.backfill_status WHERE id = $id", 180),
+		'column list: the backfill ends');
+	ok(poll("SELECT replicant.await_delivered('cl', timeout_ms => 1000)"),
+		'column list: the stream delivered the update');
+	my @leaked = grep { /UNPUBLISHED-/ } split /\n/, $sink->dump('public.cl');
+	is(scalar(@leaked), 0,
+		'backfill_filter_before_snapshot: no value written after its column left the column list reaches the sink');
+	query("SELECT replicant.drop_pipeline('cl')");
+	$sink->stop;
+}
 
 $node->stop;
 done_testing();

@@ -6,6 +6,7 @@ use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use FindBin;
 use lib "$FindBin::RealBin/..";
 use ReplicantTest;
@@ -145,7 +146,7 @@ like($err, qr/role "alice" cannot read published table "hidden"/, '... and names
 is($node->safe_psql('postgres',
 	"SELECT count(*) FROM replicant.pipelines WHERE name = 'h'"), '0', '... leaving nothing behind');
 is($node->safe_psql('postgres',
-	"SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'replicant\\_%\\_h'"), '0', '... no slot either');
+	"SELECT count(*) FROM pg_replication_slots WHERE slot_name ~ '^replicant[0-9]*_h\$'"), '0', '... no slot either');
 
 ($ret, $out, $err) = as_alice(
 	"SELECT replicant.create_pipeline('k', 'pub_nokey', '$sink->{url}')");
@@ -161,6 +162,57 @@ foreach my $p ('a', 'k', 'k2')
 	($ret, $out, $err) = as_alice("SELECT replicant.drop_pipeline('$p')");
 	is($ret, 0, "a member of replicant_admin drops pipeline $p") or diag($err);
 }
+
+
+# ---- a schema "replicant" made before the extension by a role that is not a superuser ----
+# Any role with CREATE on the database can make it (and README's Uninstall
+# has the schema dropped).  Its owner could rename it and put its own
+# replicant.pipelines, with a trigger, where replicant's sync worker (the
+# bootstrap superuser) reads and writes it.
+$node->safe_psql('postgres', 'CREATE ROLE eve LOGIN; CREATE DATABASE evedb OWNER eve');
+$node->safe_psql('evedb', 'SET ROLE eve; CREATE SCHEMA replicant');
+($ret, $out, $err) = $node->psql('evedb', 'CREATE EXTENSION replicant');
+like($err, qr/ERROR:  schema "replicant" is owned by role "eve", which is not a superuser/,
+	'schema_owner: CREATE EXTENSION refuses a schema "replicant" owned by a role that is not a superuser');
+like($err, qr/HINT:  Drop the schema \(DROP SCHEMA replicant\) before CREATE EXTENSION replicant/, '... with a hint');
+is($node->safe_psql('evedb',
+		"SELECT (SELECT count(*) FROM pg_extension WHERE extname = 'replicant')"
+		  . " + (SELECT count(*) FROM pg_class WHERE relnamespace = 'replicant'::regnamespace)"
+		  . " + (SELECT count(*) FROM pg_proc WHERE pronamespace = 'replicant'::regnamespace)"),
+	'0', '... and leaves nothing behind');
+$node->safe_psql('evedb', 'DROP EXTENSION replicant') if $ret == 0;
+
+# 0.2.0's scripts did not look: an installation at 0.2.0 in such a schema
+# is refused its update, and the library does not run its queries there.
+$node->safe_psql('evedb', "CREATE EXTENSION replicant VERSION '0.2.0'");
+($ret, $out, $err) = $node->psql('evedb', 'ALTER EXTENSION replicant UPDATE');
+like($err, qr/ERROR:  schema "replicant" is owned by role "eve", which is not a superuser/,
+	'schema_owner: ALTER EXTENSION UPDATE refuses it too');
+$node->safe_psql('evedb', q{
+SET ROLE eve;
+ALTER SCHEMA replicant RENAME TO replicant_moved;
+CREATE SCHEMA replicant;
+CREATE TABLE replicant.pipelines (id int, name text, owner oid, enabled boolean,
+    halt_reason text, config_version int, slot_name name);
+CREATE FUNCTION replicant.pwn() RETURNS trigger LANGUAGE plpgsql AS
+$$BEGIN EXECUTE 'ALTER ROLE eve SUPERUSER'; RETURN NEW; END$$;
+CREATE TRIGGER pwn BEFORE UPDATE ON replicant.pipelines
+    FOR EACH ROW EXECUTE FUNCTION replicant.pwn();
+INSERT INTO replicant.pipelines VALUES (1, 'x', 0, true, NULL, 1, 'replicant_x');
+});
+# Any restart has the launcher sync every database, as the bootstrap superuser.
+my $log_from = -s $node->logfile;
+$node->restart;
+my $refused = qr/schema "replicant" is not the schema of extension "replicant"/;
+my $eve_super = 'f';
+foreach (1 .. 600)
+{
+	$eve_super = $node->safe_psql('postgres', "SELECT rolsuper FROM pg_roles WHERE rolname = 'eve'");
+	last if $eve_super eq 't' || substr(slurp_file($node->logfile), $log_from) =~ $refused;
+	usleep(100_000);
+}
+is($eve_super, 'f', 'schema_owner_escalation: the owner of a schema that took replicant\'s name does not become superuser');
+like(substr(slurp_file($node->logfile), $log_from), $refused, '... the sync worker refuses to read it, and says why');
 
 $node->stop;
 $sink->stop;

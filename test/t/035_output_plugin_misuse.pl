@@ -7,6 +7,8 @@
 #   pg_create_logical_replication_slot(..., 'replicant')
 #   pg_logical_slot_peek_changes / get_changes on a disabled pipeline's slot
 #   pg_recvlogical (a walsender) on that slot
+#
+# versions: all (slot handling: decoding contexts that SQL functions and walsenders create)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

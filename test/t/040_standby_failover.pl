@@ -15,6 +15,8 @@
 # pipeline halts with a clear last_error, its worker is not started again,
 # nothing more reaches the sink, and recreating it with a snapshot (README)
 # brings the sink back to the source.
+#
+# versions: all (failover slots and standbys differ per version)
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -162,7 +164,7 @@ else
 		'promoted without its slot, the pipeline halts');
 	like(
 		$standby->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'fo'"),
-		qr/^replication slot "\Q$slot\E" does not exist \(a promoted standby has it only as a failover slot\): recreate the pipeline with a snapshot$/,
+		qr/^replication slot "\Q$slot\E" does not exist \(it was dropped, or this server is a promoted standby that had no failover copy of it\): recreate the pipeline with a snapshot$/,
 		'last_error says the slot is missing and what to do');
 
 	# A second pipeline (to a sink of its own), created after the halt: once

@@ -4,6 +4,8 @@
 # generated columns have no stored value, so neither path delivers them,
 # and dropping one does not halt the pipeline.  (Before 18 generated
 # columns are never published: 043_column_list.pl.)
+#
+# versions: all (generated columns differ per version)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

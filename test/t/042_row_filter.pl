@@ -5,6 +5,8 @@
 # moves a row into the filter arrives as an insert with its TOAST values
 # whole (or halts when the WAL lacks them), and a filter that errors halts
 # with a value-free reason.
+#
+# versions: all (row filters)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

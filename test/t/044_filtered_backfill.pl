@@ -3,6 +3,8 @@
 # while the stream filters the changes made meanwhile (rows moving out of and
 # into the filter by a key change; a filter on an update publication may
 # only use replica identity columns).
+#
+# versions: all (row filters and column lists)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

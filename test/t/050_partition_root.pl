@@ -23,6 +23,8 @@
 #     every leaf under its own name; a partitioned table's truncate arrives as
 #       its leaves'; a partition attached later is delivered from the attach
 #       on, a detached one no more
+#
+# versions: all (partition roots)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

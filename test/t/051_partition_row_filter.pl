@@ -1,6 +1,6 @@
 # Row filters on partitioned tables, after PostgreSQL's
 # src/test/subscription/t/028_row_filter.pl (the rows a subscriber ends up
-# with are carried over as facts).  Needs row filters (branch "rowfilter").
+# with are carried over as facts).
 #
 #   publish_via_partition_root = false: each partition's own filter decides
 #     (PostgreSQL refuses a filter on the partitioned table itself then); a
@@ -12,12 +12,14 @@
 #     too; snapshot and stream alike
 #   a partition in another schema than its root (FOR TABLES IN SCHEMA of
 #     the partition's schema, TABLE root WHERE (...), published via the
-#     root; issue #30 item 6): the root's filter decides, as pgoutput
+#     root): the root's filter decides, as pgoutput
 #     decides (the publication's schemas are compared with the schema of the
 #     relation a change is published as: pgoutput_row_filter_init takes
 #     get_rel_namespace(entry->publish_as_relid), 15 to 18 alike), and as
 #     table synchronization copies the root; a subscriber of the same
 #     publication shows it, against the snapshot, the stream and a backfill
+#
+# versions: all (partition roots and row filters)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

@@ -1,7 +1,6 @@
 # Randomized: a partitioned table published via its root with a row filter
 # and a column list; the sink must end up holding exactly what a PostgreSQL
-# subscriber of the same publication holds.  Needs row filters and column
-# lists (branch "rowfilter").
+# subscriber of the same publication holds.
 #
 #   two pgbench clients insert, update rows in and out of the filter, change
 #     keys (within and across partitions) and delete; the pipeline's initial
@@ -15,6 +14,8 @@
 #     row with a key it kept): the sink still equals the subscriber
 #
 # The seed is printed; REPLICANT_SEED=<n> repeats a run.
+#
+# versions: all (partition roots, row filters, column lists)
 use strict;
 use warnings;
 use Test::More;

@@ -1,5 +1,7 @@
 # Test 052's randomized comparison with a PostgreSQL subscriber, without the
 # row filter and the column list: publish_via_partition_root alone.
+#
+# versions: all (partition roots)
 use strict;
 use warnings;
 use Test::More;

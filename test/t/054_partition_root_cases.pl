@@ -12,10 +12,13 @@
 #     partition delivered as itself: delivered; of the roots: delivered
 #   columns dropped and added on the root: the partitions' rows are mapped
 #     anew
+#
+# versions: all (partition roots)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use JSON::PP;
 use FindBin;
 use lib "$FindBin::RealBin/..";
 use ReplicantTest;
@@ -135,4 +138,83 @@ is($sink{viaroot}->dump('public.tab2'), ReplicantTest::source_rows($node, 'postg
 is(query("SELECT string_agg(state, ',') FROM replicant.status"), 'streaming,streaming,streaming',
 	'nothing halted');
 query("SELECT replicant.drop_pipeline('$_')") for qw(viaroot lower_all all_lower);
+
+# ---- the leaf's replica identity, under the root's names ------------------------
+# PostgreSQL checks a partition's own replica identity against the root's
+# column list: with the root REPLICA IDENTITY FULL and no primary key, a
+# leaf with PRIMARY KEY (id) and FOR TABLE m (id, v) WITH
+# (publish_via_partition_root), the leaf's updates and deletes are
+# published.  Their key is the leaf's identity under the root's names,
+# "old" carries only what the leaf logged, the snapshot and a backfill key
+# their reads alike, sink_ddl orders the root's target by that key, and
+# the sinks apply every change (ClickHouse included).
+query(q{
+CREATE TABLE m (id int NOT NULL, v text, secret text) PARTITION BY RANGE (id);
+ALTER TABLE m REPLICA IDENTITY FULL;
+CREATE TABLE m1 PARTITION OF m FOR VALUES FROM (0) TO (100);
+ALTER TABLE m1 ADD PRIMARY KEY (id);
+CREATE PUBLICATION pub_m FOR TABLE m (id, v) WITH (publish_via_partition_root = true);
+INSERT INTO m VALUES (10, 'ten', 's10');
+});
+my $leafkey = ReplicantTest::start_sink(name => 'leafkey', keep_bodies => 1);
+query("SELECT replicant.create_pipeline('leafkey', 'pub_m', '$leafkey->{url}', snapshot => 'initial')");
+ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'leafkey'"),
+	'leaf identity: the snapshot is delivered');
+query(q{
+INSERT INTO m VALUES (1, 'one', 's1'), (2, 'two', 's2');
+UPDATE m SET v = 'uno' WHERE id = 1;
+DELETE FROM m WHERE id = 2;
+});
+my $m_backfill = query("SELECT replicant.backfill('leafkey', 'm1')");
+ok(poll("SELECT state = 'done' FROM replicant.backfill_status WHERE id = $m_backfill"),
+	'leaf identity: the backfill is done');
+ok(poll("SELECT replicant.await_delivered('leafkey', pg_current_wal_lsn(), 60000)"),
+	'leaf identity: delivered up to now');
+{
+	my %by_op;
+	push @{ $by_op{ $_->{op} } }, $_ foreach grep { $_->{table} eq 'm' }
+	  map { @{ $_->{body}{changes} // [] }, map { @{ $_->{changes} } } @{ $_->{body}{transactions} // [] } }
+	  @{ $leafkey->bodies };
+	my $json = JSON::PP->new->canonical;
+	is($json->encode([ map { [ $_->{key}, $_->{old} ] } @{ $by_op{update} // [] } ]),
+		'[[{"id":1},null]]', 'leaf identity: the update is keyed by the leaf primary key, no old row');
+	is($json->encode([ map { [ $_->{key}, $_->{old} ] } @{ $by_op{delete} // [] } ]),
+		'[[{"id":2},{"id":2}]]', 'leaf identity: the delete too, its old row only what the leaf logged');
+	is($json->encode([ sort { $a->{id} <=> $b->{id} } map { $_->{key} } @{ $by_op{read} // [] } ]),
+		'[{"id":1},{"id":10},{"id":10}]', 'leaf identity: the snapshot and the backfill key their reads alike');
+}
+is($leafkey->dump('public.m'), ReplicantTest::source_rows($node, 'postgres', '(SELECT id, v FROM m)'),
+	'leaf identity: the sink applied the update and the delete');
+like(query("SELECT replicant.sink_ddl(ARRAY['pub_m'])"),
+	qr/ENGINE = ReplacingMergeTree\(_version\) ORDER BY \(`id`\)$/,
+	"leaf identity: sink_ddl orders the root's target by the leaf key");
+is(query("SELECT state FROM replicant.status WHERE pipeline = 'leafkey'"), 'streaming', 'leaf identity: nothing halted');
+query("SELECT replicant.drop_pipeline('leafkey')");
+
+SKIP:
+{
+	skip 'no clickhouse-server', 3 unless eval { require ClickHouse; ClickHouse::server_binary() };
+	my $ch = ClickHouse->start;
+	$ch->query_ok('CREATE DATABASE replica');
+	query('TRUNCATE m');
+	$ch->query_ok(query("SELECT replicant.sink_ddl(ARRAY['pub_m'])"), settings => { database => 'replica' });
+	query("SELECT replicant.create_pipeline('leafkey_ch', 'pub_m', '$ch->{url}?database=replica', format => 'clickhouse')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'leafkey_ch'"),
+		'leaf identity, ClickHouse: streaming');
+	query(q{
+INSERT INTO m VALUES (3, 'three', 's3'), (4, 'four', 's4');
+UPDATE m SET v = 'tres' WHERE id = 3;
+DELETE FROM m WHERE id = 4;
+INSERT INTO m VALUES (5, 'five', 's5');
+});
+	ok(poll("SELECT state <> 'streaming' OR replicant.await_delivered('leafkey_ch', pg_current_wal_lsn(), 1000)"
+			  . " FROM replicant.status WHERE pipeline = 'leafkey_ch'", 60),
+		'leaf identity, ClickHouse: delivered, or stopped');
+	my $rows = eval { $ch->select_rows('SELECT id, v FROM replica.m FINAL WHERE _deleted = 0 ORDER BY id') };
+	is(query("SELECT state || coalesce(' ' || last_error, '') FROM replicant.status WHERE pipeline = 'leafkey_ch'")
+		  . ' | ' . ($rows ? join(' ', map { "$_->{id}:$_->{v}" } @$rows) : $@),
+		'streaming | 3:tres 5:five', 'leaf identity, ClickHouse: the update and the delete applied, nothing halted');
+	query("SELECT replicant.drop_pipeline('leafkey_ch')");
+	$ch->stop;
+}
 done_testing();

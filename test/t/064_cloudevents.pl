@@ -6,7 +6,10 @@
 # delete, transactional and non-transactional messages, a TRUNCATE, a
 # re-delivered request (the sink answers too late) and a backfill whose
 # chunks carry the begin and end events beside rows.  Then alter_pipeline
-# switches the replicant-format pipeline to CloudEvents.
+# switches the replicant-format pipeline to CloudEvents.  Last, read ids of
+# rows the data cannot tell apart (a column list without the primary key; a
+# table without identity holding equal rows): one id per row, the same when
+# read again.
 use strict;
 use warnings;
 use FindBin;
@@ -204,6 +207,58 @@ my ($verdict) = map { decode_json($_) } split /\n/,
 is($verdict->{event}{type} // $verdict->{error}, 'io.replicant.insert', '... which the SDK validates');
 like($node->safe_psql('postgres', 'SELECT * FROM replicant.pipeline_definitions()'),
 	qr/'rp'.*format => 'cloudevents'\);/, 'pipeline_definitions shows the format');
+
+# ---- read ids tell apart rows the data cannot -------------------------------
+# users publishes plan alone (inserts only): its rows read with key null
+# and the same data, yet each has its own id, a digest of its whole replica
+# identity under a secret key of the pipeline, which reveals nothing of it.
+# log has no identity at all and two equal rows: two ids, digests of where
+# the rows are.  A second read of the same rows (a backfill) has the same
+# digests: ids are stable across reads.
+$node->safe_psql('postgres', q{
+	CREATE TABLE users (email text PRIMARY KEY, plan text);
+	CREATE PUBLICATION pub_users FOR TABLE users (plan) WITH (publish = 'insert');
+	INSERT INTO users VALUES ('ann@example.com', 'free'), ('bob@example.com', 'free'),
+	                         ('cid@example.com', 'free');
+	CREATE TABLE log (line text);
+	CREATE PUBLICATION pub_log FOR TABLE log WITH (publish = 'insert');
+	INSERT INTO log VALUES ('same'), ('same');
+});
+my $ceu = ReplicantTest::start_sink(keep_bodies => 1, name => 'ceu');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('ceu', ARRAY['pub_users', 'pub_log'], '$ceu->{url}',"
+	  . " snapshot => 'initial', format => 'cloudevents')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'ceu'"),
+	'ceu: the initial snapshot is delivered');
+my @ceu_backfills = map { $node->safe_psql('postgres', "SELECT replicant.backfill('ceu', '$_')") } qw(users log);
+ok(ReplicantTest::poll($node,
+		"SELECT count(*) = 2 FROM replicant.backfill_status WHERE state = 'done' AND id IN ("
+		  . join(',', @ceu_backfills) . ')'),
+	'ceu: the backfills are done');
+my (%ceu_reads, %ceu_seen);
+foreach my $e (map { @{ decode_json(decode_base64($_->{body_base64})) } }
+	grep { !$ceu_seen{ $_->{webhook_id} }++ } @{ $ceu->raw_bodies })
+{
+	push @{ $ceu_reads{ $e->{subject} }{ $e->{backfillid} } }, $e->{id} if $e->{type} eq 'io.replicant.read';
+}
+foreach my $t ([ 'public.users', 3 ], [ 'public.log', 2 ])
+{
+	my ($subject, $rows) = @$t;
+	my @reads = map { $ceu_reads{$subject}{$_} } sort { $a <=> $b } keys %{ $ceu_reads{$subject} // {} };
+	is(scalar(@reads), 2, "$subject: read by the snapshot and by a backfill");
+	foreach my $ids (@reads)
+	{
+		my %distinct = map { $_ => 1 } @$ids;
+		is(scalar(keys %distinct), $rows, "$subject: each of its $rows rows has its own read id")
+		  or diag(join(' ', @$ids));
+	}
+	my @digests = map { join(' ', sort map { s/^ceu-b\d+-//r } @$_) } @reads;
+	is($digests[1], $digests[0], "$subject: the backfill reads each row with the snapshot's digest");
+}
+unlike(join(' ', map { @$_ } map { values %$_ } values %ceu_reads), qr/ann|bob|cid/,
+	'no read id holds a value');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('ceu')");
+$ceu->stop;
 
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('ce'); SELECT replicant.drop_pipeline('rp')");
 $ce->stop;

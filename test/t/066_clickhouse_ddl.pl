@@ -13,6 +13,8 @@
 # snapshot, enable; and create_tables => true, which creates missing targets
 # exactly as sink_ddl prints them before the snapshot, leaves an existing
 # one as it is, and halts when ClickHouse refuses.
+#
+# versions: all (publish_via_partition_root, generated columns, column lists)
 use strict;
 use warnings;
 use FindBin;
@@ -285,5 +287,95 @@ like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE
 	qr/^sink rejected table creation: HTTP \d+, error code 81 \(table `customers`\)$/,
 	'... naming the code and the table');
 
+
+sub halt_of
+{
+	my ($pipeline) = @_;
+	ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = '$pipeline'", 60);
+	return $node->safe_psql('postgres',
+		"SELECT state || ': ' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = '$pipeline'");
+}
+
+# ---- columns named as those the format adds (_version, _deleted) -------------------
+# Refused up front, where the published columns are known: create_pipeline,
+# alter_pipeline and sink_ddl, with a hint; a column list leaving the
+# column out is fine.
+$node->safe_psql('postgres', q{
+CREATE TABLE versioned (id int PRIMARY KEY, _version int, v text);
+CREATE PUBLICATION pub_versioned FOR TABLE versioned;
+CREATE PUBLICATION pub_versioned_listed FOR TABLE versioned (id, v);
+});
+my $reserved = qr/ERROR:  column "_version" of table "public\.versioned" has a name that format "clickhouse" reserves/;
+($ret, $stdout, $stderr) = $node->psql('postgres',
+	"SELECT replicant.create_pipeline('versioned', ARRAY['pub_versioned'], '$ch->{url}?database=auto',"
+	  . " format => 'clickhouse', create_tables => true)");
+like($stderr, $reserved, 'reserved_columns: create_pipeline refuses a published column named _version');
+like($stderr, qr/HINT:  Leave the column out of the publication with a column list, or rename it\./, '... with a hint');
+is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.pipelines WHERE name = 'versioned'"), '0',
+	'... leaving no pipeline');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('versioned')") if $ret == 0;
+($ret, $stdout, $stderr) = $node->psql('postgres', "SELECT replicant.sink_ddl(ARRAY['pub_versioned'])");
+like($stderr, $reserved, '... so does sink_ddl');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('versioned', ARRAY['pub_versioned'], '$ch->{url}', enabled => false)");
+($ret, $stdout, $stderr) = $node->psql('postgres',
+	"SELECT replicant.alter_pipeline('versioned', format => 'clickhouse')");
+like($stderr, $reserved, '... and alter_pipeline to format clickhouse');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('versioned')");
+($ret, $stdout, $stderr) = $node->psql('postgres',
+	"SELECT replicant.create_pipeline('versioned', ARRAY['pub_versioned_listed'], '$ch->{url}?database=auto',"
+	  . " format => 'clickhouse', enabled => false)");
+is($ret, 0, '... a column list that leaves it out is fine') or diag($stderr);
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('versioned')");
+
+# A column added later: the worker's CREATE TABLE, at its next start,
+# halts instead of being sent (ClickHouse would answer code 15 forever).
+$node->safe_psql('postgres', q{
+CREATE TABLE grows (id int PRIMARY KEY, v text);
+CREATE PUBLICATION pub_grows FOR TABLE grows;
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('grows', ARRAY['pub_grows'], '$ch->{url}?database=auto',"
+	  . " format => 'clickhouse', create_tables => true)");
+ok(streaming('grows'), 'a pipeline with create_tables streams');
+$node->safe_psql('postgres', 'ALTER TABLE grows ADD COLUMN _deleted int');
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('grows', batch_max_transactions => 100)");
+like(halt_of('grows'), qr/^halted: phase "deliver" failed with error class 42701$/,
+	'create_tables_reserved_column: a column named _deleted added later halts at the next CREATE TABLE');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('grows')");
+
+# ---- CREATE TABLE answers a retry cannot change: a halt, never a loop ----------
+# A user whose profile forbids DDL (allow_ddl = 0: code 392, which 18.16
+# answers even for IF NOT EXISTS on an existing table) or any write
+# (readonly = 1: code 164).
+$node->safe_psql('postgres', 'CREATE PUBLICATION pub_kept FOR TABLE kept');
+$ch->query_ok('CREATE DATABASE noddl');
+$ch->query_ok('CREATE TABLE noddl.kept (id Int32, v Nullable(String), _version UInt64, _deleted UInt8)'
+	  . ' ENGINE = ReplacingMergeTree(_version) ORDER BY (id)');
+my $users = slurp_file("$ch->{dir}/users.xml");
+$users =~ s{</profiles>}{<noddl><allow_ddl>0</allow_ddl></noddl><ro><readonly>1</readonly></ro></profiles>};
+$users =~ s{</users>}{<inserter><password>ins</password><networks><ip>127.0.0.1</ip><ip>::1</ip></networks><profile>noddl</profile><quota>default</quota></inserter><reader><password>rd</password><networks><ip>127.0.0.1</ip><ip>::1</ip></networks><profile>ro</profile><quota>default</quota></reader></users>};
+open(my $fh, '>', "$ch->{dir}/users.xml") or die $!;
+print $fh $users;
+close $fh;
+foreach my $user ([ 'inserter', 'ins', 392 ], [ 'reader', 'rd', 164 ])
+{
+	my ($name, $key, $code) = @$user;
+	my $known = 0;
+	foreach (1 .. 600)
+	{
+		$known = $ch->query('SELECT 1', headers => { 'X-ClickHouse-User' => $name, 'X-ClickHouse-Key' => $key })->{success};
+		last if $known;
+		usleep(100_000);
+	}
+	ok($known, "ClickHouse knows user $name");
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('as_$name', ARRAY['pub_kept'], '$ch->{url}?database=noddl',"
+		  . " format => 'clickhouse', create_tables => true,"
+		  . qq{ headers => '{"X-ClickHouse-User": "$name", "X-ClickHouse-Key": "$key"}')});
+	like(halt_of("as_$name"), qr/^halted: sink rejected table creation: HTTP \d+, error code $code \(table `kept`\)$/,
+		"create_tables_final_codes: a CREATE TABLE refused with code $code halts");
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('as_$name')");
+}
 $ch->stop;
 done_testing();

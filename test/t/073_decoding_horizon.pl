@@ -5,6 +5,8 @@
 # reset reloads nailed catalogs) would otherwise stay for the rest of the
 # read and hold back vacuum.  decode:hold stops the worker right after it
 # decoded a transaction, until the setting changes.
+#
+# versions: all (the reorder buffer and catalog snapshots while decoding)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
