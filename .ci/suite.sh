@@ -84,6 +84,13 @@ as_postgres make -s clean PG_CONFIG="$PG_CONFIG"
 as_postgres make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="$WARNINGS ${SUITE_CFLAGS:-}"
 make install PG_CONFIG="$PG_CONFIG"
 chown -R postgres: "$work"
+# An assert build must really check: its Asserts call ExceptionalCondition,
+# which a build without USE_ASSERT_CHECKING never references.
+if [[ " ${SUITE_CFLAGS:-} " == *" -DUSE_ASSERT_CHECKING "* ]] &&
+	[[ " $(nm -D --undefined-only replicant.so) " != *" ExceptionalCondition"* ]]; then
+	echo "error: built with -DUSE_ASSERT_CHECKING, but replicant.so has no Assert" >&2
+	exit 1
+fi
 build_seconds=$(($(date +%s) - suite_start))
 
 # ---- 4. tests ----------------------------------------------------------------

@@ -24,7 +24,8 @@
  * worker meets errors of its own: "decode", "encode", "deliver",
  * "checkpoint", "snapshot_read", "backfill_read", "sync" (the phases a halt
  * names), and "snapshot_import" (a shard worker importing the exported
- * snapshot).
+ * snapshot).  "drop_pipeline" is met by the backend that runs
+ * drop_pipeline(), between stopping the worker and dropping its slot.
  *
  * Builds with -DREPLICANT_MUTANTS also have the mutants of fault.h.
  */

@@ -100,27 +100,37 @@ like(PostgreSQL::Test::Utils::slurp_file($node->logfile),
 	qr/replicant pipeline "p" stopped on request/, 'the old worker stopped cleanly');
 
 # ---- alter_pipeline while a batch is not acknowledged -----------------------
-# The sink applies every request but answers after the client gave up
-# (delay_ms above http_timeout_ms), so the worker sends the same batch again
-# and again.  An alter_pipeline meanwhile removes a publication, turns
-# messages off, or narrows message_prefixes; the next worker sends the
-# batch again: decoded with the options its transactions committed under,
-# so every transaction sent before the call is sent again after it with
-# the same content (one content per commit_lsn), and what commits after
-# the call gets the new options.
+# Two ways the batch stays unacknowledged across the call: the sink applies
+# every request but answers after the client gave up (delay_ms above
+# http_timeout_ms: "late"), or it refuses every request with 503 ("down").
+# Either way the worker sends the same batch again and again.  An
+# alter_pipeline meanwhile removes a publication, turns messages off, or
+# narrows message_prefixes; the next worker sends the batch again: decoded
+# with the options its transactions committed under, so every transaction
+# sent before the call is sent again after it with the same content (one
+# content per commit_lsn; only a late sink keeps the first attempt's
+# content to compare), and what commits after the call gets the new
+# options.
+sub alter_while_undelivered
 {
-	my $late = ReplicantTest::start_sink(name => 'late', keep_bodies => 1);
-	$node->safe_psql('postgres', q{
-CREATE TABLE la (id int PRIMARY KEY, v text);
-CREATE TABLE lb (id int PRIMARY KEY, v text);
-CREATE PUBLICATION pub_la FOR TABLE la;
-CREATE PUBLICATION pub_lb FOR TABLE lb;
+	my ($name) = @_;
+	my $down = $name eq 'down';
+	my ($fault_on, $fault_off) =
+	  $down
+	  ? ({ fail_status => 503, fail_rate => 1.0 }, { fail_status => undef })
+	  : ({ delay_ms => 1000 }, { delay_ms => 0 });
+	my $late = ReplicantTest::start_sink(name => $name, keep_bodies => 1);
+	$node->safe_psql('postgres', qq{
+CREATE TABLE la_$name (id int PRIMARY KEY, v text);
+CREATE TABLE lb_$name (id int PRIMARY KEY, v text);
+CREATE PUBLICATION pub_la_$name FOR TABLE la_$name;
+CREATE PUBLICATION pub_lb_$name FOR TABLE lb_$name;
 });
 	$node->safe_psql('postgres',
-		"SELECT replicant.create_pipeline('late', ARRAY['pub_la', 'pub_lb'], '$late->{url}',"
+		"SELECT replicant.create_pipeline('$name', ARRAY['pub_la_$name', 'pub_lb_$name'], '$late->{url}',"
 		  . " http_timeout_ms => 300, messages => true, message_prefixes => ARRAY['m1', 'm2'])");
-	ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'late'"),
-		'late: streaming');
+	ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = '$name'"),
+		"$name: streaming");
 
 	# The transactions of every kept change body: [commit_lsn, canonical JSON].
 	my $txns = sub {
@@ -141,91 +151,102 @@ CREATE PUBLICATION pub_lb FOR TABLE lb;
 	my $variant = sub {
 		my ($label, $sql, $pattern, $options) = @_;
 		my $start = scalar(@{ $late->bodies });
-		$late->control({ delay_ms => 1000 });
+		$late->control($fault_on);
 		$node->safe_psql('postgres', $sql);
-		my $kept = 0;
-		foreach (1 .. 600)
+		if ($down)
 		{
-			last if ($kept = $kept_with->($pattern, $start));
-			select(undef, undef, undef, 0.1);
+			ok(ReplicantTest::poll($node,
+					"SELECT state = 'retrying' FROM replicant.status WHERE pipeline = '$name'"),
+				"$name, $label: the sink refused the batch");
 		}
-		ok($kept, "late, $label: the sink has the batch, unacknowledged");
+		else
+		{
+			my $kept = 0;
+			foreach (1 .. 600)
+			{
+				last if ($kept = $kept_with->($pattern, $start));
+				select(undef, undef, undef, 0.1);
+			}
+			ok($kept, "$name, $label: the sink has the batch, unacknowledged");
+		}
 		my %before = map { $_->[0] => 1 } $txns->($start);
-		$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('late', $options)");
+		$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('$name', $options)");
 		my $after_call = scalar(@{ $late->bodies });
-		$late->control({ delay_ms => 0 });
+		$late->control($fault_off);
 		ok(ReplicantTest::poll($node,
-				"SELECT replicant.await_delivered('late', pg_current_wal_lsn(), 60000)", 90),
-			"late, $label: delivered");
+				"SELECT replicant.await_delivered('$name', pg_current_wal_lsn(), 60000)", 90),
+			"$name, $label: delivered");
 		my %again = map { $_->[0] => 1 } $txns->($after_call);
 		is_deeply([ grep { !$again{$_} } sort keys %before ], [],
-			"late, $label: every transaction sent before the call was sent again after it");
+			"$name, $label: every transaction sent before the call was sent again after it");
 	};
 
-	$variant->('publication removed', q{
+	$variant->('publication removed', qq{
 BEGIN;
-INSERT INTO la VALUES (1, 'both');
-INSERT INTO lb VALUES (1, 'both');
+INSERT INTO la_$name VALUES (1, 'both');
+INSERT INTO lb_$name VALUES (1, 'both');
 SELECT pg_logical_emit_message(true, 'm1', 'removed 1');
 COMMIT;
-INSERT INTO lb VALUES (2, 'lb alone');
-}, qr/"both"/, "publication => ARRAY['pub_la']");
-	$node->safe_psql('postgres', "INSERT INTO lb VALUES (3, 'after the call')");
-	$node->safe_psql('postgres', "INSERT INTO la VALUES (2, 'after the call')");
+INSERT INTO lb_$name VALUES (2, 'lb alone');
+}, qr/"both"/, "publication => ARRAY['pub_la_$name']");
+	$node->safe_psql('postgres', "INSERT INTO lb_$name VALUES (3, 'after the call')");
+	$node->safe_psql('postgres', "INSERT INTO la_$name VALUES (2, 'after the call')");
 
-	$variant->('messages off', q{
+	$variant->('messages off', qq{
 BEGIN;
-INSERT INTO la VALUES (3, 'with a message');
+INSERT INTO la_$name VALUES (3, 'with a message');
 SELECT pg_logical_emit_message(true, 'm1', 'off 1');
 COMMIT;
 SELECT pg_logical_emit_message(false, 'm2', 'off, not transactional');
 }, qr/"id":3/, 'messages => false');
-	$node->safe_psql('postgres', q{
+	$node->safe_psql('postgres', qq{
 BEGIN;
-INSERT INTO la VALUES (4, 'after the call');
+INSERT INTO la_$name VALUES (4, 'after the call');
 SELECT pg_logical_emit_message(true, 'm1', 'off after');
 COMMIT;
 });
 
-	$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('late', messages => true)");
-	$variant->('message_prefixes narrowed', q{
+	$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('$name', messages => true)");
+	$variant->('message_prefixes narrowed', qq{
 BEGIN;
-INSERT INTO la VALUES (5, 'two messages');
+INSERT INTO la_$name VALUES (5, 'two messages');
 SELECT pg_logical_emit_message(true, 'm1', 'narrowed m1');
 SELECT pg_logical_emit_message(true, 'm2', 'narrowed m2');
 COMMIT;
 }, qr/"id":5/, "message_prefixes => ARRAY['m2']");
-	$node->safe_psql('postgres', q{
+	$node->safe_psql('postgres', qq{
 BEGIN;
-INSERT INTO la VALUES (6, 'after the call');
+INSERT INTO la_$name VALUES (6, 'after the call');
 SELECT pg_logical_emit_message(true, 'm1', 'narrowed after m1');
 SELECT pg_logical_emit_message(true, 'm2', 'narrowed after m2');
 COMMIT;
 });
 	ok(ReplicantTest::poll($node,
-			"SELECT replicant.await_delivered('late', pg_current_wal_lsn(), 60000)", 90),
-		'late: everything delivered');
+			"SELECT replicant.await_delivered('$name', pg_current_wal_lsn(), 60000)", 90),
+		"$name: everything delivered");
 
 	# One content per commit_lsn, across every delivery and re-delivery.
 	my %contents;
 	$contents{ $_->[0] }{ $_->[1] } = 1 foreach $txns->(0);
 	my @differ = grep { keys %{ $contents{$_} } > 1 } sort keys %contents;
-	is_deeply(\@differ, [], 'late: no commit_lsn was sent with two contents')
+	is_deeply(\@differ, [], "$name: no commit_lsn was sent with two contents")
 	  or diag(join("\n", map { keys %{ $contents{$_} } } @differ));
 
 	my $ids = sub {
 		my ($t) = @_;
 		return join(',', sort { $a <=> $b } map { /"id":(\d+)/ ? $1 : () } split /\n/, $late->dump($t));
 	};
-	is($ids->('public.lb'), '1,2', 'late: the removed publication\'s rows up to the call arrive, not later ones');
-	is($ids->('public.la'), '1,2,3,4,5,6', 'late: the other publication\'s rows all arrive');
+	is($ids->("public.lb_$name"), '1,2', "$name: the removed publication\'s rows up to the call arrive, not later ones");
+	is($ids->("public.la_$name"), '1,2,3,4,5,6', "$name: the other publication\'s rows all arrive");
 	my %messages = map { decode_base64($_->{content}) => 1 } @{ $late->messages };
 	is_deeply([ sort keys %messages ],
 		[ 'narrowed after m2', 'narrowed m1', 'narrowed m2', 'off 1', 'off, not transactional', 'removed 1' ],
-		'late: every message committed before a call under the options before it, none the calls left out after');
-	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('late')");
+		"$name: every message committed before a call under the options before it, none the calls left out after");
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('$name')");
 	$late->stop;
 }
+
+alter_while_undelivered($_) foreach ('late', 'down');
 
 $node->stop;
 $sink->stop;

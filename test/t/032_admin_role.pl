@@ -72,6 +72,30 @@ $node->safe_psql('postgres', q{
 	CREATE ROLE carol LOGIN;
 	GRANT replicant_admin TO carol;
 });
+
+# README's SQL reference says what replicant_admin holds, "exactly": the
+# functions it lists and SELECT on the two views.  Compared with the grants.
+{
+	my $readme = slurp_file("$FindBin::RealBin/../../README.md");
+	my ($held) = $readme =~ /`replicant_admin` \(created by the extension.*?holds exactly (.*?)\. So a superuser/s;
+	ok(defined $held, 'README: the paragraph of what replicant_admin holds');
+	my ($functions) = ($held // '') =~ /EXECUTE` on every management function\s*\((.*?)\)\s*and/s;
+	my %listed = map { $_ => 1 } (($functions // '') =~ /`(\w+)`/g);
+	my $granted = $node->safe_psql('postgres', q{
+		SELECT string_agg(DISTINCT p.proname, ',' ORDER BY p.proname)
+		  FROM pg_proc p, aclexplode(p.proacl) a
+		 WHERE p.pronamespace = 'replicant'::regnamespace
+		   AND a.grantee = 'replicant_admin'::regrole AND a.privilege_type = 'EXECUTE'});
+	is($granted, join(',', sort keys %listed),
+		'README lists exactly the functions replicant_admin may execute');
+	is($node->safe_psql('postgres', q{
+		SELECT string_agg(c.relname, ',' ORDER BY c.relname)
+		  FROM pg_class c, aclexplode(c.relacl) a
+		 WHERE c.relnamespace = 'replicant'::regnamespace
+		   AND a.grantee = 'replicant_admin'::regrole}),
+		join(',', sort(($held // '') =~ /`replicant\.(\w+)`/g)),
+		'README lists exactly the relations replicant_admin holds privileges on');
+}
 is($node->safe_psql('postgres',
 	"SELECT rolcanlogin FROM pg_roles WHERE rolname = 'replicant_admin'"),
 	'f', 'replicant_admin exists and cannot log in');
