@@ -448,7 +448,7 @@ read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 			record.read_lsn = chunk->low_watermark;
 			if (format->read_ids)
 				replicant_change_set_read_id(&record, pipeline->event_id_key, desc, values, isnull,
-											 identity, b->relid,
+											 identity, b->relid, src->rel->rd_rel->relfilenode,
 											 row_position(SPI_tuptable->vals[i],
 														  SPI_tuptable->tupdesc, identity));
 			resetStringInfo(&change);
