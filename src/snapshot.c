@@ -1533,7 +1533,8 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (replicant_format_of(pipeline)->read_ids)
 			replicant_change_set_read_id(&record, pipeline->event_id_key, desc,
 										 row->tts_values, row->tts_isnull, reader.identity,
-										 RelationGetRelid(rel), &reader.heap_slot->tts_tid);
+										 RelationGetRelid(rel), rel->rd_rel->relfilenode,
+										 &reader.heap_slot->tts_tid);
 		add_window_row(&batch, &record, &spill);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(row_context);
