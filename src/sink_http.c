@@ -36,6 +36,7 @@
 #include "replicant.h"
 #include "signing.h"
 #include "sink_http.h"
+#include "sink_http_answer.h"
 
 /*
  * One easy handle uses one or two sockets (two while happy eyeballs races
@@ -54,9 +55,6 @@
  * this much later we stop waiting for it ourselves.
  */
 #define SINK_DEADLINE_SLACK_MS 5000
-
-/* Longest Retry-After we honour (a sink cannot park us for hours). */
-#define SINK_MAX_RETRY_AFTER_MS (10 * 60 * 1000)
 
 /* Room for a Retry-After value, either delta-seconds or an HTTP-date. */
 #define SINK_RETRY_AFTER_LEN 64
@@ -202,11 +200,6 @@ static void sink_attempt(ReplicantSink *sink, const char *webhook_id,
 						 int64 timestamp, const char *signature,
 						 ReplicantBody *body, SinkAttempt *attempt);
 static long sink_timer_remaining(ReplicantSink *sink);
-static int sink_parse_retry_after(const char *value);
-static ReplicantSinkOutcome sink_classify(long status);
-static void sink_classify_code(ReplicantSink *sink, ReplicantSinkResult *result);
-static void sink_transport_error(ReplicantSink *sink, CURLcode code,
-								 bool hard_timeout, ReplicantSinkResult *result);
 
 /* ---- libcurl callbacks: no palloc, no ereport, no CHECK_FOR_INTERRUPTS ---- */
 
@@ -1070,189 +1063,6 @@ sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 	sink_detach(sink, attempt->code == CURLE_OK);
 }
 
-/* Retry-After as milliseconds, capped; -1 if absent or unparsable. */
-static int
-sink_parse_retry_after(const char *value)
-{
-	int64 seconds = 0;
-	const char *p;
-
-	if (value[0] >= '0' && value[0] <= '9')
-	{
-		/* delta-seconds */
-		for (p = value; *p >= '0' && *p <= '9'; p++)
-		{
-			seconds = seconds * 10 + (*p - '0');
-			if (seconds > SINK_MAX_RETRY_AFTER_MS / 1000)
-				return SINK_MAX_RETRY_AFTER_MS;
-		}
-		if (*p != '\0')
-			return -1;
-	}
-	else
-	{
-		/* HTTP-date */
-		time_t when = curl_getdate(value, NULL);
-
-		if (when == (time_t) -1)
-			return -1;
-		seconds = (int64) when - (int64) time(NULL);
-		if (seconds < 0)
-			seconds = 0;
-	}
-	return (int) Min(seconds * 1000, (int64) SINK_MAX_RETRY_AFTER_MS);
-}
-
-static ReplicantSinkOutcome
-sink_classify(long status)
-{
-	if (status >= 200 && status <= 299)
-		return REPLICANT_SINK_OK;
-	if (status == 408 || status == 425 || status == 429 ||
-		(status >= 500 && status <= 599))
-		return REPLICANT_SINK_RETRY;
-	if (status == 413)
-		return REPLICANT_SINK_TOO_LARGE;
-	if (status == 410)
-		return REPLICANT_SINK_GONE;
-	return REPLICANT_SINK_REJECTED;
-}
-
-/*
- * The fixed text for a libcurl failure; NULL for a timeout, which says how
- * long, and for codes without one of their own.
- */
-static const char *
-sink_transport_message(CURLcode code)
-{
-	switch (code)
-	{
-		case CURLE_COULDNT_RESOLVE_HOST:
-		case CURLE_COULDNT_RESOLVE_PROXY:
-			return "could not resolve sink host name";
-		case CURLE_COULDNT_CONNECT:
-			return "could not connect to sink";
-		case CURLE_SEND_ERROR:
-		case CURLE_RECV_ERROR:
-			return "connection to sink was reset";
-		case CURLE_GOT_NOTHING:
-			return "sink closed the connection without answering";
-		case CURLE_PARTIAL_FILE:
-			return "sink closed the connection during its answer";
-		case CURLE_WEIRD_SERVER_REPLY:
-		case CURLE_HTTP2:
-		case CURLE_HTTP2_STREAM:
-			return "sink sent an invalid HTTP answer";
-		case CURLE_PEER_FAILED_VERIFICATION:
-			return "could not verify the sink's TLS certificate";
-		case CURLE_SSL_CACERT_BADFILE:
-			return "could not load the CA file for the sink";
-		case CURLE_SSL_CONNECT_ERROR:
-		case CURLE_SSL_CERTPROBLEM:
-		case CURLE_SSL_CIPHER:
-		case CURLE_SSL_ENGINE_NOTFOUND:
-		case CURLE_SSL_ENGINE_SETFAILED:
-		case CURLE_SSL_ISSUER_ERROR:
-		case CURLE_SSL_CRL_BADFILE:
-			return "could not establish a TLS connection to sink";
-		case CURLE_SEND_FAIL_REWIND:
-			return "could not rewind batch body";
-		case CURLE_READ_ERROR:
-			return "could not read batch body";
-		case CURLE_URL_MALFORMAT:
-			return "sink URL is not valid";
-		case CURLE_UNSUPPORTED_PROTOCOL:
-			return "sink URL scheme is not allowed";
-		case CURLE_OUT_OF_MEMORY:
-			return "out of memory while sending batch";
-		default:
-			return NULL;
-	}
-}
-
-/*
- * A timed-out request: where libcurl can tell that no connection was made,
- * the connection timed out, else the answer did.
- */
-static void
-sink_timeout_error(ReplicantSink *sink, bool hard_timeout,
-				   ReplicantSinkResult *result)
-{
-#if LIBCURL_VERSION_NUM >= 0x075000
-	if (!sink->connected && !hard_timeout)
-	{
-		int limit = sink->connect_timeout_ms;
-
-		if (limit == 0 ||
-			(sink->http_timeout_ms > 0 && sink->http_timeout_ms < limit))
-			limit = sink->http_timeout_ms;
-		if (limit > 0)
-		{
-			snprintf(result->error, sizeof(result->error),
-					 "could not connect to sink within %d ms", limit);
-			return;
-		}
-	}
-#endif
-	snprintf(result->error, sizeof(result->error),
-			 "sink did not answer within %d ms",
-			 sink->http_timeout_ms);
-}
-
-/*
- * A sink that names its errors by code (ClickHouse: the header, or "Code: N"
- * opening the body of older servers' 500s) is classified by the code: a
- * final one halts, any other is retried, whatever the status.
- */
-static void
-sink_classify_code(ReplicantSink *sink, ReplicantSinkResult *result)
-{
-	int code = sink->error_code;
-
-	if (sink->code_is_final == NULL)
-		return;
-	if (code == 0 && strncmp(sink->body_start, "Code: ", 6) == 0)
-		code = atoi(sink->body_start + 6);
-	if (code <= 0)
-		return;
-	result->error_code = code;
-	if (sink->code_is_final(code))
-		result->outcome = REPLICANT_SINK_REJECTED;
-	else if (result->outcome != REPLICANT_SINK_TOO_LARGE)
-		result->outcome = REPLICANT_SINK_RETRY;
-	snprintf(result->error, sizeof(result->error), "HTTP %ld, error code %d",
-			 result->http_status, code);
-}
-
-/* No usable HTTP answer: always retried, with a fixed, value-free text. */
-static void
-sink_transport_error(ReplicantSink *sink, CURLcode code, bool hard_timeout,
-					 ReplicantSinkResult *result)
-{
-	const char *msg;
-
-	result->outcome = REPLICANT_SINK_RETRY;
-	result->http_status = 0;
-	result->refused = (code == CURLE_COULDNT_CONNECT);
-
-	if (sink->body_failed)
-		msg = "could not read batch body";
-	else if (code == CURLE_OPERATION_TIMEDOUT)
-	{
-		sink_timeout_error(sink, hard_timeout, result);
-		return;
-	}
-	else if ((msg = sink_transport_message(code)) == NULL)
-	{
-		/* the code is value-free; libcurl's error text may not be */
-		snprintf(result->error, sizeof(result->error),
-				 "could not send batch to sink (libcurl error %d)",
-				 (int) code);
-		return;
-	}
-	strlcpy(result->error, msg, sizeof(result->error));
-}
-
 /*
  * The request's webhook-signature into *signature (NULL when the sink signs
  * nothing).  False when the body could not be read to sign it.
@@ -1285,45 +1095,27 @@ sink_sign(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 	return *signature != NULL;
 }
 
-/* The result of a request whose body could not be read to sign it. */
-static void
-sink_signing_failed(ReplicantSinkResult *result)
-{
-	result->outcome = REPLICANT_SINK_RETRY;
-	strlcpy(result->error, "could not read batch body", sizeof(result->error));
-}
-
 /* Classifies what the attempt came to into *result. */
 static void
 sink_classify_attempt(ReplicantSink *sink, SinkAttempt *attempt,
 					  ReplicantSinkResult *result)
 {
-	result->elapsed_ms = attempt->elapsed_ms;
+	ReplicantSinkAnswer answer;
+	ReplicantSinkAnswerRules rules;
 
-	/*
-	 * A status counts if the transfer completed, or if the sink said no
-	 * before it broke (e.g. a 413 sent before reading the whole body).  A
-	 * half-received 1xx or 2xx is not an acknowledgement: retry.
-	 */
-	if (attempt->code == CURLE_OK ? attempt->status >= 100 : attempt->status >= 300)
-	{
-		result->http_status = attempt->status;
-		result->outcome = sink_classify(attempt->status);
-		if (result->outcome != REPLICANT_SINK_OK)
-			snprintf(result->error, sizeof(result->error), "HTTP %ld",
-					 attempt->status);
-		if (sink->retry_after_seen)
-			result->retry_after_ms = sink_parse_retry_after(sink->retry_after);
-		if (result->outcome != REPLICANT_SINK_OK)
-			sink_classify_code(sink, result);
-	}
-	else
-	{
-		/* a completed transfer without a status line: not HTTP as we know it */
-		if (attempt->code == CURLE_OK)
-			attempt->code = CURLE_WEIRD_SERVER_REPLY;
-		sink_transport_error(sink, attempt->code, attempt->hard_timeout, result);
-	}
+	answer.code = attempt->code;
+	answer.status = attempt->status;
+	answer.hard_timeout = attempt->hard_timeout;
+	answer.body_failed = sink->body_failed;
+	answer.connected = sink->connected;
+	answer.retry_after = sink->retry_after_seen ? sink->retry_after : NULL;
+	answer.error_code = sink->error_code;
+	answer.body_start = sink->body_start;
+	answer.elapsed_ms = attempt->elapsed_ms;
+	rules.http_timeout_ms = sink->http_timeout_ms;
+	rules.connect_timeout_ms = sink->connect_timeout_ms;
+	rules.code_is_final = sink->code_is_final;
+	replicant_sink_answer_classify(&answer, &rules, time(NULL), result);
 }
 
 void
@@ -1334,12 +1126,9 @@ replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 	char *signature;
 	SinkAttempt attempt = {CURLE_OK, 0, false, false, 0.0};
 
-	memset(result, 0, sizeof(*result));
-	result->retry_after_ms = -1;
-
 	if (!sink_sign(sink, webhook_id, timestamp, body, &signature))
 	{
-		sink_signing_failed(result);
+		replicant_sink_answer_signing_failed(result);
 		return;
 	}
 
@@ -1428,8 +1217,6 @@ replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result)
 	instr_time now;
 
 	Assert(started->active);
-	memset(result, 0, sizeof(*result));
-	result->retry_after_ms = -1;
 	PG_TRY();
 	{
 		if (!sink->attached)
@@ -1452,7 +1239,7 @@ replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result)
 
 	if (started->signing_failed)
 	{
-		sink_signing_failed(result);
+		replicant_sink_answer_signing_failed(result);
 		return;
 	}
 	if (attempt->latch_was_set)
