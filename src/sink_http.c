@@ -1,11 +1,11 @@
 /*
  * sink_http.c
- *		POSTing batches to an HTTP sink with libcurl's multi interface, and
- *		classifying the answer.
+ *		POSTing batches to an HTTP sink with libcurl: the handle, the
+ *		request's setup (headers, signature, body) and its transfer
+ *		callbacks.
  *
- * The request is driven from our own wait loop (a WaitEventSet over the
- * process latch, postmaster death and the sockets libcurl asks for), so that
- * interrupts are answered promptly and always outside libcurl frames.  The
+ * sink_http_loop.c drives the transfer from our own wait loop, outside
+ * libcurl frames; sink_http_answer.c classifies what it came to.  The
  * libcurl callbacks below only copy data and set flags: they never palloc,
  * ereport or CHECK_FOR_INTERRUPTS, since a longjmp across libcurl would
  * leave it in an undefined state.
@@ -19,7 +19,6 @@
 #include "postgres.h"
 
 #include <curl/curl.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "lib/stringinfo.h"
@@ -28,33 +27,14 @@
 #include "portability/instr_time.h"
 #include "storage/latch.h"
 #include "utils/timestamp.h"
-#include "utils/wait_event.h"
 
 #include "compat.h"
-#include "fault.h"
 #include "headers.h"
 #include "replicant.h"
 #include "signing.h"
 #include "sink_http.h"
 #include "sink_http_answer.h"
-
-/*
- * One easy handle uses one or two sockets (two while happy eyeballs races
- * IPv4 and IPv6), plus the resolver's wakeup pipe; this is ample.
- */
-#define SINK_MAX_SOCKETS 16
-
-/* Wait when libcurl watches nothing yet, e.g. while the resolver runs. */
-#define SINK_IDLE_WAIT_MS 100
-
-/* Upper bound on one wait, so the safety deadline below is checked. */
-#define SINK_MAX_WAIT_MS 1000
-
-/*
- * Beyond http_timeout_ms, libcurl's own timer should have ended the request;
- * this much later we stop waiting for it ourselves.
- */
-#define SINK_DEADLINE_SLACK_MS 5000
+#include "sink_http_loop.h"
 
 /* Room for a Retry-After value, either delta-seconds or an HTTP-date. */
 #define SINK_RETRY_AFTER_LEN 64
@@ -74,32 +54,6 @@
  */
 #define SINK_UPLOAD_BUFFER (2 * 1024 * 1024)
 
-typedef struct SinkSocket
-{
-	curl_socket_t fd;
-	int what; /* CURL_POLL_IN, _OUT or _INOUT */
-} SinkSocket;
-
-/* A socket in the kept WaitEventSet. */
-typedef struct SinkWatched
-{
-	curl_socket_t fd;
-	dev_t dev; /* which file the number was: numbers are reused */
-	ino_t ino;
-	uint32 events;
-	int pos; /* in the WaitEventSet */
-} SinkWatched;
-
-/* What one attempt came to, before classification. */
-typedef struct SinkAttempt
-{
-	CURLcode code;      /* libcurl's result for the transfer */
-	long status;        /* HTTP status, 0 if none */
-	bool hard_timeout;  /* our safety deadline ended it */
-	bool latch_was_set; /* we reset the latch while waiting */
-	double elapsed_ms;
-} SinkAttempt;
-
 /*
  * A request started by replicant_sink_start() and not finished yet: one at
  * a time per sink.
@@ -117,9 +71,8 @@ typedef struct SinkStarted
 
 struct ReplicantSink
 {
-	CURLM *multi; /* owns the connection cache: keep-alive */
-	CURL *easy;
-	bool attached; /* easy is in multi */
+	ReplicantSinkLoop loop; /* the multi and easy handles, what they watch */
+	bool attached;          /* the easy handle is in the multi handle */
 
 	/* our copy of the configuration */
 	char *url;
@@ -134,14 +87,6 @@ struct ReplicantSink
 	char *content_type;
 	bool (*code_is_final)(int code);
 
-	/* set by the socket and timer callbacks */
-	SinkSocket sockets[SINK_MAX_SOCKETS];
-	int nsockets;
-	bool socket_overflow;
-	bool timer_armed;
-	long timer_ms;
-	instr_time timer_set_at;
-
 	/* per-request state, set by the transfer callbacks */
 	ReplicantBody *body;
 	size_t body_sent;
@@ -153,16 +98,8 @@ struct ReplicantSink
 	char body_start[SINK_BODY_START_LEN]; /* only to read "Code: N" */
 	size_t body_start_len;
 
-	/*
-	 * The set we wait on, kept across waits and requests while it watches
-	 * the same sockets (one epoll set less per wait); freed on error exits.
-	 */
-	MemoryContext context; /* the sink's, for the set and inline_body */
-	WaitEventSet *wes;
-	SinkWatched watched[SINK_MAX_SOCKETS];
-	int nwatched;
-
-	char *inline_body; /* SINK_INLINE_BODY_MAX bytes, made when first needed */
+	MemoryContext context; /* the sink's, for inline_body */
+	char *inline_body;     /* SINK_INLINE_BODY_MAX bytes, made when first needed */
 
 	/* freed on error exits */
 	struct curl_slist *headers;
@@ -173,9 +110,6 @@ struct ReplicantSink
 
 static bool curl_initialized = false;
 
-static int sink_socket_cb(CURL *easy, curl_socket_t fd, int what,
-						  void *userp, void *socketp);
-static int sink_timer_cb(CURLM *multi, long timeout_ms, void *userp);
 static size_t sink_read_cb(char *buffer, size_t size, size_t nitems,
 						   void *userdata);
 static int sink_seek_cb(void *userdata, curl_off_t offset, int origin);
@@ -194,66 +128,11 @@ static bool sink_append_header(struct curl_slist **list, StringInfo buf,
 							   const char *name, const char *value);
 static bool sink_build_headers(ReplicantSink *sink, const char *webhook_id,
 							   int64 timestamp, const char *signature);
-static void sink_free_wait_set(ReplicantSink *sink);
-static void sink_run(ReplicantSink *sink, SinkAttempt *attempt);
 static void sink_attempt(ReplicantSink *sink, const char *webhook_id,
 						 int64 timestamp, const char *signature,
 						 ReplicantBody *body, SinkAttempt *attempt);
-static long sink_timer_remaining(ReplicantSink *sink);
 
 /* ---- libcurl callbacks: no palloc, no ereport, no CHECK_FOR_INTERRUPTS ---- */
-
-/* Records which sockets libcurl wants watched, and for what. */
-static int
-sink_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
-			   void *socketp)
-{
-	ReplicantSink *sink = (ReplicantSink *) userp;
-	int i;
-
-	for (i = 0; i < sink->nsockets; i++)
-	{
-		if (sink->sockets[i].fd == fd)
-			break;
-	}
-
-	if (what == CURL_POLL_REMOVE)
-	{
-		if (i < sink->nsockets)
-			sink->sockets[i] = sink->sockets[--sink->nsockets];
-		return 0;
-	}
-
-	if (i == sink->nsockets)
-	{
-		if (sink->nsockets == SINK_MAX_SOCKETS)
-		{
-			sink->socket_overflow = true;
-			return -1; /* libcurl fails the transfer */
-		}
-		sink->sockets[i].fd = fd;
-		sink->nsockets++;
-	}
-	sink->sockets[i].what = what;
-	return 0;
-}
-
-/* Records libcurl's single, non-repeating timer; -1 disarms it. */
-static int
-sink_timer_cb(CURLM *multi, long timeout_ms, void *userp)
-{
-	ReplicantSink *sink = (ReplicantSink *) userp;
-
-	if (timeout_ms < 0)
-		sink->timer_armed = false;
-	else
-	{
-		sink->timer_armed = true;
-		sink->timer_ms = timeout_ms;
-		INSTR_TIME_SET_CURRENT(sink->timer_set_at);
-	}
-	return 0;
-}
 
 /*
  * Streams the body into the request, never past body->length: libcurl sent
@@ -411,12 +290,12 @@ sink_setopt_failed(const char *option, CURLcode code)
 static void
 sink_configure(ReplicantSink *sink)
 {
-	CURL *easy = sink->easy;
+	CURL *easy = sink->loop.easy;
 
-	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_SOCKETFUNCTION, sink_socket_cb);
-	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_SOCKETDATA, sink);
-	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_TIMERFUNCTION, sink_timer_cb);
-	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_TIMERDATA, sink);
+	SINK_MULTI_SETOPT(sink->loop.multi, CURLMOPT_SOCKETFUNCTION, replicant_sink_loop_socket_cb);
+	SINK_MULTI_SETOPT(sink->loop.multi, CURLMOPT_SOCKETDATA, &sink->loop);
+	SINK_MULTI_SETOPT(sink->loop.multi, CURLMOPT_TIMERFUNCTION, replicant_sink_loop_timer_cb);
+	SINK_MULTI_SETOPT(sink->loop.multi, CURLMOPT_TIMERDATA, &sink->loop);
 
 	SINK_SETOPT(easy, CURLOPT_URL, sink->url);
 	/* bgworkers own SIGALRM; libcurl must not touch signals */
@@ -479,6 +358,7 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 
 	sink = palloc0(sizeof(ReplicantSink));
 	sink->context = CurrentMemoryContext;
+	sink->loop.context = CurrentMemoryContext;
 	sink->url = pstrdup(config->url);
 	sink->http_timeout_ms = Max(config->http_timeout_ms, 0);
 	sink->connect_timeout_ms = Max(config->connect_timeout_ms, 0);
@@ -496,9 +376,9 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 
 	PG_TRY();
 	{
-		sink->multi = curl_multi_init();
-		sink->easy = curl_easy_init();
-		if (sink->multi == NULL || sink->easy == NULL)
+		sink->loop.multi = curl_multi_init();
+		sink->loop.easy = curl_easy_init();
+		if (sink->loop.multi == NULL || sink->loop.easy == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("out of memory"),
@@ -527,14 +407,14 @@ replicant_sink_destroy(ReplicantSink *sink)
 	if (sink == NULL)
 		return;
 
-	sink_free_wait_set(sink);
+	replicant_sink_loop_free_wait_set(&sink->loop);
 	if (sink->attached)
-		curl_multi_remove_handle(sink->multi, sink->easy);
-	if (sink->easy != NULL)
-		curl_easy_cleanup(sink->easy);
-	/* closes cached connections; may still call sink_socket_cb */
-	if (sink->multi != NULL)
-		curl_multi_cleanup(sink->multi);
+		curl_multi_remove_handle(sink->loop.multi, sink->loop.easy);
+	if (sink->loop.easy != NULL)
+		curl_easy_cleanup(sink->loop.easy);
+	/* closes cached connections; may still call the socket callback */
+	if (sink->loop.multi != NULL)
+		curl_multi_cleanup(sink->loop.multi);
 	curl_slist_free_all(sink->headers);
 
 	if (sink->secret_previous != NULL)
@@ -635,316 +515,6 @@ sink_build_headers(ReplicantSink *sink, const char *webhook_id,
 
 /* ---- the request ---- */
 
-/* Milliseconds until libcurl's timer fires (rounded up), or -1 if unarmed. */
-static long
-sink_timer_remaining(ReplicantSink *sink)
-{
-	instr_time now;
-	int64 elapsed_us;
-	int64 remaining_us;
-
-	if (!sink->timer_armed)
-		return -1;
-	INSTR_TIME_SET_CURRENT(now);
-	INSTR_TIME_SUBTRACT(now, sink->timer_set_at);
-	elapsed_us = (int64) INSTR_TIME_GET_MICROSEC(now);
-	remaining_us = (int64) sink->timer_ms * 1000 - elapsed_us;
-	if (remaining_us <= 0)
-		return 0;
-	return (long) ((remaining_us + 999) / 1000);
-}
-
-/* Crash tests stop here: the whole request is out, no answer has come. */
-static void
-fault_after_send(ReplicantSink *sink)
-{
-	curl_off_t uploaded = 0;
-	long status = 0;
-
-	if (replicant_fault_point == NULL || replicant_fault_point[0] == '\0')
-		return;
-	curl_easy_getinfo(sink->easy, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_getinfo(sink->easy, CURLINFO_SIZE_UPLOAD_T, &uploaded);
-	if (status == 0 && uploaded >= (curl_off_t) sink->body->length)
-		replicant_fault("after_send");
-}
-
-/* How long one round may wait: until libcurl's timer, within bounds. */
-static long
-sink_wait_ms(ReplicantSink *sink)
-{
-	long timer = sink_timer_remaining(sink);
-
-	if (timer >= 0)
-		return Min(timer, SINK_MAX_WAIT_MS);
-	if (sink->nsockets == 0)
-		return SINK_IDLE_WAIT_MS;
-	return SINK_MAX_WAIT_MS;
-}
-
-static uint32
-sink_socket_events(int what)
-{
-	uint32 events = 0;
-
-	if (what & CURL_POLL_IN)
-		events |= WL_SOCKET_READABLE;
-	if (what & CURL_POLL_OUT)
-		events |= WL_SOCKET_WRITEABLE;
-	return events;
-}
-
-static SinkWatched *
-sink_watched(ReplicantSink *sink, curl_socket_t fd)
-{
-	int i;
-
-	for (i = 0; i < sink->nwatched; i++)
-	{
-		if (sink->watched[i].fd == fd)
-			return &sink->watched[i];
-	}
-	return NULL;
-}
-
-/*
- * Whether the kept set watches exactly the sockets libcurl waits for, each
- * still the file it was: between our waits libcurl closes and opens sockets
- * (a new connection, the resolver's pipe), a new one can get an old number,
- * and epoll forgets a closed file.
- */
-static bool
-sink_wait_set_current(ReplicantSink *sink)
-{
-	int nwanted = 0;
-	int i;
-
-	if (sink->wes == NULL)
-		return false;
-	for (i = 0; i < sink->nsockets; i++)
-	{
-		SinkWatched *w;
-		struct stat st;
-
-		if (sink_socket_events(sink->sockets[i].what) == 0)
-			continue;
-		nwanted++;
-		w = sink_watched(sink, sink->sockets[i].fd);
-		if (w == NULL || fstat(w->fd, &st) != 0 ||
-			st.st_dev != w->dev || st.st_ino != w->ino)
-			return false;
-	}
-	return nwanted == sink->nwatched;
-}
-
-static void
-sink_free_wait_set(ReplicantSink *sink)
-{
-	if (sink->wes != NULL)
-		FreeWaitEventSet(sink->wes);
-	sink->wes = NULL;
-	sink->nwatched = 0;
-}
-
-/* A new set over the latch, postmaster death and libcurl's sockets. */
-static void
-sink_build_wait_set(ReplicantSink *sink)
-{
-	int i;
-
-	sink_free_wait_set(sink);
-	sink->wes = REPLICANT_CREATE_WAIT_EVENT_SET(sink->context, sink->nsockets + 2);
-	AddWaitEventToSet(sink->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(sink->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
-					  NULL, NULL);
-	for (i = 0; i < sink->nsockets; i++)
-	{
-		uint32 events = sink_socket_events(sink->sockets[i].what);
-		SinkWatched *w;
-		struct stat st;
-
-		if (events == 0)
-			continue;
-		/* a descriptor fstat cannot see fails in AddWaitEventToSet */
-		if (fstat(sink->sockets[i].fd, &st) != 0)
-			memset(&st, 0, sizeof(st));
-		w = &sink->watched[sink->nwatched++];
-		w->fd = sink->sockets[i].fd;
-		w->dev = st.st_dev;
-		w->ino = st.st_ino;
-		w->events = events;
-		w->pos = AddWaitEventToSet(sink->wes, events, w->fd, NULL, NULL);
-	}
-}
-
-/* Points the kept set's sockets at what libcurl waits for now. */
-static void
-sink_update_wait_set(ReplicantSink *sink)
-{
-	int i;
-
-	for (i = 0; i < sink->nsockets; i++)
-	{
-		uint32 events = sink_socket_events(sink->sockets[i].what);
-		SinkWatched *w = sink_watched(sink, sink->sockets[i].fd);
-
-		if (events != 0 && w->events != events)
-		{
-			ModifyWaitEvent(sink->wes, w->pos, events, NULL);
-			w->events = events;
-		}
-	}
-}
-
-/*
- * Waits on the latch, postmaster death and the sockets libcurl watches, for
- * at most wait_ms.  Returns how many events fired into occurred.
- */
-static int
-sink_wait(ReplicantSink *sink, long wait_ms, WaitEvent *occurred,
-		  int noccurred)
-{
-	if (sink_wait_set_current(sink))
-		sink_update_wait_set(sink);
-	else
-		sink_build_wait_set(sink);
-	return WaitEventSetWait(sink->wes, wait_ms, occurred, noccurred,
-							PG_WAIT_EXTENSION);
-}
-
-/*
- * Hands the sockets that fired to libcurl, and says whether the latch did.
- * Returns libcurl's verdict, stopping at the first failure.
- */
-static CURLMcode
-sink_dispatch(ReplicantSink *sink, WaitEvent *occurred, int nfired,
-			  int *running, bool *latch_fired)
-{
-	CURLMcode mc = CURLM_OK;
-	int i;
-
-	for (i = 0; i < nfired && mc == CURLM_OK; i++)
-	{
-		int mask = 0;
-
-		if (occurred[i].events & WL_LATCH_SET)
-		{
-			*latch_fired = true;
-			continue;
-		}
-		if (occurred[i].events & WL_SOCKET_READABLE)
-			mask |= CURL_CSELECT_IN;
-		if (occurred[i].events & WL_SOCKET_WRITEABLE)
-			mask |= CURL_CSELECT_OUT;
-		if (mask != 0)
-			mc = curl_multi_socket_action(sink->multi, occurred[i].fd,
-										  mask, running);
-	}
-	return mc;
-}
-
-/* What the transfer came to, once the wait loop is over. */
-static CURLcode
-sink_result_code(ReplicantSink *sink, CURLMcode mc, bool hard_timeout)
-{
-	CURLcode code;
-	CURLMsg *msg;
-	int pending;
-
-	if (hard_timeout)
-		return CURLE_OPERATION_TIMEDOUT;
-	if (mc == CURLM_OUT_OF_MEMORY)
-		return CURLE_OUT_OF_MEMORY;
-	if (mc != CURLM_OK || sink->socket_overflow)
-		return CURLE_FAILED_INIT;
-
-	code = CURLE_FAILED_INIT; /* if libcurl reports no result */
-	while ((msg = curl_multi_info_read(sink->multi, &pending)) != NULL)
-	{
-		if (msg->msg == CURLMSG_DONE && msg->easy_handle == sink->easy)
-			code = msg->data.result;
-	}
-	return code;
-}
-
-/*
- * Drives the attached transfer to its end.  Each round waits on the latch,
- * postmaster death and libcurl's sockets, hands what fired to libcurl, and
- * only then, outside libcurl, answers interrupts.  A SIGTERM abandons the
- * transfer instead, so that the caller can commit what the sink
- * acknowledged before it exits (replicant_delivery_check_for_interrupts).
- */
-static void
-sink_run(ReplicantSink *sink, SinkAttempt *attempt)
-{
-	int running = 1;
-	bool abandoned = false;
-	instr_time start;
-	instr_time now;
-	CURLMcode mc;
-
-	INSTR_TIME_SET_CURRENT(start);
-
-	mc = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-
-	while (mc == CURLM_OK && running > 0 && !sink->socket_overflow)
-	{
-		WaitEvent occurred[SINK_MAX_SOCKETS + 2];
-		int nfired;
-		bool latch_fired = false;
-
-		/* libcurl's timer ends the request; this only guards against a bug */
-		INSTR_TIME_SET_CURRENT(now);
-		INSTR_TIME_SUBTRACT(now, start);
-		if (sink->http_timeout_ms > 0 &&
-			INSTR_TIME_GET_MILLISEC(now) >
-				(double) sink->http_timeout_ms + SINK_DEADLINE_SLACK_MS)
-		{
-			attempt->hard_timeout = true;
-			break;
-		}
-
-		nfired = sink_wait(sink, sink_wait_ms(sink), occurred, lengthof(occurred));
-		mc = sink_dispatch(sink, occurred, nfired, &running, &latch_fired);
-
-		/*
-		 * The timer is non-repeating: forget it before telling libcurl, which
-		 * re-arms it from inside the call if it still needs one.
-		 */
-		if (mc == CURLM_OK &&
-			(sink_timer_remaining(sink) == 0 ||
-			 (!sink->timer_armed && sink->nsockets == 0 && nfired == 0)))
-		{
-			sink->timer_armed = false;
-			mc = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT, 0,
-										  &running);
-		}
-
-		if (latch_fired)
-		{
-			ResetLatch(MyLatch);
-			attempt->latch_was_set = true;
-		}
-		fault_after_send(sink);
-		if (ProcDiePending && running > 0)
-		{
-			abandoned = true;
-			break;
-		}
-		CHECK_FOR_INTERRUPTS();
-	}
-
-	if (abandoned)
-		attempt->code = CURLE_ABORTED_BY_CALLBACK;
-	else
-		attempt->code = sink_result_code(sink, mc, attempt->hard_timeout);
-
-	INSTR_TIME_SET_CURRENT(now);
-	INSTR_TIME_SUBTRACT(now, start);
-	attempt->elapsed_ms = INSTR_TIME_GET_MILLISEC(now);
-	curl_easy_getinfo(sink->easy, CURLINFO_RESPONSE_CODE, &attempt->status);
-}
-
 /*
  * Tells libcurl where the body comes from: memory for a small one (read
  * here, outside libcurl), else sink_read_cb.  False if it could not be read.
@@ -975,7 +545,7 @@ sink_set_body(ReplicantSink *sink, ReplicantBody *body)
 		}
 		inline_data = sink->inline_body;
 	}
-	return curl_easy_setopt(sink->easy, CURLOPT_POSTFIELDS, inline_data) == CURLE_OK;
+	return curl_easy_setopt(sink->loop.easy, CURLOPT_POSTFIELDS, inline_data) == CURLE_OK;
 }
 
 /*
@@ -995,7 +565,7 @@ sink_attach(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 	sink->error_code = 0;
 	sink->body_start_len = 0;
 	sink->body_start[0] = '\0';
-	sink->socket_overflow = false;
+	sink->loop.socket_overflow = false;
 	body->rewind(body->arg);
 
 	if (!sink_build_headers(sink, webhook_id, timestamp, signature))
@@ -1008,10 +578,10 @@ sink_attach(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 		attempt->code = sink->body_failed ? CURLE_READ_ERROR : CURLE_FAILED_INIT;
 		return false;
 	}
-	if (curl_easy_setopt(sink->easy, CURLOPT_HTTPHEADER, sink->headers) != CURLE_OK ||
-		curl_easy_setopt(sink->easy, CURLOPT_POSTFIELDSIZE_LARGE,
+	if (curl_easy_setopt(sink->loop.easy, CURLOPT_HTTPHEADER, sink->headers) != CURLE_OK ||
+		curl_easy_setopt(sink->loop.easy, CURLOPT_POSTFIELDSIZE_LARGE,
 						 (curl_off_t) body->length) != CURLE_OK ||
-		curl_multi_add_handle(sink->multi, sink->easy) != CURLM_OK)
+		curl_multi_add_handle(sink->loop.multi, sink->loop.easy) != CURLM_OK)
 	{
 		attempt->code = CURLE_FAILED_INIT;
 		return false;
@@ -1028,14 +598,14 @@ static void
 sink_detach(ReplicantSink *sink, bool clean)
 {
 	if (!clean)
-		sink_free_wait_set(sink);
+		replicant_sink_loop_free_wait_set(&sink->loop);
 	if (sink->attached)
 	{
 		/* a transfer cut short closes its connection: no half state */
-		curl_multi_remove_handle(sink->multi, sink->easy);
+		curl_multi_remove_handle(sink->loop.multi, sink->loop.easy);
 		sink->attached = false;
 	}
-	curl_easy_setopt(sink->easy, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(sink->loop.easy, CURLOPT_HTTPHEADER, NULL);
 	curl_slist_free_all(sink->headers);
 	sink->headers = NULL;
 	sink->body = NULL;
@@ -1052,7 +622,7 @@ sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 	PG_TRY();
 	{
 		if (sink_attach(sink, webhook_id, timestamp, signature, body, attempt))
-			sink_run(sink, attempt);
+			replicant_sink_loop_run(&sink->loop, sink->http_timeout_ms, body->length, attempt);
 	}
 	PG_CATCH();
 	{
@@ -1168,7 +738,7 @@ replicant_sink_start(ReplicantSink *sink, const char *webhook_id, ReplicantBody 
 		/* the first round: resolve, connect, send what the socket takes */
 		if (sink_attach(sink, webhook_id, timestamp, started->signature, body,
 						&started->attempt))
-			started->pump_error = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT,
+			started->pump_error = curl_multi_socket_action(sink->loop.multi, CURL_SOCKET_TIMEOUT,
 														   0, &running);
 	}
 	PG_CATCH();
@@ -1183,29 +753,12 @@ void
 replicant_sink_pump(ReplicantSink *sink)
 {
 	SinkStarted *started = &sink->started;
-	WaitEvent occurred[SINK_MAX_SOCKETS + 2];
-	int nfired;
 	int running = 1;
-	bool latch_fired = false;
-	CURLMcode mc;
 
 	if (!started->active || !sink->attached || started->transfer_over ||
-		started->pump_error != CURLM_OK || sink->socket_overflow)
+		started->pump_error != CURLM_OK || sink->loop.socket_overflow)
 		return;
-	nfired = sink_wait(sink, 0, occurred, lengthof(occurred));
-	mc = sink_dispatch(sink, occurred, nfired, &running, &latch_fired);
-	if (mc == CURLM_OK && sink_timer_remaining(sink) == 0)
-	{
-		/* non-repeating, as in sink_run() */
-		sink->timer_armed = false;
-		mc = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-	}
-	if (latch_fired)
-	{
-		ResetLatch(MyLatch);
-		started->attempt.latch_was_set = true;
-	}
-	started->pump_error = mc;
+	started->pump_error = replicant_sink_loop_pump(&sink->loop, &started->attempt, &running);
 	started->transfer_over = (running == 0);
 }
 
@@ -1223,11 +776,12 @@ replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result)
 			; /* never started: attempt->code says why */
 		else if (started->pump_error != CURLM_OK)
 		{
-			attempt->code = sink_result_code(sink, started->pump_error, false);
-			curl_easy_getinfo(sink->easy, CURLINFO_RESPONSE_CODE, &attempt->status);
+			attempt->code = replicant_sink_loop_result_code(&sink->loop, started->pump_error, false);
+			curl_easy_getinfo(sink->loop.easy, CURLINFO_RESPONSE_CODE, &attempt->status);
 		}
 		else
-			sink_run(sink, attempt);
+			replicant_sink_loop_run(&sink->loop, sink->http_timeout_ms, sink->body->length,
+									attempt);
 	}
 	PG_CATCH();
 	{
