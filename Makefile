@@ -45,6 +45,8 @@ OBJS = \
 	src/sink_http.o \
 	src/sink_http_answer.o \
 	src/sink_http_loop.o \
+	src/transport.o \
+	src/transport_registry.o \
 	src/snapshot.o \
 	src/table_read.o \
 	src/signing.o \

@@ -55,7 +55,7 @@
 #define SINK_UPLOAD_BUFFER (2 * 1024 * 1024)
 
 /*
- * A request started by replicant_sink_start() and not finished yet: one at
+ * A request started by http_start() and not finished yet: one at
  * a time per sink.
  */
 typedef struct SinkStarted
@@ -69,8 +69,10 @@ typedef struct SinkStarted
 	instr_time started_at;
 } SinkStarted;
 
-struct ReplicantSink
+typedef struct HttpSink
 {
+	ReplicantTransport transport; /* first: a HttpSink is a ReplicantTransport */
+
 	ReplicantSinkLoop loop; /* the multi and easy handles, what they watch */
 	bool attached;          /* the easy handle is in the multi handle */
 
@@ -104,8 +106,8 @@ struct ReplicantSink
 	/* freed on error exits */
 	struct curl_slist *headers;
 
-	SinkStarted started; /* replicant_sink_start() to _finish() */
-};
+	SinkStarted started; /* http_start() to http_finish() */
+} HttpSink;
 
 
 static bool curl_initialized = false;
@@ -122,13 +124,35 @@ static int sink_prereq_cb(void *clientp, char *conn_primary_ip,
 						  char *conn_local_ip, int conn_primary_port,
 						  int conn_local_port);
 #endif
+static void http_send(ReplicantTransport *transport, const char *webhook_id,
+					  ReplicantBody *body, ReplicantSinkResult *result);
+static void http_start(ReplicantTransport *transport, const char *webhook_id,
+					   ReplicantBody *body);
+static void http_pump(ReplicantTransport *transport);
+static void http_finish(ReplicantTransport *transport, ReplicantSinkResult *result);
+static void http_cancel(ReplicantTransport *transport);
+static void http_classify_codes(ReplicantTransport *transport,
+								bool (*code_is_final)(int code));
+static void http_close(ReplicantTransport *transport);
+
+static const ReplicantTransportMethods http_methods = {
+	.send = http_send,
+	.start = http_start,
+	.pump = http_pump,
+	.finish = http_finish,
+	.cancel = http_cancel,
+	.classify_codes = http_classify_codes,
+	.close = http_close,
+};
+
 static void sink_setopt_failed(const char *option, CURLcode code);
-static void sink_configure(ReplicantSink *sink);
+static void sink_cancel(HttpSink *sink);
+static void sink_configure(HttpSink *sink);
 static bool sink_append_header(struct curl_slist **list, StringInfo buf,
 							   const char *name, const char *value);
-static bool sink_build_headers(ReplicantSink *sink, const char *webhook_id,
+static bool sink_build_headers(HttpSink *sink, const char *webhook_id,
 							   int64 timestamp, const char *signature);
-static void sink_attempt(ReplicantSink *sink, const char *webhook_id,
+static void sink_attempt(HttpSink *sink, const char *webhook_id,
 						 int64 timestamp, const char *signature,
 						 ReplicantBody *body, SinkAttempt *attempt);
 
@@ -142,7 +166,7 @@ static void sink_attempt(ReplicantSink *sink, const char *webhook_id,
 static size_t
 sink_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 {
-	ReplicantSink *sink = (ReplicantSink *) userdata;
+	HttpSink *sink = (HttpSink *) userdata;
 	ReplicantBody *body = sink->body;
 	size_t max = size * nitems;
 	size_t got;
@@ -169,7 +193,7 @@ sink_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 static int
 sink_seek_cb(void *userdata, curl_off_t offset, int origin)
 {
-	ReplicantSink *sink = (ReplicantSink *) userdata;
+	HttpSink *sink = (HttpSink *) userdata;
 
 	if (origin != SEEK_SET || offset != 0)
 		return CURL_SEEKFUNC_CANTSEEK;
@@ -185,7 +209,7 @@ sink_seek_cb(void *userdata, curl_off_t offset, int origin)
 static size_t
 sink_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-	ReplicantSink *sink = (ReplicantSink *) userdata;
+	HttpSink *sink = (HttpSink *) userdata;
 	size_t n = Min(size * nmemb, SINK_BODY_START_LEN - 1 - sink->body_start_len);
 
 	if (sink->code_is_final != NULL)
@@ -205,7 +229,7 @@ sink_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 static size_t
 sink_header_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 {
-	ReplicantSink *sink = (ReplicantSink *) userdata;
+	HttpSink *sink = (HttpSink *) userdata;
 	size_t len = size * nitems;
 	static const char name[] = "retry-after:";
 	size_t namelen = sizeof(name) - 1;
@@ -253,7 +277,7 @@ static int
 sink_prereq_cb(void *clientp, char *conn_primary_ip, char *conn_local_ip,
 			   int conn_primary_port, int conn_local_port)
 {
-	ReplicantSink *sink = (ReplicantSink *) clientp;
+	HttpSink *sink = (HttpSink *) clientp;
 
 	sink->connected = true;
 	return CURL_PREREQFUNC_OK;
@@ -288,7 +312,7 @@ sink_setopt_failed(const char *option, CURLcode code)
 
 /* Options that stay the same for every request of this sink. */
 static void
-sink_configure(ReplicantSink *sink)
+sink_configure(HttpSink *sink)
 {
 	CURL *easy = sink->loop.easy;
 
@@ -334,10 +358,10 @@ sink_configure(ReplicantSink *sink)
 #endif
 }
 
-ReplicantSink *
-replicant_sink_create(const ReplicantSinkConfig *config)
+ReplicantTransport *
+replicant_http_transport_open(const ReplicantSinkConfig *config)
 {
-	ReplicantSink *sink;
+	HttpSink *sink;
 	ListCell *lc1,
 		*lc2;
 
@@ -356,7 +380,8 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 	if (list_length(config->header_names) != list_length(config->header_values))
 		elog(ERROR, "sink header names and values differ in number");
 
-	sink = palloc0(sizeof(ReplicantSink));
+	sink = palloc0(sizeof(HttpSink));
+	sink->transport.methods = &http_methods;
 	sink->context = CurrentMemoryContext;
 	sink->loop.context = CurrentMemoryContext;
 	sink->url = pstrdup(config->url);
@@ -387,25 +412,26 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 	}
 	PG_CATCH();
 	{
-		replicant_sink_destroy(sink);
+		http_close(&sink->transport);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
-	return sink;
+	return &sink->transport;
 }
 
-void
-replicant_sink_classify_codes(ReplicantSink *sink, bool (*code_is_final)(int code))
+static void
+http_classify_codes(ReplicantTransport *transport, bool (*code_is_final)(int code))
 {
+	HttpSink *sink = (HttpSink *) transport;
+
 	sink->code_is_final = code_is_final;
 }
 
-void
-replicant_sink_destroy(ReplicantSink *sink)
+static void
+http_close(ReplicantTransport *transport)
 {
-	if (sink == NULL)
-		return;
+	HttpSink *sink = (HttpSink *) transport;
 
 	replicant_sink_loop_free_wait_set(&sink->loop);
 	if (sink->attached)
@@ -463,7 +489,7 @@ sink_append_header(struct curl_slist **list, StringInfo buf,
 
 /* Builds this request's header list into sink->headers. */
 static bool
-sink_build_headers(ReplicantSink *sink, const char *webhook_id,
+sink_build_headers(HttpSink *sink, const char *webhook_id,
 				   int64 timestamp, const char *signature)
 {
 	StringInfoData buf;
@@ -520,7 +546,7 @@ sink_build_headers(ReplicantSink *sink, const char *webhook_id,
  * here, outside libcurl), else sink_read_cb.  False if it could not be read.
  */
 static bool
-sink_set_body(ReplicantSink *sink, ReplicantBody *body)
+sink_set_body(HttpSink *sink, ReplicantBody *body)
 {
 	char *inline_data = NULL;
 
@@ -554,7 +580,7 @@ sink_set_body(ReplicantSink *sink, ReplicantBody *body)
  * could not take the request.
  */
 static bool
-sink_attach(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
+sink_attach(HttpSink *sink, const char *webhook_id, int64 timestamp,
 			const char *signature, ReplicantBody *body, SinkAttempt *attempt)
 {
 	sink->body = body;
@@ -595,7 +621,7 @@ sink_attach(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
  * wait set outlives only a clean exchange: nothing half-watched.
  */
 static void
-sink_detach(ReplicantSink *sink, bool clean)
+sink_detach(HttpSink *sink, bool clean)
 {
 	if (!clean)
 		replicant_sink_loop_free_wait_set(&sink->loop);
@@ -616,7 +642,7 @@ sink_detach(ReplicantSink *sink, bool clean)
  * an interrupt throws out of the wait loop.
  */
 static void
-sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
+sink_attempt(HttpSink *sink, const char *webhook_id, int64 timestamp,
 			 const char *signature, ReplicantBody *body, SinkAttempt *attempt)
 {
 	PG_TRY();
@@ -638,7 +664,7 @@ sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
  * nothing).  False when the body could not be read to sign it.
  */
 static bool
-sink_sign(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
+sink_sign(HttpSink *sink, const char *webhook_id, int64 timestamp,
 		  ReplicantBody *body, char **signature)
 {
 	/* the id is ours, not the sink's: a CR or LF in it is a bug */
@@ -667,7 +693,7 @@ sink_sign(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 
 /* Classifies what the attempt came to into *result. */
 static void
-sink_classify_attempt(ReplicantSink *sink, SinkAttempt *attempt,
+sink_classify_attempt(HttpSink *sink, SinkAttempt *attempt,
 					  ReplicantSinkResult *result)
 {
 	ReplicantSinkAnswer answer;
@@ -688,10 +714,11 @@ sink_classify_attempt(ReplicantSink *sink, SinkAttempt *attempt,
 	replicant_sink_answer_classify(&answer, &rules, time(NULL), result);
 }
 
-void
-replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
-					ReplicantBody *body, ReplicantSinkResult *result)
+static void
+http_send(ReplicantTransport *transport, const char *webhook_id, ReplicantBody *body,
+		  ReplicantSinkResult *result)
 {
+	HttpSink *sink = (HttpSink *) transport;
 	int64 timestamp = (int64) time(NULL);
 	char *signature;
 	SinkAttempt attempt = {CURLE_OK, 0, false, false, 0.0};
@@ -714,9 +741,10 @@ replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 
 /* ---- a request overlapped with the caller's work ---- */
 
-void
-replicant_sink_start(ReplicantSink *sink, const char *webhook_id, ReplicantBody *body)
+static void
+http_start(ReplicantTransport *transport, const char *webhook_id, ReplicantBody *body)
 {
+	HttpSink *sink = (HttpSink *) transport;
 	SinkStarted *started = &sink->started;
 	int64 timestamp = (int64) time(NULL);
 	int running;
@@ -726,7 +754,7 @@ replicant_sink_start(ReplicantSink *sink, const char *webhook_id, ReplicantBody 
 	started->attempt.code = CURLE_OK;
 	started->pump_error = CURLM_OK;
 	INSTR_TIME_SET_CURRENT(started->started_at);
-	/* replicant_sink_finish() reports a failure to sign */
+	/* http_finish() reports a failure to sign */
 	started->signing_failed = !sink_sign(sink, webhook_id, timestamp, body,
 										 &started->signature);
 	started->active = true;
@@ -743,15 +771,16 @@ replicant_sink_start(ReplicantSink *sink, const char *webhook_id, ReplicantBody 
 	}
 	PG_CATCH();
 	{
-		replicant_sink_cancel(sink);
+		sink_cancel(sink);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 }
 
-void
-replicant_sink_pump(ReplicantSink *sink)
+static void
+http_pump(ReplicantTransport *transport)
 {
+	HttpSink *sink = (HttpSink *) transport;
 	SinkStarted *started = &sink->started;
 	int running = 1;
 
@@ -762,9 +791,10 @@ replicant_sink_pump(ReplicantSink *sink)
 	started->transfer_over = (running == 0);
 }
 
-void
-replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result)
+static void
+http_finish(ReplicantTransport *transport, ReplicantSinkResult *result)
 {
+	HttpSink *sink = (HttpSink *) transport;
 	SinkStarted *started = &sink->started;
 	SinkAttempt *attempt = &started->attempt;
 	instr_time now;
@@ -785,11 +815,11 @@ replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result)
 	}
 	PG_CATCH();
 	{
-		replicant_sink_cancel(sink);
+		sink_cancel(sink);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	replicant_sink_cancel(sink);
+	sink_cancel(sink);
 
 	if (started->signing_failed)
 	{
@@ -804,8 +834,8 @@ replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result)
 	sink_classify_attempt(sink, attempt, result);
 }
 
-void
-replicant_sink_cancel(ReplicantSink *sink)
+static void
+sink_cancel(HttpSink *sink)
 {
 	if (!sink->started.active)
 		return;
@@ -813,4 +843,10 @@ replicant_sink_cancel(ReplicantSink *sink)
 	/* the signature lives in the caller's memory context, maybe gone by now */
 	sink->started.signature = NULL;
 	sink->started.active = false;
+}
+
+static void
+http_cancel(ReplicantTransport *transport)
+{
+	sink_cancel((HttpSink *) transport);
 }
