@@ -44,6 +44,7 @@ OBJS = \
 	src/stop_signal.o \
 	src/sink_http.o \
 	src/sink_http_answer.o \
+	src/sink_http_headers.o \
 	src/sink_http_loop.o \
 	src/transport.o \
 	src/transport_registry.o \

@@ -21,19 +21,14 @@
 #include <curl/curl.h>
 #include <time.h>
 
-#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "portability/instr_time.h"
 #include "storage/latch.h"
-#include "utils/timestamp.h"
 
-#include "compat.h"
-#include "headers.h"
-#include "replicant.h"
-#include "signing.h"
 #include "sink_http.h"
 #include "sink_http_answer.h"
+#include "sink_http_headers.h"
 #include "sink_http_loop.h"
 
 /* Room for a Retry-After value, either delta-seconds or an HTTP-date. */
@@ -148,10 +143,6 @@ static const ReplicantTransportMethods http_methods = {
 static void sink_setopt_failed(const char *option, CURLcode code);
 static void sink_cancel(HttpSink *sink);
 static void sink_configure(HttpSink *sink);
-static bool sink_append_header(struct curl_slist **list, StringInfo buf,
-							   const char *name, const char *value);
-static bool sink_build_headers(HttpSink *sink, const char *webhook_id,
-							   int64 timestamp, const char *signature);
 static void sink_attempt(HttpSink *sink, const char *webhook_id,
 						 int64 timestamp, const char *signature,
 						 ReplicantBody *body, SinkAttempt *attempt);
@@ -462,83 +453,6 @@ http_close(ReplicantTransport *transport)
 	pfree(sink);
 }
 
-/* ---- headers ---- */
-
-/*
- * Appends "name: value".  An empty value is written "name;", libcurl's way
- * to send an empty header ("name:" would remove it).  Returns false only
- * when libcurl is out of memory.
- */
-static bool
-sink_append_header(struct curl_slist **list, StringInfo buf,
-				   const char *name, const char *value)
-{
-	struct curl_slist *l;
-
-	resetStringInfo(buf);
-	if (value[0] == '\0')
-		appendStringInfo(buf, "%s;", name);
-	else
-		appendStringInfo(buf, "%s: %s", name, value);
-	l = curl_slist_append(*list, buf->data);
-	if (l == NULL)
-		return false;
-	*list = l;
-	return true;
-}
-
-/* Builds this request's header list into sink->headers. */
-static bool
-sink_build_headers(HttpSink *sink, const char *webhook_id,
-				   int64 timestamp, const char *signature)
-{
-	StringInfoData buf;
-	char ts[32];
-	bool ok;
-	ListCell *lc1,
-		*lc2;
-
-	initStringInfo(&buf);
-	snprintf(ts, sizeof(ts), INT64_FORMAT, timestamp);
-
-	ok = sink_append_header(&sink->headers, &buf, "Content-Type",
-							sink->content_type) &&
-		 sink_append_header(&sink->headers, &buf, "User-Agent",
-							"replicant/" REPLICANT_VERSION) &&
-		 sink_append_header(&sink->headers, &buf, "webhook-id", webhook_id) &&
-		 sink_append_header(&sink->headers, &buf, "webhook-timestamp", ts);
-
-	/* "Expect:" removes libcurl's 100-continue: one round trip less */
-	if (ok)
-	{
-		struct curl_slist *l = curl_slist_append(sink->headers, "Expect:");
-
-		ok = (l != NULL);
-		if (ok)
-			sink->headers = l;
-	}
-	if (ok && signature != NULL)
-		ok = sink_append_header(&sink->headers, &buf, "webhook-signature",
-								signature);
-
-	forboth(lc1, sink->header_names, lc2, sink->header_values)
-	{
-		const char *name = lfirst(lc1);
-		const char *value = lfirst(lc2);
-
-		if (!ok)
-			break;
-		/* validated when configured; still never forge or override a line */
-		if (!replicant_header_name_ok(name) || !replicant_header_value_ok(value) ||
-			replicant_header_reserved(name) != NULL)
-			continue;
-		ok = sink_append_header(&sink->headers, &buf, name, value);
-	}
-
-	pfree(buf.data);
-	return ok;
-}
-
 /* ---- the request ---- */
 
 /*
@@ -594,7 +508,8 @@ sink_attach(HttpSink *sink, const char *webhook_id, int64 timestamp,
 	sink->loop.socket_overflow = false;
 	body->rewind(body->arg);
 
-	if (!sink_build_headers(sink, webhook_id, timestamp, signature))
+	if (!replicant_sink_http_headers(&sink->headers, sink->content_type, sink->header_names,
+									 sink->header_values, webhook_id, timestamp, signature))
 	{
 		attempt->code = CURLE_OUT_OF_MEMORY;
 		return false;
@@ -659,38 +574,6 @@ sink_attempt(HttpSink *sink, const char *webhook_id, int64 timestamp,
 	sink_detach(sink, attempt->code == CURLE_OK);
 }
 
-/*
- * The request's webhook-signature into *signature (NULL when the sink signs
- * nothing).  False when the body could not be read to sign it.
- */
-static bool
-sink_sign(HttpSink *sink, const char *webhook_id, int64 timestamp,
-		  ReplicantBody *body, char **signature)
-{
-	/* the id is ours, not the sink's: a CR or LF in it is a bug */
-	if (!replicant_header_value_ok(webhook_id))
-		elog(ERROR, "invalid webhook id");
-
-	*signature = NULL;
-	if (sink->secret == NULL)
-		return true;
-	*signature = replicant_signing_signature(sink->secret, webhook_id, timestamp, body);
-
-	/*
-	 * While a rotated-out secret is still valid, sign with both, space
-	 * separated, as Standard Webhooks allows.
-	 */
-	if (*signature != NULL && sink->secret_previous != NULL &&
-		GetCurrentTimestamp() < sink->secret_previous_until)
-	{
-		char *previous = replicant_signing_signature(sink->secret_previous,
-													 webhook_id, timestamp, body);
-
-		*signature = previous ? psprintf("%s %s", *signature, previous) : NULL;
-	}
-	return *signature != NULL;
-}
-
 /* Classifies what the attempt came to into *result. */
 static void
 sink_classify_attempt(HttpSink *sink, SinkAttempt *attempt,
@@ -723,7 +606,8 @@ http_send(ReplicantTransport *transport, const char *webhook_id, ReplicantBody *
 	char *signature;
 	SinkAttempt attempt = {CURLE_OK, 0, false, false, 0.0};
 
-	if (!sink_sign(sink, webhook_id, timestamp, body, &signature))
+	if (!replicant_sink_http_sign(sink->secret, sink->secret_previous, sink->secret_previous_until,
+								  webhook_id, timestamp, body, &signature))
 	{
 		replicant_sink_answer_signing_failed(result);
 		return;
@@ -755,8 +639,9 @@ http_start(ReplicantTransport *transport, const char *webhook_id, ReplicantBody 
 	started->pump_error = CURLM_OK;
 	INSTR_TIME_SET_CURRENT(started->started_at);
 	/* http_finish() reports a failure to sign */
-	started->signing_failed = !sink_sign(sink, webhook_id, timestamp, body,
-										 &started->signature);
+	started->signing_failed = !replicant_sink_http_sign(sink->secret, sink->secret_previous, sink->secret_previous_until,
+														webhook_id, timestamp, body,
+														&started->signature);
 	started->active = true;
 	if (started->signing_failed)
 		return;
