@@ -49,10 +49,7 @@
  */
 #define SINK_UPLOAD_BUFFER (2 * 1024 * 1024)
 
-/*
- * A request started by http_start() and not finished yet: one at
- * a time per sink.
- */
+/* A request started by http_start() and not finished yet: one at a time. */
 typedef struct SinkStarted
 {
 	bool active;
@@ -66,7 +63,7 @@ typedef struct SinkStarted
 
 typedef struct HttpSink
 {
-	ReplicantTransport transport; /* first: a HttpSink is a ReplicantTransport */
+	ReplicantTransport transport; /* first: an HttpSink is a ReplicantTransport */
 
 	ReplicantSinkLoop loop; /* the multi and easy handles, what they watch */
 	bool attached;          /* the easy handle is in the multi handle */
