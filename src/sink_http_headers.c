@@ -49,12 +49,12 @@ replicant_sink_http_headers(struct curl_slist **list, const char *content_type,
 	initStringInfo(&buf);
 	snprintf(ts, sizeof(ts), INT64_FORMAT, timestamp);
 
-	ok = sink_append_header(&*list, &buf, "Content-Type",
+	ok = sink_append_header(list, &buf, "Content-Type",
 							content_type) &&
-		 sink_append_header(&*list, &buf, "User-Agent",
+		 sink_append_header(list, &buf, "User-Agent",
 							"replicant/" REPLICANT_VERSION) &&
-		 sink_append_header(&*list, &buf, "webhook-id", webhook_id) &&
-		 sink_append_header(&*list, &buf, "webhook-timestamp", ts);
+		 sink_append_header(list, &buf, "webhook-id", webhook_id) &&
+		 sink_append_header(list, &buf, "webhook-timestamp", ts);
 
 	/* "Expect:" removes libcurl's 100-continue: one round trip less */
 	if (ok)
@@ -66,7 +66,7 @@ replicant_sink_http_headers(struct curl_slist **list, const char *content_type,
 			*list = l;
 	}
 	if (ok && signature != NULL)
-		ok = sink_append_header(&*list, &buf, "webhook-signature",
+		ok = sink_append_header(list, &buf, "webhook-signature",
 								signature);
 
 	forboth(lc1, names, lc2, values)
@@ -80,7 +80,7 @@ replicant_sink_http_headers(struct curl_slist **list, const char *content_type,
 		if (!replicant_header_name_ok(name) || !replicant_header_value_ok(value) ||
 			replicant_header_reserved(name) != NULL)
 			continue;
-		ok = sink_append_header(&*list, &buf, name, value);
+		ok = sink_append_header(list, &buf, name, value);
 	}
 
 	pfree(buf.data);
