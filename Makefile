@@ -6,9 +6,11 @@ OBJS = \
 	src/module.o \
 	src/replicant.o \
 	src/shmem.o \
+	src/dropdb.o \
 	src/launcher.o \
 	src/sync.o \
 	src/worker.o \
+	src/runs.o \
 	src/catalog.o \
 	src/install.o \
 	src/pipeline.o \

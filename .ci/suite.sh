@@ -24,6 +24,8 @@
 #   SUITE_CFLAGS                  more compiler flags for the extension, e.g.
 #                                 -DUSE_ASSERT_CHECKING (its Asserts, against a
 #                                 server built without them, as pgvector's CI)
+#                                 or -DREPLICANT_MUTANTS (test/README.md,
+#                                 "Differential test")
 #   SUITE_REGRESS=0               run no pg_regress
 #   SUITE_ALL_TAP=1               every TAP file, whatever its "# versions:"
 #   SUITE_JOBS=N                  TAP files run at once (default 3)
@@ -41,7 +43,7 @@
 set -euo pipefail
 
 WARNINGS="-Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare"
-WARNINGS+=" -Wno-missing-field-initializers"
+WARNINGS+=" -Wno-missing-field-initializers ${SUITE_CFLAGS:-}"
 
 say() { printf '\n=== %s\n' "$*"; }
 

@@ -507,6 +507,23 @@ COMMENT ON TABLE replicant.slot_positions IS
 COMMENT ON COLUMN replicant.pipelines.halt_cause IS
     'API: Private. What resuming the halt accepts while decoding (publication:<name>, schema:<relid>:<shape digest>, privilege:<relid>, slot:<lsn>), or NULL: nothing.';
 
+-- ----------------------------------------------------------------------------
+-- No crash loop across crash restarts.  A worker that dies by a signal (a
+-- segmentation fault, the OOM killer) makes the postmaster restart the
+-- whole server, which forgets the launcher's count of failed runs; each run
+-- is therefore counted here too, committed before the worker does anything
+-- else, and started over by progress, by a shutdown, or by enable_pipeline
+-- and resume_pipeline.  Past REPLICANT_MAX_RETRIES the pipeline halts.  The
+-- worker only updates its row, which create_pipeline makes.
+CREATE TABLE replicant.worker_runs (
+    pipeline_id      integer PRIMARY KEY REFERENCES replicant.pipelines ON DELETE CASCADE,
+    without_progress integer NOT NULL DEFAULT 0
+);
+REVOKE ALL ON replicant.worker_runs FROM PUBLIC;
+COMMENT ON TABLE replicant.worker_runs IS
+    'API: Private. Runs of each pipeline''s worker in a row without progress, across crash restarts.';
+INSERT INTO replicant.worker_runs (pipeline_id) SELECT id FROM replicant.pipelines;
+
 -- ---- Privileges nobody granted on purpose (keep this section last: it
 -- covers every object made above).  Default privileges of the installing
 -- role (ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO ..., global or

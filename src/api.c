@@ -44,19 +44,21 @@
 #include "utils/rls.h"
 #include "utils/syscache.h"
 #include "utils/tuplestore.h"
-#include "utils/varlena.h"
 #include "utils/wait_event.h"
 
 #include "backfill_plan.h"
 #include "catalog.h"
 #include "compat.h"
+#include "fault.h"
 #include "format.h"
 #include "headers.h"
 #include "redact.h"
 #include "pipeline.h"
 #include "partition_root.h"
+#include "plugin_gate.h"
 #include "publication.h"
 #include "replicant.h"
+#include "runs.h"
 #include "shmem.h"
 #include "sink_ddl.h"
 #include "signing.h"
@@ -82,6 +84,10 @@ PG_FUNCTION_INFO_V1(replicant_pipeline_definitions);
 static bool slot_created_in_xact = false;
 static bool xact_callback_registered = false;
 static bool resync_on_abort = false;
+/* The pipelines drop_pipeline drops in this transaction (in TopMemoryContext). */
+static List *dropping_pipelines = NIL;
+
+static void clear_dropping(void);
 
 /* Pipelines resumed in this transaction (in TopMemoryContext). */
 static List *resumed_at_commit = NIL;
@@ -130,6 +136,8 @@ api_xact_callback(XactEvent event, void *arg)
 				ReplicationSlotRelease();
 			slot_created_in_xact = false;
 			resync_on_abort = false;
+			list_free(dropping_pipelines);
+			dropping_pipelines = NIL;
 			if (resumed_at_commit != NIL)
 				clear_resumed_halts();
 			list_free(resumed_at_commit);
@@ -139,6 +147,10 @@ api_xact_callback(XactEvent event, void *arg)
 			list_free(resumed_at_commit);
 			resumed_at_commit = NIL;
 			slot_created_in_xact = false;
+			if (dropping_pipelines != NIL)
+				clear_dropping();
+			list_free(dropping_pipelines);
+			dropping_pipelines = NIL;
 			if (resync_on_abort)
 				replicant_shmem_request_sync(MyDatabaseId);
 			resync_on_abort = false;
@@ -159,23 +171,6 @@ register_xact_callback(void)
 /*
  * Server prerequisites
  */
-static bool
-output_plugin_allowed(void)
-{
-	const char *setting = GetConfigOption("output_plugin_libraries", true, false);
-	List *names;
-	ListCell *lc;
-
-	if (setting == NULL)
-		return true; /* servers before 15.19 load any plugin */
-	if (!SplitIdentifierString(pstrdup(setting), ',', &names))
-		return false;
-	foreach(lc, names)
-		if (strcmp(lfirst(lc), "replicant") == 0)
-			return true;
-	return false;
-}
-
 static void
 check_prerequisites(void)
 {
@@ -189,7 +184,7 @@ check_prerequisites(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("replicant requires \"wal_level\" to be \"logical\""),
 				 errhint("Set \"wal_level = logical\" and restart the server.")));
-	if (!output_plugin_allowed())
+	if (!replicant_plugin_gate_server_allows())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("\"output_plugin_libraries\" does not list \"replicant\""),
@@ -1207,6 +1202,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	if (strcmp(snapshot, "initial") != 0)
 		slot_point = create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
 	pipeline_id = insert_pipeline(name, slot_name, owner, &o, PG_NARGS());
+	replicant_runs_start_over(pipeline_id);
 	/* What the worker finds beyond it, something else moved (slot_position.h). */
 	if (!XLogRecPtrIsInvalid(slot_point))
 		replicant_slot_position_create(pipeline_id, slot_point);
@@ -1442,6 +1438,9 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 	args[0] = Int32GetDatum(ref.id);
 	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),
 			   1, argtypes, args, NULL);
+	/* Enabled or resumed: a deliberate start owes nothing to past runs. */
+	if (strncmp(assignment, "enabled = false", 15) != 0)
+		replicant_runs_start_over(ref.id);
 	replicant_catalog_leave(&s);
 	replicant_shmem_request_sync_at_commit();
 }
@@ -1467,26 +1466,53 @@ replicant_resume_pipeline(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* Stops the pipeline's worker so its slot can be dropped. */
+/*
+ * Stops the pipeline's worker so its slot can be dropped.  Until this
+ * transaction ends the slot stays marked dropping: a sync that read the
+ * row before the delete commits cannot make it runnable again, and neither
+ * the launcher nor the worker starts it.  An abort clears the mark and
+ * re-syncs.
+ */
 static void
 stop_worker(int32 pipeline_id)
 {
 	ReplicantPipelineSlot *slot;
 	pid_t pid = 0;
+	MemoryContext old;
 
+	register_xact_callback();
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	dropping_pipelines = lappend_int(dropping_pipelines, pipeline_id);
+	MemoryContextSwitchTo(old);
+	resync_on_abort = true;
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
 	if (slot)
 	{
-		/* Keeps the launcher from restarting it; an abort re-syncs. */
 		slot->runnable = false;
+		slot->dropping = true;
 		pid = slot->pid;
 	}
 	LWLockRelease(replicant_shmem->lock);
-	resync_on_abort = true;
-	register_xact_callback();
 	if (pid != 0)
 		kill(pid, SIGTERM);
+}
+
+/* drop_pipeline failed: the pipelines it was dropping may run again. */
+static void
+clear_dropping(void)
+{
+	ReplicantPipelineSlot *slot;
+	ListCell *lc;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	foreach(lc, dropping_pipelines)
+	{
+		slot = replicant_shmem_find(MyDatabaseId, lfirst_int(lc));
+		if (slot)
+			slot->dropping = false;
+	}
+	LWLockRelease(replicant_shmem->lock);
 }
 
 /* drop_pipeline(name): stops the worker, drops the slot and all state. */
@@ -1518,6 +1544,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	replicant_catalog_leave(&s);
 
 	stop_worker(ref.id);
+	replicant_fault("drop_pipeline");
 	if (replicant_slot_drop(slot_name, false) == REPLICANT_SLOT_FOREIGN)
 		ereport(WARNING,
 				(errmsg("replication slot \"%s\" was left in place", slot_name),

@@ -678,6 +678,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	snapshot = snapshot_after_low_watermark(pipeline, b, chunk);
 	if (snapshot == NULL)
 		return abandon_chunk(chunk, &src, NULL, &access);
+	replicant_fault("backfill_window");
 	if (src.rel != NULL)
 		*halt_reason = take_chunk_filter(pipeline, &src, &unpublished);
 	if (*halt_reason)

@@ -19,6 +19,7 @@
 #include "utils/memutils.h"
 
 #include "batch.h"
+#include "fault.h"
 #include "replicant.h"
 
 /* Once spilled, the in-memory tail is flushed in chunks of this size. */
@@ -168,6 +169,9 @@ StringInfo
 replicant_batch_begin_change(ReplicantBatch *batch, size_t len)
 {
 	Assert(batch->in_txn);
+#ifdef REPLICANT_MUTANTS
+	batch->change_offset = store_length(batch);
+#endif
 	if (batch->txn_nchanges > 0)
 		store_append(batch, batch->separator, strlen(batch->separator));
 	batch->txn_nchanges++;
@@ -184,6 +188,13 @@ StringInfo
 replicant_batch_begin_tail(ReplicantBatch *batch, size_t len)
 {
 	Assert(batch->in_txn);
+#ifdef REPLICANT_MUTANTS
+	if (replicant_mutant("drop_last_change") && batch->txn_nchanges > 1)
+	{
+		store_truncate(batch, batch->change_offset);
+		batch->txn_nchanges--;
+	}
+#endif
 	return store_reserve(batch, len);
 }
 

@@ -66,6 +66,9 @@ typedef struct ReplicantBatch
 	bool in_txn;
 	uint64 txn_offset;
 	int64 txn_nchanges;
+#ifdef REPLICANT_MUTANTS
+	uint64 change_offset; /* where its last change starts (fault.h) */
+#endif
 
 	/* Body reader over transactions [body_first, body_last], framed. */
 	int body_first;

@@ -13,6 +13,7 @@
 
 #include "chunk.h"
 #include "compat.h"
+#include "fault.h"
 
 typedef struct KeyEntry
 {
@@ -132,6 +133,8 @@ bool
 replicant_chunk_collides(ReplicantChunk *chunk, Oid relid, TransactionId xid)
 {
 	if (chunk == NULL || chunk->complete || chunk->relid != relid)
+		return false;
+	if (replicant_mutant("no_collision"))
 		return false;
 	return chunk->open || !chunk_sees(chunk, xid);
 }

@@ -39,6 +39,8 @@
 #include "delivery.h"
 #include "fault.h"
 #include "format.h"
+#include "runs.h"
+#include "stop_signal.h"
 #include "transport_registry.h"
 
 #define RETRY_BASE_MS 200
@@ -94,33 +96,37 @@ replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot)
 }
 
 /*
- * Whether a catalog call is stopping the worker.  drop_pipeline deletes the
- * checkpoint row, makes the slot not runnable and then waits for the worker
- * to let go of its replication slot: an update of that row would wait for
- * the drop, and the drop for the worker.  (disable_pipeline and
- * alter_pipeline ask the worker to stop instead, and it commits then.)
+ * drop_pipeline deletes the checkpoint row, marks the slot dropping and
+ * then waits for the worker to let go of its replication slot: an update of
+ * that row would wait for the drop, and the drop for the worker.  DROP
+ * EXTENSION took the table (the slot is no longer in use).  Any other stop
+ * commits first.
  */
-static bool
-stopped_by_catalog(ReplicantPipelineSlot *slot)
+bool
+replicant_delivery_may_commit_at_stop(ReplicantPipelineSlot *slot)
 {
-	bool runnable;
+	bool may;
 
 	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
-	runnable = slot->runnable;
+	may = slot->in_use && slot->pid == MyProcPid && !slot->dropping;
 	LWLockRelease(replicant_shmem->lock);
-	return !runnable;
+	return may;
 }
 
 void
 replicant_delivery_check_for_interrupts(ReplicantPipelineSlot *slot)
 {
-	if (ProcDiePending && replicant_checkpoint_is_pending() && !stopped_by_catalog(slot))
+	if ((ProcDiePending || replicant_stop_signal_pending()) &&
+		replicant_delivery_may_commit_at_stop(slot))
 	{
 		HOLD_INTERRUPTS();
 		if (IsTransactionState())
 			AbortCurrentTransaction();
 		(void) replicant_checkpoint_commit_pending();
 		replicant_checkpoint_make_durable();
+		/* A shutdown or a termination is no run without progress (runs.c). */
+		if (ProcDiePending)
+			replicant_runs_ended(slot->pipeline_id);
 		RESUME_INTERRUPTS();
 	}
 	CHECK_FOR_INTERRUPTS();

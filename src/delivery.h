@@ -75,12 +75,20 @@ extern void replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot);
 
 /*
  * CHECK_FOR_INTERRUPTS for a worker that may hold acknowledged, uncommitted
- * progress: a SIGTERM (a shutdown, pg_terminate_backend) still ends it, but
- * only after the pending checkpoint is committed, so that the next worker
- * re-sends only what the sink did not acknowledge.  Not for a pipeline
- * being dropped: its checkpoint row is gone.
+ * progress: a SIGTERM (a shutdown, pg_terminate_backend, a stop replicant
+ * asked for) still ends it, but only after the pending checkpoint is
+ * committed, so that the next worker re-sends only what the sink did not
+ * acknowledge; a shutdown or termination starts the count of runs without
+ * progress over (runs.c).  Not for a pipeline being dropped: its
+ * checkpoint row is gone.
  */
 extern void replicant_delivery_check_for_interrupts(ReplicantPipelineSlot *slot);
+
+/*
+ * Whether the caller, the slot's worker, may commit its pending checkpoint
+ * as it stops: not when its pipeline is being dropped or is gone.
+ */
+extern bool replicant_delivery_may_commit_at_stop(ReplicantPipelineSlot *slot);
 
 /*
  * Sleeps until deadline, or less when the worker is asked to stop, answering

@@ -10,7 +10,9 @@
  * confirmed), "snapshot_window" (a snapshot window is delivered, its
  * progress not recorded), "snapshot_progress" (its progress is recorded,
  * the next window not read), "backfill_chunk" (a backfill chunk holds its
- * table's lock, its low watermark not written).  A value "<point>:abort" aborts instead, which
+ * table's lock, its low watermark not written), "backfill_window"
+ * (its low watermark and snapshot taken, its filter and rows not read:
+ * ":pause" widens the chunk's window for concurrent writes).  A value "<point>:abort" aborts instead, which
  * makes the postmaster restart the whole server, "<point>:pause" waits
  * two seconds there, to widen a race ("halt": between a halt's records in
  * the catalog and in shared memory), and "<point>:hold" waits there until
@@ -22,7 +24,10 @@
  * worker meets errors of its own: "decode", "encode", "deliver",
  * "checkpoint", "snapshot_read", "backfill_read", "sync" (the phases a halt
  * names), and "snapshot_import" (a shard worker importing the exported
- * snapshot).
+ * snapshot).  "drop_pipeline" is met by the backend that runs
+ * drop_pipeline(), between stopping the worker and dropping its slot.
+ *
+ * Builds with -DREPLICANT_MUTANTS also have the mutants of fault.h.
  */
 #include "postgres.h"
 
@@ -93,6 +98,24 @@ raise_error(const char *point, const char *sqlstate)
 								   sqlstate[3], sqlstate[4])),
 			 errmsg("fault point \"%s\" raised an error of class %s", point, sqlstate)));
 }
+
+#ifdef REPLICANT_MUTANTS
+bool
+replicant_mutant(const char *name)
+{
+	static const char *active = NULL;
+	static bool looked = false;
+
+	if (!looked)
+	{
+		active = getenv("REPLICANT_MUTANT");
+		looked = true;
+		if (active && active[0] != '\0')
+			write_stderr("replicant: mutant \"%s\" active\n", active);
+	}
+	return active != NULL && strcmp(active, name) == 0;
+}
+#endif
 
 void
 replicant_fault(const char *point)

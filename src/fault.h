@@ -18,4 +18,21 @@ extern void replicant_fault_init(void);
  */
 extern void replicant_fault(const char *point);
 
+/*
+ * Mutants: deliberate defects that prove the differential test
+ * (test/t/080_oracle.pl) catches what it is meant to.  Compiled in only with
+ * -DREPLICANT_MUTANTS; then a process whose environment has
+ * REPLICANT_MUTANT=<name> carries that defect:
+ *   ignore_column_list  publishes every column, whatever a column list says
+ *   drop_last_change    leaves out the last change of a transaction of several
+ *   no_collision        skips the check that drops a backfill chunk's rows the
+ *                       stream changed inside the chunk's window
+ * In every other build replicant_mutant() is false at compile time.
+ */
+#ifdef REPLICANT_MUTANTS
+extern bool replicant_mutant(const char *name);
+#else
+#define replicant_mutant(name) false
+#endif
+
 #endif /* REPLICANT_FAULT_H */

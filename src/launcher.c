@@ -16,7 +16,10 @@
  * (or dies) while its pipeline makes no progress (shmem.h) is restarted at
  * most REPLICANT_MAX_RETRIES times; the next failure halts the pipeline,
  * with the reason the worker left, recorded by the database's sync worker,
- * which can write the catalog.  A sync worker that fails is retried as
+ * which can write the catalog.  What others do to a worker is no failure
+ * of the pipeline's (run_failed): it is restarted with backoff, as often as
+ * it takes.  A worker that dies by a signal takes the launcher's count with
+ * it (the postmaster restarts the server): runs.c keeps one in the catalog.  A sync worker that fails is retried as
  * often; after that, or on an error that is not transient, it halts the
  * database's pipelines itself.  The pipelines of a dropped database are
  * forgotten.
@@ -69,6 +72,7 @@ typedef struct LaunchedWorker
 	bool terminated;      /* stopped by us, for a new configuration */
 	uint64 fail_progress; /* the slot's progress at the failures counted */
 	int fail_count;       /* failed runs in a row at fail_progress */
+	bool clean_end;       /* the last run ended with no failure of the pipeline's */
 } LaunchedWorker;
 
 typedef struct LaunchedSync
@@ -103,11 +107,11 @@ stop_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w)
 	cooperative = slot->in_use && slot->generation == w->generation &&
 				  slot->pid != 0 && slot->latch != NULL &&
 				  slot->state != REPLICANT_STATE_SNAPSHOTTING;
-	if (cooperative)
-	{
+	/* Terminated or not, the stop is ours: it ends quietly (stop_signal.c). */
+	if (slot->in_use && slot->generation == w->generation)
 		slot->stop_requested = true;
+	if (cooperative)
 		SetLatch(slot->latch);
-	}
 	LWLockRelease(replicant_shmem->lock);
 	if (!cooperative)
 		TerminateBackgroundWorker(w->handle);
@@ -413,9 +417,27 @@ run_syncs(TimestampTz now)
 }
 
 /*
- * Counts a failed run of a slot's worker (an error, or an exit it did not
- * choose); after REPLICANT_MAX_RETRIES restarts in a row without progress,
- * halts the pipeline with the reason the worker left.
+ * Whether a run that ended by itself is a failure of the pipeline's, which
+ * counts towards a halt: an error the worker reported, or an end it could
+ * not report once connected (a FATAL, a fault point's exit).  Not a run
+ * that another process terminated or cancelled (a shutdown,
+ * pg_terminate_backend, pg_cancel_backend, of the worker or of one of its
+ * snapshot workers), nor one that could not connect (a connection limit;
+ * a lost LOGIN, on which the sync worker halts): those are restarted with
+ * backoff, without bound, as no loop the pipeline makes.
+ */
+static bool
+run_failed(const ReplicantPipelineSlot *copy)
+{
+	if (copy->interrupted)
+		return false;
+	return copy->failure[0] != '\0' || copy->connected;
+}
+
+/*
+ * Counts a failed run of a slot's worker (run_failed); after
+ * REPLICANT_MAX_RETRIES restarts in a row without progress, halts the
+ * pipeline with the reason the worker left.
  */
 static void
 count_failure(ReplicantPipelineSlot *slot, LaunchedWorker *w,
@@ -464,10 +486,17 @@ reap_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 	list_free(dbs);
 	pfree(w->handle);
 	w->handle = NULL;
-	/* Why it failed, if it did and could say; a later failure says anew. */
+	/*
+	 * How the run ended, for this reap only: a worker the postmaster could
+	 * not start leaves no word of its own.
+	 */
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->failure[0] = '\0';
+	slot->connected = false;
+	slot->interrupted = false;
+	slot->shard_interrupted = false;
 	LWLockRelease(replicant_shmem->lock);
+	w->clean_end = true;
 	if (w->terminated || copy->stop_requested)
 	{
 		/* Restarted for new settings or backfills: no failure. */
@@ -482,8 +511,11 @@ reap_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 			w->failures++;
 		w->next_start = TimestampTzPlusMilliseconds(now, restart_delay_ms(w->failures));
 		if (copy->in_use && copy->runnable && copy->generation == w->generation &&
-			database_exists)
+			database_exists && run_failed(copy))
+		{
+			w->clean_end = false;
 			count_failure(slot, w, copy);
+		}
 
 		/*
 		 * It may not even have connected (its owner lost LOGIN): the sync
@@ -519,6 +551,7 @@ launch_worker(int slot_index, LaunchedWorker *w,
 	args.owner = copy->owner;
 	args.pipeline_id = copy->pipeline_id;
 	args.config_version = copy->config_version;
+	args.start_over = w->clean_end && copy->generation == w->generation;
 	snprintf(name, sizeof(name), "replicant pipeline %s", copy->name);
 	w->handle = start_worker("replicant_worker_main", name, "replicant pipeline",
 							 Int32GetDatum(slot_index), &args, sizeof(args));
@@ -577,7 +610,7 @@ reconcile_workers(void)
 			LWLockRelease(replicant_shmem->lock);
 		}
 		running = (w->handle != NULL);
-		wanted = copy.in_use && copy.runnable;
+		wanted = copy.in_use && copy.runnable && !copy.dropping;
 
 		/* Enabled or resumed: a deliberate start owes nothing to past failures. */
 		if (wanted && !w->wanted)

@@ -12,6 +12,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "dropdb.h"
 #include "fault.h"
 #include "launcher.h"
 #include "redact.h"
@@ -31,10 +32,15 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
+	/*
+	 * Every module's settings are defined before the prefix is reserved:
+	 * reserving it drops from postgresql.conf whatever is not defined yet.
+	 */
 	replicant_define_settings();
 	replicant_fault_init();
+	replicant_launcher_register();
 	MarkGUCPrefixReserved("replicant");
 
 	replicant_shmem_init();
-	replicant_launcher_register();
+	replicant_dropdb_init();
 }

@@ -12,6 +12,10 @@
  */
 #include "postgres.h"
 
+#include "nodes/pg_list.h"
+#include "utils/guc.h"
+#include "utils/varlena.h"
+
 #include "plugin_gate.h"
 
 static bool gate_open = false;
@@ -29,4 +33,21 @@ replicant_plugin_gate_pass(void)
 
 	gate_open = false;
 	return passed;
+}
+
+bool
+replicant_plugin_gate_server_allows(void)
+{
+	const char *setting = GetConfigOption("output_plugin_libraries", true, false);
+	List *names;
+	ListCell *lc;
+
+	if (setting == NULL)
+		return true; /* servers before 15.19 load any plugin */
+	if (!SplitIdentifierString(pstrdup(setting), ',', &names))
+		return false;
+	foreach(lc, names)
+		if (strcmp(lfirst(lc), "replicant") == 0)
+			return true;
+	return false;
 }

@@ -16,4 +16,10 @@ extern void replicant_plugin_gate_open(bool open);
 /* The plugin's startup: whether the gate was open for it; closes it. */
 extern bool replicant_plugin_gate_pass(void);
 
+/*
+ * Whether the server lets replicant's library be an output plugin at all:
+ * from 15.19 on, only the libraries output_plugin_libraries lists.
+ */
+extern bool replicant_plugin_gate_server_allows(void);
+
 #endif /* REPLICANT_PLUGIN_GATE_H */

@@ -5,9 +5,9 @@
  *
  * A dropped table's cache entry (publication.c) and its row in
  * replicant.table_shapes would stay for good: memory and rows that grow with
- * every table ever decoded, and a baseline that, once the server gives the
- * table's OID to a new table, holds the new table to the old one's columns
- * (it would halt as if it had lost some).  The decoder lags the catalog, so
+ * every table ever decoded.  (A new table that gets a dropped one's OID
+ * before the shape is forgotten is not held to it: a shape names its
+ * table's row type, table_shape.c.)  The decoder lags the catalog, so
  * a table the catalog no longer has may still have changes to decode, which
  * the shape must check.  So a table is forgotten in two steps, each inside
  * a checkpoint's transaction: one finds it gone from the catalog, while WAL

@@ -43,6 +43,7 @@
 #include "utils/syscache.h"
 
 #include "compat.h"
+#include "fault.h"
 #include "pubfilter.h"
 
 ReplicantPubFilter *
@@ -96,6 +97,8 @@ publication_columns(TupleDesc desc, Publication *pub, Datum list, bool has_list)
 	bool all = true;
 	int i;
 
+	if (replicant_mutant("ignore_column_list"))
+		has_list = false;
 	if (has_list)
 	{
 		ArrayType *arr = DatumGetArrayTypeP(list);

@@ -10,22 +10,16 @@
  */
 #include "postgres.h"
 
-#include <signal.h>
-
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/objectaccess.h"
-#include "catalog/pg_database_d.h"
 #include "catalog/pg_extension_d.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
-#include "utils/timestamp.h"
-#include "utils/wait_event.h"
 
 #include "shmem.h"
-#include "slot.h"
 
 ReplicantShmem *replicant_shmem = NULL;
 
@@ -36,11 +30,6 @@ static object_access_hook_type prev_object_access_hook = NULL;
 /* Backend-local: does this transaction ask for a sync, did it write? */
 static bool sync_pending_at_commit = false;
 static bool xact_wrote = false;
-/* The database this transaction drops, whose pipelines it stopped. */
-static Oid dropping_database = InvalidOid;
-
-/* How long DROP DATABASE waits for the database's workers to let go. */
-#define DROP_DATABASE_WAIT_MS 30000
 
 /* The slot this process reports its phase in (a pipeline's worker). */
 static ReplicantPipelineSlot *own_slot = NULL;
@@ -124,76 +113,6 @@ nudge_workers(void)
 	}
 }
 
-/* Has the launcher free the slots of the pipelines of a dropped database. */
-static void
-database_dropped(void)
-{
-	Latch *latch;
-
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	replicant_shmem->databases_dropped = true;
-	latch = replicant_shmem->launcher_latch;
-	LWLockRelease(replicant_shmem->lock);
-	if (latch)
-		SetLatch(latch);
-}
-
-/* Whether a worker of the database's pipelines runs, or holds its slot still. */
-static bool
-database_busy(Oid dboid)
-{
-	bool busy = false;
-	int i;
-
-	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
-	for (i = 0; i < replicant_max_pipelines; i++)
-		busy |= (replicant_shmem->slots[i].in_use &&
-				 replicant_shmem->slots[i].dboid == dboid &&
-				 replicant_shmem->slots[i].pid != 0);
-	LWLockRelease(replicant_shmem->lock);
-	return busy || replicant_slot_any_active(dboid);
-}
-
-/*
- * DROP DATABASE takes the database's pipelines with it: PostgreSQL drops
- * the database's replication slots, but refuses while one is active, which
- * a streaming pipeline's is.  So their workers are stopped here, where the
- * drop has passed its permission checks and not yet looked at the slots,
- * and the launcher does not start them again: at commit it frees their
- * slots in shared memory, while an abort has the database read again,
- * which starts them anew.
- */
-static void
-stop_database_pipelines(Oid dboid)
-{
-	TimestampTz deadline;
-	int i;
-
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	for (i = 0; i < replicant_max_pipelines; i++)
-	{
-		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
-
-		if (!slot->in_use || slot->dboid != dboid)
-			continue;
-		slot->runnable = false;
-		if (slot->pid != 0)
-			(void) kill(slot->pid, SIGTERM);
-	}
-	LWLockRelease(replicant_shmem->lock);
-	dropping_database = dboid;
-
-	/* A worker may be in a request: give it the time a request may take. */
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), DROP_DATABASE_WAIT_MS);
-	while (database_busy(dboid) && GetCurrentTimestamp() < deadline)
-	{
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 10, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
 /*
  * Nudges the workers at the commit of a transaction that wrote, and
  * delivers sync requests made by the SQL API, only once committed.
@@ -213,17 +132,10 @@ replicant_xact_callback(XactEvent event, void *arg)
 			if (xact_wrote && replicant_shmem != NULL)
 				nudge_workers();
 			xact_wrote = false;
-			if (OidIsValid(dropping_database))
-				database_dropped();
-			dropping_database = InvalidOid;
 			break;
 		case XACT_EVENT_ABORT:
 			sync_pending_at_commit = false;
 			xact_wrote = false;
-			/* Not dropped after all: its pipelines start again. */
-			if (OidIsValid(dropping_database))
-				replicant_shmem_request_sync(dropping_database);
-			dropping_database = InvalidOid;
 			break;
 		default:
 			break;
@@ -244,8 +156,6 @@ replicant_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 	if (access == OAT_DROP && classId == ExtensionRelationId &&
 		objectId == get_extension_oid("replicant", true))
 		replicant_shmem_request_sync_at_commit();
-	if (access == OAT_DROP && classId == DatabaseRelationId && replicant_shmem != NULL)
-		stop_database_pipelines(objectId);
 }
 
 void

@@ -85,6 +85,14 @@ typedef struct ReplicantPipelineSlot
 	 * worker attaches.
 	 */
 	bool stop_requested;
+	/*
+	 * Set by drop_pipeline before it stops the worker, until its
+	 * transaction ends: the pipeline's row is being deleted, so no worker
+	 * of it may start again (whatever a sync mirrors meanwhile), and the
+	 * one stopping commits nothing (the row it would update waits for the
+	 * drop, which waits for the worker).
+	 */
+	bool dropping;
 	int32 config_version;
 	char name[NAMEDATALEN];
 
@@ -134,6 +142,20 @@ typedef struct ReplicantPipelineSlot
 	uint64 progress;
 	char failure[REPLICANT_ERROR_LEN];
 	char halt_request[REPLICANT_ERROR_LEN];
+
+	/*
+	 * How the worker's last run ended, for the launcher to tell the
+	 * pipeline's failures from what others did to it (launcher.c); cleared
+	 * when a worker attaches.  connected: it got as far as its database (a
+	 * refused connection, a connection limit, is no failure of the
+	 * pipeline's).  interrupted: another process terminated or cancelled it
+	 * (a SIGTERM replicant did not send, a query cancel); shard_interrupted:
+	 * one of its snapshot workers, which the worker then takes for its own.
+	 * Written by signal handlers: one aligned word each, no lock.
+	 */
+	bool connected;
+	bool interrupted;
+	bool shard_interrupted;
 
 	/* Per snapshot worker (by its number), under the lock. */
 	ReplicantWindowProgress window_progress[REPLICANT_MAX_SNAPSHOT_WORKERS];

@@ -10,12 +10,18 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "replication/slot.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "compat.h"
 #include "fault.h"
 #include "plugin_gate.h"
 #include "replicant.h"
 #include "slot.h"
+
+/* How long drop_pipeline waits for the worker it stopped to let go of the slot. */
+#define SLOT_DROP_WAIT_MS 60000
 
 /* The new slot's decoding context, through replicant's plugin gate. */
 static LogicalDecodingContext *
@@ -139,6 +145,46 @@ replicant_slot_acquire(const char *name)
 	return psprintf("replication slot \"%s\" was invalidated (invalidation_reason %s)", name, invalidation);
 }
 
+/* The process holding the slot, or 0. */
+static pid_t
+slot_holder(const char *name)
+{
+	ReplicationSlot *slot;
+	pid_t pid = 0;
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	slot = SearchNamedReplicationSlot(name, false);
+	if (slot != NULL)
+	{
+		SpinLockAcquire(&slot->mutex);
+		pid = slot->active_pid;
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(ReplicationSlotControlLock);
+	return pid;
+}
+
+/* Waits, for a minute at most (then an error), for the slot's holder to let go. */
+static void
+wait_for_holder(const char *name)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SLOT_DROP_WAIT_MS);
+	pid_t holder;
+
+	while ((holder = slot_holder(name)) != 0)
+	{
+		if (GetCurrentTimestamp() >= deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("replication slot \"%s\" is still in use by process %d", name, (int) holder),
+					 errhint("Try again once that process has exited.")));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
 /*
  * Acquires the slot, or returns false if it went away meanwhile: a slot the
  * worker was still creating (ephemeral) goes with the worker that exits.
@@ -177,14 +223,17 @@ replicant_slot_drop(const char *name, bool nowait)
 	if (owner != REPLICANT_SLOT_OURS)
 		return owner;
 	replicant_fault("slot_drop");
+	if (!nowait)
+		wait_for_holder(name);
 
 	/*
 	 * Looked at by name, the slot may have been dropped and made again by
-	 * someone with REPLICATION since: it is looked at again once acquired
-	 * (waiting for a process holding it to let go, unless nowait), and
-	 * dropped as acquired, which nobody else can drop or replace.
+	 * someone with REPLICATION since: it is looked at again once acquired,
+	 * and dropped as acquired, which nobody else can drop or replace.  It
+	 * is acquired without waiting: a process that took it after the wait
+	 * above makes this an error, never a wait without end.
 	 */
-	if (!acquire_unless_gone(name, nowait))
+	if (!acquire_unless_gone(name, true))
 		return REPLICANT_SLOT_MISSING;
 	if (!slot_is_ours(MyReplicationSlot))
 	{
@@ -218,7 +267,7 @@ replicant_slot_free_count(void)
 }
 
 bool
-replicant_slot_any_active(Oid dboid)
+replicant_slot_any_active(Oid dboid, bool ours)
 {
 	bool active = false;
 	int i;
@@ -229,7 +278,7 @@ replicant_slot_any_active(Oid dboid)
 		ReplicationSlot *s = &ReplicationSlotCtl->replication_slots[i];
 
 		active |= (s->in_use && s->active_pid != 0 && s->data.database == dboid &&
-				   strcmp(NameStr(s->data.plugin), "replicant") == 0);
+				   (strcmp(NameStr(s->data.plugin), "replicant") == 0) == ours);
 	}
 	LWLockRelease(ReplicationSlotControlLock);
 	return active;

@@ -57,19 +57,22 @@ extern char *replicant_slot_acquire(const char *name);
 
 /*
  * Drops the slot if it is replicant's and of this database, waiting for a
- * process holding it to let go (raising an error instead when nowait), and
- * returns REPLICANT_SLOT_OURS; a slot of that name that is not
- * (REPLICANT_SLOT_FOREIGN, as it was when acquired) is left alone, and
- * REPLICANT_SLOT_MISSING means there was none.  Holds nothing after an
- * error.
+ * process holding it to let go for a minute at most (then an error; at
+ * once when nowait), and returns REPLICANT_SLOT_OURS; a slot of that name
+ * that is not (REPLICANT_SLOT_FOREIGN, as it was when acquired) is left
+ * alone, and REPLICANT_SLOT_MISSING means there was none.  Holds nothing
+ * after an error.
  */
 extern ReplicantSlotOwner replicant_slot_drop(const char *name, bool nowait);
 
 /* Replication slots not in use, of max_replication_slots. */
 extern int replicant_slot_free_count(void);
 
-/* Whether a slot of the database that replicant's plugin decodes is in use. */
-extern bool replicant_slot_any_active(Oid dboid);
+/*
+ * Whether a logical slot of the database is in use that replicant's plugin
+ * decodes (ours) or that another plugin does (not ours).
+ */
+extern bool replicant_slot_any_active(Oid dboid, bool ours);
 
 /*
  * Names of this database's slots that replicant's plugin decodes, named

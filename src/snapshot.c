@@ -75,6 +75,7 @@
 #include "pubfilter.h"
 #include "row_key.h"
 #include "replicant.h"
+#include "runs.h"
 #include "slot.h"
 #include "snapshot.h"
 #include "stop_signal.h"
@@ -711,12 +712,12 @@ terminate_shard_workers(int code, Datum arg)
 }
 
 /*
- * Runs snapshot_workers shard workers until they have all exited.  A shard
- * worker exits cleanly only once it finds nothing left to claim, having
- * finished what it claimed; so when all exited cleanly every shard is done.
- * Returns false when one failed (its shard stays claimed until a resume).
- * The catalog cannot be read here: this process is inside the exporting
- * transaction, whose snapshot is the old one.
+ * Runs snapshot_workers shard workers until they have all exited.  Returns
+ * false when one failed (its shard stays claimed until a resume).  A clean
+ * exit does not prove every shard done: a worker the postmaster could not
+ * start (fork failed) or that a stop ended quietly read nothing, so the
+ * caller asks the catalog once the exporting transaction ended (inside it,
+ * this process sees the catalog as of the old snapshot).
  */
 static bool
 run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
@@ -792,6 +793,28 @@ prepare_shards(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 }
 
 /*
+ * Exits for the launcher to restart the pipeline worker (with backoff, a
+ * bounded number of times), which resumes the snapshot.  A shard worker
+ * that failed on an error left why in the slot; one that another process
+ * terminated or cancelled makes the run no failure of the pipeline's.
+ */
+REPLICANT_NORETURN static void
+restart_snapshot(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+				 const char *why, const char *failure)
+{
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" restarts its snapshot after %s",
+					pipeline->name, why)));
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (slot->shard_interrupted)
+		slot->interrupted = true;
+	else if (slot->failure[0] == '\0')
+		strlcpy(slot->failure, failure, sizeof(slot->failure));
+	LWLockRelease(replicant_shmem->lock);
+	proc_exit(1);
+}
+
+/*
  * Runs shard workers until every shard is read; exits for a restart when
  * one failed.  The exporting transaction is still open on return.
  */
@@ -803,21 +826,8 @@ read_all_shards(ReplicantPipelineSlot *slot, int slot_index,
 	for (;;)
 	{
 		if (!run_shard_workers(slot, slot_index, pipeline, snapshot_name))
-		{
-			/*
-			 * The launcher restarts us (with backoff, a bounded number of
-			 * times) and we resume.  A shard worker that failed on an error
-			 * left why in the slot.
-			 */
-			ereport(LOG,
-					(errmsg("replicant pipeline \"%s\" restarts its snapshot after a snapshot worker failed",
-							pipeline->name)));
-			LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-			if (slot->failure[0] == '\0')
-				strlcpy(slot->failure, "a snapshot worker exited abnormally", sizeof(slot->failure));
-			LWLockRelease(replicant_shmem->lock);
-			proc_exit(1);
-		}
+			restart_snapshot(slot, pipeline, "a snapshot worker failed",
+							 "a snapshot worker exited abnormally");
 		if (pg_atomic_exchange_u32(&slot->snapshot_stale, 0) == 0)
 			break;
 
@@ -889,6 +899,14 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 
 	/* Every shard is read: the exported snapshot is no longer needed. */
 	CommitTransactionCommand();
+
+	/*
+	 * Unless a shard worker was never started (the postmaster could not
+	 * fork it), or ended on a stop without a word: the catalog says.
+	 */
+	if (count_unfinished_shards(pipeline->id, false) > 0)
+		restart_snapshot(slot, pipeline, "a snapshot worker ended with its shards unread",
+						 "a snapshot worker ended with its shards unread");
 	send_markers(slot, pipeline, sink, true);
 	replicant_transport_close(sink);
 	ereport(LOG,
@@ -1613,6 +1631,7 @@ read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 			shard->next_block = hi;
 		record_progress(shard, done, rows);
 		replicant_shmem_note_progress(slot);
+		replicant_runs_progressed(pipeline->id);
 		replicant_fault("snapshot_progress");
 		if (done)
 			break;
@@ -1669,7 +1688,7 @@ replicant_shard_main(Datum main_arg)
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 	slot = &replicant_shmem->slots[args.slot_index];
-	replicant_stop_signal_init(slot, args.generation, "replicant snapshot worker of pipeline", DEBUG1);
+	replicant_stop_signal_init(slot, args.generation, "replicant snapshot worker of pipeline", DEBUG1, true);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 

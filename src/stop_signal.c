@@ -12,6 +12,11 @@
  * stops interrupt the process as a query cancel would (a lock wait, a
  * socket, a WAL wait all end), and the error that raises reaches the
  * process's outermost PG_CATCH, which exits 0 after one line at LOG.
+ *
+ * A SIGTERM replicant did not ask for (a shutdown, pg_terminate_backend)
+ * and a query cancel (SIGINT) are marked in the slot before they take
+ * effect as in any backend: the launcher counts the run they end as no
+ * failure of the pipeline's (launcher.c).
  */
 #include "postgres.h"
 
@@ -27,6 +32,7 @@
 
 static ReplicantPipelineSlot *stop_slot = NULL;
 static uint32 stop_generation;
+static bool *interrupted_flag = NULL;
 static int stop_elevel;
 static char stop_who[NAMEDATALEN * 2 + 64];
 static volatile sig_atomic_t quiet_stop_pending = false;
@@ -46,6 +52,14 @@ asked_by_replicant(void)
 		   !slot->runnable || slot->stop_requested;
 }
 
+/* Marks the run as ended by another process (see shmem.h, interrupted). */
+static void
+note_interrupted(void)
+{
+	if (stop_slot != NULL && stop_slot->generation == stop_generation)
+		*(volatile bool *) interrupted_flag = true;
+}
+
 static void
 handle_sigterm(SIGNAL_ARGS)
 {
@@ -62,19 +76,40 @@ handle_sigterm(SIGNAL_ARGS)
 		SetLatch(MyLatch);
 	}
 	else
+	{
+		note_interrupted();
 		die(postgres_signal_arg);
+	}
+	errno = save_errno;
+}
+
+static void
+handle_sigint(SIGNAL_ARGS)
+{
+	int save_errno = errno;
+
+	note_interrupted();
+	StatementCancelHandler(postgres_signal_arg);
 	errno = save_errno;
 }
 
 void
 replicant_stop_signal_init(ReplicantPipelineSlot *slot, uint32 generation,
-						   const char *what, int elevel)
+						   const char *what, int elevel, bool shard)
 {
 	snprintf(stop_who, sizeof(stop_who), "%s \"%s\"", what, slot->name);
 	stop_elevel = elevel;
 	stop_generation = generation;
+	interrupted_flag = shard ? &slot->shard_interrupted : &slot->interrupted;
 	stop_slot = slot;
 	pqsignal(SIGTERM, handle_sigterm);
+	pqsignal(SIGINT, handle_sigint);
+}
+
+bool
+replicant_stop_signal_pending(void)
+{
+	return quiet_stop_pending;
 }
 
 static void

@@ -16,10 +16,14 @@
  * given up (not runnable: drop_pipeline, disable, alter; not in use: DROP
  * EXTENSION; another generation; or a stop requested) is replicant's own;
  * any other (a shutdown, pg_terminate_backend) ends the process as die()
- * does.
+ * does, as a query cancel (SIGINT) ends its statement; both mark the slot
+ * interrupted (shard_interrupted for a snapshot worker, shard).
  */
 extern void replicant_stop_signal_init(ReplicantPipelineSlot *slot, uint32 generation,
-									   const char *what, int elevel);
+									   const char *what, int elevel, bool shard);
+
+/* Whether replicant asked this process to stop (a SIGTERM of its own came). */
+extern bool replicant_stop_signal_pending(void);
 
 /*
  * Call right before the PG_TRY block whose PG_CATCH calls
@@ -32,10 +36,10 @@ extern void replicant_stop_signal_init(ReplicantPipelineSlot *slot, uint32 gener
 extern void replicant_stop_signal_arm(void);
 
 /*
- * Call first in a PG_CATCH block: if the error came from a stop replicant
- * asked for, ends the process with a line at the elevel given to init and
- * exit code 0 (no transaction, no checkpoint to commit: such a stop comes
- * from the catalog, or at a point with nothing acknowledged pending).
+ * Call in a PG_CATCH block, before anything else that could act on the
+ * error: if the error came from a stop replicant asked for, ends the
+ * process with a line at the elevel given to init and exit code 0.  A
+ * pipeline worker commits its pending checkpoint first (worker.c).
  */
 extern void replicant_stop_signal_exit_if_asked(void);
 

@@ -285,9 +285,13 @@ mirror_rows(List *rows, List *halts)
 			slot->phase = REPLICANT_PHASE_STARTING;
 			slot->failure[0] = '\0';
 			slot->halt_request[0] = '\0';
+			slot->dropping = false;
 		}
 		/* A halt the launcher asked for and no sync recorded yet stands. */
 		if (slot->halt_request[0] != '\0')
+			row->runnable = false;
+		/* Being dropped: the row shows until drop_pipeline commits. */
+		if (slot->dropping)
 			row->runnable = false;
 		if (row->runnable && !slot->runnable && slot->pid == 0)
 		{
@@ -436,6 +440,9 @@ sync_database(void)
 	MemoryContextSwitchTo(old);
 	rows = read_rows_unless_dropped(&halts);
 	CommitTransactionCommand();
+	/* Both lists outlive the contexts the commit and SPI_finish() freed. */
+	Assert(rows == NIL || GetMemoryChunkContext(rows) == TopMemoryContext);
+	Assert(inactive == NIL || GetMemoryChunkContext(inactive) == TopMemoryContext);
 
 	mirror_rows(rows, halts);
 	drop_orphan_slots(inactive, rows);

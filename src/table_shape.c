@@ -3,14 +3,22 @@
  *		Table shapes, the baseline of destructive schema changes.
  *
  * A table's shape is its replica identity, its key's columns and its live
- * columns, by name.  Decoding compares each published table with the shape
- * it saw last (publication.c); for a table this process has not seen yet,
- * with the shape saved with the last checkpoint (replicant.table_shapes),
- * so that a column dropped while no worker was looking still halts the
- * pipeline.  create_pipeline saves every published table's shape, so even
- * a table that has never been delivered has one.
+ * columns, by name, after the OID of the table's row type ("<oid>/"): the
+ * table's identity from its creation on, which every ALTER TABLE keeps and
+ * a drop ends.  A table that got a dropped table's OID (the OID counter
+ * wrapped around) has a row type of its own, so the dropped table's shape
+ * is no baseline for it, however soon after the drop it came.  Shapes
+ * saved before 0.3.0 have no row type: compared by columns alone.
+ * Decoding compares each published table with the shape it saw last
+ * (publication.c); for a table this process has not seen yet, with the
+ * shape saved with the last checkpoint (replicant.table_shapes), so that a
+ * column dropped while no worker was looking still halts the pipeline.
+ * create_pipeline saves every published table's shape, so even a table
+ * that has never been delivered has one.
  */
 #include "postgres.h"
+
+#include <ctype.h>
 
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
@@ -40,7 +48,7 @@ replicant_table_shape(Relation rel, const Bitmapset *key_columns)
 	int i;
 
 	initStringInfo(&buf);
-	appendStringInfo(&buf, "%c:", rel->rd_rel->relreplident);
+	appendStringInfo(&buf, "%u/%c:", rel->rd_rel->reltype, rel->rd_rel->relreplident);
 	i = -1;
 	while ((i = bms_next_member(key_columns, i)) >= 0)
 		appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i - 1)->attname));
@@ -50,6 +58,26 @@ replicant_table_shape(Relation rel, const Bitmapset *key_columns)
 			!REPLICANT_ATT_IS_VIRTUAL(TupleDescAttr(desc, i)))
 			appendStringInfo(&buf, "%s,", NameStr(TupleDescAttr(desc, i)->attname));
 	return buf.data;
+}
+
+/*
+ * The shape without its row type ("<replica identity>:<key columns>|<live
+ * columns>"); *rowtype is InvalidOid when it has none.
+ */
+static const char *
+shape_body(const char *shape, Oid *rowtype)
+{
+	char *end;
+	unsigned long oid;
+
+	*rowtype = InvalidOid;
+	if (!isdigit((unsigned char) shape[0]))
+		return shape;
+	oid = strtoul(shape, &end, 10);
+	if (*end != '/')
+		return shape;
+	*rowtype = (Oid) oid;
+	return end + 1;
 }
 
 /* The first column of the old shape missing from the new one, or NULL. */
@@ -98,10 +126,18 @@ replicant_table_shape_change(const char *baseline, const char *now, const char *
 {
 	char *what = NULL;
 	char *lost;
-	size_t identity_len = strchr(now, '|') - now;
+	size_t identity_len;
+	Oid was;
+	Oid is;
 
 	if (strcmp(now, baseline) == 0)
 		return NULL;
+	baseline = shape_body(baseline, &was);
+	now = shape_body(now, &is);
+	/* Another table, of a dropped one's OID: its shape is its own. */
+	if (OidIsValid(was) && OidIsValid(is) && was != is)
+		return NULL;
+	identity_len = strchr(now, '|') - now;
 	if (strncmp(now, baseline, identity_len + 1) != 0 && !identity_widened(baseline, now))
 		what = psprintf("the replica identity of table \"%s\" changed", relname);
 	else if ((lost = column_lost(baseline, now)) != NULL)

@@ -18,7 +18,9 @@ extern char *replicant_table_shape(Relation rel, const Bitmapset *key_columns);
 /*
  * A value-free reason if table relname, shaped before as baseline, changed
  * destructively into now (a column dropped or renamed, the replica
- * identity changed), which resume_pipeline accepts; else NULL.
+ * identity changed), which resume_pipeline accepts; else NULL, also when
+ * baseline is another table's (of another row type, before the OID was
+ * reused).
  */
 extern char *replicant_table_shape_change(const char *baseline, const char *now,
 										  const char *relname);

@@ -55,7 +55,6 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-#include "utils/varlena.h"
 
 #include "backfill.h"
 #include "backfill_plan.h"
@@ -68,8 +67,10 @@
 #include "fault.h"
 #include "format.h"
 #include "pipeline.h"
+#include "plugin_gate.h"
 #include "publication.h"
 #include "replicant.h"
+#include "runs.h"
 #include "shmem.h"
 #include "sink_ddl.h"
 #include "snapshot.h"
@@ -120,6 +121,7 @@ typedef struct Worker
 								  * published again */
 	TimestampTz skip_check_at;   /* when to look at it again */
 	const char *chunk_table;     /* a chunk being delivered: its table */
+	XLogRecPtr start_lsn;        /* where streaming began, confirmed at the start */
 	int64 cpu_credit_us;         /* CPU budget left (see CPU_SHARE_DIVISOR) */
 	TimestampTz credit_at;       /* when cpu_credit_us was last brought up to date */
 } Worker;
@@ -138,7 +140,11 @@ worker_detach(int code, Datum arg)
 	LWLockRelease(replicant_shmem->lock);
 }
 
-/* Claims the shared slot; exits quietly if it was given to someone else. */
+/*
+ * Claims the shared slot; exits quietly if it was given to someone else,
+ * or to another configuration (the launcher stops this worker then, and
+ * the stop it asked for would otherwise be cleared here).
+ */
 static void
 worker_attach(Worker *w, ReplicantWorkerArgs *args)
 {
@@ -146,7 +152,8 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (!slot->in_use || slot->generation != args->generation ||
-		!slot->runnable || (slot->pid != 0 && slot->pid != MyProcPid))
+		!slot->runnable || slot->dropping || slot->config_version != args->config_version ||
+		(slot->pid != 0 && slot->pid != MyProcPid))
 	{
 		LWLockRelease(replicant_shmem->lock);
 		proc_exit(0);
@@ -158,6 +165,9 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	slot->stop_requested = false;
 	slot->phase = REPLICANT_PHASE_STARTING;
 	slot->next_retry_at = 0;
+	slot->connected = false;
+	slot->interrupted = false;
+	slot->shard_interrupted = false;
 	LWLockRelease(replicant_shmem->lock);
 
 	replicant_shmem_set_own_slot(slot);
@@ -190,6 +200,9 @@ confirm(Worker *w, XLogRecPtr lsn)
 	pg_atomic_write_u32(&w->slot->checkpoint_wanted, 0);
 	LWLockRelease(replicant_shmem->lock);
 	ConditionVariableBroadcast(&w->slot->delivered_cv);
+	/* Past where this run began: it is no run without progress (runs.c). */
+	if (lsn > w->start_lsn)
+		replicant_runs_progressed(w->pipeline->id);
 }
 
 /* Commits the pending checkpoint, if any, and confirms it. */
@@ -225,25 +238,12 @@ commit_pending_if_possible(Worker *w)
 	PG_END_TRY();
 }
 
-/* Servers from 15.19 on load only output plugins listed in this setting. */
+/* Servers from 15.19 on load only output plugins listed in output_plugin_libraries. */
 static void
 check_output_plugin_allowed(Worker *w)
 {
-	const char *setting = GetConfigOption("output_plugin_libraries", true, false);
-	char *copy;
-	List *names;
-	ListCell *lc;
-
-	if (setting == NULL)
-		return;
-	copy = pstrdup(setting);
-	if (SplitIdentifierString(copy, ',', &names))
-	{
-		foreach(lc, names)
-			if (strcmp(lfirst(lc), "replicant") == 0)
-				return;
-	}
-	worker_halt(w, "\"output_plugin_libraries\" does not list \"replicant\"");
+	if (!replicant_plugin_gate_server_allows())
+		worker_halt(w, "\"output_plugin_libraries\" does not list \"replicant\"");
 }
 
 /* Counts an acknowledged request in replicant.status. */
@@ -417,6 +417,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 	}
 	replicant_backfill_record_chunk(chunk, rows);
 	replicant_shmem_note_progress(w->slot);
+	replicant_runs_progressed(w->pipeline->id);
 	w->chunk_table = NULL;
 }
 
@@ -508,6 +509,16 @@ load_pipeline(Worker *w, int32 pipeline_id)
 		worker_halt(w, REPLICANT_MESSAGES_NEED_REPLICATION);
 }
 
+/* Counts this run before anything that could crash (runs.c). */
+static void
+count_run(Worker *w, bool start_over)
+{
+	char *halt_reason = replicant_runs_begin(w->pipeline->id, start_over);
+
+	if (halt_reason)
+		worker_halt(w, halt_reason);
+}
+
 /* The table a failure in phase involves, or NULL. */
 static const char *
 failed_table(Worker *w, ReplicantPhase phase)
@@ -558,6 +569,22 @@ worker_failed(Worker *w, int32 pipeline_id)
 	replicant_delivery_fail(w->slot, w->pipeline, edata, reason);
 }
 
+/*
+ * Before a stop replicant asked for ends the worker quietly: what the sink
+ * acknowledged is committed (unless the pipeline is being dropped), or the
+ * next worker would send it again.
+ */
+static void
+commit_before_quiet_stop(Worker *w)
+{
+	if (!replicant_stop_signal_pending())
+		return;
+	FlushErrorState();
+	AbortOutOfAnyTransaction();
+	if (replicant_delivery_may_commit_at_stop(w->slot))
+		commit_pending_if_possible(w);
+}
+
 static void run_pipeline(Worker *w);
 
 void
@@ -570,7 +597,7 @@ replicant_worker_main(Datum main_arg)
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 
 	replicant_stop_signal_init(&replicant_shmem->slots[DatumGetInt32(main_arg)], args.generation,
-							   "replicant pipeline", LOG);
+							   "replicant pipeline", LOG, false);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
@@ -578,6 +605,9 @@ replicant_worker_main(Datum main_arg)
 	w->slot_index = DatumGetInt32(main_arg);
 	worker_attach(w, &args);
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	w->slot->connected = true;
+	LWLockRelease(replicant_shmem->lock);
 	replicant_encoder_pin_settings();
 	replicant_pin_worker_settings();
 
@@ -586,11 +616,13 @@ replicant_worker_main(Datum main_arg)
 	PG_TRY();
 	{
 		load_pipeline(w, args.pipeline_id);
+		count_run(w, args.start_over);
 		run_pipeline(w);
 	}
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(context);
+		commit_before_quiet_stop(w);
 		replicant_stop_signal_exit_if_asked();
 		worker_failed(w, args.pipeline_id);
 	}
@@ -640,7 +672,8 @@ start_streaming(Worker *w)
 			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
 					w->pipeline->name, LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder)))));
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
-	confirm(w, Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn));
+	w->start_lsn = Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn);
+	confirm(w, w->start_lsn);
 	w->backfill = replicant_backfill_next(w->pipeline->id);
 	w->skips_pending = true;
 }

@@ -13,6 +13,7 @@ typedef struct ReplicantWorkerArgs
 	Oid owner;
 	int32 pipeline_id;
 	int32 config_version;
+	bool start_over; /* the last run ended with no failure of the pipeline's (runs.c) */
 } ReplicantWorkerArgs;
 
 PGDLLEXPORT void replicant_worker_main(Datum main_arg);

@@ -181,7 +181,8 @@ Options: C<secret>, C<keep_bodies> (keep every accepted body and its headers,
 see C<< $sink->bodies >>), C<tls_cert> and C<tls_key> (PEM files: serve
 HTTPS, and C<url> starts with https://; C<control()> then needs
 IO::Socket::SSL), C<name> (names its log file, default "sink", then
-"sink2", ...), C<db> (default: a new file in a temporary directory), and the
+"sink2", ...), C<db> (default: a new file in a temporary directory), C<script>
+(another sink script taking the same options, such as test/sink/oracle_sink.py), and the
 sink's fault flags with underscores: C<fail_status>, C<fail_rate>,
 C<fail_first>, C<retry_after>, C<delay_ms>, C<hang>, C<reset>, C<redirect>,
 C<max_body>. The sink's stderr goes to tmp_check/log/<test>_<name>.log.
@@ -206,6 +207,7 @@ sub start_sink
 		tls_cert    => delete $opts{tls_cert},
 		tls_key     => delete $opts{tls_key},
 		keep_bodies => delete $opts{keep_bodies},
+		script      => delete $opts{script} // $SINK_SCRIPT,
 		port_file   => "$dir/port",
 		log         => "$PostgreSQL::Test::Utils::log_path/${test}_$name.log",
 		port        => 0,
@@ -540,7 +542,7 @@ sub _launch
 
 	unlink $self->{port_file};
 	$self->{handle} = IPC::Run::start(
-		[ $ReplicantTest::PYTHON, $ReplicantTest::SINK_SCRIPT, @args ],
+		[ $ReplicantTest::PYTHON, $self->{script}, @args ],
 		'<', '/dev/null', '>>', $self->{log}, '2>>', $self->{log});
 
 	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;

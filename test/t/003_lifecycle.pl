@@ -1,12 +1,15 @@
 # Pipeline lifecycle: two databases, create/disable/enable/drop taking
 # effect without a restart, a killed worker coming back, readable process
-# names, a quiet pipeline's slot advancing, and the server prerequisites.
+# names, a quiet pipeline's slot advancing, quiet stops, a sync racing
+# drop_pipeline, and the server prerequisites.
 #
 # versions: all (slot handling: a quiet pipeline's slot advancing)
 use strict;
 use warnings;
+use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use FindBin;
 use lib "$FindBin::RealBin/..";
 use ReplicantTest;
@@ -349,7 +352,7 @@ $sink_old->stop;
 # "terminating background worker ... due to administrator command" and no
 # "exited with exit code 1", for a streaming, a retrying and a snapshotting
 # pipeline (whose shard workers stop too), by drop_pipeline,
-# disable_pipeline, alter_pipeline and DROP EXTENSION.
+# disable_pipeline, alter_pipeline, cancel_backfill() and DROP EXTENSION.
 my $log_from = -s $node->logfile;
 my $slow = ReplicantTest::start_sink(name => 'slow', delay_ms => 100);
 $node->safe_psql('postgres', q{
@@ -401,6 +404,93 @@ foreach my $how ('disable', 'alter', 'drop')
 	}
 	ok(no_worker('q_snap'), "... $how stops it and its snapshot workers");
 	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('q_snap')") unless $how eq 'drop';
+}
+
+# cancel_backfill() (as backfill()) while the initial snapshot is read
+# restarts the worker, which the launcher terminates (it cannot stop where it
+# chooses): told the stop is replicant's, it ends quietly too.
+$node->safe_psql('postgres', q{
+	CREATE TABLE few (id int PRIMARY KEY);
+	INSERT INTO few SELECT generate_series(1, 10);
+	CREATE PUBLICATION few_bulk_pub FOR TABLE few, bulk;
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('q_bf', 'few_bulk_pub', '$slow->{url}', snapshot => 'initial',"
+	  . " batch_max_bytes => 65536)");
+ok(ReplicantTest::poll($node,
+		"SELECT count(*) = 1 FROM replicant.backfill_status b JOIN replicant.status s ON s.pipeline = b.pipeline"
+		  . " WHERE b.relation = 'bulk'::regclass AND b.rows_done > 0 AND s.state = 'snapshotting'"),
+	'a snapshotting pipeline (cancel_backfill)');
+my $snap_pid = worker_pid('postgres', 'q_bf');
+$node->safe_psql('postgres',
+	"SELECT replicant.cancel_backfill(id) FROM replicant.backfill_status"
+	  . " WHERE pipeline = 'q_bf' AND relation = 'few'::regclass");
+ok(ReplicantTest::poll($node,
+		"SELECT worker_pid IS DISTINCT FROM $snap_pid AND worker_pid IS NOT NULL FROM replicant.status"
+		  . " WHERE pipeline = 'q_bf'"),
+	'... cancel_backfill() restarts it');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('q_bf')");
+ok(no_worker('q_bf'), '... and drop_pipeline stops it');
+
+# drop_pipeline deletes the row, stops the worker, then drops the slot.  A
+# sync that reads the row before the delete commits (another pipeline's
+# change asks for one) must not have the launcher start the pipeline again:
+# the new worker would hold the slot, and the drop wait for it for ever.
+# The fault point drop_pipeline:hold holds the drop between the stop and the
+# slot's drop while such a sync runs.
+{
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('q_race', 'items_pub', '$sink->{url}')");
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('q_other', 'items_pub', '$sink->{url}')");
+	ok(state_is('postgres', 'q_race', 'streaming'), 'drop race: a streaming pipeline');
+	ok(state_is('postgres', 'q_other', 'streaming'), '... and another');
+	my $from = -s $node->logfile;
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET replicant.fault_point = 'drop_pipeline:hold'; SELECT pg_reload_conf();");
+	my ($in, $out, $err) = ('', '', '');
+	my $drop = IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-h', $node->host, '-p', $node->port,
+		  '-d', 'postgres', '-c', "SELECT replicant.drop_pipeline('q_race')" ],
+		'<', \$in, '>', \$out, '2>', \$err, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+	my $held = 0;
+	foreach (1 .. 1200)
+	{
+		last if ($held = (slurp_file($node->logfile, $from) =~ /fault point "drop_pipeline" reached, holding/));
+		usleep(50_000);
+	}
+	ok($held, 'drop race: drop_pipeline holds after stopping the worker');
+	ok(no_worker('q_race'), '... whose worker is gone');
+	# Syncs of this database, and the launcher's rounds after them: another
+	# pipeline disabled, then enabled again (creating one would wait for the
+	# drop's transaction, as every new slot waits for running transactions).
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('q_other')");
+	ok(state_is('postgres', 'q_other', 'disabled'), 'drop race: another pipeline disabled meanwhile');
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('q_other')");
+	ok(state_is('postgres', 'q_other', 'streaming'), '... and enabled again');
+	# A restart the launcher would make comes after its backoff (1 s at
+	# first): no worker may show up while the drop is held, for 10 s.
+	my $restarted = 0;
+	foreach (1 .. 200)
+	{
+		$restarted = $node->safe_psql('postgres',
+			"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'replicant pipeline q_race'")
+		  || (slurp_file($node->logfile, $from) =~ /replicant pipeline "q_race" streaming from/);
+		last if $restarted;
+		usleep(50_000);
+	}
+	ok(!$restarted, 'drop race: no worker of the pipeline being dropped was started again');
+	$node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();");
+	my $done = eval { $drop->finish; 1 };
+	$done = 0 unless $done && $drop->result == 0;
+	$drop->kill_kill unless $done;
+	ok($done, 'drop race: drop_pipeline returns') or diag("drop_pipeline: $err");
+	unlike(slurp_file($node->logfile, $from), qr/replicant pipeline "q_race" streaming from/,
+		'drop race: no worker streamed for it after the drop began');
+	is($node->safe_psql('postgres',
+			"SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE '%q_race'"),
+		'0', 'drop race: its slot is gone');
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('q_other')");
 }
 
 $node->safe_psql('second',

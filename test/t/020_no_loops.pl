@@ -11,9 +11,14 @@
 #   a replicant_-named slot that replicant did not create is never dropped
 #   DROP EXTENSION stops the workers and drops the slots at once
 #   DROP DATABASE takes its pipelines along: their workers stop (also while
-#     they stream, with or without FORCE), their slots go, and their places
-#     in replicant.max_pipelines are free; a DROP DATABASE that fails leaves
-#     them streaming
+#     they stream, with or without FORCE, with another session connected),
+#     their slots go, and their places in replicant.max_pipelines are free;
+#     a DROP DATABASE refused for a reason known before it stops anything
+#     (another session, the caller's own database, a caller who may not
+#     terminate the workers: a database owner who is neither a superuser nor
+#     the pipelines' owner) leaves the same worker streaming; one that fails
+#     after the stop (a prepared transaction) has the workers commit what the
+#     sink acknowledged first: nothing is delivered twice
 #
 # versions: all (slot handling: slots refused, not created, never dropped)
 use strict;
@@ -286,7 +291,9 @@ CREATE PUBLICATION gpub FOR TABLE g;
 # ---- DROP DATABASE ------------------------------------------------------------------
 {
 	# Two pipeline places: a dropped database's pipelines must give theirs up.
-	my $dn = ReplicantTest::new_node('dropdb', conf => 'replicant.max_pipelines = 2');
+	# Checkpoints only at stops: what the sink acknowledged stays pending.
+	my $dn = ReplicantTest::new_node('dropdb',
+		conf => "replicant.max_pipelines = 2\nreplicant.checkpoint_interval = '1h'\nmax_prepared_transactions = 5");
 	my $dsink = ReplicantTest::start_sink(name => 'sink_dropdb');
 	my $dpoll = sub { my ($sql, $db) = @_; return ReplicantTest::poll($dn, $sql, $HALT_S, $db); };
 	my $make_db = sub {
@@ -317,6 +324,11 @@ CREATE PUBLICATION dpub FOR TABLE d;
 	ok($dpoll->("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'on1'", 'doomed_on'),
 		'drop database: the places of the dropped pipelines are free');
 
+	my $on1_pid = sub {
+		return $dn->safe_psql('doomed_on', "SELECT coalesce(worker_pid, 0) FROM replicant.status WHERE pipeline = 'on1'");
+	};
+	my $pid = $on1_pid->();
+
 	# A DROP DATABASE that fails (another session is connected) leaves it streaming.
 	my ($out, $err) = ('', '');
 	my $session = IPC::Run::start(
@@ -325,19 +337,69 @@ CREATE PUBLICATION dpub FOR TABLE d;
 	ok($dpoll->("SELECT count(*) = 1 FROM pg_stat_activity WHERE datname = 'doomed_on' AND query LIKE '%pg_sleep%'"),
 		'drop database: another session is connected');
 	my ($ret, $stdout, $stderr) = $dn->psql('postgres', 'DROP DATABASE doomed_on');
-	like($stderr, qr/is being accessed by other users/, 'drop database: refused while another session is connected');
+	like($stderr, qr/is being accessed by other users|is used by an active logical replication slot/,
+		'drop database: refused while another session is connected');
+	is($on1_pid->(), $pid, 'drop database: the refusal left the same worker streaming');
+	$dn->safe_psql('doomed_on', 'INSERT INTO d VALUES (1)');
+	ok(ReplicantTest::wait_until_synced($dn, 'doomed_on', $dsink, ['d']), 'drop database: and delivers');
+
+	# The database's owner, neither a superuser nor the pipeline's owner, may
+	# not terminate the (superuser's) worker; nor may its DROP DATABASE, in
+	# the database itself or from another, with FORCE or not.
+	$dn->safe_psql('postgres', 'CREATE ROLE dbo LOGIN CREATEDB; ALTER DATABASE doomed_on OWNER TO dbo');
+	($ret, $stdout, $stderr) = $dn->psql('doomed_on', "SELECT pg_terminate_backend($pid)",
+		extra_params => [ '-U', 'dbo' ]);
+	like($stderr, qr/permission denied to terminate process|must be a superuser to terminate superuser process/,
+		'drop database: the database owner may not terminate the worker');
+	foreach my $case ([ 'doomed_on', 'DROP DATABASE doomed_on' ], [ 'postgres', 'DROP DATABASE doomed_on' ],
+		[ 'postgres', 'DROP DATABASE doomed_on WITH (FORCE)' ])
+	{
+		my ($db, $sql) = @$case;
+		($ret, $stdout, $stderr) = $dn->psql($db, $sql, extra_params => [ '-U', 'dbo' ]);
+		isnt($ret, 0, "drop database: the owner's $sql from $db is refused");
+		is($on1_pid->(), $pid, "dropdb_owner: ... and leaves the superuser's worker alone");
+	}
+
+	$session->kill_kill;
+	$dn->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+		  . " WHERE datname = 'doomed_on' AND backend_type = 'client backend'");
+	ok($dpoll->("SELECT count(*) = 0 FROM pg_stat_activity WHERE datname = 'doomed_on' AND backend_type = 'client backend'"),
+		'drop database: the other session is gone');
+
+	# A DROP DATABASE that fails only after the stop (a prepared transaction
+	# in the database): the worker committed what the sink acknowledged.
+	my $dups = $dsink->stats->{duplicate_transactions};
+	$dn->safe_psql('doomed_on', 'INSERT INTO d VALUES (2)');
+	$dn->safe_psql('doomed_on', 'INSERT INTO d VALUES (3)');
+	ok(ReplicantTest::wait_until_synced($dn, 'doomed_on', $dsink, ['d']),
+		'drop database: two more transactions acknowledged, their checkpoint pending');
+	$dn->safe_psql('doomed_on', "BEGIN; INSERT INTO d VALUES (4); PREPARE TRANSACTION 'in_doomed'");
+	($ret, $stdout, $stderr) = $dn->psql('postgres', 'DROP DATABASE doomed_on');
+	like($stderr, qr/is being accessed by other users/, 'drop database: refused for the prepared transaction');
+	$dn->safe_psql('doomed_on', "ROLLBACK PREPARED 'in_doomed'");
 	ok($dpoll->("SELECT state = 'streaming' AND worker_pid IS NOT NULL FROM replicant.status WHERE pipeline = 'on1'",
 			'doomed_on'),
 		'drop database: after the refusal the pipeline streams again');
-	$dn->safe_psql('doomed_on', 'INSERT INTO d VALUES (1)');
+	$dn->safe_psql('doomed_on', 'INSERT INTO d VALUES (5)');
 	ok(ReplicantTest::wait_until_synced($dn, 'doomed_on', $dsink, ['d']), 'drop database: and delivers');
-	$session->kill_kill;
+	is($dsink->stats->{duplicate_transactions} - $dups, 0,
+		'quiet_stop_checkpoint: nothing the sink acknowledged before the stop was delivered again');
+	# The next database's table of the same name goes to the same sink.
+	$dn->safe_psql('doomed_on', 'DELETE FROM d WHERE id > 1');
+	ok(ReplicantTest::wait_until_synced($dn, 'doomed_on', $dsink, ['d']), 'drop database: rows deleted again');
+	$session = IPC::Run::start(
+		[ 'psql', '-X', '-h', $dn->host, '-p', $dn->port, '-d', 'doomed_on', '-c', 'SELECT pg_sleep(600)' ],
+		'>', \$out, '2>', \$err);
+	ok($dpoll->("SELECT count(*) = 1 FROM pg_stat_activity WHERE datname = 'doomed_on' AND query LIKE '%pg_sleep%'"),
+		'drop database: another session is connected again');
 
-	# WITH (FORCE) while it streams: its worker holds its slot, which
-	# PostgreSQL would refuse; replicant stops it first.
+	# WITH (FORCE) while it streams and the other session is still connected:
+	# its worker holds its slot, which PostgreSQL would refuse; replicant
+	# stops it first, and PostgreSQL terminates the session.
 	my $from = -s $dn->logfile;
 	($ret, $stdout, $stderr) = $dn->psql('postgres', 'DROP DATABASE doomed_on WITH (FORCE)');
 	is($ret, 0, 'drop database: WITH (FORCE) while a pipeline streams') or diag($stderr);
+	$session->kill_kill;
 	is($dn->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name ~ '^replicant[0-9]*_on1\$'"),
 		'0', 'drop database: its slot went with it');
 	ok($dpoll->("SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'replicant pipeline'"),

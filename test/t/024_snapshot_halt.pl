@@ -11,10 +11,14 @@
 # The same for 410 Gone, which disables the pipeline: a shard worker told so
 # leaves its shard unread, so the snapshot must not finish without it.  Once
 # enabled again the snapshot resumes and the sink gets every row.
+#
+# And for snapshot workers the postmaster could not start at all.
 use strict;
 use warnings;
+use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use FindBin;
 use lib "$FindBin::RealBin/..";
 use ReplicantTest;
@@ -123,5 +127,68 @@ $node->safe_psql('postgres', "SELECT replicant.enable_pipeline('g')");
 ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'g'", 180),
 	'gone: enabled again, the snapshot finishes');
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink2, ['wide']), 'gone: the sink has every row');
+
+# ---- a snapshot worker that never started -----------------------------------
+# The postmaster could not fork the shard workers (RLIMIT_NPROC, memory):
+# they stopped without reading anything and without an error of their own.
+# The snapshot must not end as if they had read their shards: the pipeline
+# worker restarts it, and once workers can start again every row arrives.
+# The pipeline worker is held at its first marker (deliver:hold) while the
+# postmaster's process limit is lowered (prlimit on the postmaster only),
+# and released through a session opened before; the limit is restored once
+# the worker went on.
+{
+	my $sink3 = ReplicantTest::start_sink(name => 'sink_fork');
+	$node->safe_psql('postgres', q{
+		CREATE TABLE forked (id int PRIMARY KEY, v text);
+		INSERT INTO forked SELECT g, 'row ' || g FROM generate_series(1, 1000) g;
+		CREATE PUBLICATION pub_forked FOR TABLE forked;
+		ALTER SYSTEM SET replicant.fault_point = 'deliver:hold';
+		SELECT pg_reload_conf();
+	});
+	my $from = -s $node->logfile;
+	# The log from $from once it matches, or undef.
+	my $log_has = sub {
+		my ($re) = @_;
+		foreach (1 .. 2400)
+		{
+			my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from);
+			return $log if $log =~ $re;
+			usleep(50_000);
+		}
+		return undef;
+	};
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('f', 'pub_forked', '$sink3->{url}', snapshot => 'initial',"
+		  . " snapshot_workers => 2)");
+	ok(defined $log_has->(qr/fault point "deliver" reached, holding/),
+		'fork: the pipeline worker holds at its first marker');
+
+	my ($in, $out, $err) = ('', '', '');
+	my $session = IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-h', $node->host, '-p', $node->port, '-d', 'postgres' ],
+		'<', \$in, '>', \$out, '2>', \$err);
+	$in .= "SELECT 'ready';\n";
+	$session->pump until $out =~ /ready/;
+	my $pm = $node->{_pid};
+	my ($soft) = (`prlimit --pid $pm --nproc --noheadings --output SOFT` =~ /(\S+)/);
+	system('prlimit', '--pid', $pm, '--nproc=1:') == 0 or BAIL_OUT('prlimit failed');
+	$in .= "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf(); SELECT 'released';\n";
+	$session->pump until $out =~ /released/;
+	my $went_on = $log_has->(
+		qr/replicant pipeline "f" (finished its initial snapshot|restarts its snapshot after a snapshot worker ended with its shards unread)/);
+	my $forks = () = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from) =~ /could not fork worker process/g;
+	system('prlimit', '--pid', $pm, "--nproc=$soft:") == 0 or BAIL_OUT('prlimit restore failed');
+	$in .= "\\q\n";
+	$session->finish;
+	ok(defined $went_on, 'fork: the pipeline worker went on');
+	cmp_ok($forks, '>', 0, 'fork: the postmaster could not start the snapshot workers');
+	unlike($went_on // '', qr/replicant pipeline "f" finished its initial snapshot/,
+		'shard_fork_failure: the snapshot did not finish without its shards read');
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink3, ['forked']),
+		'fork: every row of the initial snapshot arrives');
+	ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'f'"),
+		'fork: and the pipeline streams');
+}
 
 done_testing();

@@ -13,10 +13,26 @@
 # Without a fault point: a ClickHouse-format update that changes the key
 # and leaves a TOASTed column unchanged cannot be rendered (55000, raised
 # while encoding): it halts at once instead of restarting forever.
+#
+# What others do to a worker is no failure of the pipeline's: a role that
+# may only signal the owner's processes (pg_signal_backend) terminates or
+# cancels its worker 12 times, or a connection limit refuses it 12 times,
+# and the pipeline is not halted: it is restarted with backoff.
+#
+# A worker that dies by a signal (SIGSEGV here, the OOM killer's SIGKILL)
+# makes the postmaster restart the server, which wipes the launcher's
+# count: the runs are also counted in the catalog, and after 11 such
+# crashes without progress the pipeline halts, while a healthy pipeline of
+# the same server, idle through all of it, does not.
+#
+# replicant.max_restart_delay, set in postgresql.conf, holds from the start,
+# not only after a reload.
 use strict;
 use warnings;
+use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use FindBin;
 use lib "$FindBin::RealBin/..";
 use ReplicantTest;
@@ -24,9 +40,16 @@ use ReplicantTest;
 my $HALT_S = 180;
 
 # Restarts 100 ms apart: eleven runs take seconds, not the default minutes.
-my $node = ReplicantTest::new_node('bounded', conf => "replicant.max_restart_delay = 100ms");
+my $node = ReplicantTest::new_node('bounded',
+	conf => "replicant.max_restart_delay = 100ms\nrestart_after_crash = on");
 my $sink = ReplicantTest::start_sink();
 $node->safe_psql('postgres', q{CREATE EXTENSION replicant;});
+
+# Defined before the prefix "replicant" is reserved: not dropped at start.
+is($node->safe_psql('postgres', 'SHOW replicant.max_restart_delay'), '100ms',
+	'restart_delay_setting: replicant.max_restart_delay from postgresql.conf holds from the start');
+unlike(slurp_file($node->logfile), qr/invalid configuration parameter name "replicant\./,
+	'... no replicant setting is dropped at start');
 
 sub poll { return ReplicantTest::poll($node, @_); }
 
@@ -251,6 +274,143 @@ INSERT INTO ch_t VALUES (1, repeat('x', 10000));
 	expect_halt('ch', 'encode', '55000', 0, $from, table => 'ch_t');
 	is(log_count(qr/replicant pipeline "ch" streaming from/, $from), 1,
 		'clickhouse: the worker was not started again');
+}
+
+# ---- what others do to a worker is no failure of the pipeline's ------------
+{
+	$node->safe_psql('postgres', q{
+CREATE ROLE alice LOGIN;
+GRANT USAGE ON SCHEMA replicant TO alice;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA replicant TO alice;
+CREATE ROLE ops LOGIN;
+GRANT pg_signal_backend TO ops;
+CREATE TABLE others (id int PRIMARY KEY, v text);
+GRANT SELECT ON others TO alice;
+CREATE PUBLICATION others_pub FOR TABLE others;
+});
+	$node->safe_psql('postgres', "SELECT replicant.create_pipeline('others', 'others_pub', '$sink->{url}')",
+		extra_params => [ '-U', 'alice' ]);
+	my $status = "SELECT state || ' ' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'others'";
+	my %seen;
+	my $new_worker = sub {
+		my $pid;
+		ReplicantTest::poll($node,
+			"SELECT worker_pid IS NOT NULL AND worker_pid NOT IN (" . join(',', 0, keys %seen)
+			  . ") AND state = 'streaming' OR state = 'halted' FROM replicant.status WHERE pipeline = 'others'",
+			$HALT_S);
+		$pid = $node->safe_psql('postgres',
+			"SELECT coalesce(worker_pid, 0) FROM replicant.status WHERE pipeline = 'others' AND state = 'streaming'");
+		return undef if $pid eq '' || $pid == 0 || $seen{$pid};
+		$seen{$pid} = 1;
+		return $pid;
+	};
+	foreach my $how ('terminate', 'cancel')
+	{
+		my $rounds = 0;
+		%seen = ();
+		foreach my $i (1 .. 12)
+		{
+			my $pid = $new_worker->() // last;
+			$node->safe_psql('postgres', "SELECT pg_${how}_backend($pid)", extra_params => [ '-U', 'ops' ]);
+			$rounds++;
+		}
+		is($rounds, 12, "others: ops could ${how} alice's worker 12 times in a row");
+		ok(defined $new_worker->(), "others: after 12 ${how}s it is started again");
+		like($node->safe_psql('postgres', $status), qr/^streaming/,
+			"signal_halt: ${how}s by a role with no right over the pipeline do not halt it");
+	}
+	$node->safe_psql('postgres', "INSERT INTO others VALUES (1, 'x')");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['others']), 'others: and it delivers');
+
+	# A connection limit that refuses the worker (an alice session is open,
+	# and background workers count for none).
+	my ($in, $out, $err) = ('', '', '');
+	my $session = IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-h', $node->host, '-p', $node->port, '-U', 'alice', '-d', 'postgres' ],
+		'<', \$in, '>', \$out, '2>', \$err);
+	$in .= "SELECT 'ready';\n";
+	$session->pump until $out =~ /ready/;
+	my $from = -s $node->logfile;
+	$node->safe_psql('postgres', 'ALTER ROLE alice CONNECTION LIMIT 0');
+	my $pid = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'others'");
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+	my ($refused, $connected) = (0, 0);
+	foreach (1 .. 3000)
+	{
+		$refused = log_count(qr/FATAL:  too many connections for role "alice"/, $from);
+		$connected = $node->safe_psql('postgres',
+			"SELECT count(*) FROM replicant.status WHERE pipeline = 'others'"
+			  . " AND state = 'streaming' AND worker_pid <> $pid");
+		last if $refused >= 12 || $connected || $node->safe_psql('postgres', $status) =~ /^halted/;
+		usleep(100_000);
+	}
+  SKIP:
+	{
+		skip 'this server applies no connection limit to background workers', 2 if $connected && !$refused;
+		cmp_ok($refused, '>=', 12, 'others: the connection limit refused the worker 12 times');
+		like($node->safe_psql('postgres', $status), qr/^(?!halted)/,
+			'connection_limit: refusals to connect do not halt the pipeline');
+	}
+	$node->safe_psql('postgres', 'ALTER ROLE alice CONNECTION LIMIT -1');
+	$in .= "\\q\n";
+	$session->finish;
+	$node->safe_psql('postgres', "INSERT INTO others VALUES (2, 'y')");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['others']),
+		'others: without the limit it delivers again');
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('others')");
+}
+
+# ---- a worker killed by a signal, again and again ---------------------------
+{
+	my $down = ReplicantTest::start_sink(name => 'down');
+	my $quiet = ReplicantTest::start_sink(name => 'quiet');
+	$node->safe_psql('postgres', q{
+CREATE TABLE crashy (id int PRIMARY KEY, v text);
+CREATE PUBLICATION crashy_pub FOR TABLE crashy;
+CREATE TABLE idle (id int PRIMARY KEY, v text);
+CREATE PUBLICATION idle_pub FOR TABLE idle;
+});
+	$node->safe_psql('postgres', "SELECT replicant.create_pipeline('crashy', 'crashy_pub', '$down->{url}')");
+	$node->safe_psql('postgres', "SELECT replicant.create_pipeline('idle', 'idle_pub', '$quiet->{url}')");
+	ok(poll("SELECT count(*) = 2 AND bool_and(state = 'streaming') FROM replicant.status"
+			  . " WHERE pipeline IN ('crashy', 'idle')"),
+		'crash: two pipelines stream');
+	# The sink refuses every batch: the same batch each run, no progress.
+	$down->control({ fail_status => 503 });
+	$node->safe_psql('postgres', "INSERT INTO crashy VALUES (1, 'x')");
+	my $from = -s $node->logfile;
+	my %seen;
+	my $kills = 0;
+	foreach my $i (1 .. 14)
+	{
+		ReplicantTest::poll($node,
+			"SELECT state = 'halted' OR (state = 'retrying' AND worker_pid NOT IN ("
+			  . join(',', 0, keys %seen) . ")) FROM replicant.status WHERE pipeline = 'crashy'", $HALT_S);
+		my ($ret, $pid) = $node->psql('postgres',
+			"SELECT worker_pid FROM replicant.status WHERE pipeline = 'crashy' AND state = 'retrying'");
+		last unless $ret == 0 && $pid =~ /^\d+$/ && !$seen{$pid};
+		$seen{$pid} = 1;
+		kill 'SEGV', $pid;
+		$kills++;
+	}
+	note("crash: workers killed by SIGSEGV: $kills");
+	ok(ReplicantTest::poll($node,
+			"SELECT state = 'halted' AND worker_pid IS NULL FROM replicant.status WHERE pipeline = 'crashy'",
+			$HALT_S),
+		'crash_signal: a worker that crashes again and again without progress halts the pipeline');
+	is($kills, 11, 'crash: after 11 crashes in a row, not 12');
+	like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'crashy'"),
+		qr/^the pipeline worker ended 11 times in a row without progress, the last time without an error it could report/,
+		'crash: the reason says so, value-free');
+	is(log_count(qr/background worker "replicant pipeline" \(PID \d+\) was terminated by signal 11/, $from), 11,
+		'crash: 11 crash restarts of the server');
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'idle'"),
+		'crash: the idle pipeline of the same server is not halted');
+	$node->safe_psql('postgres', "INSERT INTO idle VALUES (1, 'y')");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $quiet, ['idle']), 'crash: and it delivers');
+	$down->control({ clear => 1 });
+	$node->safe_psql('postgres', "SELECT replicant.resume_pipeline('crashy')");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $down, ['crashy']), 'crash: resumed, the row arrives');
 }
 
 $node->stop;

@@ -14,7 +14,8 @@
 #     replicant.table_shapes;
 #   - a dropped table's OID given to a new table of other columns (through
 #     binary-upgrade mode): the new table is delivered, not halted on as if
-#     it had lost the old one's columns.
+#     it had lost the old one's columns; also when the OID is reused before
+#     the dropped table's saved shape was forgotten.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -242,6 +243,58 @@ CREATE TABLE renewed (id int, c int);
 	}
 	is($state, 'streaming ', 'reused OID: nothing halted');
 	is($sink->dump('public.renewed'), qq({"c":4,"id":1}\n), 'reused OID: the new table\'s row arrived');
+}
+
+# ---- an OID given to a new table before the dropped table's shape is gone ---
+# Pruning forgets a dropped table's shape only at a checkpoint that finds its
+# OID missing; here the OID is reused while the pipeline is disabled (a
+# maintenance window), so none looked in between.  A shape names its table's
+# row type, which the new table does not share: it is a new table.
+{
+	$node->safe_psql('postgres', "CREATE TABLE reused2 (id int, a int, b int); INSERT INTO reused2 VALUES (1, 2, 3)");
+	my $oid = $node->safe_psql('postgres', "SELECT 'reused2'::regclass::oid");
+	ok(ReplicantTest::poll($node, "SELECT count(*) = 1 FROM replicant.table_shapes WHERE relid = $oid"),
+		'reused OID early: the first table\'s shape is saved');
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('every')");
+	ok(ReplicantTest::poll($node,
+			"SELECT state = 'disabled' AND worker_pid IS NULL FROM replicant.status WHERE pipeline = 'every'"),
+		'reused OID early: the pipeline is disabled');
+	$node->safe_psql('postgres', 'DROP TABLE reused2');
+
+	$node->stop;
+	PostgreSQL::Test::Utils::system_or_bail('pg_ctl', '-D', $node->data_dir, '-l', $node->logfile,
+		'-o', '-b', '-w', 'start');
+	my $versions = $node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_proc WHERE proname = 'binary_upgrade_set_next_attribute_versions'") eq '1'
+	  ? 'SELECT binary_upgrade_set_next_attribute_versions(ARRAY[pg_current_wal_lsn(), pg_current_wal_lsn()]);'
+	  : '';
+	$node->safe_psql('postgres', qq{
+SELECT binary_upgrade_set_next_heap_pg_class_oid($oid);
+SELECT binary_upgrade_set_next_heap_relfilenode(900013);
+SELECT binary_upgrade_set_next_pg_type_oid(900011);
+SELECT binary_upgrade_set_next_array_pg_type_oid(900012);
+$versions
+CREATE TABLE renewed2 (id int, c int);
+});
+	PostgreSQL::Test::Utils::system_or_bail('pg_ctl', '-D', $node->data_dir, '-m', 'fast', '-w', 'stop');
+	$node->start;
+	is($node->safe_psql('postgres', "SELECT 'renewed2'::regclass::oid"), $oid,
+		'reused OID early: the new table has the dropped one\'s OID');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.table_shapes WHERE relid = $oid"), '1',
+		'reused OID early: the dropped table\'s shape is still saved');
+
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('every')");
+	$node->safe_psql('postgres', 'INSERT INTO renewed2 VALUES (1, 4)');
+	my $state;
+	foreach (1 .. 1200)
+	{
+		$state = $node->safe_psql('postgres',
+			"SELECT state || ' ' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'every'");
+		last if $state =~ /^halted/ || $sink->dump('public.renewed2') ne '';
+		usleep(100_000);
+	}
+	is($state, 'streaming ', 'oid_reuse_before_prune: nothing halted');
+	is($sink->dump('public.renewed2'), qq({"c":4,"id":1}\n), 'oid_reuse_before_prune: the new table\'s row arrived');
 }
 
 $node->stop;
