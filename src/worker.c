@@ -73,10 +73,10 @@
 #include "runs.h"
 #include "shmem.h"
 #include "sink_ddl.h"
-#include "sink_http.h"
 #include "snapshot.h"
 #include "stop_signal.h"
 #include "table_shape.h"
+#include "transport.h"
 #include "worker.h"
 
 /* Longest sleep when idle; commits wake the worker long before. */
@@ -115,7 +115,7 @@ typedef struct Worker
 	ReplicantPipeline *pipeline;
 	ReplicantBatch *batch;
 	ReplicantDecoder *decoder;
-	ReplicantSink *sink;
+	ReplicantTransport *sink;
 	ReplicantBackfill *backfill; /* incremental backfill being read */
 	bool skips_pending;          /* a table skipped while unpublished may be
 								  * published again */
