@@ -646,6 +646,9 @@ read_chunk_rows(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 		b->next_block = 0;
 		chunk->position = 0;
 	}
+	/* The file in its webhook-ids: a rewrite's rows at the same blocks are others. */
+	if (strcmp(b->mode, "ctid") == 0)
+		chunk->relfilenode = b->relfilenode;
 	nblocks = RelationGetNumberOfBlocks(rel);
 	if (strcmp(b->mode, "ctid") != 0)
 		order = replicant_key_order(rel);

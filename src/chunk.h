@@ -55,6 +55,7 @@ typedef struct ReplicantChunk
 	List *next_cursor_key;
 	int64 next_block;
 	int64 position;           /* where the chunk starts, for webhook-ids */
+	Oid relfilenode;          /* the file it reads by blocks (ctid), or 0 */
 	XLogRecPtr low_watermark; /* the end of its low watermark's record */
 	TransactionId snap_xmin;  /* the chunk's snapshot */
 	TransactionId snap_xmax;

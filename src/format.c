@@ -40,6 +40,17 @@ replicant_format_check_name(const char *name)
 			 errhint("The formats are %s.", names.data)));
 }
 
+char *
+replicant_format_read_webhook_id(const char *pipeline, int64 backfill_id,
+								 Oid relfilenode, int64 position, int part)
+{
+	if (OidIsValid(relfilenode))
+		return psprintf("%s-b" INT64_FORMAT "-%u_" INT64_FORMAT "-%d", pipeline,
+						backfill_id, relfilenode, position, part);
+	return psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d", pipeline,
+					backfill_id, position, part);
+}
+
 /*
  * The format was checked when it was set; a name this library does not
  * know (a catalog written by a newer one) is not silently replaced.

@@ -119,6 +119,16 @@ extern void replicant_format_check_name(const char *name);
 /* The format the pipeline delivers in. */
 extern const ReplicantFormat *replicant_format_of(const ReplicantPipeline *pipeline);
 
+/*
+ * The webhook-id of a request of snapshot or backfill rows,
+ * <pipeline>-b<backfill_id>-<position>-<part>.  A read by blocks (relfilenode
+ * valid) puts the table's file in the position, <relfilenode>_<block>: a
+ * rewritten table is read again from block 0, other rows at the same
+ * blocks, under ids of its own.
+ */
+extern char *replicant_format_read_webhook_id(const char *pipeline, int64 backfill_id,
+											  Oid relfilenode, int64 position, int part);
+
 /* Implementations. */
 extern const ReplicantFormat replicant_format_replicant;
 extern const ReplicantFormat replicant_format_cloudevents;

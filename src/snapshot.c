@@ -1297,7 +1297,8 @@ finish_window_batch(WindowBatch *batch)
 
 /*
  * Starts POSTing the filled batch, once the one before it is acknowledged;
- * its webhook-id names the window and the batch's number.  The buffers
+ * its webhook-id names the window (the table's file and first block) and
+ * the batch's number.  The buffers
  * trade places: the next batch fills the one the last POST used.
  */
 static void
@@ -1309,9 +1310,11 @@ send_window_batch(WindowBatch *batch)
 	finish_window_batch(batch);
 	batch->out = post->out;
 	post->out = filled;
-	post->webhook_id = psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d",
-								batch->pipeline->name, batch->shard->backfill_id,
-								batch->shard->next_block, batch->batch_no++);
+	post->webhook_id = replicant_format_read_webhook_id(batch->pipeline->name,
+														batch->shard->backfill_id,
+														batch->shard->relfilenode,
+														batch->shard->next_block,
+														batch->batch_no++);
 	post->nrows = batch->in_body;
 	replicant_format_of(batch->pipeline)->snapshot_end(&post->out);
 	replicant_body_from_buffer(&post->body, &post->state, &post->out);

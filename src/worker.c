@@ -367,7 +367,8 @@ deliver_range(Worker *w, int first, int last)
  * Delivers what is left of a completed backfill chunk, at its high
  * watermark's place in the stream, in requests of at most batch_max_bytes
  * (a single larger row goes alone), and records the backfill's progress.
- * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<part>.
+ * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<part>
+ * (replicant_format_read_webhook_id).
  */
 static void
 deliver_chunk(Worker *w, ReplicantChunk *chunk)
@@ -408,8 +409,9 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		format->snapshot_end(&out);
 		replicant_body_from_buffer(&body, &state, &out);
 		replicant_delivery_post(w->slot, w->sink,
-								psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d", w->pipeline->name,
-										 chunk->backfill->id, chunk->position, part++),
+								replicant_format_read_webhook_id(w->pipeline->name, chunk->backfill->id,
+																 chunk->relfilenode, chunk->position,
+																 part++),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(w->slot, w->pipeline, &result, "backfill batch",
