@@ -46,6 +46,11 @@ OBJS = \
 	src/sink_ddl.o \
 	src/stop_signal.o \
 	src/sink_http.o \
+	src/sink_http_answer.o \
+	src/sink_http_headers.o \
+	src/sink_http_loop.o \
+	src/transport.o \
+	src/transport_registry.o \
 	src/snapshot.o \
 	src/table_read.o \
 	src/signing.o \
@@ -64,6 +69,8 @@ REGRESS_OPTS = --temp-config=test/generated.conf --temp-instance=./tmp_regress
 REGRESS_PREP = test/generated.conf
 
 TAP_TESTS   = 1
+
+EXTRA_CLEAN = $(UNIT_TESTS)
 PROVE_TESTS = test/t/*.pl
 
 PG_CONFIG ?= pg_config
@@ -105,3 +112,17 @@ format-check:
 	exit $$status
 
 .PHONY: format format-check
+
+# Unit tests of the pure modules, run without a server (docs/development.md).
+UNIT_TESTS = test/unit/sink_http_answer_test
+
+test/unit/sink_http_answer_test: test/unit/sink_http_answer_test.c src/sink_http_answer.c \
+		src/sink_http_answer.h src/transport.h
+	$(CC) $(CFLAGS) $(CPPFLAGS) -I$(srcdir)/src -o $@ \
+		$(srcdir)/test/unit/sink_http_answer_test.c $(srcdir)/src/sink_http_answer.c \
+		-L$(pkglibdir) -lpgcommon -lpgport -lcurl
+
+unit: $(UNIT_TESTS)
+	@for t in $(UNIT_TESTS); do ./$$t || exit 1; done
+
+.PHONY: unit

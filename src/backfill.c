@@ -74,6 +74,8 @@
 
 /* Blocks per ctid chunk. */
 #define CHUNK_BLOCKS 32
+/* Tries of a chunk whose publications change while it takes its snapshot. */
+#define FILTER_TRIES 100
 /* Rows fetched from a chunk's cursor at a time. */
 #define FETCH_ROWS 200
 /* Wait before a chunk whose snapshot missed a commit is tried again. */
@@ -448,7 +450,7 @@ read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 			record.read_lsn = chunk->low_watermark;
 			if (format->read_ids)
 				replicant_change_set_read_id(&record, pipeline->event_id_key, desc, values, isnull,
-											 identity, b->relid,
+											 identity, b->relid, src->rel->rd_rel->relfilenode,
 											 row_position(SPI_tuptable->vals[i],
 														  SPI_tuptable->tupdesc, identity));
 			resetStringInfo(&change);
@@ -538,32 +540,76 @@ close_chunk_source(ChunkSource *src)
 }
 
 /*
- * What the chunk reads of src->rel, as the publications publish it now:
- * the relation its rows are delivered as, its row filter and columns.
- * Taken after the chunk's snapshot, from the catalog as it is then (so at
- * least as new as the snapshot): a column that left the column list, or a
- * row filter narrowed, before a change the snapshot sees is not read (the
- * stream leaves it out of that change too).  Sets *unpublished, reading
- * nothing, when no publication of the pipeline publishes the table now,
- * whatever its owner may read: the stream skips it too.  Else returns a
- * value-free reason when the pipeline's owner may not read it whole.
+ * What the publications publish of src->rel now, from the catalog as it is
+ * (refreshed): opens the relation its rows are delivered as into
+ * src->target, sets *filter and *fingerprint (the relation and the filter:
+ * replicant_pubfilter_fingerprint) and returns the filter's conflict.
  */
 static char *
-take_chunk_filter(ReplicantPipeline *pipeline, ChunkSource *src, bool *unpublished)
+read_chunk_filter(ReplicantPipeline *pipeline, ChunkSource *src, ReplicantPubFilter **filter,
+				  char **fingerprint)
 {
-	ReplicantPubFilter *filter;
 	char *reason;
-	bool whole_row;
 
 	replicant_publication_catalog_refresh();
 	src->target = replicant_partition_root_open_for_read(src->rel, pipeline->publications,
 														 AccessShareLock);
 	reason = replicant_publication_read_filter(src->rel, src->target, pipeline->publications,
-											   &filter);
-	*unpublished = reason == NULL && !replicant_pubfilter_publishes(filter);
-	if (reason == NULL && !*unpublished)
+											   filter);
+	*fingerprint = psprintf("%u %s", RelationGetRelid(src->target),
+							replicant_pubfilter_fingerprint(*filter));
+	return reason;
+}
+
+/*
+ * The filter the chunk's snapshot is taken under: read before the snapshot
+ * (take_chunk_filter compares it with the one after), with a count of the
+ * publication changes seen then.
+ */
+static char *
+filter_before_snapshot(ReplicantPipeline *pipeline, ChunkSource *src, uint64 *changes)
+{
+	ReplicantPubFilter *filter;
+	char *fingerprint;
+
+	(void) read_chunk_filter(pipeline, src, &filter, &fingerprint);
+	*changes = replicant_publication_changes(false);
+	replicant_pubfilter_free(filter);
+	if (src->target != src->rel)
+		table_close(src->target, NoLock);
+	src->target = NULL;
+	return fingerprint;
+}
+
+/*
+ * What the chunk reads of src->rel, as the publications publish it: the
+ * relation its rows are delivered as, its row filter and columns.  Read
+ * before the chunk's snapshot (before) and again after it: the snapshot's
+ * rows are read under a filter that held from before the snapshot to
+ * after it (docs/internals.md, section 2).  Sets *changed, reading nothing,
+ * when the two differ or a publication change was seen in between
+ * (changes).  Sets *unpublished, reading nothing, when no publication of
+ * the pipeline publishes the table now, whatever its owner may read: the
+ * stream skips it too.  Else returns a value-free reason when the
+ * pipeline's owner may not read it whole.
+ */
+static char *
+take_chunk_filter(ReplicantPipeline *pipeline, ChunkSource *src, const char *before,
+				  uint64 changes, bool *changed, bool *unpublished)
+{
+	ReplicantPubFilter *filter;
+	char *fingerprint;
+	char *reason;
+	bool whole_row;
+
+	reason = read_chunk_filter(pipeline, src, &filter, &fingerprint);
+	*changed = strcmp(before, fingerprint) != 0 || changes != replicant_publication_changes(false);
+	*unpublished = reason == NULL && !*changed && !replicant_pubfilter_publishes(filter);
+	if (*changed)
+		reason = NULL;
+	if (reason == NULL && !*unpublished && !*changed)
 		reason = replicant_table_read_denied(src->rel, pipeline->owner);
-	if (reason == NULL && !*unpublished)
+	if (reason == NULL && !*unpublished && !*changed)
 	{
 		src->select_list = replicant_partition_root_select_list(src->rel, src->target);
 		/* Where a row without an identity of columns lies names its reads (change.h). */
@@ -641,7 +687,22 @@ skip_unpublished(ReplicantPipeline *pipeline, ReplicantBackfill *b)
 			 errdetail("None of the pipeline's publications publishes the table any more.")));
 }
 
-/* Ends a chunk that reads nothing: halted, or deferred (no snapshot). */
+/*
+ * The publications changed while the chunk took its snapshot: it is read
+ * again at once under a new one.  Returns a value-free halt reason when
+ * they changed during each of FILTER_TRIES tries in a row.
+ */
+static char *
+filter_changed(ReplicantPipeline *pipeline, ReplicantBackfill *b)
+{
+	if (++b->filter_changes < FILTER_TRIES)
+		return NULL;
+	b->filter_changes = 0;
+	return psprintf("the publications of table \"%s\" changed during each of %d tries to read a backfill chunk",
+					b->relname, FILTER_TRIES);
+}
+
+/* Ends a chunk that reads nothing: halted, deferred, or to be read again. */
 static ReplicantChunk *
 abandon_chunk(ReplicantChunk *chunk, ChunkSource *src, Snapshot snapshot,
 			  ReplicantCatalogAccess *access)
@@ -668,6 +729,9 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	ReplicantChunk *chunk;
 	ChunkSource src = {0};
 	Snapshot snapshot;
+	char *before = NULL;
+	uint64 changes = 0;
+	bool changed = false;
 	bool unpublished = false;
 
 	*halt_reason = NULL;
@@ -675,15 +739,22 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	begin_chunk(&access);
 	src.rel = try_table_open(b->relid, AccessShareLock);
 	replicant_fault("backfill_chunk");
+	if (src.rel != NULL)
+		before = filter_before_snapshot(pipeline, &src, &changes);
 	snapshot = snapshot_after_low_watermark(pipeline, b, chunk);
 	if (snapshot == NULL)
 		return abandon_chunk(chunk, &src, NULL, &access);
 	replicant_fault("backfill_window");
 	if (src.rel != NULL)
-		*halt_reason = take_chunk_filter(pipeline, &src, &unpublished);
-	if (*halt_reason)
+		*halt_reason = take_chunk_filter(pipeline, &src, before, changes, &changed, &unpublished);
+	if (changed)
+		*halt_reason = filter_changed(pipeline, b);
+	else
+		b->filter_changes = 0;
+	if (*halt_reason || changed)
 	{
-		*halt_reason = MemoryContextStrdup(caller, *halt_reason);
+		if (*halt_reason)
+			*halt_reason = MemoryContextStrdup(caller, *halt_reason);
 		return abandon_chunk(chunk, &src, snapshot, &access);
 	}
 	if (src.rel == NULL || unpublished)

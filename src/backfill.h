@@ -31,6 +31,7 @@ typedef struct ReplicantBackfill
 	int64 chunks;         /* chunks read by this process */
 	TimestampTz retry_at; /* read no chunk before */
 	bool deferred;        /* the last chunk waited for a commit */
+	int filter_changes;   /* tries in a row that met a publication change */
 	bool skipped;         /* the table is no longer published: read no more */
 } ReplicantBackfill;
 

@@ -67,7 +67,7 @@ replicant_change_from_row(ReplicantChange *change, const ReplicantRelation *rela
 void
 replicant_change_set_read_id(ReplicantChange *change, const uint8 *key, TupleDesc desc,
 							 Datum *values, bool *nulls, const Bitmapset *identity, Oid leaf,
-							 ItemPointer tid)
+							 Oid relfilenode, ItemPointer tid)
 {
 	pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
 	uint8 digest[PG_SHA256_DIGEST_LENGTH];
@@ -80,7 +80,11 @@ replicant_change_set_read_id(ReplicantChange *change, const uint8 *key, TupleDes
 		replicant_encode_object(&material, desc, values, nulls, identity,
 								REPLICANT_TOAST_DETOAST, NULL);
 	else if (tid != NULL && ItemPointerIsValid(tid))
+	{
+		/* A rewrite puts other rows at the same positions in a new file. */
+		appendBinaryStringInfo(&material, (const char *) &relfilenode, sizeof(relfilenode));
 		appendBinaryStringInfo(&material, (const char *) tid, sizeof(ItemPointerData));
+	}
 	else
 		elog(ERROR, "a row read without identity has no position");
 	if (ctx == NULL ||

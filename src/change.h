@@ -120,13 +120,15 @@ extern void replicant_change_from_row(ReplicantChange *change,
  * partition or table the row lies in (leaf) and its replica identity
  * (identity: columns of desc, published or not; values/nulls as for
  * replicant_change_from_values), or, for a table whose identity is no
- * column (the whole row, or none), of where the row lies (tid; the same
- * until the row is changed or moved).  The key keeps the digest from
- * revealing any value.  Call in a transaction.
+ * column (the whole row, or none), of where the row lies: the file read
+ * (relfilenode, which a rewrite such as VACUUM FULL replaces, putting other
+ * rows at the positions read before) and the row's position in it (tid; the
+ * same until the row is changed or moved, so the same on a retry of a read).
+ * The key keeps the digest from revealing any value.  Call in a transaction.
  */
 extern void replicant_change_set_read_id(ReplicantChange *change, const uint8 *key,
 										 TupleDesc desc, Datum *values, bool *nulls,
 										 const Bitmapset *identity, Oid leaf,
-										 ItemPointer tid);
+										 Oid relfilenode, ItemPointer tid);
 
 #endif /* REPLICANT_CHANGE_H */

@@ -42,6 +42,7 @@
 #include "runs.h"
 #include "slot_health.h"
 #include "stop_signal.h"
+#include "transport_registry.h"
 
 #define RETRY_BASE_MS 200
 #define RETRY_MAX_MS 30000
@@ -249,7 +250,7 @@ note_retry(ReplicantPipelineSlot *slot, const char *error)
  * until the sink gives one that is not retried.
  */
 static void
-retry_until_answered(ReplicantPipelineSlot *slot, ReplicantSink *sink,
+retry_until_answered(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
 					 const char *webhook_id, ReplicantBody *body,
 					 ReplicantSinkResult *result)
 {
@@ -262,7 +263,7 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 		TimestampTz now;
 
 		if (attempt > 0)
-			replicant_sink_post(sink, webhook_id, body, result);
+			replicant_transport_send(sink, webhook_id, body, result);
 		/* A request that a SIGTERM cut short is no answer of the sink's. */
 		if (result->outcome != REPLICANT_SINK_OK)
 			replicant_delivery_check_for_interrupts(slot);
@@ -308,31 +309,31 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantSink *sink,
 }
 
 void
-replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
+replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
 						const char *webhook_id, ReplicantBody *body,
 						ReplicantSinkResult *result)
 {
 	replicant_delivery_check_for_interrupts(slot);
 	replicant_fault("deliver");
 	replicant_checkpoint_make_durable();
-	replicant_sink_post(sink, webhook_id, body, result);
+	replicant_transport_send(sink, webhook_id, body, result);
 	retry_until_answered(slot, sink, webhook_id, body, result);
 }
 
 void
-replicant_delivery_post_start(ReplicantSink *sink, const char *webhook_id,
+replicant_delivery_post_start(ReplicantTransport *sink, const char *webhook_id,
 							  ReplicantBody *body)
 {
 	replicant_checkpoint_make_durable();
-	replicant_sink_start(sink, webhook_id, body);
+	replicant_transport_start(sink, webhook_id, body);
 }
 
 void
-replicant_delivery_post_finish(ReplicantPipelineSlot *slot, ReplicantSink *sink,
+replicant_delivery_post_finish(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
 							   const char *webhook_id, ReplicantBody *body,
 							   ReplicantSinkResult *result)
 {
-	replicant_sink_finish(sink, result);
+	replicant_transport_finish(sink, result);
 	retry_until_answered(slot, sink, webhook_id, body, result);
 }
 
@@ -401,7 +402,7 @@ replicant_delivery_fail(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 	ReThrowError(edata);
 }
 
-ReplicantSink *
+ReplicantTransport *
 replicant_delivery_sink(ReplicantPipeline *pipeline)
 {
 	ReplicantSinkConfig config = {0};
@@ -417,7 +418,7 @@ replicant_delivery_sink(ReplicantPipeline *pipeline)
 	config.ca_file = pipeline->ca_file;
 	config.content_type = replicant_format_of(pipeline)->content_type;
 	config.code_is_final = replicant_format_of(pipeline)->code_is_final;
-	return replicant_sink_create(&config);
+	return replicant_transport_open(&config);
 }
 
 /*

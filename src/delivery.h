@@ -9,29 +9,29 @@
 #include "compat.h"
 #include "pipeline.h"
 #include "shmem.h"
-#include "sink_http.h"
+#include "transport.h"
 
 /* Creates the sink the pipeline's configuration describes. */
-extern ReplicantSink *replicant_delivery_sink(ReplicantPipeline *pipeline);
+extern ReplicantTransport *replicant_delivery_sink(ReplicantPipeline *pipeline);
 
 /*
  * POSTs body until the sink gives an answer that is not retried (2xx, 413,
  * 410, or a rejection); retried failures show as state "retrying" with a
  * growing retry count in slot.  Answers interrupts while it waits.
  */
-extern void replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantSink *sink,
+extern void replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
 									const char *webhook_id, ReplicantBody *body,
 									ReplicantSinkResult *result);
 
 /*
  * replicant_delivery_post() in two steps, the first attempt overlapped with
- * the caller's work (see replicant_sink_start()): _start() sends, and
+ * the caller's work (see replicant_transport_start()): _start() sends, and
  * _finish() waits for its answer and retries as replicant_delivery_post()
  * does.  webhook_id and body must stay unchanged in between.
  */
-extern void replicant_delivery_post_start(ReplicantSink *sink, const char *webhook_id,
+extern void replicant_delivery_post_start(ReplicantTransport *sink, const char *webhook_id,
 										  ReplicantBody *body);
-extern void replicant_delivery_post_finish(ReplicantPipelineSlot *slot, ReplicantSink *sink,
+extern void replicant_delivery_post_finish(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
 										   const char *webhook_id, ReplicantBody *body,
 										   ReplicantSinkResult *result);
 

@@ -218,7 +218,8 @@ dropdb_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 			   ProcessUtilityContext context, ParamListInfo params,
 			   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
-	ProcessUtility_hook_type next = prev_utility_hook ? prev_utility_hook : standard_ProcessUtility;
+	/* volatile: gcc 14 takes it for clobbered by PG_TRY's longjmp */
+	volatile ProcessUtility_hook_type next = prev_utility_hook ? prev_utility_hook : standard_ProcessUtility;
 	ListCell *lc;
 
 	if (!IsA(pstmt->utilityStmt, DropdbStmt))

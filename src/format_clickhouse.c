@@ -719,7 +719,6 @@ bool
 replicant_clickhouse_ddl_code_is_final(int code)
 {
 	static const int transient_codes[] = {
-		57,  /* TABLE_ALREADY_EXISTS: made meanwhile (IF NOT EXISTS passes next) */
 		159, /* TIMEOUT_EXCEEDED */
 		202, /* TOO_MANY_SIMULTANEOUS_QUERIES */
 		203, /* NO_FREE_CONNECTION */

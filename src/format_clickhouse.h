@@ -23,6 +23,8 @@ extern void replicant_clickhouse_append_identifier(StringInfo out, const char *n
  * memory, too many queries, a lock or coordination service to wait for).
  * The rows' list (the format's code_is_final) would retry a refused query
  * (QUERY_IS_PROHIBITED, READONLY) or a bad definition forever.
+ * TABLE_ALREADY_EXISTS (57) is final too: newer versions answer it to IF
+ * NOT EXISTS for as long as a detached table of the name stays detached.
  */
 extern bool replicant_clickhouse_ddl_code_is_final(int code);
 

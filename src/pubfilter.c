@@ -186,6 +186,24 @@ replicant_pubfilter_add(ReplicantPubFilter *filter, Relation rel,
 	MemoryContextSwitchTo(old);
 }
 
+char *
+replicant_pubfilter_fingerprint(const ReplicantPubFilter *filter)
+{
+	StringInfoData out;
+	int attnum = -1;
+	int a;
+
+	initStringInfo(&out);
+	appendStringInfo(&out, "%d %d %d|", filter->have_columns, filter->conflict != NULL,
+					 filter->read_unfiltered);
+	for (a = 0; a < REPLICANT_PUBFILTER_ACTIONS; a++)
+		appendStringInfo(&out, "%d %s|", filter->unfiltered[a], nodeToString(filter->quals[a]));
+	appendStringInfo(&out, "%s|", nodeToString(filter->read_quals));
+	while ((attnum = bms_next_member(filter->columns, attnum)) >= 0)
+		appendStringInfo(&out, "%d ", attnum);
+	return out.data;
+}
+
 /* One expression for a list of ORed filters. */
 static Expr *
 ored(List *quals)

@@ -50,6 +50,12 @@ typedef struct ReplicantPubFilter
  */
 extern ReplicantPubFilter *replicant_pubfilter_create(MemoryContext parent);
 
+/*
+ * The filter as a string, equal for two filters only when they publish the
+ * same rows, columns and actions (palloc'd).
+ */
+extern char *replicant_pubfilter_fingerprint(const ReplicantPubFilter *filter);
+
 /* Whether a publication was added: the relation is published at all. */
 extern bool replicant_pubfilter_publishes(const ReplicantPubFilter *filter);
 

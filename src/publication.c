@@ -106,6 +106,19 @@ static int invalidations = 0;
  */
 static List *denied_now = NIL;
 
+/*
+ * Catalog changes seen (invalidation messages, decoded or received) that
+ * can change what the publications publish: of publications and their
+ * memberships, and of relations (a partition attached, a table moved to
+ * another schema).  Flushes of every entry (hashvalue 0, relid invalid:
+ * InvalidateSystemCaches, CatalogCacheFlushCatalog) are not counted, since
+ * replicant itself flushes its caches before each normal catalog access; a
+ * change lost in a flush of an overflowed invalidation queue is decoded
+ * from WAL all the same.
+ */
+static uint64 publication_changes = 0;
+static uint64 relation_changes = 0;
+
 /* Whether a shape was seen that the next checkpoint must save. */
 static bool shapes_unsaved = false;
 
@@ -140,6 +153,8 @@ relcache_callback(Datum arg, Oid relid)
 {
 	ReplicantRelInfo *entry;
 
+	if (OidIsValid(relid))
+		relation_changes++;
 	if (relinfo_hash == NULL)
 		return;
 	invalidations++;
@@ -157,6 +172,8 @@ relcache_callback(Datum arg, Oid relid)
 static void
 publication_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
+	if (hashvalue != 0)
+		publication_changes++;
 	publications_valid = false;
 	invalidate_all_relinfo();
 }
@@ -164,6 +181,8 @@ publication_callback(Datum arg, int cacheid, uint32 hashvalue)
 static void
 membership_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
+	if (hashvalue != 0)
+		publication_changes++;
 	invalidate_all_relinfo();
 }
 
@@ -236,6 +255,7 @@ replicant_publication_use_epoch(const ReplicantEpoch *options)
 	if (options == epoch)
 		return;
 	epoch = options;
+	publication_changes++;
 	publications_valid = false;
 	invalidate_all_relinfo();
 }
@@ -410,6 +430,12 @@ replicant_publication_read_filter(Relation rel, Relation target, List *names,
 	add_filters(*filter, rel, target, pubs, GetRelationPublications(relid),
 				GetSchemaPublications(RelationGetNamespace(rel)), ancestors);
 	return (*filter)->conflict;
+}
+
+uint64
+replicant_publication_changes(bool relations)
+{
+	return publication_changes + (relations ? relation_changes : 0);
 }
 
 void

@@ -151,6 +151,15 @@ extern char *replicant_publication_read_filter(Relation rel, Relation target,
 											   struct ReplicantPubFilter **filter);
 
 /*
+ * How many catalog changes this process saw, decoded or committed, that can
+ * change what the publications publish: of publications and their members,
+ * and with relations, of any relation too.  Equal counts at two moments
+ * mean no such change was seen in between (a change is seen once decoded,
+ * or by the next replicant_publication_catalog_refresh).
+ */
+extern uint64 replicant_publication_changes(bool relations);
+
+/*
  * Makes the publications' catalog rows be read anew, under a catalog
  * snapshot taken after the caller's latest snapshot: cached ones, or the
  * catalog snapshot they were read under, may predate it (ALTER PUBLICATION

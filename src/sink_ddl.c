@@ -355,7 +355,7 @@ replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeli
 {
 	MemoryContext caller = CurrentMemoryContext;
 	List *targets;
-	ReplicantSink *sink;
+	ReplicantTransport *sink;
 	ListCell *lc;
 	int i = 0;
 
@@ -373,7 +373,7 @@ replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeli
 
 	/* A refused CREATE TABLE is met again: halt on all but a few codes. */
 	sink = replicant_delivery_sink(pipeline);
-	replicant_sink_classify_codes(sink, replicant_clickhouse_ddl_code_is_final);
+	replicant_transport_classify_codes(sink, replicant_clickhouse_ddl_code_is_final);
 	foreach(lc, targets)
 	{
 		ReplicantSinkTable *target = lfirst(lc);
@@ -392,7 +392,7 @@ replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeli
 									   psprintf(" (table `%s`)", target->table));
 		pfree(statement.data);
 	}
-	replicant_sink_destroy(sink);
+	replicant_transport_close(sink);
 	ereport(LOG,
 			(errmsg_plural("replicant pipeline \"%s\" made sure its %d ClickHouse table exists (CREATE TABLE IF NOT EXISTS)",
 						   "replicant pipeline \"%s\" made sure its %d ClickHouse tables exist (CREATE TABLE IF NOT EXISTS)",

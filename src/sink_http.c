@@ -1,11 +1,11 @@
 /*
  * sink_http.c
- *		POSTing batches to an HTTP sink with libcurl's multi interface, and
- *		classifying the answer.
+ *		POSTing batches to an HTTP sink with libcurl: the handle, the
+ *		request's setup (headers, signature, body) and its transfer
+ *		callbacks.
  *
- * The request is driven from our own wait loop (a WaitEventSet over the
- * process latch, postmaster death and the sockets libcurl asks for), so that
- * interrupts are answered promptly and always outside libcurl frames.  The
+ * sink_http_loop.c drives the transfer from our own wait loop, outside
+ * libcurl frames; sink_http_answer.c classifies what it came to.  The
  * libcurl callbacks below only copy data and set flags: they never palloc,
  * ereport or CHECK_FOR_INTERRUPTS, since a longjmp across libcurl would
  * leave it in an undefined state.
@@ -19,44 +19,17 @@
 #include "postgres.h"
 
 #include <curl/curl.h>
-#include <sys/stat.h>
 #include <time.h>
 
-#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "portability/instr_time.h"
 #include "storage/latch.h"
-#include "utils/timestamp.h"
-#include "utils/wait_event.h"
 
-#include "compat.h"
-#include "fault.h"
-#include "headers.h"
-#include "replicant.h"
-#include "signing.h"
 #include "sink_http.h"
-
-/*
- * One easy handle uses one or two sockets (two while happy eyeballs races
- * IPv4 and IPv6), plus the resolver's wakeup pipe; this is ample.
- */
-#define SINK_MAX_SOCKETS 16
-
-/* Wait when libcurl watches nothing yet, e.g. while the resolver runs. */
-#define SINK_IDLE_WAIT_MS 100
-
-/* Upper bound on one wait, so the safety deadline below is checked. */
-#define SINK_MAX_WAIT_MS 1000
-
-/*
- * Beyond http_timeout_ms, libcurl's own timer should have ended the request;
- * this much later we stop waiting for it ourselves.
- */
-#define SINK_DEADLINE_SLACK_MS 5000
-
-/* Longest Retry-After we honour (a sink cannot park us for hours). */
-#define SINK_MAX_RETRY_AFTER_MS (10 * 60 * 1000)
+#include "sink_http_answer.h"
+#include "sink_http_headers.h"
+#include "sink_http_loop.h"
 
 /* Room for a Retry-After value, either delta-seconds or an HTTP-date. */
 #define SINK_RETRY_AFTER_LEN 64
@@ -76,36 +49,7 @@
  */
 #define SINK_UPLOAD_BUFFER (2 * 1024 * 1024)
 
-typedef struct SinkSocket
-{
-	curl_socket_t fd;
-	int what; /* CURL_POLL_IN, _OUT or _INOUT */
-} SinkSocket;
-
-/* A socket in the kept WaitEventSet. */
-typedef struct SinkWatched
-{
-	curl_socket_t fd;
-	dev_t dev; /* which file the number was: numbers are reused */
-	ino_t ino;
-	uint32 events;
-	int pos; /* in the WaitEventSet */
-} SinkWatched;
-
-/* What one attempt came to, before classification. */
-typedef struct SinkAttempt
-{
-	CURLcode code;      /* libcurl's result for the transfer */
-	long status;        /* HTTP status, 0 if none */
-	bool hard_timeout;  /* our safety deadline ended it */
-	bool latch_was_set; /* we reset the latch while waiting */
-	double elapsed_ms;
-} SinkAttempt;
-
-/*
- * A request started by replicant_sink_start() and not finished yet: one at
- * a time per sink.
- */
+/* A request started by http_start() and not finished yet: one at a time. */
 typedef struct SinkStarted
 {
 	bool active;
@@ -117,11 +61,12 @@ typedef struct SinkStarted
 	instr_time started_at;
 } SinkStarted;
 
-struct ReplicantSink
+typedef struct HttpSink
 {
-	CURLM *multi; /* owns the connection cache: keep-alive */
-	CURL *easy;
-	bool attached; /* easy is in multi */
+	ReplicantTransport transport; /* first: an HttpSink is a ReplicantTransport */
+
+	ReplicantSinkLoop loop; /* the multi and easy handles, what they watch */
+	bool attached;          /* the easy handle is in the multi handle */
 
 	/* our copy of the configuration */
 	char *url;
@@ -136,14 +81,6 @@ struct ReplicantSink
 	char *content_type;
 	bool (*code_is_final)(int code);
 
-	/* set by the socket and timer callbacks */
-	SinkSocket sockets[SINK_MAX_SOCKETS];
-	int nsockets;
-	bool socket_overflow;
-	bool timer_armed;
-	long timer_ms;
-	instr_time timer_set_at;
-
 	/* per-request state, set by the transfer callbacks */
 	ReplicantBody *body;
 	size_t body_sent;
@@ -155,29 +92,18 @@ struct ReplicantSink
 	char body_start[SINK_BODY_START_LEN]; /* only to read "Code: N" */
 	size_t body_start_len;
 
-	/*
-	 * The set we wait on, kept across waits and requests while it watches
-	 * the same sockets (one epoll set less per wait); freed on error exits.
-	 */
-	MemoryContext context; /* the sink's, for the set and inline_body */
-	WaitEventSet *wes;
-	SinkWatched watched[SINK_MAX_SOCKETS];
-	int nwatched;
-
-	char *inline_body; /* SINK_INLINE_BODY_MAX bytes, made when first needed */
+	MemoryContext context; /* the sink's, for inline_body */
+	char *inline_body;     /* SINK_INLINE_BODY_MAX bytes, made when first needed */
 
 	/* freed on error exits */
 	struct curl_slist *headers;
 
-	SinkStarted started; /* replicant_sink_start() to _finish() */
-};
+	SinkStarted started; /* http_start() to http_finish() */
+} HttpSink;
 
 
 static bool curl_initialized = false;
 
-static int sink_socket_cb(CURL *easy, curl_socket_t fd, int what,
-						  void *userp, void *socketp);
-static int sink_timer_cb(CURLM *multi, long timeout_ms, void *userp);
 static size_t sink_read_cb(char *buffer, size_t size, size_t nitems,
 						   void *userdata);
 static int sink_seek_cb(void *userdata, curl_off_t offset, int origin);
@@ -190,77 +116,35 @@ static int sink_prereq_cb(void *clientp, char *conn_primary_ip,
 						  char *conn_local_ip, int conn_primary_port,
 						  int conn_local_port);
 #endif
+static void http_send(ReplicantTransport *transport, const char *webhook_id,
+					  ReplicantBody *body, ReplicantSinkResult *result);
+static void http_start(ReplicantTransport *transport, const char *webhook_id,
+					   ReplicantBody *body);
+static void http_pump(ReplicantTransport *transport);
+static void http_finish(ReplicantTransport *transport, ReplicantSinkResult *result);
+static void http_cancel(ReplicantTransport *transport);
+static void http_classify_codes(ReplicantTransport *transport,
+								bool (*code_is_final)(int code));
+static void http_close(ReplicantTransport *transport);
+
+static const ReplicantTransportMethods http_methods = {
+	.send = http_send,
+	.start = http_start,
+	.pump = http_pump,
+	.finish = http_finish,
+	.cancel = http_cancel,
+	.classify_codes = http_classify_codes,
+	.close = http_close,
+};
+
 static void sink_setopt_failed(const char *option, CURLcode code);
-static void sink_configure(ReplicantSink *sink);
-static bool sink_append_header(struct curl_slist **list, StringInfo buf,
-							   const char *name, const char *value);
-static bool sink_build_headers(ReplicantSink *sink, const char *webhook_id,
-							   int64 timestamp, const char *signature);
-static void sink_free_wait_set(ReplicantSink *sink);
-static void sink_run(ReplicantSink *sink, SinkAttempt *attempt);
-static void sink_attempt(ReplicantSink *sink, const char *webhook_id,
+static void sink_cancel(HttpSink *sink);
+static void sink_configure(HttpSink *sink);
+static void sink_attempt(HttpSink *sink, const char *webhook_id,
 						 int64 timestamp, const char *signature,
 						 ReplicantBody *body, SinkAttempt *attempt);
-static long sink_timer_remaining(ReplicantSink *sink);
-static int sink_parse_retry_after(const char *value);
-static ReplicantSinkOutcome sink_classify(long status);
-static void sink_classify_code(ReplicantSink *sink, ReplicantSinkResult *result);
-static void sink_transport_error(ReplicantSink *sink, CURLcode code,
-								 bool hard_timeout, ReplicantSinkResult *result);
 
 /* ---- libcurl callbacks: no palloc, no ereport, no CHECK_FOR_INTERRUPTS ---- */
-
-/* Records which sockets libcurl wants watched, and for what. */
-static int
-sink_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
-			   void *socketp)
-{
-	ReplicantSink *sink = (ReplicantSink *) userp;
-	int i;
-
-	for (i = 0; i < sink->nsockets; i++)
-	{
-		if (sink->sockets[i].fd == fd)
-			break;
-	}
-
-	if (what == CURL_POLL_REMOVE)
-	{
-		if (i < sink->nsockets)
-			sink->sockets[i] = sink->sockets[--sink->nsockets];
-		return 0;
-	}
-
-	if (i == sink->nsockets)
-	{
-		if (sink->nsockets == SINK_MAX_SOCKETS)
-		{
-			sink->socket_overflow = true;
-			return -1; /* libcurl fails the transfer */
-		}
-		sink->sockets[i].fd = fd;
-		sink->nsockets++;
-	}
-	sink->sockets[i].what = what;
-	return 0;
-}
-
-/* Records libcurl's single, non-repeating timer; -1 disarms it. */
-static int
-sink_timer_cb(CURLM *multi, long timeout_ms, void *userp)
-{
-	ReplicantSink *sink = (ReplicantSink *) userp;
-
-	if (timeout_ms < 0)
-		sink->timer_armed = false;
-	else
-	{
-		sink->timer_armed = true;
-		sink->timer_ms = timeout_ms;
-		INSTR_TIME_SET_CURRENT(sink->timer_set_at);
-	}
-	return 0;
-}
 
 /*
  * Streams the body into the request, never past body->length: libcurl sent
@@ -270,7 +154,7 @@ sink_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 static size_t
 sink_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 {
-	ReplicantSink *sink = (ReplicantSink *) userdata;
+	HttpSink *sink = (HttpSink *) userdata;
 	ReplicantBody *body = sink->body;
 	size_t max = size * nitems;
 	size_t got;
@@ -297,7 +181,7 @@ sink_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 static int
 sink_seek_cb(void *userdata, curl_off_t offset, int origin)
 {
-	ReplicantSink *sink = (ReplicantSink *) userdata;
+	HttpSink *sink = (HttpSink *) userdata;
 
 	if (origin != SEEK_SET || offset != 0)
 		return CURL_SEEKFUNC_CANTSEEK;
@@ -313,7 +197,7 @@ sink_seek_cb(void *userdata, curl_off_t offset, int origin)
 static size_t
 sink_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-	ReplicantSink *sink = (ReplicantSink *) userdata;
+	HttpSink *sink = (HttpSink *) userdata;
 	size_t n = Min(size * nmemb, SINK_BODY_START_LEN - 1 - sink->body_start_len);
 
 	if (sink->code_is_final != NULL)
@@ -333,7 +217,7 @@ sink_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 static size_t
 sink_header_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 {
-	ReplicantSink *sink = (ReplicantSink *) userdata;
+	HttpSink *sink = (HttpSink *) userdata;
 	size_t len = size * nitems;
 	static const char name[] = "retry-after:";
 	size_t namelen = sizeof(name) - 1;
@@ -381,7 +265,7 @@ static int
 sink_prereq_cb(void *clientp, char *conn_primary_ip, char *conn_local_ip,
 			   int conn_primary_port, int conn_local_port)
 {
-	ReplicantSink *sink = (ReplicantSink *) clientp;
+	HttpSink *sink = (HttpSink *) clientp;
 
 	sink->connected = true;
 	return CURL_PREREQFUNC_OK;
@@ -416,14 +300,14 @@ sink_setopt_failed(const char *option, CURLcode code)
 
 /* Options that stay the same for every request of this sink. */
 static void
-sink_configure(ReplicantSink *sink)
+sink_configure(HttpSink *sink)
 {
-	CURL *easy = sink->easy;
+	CURL *easy = sink->loop.easy;
 
-	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_SOCKETFUNCTION, sink_socket_cb);
-	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_SOCKETDATA, sink);
-	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_TIMERFUNCTION, sink_timer_cb);
-	SINK_MULTI_SETOPT(sink->multi, CURLMOPT_TIMERDATA, sink);
+	SINK_MULTI_SETOPT(sink->loop.multi, CURLMOPT_SOCKETFUNCTION, replicant_sink_loop_socket_cb);
+	SINK_MULTI_SETOPT(sink->loop.multi, CURLMOPT_SOCKETDATA, &sink->loop);
+	SINK_MULTI_SETOPT(sink->loop.multi, CURLMOPT_TIMERFUNCTION, replicant_sink_loop_timer_cb);
+	SINK_MULTI_SETOPT(sink->loop.multi, CURLMOPT_TIMERDATA, &sink->loop);
 
 	SINK_SETOPT(easy, CURLOPT_URL, sink->url);
 	/* bgworkers own SIGALRM; libcurl must not touch signals */
@@ -462,10 +346,10 @@ sink_configure(ReplicantSink *sink)
 #endif
 }
 
-ReplicantSink *
-replicant_sink_create(const ReplicantSinkConfig *config)
+ReplicantTransport *
+replicant_http_transport_open(const ReplicantSinkConfig *config)
 {
-	ReplicantSink *sink;
+	HttpSink *sink;
 	ListCell *lc1,
 		*lc2;
 
@@ -484,8 +368,10 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 	if (list_length(config->header_names) != list_length(config->header_values))
 		elog(ERROR, "sink header names and values differ in number");
 
-	sink = palloc0(sizeof(ReplicantSink));
+	sink = palloc0(sizeof(HttpSink));
+	sink->transport.methods = &http_methods;
 	sink->context = CurrentMemoryContext;
+	sink->loop.context = CurrentMemoryContext;
 	sink->url = pstrdup(config->url);
 	sink->http_timeout_ms = Max(config->http_timeout_ms, 0);
 	sink->connect_timeout_ms = Max(config->connect_timeout_ms, 0);
@@ -503,9 +389,9 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 
 	PG_TRY();
 	{
-		sink->multi = curl_multi_init();
-		sink->easy = curl_easy_init();
-		if (sink->multi == NULL || sink->easy == NULL)
+		sink->loop.multi = curl_multi_init();
+		sink->loop.easy = curl_easy_init();
+		if (sink->loop.multi == NULL || sink->loop.easy == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("out of memory"),
@@ -514,34 +400,35 @@ replicant_sink_create(const ReplicantSinkConfig *config)
 	}
 	PG_CATCH();
 	{
-		replicant_sink_destroy(sink);
+		http_close(&sink->transport);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
-	return sink;
+	return &sink->transport;
 }
 
-void
-replicant_sink_classify_codes(ReplicantSink *sink, bool (*code_is_final)(int code))
+static void
+http_classify_codes(ReplicantTransport *transport, bool (*code_is_final)(int code))
 {
+	HttpSink *sink = (HttpSink *) transport;
+
 	sink->code_is_final = code_is_final;
 }
 
-void
-replicant_sink_destroy(ReplicantSink *sink)
+static void
+http_close(ReplicantTransport *transport)
 {
-	if (sink == NULL)
-		return;
+	HttpSink *sink = (HttpSink *) transport;
 
-	sink_free_wait_set(sink);
+	replicant_sink_loop_free_wait_set(&sink->loop);
 	if (sink->attached)
-		curl_multi_remove_handle(sink->multi, sink->easy);
-	if (sink->easy != NULL)
-		curl_easy_cleanup(sink->easy);
-	/* closes cached connections; may still call sink_socket_cb */
-	if (sink->multi != NULL)
-		curl_multi_cleanup(sink->multi);
+		curl_multi_remove_handle(sink->loop.multi, sink->loop.easy);
+	if (sink->loop.easy != NULL)
+		curl_easy_cleanup(sink->loop.easy);
+	/* closes cached connections; may still call the socket callback */
+	if (sink->loop.multi != NULL)
+		curl_multi_cleanup(sink->loop.multi);
 	curl_slist_free_all(sink->headers);
 
 	if (sink->secret_previous != NULL)
@@ -563,401 +450,14 @@ replicant_sink_destroy(ReplicantSink *sink)
 	pfree(sink);
 }
 
-/* ---- headers ---- */
-
-/*
- * Appends "name: value".  An empty value is written "name;", libcurl's way
- * to send an empty header ("name:" would remove it).  Returns false only
- * when libcurl is out of memory.
- */
-static bool
-sink_append_header(struct curl_slist **list, StringInfo buf,
-				   const char *name, const char *value)
-{
-	struct curl_slist *l;
-
-	resetStringInfo(buf);
-	if (value[0] == '\0')
-		appendStringInfo(buf, "%s;", name);
-	else
-		appendStringInfo(buf, "%s: %s", name, value);
-	l = curl_slist_append(*list, buf->data);
-	if (l == NULL)
-		return false;
-	*list = l;
-	return true;
-}
-
-/* Builds this request's header list into sink->headers. */
-static bool
-sink_build_headers(ReplicantSink *sink, const char *webhook_id,
-				   int64 timestamp, const char *signature)
-{
-	StringInfoData buf;
-	char ts[32];
-	bool ok;
-	ListCell *lc1,
-		*lc2;
-
-	initStringInfo(&buf);
-	snprintf(ts, sizeof(ts), INT64_FORMAT, timestamp);
-
-	ok = sink_append_header(&sink->headers, &buf, "Content-Type",
-							sink->content_type) &&
-		 sink_append_header(&sink->headers, &buf, "User-Agent",
-							"replicant/" REPLICANT_VERSION) &&
-		 sink_append_header(&sink->headers, &buf, "webhook-id", webhook_id) &&
-		 sink_append_header(&sink->headers, &buf, "webhook-timestamp", ts);
-
-	/* "Expect:" removes libcurl's 100-continue: one round trip less */
-	if (ok)
-	{
-		struct curl_slist *l = curl_slist_append(sink->headers, "Expect:");
-
-		ok = (l != NULL);
-		if (ok)
-			sink->headers = l;
-	}
-	if (ok && signature != NULL)
-		ok = sink_append_header(&sink->headers, &buf, "webhook-signature",
-								signature);
-
-	forboth(lc1, sink->header_names, lc2, sink->header_values)
-	{
-		const char *name = lfirst(lc1);
-		const char *value = lfirst(lc2);
-
-		if (!ok)
-			break;
-		/* validated when configured; still never forge or override a line */
-		if (!replicant_header_name_ok(name) || !replicant_header_value_ok(value) ||
-			replicant_header_reserved(name) != NULL)
-			continue;
-		ok = sink_append_header(&sink->headers, &buf, name, value);
-	}
-
-	pfree(buf.data);
-	return ok;
-}
-
 /* ---- the request ---- */
-
-/* Milliseconds until libcurl's timer fires (rounded up), or -1 if unarmed. */
-static long
-sink_timer_remaining(ReplicantSink *sink)
-{
-	instr_time now;
-	int64 elapsed_us;
-	int64 remaining_us;
-
-	if (!sink->timer_armed)
-		return -1;
-	INSTR_TIME_SET_CURRENT(now);
-	INSTR_TIME_SUBTRACT(now, sink->timer_set_at);
-	elapsed_us = (int64) INSTR_TIME_GET_MICROSEC(now);
-	remaining_us = (int64) sink->timer_ms * 1000 - elapsed_us;
-	if (remaining_us <= 0)
-		return 0;
-	return (long) ((remaining_us + 999) / 1000);
-}
-
-/* Crash tests stop here: the whole request is out, no answer has come. */
-static void
-fault_after_send(ReplicantSink *sink)
-{
-	curl_off_t uploaded = 0;
-	long status = 0;
-
-	if (replicant_fault_point == NULL || replicant_fault_point[0] == '\0')
-		return;
-	curl_easy_getinfo(sink->easy, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_getinfo(sink->easy, CURLINFO_SIZE_UPLOAD_T, &uploaded);
-	if (status == 0 && uploaded >= (curl_off_t) sink->body->length)
-		replicant_fault("after_send");
-}
-
-/* How long one round may wait: until libcurl's timer, within bounds. */
-static long
-sink_wait_ms(ReplicantSink *sink)
-{
-	long timer = sink_timer_remaining(sink);
-
-	if (timer >= 0)
-		return Min(timer, SINK_MAX_WAIT_MS);
-	if (sink->nsockets == 0)
-		return SINK_IDLE_WAIT_MS;
-	return SINK_MAX_WAIT_MS;
-}
-
-static uint32
-sink_socket_events(int what)
-{
-	uint32 events = 0;
-
-	if (what & CURL_POLL_IN)
-		events |= WL_SOCKET_READABLE;
-	if (what & CURL_POLL_OUT)
-		events |= WL_SOCKET_WRITEABLE;
-	return events;
-}
-
-static SinkWatched *
-sink_watched(ReplicantSink *sink, curl_socket_t fd)
-{
-	int i;
-
-	for (i = 0; i < sink->nwatched; i++)
-	{
-		if (sink->watched[i].fd == fd)
-			return &sink->watched[i];
-	}
-	return NULL;
-}
-
-/*
- * Whether the kept set watches exactly the sockets libcurl waits for, each
- * still the file it was: between our waits libcurl closes and opens sockets
- * (a new connection, the resolver's pipe), a new one can get an old number,
- * and epoll forgets a closed file.
- */
-static bool
-sink_wait_set_current(ReplicantSink *sink)
-{
-	int nwanted = 0;
-	int i;
-
-	if (sink->wes == NULL)
-		return false;
-	for (i = 0; i < sink->nsockets; i++)
-	{
-		SinkWatched *w;
-		struct stat st;
-
-		if (sink_socket_events(sink->sockets[i].what) == 0)
-			continue;
-		nwanted++;
-		w = sink_watched(sink, sink->sockets[i].fd);
-		if (w == NULL || fstat(w->fd, &st) != 0 ||
-			st.st_dev != w->dev || st.st_ino != w->ino)
-			return false;
-	}
-	return nwanted == sink->nwatched;
-}
-
-static void
-sink_free_wait_set(ReplicantSink *sink)
-{
-	if (sink->wes != NULL)
-		FreeWaitEventSet(sink->wes);
-	sink->wes = NULL;
-	sink->nwatched = 0;
-}
-
-/* A new set over the latch, postmaster death and libcurl's sockets. */
-static void
-sink_build_wait_set(ReplicantSink *sink)
-{
-	int i;
-
-	sink_free_wait_set(sink);
-	sink->wes = REPLICANT_CREATE_WAIT_EVENT_SET(sink->context, sink->nsockets + 2);
-	AddWaitEventToSet(sink->wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(sink->wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
-					  NULL, NULL);
-	for (i = 0; i < sink->nsockets; i++)
-	{
-		uint32 events = sink_socket_events(sink->sockets[i].what);
-		SinkWatched *w;
-		struct stat st;
-
-		if (events == 0)
-			continue;
-		/* a descriptor fstat cannot see fails in AddWaitEventToSet */
-		if (fstat(sink->sockets[i].fd, &st) != 0)
-			memset(&st, 0, sizeof(st));
-		w = &sink->watched[sink->nwatched++];
-		w->fd = sink->sockets[i].fd;
-		w->dev = st.st_dev;
-		w->ino = st.st_ino;
-		w->events = events;
-		w->pos = AddWaitEventToSet(sink->wes, events, w->fd, NULL, NULL);
-	}
-}
-
-/* Points the kept set's sockets at what libcurl waits for now. */
-static void
-sink_update_wait_set(ReplicantSink *sink)
-{
-	int i;
-
-	for (i = 0; i < sink->nsockets; i++)
-	{
-		uint32 events = sink_socket_events(sink->sockets[i].what);
-		SinkWatched *w = sink_watched(sink, sink->sockets[i].fd);
-
-		if (events != 0 && w->events != events)
-		{
-			ModifyWaitEvent(sink->wes, w->pos, events, NULL);
-			w->events = events;
-		}
-	}
-}
-
-/*
- * Waits on the latch, postmaster death and the sockets libcurl watches, for
- * at most wait_ms.  Returns how many events fired into occurred.
- */
-static int
-sink_wait(ReplicantSink *sink, long wait_ms, WaitEvent *occurred,
-		  int noccurred)
-{
-	if (sink_wait_set_current(sink))
-		sink_update_wait_set(sink);
-	else
-		sink_build_wait_set(sink);
-	return WaitEventSetWait(sink->wes, wait_ms, occurred, noccurred,
-							PG_WAIT_EXTENSION);
-}
-
-/*
- * Hands the sockets that fired to libcurl, and says whether the latch did.
- * Returns libcurl's verdict, stopping at the first failure.
- */
-static CURLMcode
-sink_dispatch(ReplicantSink *sink, WaitEvent *occurred, int nfired,
-			  int *running, bool *latch_fired)
-{
-	CURLMcode mc = CURLM_OK;
-	int i;
-
-	for (i = 0; i < nfired && mc == CURLM_OK; i++)
-	{
-		int mask = 0;
-
-		if (occurred[i].events & WL_LATCH_SET)
-		{
-			*latch_fired = true;
-			continue;
-		}
-		if (occurred[i].events & WL_SOCKET_READABLE)
-			mask |= CURL_CSELECT_IN;
-		if (occurred[i].events & WL_SOCKET_WRITEABLE)
-			mask |= CURL_CSELECT_OUT;
-		if (mask != 0)
-			mc = curl_multi_socket_action(sink->multi, occurred[i].fd,
-										  mask, running);
-	}
-	return mc;
-}
-
-/* What the transfer came to, once the wait loop is over. */
-static CURLcode
-sink_result_code(ReplicantSink *sink, CURLMcode mc, bool hard_timeout)
-{
-	CURLcode code;
-	CURLMsg *msg;
-	int pending;
-
-	if (hard_timeout)
-		return CURLE_OPERATION_TIMEDOUT;
-	if (mc == CURLM_OUT_OF_MEMORY)
-		return CURLE_OUT_OF_MEMORY;
-	if (mc != CURLM_OK || sink->socket_overflow)
-		return CURLE_FAILED_INIT;
-
-	code = CURLE_FAILED_INIT; /* if libcurl reports no result */
-	while ((msg = curl_multi_info_read(sink->multi, &pending)) != NULL)
-	{
-		if (msg->msg == CURLMSG_DONE && msg->easy_handle == sink->easy)
-			code = msg->data.result;
-	}
-	return code;
-}
-
-/*
- * Drives the attached transfer to its end.  Each round waits on the latch,
- * postmaster death and libcurl's sockets, hands what fired to libcurl, and
- * only then, outside libcurl, answers interrupts.  A SIGTERM abandons the
- * transfer instead, so that the caller can commit what the sink
- * acknowledged before it exits (replicant_delivery_check_for_interrupts).
- */
-static void
-sink_run(ReplicantSink *sink, SinkAttempt *attempt)
-{
-	int running = 1;
-	bool abandoned = false;
-	instr_time start;
-	instr_time now;
-	CURLMcode mc;
-
-	INSTR_TIME_SET_CURRENT(start);
-
-	mc = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-
-	while (mc == CURLM_OK && running > 0 && !sink->socket_overflow)
-	{
-		WaitEvent occurred[SINK_MAX_SOCKETS + 2];
-		int nfired;
-		bool latch_fired = false;
-
-		/* libcurl's timer ends the request; this only guards against a bug */
-		INSTR_TIME_SET_CURRENT(now);
-		INSTR_TIME_SUBTRACT(now, start);
-		if (sink->http_timeout_ms > 0 &&
-			INSTR_TIME_GET_MILLISEC(now) >
-				(double) sink->http_timeout_ms + SINK_DEADLINE_SLACK_MS)
-		{
-			attempt->hard_timeout = true;
-			break;
-		}
-
-		nfired = sink_wait(sink, sink_wait_ms(sink), occurred, lengthof(occurred));
-		mc = sink_dispatch(sink, occurred, nfired, &running, &latch_fired);
-
-		/*
-		 * The timer is non-repeating: forget it before telling libcurl, which
-		 * re-arms it from inside the call if it still needs one.
-		 */
-		if (mc == CURLM_OK &&
-			(sink_timer_remaining(sink) == 0 ||
-			 (!sink->timer_armed && sink->nsockets == 0 && nfired == 0)))
-		{
-			sink->timer_armed = false;
-			mc = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT, 0,
-										  &running);
-		}
-
-		if (latch_fired)
-		{
-			ResetLatch(MyLatch);
-			attempt->latch_was_set = true;
-		}
-		fault_after_send(sink);
-		if (ProcDiePending && running > 0)
-		{
-			abandoned = true;
-			break;
-		}
-		CHECK_FOR_INTERRUPTS();
-	}
-
-	if (abandoned)
-		attempt->code = CURLE_ABORTED_BY_CALLBACK;
-	else
-		attempt->code = sink_result_code(sink, mc, attempt->hard_timeout);
-
-	INSTR_TIME_SET_CURRENT(now);
-	INSTR_TIME_SUBTRACT(now, start);
-	attempt->elapsed_ms = INSTR_TIME_GET_MILLISEC(now);
-	curl_easy_getinfo(sink->easy, CURLINFO_RESPONSE_CODE, &attempt->status);
-}
 
 /*
  * Tells libcurl where the body comes from: memory for a small one (read
  * here, outside libcurl), else sink_read_cb.  False if it could not be read.
  */
 static bool
-sink_set_body(ReplicantSink *sink, ReplicantBody *body)
+sink_set_body(HttpSink *sink, ReplicantBody *body)
 {
 	char *inline_data = NULL;
 
@@ -982,7 +482,7 @@ sink_set_body(ReplicantSink *sink, ReplicantBody *body)
 		}
 		inline_data = sink->inline_body;
 	}
-	return curl_easy_setopt(sink->easy, CURLOPT_POSTFIELDS, inline_data) == CURLE_OK;
+	return curl_easy_setopt(sink->loop.easy, CURLOPT_POSTFIELDS, inline_data) == CURLE_OK;
 }
 
 /*
@@ -991,7 +491,7 @@ sink_set_body(ReplicantSink *sink, ReplicantBody *body)
  * could not take the request.
  */
 static bool
-sink_attach(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
+sink_attach(HttpSink *sink, const char *webhook_id, int64 timestamp,
 			const char *signature, ReplicantBody *body, SinkAttempt *attempt)
 {
 	sink->body = body;
@@ -1002,10 +502,11 @@ sink_attach(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 	sink->error_code = 0;
 	sink->body_start_len = 0;
 	sink->body_start[0] = '\0';
-	sink->socket_overflow = false;
+	sink->loop.socket_overflow = false;
 	body->rewind(body->arg);
 
-	if (!sink_build_headers(sink, webhook_id, timestamp, signature))
+	if (!replicant_sink_http_headers(&sink->headers, sink->content_type, sink->header_names,
+									 sink->header_values, webhook_id, timestamp, signature))
 	{
 		attempt->code = CURLE_OUT_OF_MEMORY;
 		return false;
@@ -1015,10 +516,10 @@ sink_attach(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 		attempt->code = sink->body_failed ? CURLE_READ_ERROR : CURLE_FAILED_INIT;
 		return false;
 	}
-	if (curl_easy_setopt(sink->easy, CURLOPT_HTTPHEADER, sink->headers) != CURLE_OK ||
-		curl_easy_setopt(sink->easy, CURLOPT_POSTFIELDSIZE_LARGE,
+	if (curl_easy_setopt(sink->loop.easy, CURLOPT_HTTPHEADER, sink->headers) != CURLE_OK ||
+		curl_easy_setopt(sink->loop.easy, CURLOPT_POSTFIELDSIZE_LARGE,
 						 (curl_off_t) body->length) != CURLE_OK ||
-		curl_multi_add_handle(sink->multi, sink->easy) != CURLM_OK)
+		curl_multi_add_handle(sink->loop.multi, sink->loop.easy) != CURLM_OK)
 	{
 		attempt->code = CURLE_FAILED_INIT;
 		return false;
@@ -1032,17 +533,17 @@ sink_attach(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
  * wait set outlives only a clean exchange: nothing half-watched.
  */
 static void
-sink_detach(ReplicantSink *sink, bool clean)
+sink_detach(HttpSink *sink, bool clean)
 {
 	if (!clean)
-		sink_free_wait_set(sink);
+		replicant_sink_loop_free_wait_set(&sink->loop);
 	if (sink->attached)
 	{
 		/* a transfer cut short closes its connection: no half state */
-		curl_multi_remove_handle(sink->multi, sink->easy);
+		curl_multi_remove_handle(sink->loop.multi, sink->loop.easy);
 		sink->attached = false;
 	}
-	curl_easy_setopt(sink->easy, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(sink->loop.easy, CURLOPT_HTTPHEADER, NULL);
 	curl_slist_free_all(sink->headers);
 	sink->headers = NULL;
 	sink->body = NULL;
@@ -1053,13 +554,13 @@ sink_detach(ReplicantSink *sink, bool clean)
  * an interrupt throws out of the wait loop.
  */
 static void
-sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
+sink_attempt(HttpSink *sink, const char *webhook_id, int64 timestamp,
 			 const char *signature, ReplicantBody *body, SinkAttempt *attempt)
 {
 	PG_TRY();
 	{
 		if (sink_attach(sink, webhook_id, timestamp, signature, body, attempt))
-			sink_run(sink, attempt);
+			replicant_sink_loop_run(&sink->loop, sink->http_timeout_ms, body->length, attempt);
 	}
 	PG_CATCH();
 	{
@@ -1070,276 +571,42 @@ sink_attempt(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
 	sink_detach(sink, attempt->code == CURLE_OK);
 }
 
-/* Retry-After as milliseconds, capped; -1 if absent or unparsable. */
-static int
-sink_parse_retry_after(const char *value)
-{
-	int64 seconds = 0;
-	const char *p;
-
-	if (value[0] >= '0' && value[0] <= '9')
-	{
-		/* delta-seconds */
-		for (p = value; *p >= '0' && *p <= '9'; p++)
-		{
-			seconds = seconds * 10 + (*p - '0');
-			if (seconds > SINK_MAX_RETRY_AFTER_MS / 1000)
-				return SINK_MAX_RETRY_AFTER_MS;
-		}
-		if (*p != '\0')
-			return -1;
-	}
-	else
-	{
-		/* HTTP-date */
-		time_t when = curl_getdate(value, NULL);
-
-		if (when == (time_t) -1)
-			return -1;
-		seconds = (int64) when - (int64) time(NULL);
-		if (seconds < 0)
-			seconds = 0;
-	}
-	return (int) Min(seconds * 1000, (int64) SINK_MAX_RETRY_AFTER_MS);
-}
-
-static ReplicantSinkOutcome
-sink_classify(long status)
-{
-	if (status >= 200 && status <= 299)
-		return REPLICANT_SINK_OK;
-	if (status == 408 || status == 425 || status == 429 ||
-		(status >= 500 && status <= 599))
-		return REPLICANT_SINK_RETRY;
-	if (status == 413)
-		return REPLICANT_SINK_TOO_LARGE;
-	if (status == 410)
-		return REPLICANT_SINK_GONE;
-	return REPLICANT_SINK_REJECTED;
-}
-
-/*
- * The fixed text for a libcurl failure; NULL for a timeout, which says how
- * long, and for codes without one of their own.
- */
-static const char *
-sink_transport_message(CURLcode code)
-{
-	switch (code)
-	{
-		case CURLE_COULDNT_RESOLVE_HOST:
-		case CURLE_COULDNT_RESOLVE_PROXY:
-			return "could not resolve sink host name";
-		case CURLE_COULDNT_CONNECT:
-			return "could not connect to sink";
-		case CURLE_SEND_ERROR:
-		case CURLE_RECV_ERROR:
-			return "connection to sink was reset";
-		case CURLE_GOT_NOTHING:
-			return "sink closed the connection without answering";
-		case CURLE_PARTIAL_FILE:
-			return "sink closed the connection during its answer";
-		case CURLE_WEIRD_SERVER_REPLY:
-		case CURLE_HTTP2:
-		case CURLE_HTTP2_STREAM:
-			return "sink sent an invalid HTTP answer";
-		case CURLE_PEER_FAILED_VERIFICATION:
-			return "could not verify the sink's TLS certificate";
-		case CURLE_SSL_CACERT_BADFILE:
-			return "could not load the CA file for the sink";
-		case CURLE_SSL_CONNECT_ERROR:
-		case CURLE_SSL_CERTPROBLEM:
-		case CURLE_SSL_CIPHER:
-		case CURLE_SSL_ENGINE_NOTFOUND:
-		case CURLE_SSL_ENGINE_SETFAILED:
-		case CURLE_SSL_ISSUER_ERROR:
-		case CURLE_SSL_CRL_BADFILE:
-			return "could not establish a TLS connection to sink";
-		case CURLE_SEND_FAIL_REWIND:
-			return "could not rewind batch body";
-		case CURLE_READ_ERROR:
-			return "could not read batch body";
-		case CURLE_URL_MALFORMAT:
-			return "sink URL is not valid";
-		case CURLE_UNSUPPORTED_PROTOCOL:
-			return "sink URL scheme is not allowed";
-		case CURLE_OUT_OF_MEMORY:
-			return "out of memory while sending batch";
-		default:
-			return NULL;
-	}
-}
-
-/*
- * A timed-out request: where libcurl can tell that no connection was made,
- * the connection timed out, else the answer did.
- */
-static void
-sink_timeout_error(ReplicantSink *sink, bool hard_timeout,
-				   ReplicantSinkResult *result)
-{
-#if LIBCURL_VERSION_NUM >= 0x075000
-	if (!sink->connected && !hard_timeout)
-	{
-		int limit = sink->connect_timeout_ms;
-
-		if (limit == 0 ||
-			(sink->http_timeout_ms > 0 && sink->http_timeout_ms < limit))
-			limit = sink->http_timeout_ms;
-		if (limit > 0)
-		{
-			snprintf(result->error, sizeof(result->error),
-					 "could not connect to sink within %d ms", limit);
-			return;
-		}
-	}
-#endif
-	snprintf(result->error, sizeof(result->error),
-			 "sink did not answer within %d ms",
-			 sink->http_timeout_ms);
-}
-
-/*
- * A sink that names its errors by code (ClickHouse: the header, or "Code: N"
- * opening the body of older servers' 500s) is classified by the code: a
- * final one halts, any other is retried, whatever the status.
- */
-static void
-sink_classify_code(ReplicantSink *sink, ReplicantSinkResult *result)
-{
-	int code = sink->error_code;
-
-	if (sink->code_is_final == NULL)
-		return;
-	if (code == 0 && strncmp(sink->body_start, "Code: ", 6) == 0)
-		code = atoi(sink->body_start + 6);
-	if (code <= 0)
-		return;
-	result->error_code = code;
-	if (sink->code_is_final(code))
-		result->outcome = REPLICANT_SINK_REJECTED;
-	else if (result->outcome != REPLICANT_SINK_TOO_LARGE)
-		result->outcome = REPLICANT_SINK_RETRY;
-	snprintf(result->error, sizeof(result->error), "HTTP %ld, error code %d",
-			 result->http_status, code);
-}
-
-/* No usable HTTP answer: always retried, with a fixed, value-free text. */
-static void
-sink_transport_error(ReplicantSink *sink, CURLcode code, bool hard_timeout,
-					 ReplicantSinkResult *result)
-{
-	const char *msg;
-
-	result->outcome = REPLICANT_SINK_RETRY;
-	result->http_status = 0;
-	result->refused = (code == CURLE_COULDNT_CONNECT);
-
-	if (sink->body_failed)
-		msg = "could not read batch body";
-	else if (code == CURLE_OPERATION_TIMEDOUT)
-	{
-		sink_timeout_error(sink, hard_timeout, result);
-		return;
-	}
-	else if ((msg = sink_transport_message(code)) == NULL)
-	{
-		/* the code is value-free; libcurl's error text may not be */
-		snprintf(result->error, sizeof(result->error),
-				 "could not send batch to sink (libcurl error %d)",
-				 (int) code);
-		return;
-	}
-	strlcpy(result->error, msg, sizeof(result->error));
-}
-
-/*
- * The request's webhook-signature into *signature (NULL when the sink signs
- * nothing).  False when the body could not be read to sign it.
- */
-static bool
-sink_sign(ReplicantSink *sink, const char *webhook_id, int64 timestamp,
-		  ReplicantBody *body, char **signature)
-{
-	/* the id is ours, not the sink's: a CR or LF in it is a bug */
-	if (!replicant_header_value_ok(webhook_id))
-		elog(ERROR, "invalid webhook id");
-
-	*signature = NULL;
-	if (sink->secret == NULL)
-		return true;
-	*signature = replicant_signing_signature(sink->secret, webhook_id, timestamp, body);
-
-	/*
-	 * While a rotated-out secret is still valid, sign with both, space
-	 * separated, as Standard Webhooks allows.
-	 */
-	if (*signature != NULL && sink->secret_previous != NULL &&
-		GetCurrentTimestamp() < sink->secret_previous_until)
-	{
-		char *previous = replicant_signing_signature(sink->secret_previous,
-													 webhook_id, timestamp, body);
-
-		*signature = previous ? psprintf("%s %s", *signature, previous) : NULL;
-	}
-	return *signature != NULL;
-}
-
-/* The result of a request whose body could not be read to sign it. */
-static void
-sink_signing_failed(ReplicantSinkResult *result)
-{
-	result->outcome = REPLICANT_SINK_RETRY;
-	strlcpy(result->error, "could not read batch body", sizeof(result->error));
-}
-
 /* Classifies what the attempt came to into *result. */
 static void
-sink_classify_attempt(ReplicantSink *sink, SinkAttempt *attempt,
+sink_classify_attempt(HttpSink *sink, SinkAttempt *attempt,
 					  ReplicantSinkResult *result)
 {
-	result->elapsed_ms = attempt->elapsed_ms;
+	ReplicantSinkAnswer answer;
+	ReplicantSinkAnswerRules rules;
 
-	/*
-	 * A status counts if the transfer completed, or if the sink said no
-	 * before it broke (e.g. a 413 sent before reading the whole body).  A
-	 * half-received 1xx or 2xx is not an acknowledgement: retry.
-	 */
-	if (attempt->code == CURLE_OK ? attempt->status >= 100 : attempt->status >= 300)
-	{
-		result->http_status = attempt->status;
-		result->outcome = sink_classify(attempt->status);
-		if (result->outcome != REPLICANT_SINK_OK)
-			snprintf(result->error, sizeof(result->error), "HTTP %ld",
-					 attempt->status);
-		if (sink->retry_after_seen)
-			result->retry_after_ms = sink_parse_retry_after(sink->retry_after);
-		if (result->outcome != REPLICANT_SINK_OK)
-			sink_classify_code(sink, result);
-	}
-	else
-	{
-		/* a completed transfer without a status line: not HTTP as we know it */
-		if (attempt->code == CURLE_OK)
-			attempt->code = CURLE_WEIRD_SERVER_REPLY;
-		sink_transport_error(sink, attempt->code, attempt->hard_timeout, result);
-	}
+	answer.code = attempt->code;
+	answer.status = attempt->status;
+	answer.hard_timeout = attempt->hard_timeout;
+	answer.body_failed = sink->body_failed;
+	answer.connected = sink->connected;
+	answer.retry_after = sink->retry_after_seen ? sink->retry_after : NULL;
+	answer.error_code = sink->error_code;
+	answer.body_start = sink->body_start;
+	answer.elapsed_ms = attempt->elapsed_ms;
+	rules.http_timeout_ms = sink->http_timeout_ms;
+	rules.connect_timeout_ms = sink->connect_timeout_ms;
+	rules.code_is_final = sink->code_is_final;
+	replicant_sink_answer_classify(&answer, &rules, time(NULL), result);
 }
 
-void
-replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
-					ReplicantBody *body, ReplicantSinkResult *result)
+static void
+http_send(ReplicantTransport *transport, const char *webhook_id, ReplicantBody *body,
+		  ReplicantSinkResult *result)
 {
+	HttpSink *sink = (HttpSink *) transport;
 	int64 timestamp = (int64) time(NULL);
 	char *signature;
 	SinkAttempt attempt = {CURLE_OK, 0, false, false, 0.0};
 
-	memset(result, 0, sizeof(*result));
-	result->retry_after_ms = -1;
-
-	if (!sink_sign(sink, webhook_id, timestamp, body, &signature))
+	if (!replicant_sink_http_sign(sink->secret, sink->secret_previous, sink->secret_previous_until,
+								  webhook_id, timestamp, body, &signature))
 	{
-		sink_signing_failed(result);
+		replicant_sink_answer_signing_failed(result);
 		return;
 	}
 
@@ -1355,9 +622,10 @@ replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
 
 /* ---- a request overlapped with the caller's work ---- */
 
-void
-replicant_sink_start(ReplicantSink *sink, const char *webhook_id, ReplicantBody *body)
+static void
+http_start(ReplicantTransport *transport, const char *webhook_id, ReplicantBody *body)
 {
+	HttpSink *sink = (HttpSink *) transport;
 	SinkStarted *started = &sink->started;
 	int64 timestamp = (int64) time(NULL);
 	int running;
@@ -1367,9 +635,10 @@ replicant_sink_start(ReplicantSink *sink, const char *webhook_id, ReplicantBody 
 	started->attempt.code = CURLE_OK;
 	started->pump_error = CURLM_OK;
 	INSTR_TIME_SET_CURRENT(started->started_at);
-	/* replicant_sink_finish() reports a failure to sign */
-	started->signing_failed = !sink_sign(sink, webhook_id, timestamp, body,
-										 &started->signature);
+	/* http_finish() reports a failure to sign */
+	started->signing_failed = !replicant_sink_http_sign(sink->secret, sink->secret_previous, sink->secret_previous_until,
+														webhook_id, timestamp, body,
+														&started->signature);
 	started->active = true;
 	if (started->signing_failed)
 		return;
@@ -1379,80 +648,64 @@ replicant_sink_start(ReplicantSink *sink, const char *webhook_id, ReplicantBody 
 		/* the first round: resolve, connect, send what the socket takes */
 		if (sink_attach(sink, webhook_id, timestamp, started->signature, body,
 						&started->attempt))
-			started->pump_error = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT,
+			started->pump_error = curl_multi_socket_action(sink->loop.multi, CURL_SOCKET_TIMEOUT,
 														   0, &running);
 	}
 	PG_CATCH();
 	{
-		replicant_sink_cancel(sink);
+		sink_cancel(sink);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 }
 
-void
-replicant_sink_pump(ReplicantSink *sink)
+static void
+http_pump(ReplicantTransport *transport)
 {
+	HttpSink *sink = (HttpSink *) transport;
 	SinkStarted *started = &sink->started;
-	WaitEvent occurred[SINK_MAX_SOCKETS + 2];
-	int nfired;
 	int running = 1;
-	bool latch_fired = false;
-	CURLMcode mc;
 
 	if (!started->active || !sink->attached || started->transfer_over ||
-		started->pump_error != CURLM_OK || sink->socket_overflow)
+		started->pump_error != CURLM_OK || sink->loop.socket_overflow)
 		return;
-	nfired = sink_wait(sink, 0, occurred, lengthof(occurred));
-	mc = sink_dispatch(sink, occurred, nfired, &running, &latch_fired);
-	if (mc == CURLM_OK && sink_timer_remaining(sink) == 0)
-	{
-		/* non-repeating, as in sink_run() */
-		sink->timer_armed = false;
-		mc = curl_multi_socket_action(sink->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-	}
-	if (latch_fired)
-	{
-		ResetLatch(MyLatch);
-		started->attempt.latch_was_set = true;
-	}
-	started->pump_error = mc;
+	started->pump_error = replicant_sink_loop_pump(&sink->loop, &started->attempt, &running);
 	started->transfer_over = (running == 0);
 }
 
-void
-replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result)
+static void
+http_finish(ReplicantTransport *transport, ReplicantSinkResult *result)
 {
+	HttpSink *sink = (HttpSink *) transport;
 	SinkStarted *started = &sink->started;
 	SinkAttempt *attempt = &started->attempt;
 	instr_time now;
 
 	Assert(started->active);
-	memset(result, 0, sizeof(*result));
-	result->retry_after_ms = -1;
 	PG_TRY();
 	{
 		if (!sink->attached)
 			; /* never started: attempt->code says why */
 		else if (started->pump_error != CURLM_OK)
 		{
-			attempt->code = sink_result_code(sink, started->pump_error, false);
-			curl_easy_getinfo(sink->easy, CURLINFO_RESPONSE_CODE, &attempt->status);
+			attempt->code = replicant_sink_loop_result_code(&sink->loop, started->pump_error, false);
+			curl_easy_getinfo(sink->loop.easy, CURLINFO_RESPONSE_CODE, &attempt->status);
 		}
 		else
-			sink_run(sink, attempt);
+			replicant_sink_loop_run(&sink->loop, sink->http_timeout_ms, sink->body->length,
+									attempt);
 	}
 	PG_CATCH();
 	{
-		replicant_sink_cancel(sink);
+		sink_cancel(sink);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	replicant_sink_cancel(sink);
+	sink_cancel(sink);
 
 	if (started->signing_failed)
 	{
-		sink_signing_failed(result);
+		replicant_sink_answer_signing_failed(result);
 		return;
 	}
 	if (attempt->latch_was_set)
@@ -1463,8 +716,8 @@ replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result)
 	sink_classify_attempt(sink, attempt, result);
 }
 
-void
-replicant_sink_cancel(ReplicantSink *sink)
+static void
+sink_cancel(HttpSink *sink)
 {
 	if (!sink->started.active)
 		return;
@@ -1472,4 +725,10 @@ replicant_sink_cancel(ReplicantSink *sink)
 	/* the signature lives in the caller's memory context, maybe gone by now */
 	sink->started.signature = NULL;
 	sink->started.active = false;
+}
+
+static void
+http_cancel(ReplicantTransport *transport)
+{
+	sink_cancel((HttpSink *) transport);
 }

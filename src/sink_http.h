@@ -1,107 +1,20 @@
 /*
  * sink_http.h
- *		POSTing batches to an HTTP sink with libcurl, and classifying the answer.
+ *		The HTTP transport: POSTing batches to an HTTP sink with libcurl.
  */
 #ifndef REPLICANT_SINK_HTTP_H
 #define REPLICANT_SINK_HTTP_H
 
-#include "nodes/pg_list.h"
-
-#include "datatype/timestamp.h"
-
-#include "batch.h"
+#include "transport.h"
 
 /*
- * The sink copies everything it keeps, so the config need not outlive
- * replicant_sink_create().
- */
-typedef struct ReplicantSinkConfig
-{
-	const char *url;             /* http:// or https://; may hold credentials */
-	int http_timeout_ms;         /* whole request; 0 means no limit */
-	int connect_timeout_ms;      /* 0 means libcurl's default (300 s) */
-	List *header_names;          /* of char *, already validated */
-	List *header_values;         /* of char *, same length */
-	const char *secret;          /* NULL: no webhook-signature */
-	const char *secret_previous; /* also signs, until secret_previous_until */
-	TimestampTz secret_previous_until;
-	const char *ca_file;             /* PEM CA bundle; NULL: the system CAs */
-	const char *content_type;        /* of every body, as the format says */
-	bool (*code_is_final)(int code); /* as the format says, or NULL */
-} ReplicantSinkConfig;
-
-typedef enum ReplicantSinkOutcome
-{
-	REPLICANT_SINK_OK,        /* 2xx: the sink durably took the batch */
-	REPLICANT_SINK_RETRY,     /* 408, 425, 429, 5xx, refused, reset, timeout */
-	REPLICANT_SINK_TOO_LARGE, /* 413 */
-	REPLICANT_SINK_GONE,      /* 410 */
-	REPLICANT_SINK_REJECTED   /* any other answer: halt fail-closed */
-} ReplicantSinkOutcome;
-
-typedef struct ReplicantSinkResult
-{
-	ReplicantSinkOutcome outcome;
-	long http_status;   /* 0 when there was no HTTP answer */
-	int retry_after_ms; /* from Retry-After, or -1 */
-	double elapsed_ms;  /* wall time of the HTTP exchange */
-	int error_code;     /* the sink's own error code, or 0 */
-	bool refused;       /* nothing accepted the connection (no sink listens) */
-	char error[128];    /* value-free: "HTTP 503", "could not connect
-								 * to sink"; empty on REPLICANT_SINK_OK */
-} ReplicantSinkResult;
-
-typedef struct ReplicantSink ReplicantSink;
-
-/*
- * Creates the sink (one easy handle, kept alive between requests) in
+ * Opens an HTTP sink (one easy handle, kept alive between requests) in
  * CurrentMemoryContext.  Initializes libcurl on the first call in a process;
- * never call it in the postmaster.
+ * never call it in the postmaster.  Its sends POST with the contract's
+ * headers (webhook-id, webhook-timestamp, webhook-signature when a secret is
+ * set, the configured headers, User-Agent); an answer with a status line but
+ * a broken transfer counts only when the status is not 1xx or 2xx.
  */
-extern ReplicantSink *replicant_sink_create(const ReplicantSinkConfig *config);
-extern void replicant_sink_destroy(ReplicantSink *sink);
-
-/*
- * Classifies the sink's error codes with code_is_final from now on, instead
- * of the config's: a request of another kind may need other rules.
- */
-extern void replicant_sink_classify_codes(ReplicantSink *sink, bool (*code_is_final)(int code));
-
-/*
- * POSTs one body with the contract's headers (webhook-id, webhook-timestamp,
- * webhook-signature when a secret is set, the configured headers,
- * User-Agent).  Waits on the process latch and the socket, answering
- * interrupts (CHECK_FOR_INTERRUPTS outside libcurl frames), so SIGTERM stops
- * it promptly.  Never raises an error for what the sink or the network did:
- * that is reported in *result.  Answers with a status line but a broken
- * transfer count as an answer only when the status is not 1xx or 2xx: a
- * half-received 2xx is retried, never taken as an acknowledgement.
- *
- * Interrupts: CHECK_FOR_INTERRUPTS may throw (ERROR in a backend, FATAL
- * after SIGTERM); the sink stays usable after an ERROR.  A latch set while
- * the request was waiting is set again before returning, so the caller's
- * own wait does not miss it.
- */
-extern void replicant_sink_post(ReplicantSink *sink, const char *webhook_id,
-								ReplicantBody *body, ReplicantSinkResult *result);
-
-/*
- * The same request overlapped with the caller's work, one at a time per
- * sink: replicant_sink_start() sends what the connection takes without
- * waiting, replicant_sink_pump() (called between the caller's own steps)
- * moves it on without waiting, and replicant_sink_finish() waits for the
- * answer and classifies it as replicant_sink_post() does.  The body must
- * stay unchanged until then.  Nothing of it answers interrupts but
- * replicant_sink_finish(), which may throw as replicant_sink_post() may;
- * the caller answers them between pumps, outside libcurl.  A caller that
- * leaves by an error between start and finish calls replicant_sink_cancel()
- * (a no-op when nothing is started), which drops the request and its
- * connection.
- */
-extern void replicant_sink_start(ReplicantSink *sink, const char *webhook_id,
-								 ReplicantBody *body);
-extern void replicant_sink_pump(ReplicantSink *sink);
-extern void replicant_sink_finish(ReplicantSink *sink, ReplicantSinkResult *result);
-extern void replicant_sink_cancel(ReplicantSink *sink);
+extern ReplicantTransport *replicant_http_transport_open(const ReplicantSinkConfig *config);
 
 #endif /* REPLICANT_SINK_HTTP_H */

@@ -76,11 +76,11 @@
 #include "row_key.h"
 #include "replicant.h"
 #include "runs.h"
-#include "sink_http.h"
 #include "slot.h"
 #include "snapshot.h"
 #include "stop_signal.h"
 #include "table_read.h"
+#include "transport.h"
 
 /*
  * Blocks read per transaction, and windows per shard claimed by one worker:
@@ -410,7 +410,7 @@ note_snapshot_answer(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 /* POSTs a snapshot body of relation; halts, naming it, on anything but a 2xx. */
 static void
 post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-				   ReplicantSink *sink, StringInfo out, const char *webhook_id,
+				   ReplicantTransport *sink, StringInfo out, const char *webhook_id,
 				   int64 nrows, const ReplicantRelation *relation)
 {
 	ReplicantMemoryBody state;
@@ -430,7 +430,7 @@ post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
  */
 static void
 send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-			 ReplicantSink *sink, bool last)
+			 ReplicantTransport *sink, bool last)
 {
 	ReplicantCatalogAccess access;
 	Oid argtypes[2] = {INT4OID, INT8OID};
@@ -785,7 +785,7 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
  */
 static List *
 prepare_shards(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-			   ReplicantSink *sink)
+			   ReplicantTransport *sink)
 {
 	send_markers(slot, pipeline, sink, false);
 	(void) count_unfinished_shards(pipeline->id, true);
@@ -849,7 +849,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	bool planned_before;
 	List *planned;
 	char *snapshot_name;
-	ReplicantSink *sink;
+	ReplicantTransport *sink;
 	ReplicantSlotOwner slot_owner;
 
 	if (!snapshot_pending(pipeline, &planned_before))
@@ -908,7 +908,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 		restart_snapshot(slot, pipeline, "a snapshot worker ended with its shards unread",
 						 "a snapshot worker ended with its shards unread");
 	send_markers(slot, pipeline, sink, true);
-	replicant_sink_destroy(sink);
+	replicant_transport_close(sink);
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" finished its initial snapshot", pipeline->name)));
 }
@@ -1231,7 +1231,7 @@ typedef struct WindowBatch
 {
 	ReplicantPipelineSlot *slot;
 	ReplicantPipeline *pipeline;
-	ReplicantSink *sink;
+	ReplicantTransport *sink;
 	Shard *shard;
 	const ReplicantRelation *relation; /* the table read */
 	StringInfoData out;                /* the body filling */
@@ -1475,7 +1475,7 @@ close_window_reader(WindowReader *reader)
  */
 static WindowResult
 read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-			ReplicantSink *sink, const char *snapshot_name, Shard *shard,
+			ReplicantTransport *sink, const char *snapshot_name, Shard *shard,
 			int64 hi, int64 *rows, Oid *new_relfilenode)
 {
 	Relation rel;
@@ -1533,13 +1533,14 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (replicant_format_of(pipeline)->read_ids)
 			replicant_change_set_read_id(&record, pipeline->event_id_key, desc,
 										 row->tts_values, row->tts_isnull, reader.identity,
-										 RelationGetRelid(rel), &reader.heap_slot->tts_tid);
+										 RelationGetRelid(rel), rel->rd_rel->relfilenode,
+										 &reader.heap_slot->tts_tid);
 		add_window_row(&batch, &record, &spill);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(row_context);
 		/* moves the batch in flight on, outside libcurl, between rows */
 		if ((++(*rows) & (ROWS_PER_PUMP - 1)) == 0)
-			replicant_sink_pump(sink);
+			replicant_transport_pump(sink);
 	}
 	close_window_reader(&reader);
 	end_window(rel, window_context);
@@ -1571,7 +1572,7 @@ shard_exit(int code, Datum arg)
  */
 static void
 read_shard(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-		   ReplicantSink *sink, const char *snapshot_name, Shard *shard,
+		   ReplicantTransport *sink, const char *snapshot_name, Shard *shard,
 		   MemoryContext window_context)
 {
 	for (;;)
@@ -1682,7 +1683,7 @@ replicant_shard_main(Datum main_arg)
 	ReplicantPipelineSlot *slot;
 	ReplicantPipeline *pipeline;
 	ReplicantCatalogAccess access;
-	ReplicantSink *sink;
+	ReplicantTransport *sink;
 	Shard *shard;
 	MemoryContext window_context;
 
@@ -1738,12 +1739,12 @@ replicant_shard_main(Datum main_arg)
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(TopMemoryContext);
-		replicant_sink_cancel(sink);
+		replicant_transport_cancel(sink);
 		replicant_stop_signal_exit_if_asked();
 		shard_failed(slot, args.generation, pipeline, shard);
 	}
 	PG_END_TRY();
-	replicant_sink_destroy(sink);
+	replicant_transport_close(sink);
 	replicant_checkpoint_make_durable();
 	proc_exit(0);
 }

@@ -19,7 +19,8 @@
 
 #include "catalog/namespace.h"
 #include "catalog/pg_type_d.h"
-#include "common/hashfn.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
 #include "executor/spi.h"
 #include "utils/lsyscache.h"
 #include "utils/pg_lsn.h"
@@ -45,15 +46,27 @@ replicant_waiver_table_cause(const char *kind, Oid relid)
 }
 
 /*
- * 64 bits of a hash of the shape name it: value-free (shapes hold names
- * only), and two shapes of one table never meet by chance.
+ * A SHA-256 digest of the shape names it: value-free (shapes hold names
+ * only), and no one can make a second shape of the table, say by a change
+ * of its owner's, that a resume of the first would accept (a 64-bit hash
+ * could be made to collide).
  */
 char *
 replicant_waiver_shape_cause(Oid relid, const char *shape)
 {
-	uint64 digest = hash_bytes_extended((const unsigned char *) shape, (int) strlen(shape), 0);
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	uint8 digest[PG_SHA256_DIGEST_LENGTH];
+	char hex[2 * PG_SHA256_DIGEST_LENGTH + 1];
+	int i;
 
-	return psprintf("%s:%u:%016llx", REPLICANT_WAIVER_SCHEMA, relid, (unsigned long long) digest);
+	if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) shape, strlen(shape)) < 0 ||
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "could not compute the digest of a table's shape");
+	pg_cryptohash_free(ctx);
+	for (i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
+		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+	return psprintf("%s:%u:%s", REPLICANT_WAIVER_SCHEMA, relid, hex);
 }
 
 bool

@@ -25,7 +25,7 @@ extern char *replicant_waiver_cause(const char *kind, const char *object);
 extern char *replicant_waiver_table_cause(const char *kind, Oid relid);
 
 /*
- * "schema:<relid>:<digest of shape>": a table changed into exactly this
+ * "schema:<relid>:<SHA-256 of shape, hex>": a table changed into exactly this
  * shape (table_shape.h); a resume of it accepts no other.
  */
 extern char *replicant_waiver_shape_cause(Oid relid, const char *shape);

@@ -73,18 +73,18 @@
 #include "runs.h"
 #include "shmem.h"
 #include "sink_ddl.h"
-#include "sink_http.h"
 #include "slot_health.h"
 #include "snapshot.h"
 #include "stop_signal.h"
 #include "table_shape.h"
+#include "transport.h"
 #include "worker.h"
 
 /* Longest sleep when idle; commits wake the worker long before. */
 #define IDLE_TIMEOUT_MS 1000
 /* Sleep while WAL is inserted but not flushed yet (synchronous_commit=off). */
 #define FLUSH_WAIT_MS 10
-/* How often a table skipped while unpublished is looked at again. */
+/* How often at most a table skipped while unpublished is looked at again. */
 #define SKIP_CHECK_MS 1000
 
 /*
@@ -116,11 +116,13 @@ typedef struct Worker
 	ReplicantPipeline *pipeline;
 	ReplicantBatch *batch;
 	ReplicantDecoder *decoder;
-	ReplicantSink *sink;
+	ReplicantTransport *sink;
 	ReplicantBackfill *backfill; /* incremental backfill being read */
 	bool skips_pending;          /* a table skipped while unpublished may be
 								  * published again */
 	TimestampTz skip_check_at;   /* when to look at it again */
+	bool skip_check_due;         /* look whatever changed: a new skip */
+	uint64 skip_changes;         /* publication changes seen before the last look */
 	const char *chunk_table;     /* a chunk being delivered: its table */
 	XLogRecPtr start_lsn;        /* where streaming began, confirmed at the start */
 	int64 cpu_credit_us;         /* CPU budget left (see CPU_SHARE_DIVISOR) */
@@ -678,14 +680,17 @@ start_streaming(Worker *w)
 	confirm(w, w->start_lsn);
 	w->backfill = replicant_backfill_next(w->pipeline->id);
 	w->skips_pending = true;
+	w->skip_check_due = true;
 }
 
 /*
  * Backfills again, from their start, the tables that a backfill or the
  * initial snapshot skipped while no publication published them, once one
  * publishes them again (replicant_backfill_replan_skipped): looked at after
- * the snapshot, after each skip, and every SKIP_CHECK_MS while such a
- * table is still not published.  Halts when the owner may not read one.
+ * the snapshot, after each skip, and then, while such a table is still not
+ * published, once a catalog change that could publish it was seen (decoded
+ * or received: replicant_publication_changes), at most every SKIP_CHECK_MS.
+ * Halts when the owner may not read one.
  */
 static void
 replan_skipped_if_due(Worker *w)
@@ -697,8 +702,12 @@ replan_skipped_if_due(Worker *w)
 	if (!w->skips_pending)
 		return;
 	now = GetCurrentTimestamp();
-	if (now < w->skip_check_at)
+	if (now < w->skip_check_at ||
+		(!w->skip_check_due && replicant_publication_changes(true) == w->skip_changes))
 		return;
+	/* Changes seen while looking are looked at again next time. */
+	w->skip_changes = replicant_publication_changes(true);
+	w->skip_check_due = false;
 	replicant_shmem_enter_phase(REPLICANT_PHASE_BACKFILL_READ);
 	replicant_decoder_before_normal_access(w->decoder);
 	w->skips_pending = replicant_backfill_replan_skipped(w->pipeline, &planned, &refused);
@@ -747,6 +756,7 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 	if (last)
 	{
 		w->skips_pending |= w->backfill->skipped;
+		w->skip_check_due |= w->backfill->skipped;
 		pfree(w->backfill);
 		MemoryContextSwitchTo(TopMemoryContext);
 		replicant_decoder_before_normal_access(w->decoder);

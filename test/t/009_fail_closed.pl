@@ -573,6 +573,9 @@ INSERT INTO sh_t VALUES (2, 2, '$MARK 2');
 });
 	expect_halt($label, 'shape',
 		qr/^column "a" of table "sh_t" was dropped or renamed; replicant\.resume_pipeline\(\) accepts the new shape$/);
+	# A collision-resistant digest: no second shape can be made to match.
+	like($node->safe_psql('postgres', "SELECT halt_cause FROM replicant.pipelines WHERE name = 'shape'"),
+		qr/^schema:\d+:[0-9a-f]{64}$/, "shape_cause_sha256: $label: the halt's cause names the shape by its SHA-256");
 	$node->safe_psql('postgres', qq{
 ALTER TABLE sh_t REPLICA IDENTITY USING INDEX sh_t_c;
 INSERT INTO sh_t VALUES (3, 3, '$MARK 3');

@@ -15,6 +15,10 @@
 #     the filter, no column outside the list, reaches the sink; also when
 #     its owner lost SELECT on it meanwhile (no halt for a table no longer
 #     published).
+#   an update hidden by the row filter or publish actions of its time,
+#     committed after a chunk's snapshot, and the publication widened before
+#     the chunk read its filter: the chunk used to deliver the row as of its
+#     snapshot, a version the update had replaced, for good.
 #
 # versions: all (publication semantics: tables leaving a publication, partitions detached)
 use strict;
@@ -314,6 +318,65 @@ CREATE PUBLICATION cl_pub FOR TABLE cl (id, a, b);
 	is(scalar(@leaked), 0,
 		'backfill_filter_before_snapshot: no value written after its column left the column list reaches the sink');
 	query("SELECT replicant.drop_pipeline('cl')");
+	$sink->stop;
+}
+
+# ---- a filter widened between a chunk's snapshot and its filter ------------
+# An update committed after the chunk's snapshot, hidden from the stream by
+# the row filter (or the publish actions) of that time, drops nothing from
+# the chunk; then the publication widens.  Had the chunk read the wider
+# filter and the row as of its snapshot, the sink would keep the version
+# the update replaced, and the update would never come.  The window is
+# held open with the partition root's lock, which the chunk takes to read
+# its publications (replicant_partition_root_open_for_read).
+foreach my $case (
+	[ 'filter_widened', 'WHERE (x > 10)', 'WHERE (x >= 0)', '' ],
+	[ 'actions_widened', '', '', "WITH (publish = 'insert')" ])
+{
+	my ($name, $narrow, $wide, $actions) = @$case;
+	my $widen = $actions ? "SET (publish = 'insert, update')" : "SET TABLE m WHERE (x >= 0)";
+	query(qq{
+	CREATE TABLE m (id int PRIMARY KEY, x int NOT NULL) PARTITION BY RANGE (id);
+	CREATE TABLE m_1 PARTITION OF m FOR VALUES FROM (0) TO (1000000);
+	ALTER TABLE m REPLICA IDENTITY FULL;
+	ALTER TABLE m_1 REPLICA IDENTITY FULL;
+	INSERT INTO m SELECT g, 0 FROM generate_series(1, 10) g;
+	INSERT INTO m SELECT g, 100 FROM generate_series(11, 20) g;
+	CREATE PUBLICATION mp FOR TABLE m $narrow
+	  WITH (publish_via_partition_root = true@{[ $actions ? ", publish = 'insert'" : '' ]});
+	});
+	my $sink = ReplicantTest::start_sink(name => "sink_$name");
+	query("SELECT replicant.create_pipeline('mr', 'mp', '$sink->{url}')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'mr'"), "$name: streams");
+	query("SELECT replicant.disable_pipeline('mr')");
+	my $id = query("SELECT replicant.backfill('mr', 'm_1', mode => 'keyset')");
+	# b updates the partition alone; with its partition constraint cached
+	# first, its UPDATE needs no lock on the root.
+	my $b = $node->background_psql('postgres');
+	$b->query_safe('UPDATE m_1 SET x = 0 WHERE id = 1');
+	my $a = $node->background_psql('postgres');
+	$a->query_safe('BEGIN; LOCK TABLE ONLY m IN ACCESS EXCLUSIVE MODE');
+	query("SELECT replicant.enable_pipeline('mr')");
+	ok(poll(q{
+	SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	                WHERE NOT l.granted AND l.relation = 'm'::regclass
+	                  AND a.application_name = 'replicant pipeline mr')}),
+		"$name: the chunk waits for the root");
+	$b->query_safe('UPDATE m_1 SET x = 5 WHERE id = 1');
+	$b->quit;
+	$a->query_safe("ALTER PUBLICATION mp $widen");
+	$a->query_safe('COMMIT');
+	$a->quit;
+	ok(poll("SELECT state = 'done' FROM replicant.backfill_status WHERE id = $id", 120),
+		"$name: the backfill ends");
+	ok(poll("SELECT replicant.await_delivered('mr', timeout_ms => 1000)"), "$name: delivered");
+	my @row1 = grep { /"id":\s*1[,}]/ } split /\n/, $sink->dump('public.m');
+	is(scalar(grep { /"x":\s*0[,}]/ } @row1), 0,
+		"$name: the sink does not keep the version of id 1 that a committed update replaced");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['public.m'], 10),
+		"$name: the sink holds the source rows under the widened publication");
+	query("SELECT replicant.drop_pipeline('mr')");
+	query('DROP PUBLICATION mp; DROP TABLE m');
 	$sink->stop;
 }
 

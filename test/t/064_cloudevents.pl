@@ -9,7 +9,7 @@
 # switches the replicant-format pipeline to CloudEvents.  Last, read ids of
 # rows the data cannot tell apart (a column list without the primary key; a
 # table without identity holding equal rows): one id per row, the same when
-# read again.
+# read again, and not that of another row once a rewrite moved the rows.
 use strict;
 use warnings;
 use FindBin;
@@ -263,5 +263,62 @@ $ceu->stop;
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('ce'); SELECT replicant.drop_pipeline('rp')");
 $ce->stop;
 $rp->stop;
+
+# ---- read ids stay unique across a rewrite ----------------------------------
+# A ctid backfill of a table without identity reads a first chunk, then the
+# table's first rows go and VACUUM FULL moves the others down into their
+# places: the backfill reads the rewritten table again from its first block
+# under the same backfill id.  Rows now at the positions read before are
+# other rows; their ids must differ from the first read's (a consumer may
+# drop an event whose source and id it has seen).  The worker is held
+# before its second chunk: first at its first chunk's read, then, while
+# the setting moves on, at its table lock, then before the next read.
+sub fault_point
+{
+	my ($value) = @_;
+	$node->safe_psql('postgres',
+		($value ? "ALTER SYSTEM SET replicant.fault_point = '$value'" : 'ALTER SYSTEM RESET replicant.fault_point')
+		  . ";\nSELECT pg_reload_conf();");
+}
+$node->safe_psql('postgres', q{
+	CREATE TABLE kl (v int NOT NULL, pad text NOT NULL);
+	INSERT INTO kl SELECT g, repeat('x', 100) FROM generate_series(1, 5000) g;
+	CREATE PUBLICATION kl_pub FOR TABLE kl WITH (publish = 'insert, truncate');
+});
+my $cek = ReplicantTest::start_sink(keep_bodies => 1, name => 'cek');
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('kl', 'kl_pub', '$cek->{url}', format => 'cloudevents')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'kl'"),
+	'kl: streams');
+my $offset = -s $node->logfile;
+fault_point('backfill_read:hold');
+my $kl_backfill = $node->safe_psql('postgres', "SELECT replicant.backfill('kl', 'kl', mode => 'ctid')");
+$node->wait_for_log(qr/fault point "backfill_read" reached, holding/, $offset);
+$offset = -s $node->logfile;
+fault_point('backfill_chunk:hold');
+$node->wait_for_log(qr/fault point "backfill_chunk" reached, holding/, $offset);
+$offset = -s $node->logfile;
+fault_point('backfill_read:hold');
+$node->wait_for_log(qr/fault point "backfill_read" reached, holding/, $offset);
+ok($node->safe_psql('postgres', "SELECT rows_done > 0 AND state <> 'done' FROM replicant.backfill_status WHERE id = $kl_backfill") eq 't',
+	'kl: a first chunk was delivered, the backfill goes on');
+$node->safe_psql('postgres', 'DELETE FROM kl WHERE v <= 2500');
+$node->safe_psql('postgres', 'VACUUM FULL kl');
+fault_point(undef);
+ok(ReplicantTest::poll($node, "SELECT state = 'done' FROM replicant.backfill_status WHERE id = $kl_backfill"),
+	'kl: the backfill ends');
+ok($node->log_contains(qr/was rewritten during its backfill; reading it again/, $offset),
+	'kl: the backfill read the rewritten table again');
+# Every request: the chunks read again after the rewrite reuse the webhook
+# ids of the first read's.
+my %rows_of_id;
+foreach my $e (map { @{ decode_json(decode_base64($_->{body_base64})) } } @{ $cek->raw_bodies })
+{
+	$rows_of_id{ $e->{id} }{ $e->{data}{new}{v} } = 1 if $e->{type} eq 'io.replicant.read';
+}
+my @shared = grep { keys %{ $rows_of_id{$_} } > 1 } keys %rows_of_id;
+is(scalar(@shared), 0, 'read_id_unique: no event id names two different rows');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('kl')");
+$cek->stop;
+
 $node->stop;
 done_testing();
