@@ -73,6 +73,7 @@
 #include "runs.h"
 #include "shmem.h"
 #include "sink_ddl.h"
+#include "slot_health.h"
 #include "snapshot.h"
 #include "stop_signal.h"
 #include "table_shape.h"
@@ -671,6 +672,7 @@ start_streaming(Worker *w)
 	if (w->decoder == NULL)
 		replicant_delivery_halt_at(w->slot, w->pipeline, halt_reason, InvalidXLogRecPtr, halt_cause);
 	w->sink = replicant_delivery_sink(w->pipeline);
+	replicant_slot_health_watch(w->pipeline);
 
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
@@ -789,6 +791,7 @@ stream_cycle(Worker *w, bool *delivered)
 	replicant_delivery_check_for_interrupts(w->slot);
 	replicant_delivery_stop_if_requested(w->slot);
 	replicant_delivery_reload_config();
+	replicant_delivery_check_slot(w->slot);
 	if (replicant_checkpoint_is_pending() &&
 		replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()) == 0)
 		commit_pending(w);
