@@ -3,8 +3,9 @@
 # documented form: <pipeline>-b<backfill id>-<position>-<part> for rows
 # (a read by blocks, ctid and the initial snapshot, has the position
 # <relfilenode>_<block>), <pipeline>-b<backfill id>-first|last for an initial
-# snapshot's markers; a rewrite mid-read gives no webhook-id to two
-# different bodies.
+# snapshot's markers; a rewrite mid-read, and a keyset chunk whose rows the
+# stream all changed while it was read, give no webhook-id to two different
+# bodies.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
