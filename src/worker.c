@@ -369,7 +369,12 @@ deliver_range(Worker *w, int first, int last)
  * watermark's place in the stream, in requests of at most batch_max_bytes
  * (a single larger row goes alone), and records the backfill's progress.
  * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<part>
- * (replicant_format_read_webhook_id).
+ * (replicant_format_read_webhook_id).  A chunk with no row left (the
+ * stream changed them all) sends nothing unless it is the last, which
+ * carries the backfill's last marker: a keyset chunk's position is the
+ * count of rows delivered before it, and the next chunk starts at the same
+ * one, so an empty request would share its webhook-id with a request with
+ * rows.
  */
 static void
 deliver_chunk(Worker *w, ReplicantChunk *chunk)
@@ -377,7 +382,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 	int rows = 0;
 	int next = 0;
 	int part = 0;
-	bool more = chunk->relation != NULL;
+	bool more = chunk->relation != NULL && (chunk->last || replicant_chunk_has_rows(chunk));
 	const ReplicantFormat *format = replicant_format_of(w->pipeline);
 	StringInfoData changes;
 	StringInfoData out;
