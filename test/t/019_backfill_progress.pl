@@ -169,6 +169,46 @@ is($node->safe_psql('postgres',
 	'progress_estimate_becomes_count: a finished table\'s estimate is its count, at 100 %');
 $sink3->stop;
 
+# ---- a table read to its end, its snapshot not finished -----------------------
+# tail's estimate says 5,000 rows, 4,000 are left; it is planned first (by
+# OID) and read to its end, then the one snapshot worker reads tail_big
+# through a slow sink, while tail stays 'running' until the whole snapshot
+# ends.  Meanwhile tail must not stall below 100 %: each sample in which all
+# of its shards are done shows its count and 100 %.
+$node->safe_psql('postgres', q{
+	CREATE TABLE tail (id bigint PRIMARY KEY, v text);
+	INSERT INTO tail SELECT g, md5(g::text) FROM generate_series(1, 5000) g;
+	VACUUM ANALYZE tail;
+	DELETE FROM tail WHERE id > 4000;
+	CREATE TABLE tail_big (id bigint PRIMARY KEY, v text);
+	INSERT INTO tail_big SELECT g, md5(g::text) || md5(g::text) FROM generate_series(1, 150000) g;
+	CREATE PUBLICATION tail_pub FOR TABLE tail, tail_big;
+});
+my $sink4 = ReplicantTest::start_sink(name => 'tail', delay_ms => 100);
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('tail', 'tail_pub', '$sink4->{url}', snapshot => 'initial',"
+	  . " snapshot_workers => 1, batch_max_bytes => 65536)");
+my %samples;
+$deadline = time() + 600;
+while (time() < $deadline)
+{
+	my $sample = $node->safe_psql('postgres', q{
+		SELECT st.state || ':' || st.rows_done || ':' || st.rows_estimate || ':' || st.percent
+		  FROM replicant.backfill_status st JOIN replicant.backfills b ON b.id = st.id
+		 WHERE st.pipeline = 'tail' AND st.relation = 'tail'::regclass AND st.state = 'running'
+		   AND EXISTS (SELECT FROM replicant.snapshot_shards s WHERE s.backfill_id = b.id)
+		   AND NOT EXISTS (SELECT FROM replicant.snapshot_shards s WHERE s.backfill_id = b.id AND NOT s.done)});
+	$samples{$sample} = 1 if $sample ne '';
+	last if $node->safe_psql('postgres',
+		"SELECT bool_and(state = 'done') FROM replicant.backfill_status WHERE pipeline = 'tail'") eq 't';
+	usleep(20_000);
+}
+ok(%samples, 'read_to_end: tail was seen read to its end while the snapshot went on');
+is(join(' ', sort keys %samples), 'running:4000:4000:100.0',
+	'progress_read_to_end: a table read to its end shows its count and 100 % before its snapshot ends');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('tail')");
+$sink4->stop;
+
 # ---- who may watch progress -----------------------------------------------------
 $node->safe_psql('postgres', q{
 	CREATE ROLE watcher LOGIN;
