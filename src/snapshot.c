@@ -59,7 +59,7 @@
 #include "transport.h"
 
 /*
- * Snapshot batches
+ * Markers: the snapshot batches without rows that open and close a table
  */
 
 /*
