@@ -103,6 +103,15 @@ SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', format => 'cl
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', create_tables => NULL);
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', enabled => NULL);
 
+-- max_retained_wal: a size as max_slot_wal_keep_size takes it (no unit: MB), 1MB or more
+\set VERBOSITY default
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', max_retained_wal => '20XB');
+\set VERBOSITY terse
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', max_retained_wal => 'lots');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', max_retained_wal => '100kB');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', max_retained_wal => '-1');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', max_retained_wal => '4PB');
+
 -- sink_ddl before a pipeline exists: publications that exist, no nulls
 SELECT replicant.sink_ddl(NULL::text[]);
 SELECT replicant.sink_ddl(ARRAY[]::text[]);
@@ -149,6 +158,14 @@ SELECT replicant.alter_pipeline('orders', create_tables => true);
 SELECT replicant.alter_pipeline('orders', format => 'clickhouse', create_tables => true);
 SELECT format, create_tables FROM replicant.pipelines;
 SELECT replicant.alter_pipeline('orders', format => 'replicant', create_tables => false);
+SELECT max_retained_wal FROM replicant.pipelines;
+SELECT replicant.alter_pipeline('orders', max_retained_wal => '0');
+SELECT replicant.alter_pipeline('orders', max_retained_wal => '20GB');
+SELECT max_retained_wal FROM replicant.pipelines;
+SELECT replicant.alter_pipeline('orders', max_retained_wal => NULL);
+SELECT max_retained_wal FROM replicant.pipelines;
+SELECT replicant.alter_pipeline('orders', max_retained_wal => '-1');
+SELECT max_retained_wal FROM replicant.pipelines;
 SELECT replicant.await_delivered('nope');
 SELECT replicant.await_delivered('orders', timeout_ms => NULL);
 SELECT replicant.await_delivered('orders', timeout_ms => -1);

@@ -13,8 +13,12 @@ SELECT pipeline,
        replace(slot_name, (SELECT oid::text FROM pg_database WHERE datname = current_database()), '<dboid>') AS slot_name,
        checkpoint_lsn, confirmed_flush_lsn IS NOT NULL AS has_slot,
        lag_bytes >= 0 AS lag_ok, transactions_delivered, changes_delivered,
-       batches_delivered, bytes_delivered, sink_url, publications
+       batches_delivered, bytes_delivered, sink_url, publications,
+       retained_wal_bytes >= 0 AS retains, wal_status, safe_wal_size, max_retained_wal, wal_warning
   FROM replicant.status;
+-- the budget; far from it (and without max_slot_wal_keep_size), no warning
+SELECT replicant.alter_pipeline('quiet', max_retained_wal => '1TB');
+SELECT max_retained_wal, wal_status, safe_wal_size, wal_warning FROM replicant.status;
 SELECT replicant.disable_pipeline('quiet');
 SELECT pipeline, state FROM replicant.status;
 SELECT replicant._redact_url('https://user:secret@example.com:8443/p?q=a@b');
@@ -31,6 +35,8 @@ SELECT u, replicant._sink_url(u, 'watcher'::regrole) AS owner_sees,
                ('http://host#frag'),
                ('https://sink.example')) v(u);
 SELECT sink_url FROM replicant.status;
+-- the slot's cost, to whoever may read status
+SELECT retained_wal_bytes >= 0 AS retains, wal_status, max_retained_wal, wal_warning FROM replicant.status;
 RESET ROLE;
 REVOKE SELECT ON replicant.status FROM watcher;
 REVOKE USAGE ON SCHEMA replicant FROM watcher;

@@ -63,6 +63,7 @@
 #include "sink_ddl.h"
 #include "signing.h"
 #include "slot.h"
+#include "slot_health.h"
 #include "slot_position.h"
 #include "waiver.h"
 
@@ -523,6 +524,7 @@ typedef enum PipelineOptionId
 	OPT_FORMAT,
 	OPT_ENABLED,
 	OPT_CREATE_TABLES,
+	OPT_MAX_RETAINED_WAL,
 	OPT_SECRET_PREVIOUS_UNTIL,
 	NUM_PIPELINE_OPTIONS
 } PipelineOptionId;
@@ -561,6 +563,8 @@ static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
 	/* 0.3.0's: created disabled; format clickhouse creates missing targets. */
 	[OPT_ENABLED] = {"enabled", "enabled", BOOLOID, 0, 0, 16, -1, false},
 	[OPT_CREATE_TABLES] = {"create_tables", "create_tables", BOOLOID, 0, 0, 17, 15, false},
+	/* text in SQL ('20GB'), bytes in the column; alter_pipeline: '-1' is none */
+	[OPT_MAX_RETAINED_WAL] = {"max_retained_wal", "max_retained_wal", INT8OID, 0, 0, 18, 16, true},
 	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", TIMESTAMPTZOID, 0, 0, -1, 12, true},
 };
 
@@ -646,6 +650,9 @@ check_option(PipelineOptionId id, FunctionCallInfo fcinfo, int argno, bool alter
 		case OPT_SECRET_PREVIOUS_UNTIL:
 			check_secret_previous_until(DatumGetTimestampTz(value), o);
 			break;
+		case OPT_MAX_RETAINED_WAL:
+			return Int64GetDatum(replicant_slot_health_parse_budget(
+				text_to_cstring(PG_GETARG_TEXT_PP(argno)), alter));
 		default:
 			break;
 	}
@@ -1161,7 +1168,8 @@ insert_pipeline(const char *name, const char *slot_name, Oid owner, const Pipeli
  * create_pipeline(name, publication, sink_url, snapshot, batch_max_bytes,
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				   headers, secret, snapshot_workers, messages, message_prefixes,
- *				   ca_file, failover, format, enabled, create_tables)
+ *				   ca_file, failover, format, enabled, create_tables,
+ *				   max_retained_wal)
  *
  * With enabled => false the pipeline is created disabled: its slot (unless
  * an initial snapshot's worker makes it) keeps what commits from the call
@@ -1288,6 +1296,11 @@ append_assignment(StringInfo sql, PipelineOptionId id)
 								  "   WHEN pg_catalog.cardinality($%d) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $%d END,",
 							 n, n, n);
 			break;
+		case OPT_MAX_RETAINED_WAL:
+			appendStringInfo(sql, " max_retained_wal = CASE WHEN $%d IS NULL THEN max_retained_wal"
+								  "   WHEN $%d OPERATOR(pg_catalog.<) 0 THEN NULL ELSE $%d END,",
+							 n, n, n);
+			break;
 		case OPT_SECRET_PREVIOUS_UNTIL:
 			appendStringInfo(sql, " secret_previous = CASE WHEN $%d IS NOT NULL THEN secret END,"
 								  " secret_previous_until = $%d,",
@@ -1346,10 +1359,11 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int n
  * alter_pipeline(name, publication, sink_url, batch_max_bytes,
  *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				  headers, secret, clear_secret, messages, message_prefixes,
- *				  secret_previous_until, ca_file, format, create_tables)
+ *				  secret_previous_until, ca_file, format, create_tables,
+ *				  max_retained_wal)
  *
  * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
- * every prefix.  The old worker is stopped before this
+ * every prefix, max_retained_wal => '-1' to no budget.  The old worker is stopped before this
  * returns; the next one starts once the caller commits, reads the new
  * configuration (config_version changes) and resumes from the checkpoint.
  */
@@ -1730,7 +1744,7 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
 							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
 							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
-							  " ca_file => %L, failover => %s, format => %L%s);%s',"
+							  " ca_file => %L, failover => %s, format => %L%s%s);%s',"
 							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
 							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
 							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
@@ -1740,6 +1754,10 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 							  /* 0.2.0's table has no create_tables until ALTER EXTENSION UPDATE */
 							  "  CASE WHEN (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool"
 							  "   THEN ', create_tables => true' ELSE '' END,"
+							  /* nor max_retained_wal, which is whole megabytes */
+							  "  ', max_retained_wal => ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal("
+							  "    ((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8"
+							  "     OPERATOR(pg_catalog./) 1048576)::pg_catalog.text OPERATOR(pg_catalog.||) 'MB'),"
 							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
 							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
 							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"

@@ -792,7 +792,8 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 	Datum *keys;
 	MemoryContext caller = CurrentMemoryContext;
 
-	b->first_sent = true;
+	/* Only a chunk with rows, or the last, sends a request (deliver_chunk). */
+	b->first_sent = b->first_sent || delivered > 0 || chunk->last;
 	b->rows_done += delivered;
 	if (strcmp(b->mode, "ctid") == 0)
 		b->next_block = chunk->next_block;
@@ -824,7 +825,8 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 	replicant_catalog_begin(&access);
 	args[7] = CStringGetTextDatum(b->skipped ? replicant_catalog_skipped_state() : "done");
 	if (SPI_execute_with_args("UPDATE replicant.backfills SET cursor_key = $2, next_block = $3,"
-							  " next_range = $4, rows_done = rows_done + $5, first_sent = true,"
+							  " next_range = $4, rows_done = rows_done + $5,"
+							  " first_sent = first_sent OR $5 > 0 OR $6,"
 							  " relfilenode = $7, started_at = coalesce(started_at, now()),"
 							  " state = CASE WHEN $6 THEN $8 ELSE 'running' END,"
 							  " finished_at = CASE WHEN $6 THEN now() END"

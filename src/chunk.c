@@ -170,6 +170,17 @@ replicant_chunk_drop_all(ReplicantChunk *chunk)
 		chunk->rows[i].dropped = true;
 }
 
+bool
+replicant_chunk_has_rows(ReplicantChunk *chunk)
+{
+	int i;
+
+	for (i = 0; i < chunk->nrows; i++)
+		if (!chunk->rows[i].dropped)
+			return true;
+	return false;
+}
+
 int
 replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out, int max_bytes)
 {

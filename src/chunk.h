@@ -114,6 +114,9 @@ extern List *replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, in
 /* Drops every row (a TRUNCATE of the table inside the window). */
 extern void replicant_chunk_drop_all(ReplicantChunk *chunk);
 
+/* Whether a row of the chunk is left to deliver (not dropped). */
+extern bool replicant_chunk_has_rows(ReplicantChunk *chunk);
+
 /*
  * Appends the chunk's remaining rows from *next on to out as
  * comma-separated changes, stopping before max_bytes unless out holds no

@@ -37,6 +37,7 @@
 #include "plugin_gate.h"
 #include "publication.h"
 #include "slot.h"
+#include "slot_health.h"
 #include "slot_position.h"
 
 /* confirmed_flush reaches disk at most this often (ms); the checkpoint row is the authority. */
@@ -89,7 +90,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	 */
 	StartTransactionCommand();
 
-	*halt_reason = replicant_slot_acquire(slot_name);
+	*halt_reason = replicant_slot_health_acquire(slot_name);
 	if (*halt_reason != NULL)
 	{
 		*halt_reason = MemoryContextStrdup(caller_context, *halt_reason);

@@ -40,6 +40,7 @@
 #include "fault.h"
 #include "format.h"
 #include "runs.h"
+#include "slot_health.h"
 #include "stop_signal.h"
 #include "transport_registry.h"
 
@@ -176,10 +177,29 @@ set_next_retry_at(ReplicantPipelineSlot *slot, TimestampTz at)
 	LWLockRelease(replicant_shmem->lock);
 }
 
+void
+replicant_delivery_check_slot(ReplicantPipelineSlot *slot)
+{
+	char *reason = replicant_slot_health_check();
+
+	if (reason == NULL)
+		return;
+	if (IsTransactionState())
+		AbortCurrentTransaction();
+
+	/*
+	 * The slot first: a crash before the halt is on record leaves a pipeline
+	 * whose slot does not exist, which halts at its next start.
+	 */
+	replicant_slot_health_give_up();
+	replicant_delivery_halt(slot, replicant_slot_health_watched(), reason);
+}
+
 /*
  * Waits for a retry's time, shown in replicant.status meanwhile; ends early
  * when retry_pipeline() asks for an attempt now or the worker is to stop.
  * As replicant_delivery_sleep_until, commits' latch wake-ups do not end it.
+ * The slot's WAL keeps growing meanwhile: its budget is checked each time.
  */
 static void
 sleep_before_retry(ReplicantPipelineSlot *slot, TimestampTz deadline)
@@ -199,6 +219,7 @@ sleep_before_retry(ReplicantPipelineSlot *slot, TimestampTz deadline)
 		ResetLatch(MyLatch);
 		replicant_delivery_check_for_interrupts(slot);
 		replicant_delivery_reload_config();
+		replicant_delivery_check_slot(slot);
 	}
 	set_next_retry_at(slot, 0);
 }

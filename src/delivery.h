@@ -121,6 +121,13 @@ REPLICANT_NORETURN extern void replicant_delivery_fail(ReplicantPipelineSlot *sl
 													   ReplicantPipeline *pipeline,
 													   ErrorData *edata, const char *reason);
 
+/*
+ * Past the pipeline's max_retained_wal (slot_health.h), gives the slot this
+ * process streams from up and halts with the reason (does not return);
+ * otherwise notes the WAL it retains, for the warning.
+ */
+extern void replicant_delivery_check_slot(ReplicantPipelineSlot *slot);
+
 /* Handles a pending SIGHUP. */
 extern void replicant_delivery_reload_config(void);
 

@@ -418,20 +418,32 @@ run_syncs(TimestampTz now)
 
 /*
  * Whether a run that ended by itself is a failure of the pipeline's, which
- * counts towards a halt: an error the worker reported, or an end it could
- * not report once connected (a FATAL, a fault point's exit).  Not a run
- * that another process terminated or cancelled (a shutdown,
+ * counts towards a halt: an error the worker reported, an end it could not
+ * report once connected (a FATAL, a fault point's exit), or a start that
+ * never connected (its owner lost CONNECT or LOGIN, the database refuses
+ * connections: none of them passes by itself; the sync worker, where it
+ * can connect, halts with the precise reason first).  Not a run that
+ * another process terminated or cancelled (a shutdown,
  * pg_terminate_backend, pg_cancel_backend, of the worker or of one of its
- * snapshot workers), nor one that could not connect (a connection limit;
- * a lost LOGIN, on which the sync worker halts): those are restarted with
- * backoff, without bound, as no loop the pipeline makes.
+ * snapshot workers): that is restarted with backoff, without bound, as no
+ * loop the pipeline makes.
  */
 static bool
 run_failed(const ReplicantPipelineSlot *copy)
 {
-	if (copy->interrupted)
-		return false;
-	return copy->failure[0] != '\0' || copy->connected;
+	return !copy->interrupted;
+}
+
+/* Why a failed run ended, as far as the launcher knows (value-free). */
+static const char *
+run_failure(const ReplicantPipelineSlot *copy)
+{
+	if (copy->failure[0] != '\0')
+		return copy->failure;
+	if (!copy->connected)
+		return "the pipeline worker could not connect to its database (the server log says why)";
+	return psprintf("the pipeline worker exited abnormally in phase \"%s\"",
+					replicant_phase_name(copy->phase));
 }
 
 /*
@@ -454,11 +466,7 @@ count_failure(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 		return;
 	/* The count starts over after a halt: never more than one past the bound. */
 	Assert(w->fail_count == REPLICANT_MAX_RETRIES + 1);
-	reason = psprintf("%s, %d times in a row without progress",
-					  copy->failure[0] ? copy->failure :
-										 psprintf("the pipeline worker exited abnormally in phase \"%s\"",
-												  replicant_phase_name(copy->phase)),
-					  w->fail_count);
+	reason = psprintf("%s, %d times in a row without progress", run_failure(copy), w->fail_count);
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" halts: %s", copy->name, reason)));
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
@@ -518,10 +526,10 @@ reap_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 		}
 
 		/*
-		 * It may not even have connected (its owner lost LOGIN): the sync
-		 * worker, which can read the catalog, finds out and halts the
-		 * pipeline instead of this restarting it.  (Not when it was stopped:
-		 * its database may be going, DROP DATABASE.)
+		 * It may not even have connected (its owner lost LOGIN or CONNECT):
+		 * the sync worker, which can read the catalog, finds out and halts
+		 * the pipeline with the reason.  (Not when it was stopped: its
+		 * database may be going, DROP DATABASE.)
 		 */
 		if (copy->in_use && copy->runnable && database_exists)
 			replicant_shmem_request_sync(copy->dboid);

@@ -248,7 +248,9 @@ read_pipeline_row(int32 id)
 								  "       %s, %s,"
 								  /* nor 0.2.0's a create_tables column */
 								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool, false),"
-								  "       %s"
+								  "       %s,"
+								  /* nor 0.2.0's a max_retained_wal column */
+								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8, 0)"
 								  "  FROM replicant.pipelines p"
 								  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 								  " WHERE p.id OPERATOR(pg_catalog.=) $1",
@@ -321,6 +323,7 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 	p->slot_name = spi_text(tuple, desc, 25);
 	p->create_tables = DatumGetBool(spi_datum(tuple, desc, 26, &isnull));
 	read_event_id_key(p, tuple, desc, 27);
+	p->max_retained_wal = DatumGetInt64(spi_datum(tuple, desc, 28, &isnull));
 	return p;
 }
 

@@ -43,6 +43,7 @@ typedef struct ReplicantPipeline
 	bool failover;                    /* the slot is a failover slot (17+) */
 	char *format;                     /* its wire format's name (format.h) */
 	bool create_tables;               /* create missing ClickHouse targets at start */
+	int64 max_retained_wal;           /* bytes the slot may retain; 0: no budget */
 	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
 	XLogRecPtr checkpoint_end_lsn;
 	/* keys the ids of reads (change.h); random per process under 0.2.0's objects */

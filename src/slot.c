@@ -1,6 +1,6 @@
 /*
  * slot.c
- *		Pipelines' logical replication slots.
+ *		Pipelines' logical replication slots (their lifecycle: slot_health.c).
  *
  * Rules kept with other files: docs/internals.md §1 (checkpoint before
  * confirm), §3 (the exported snapshot).
@@ -111,38 +111,15 @@ replicant_slot_confirmed_flush(const char *name)
 	return lsn;
 }
 
-char *
-replicant_slot_acquire(const char *name)
+bool
+replicant_slot_acquire_ours(const char *name)
 {
-	const char *invalidation;
-
-	switch (replicant_slot_owner(name))
-	{
-		case REPLICANT_SLOT_MISSING:
-			return psprintf("replication slot \"%s\" does not exist (it was dropped, or this server is a promoted standby that had no failover copy of it): recreate the pipeline with a snapshot", name);
-		case REPLICANT_SLOT_FOREIGN:
-			return replicant_slot_foreign_reason(name);
-		case REPLICANT_SLOT_OURS:
-			break;
-	}
-
 	REPLICANT_SLOT_ACQUIRE(name, true);
 	/* Dropped and made again by someone else since the look: look again. */
-	if (!slot_is_ours(MyReplicationSlot))
-	{
-		ReplicationSlotRelease();
-		return replicant_slot_foreign_reason(name);
-	}
-
-	SpinLockAcquire(&MyReplicationSlot->mutex);
-	invalidation = replicant_slot_invalidation(MyReplicationSlot);
-	SpinLockRelease(&MyReplicationSlot->mutex);
-	if (invalidation == NULL)
-		return NULL;
+	if (slot_is_ours(MyReplicationSlot))
+		return true;
 	ReplicationSlotRelease();
-	if (strcmp(invalidation, "wal_removed") == 0)
-		return psprintf("replication slot \"%s\" was invalidated because the WAL it needed was removed", name);
-	return psprintf("replication slot \"%s\" was invalidated (invalidation_reason %s)", name, invalidation);
+	return false;
 }
 
 /* The process holding the slot, or 0. */

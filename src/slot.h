@@ -1,8 +1,8 @@
 /*
  * slot.h
- *		Pipelines' logical replication slots: creation, lookup, the checks
- *		that tell a lost slot, free slot count and the listing of slots that
- *		may be orphans.
+ *		Pipelines' logical replication slots: creation, lookup, acquiring,
+ *		dropping, free slot count and the listing of slots that may be
+ *		orphans.  Why a slot is lost, and what it retains: slot_health.h.
  */
 #ifndef REPLICANT_SLOT_H
 #define REPLICANT_SLOT_H
@@ -49,11 +49,12 @@ extern char *replicant_slot_foreign_reason(const char *name);
 extern XLogRecPtr replicant_slot_confirmed_flush(const char *name);
 
 /*
- * Acquires the slot as MyReplicationSlot.  Returns NULL, or a value-free
- * reason why the slot is lost (it does not exist, is foreign, or was
- * invalidated), holding nothing then.  Call inside a transaction.
+ * Acquires the slot, which replicant_slot_owner found ours, as
+ * MyReplicationSlot (an error if another process holds it or it is gone).
+ * Returns false, holding nothing, if it is no longer ours.  The slot may be
+ * invalidated (slot_health.c tells why).
  */
-extern char *replicant_slot_acquire(const char *name);
+extern bool replicant_slot_acquire_ours(const char *name);
 
 /*
  * Drops the slot if it is replicant's and of this database, waiting for a

@@ -47,9 +47,12 @@ typedef struct PipelineRow
 } PipelineRow;
 
 /*
- * A worker connects as the pipeline's owner, which needs LOGIN: without it
- * every start fails before the worker can say why.  Such pipelines halt
- * here, with the reason, until resume_pipeline.
+ * A worker connects as the pipeline's owner, which needs LOGIN and CONNECT
+ * on the database: without them every start fails before the worker can say
+ * why.  Such pipelines halt here, with the reason, until resume_pipeline.
+ * (A database that refuses every connection, ALLOW_CONNECTIONS false, keeps
+ * this worker out too: the launcher halts those pipelines after
+ * REPLICANT_MAX_RETRIES refused starts.)
  */
 static void
 halt_unconnectable_pipelines(void)
@@ -58,12 +61,18 @@ halt_unconnectable_pipelines(void)
 
 	/* search_path is pinned: the operators are pg_catalog's. */
 	if (SPI_execute("UPDATE replicant.pipelines p"
-					"   SET halt_reason = coalesce("
-					"         (SELECT 'pipeline owner ' || quote_ident(r.rolname) || ' is not permitted to log in'"
-					"            FROM pg_authid r WHERE r.oid = p.owner),"
-					"         'pipeline owner (role OID ' || p.owner::text || ') no longer exists')"
-					" WHERE p.enabled AND p.halt_reason IS NULL"
-					"   AND NOT EXISTS (SELECT 1 FROM pg_authid r WHERE r.oid = p.owner AND r.rolcanlogin)"
+					"   SET halt_reason = CASE"
+					"         WHEN r.oid IS NULL"
+					"         THEN 'pipeline owner (role OID ' || p.owner::text || ') no longer exists'"
+					"         WHEN NOT r.rolcanlogin"
+					"         THEN 'pipeline owner ' || quote_ident(r.rolname) || ' is not permitted to log in'"
+					"         ELSE 'pipeline owner ' || quote_ident(r.rolname)"
+					"              || ' has no CONNECT privilege on database ' || quote_ident(current_database())"
+					"         END"
+					"  FROM replicant.pipelines q LEFT JOIN pg_authid r ON r.oid = q.owner"
+					" WHERE q.id = p.id AND p.enabled AND p.halt_reason IS NULL"
+					"   AND (r.oid IS NULL OR NOT r.rolcanlogin"
+					"        OR NOT has_database_privilege(r.oid, current_database(), 'CONNECT'))"
 					" RETURNING p.name, p.halt_reason",
 					false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update replicant.pipelines");
@@ -72,7 +81,7 @@ halt_unconnectable_pipelines(void)
 				(errmsg("replicant pipeline \"%s\" halted: %s",
 						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
 						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
-				 errhint("Grant the role LOGIN, then call replicant.resume_pipeline('%s').",
+				 errhint("Grant the role what it lacks, then call replicant.resume_pipeline('%s').",
 						 SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1))));
 }
 

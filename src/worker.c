@@ -73,6 +73,7 @@
 #include "runs.h"
 #include "shmem.h"
 #include "sink_ddl.h"
+#include "slot_health.h"
 #include "snapshot.h"
 #include "stop_signal.h"
 #include "table_shape.h"
@@ -368,7 +369,12 @@ deliver_range(Worker *w, int first, int last)
  * watermark's place in the stream, in requests of at most batch_max_bytes
  * (a single larger row goes alone), and records the backfill's progress.
  * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<part>
- * (replicant_format_read_webhook_id).
+ * (replicant_format_read_webhook_id).  A chunk with no row left (the
+ * stream changed them all) sends nothing unless it is the last, which
+ * carries the backfill's last marker: a keyset chunk's position is the
+ * count of rows delivered before it, and the next chunk starts at the same
+ * one, so an empty request would share its webhook-id with a request with
+ * rows.
  */
 static void
 deliver_chunk(Worker *w, ReplicantChunk *chunk)
@@ -376,7 +382,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 	int rows = 0;
 	int next = 0;
 	int part = 0;
-	bool more = chunk->relation != NULL;
+	bool more = chunk->relation != NULL && (chunk->last || replicant_chunk_has_rows(chunk));
 	const ReplicantFormat *format = replicant_format_of(w->pipeline);
 	StringInfoData changes;
 	StringInfoData out;
@@ -671,6 +677,7 @@ start_streaming(Worker *w)
 	if (w->decoder == NULL)
 		replicant_delivery_halt_at(w->slot, w->pipeline, halt_reason, InvalidXLogRecPtr, halt_cause);
 	w->sink = replicant_delivery_sink(w->pipeline);
+	replicant_slot_health_watch(w->pipeline);
 
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
@@ -789,6 +796,7 @@ stream_cycle(Worker *w, bool *delivered)
 	replicant_delivery_check_for_interrupts(w->slot);
 	replicant_delivery_stop_if_requested(w->slot);
 	replicant_delivery_reload_config();
+	replicant_delivery_check_slot(w->slot);
 	if (replicant_checkpoint_is_pending() &&
 		replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()) == 0)
 		commit_pending(w);

@@ -3,8 +3,9 @@
 # documented form: <pipeline>-b<backfill id>-<position>-<part> for rows
 # (a read by blocks, ctid and the initial snapshot, has the position
 # <relfilenode>_<block>), <pipeline>-b<backfill id>-first|last for an initial
-# snapshot's markers; a rewrite mid-read gives no webhook-id to two
-# different bodies.
+# snapshot's markers; a rewrite mid-read, and a keyset chunk whose rows the
+# stream all changed while it was read, give no webhook-id to two different
+# bodies.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -159,5 +160,89 @@ is(scalar(@shared), 0, 'rewrite_backfill_ids: no webhook-id of the backfill name
   or diag(join(' ', grep { defined } @shared[0 .. 4]));
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('rs')");
 $rw_sink->stop;
+
+# ---- a keyset chunk the stream emptied: no webhook-id names two bodies -----
+# A keyset chunk's position is the number of rows delivered before it.  The
+# stream changes every row of the first chunk while it is read (held at
+# backfill_window: its snapshot taken, no row read), so the collision check
+# drops them all and the chunk has nothing left to deliver; the next chunk
+# starts at the same position.  An empty request for the first chunk would
+# share its webhook-id with the second chunk's first request, which carries
+# rows: a sink that drops seen webhook-ids would lose them.  The backfill
+# still sends exactly one first and one last marker.
+sub markers_of
+{
+	my ($s, $id) = @_;
+	my @snap = grep { $_->{kind} eq 'snapshot' && $_->{snapshot}{backfill_id} == $id } @{ $s->stats->{accepted} };
+	return (scalar(grep { $_->{snapshot}{first} } @snap), scalar(grep { $_->{snapshot}{last} } @snap));
+}
+
+my $ks_sink = ReplicantTest::start_sink(name => 'emptied', keep_bodies => 1);
+$node->safe_psql('postgres', q{
+	CREATE TABLE ks (id int PRIMARY KEY, v int NOT NULL);
+	INSERT INTO ks SELECT g, g FROM generate_series(1, 2500) g;
+	CREATE PUBLICATION ks_pub FOR TABLE ks;
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('ks', 'ks_pub', '$ks_sink->{url}')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'ks'"),
+	'ks streams');
+$offset = -s $node->logfile;
+fault_point('backfill_window:hold');
+my $ks_backfill = $node->safe_psql('postgres', "SELECT replicant.backfill('ks', 'ks', mode => 'keyset')");
+$node->wait_for_log(qr/fault point "backfill_window" reached, holding/, $offset);
+# The first chunk is the first 2,000 rows by key (REPLICANT_CHUNK_ROWS; they
+# are far below batch_max_bytes, which also ends a keyset chunk).
+$node->safe_psql('postgres', 'UPDATE ks SET v = v + 1 WHERE id <= 2000');
+fault_point(undef);
+ok(ReplicantTest::poll($node, "SELECT state = 'done' FROM replicant.backfill_status WHERE id = $ks_backfill"),
+	'ks: the backfill ends');
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $ks_sink, ['ks'], 30), 'ks: the sink equals the source');
+@shared = ids_of_two_bodies($ks_sink);
+is(scalar(@shared), 0, 'emptied_chunk_ids: no webhook-id of a keyset backfill names two different bodies')
+  or diag(join(' ', grep { defined } @shared[0 .. 4]));
+is(join(',', markers_of($ks_sink, $ks_backfill)), '1,1', 'emptied_chunk_ids: one first and one last marker');
+is($node->safe_psql('postgres', "SELECT rows_done FROM replicant.backfill_status WHERE id = $ks_backfill"),
+	'500', 'emptied_chunk_ids: rows_done counts the 500 rows the backfill delivered');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('ks')");
+$ks_sink->stop;
+
+# A published TRUNCATE issued while the first chunk holds its snapshot: it
+# cannot empty the chunk (replicant_chunk_drop_all), since it waits for the
+# table's lock, which the chunk holds from before its low watermark until its
+# transaction ends after its high watermark.  The chunk's rows go out, then
+# the TRUNCATE, then a last chunk without rows; no webhook-id names two
+# bodies either way.
+$ks_sink = ReplicantTest::start_sink(name => 'truncated', keep_bodies => 1);
+$node->safe_psql('postgres', q{
+	CREATE TABLE kt (id int PRIMARY KEY, v int NOT NULL);
+	INSERT INTO kt SELECT g, g FROM generate_series(1, 2500) g;
+	CREATE PUBLICATION kt_pub FOR TABLE kt;
+});
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('kt', 'kt_pub', '$ks_sink->{url}')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'kt'"),
+	'kt streams');
+$offset = -s $node->logfile;
+fault_point('backfill_window:hold');
+$ks_backfill = $node->safe_psql('postgres', "SELECT replicant.backfill('kt', 'kt', mode => 'keyset')");
+$node->wait_for_log(qr/fault point "backfill_window" reached, holding/, $offset);
+my $truncate = $node->background_psql('postgres');
+$truncate->query_until(qr/truncating/, "\\echo truncating\nTRUNCATE kt;\n");
+ok(ReplicantTest::poll($node, q{
+	SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	                WHERE NOT l.granted AND l.relation = 'kt'::regclass AND a.query = 'TRUNCATE kt;')}),
+	'kt: the TRUNCATE waits for the chunk holding its snapshot');
+fault_point(undef);
+ok(ReplicantTest::poll($node, "SELECT state = 'done' FROM replicant.backfill_status WHERE id = $ks_backfill"),
+	'kt: the backfill ends');
+$truncate->quit;
+is($node->safe_psql('postgres', 'SELECT count(*) FROM kt'), '0', 'kt: the source is empty');
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $ks_sink, ['kt'], 30), 'kt: the sink equals the source');
+@shared = ids_of_two_bodies($ks_sink);
+is(scalar(@shared), 0, 'truncated_chunk_ids: no webhook-id of a keyset backfill names two different bodies')
+  or diag(join(' ', grep { defined } @shared[0 .. 4]));
+is(join(',', markers_of($ks_sink, $ks_backfill)), '1,1', 'truncated_chunk_ids: one first and one last marker');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('kt')");
+$ks_sink->stop;
 
 done_testing();

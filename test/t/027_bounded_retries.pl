@@ -322,41 +322,62 @@ CREATE PUBLICATION others_pub FOR TABLE others;
 	$node->safe_psql('postgres', "INSERT INTO others VALUES (1, 'x')");
 	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['others']), 'others: and it delivers');
 
-	# A connection limit that refuses the worker (an alice session is open,
-	# and background workers count for none).
-	my ($in, $out, $err) = ('', '', '');
-	my $session = IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-h', $node->host, '-p', $node->port, '-U', 'alice', '-d', 'postgres' ],
-		'<', \$in, '>', \$out, '2>', \$err);
-	$in .= "SELECT 'ready';\n";
-	$session->pump until $out =~ /ready/;
+	# A start that cannot connect is no loop to restart without bound: its
+	# owner lost CONNECT on the database (the sync worker halts it with the
+	# reason), or the database refuses every connection (the sync worker
+	# cannot connect either: the launcher halts it after the bound).
 	my $from = -s $node->logfile;
-	$node->safe_psql('postgres', 'ALTER ROLE alice CONNECTION LIMIT 0');
-	my $pid = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'others'");
-	$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
-	my ($refused, $connected) = (0, 0);
-	foreach (1 .. 3000)
-	{
-		$refused = log_count(qr/FATAL:  too many connections for role "alice"/, $from);
-		$connected = $node->safe_psql('postgres',
-			"SELECT count(*) FROM replicant.status WHERE pipeline = 'others'"
-			  . " AND state = 'streaming' AND worker_pid <> $pid");
-		last if $refused >= 12 || $connected || $node->safe_psql('postgres', $status) =~ /^halted/;
-		usleep(100_000);
-	}
-  SKIP:
-	{
-		skip 'this server applies no connection limit to background workers', 2 if $connected && !$refused;
-		cmp_ok($refused, '>=', 12, 'others: the connection limit refused the worker 12 times');
-		like($node->safe_psql('postgres', $status), qr/^(?!halted)/,
-			'connection_limit: refusals to connect do not halt the pipeline');
-	}
-	$node->safe_psql('postgres', 'ALTER ROLE alice CONNECTION LIMIT -1');
-	$in .= "\\q\n";
-	$session->finish;
+	$node->safe_psql('postgres', 'REVOKE CONNECT ON DATABASE postgres FROM PUBLIC; GRANT CONNECT ON DATABASE postgres TO ops');
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('others')");
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('others')");
+	ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'others'"),
+		'connect_revoked: the pipeline halts');
+	is($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'others'"),
+		'pipeline owner alice has no CONNECT privilege on database postgres',
+		'connect_revoked: ... saying why');
+	cmp_ok(log_count(qr/FATAL:  permission denied for database "postgres"/, $from), '<=', 11,
+		'connect_revoked: at most REPLICANT_MAX_RETRIES + 1 (11) refused starts');
+	$node->safe_psql('postgres', 'GRANT CONNECT ON DATABASE postgres TO PUBLIC');
+	$node->safe_psql('postgres', "SELECT replicant.resume_pipeline('others')");
 	$node->safe_psql('postgres', "INSERT INTO others VALUES (2, 'y')");
 	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['others']),
-		'others: without the limit it delivers again');
+		'connect_revoked: with CONNECT again and resumed, it delivers');
+
+	$node->safe_psql('postgres', 'CREATE DATABASE closing');
+	$node->safe_psql('closing', q{
+CREATE EXTENSION replicant;
+CREATE TABLE c (id int PRIMARY KEY);
+CREATE PUBLICATION c_pub FOR TABLE c;
+});
+	$node->safe_psql('closing', "SELECT replicant.create_pipeline('closing', 'c_pub', '$sink->{url}')");
+	ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'closing'",
+			$HALT_S, 'closing'),
+		'allow_connections: streaming');
+	$from = -s $node->logfile;
+	$node->safe_psql('postgres', 'ALTER DATABASE closing ALLOW_CONNECTIONS false');
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+		  . " WHERE datname = 'closing' AND backend_type = 'replicant pipeline'");
+	# Its sync worker is refused too: whichever bound is reached first (the
+	# launcher's count of refused starts, or of failed syncs) halts it.
+	my $halted = qr/replicant pipeline "closing" halts|could not read the pipelines of database \d+ 11 times in a row: halting them/;
+	foreach (1 .. 10 * $HALT_S)
+	{
+		last if log_count($halted, $from);
+		usleep(100_000);
+	}
+	is(log_count($halted, $from), 1, 'allow_connections: the launcher halts the pipeline');
+	cmp_ok(log_count(qr/background worker "replicant pipeline" \(PID \d+\) exited with exit code 1/, $from),
+		'<=', 12, 'allow_connections: after at most REPLICANT_MAX_RETRIES + 1 refused starts (and the terminated run)');
+	$node->safe_psql('postgres', 'ALTER DATABASE closing ALLOW_CONNECTIONS true');
+	ok(ReplicantTest::poll($node,
+			"SELECT state = 'halted' AND last_error IS NOT NULL FROM replicant.status WHERE pipeline = 'closing'",
+			$HALT_S, 'closing'),
+		'allow_connections: once it may, the sync worker records the halt');
+	$node->safe_psql('closing', "SELECT replicant.resume_pipeline('closing')");
+	ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'closing'",
+			$HALT_S, 'closing'),
+		'allow_connections: connections allowed again and resumed, it streams');
+	$node->safe_psql('closing', "SELECT replicant.drop_pipeline('closing')");
 	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('others')");
 }
 

@@ -48,7 +48,8 @@ my $plain = ReplicantTest::start_sink(name => 'plain');
 $node->safe_psql('postgres', qq{
 	SELECT replicant.create_pipeline('other', ARRAY['pub'], '$plain->{url}',
 	       batch_max_transactions => 77, headers => '{"X-Token": "tok-123"}',
-	       messages => true, message_prefixes => ARRAY['outbox', 'it''s']);
+	       messages => true, message_prefixes => ARRAY['outbox', 'it''s'],
+	       max_retained_wal => '2GB');
 	SELECT replicant.disable_pipeline('other');
 });
 my $without = $node->safe_psql('postgres', 'SELECT * FROM replicant.pipeline_definitions()');
@@ -57,10 +58,11 @@ like($without, qr/-- left out: secret$/m, 'and the definition says what was left
 like($without, qr/-- left out: headers "X-Token"$/m, '... header names included');
 my $with = $node->safe_psql('postgres', 'SELECT * FROM replicant.pipeline_definitions(include_secrets => true)');
 like($with, qr/tok-123/, 'include_secrets shows them');
+like($with, qr/'other'.*, max_retained_wal => '2048MB'\);/, 'and the WAL budget');
 
 my $catalog = q{SELECT name, publications, sink_url, snapshot, enabled, batch_max_bytes,
 	batch_max_transactions, http_timeout_ms, connect_timeout_ms, headers, secret,
-	snapshot_workers, messages, message_prefixes, ca_file
+	snapshot_workers, messages, message_prefixes, ca_file, max_retained_wal
 	FROM replicant.pipelines ORDER BY name};
 my $before = $node->safe_psql('postgres', $catalog);
 

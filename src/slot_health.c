@@ -1,0 +1,204 @@
+/*
+ * slot_health.c
+ *		A pipeline slot's lifecycle: a lost slot and why (dropped, missing
+ *		after a promotion, foreign, or invalidated for any cause the server
+ *		reports), the WAL a streaming pipeline's slot retains, the warning
+ *		before it costs too much, and the pipeline's budget
+ *		(max_retained_wal), past which the slot is given up.
+ *
+ * A slot the server invalidates while a worker holds it makes the server
+ * terminate that worker first (InvalidatePossiblyObsoleteSlot): the next
+ * run finds it invalidated here and halts.  replicant.status computes the
+ * same warning from pg_replication_slots (replicant--0.2.0--0.3.0.sql).
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "replication/slot.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "slot.h"
+#include "slot_health.h"
+
+/* While the warning lasts, the log hears of it this often. */
+#define WARN_LOG_INTERVAL_MS (5 * 60 * 1000)
+
+/* The pipeline whose slot this process holds while streaming, or NULL. */
+static ReplicantPipeline *watched = NULL;
+
+/* When the warning was last logged; 0 while there is none. */
+static TimestampTz warned_at = 0;
+
+/* The value-free reason for a slot invalidated for cause (its name in pg_replication_slots). */
+static char *
+invalidated_reason(const char *name, const char *cause)
+{
+	if (strcmp(cause, "wal_removed") == 0)
+		return psprintf("replication slot \"%s\" was invalidated because the WAL it needed was removed", name);
+	if (strcmp(cause, "rows_removed") == 0)
+		return psprintf("replication slot \"%s\" was invalidated because catalog rows it needed were removed", name);
+	if (strcmp(cause, "wal_level_insufficient") == 0)
+		return psprintf("replication slot \"%s\" was invalidated because wal_level on the primary server is lower than logical", name);
+	if (strcmp(cause, "idle_timeout") == 0)
+		return psprintf("replication slot \"%s\" was invalidated because it was inactive for longer than idle_replication_slot_timeout", name);
+	return psprintf("replication slot \"%s\" was invalidated (invalidation_reason %s)", name, cause);
+}
+
+char *
+replicant_slot_health_acquire(const char *name)
+{
+	const char *cause;
+
+	switch (replicant_slot_owner(name))
+	{
+		case REPLICANT_SLOT_MISSING:
+			return psprintf("replication slot \"%s\" does not exist (it was dropped, or this server is a promoted standby that had no failover copy of it): recreate the pipeline with a snapshot", name);
+		case REPLICANT_SLOT_FOREIGN:
+			return replicant_slot_foreign_reason(name);
+		case REPLICANT_SLOT_OURS:
+			break;
+	}
+	if (!replicant_slot_acquire_ours(name))
+		return replicant_slot_foreign_reason(name);
+
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	cause = replicant_slot_invalidation(MyReplicationSlot);
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	if (cause == NULL)
+		return NULL;
+	ReplicationSlotRelease();
+	return invalidated_reason(name, cause);
+}
+
+int64
+replicant_slot_health_parse_budget(const char *value, bool none_ok)
+{
+	int mb;
+	const char *hint = NULL;
+
+	if (!parse_int(value, &mb, GUC_UNIT_MB, &hint))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for max_retained_wal: \"%s\"", value),
+				 hint ? errhint("%s", _(hint)) : errhint("Give a size with a unit, as for max_slot_wal_keep_size: for example '20GB'.")));
+	if (none_ok && mb == -1)
+		return -1;
+	if (mb < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_retained_wal must be at least 1MB"),
+				 none_ok ? errhint("Pass '-1' for no budget.") : errhint("Pass NULL for no budget.")));
+	return (int64) mb * 1024 * 1024;
+}
+
+void
+replicant_slot_health_watch(ReplicantPipeline *pipeline)
+{
+	watched = pipeline;
+	warned_at = 0;
+}
+
+ReplicantPipeline *
+replicant_slot_health_watched(void)
+{
+	return watched;
+}
+
+/*
+ * safe_wal_size as pg_replication_slots computes it (slotfuncs.c, the same
+ * in 15, 17 and 18): the WAL that can still be written before the slot's
+ * restart_lsn falls out of max_slot_wal_keep_size (or wal_keep_size, if
+ * larger).  Only when max_slot_wal_keep_size is set.
+ */
+static int64
+safe_wal_size(XLogRecPtr restart_lsn, XLogRecPtr current)
+{
+	XLogSegNo target_seg;
+	XLogSegNo fail_seg;
+	XLogRecPtr fail_lsn;
+	uint64 slot_keep_segs = XLogMBVarToSegs(max_slot_wal_keep_size_mb, wal_segment_size);
+	uint64 keep_segs = XLogMBVarToSegs(wal_keep_size_mb, wal_segment_size);
+
+	XLByteToSeg(restart_lsn, target_seg, wal_segment_size);
+	fail_seg = target_seg + Max(slot_keep_segs, keep_segs) + 1;
+	XLogSegNoOffsetToRecPtr(fail_seg, 0, wal_segment_size, fail_lsn);
+	return (int64) (fail_lsn - current);
+}
+
+/* The warning: logged when it starts, then every WARN_LOG_INTERVAL_MS while it lasts. */
+static void
+note_warning(uint64 retained, XLogRecPtr restart_lsn, XLogRecPtr current)
+{
+	int64 budget = watched->max_retained_wal;
+	bool near_budget = budget > 0 && retained * 5 > (uint64) budget * 4;
+	bool near_limit = false;
+	int64 safe = 0;
+	TimestampTz now;
+
+	if (max_slot_wal_keep_size_mb >= 0)
+	{
+		safe = safe_wal_size(restart_lsn, current);
+		near_limit = safe * 5 < (int64) max_slot_wal_keep_size_mb * 1024 * 1024;
+	}
+	if (!near_budget && !near_limit)
+	{
+		if (warned_at != 0)
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" retains " UINT64_FORMAT " bytes of WAL in its replication slot: no longer near a limit",
+							watched->name, retained)));
+		warned_at = 0;
+		return;
+	}
+	now = GetCurrentTimestamp();
+	if (warned_at != 0 && !TimestampDifferenceExceeds(warned_at, now, WARN_LOG_INTERVAL_MS))
+		return;
+	warned_at = now;
+	if (near_budget)
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" retains " UINT64_FORMAT " bytes of WAL in its replication slot, over 80%% of its max_retained_wal of " INT64_FORMAT,
+						watched->name, retained, budget),
+				 errhint("Past max_retained_wal the slot is given up and the pipeline halts: make its sink catch up, or raise the budget with replicant.alter_pipeline.")));
+	if (near_limit)
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" retains " UINT64_FORMAT " bytes of WAL in its replication slot, " INT64_FORMAT " bytes before max_slot_wal_keep_size invalidates it",
+						watched->name, retained, safe),
+				 errhint("An invalidated slot halts the pipeline: make its sink catch up, or raise max_slot_wal_keep_size.")));
+}
+
+char *
+replicant_slot_health_check(void)
+{
+	XLogRecPtr restart_lsn;
+	XLogRecPtr current;
+	uint64 retained;
+
+	if (watched == NULL || MyReplicationSlot == NULL)
+		return NULL;
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	restart_lsn = MyReplicationSlot->data.restart_lsn;
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	if (XLogRecPtrIsInvalid(restart_lsn))
+		return NULL;
+
+	/* The position pg_replication_slots measures from, as replicant.status does. */
+	current = GetXLogWriteRecPtr();
+	retained = current > restart_lsn ? current - restart_lsn : 0;
+	if (watched->max_retained_wal > 0 && retained > (uint64) watched->max_retained_wal)
+		return psprintf("replication slot given up: it retained " UINT64_FORMAT " bytes of WAL, past the pipeline's max_retained_wal of " INT64_FORMAT,
+						retained, watched->max_retained_wal);
+	note_warning(retained, restart_lsn, current);
+	return NULL;
+}
+
+void
+replicant_slot_health_give_up(void)
+{
+	Assert(watched != NULL && MyReplicationSlot != NULL);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" drops its replication slot \"%s\": it retained more WAL than max_retained_wal",
+					watched->name, NameStr(MyReplicationSlot->data.name))));
+	REPLICANT_SLOT_DROP_ACQUIRED();
+}
