@@ -52,6 +52,8 @@ OBJS = \
 	src/transport.o \
 	src/transport_registry.o \
 	src/snapshot.o \
+	src/snapshot_plan.o \
+	src/snapshot_shard.o \
 	src/table_read.o \
 	src/signing.o \
 	src/checkpoint.o \

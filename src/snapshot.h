@@ -20,6 +20,4 @@
 extern void replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 									   ReplicantPipeline *pipeline);
 
-PGDLLEXPORT void replicant_shard_main(Datum main_arg);
-
 #endif /* REPLICANT_SNAPSHOT_H */
