@@ -160,7 +160,7 @@ note_warning(uint64 retained, XLogRecPtr restart_lsn, XLogRecPtr current)
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" retains " UINT64_FORMAT " bytes of WAL in its replication slot, over 80%% of its max_retained_wal of " INT64_FORMAT,
 						watched->name, retained, budget),
-				 errhint("Past max_retained_wal the slot is given up and the pipeline halts: make its sink catch up, or raise the budget with replicant.alter_pipeline.")));
+				 errhint("Past max_retained_wal, with its sink that far behind, the slot is given up and the pipeline halts: make its sink catch up, end long transactions, or raise the budget with replicant.alter_pipeline.")));
 	if (near_limit)
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" retains " UINT64_FORMAT " bytes of WAL in its replication slot, " INT64_FORMAT " bytes before max_slot_wal_keep_size invalidates it",
@@ -168,17 +168,29 @@ note_warning(uint64 retained, XLogRecPtr restart_lsn, XLogRecPtr current)
 				 errhint("An invalidated slot halts the pipeline: make its sink catch up, or raise max_slot_wal_keep_size.")));
 }
 
+/*
+ * The slot is given up only when its sink is that far behind too: the WAL
+ * from the slot's confirmed position on is what the sink has not
+ * acknowledged.  A caught-up slot can retain more (its restart_lsn waits for
+ * the next running-transactions record, and cannot pass the oldest
+ * transaction in progress, in any database, whoever runs it); that is no
+ * doing of the sink's, so it only warns.
+ */
 char *
 replicant_slot_health_check(void)
 {
 	XLogRecPtr restart_lsn;
+	XLogRecPtr confirmed;
 	XLogRecPtr current;
 	uint64 retained;
+	uint64 unacknowledged;
+	int64 budget;
 
 	if (watched == NULL || MyReplicationSlot == NULL)
 		return NULL;
 	SpinLockAcquire(&MyReplicationSlot->mutex);
 	restart_lsn = MyReplicationSlot->data.restart_lsn;
+	confirmed = MyReplicationSlot->data.confirmed_flush;
 	SpinLockRelease(&MyReplicationSlot->mutex);
 	if (XLogRecPtrIsInvalid(restart_lsn))
 		return NULL;
@@ -186,9 +198,11 @@ replicant_slot_health_check(void)
 	/* The position pg_replication_slots measures from, as replicant.status does. */
 	current = GetXLogWriteRecPtr();
 	retained = current > restart_lsn ? current - restart_lsn : 0;
-	if (watched->max_retained_wal > 0 && retained > (uint64) watched->max_retained_wal)
+	unacknowledged = current > confirmed ? current - confirmed : 0;
+	budget = watched->max_retained_wal;
+	if (budget > 0 && retained > (uint64) budget && unacknowledged > (uint64) budget)
 		return psprintf("replication slot given up: it retained " UINT64_FORMAT " bytes of WAL, past the pipeline's max_retained_wal of " INT64_FORMAT,
-						retained, watched->max_retained_wal);
+						retained, budget);
 	note_warning(retained, restart_lsn, current);
 	return NULL;
 }

@@ -23,6 +23,7 @@
 # versions: all (slot invalidation causes, src/compat.h)
 use strict;
 use warnings;
+use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
@@ -255,6 +256,40 @@ SKIP:
 	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('idle')");
 	expect_halt($label, 'idle',
 		qr/^replication slot "\Q$slot\E" was invalidated because it was inactive for longer than idle_replication_slot_timeout$/);
+}
+
+# ---- (f) a caught-up pipeline keeps its slot -----------------------------------
+# restart_lsn lags a caught-up pipeline's confirmed position by what was
+# written since the last running-transactions record the decoder saw, and
+# cannot pass the oldest transaction in progress that wrote WAL, in any
+# database: a role with no right over the pipeline can hold one open.
+# Neither is the sink's doing: only a sink that far behind gives the slot up.
+{
+	my $label = '(f) caught up';
+	create_pipeline('caught', 'caught_t', $up, ", max_retained_wal => '8MB'");
+	$node->safe_psql('postgres', 'CREATE ROLE mallory LOGIN; CREATE DATABASE elsewhere');
+	my ($in, $out, $err) = ("BEGIN; CREATE TEMP TABLE m (i int); SELECT 'ready';\n", '', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-h', $node->host, '-p', $node->port, '-U', 'mallory', '-d', 'elsewhere' ],
+		'<', \$in, '>', \$out, '2>', \$err);
+	$h->pump until $out =~ /ready/ || !$h->pumpable;
+	like($out, qr/ready/, "$label: mallory holds a transaction open in another database");
+	my $retained = 0;
+	foreach my $round (1 .. 40)
+	{
+		$node->safe_psql('postgres',
+			"INSERT INTO filler (v) SELECT repeat('x', 200) FROM generate_series(1, 5000);"
+			  . " INSERT INTO caught_t VALUES ($round, '$MARK $round');");
+		poll("SELECT replicant.await_delivered('caught', pg_current_wal_lsn(), 60000)");
+		$retained = status('caught', 'retained_wal_bytes');
+		last if $retained eq '<null>' || $retained > 2 * 8 * 1024 * 1024;
+	}
+	cmp_ok($retained, '>', 8 * 1024 * 1024, "$label: its slot retains more WAL than its budget");
+	is(status('caught', 'state'), 'streaming', "$label: the pipeline did not give its slot up");
+	is(status('caught', 'wal_warning'), 'true', "$label: but status warns");
+	$in .= "COMMIT;\n\\q\n";
+	$h->finish;
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('caught')");
 }
 
 # ---- no row value anywhere ---------------------------------------------------
