@@ -354,10 +354,12 @@ static void
 delivered_names(ReplicantRelation *relation, Oid relid, List *publications,
 				MemoryContext mcxt)
 {
-	Relation rel = try_table_open(relid, AccessShareLock);
+	Relation rel;
 	Relation target;
 	MemoryContext old;
 
+	replicant_partition_lock_ancestors(relid, AccessShareLock);
+	rel = try_table_open(relid, AccessShareLock);
 	relation->schema = relation->table = NULL;
 	if (rel == NULL)
 		return;
@@ -1187,6 +1189,7 @@ begin_window(const char *snapshot_name, Shard *shard, Relation *relp,
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(window_context);
 
+	replicant_partition_lock_ancestors(shard->relid, AccessShareLock);
 	rel = try_table_open(shard->relid, AccessShareLock);
 	if (rel == NULL)
 	{
