@@ -740,6 +740,7 @@ replicant_backfill_read_chunk(ReplicantPipeline *pipeline, ReplicantBackfill *b,
 	*halt_reason = NULL;
 	chunk = new_chunk(b, caller);
 	begin_chunk(&access);
+	replicant_partition_lock_ancestors(b->relid, AccessShareLock);
 	src.rel = try_table_open(b->relid, AccessShareLock);
 	replicant_fault("backfill_chunk");
 	if (src.rel != NULL)

@@ -365,10 +365,12 @@ static bool
 replan_if_published(ReplicantPipeline *pipeline, Oid relid, bool *planned,
 					char **refused, MemoryContext mcxt)
 {
-	Relation rel = get_rel_relkind(relid) == RELKIND_RELATION ?
-					   try_table_open(relid, AccessShareLock) :
-					   NULL;
+	Relation rel;
 	char *name;
+
+	replicant_partition_lock_ancestors(relid, AccessShareLock);
+	rel = get_rel_relkind(relid) == RELKIND_RELATION ? try_table_open(relid, AccessShareLock) :
+													   NULL;
 
 	/* Dropped since: nothing of it is published, nothing is missing. */
 	if (rel == NULL)

@@ -22,7 +22,9 @@
 #include "access/table.h"
 #include "catalog/partition.h"
 #include "catalog/pg_class.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
@@ -152,6 +154,20 @@ publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
 		   list_member_oid(schema_pubs, pub->oid) ||
 		   (ancestors != NIL &&
 			OidIsValid(GetTopMostAncestorInPublication(pub->oid, ancestors, NULL)));
+}
+
+void
+replicant_partition_lock_ancestors(Oid relid, LOCKMODE lockmode)
+{
+	List *ancestors;
+
+	if (!get_rel_relispartition(relid))
+		return;
+	/* Parent first, topmost last: lock in reverse. */
+	ancestors = get_partition_ancestors(relid);
+	for (int i = list_length(ancestors) - 1; i >= 0; i--)
+		LockRelationOid(list_nth_oid(ancestors, i), lockmode);
+	list_free(ancestors);
 }
 
 Relation

@@ -94,6 +94,15 @@ extern HeapTuple replicant_partition_root_tuple(ReplicantPartitionRoot *root, He
 extern bool replicant_partition_root_skips_truncate(ReplicantPartitionRoot *root, Relation rel);
 
 /*
+ * Takes lockmode on relid's partition ancestors, the topmost first, as
+ * PostgreSQL locks a partition tree (parents before children: ALTER
+ * TABLE, find_all_inheritors).  Whoever opens a partition and then the
+ * root it is published via (replicant_partition_root_open_for_read) calls
+ * this before opening the partition, or it deadlocks with DDL on the root.
+ */
+extern void replicant_partition_lock_ancestors(Oid relid, LOCKMODE lockmode);
+
+/*
  * Snapshot and backfill reads: opens (with lockmode) the relation the rows
  * of leaf are delivered as under the named publications: leaf itself, or
  * the partition root it is published via.

@@ -221,8 +221,12 @@ replicant_sink_ddl_tables(ArrayType *publications, bool if_not_exists, MemoryCon
 		names = lappend(names, TextDatumGetCString(elems[i]));
 	foreach(lc, relids)
 	{
-		Relation leaf = table_open(lfirst_oid(lc), AccessShareLock);
-		Relation target = replicant_partition_root_open_for_read(leaf, names, AccessShareLock);
+		Relation leaf;
+		Relation target;
+
+		replicant_partition_lock_ancestors(lfirst_oid(lc), AccessShareLock);
+		leaf = table_open(lfirst_oid(lc), AccessShareLock);
+		target = replicant_partition_root_open_for_read(leaf, names, AccessShareLock);
 
 		if (!has_target(targets, RelationGetRelid(target)))
 		{

@@ -71,10 +71,12 @@ static void
 delivered_names(ReplicantRelation *relation, Oid relid, List *publications,
 				MemoryContext mcxt)
 {
-	Relation rel = try_table_open(relid, AccessShareLock);
+	Relation rel;
 	Relation target;
 	MemoryContext old;
 
+	replicant_partition_lock_ancestors(relid, AccessShareLock);
+	rel = try_table_open(relid, AccessShareLock);
 	relation->schema = relation->table = NULL;
 	if (rel == NULL)
 		return;

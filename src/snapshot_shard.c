@@ -220,6 +220,7 @@ begin_window(const char *snapshot_name, ReplicantShard *shard, Relation *relp,
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(window_context);
 
+	replicant_partition_lock_ancestors(shard->relid, AccessShareLock);
 	rel = try_table_open(shard->relid, AccessShareLock);
 	if (rel == NULL)
 	{

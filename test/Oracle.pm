@@ -712,11 +712,24 @@ sub leaves_of
 sub start_backfill
 {
 	my ($r, $rel, $mode, $extra) = @_;
-	$r->poll_until('a running backfill of the table', 300, sub {
-			return 1 if $extra->{fresh};
-			($r->pub_sql("SELECT count(*) = 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
-				  . " AND relation = '$rel'::regclass AND state IN ('planned', 'running')", allow_error => 1) // 't') eq 't';
-		});
+	my $none_running = sub {
+		return 1 if $extra->{fresh};
+		($r->pub_sql("SELECT count(*) = 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
+			  . " AND relation = '$rel'::regclass AND state IN ('planned', 'running')", allow_error => 1) // 't') eq 't';
+	};
+	# replicant.backfill refuses a table whose backfill (or initial
+	# snapshot) is still in progress: wait for it to end.  It ends only once
+	# the sink accepts its rows, so a sink the history took down or made
+	# fail is restored first (as an operator would), and a backfill that
+	# does not end even so is a stuck pipeline, said so.
+	if (!$none_running->())
+	{
+		$r->sink_clear;
+		$r->poll_until('a running backfill of the table', 300, $none_running)
+		  or $r->flunk('stuck', "a backfill of $rel does not end",
+			$r->pub_sql("SELECT string_agg(id || ' ' || state, ', ') FROM replicant.backfill_status"
+				  . " WHERE pipeline = 'p' AND relation = '$rel'::regclass", allow_error => 1) // '');
+	}
 	my $t_start = time();
 	my ($ok, $id, $err) = $r->try_sql($r->{pub}, "SELECT replicant.backfill('p', '$rel'::regclass, '$mode')");
 	if (!$ok)

@@ -19,6 +19,10 @@
 #     committed after a chunk's snapshot, and the publication widened before
 #     the chunk read its filter: the chunk used to deliver the row as of its
 #     snapshot, a version the update had replaced, for good.
+#   an ALTER TABLE on a partitioned table while a chunk of one of its
+#     partitions (published via the root) holds the partition's lock: the
+#     chunk locked the partition before its root, the ALTER the root before
+#     the partition, and one of them died of a deadlock.
 #   a TRUNCATE the publication does not publish, issued after a chunk's
 #     snapshot: the sink keeps the chunk's rows, as a subscriber keeps its
 #     rows (no defect; see the case).
@@ -330,8 +334,11 @@ CREATE PUBLICATION cl_pub FOR TABLE cl (id, a, b);
 # the chunk; then the publication widens.  Had the chunk read the wider
 # filter and the row as of its snapshot, the sink would keep the version
 # the update replaced, and the update would never come.  The window is
-# held open with the partition root's lock, which the chunk takes to read
-# its publications (replicant_partition_root_open_for_read).
+# held open with the fault point backfill_window:hold (after the chunk's
+# snapshot, before it reads its filter).  It used to be held with the
+# partition root's lock, which the chunk took only to read its
+# publications; it now takes it before the partition's, before its
+# snapshot (see "DDL on a partitioned table" below).
 foreach my $case (
 	[ 'filter_widened', 'WHERE (x > 10)', '' ],
 	[ 'actions_widened', '', "WITH (publish = 'insert')" ])
@@ -351,25 +358,13 @@ foreach my $case (
 	my $sink = ReplicantTest::start_sink(name => "sink_$name");
 	query("SELECT replicant.create_pipeline('mr', 'mp', '$sink->{url}')");
 	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'mr'"), "$name: streams");
-	query("SELECT replicant.disable_pipeline('mr')");
+	my $offset = -s $node->logfile;
+	fault_point('backfill_window:hold');
 	my $id = query("SELECT replicant.backfill('mr', 'm_1', mode => 'keyset')");
-	# b updates the partition alone; with its partition constraint cached
-	# first, its UPDATE needs no lock on the root.
-	my $b = $node->background_psql('postgres');
-	$b->query_safe('UPDATE m_1 SET x = 0 WHERE id = 1');
-	my $a = $node->background_psql('postgres');
-	$a->query_safe('BEGIN; LOCK TABLE ONLY m IN ACCESS EXCLUSIVE MODE');
-	query("SELECT replicant.enable_pipeline('mr')");
-	ok(poll(q{
-	SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-	                WHERE NOT l.granted AND l.relation = 'm'::regclass
-	                  AND a.application_name = 'replicant pipeline mr')}),
-		"$name: the chunk waits for the root");
-	$b->query_safe('UPDATE m_1 SET x = 5 WHERE id = 1');
-	$b->quit;
-	$a->query_safe("ALTER PUBLICATION mp $widen");
-	$a->query_safe('COMMIT');
-	$a->quit;
+	$node->wait_for_log(qr/fault point "backfill_window" reached, holding/, $offset);
+	query('UPDATE m_1 SET x = 5 WHERE id = 1');
+	query("ALTER PUBLICATION mp $widen");
+	fault_point(undef);
 	ok(poll("SELECT state = 'done' FROM replicant.backfill_status WHERE id = $id", 120),
 		"$name: the backfill ends");
 	ok(poll("SELECT replicant.await_delivered('mr', timeout_ms => 1000)"), "$name: delivered");
@@ -380,6 +375,60 @@ foreach my $case (
 		"$name: the sink holds the source rows under the widened publication");
 	query("SELECT replicant.drop_pipeline('mr')");
 	query('DROP PUBLICATION mp; DROP TABLE m');
+	$sink->stop;
+}
+
+# ---- DDL on a partitioned table while a chunk of its partition is held ----------
+# ALTER TABLE on a partitioned table locks the root, then its partitions
+# (find_all_inheritors: parents before children).  A chunk of a partition
+# published via its root used to lock the partition first and its root
+# later (replicant_partition_root_open_for_read): held between the two
+# (backfill_chunk:hold, the partition's lock taken), the chunk and an
+# ALTER TABLE on the root waited for each other, and the deadlock detector
+# cancelled one of them (the oracle's "ALTER TYPE during a backfill").  The
+# chunk must lock the partition's ancestors, top-down, before it: the ALTER
+# then waits for the chunk, and both end.
+query(q{
+CREATE TABLE pd (id int NOT NULL, region text NOT NULL, v int, PRIMARY KEY (id, region)) PARTITION BY RANGE (id);
+CREATE TABLE pd_1 PARTITION OF pd FOR VALUES FROM (0) TO (100000) PARTITION BY LIST (region);
+CREATE TABLE pd_1eu PARTITION OF pd_1 FOR VALUES IN ('eu');
+CREATE TABLE pd_2 PARTITION OF pd FOR VALUES FROM (100000) TO (200000);
+INSERT INTO pd SELECT g, 'eu', g FROM generate_series(1, 3000) g;
+INSERT INTO pd SELECT g, 'us', g FROM generate_series(100001, 100100) g;
+CREATE PUBLICATION pd_pub FOR TABLE pd WITH (publish_via_partition_root = true);
+});
+{
+	my $sink = ReplicantTest::start_sink(name => 'sink_pd');
+	query("SELECT replicant.create_pipeline('pd', 'pd_pub', '$sink->{url}', snapshot => 'none')");
+	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'pd'"),
+		'partition_ddl: the pipeline streams');
+	my $offset = -s $node->logfile;
+	fault_point('backfill_chunk:hold');
+	my $id = query("SELECT replicant.backfill('pd', 'pd_1eu', mode => 'keyset')");
+	$node->wait_for_log(qr/fault point "backfill_chunk" reached, holding/, $offset);
+	my $t = $node->background_psql('postgres');
+	$t->query_until(qr/altering/, "\\echo altering\nALTER TABLE pd ALTER COLUMN v TYPE bigint;\n");
+	ok(poll(q{
+	SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	                WHERE NOT l.granted AND a.query LIKE 'ALTER TABLE pd %')}),
+		'partition_ddl: the ALTER waits for the held chunk');
+	fault_point(undef);
+	ok(poll(q{SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE pd %'
+	                                                           AND state = 'active')}),
+		'partition_ddl: the ALTER ended');
+	# A psql whose ALTER failed has exited already.
+	eval { $t->quit; 1 };
+	is(query(q{SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'pd'::regclass AND attname = 'v'}),
+		'bigint', 'partition_ddl: the ALTER TABLE on the root succeeded');
+	ok(poll("SELECT state = 'done' FROM replicant.backfill_status WHERE id = $id", 180),
+		'partition_ddl: the backfill ends');
+	unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset), qr/deadlock detected/,
+		'partition_ddl: no deadlock between the chunk and the ALTER');
+	ok(poll("SELECT replicant.await_delivered('pd', timeout_ms => 1000)"), 'partition_ddl: delivered');
+	my @rows = grep { length } split /\n/, $sink->dump('public.pd');
+	is(scalar(@rows), 3000, 'partition_ddl: every row of the backfilled partition arrives');
+	query("SELECT replicant.drop_pipeline('pd')");
+	query('DROP PUBLICATION pd_pub; DROP TABLE pd');
 	$sink->stop;
 }
 
