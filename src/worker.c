@@ -368,13 +368,11 @@ deliver_range(Worker *w, int first, int last)
  * Delivers what is left of a completed backfill chunk, at its high
  * watermark's place in the stream, in requests of at most batch_max_bytes
  * (a single larger row goes alone), and records the backfill's progress.
- * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<part>
- * (replicant_format_read_webhook_id).  A chunk with no row left (the
- * stream changed them all) sends nothing unless it is the last, which
- * carries the backfill's last marker: a keyset chunk's position is the
- * count of rows delivered before it, and the next chunk starts at the same
- * one, so an empty request would share its webhook-id with a request with
- * rows.
+ * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<low
+ * watermark>-<part> (replicant_format_read_webhook_id): a chunk read again
+ * after a restart, its parts cut elsewhere, reuses none of them.  A chunk
+ * with no row left (the stream changed them all) sends nothing unless it
+ * is the last, which carries the backfill's last marker.
  */
 static void
 deliver_chunk(Worker *w, ReplicantChunk *chunk)
@@ -417,7 +415,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		replicant_delivery_post(w->slot, w->sink,
 								replicant_format_read_webhook_id(w->pipeline->name, chunk->backfill->id,
 																 chunk->relfilenode, chunk->position,
-																 part++),
+																 chunk->low_watermark, part++),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(w->slot, w->pipeline, &result, "backfill batch",
