@@ -146,7 +146,9 @@ worker_detach(int code, Datum arg)
 /*
  * Claims the shared slot; exits quietly if it was given to someone else,
  * or to another configuration (the launcher stops this worker then, and
- * the stop it asked for would otherwise be cleared here).
+ * the stop it asked for would otherwise be cleared here).  An exit for a
+ * changed configuration of its own pipeline says so in the slot
+ * (superseded): it is no failure of the pipeline's.
  */
 static void
 worker_attach(Worker *w, ReplicantWorkerArgs *args)
@@ -158,6 +160,9 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 		!slot->runnable || slot->dropping || slot->config_version != args->config_version ||
 		(slot->pid != 0 && slot->pid != MyProcPid))
 	{
+		if (slot->in_use && slot->generation == args->generation && slot->pid == 0 &&
+			slot->config_version != args->config_version)
+			slot->superseded = true;
 		LWLockRelease(replicant_shmem->lock);
 		proc_exit(0);
 	}
@@ -171,6 +176,7 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	slot->connected = false;
 	slot->interrupted = false;
 	slot->shard_interrupted = false;
+	slot->superseded = false;
 	LWLockRelease(replicant_shmem->lock);
 
 	replicant_shmem_set_own_slot(slot);
