@@ -42,13 +42,14 @@ replicant_format_check_name(const char *name)
 
 char *
 replicant_format_read_webhook_id(const char *pipeline, int64 backfill_id,
-								 Oid relfilenode, int64 position, int part)
+								 Oid relfilenode, int64 position, XLogRecPtr read,
+								 int part)
 {
 	if (OidIsValid(relfilenode))
-		return psprintf("%s-b" INT64_FORMAT "-%u_" INT64_FORMAT "-%d", pipeline,
-						backfill_id, relfilenode, position, part);
-	return psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-%d", pipeline,
-					backfill_id, position, part);
+		return psprintf("%s-b" INT64_FORMAT "-%u_" INT64_FORMAT "-" UINT64_FORMAT "-%d",
+						pipeline, backfill_id, relfilenode, position, read, part);
+	return psprintf("%s-b" INT64_FORMAT "-" INT64_FORMAT "-" UINT64_FORMAT "-%d", pipeline,
+					backfill_id, position, read, part);
 }
 
 /*

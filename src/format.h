@@ -121,13 +121,18 @@ extern const ReplicantFormat *replicant_format_of(const ReplicantPipeline *pipel
 
 /*
  * The webhook-id of a request of snapshot or backfill rows,
- * <pipeline>-b<backfill_id>-<position>-<part>.  A read by blocks (relfilenode
- * valid) puts the table's file in the position, <relfilenode>_<block>: a
- * rewritten table is read again from block 0, other rows at the same
- * blocks, under ids of its own.
+ * <pipeline>-b<backfill_id>-<position>-<read>-<part>.  A read by blocks
+ * (relfilenode valid) puts the table's file in the position,
+ * <relfilenode>_<block>: a rewritten table is read again from block 0,
+ * other rows at the same blocks, under ids of its own.  read is a WAL
+ * position written for this read alone and durable before its first
+ * request (a chunk's low watermark, a shard's claim): the same window or
+ * chunk read again, whose rows may have moved between its parts, has ids of
+ * its own, and only a retry of the same request repeats one.
  */
 extern char *replicant_format_read_webhook_id(const char *pipeline, int64 backfill_id,
-											  Oid relfilenode, int64 position, int part);
+											  Oid relfilenode, int64 position,
+											  XLogRecPtr read, int part);
 
 /* Implementations. */
 extern const ReplicantFormat replicant_format_replicant;

@@ -503,11 +503,16 @@ reap_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w,
 	slot->connected = false;
 	slot->interrupted = false;
 	slot->shard_interrupted = false;
+	slot->superseded = false;
 	LWLockRelease(replicant_shmem->lock);
 	w->clean_end = true;
-	if (w->terminated || copy->stop_requested)
+	if (w->terminated || copy->stop_requested || copy->superseded)
 	{
-		/* Restarted for new settings or backfills: no failure. */
+		/*
+		 * Restarted for new settings or backfills: no failure; nor when it
+		 * exited before it ran, its configuration changed since its start
+		 * (superseded), which this launcher may not have seen yet.
+		 */
 		w->next_start = 0;
 		w->terminated = false;
 	}

@@ -152,10 +152,13 @@ typedef struct ReplicantPipelineSlot
 	 * (a SIGTERM replicant did not send, a query cancel); shard_interrupted:
 	 * one of its snapshot workers, which the worker then takes for its own.
 	 * Written by signal handlers: one aligned word each, no lock.
+	 * superseded: it exited at once, started for a configuration that
+	 * changed before it attached (worker.c worker_attach; under the lock).
 	 */
 	bool connected;
 	bool interrupted;
 	bool shard_interrupted;
+	bool superseded;
 
 	/* Per snapshot worker (by its number), under the lock. */
 	ReplicantWindowProgress window_progress[REPLICANT_MAX_SNAPSHOT_WORKERS];

@@ -18,6 +18,7 @@
 #include "postgres.h"
 
 #include "access/table.h"
+#include "access/xlog.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -298,6 +299,14 @@ replicant_snapshot_claim_shard(int32 pipeline_id, ReplicantShard *shard)
 		shard->relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 		shard->next_block = replicant_snapshot_plan_int8(0, 4);
 		shard->hi_block = replicant_snapshot_plan_int8(0, 5);
+
+		/*
+		 * Past the record of the claim's update: each claim of the shard
+		 * (a window is read once per claim) has its own, in the webhook-ids
+		 * of its windows, durable before they are sent (the claim commits,
+		 * replicant_checkpoint_make_durable flushes it).
+		 */
+		shard->claimed_at = GetXLogInsertRecPtr();
 		strlcpy(shard->relname, get_rel_name(shard->relid) ? get_rel_name(shard->relid) : "",
 				NAMEDATALEN);
 

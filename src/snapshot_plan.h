@@ -7,6 +7,7 @@
 #ifndef REPLICANT_SNAPSHOT_PLAN_H
 #define REPLICANT_SNAPSHOT_PLAN_H
 
+#include "access/xlogdefs.h"
 #include "nodes/pg_list.h"
 
 #include "pipeline.h"
@@ -31,7 +32,8 @@ typedef struct ReplicantShard
 	char relname[NAMEDATALEN]; /* for messages, "" if dropped */
 	Oid relfilenode;
 	int64 next_block;
-	int64 hi_block; /* -1: to the end of the table */
+	int64 hi_block;        /* -1: to the end of the table */
+	XLogRecPtr claimed_at; /* the WAL insert position after the claim's update */
 } ReplicantShard;
 
 /*

@@ -331,8 +331,8 @@ finish_window_batch(WindowBatch *batch)
 
 /*
  * Starts POSTing the filled batch, once the one before it is acknowledged;
- * its webhook-id names the window (the table's file and first block) and
- * the batch's number.  The buffers
+ * its webhook-id names the window (the table's file and first block), the
+ * claim of the shard that reads it and the batch's number.  The buffers
  * trade places: the next batch fills the one the last POST used.
  */
 static void
@@ -348,6 +348,7 @@ send_window_batch(WindowBatch *batch)
 														batch->shard->backfill_id,
 														batch->shard->relfilenode,
 														batch->shard->next_block,
+														batch->shard->claimed_at,
 														batch->batch_no++);
 	post->nrows = batch->in_body;
 	replicant_format_of(batch->pipeline)->snapshot_end(&post->out);

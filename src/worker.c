@@ -146,7 +146,9 @@ worker_detach(int code, Datum arg)
 /*
  * Claims the shared slot; exits quietly if it was given to someone else,
  * or to another configuration (the launcher stops this worker then, and
- * the stop it asked for would otherwise be cleared here).
+ * the stop it asked for would otherwise be cleared here).  An exit for a
+ * changed configuration of its own pipeline says so in the slot
+ * (superseded): it is no failure of the pipeline's.
  */
 static void
 worker_attach(Worker *w, ReplicantWorkerArgs *args)
@@ -158,6 +160,9 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 		!slot->runnable || slot->dropping || slot->config_version != args->config_version ||
 		(slot->pid != 0 && slot->pid != MyProcPid))
 	{
+		if (slot->in_use && slot->generation == args->generation && slot->pid == 0 &&
+			slot->config_version != args->config_version)
+			slot->superseded = true;
 		LWLockRelease(replicant_shmem->lock);
 		proc_exit(0);
 	}
@@ -171,6 +176,7 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	slot->connected = false;
 	slot->interrupted = false;
 	slot->shard_interrupted = false;
+	slot->superseded = false;
 	LWLockRelease(replicant_shmem->lock);
 
 	replicant_shmem_set_own_slot(slot);
@@ -368,13 +374,11 @@ deliver_range(Worker *w, int first, int last)
  * Delivers what is left of a completed backfill chunk, at its high
  * watermark's place in the stream, in requests of at most batch_max_bytes
  * (a single larger row goes alone), and records the backfill's progress.
- * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<part>
- * (replicant_format_read_webhook_id).  A chunk with no row left (the
- * stream changed them all) sends nothing unless it is the last, which
- * carries the backfill's last marker: a keyset chunk's position is the
- * count of rows delivered before it, and the next chunk starts at the same
- * one, so an empty request would share its webhook-id with a request with
- * rows.
+ * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<low
+ * watermark>-<part> (replicant_format_read_webhook_id): a chunk read again
+ * after a restart, its parts cut elsewhere, reuses none of them.  A chunk
+ * with no row left (the stream changed them all) sends nothing unless it
+ * is the last, which carries the backfill's last marker.
  */
 static void
 deliver_chunk(Worker *w, ReplicantChunk *chunk)
@@ -417,7 +421,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		replicant_delivery_post(w->slot, w->sink,
 								replicant_format_read_webhook_id(w->pipeline->name, chunk->backfill->id,
 																 chunk->relfilenode, chunk->position,
-																 part++),
+																 chunk->low_watermark, part++),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(w->slot, w->pipeline, &result, "backfill batch",

@@ -1,11 +1,12 @@
 # Backfill and snapshot requests honour batch_max_bytes (a 2,000-row chunk
 # of wide rows used to be one request), and carry webhook-ids of one
-# documented form: <pipeline>-b<backfill id>-<position>-<part> for rows
-# (a read by blocks, ctid and the initial snapshot, has the position
+# documented form: <pipeline>-b<backfill id>-<position>-<read>-<part> for
+# rows (a read by blocks, ctid and the initial snapshot, has the position
 # <relfilenode>_<block>), <pipeline>-b<backfill id>-first|last for an initial
-# snapshot's markers; a rewrite mid-read, and a keyset chunk whose rows the
-# stream all changed while it was read, give no webhook-id to two different
-# bodies.
+# snapshot's markers; a rewrite mid-read, a keyset chunk whose rows the
+# stream all changed while it was read, and a chunk or window read again
+# after part of it was acknowledged give no webhook-id to two different
+# bodies, nor to rows a sink dropping seen webhook-ids would lose.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -54,8 +55,8 @@ for my $mode ('keyset', 'ctid', 'bitmap')
 	my @ids = grep { /-b$id-/ } ids_of($sink, 'snapshot');
 	ok(@ids > 3, "$mode: the rows took several requests (" . scalar(@ids) . ")");
 	my $position = $mode eq 'ctid' ? '\d+_\d+' : '\d+';
-	is(scalar(grep { !/^bw-b$id-$position-\d+$/ } @ids), 0,
-		"$mode: every webhook-id reads bw-b$id-<position>-<part>");
+	is(scalar(grep { !/^bw-b$id-$position-\d+-\d+$/ } @ids), 0,
+		"$mode: every webhook-id reads bw-b$id-<position>-<read>-<part>");
 	my %seen;
 	is(scalar(grep { $seen{$_}++ } @ids), 0, "$mode: no two requests share a webhook-id");
 	last if $node->safe_psql('postgres', "SELECT state FROM replicant.status WHERE pipeline = 'bw'") ne 'streaming';
@@ -71,8 +72,8 @@ ok(ReplicantTest::poll($node,
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink2, ['wide'], 30),
 	'initial snapshot: the sink equals the source');
 my @ids = ids_of($sink2, 'snapshot');
-is(scalar(grep { !/^bs-b\d+-(\d+_\d+-\d+|first|last)$/ } @ids), 0,
-	'initial snapshot: every webhook-id reads bs-b<id>-<relfilenode>_<block>-<part> or bs-b<id>-first|last');
+is(scalar(grep { !/^bs-b\d+-(\d+_\d+-\d+-\d+|first|last)$/ } @ids), 0,
+	'initial snapshot: every webhook-id reads bs-b<id>-<relfilenode>_<block>-<read>-<part> or bs-b<id>-first|last');
 $sink2->stop;
 $sink->stop;
 
@@ -244,5 +245,101 @@ is(scalar(@shared), 0, 'truncated_chunk_ids: no webhook-id of a keyset backfill 
 is(join(',', markers_of($ks_sink, $ks_backfill)), '1,1', 'truncated_chunk_ids: one first and one last marker');
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('kt')");
 $ks_sink->stop;
+
+
+# ---- a chunk read again after part of it was acknowledged ------------------
+# A chunk delivered in several requests whose worker restarts after its first
+# request was acknowledged, before the chunk's progress is recorded, is read
+# again.  A row deleted meanwhile from the first request's range moves the
+# parts' boundaries: a row the first read sent in its second request (never
+# acknowledged) now travels in the first.  The second read's requests must
+# not reuse the first read's webhook-ids, or a sink that drops a request
+# whose webhook-id it has applied (as Standard Webhooks suggests) loses that
+# row.  Rows 1-5 take about 1,060 bytes each in a request, row 6 about 7,060,
+# batch_max_bytes is 12,000: the first read's first request holds rows 1-5
+# (about 5,500 bytes), its second row 6 (about 7,300), which the sink refuses
+# as too large, halting the pipeline; without row 1 the read again holds rows
+# 2-6 in its first request.
+
+# The rows a sink that drops a request whose webhook-id it applied already
+# lacks, and the requests it saw.
+sub rows_kept_by_id_dedup
+{
+	my ($s, $table) = @_;
+	my (%applied_id, %got, @log);
+	foreach my $b (@{ $s->bodies })
+	{
+		next unless ($b->{body}{kind} // '') eq 'snapshot';
+		my @ids = map { $_->{key}{id} } @{ $b->{body}{changes} // [] };
+		push @log, "$b->{webhook_id}: [@ids]" . ($applied_id{ $b->{webhook_id} } ? ' (dropped: id seen)' : '');
+		next if $applied_id{ $b->{webhook_id} }++;
+		$got{$_} = 1 foreach @ids;
+	}
+	my @missing = grep { !$got{$_} } split /\n/, $node->safe_psql('postgres', "SELECT id FROM $table ORDER BY id");
+	return ("@missing", join("\n", @log));
+}
+
+my $rr_sink = ReplicantTest::start_sink(name => 'reread', keep_bodies => 1, max_body => 6400);
+$node->safe_psql('postgres', q{
+	CREATE TABLE kr (id int PRIMARY KEY, v text NOT NULL);
+	ALTER TABLE kr ALTER COLUMN v SET STORAGE EXTERNAL;
+	INSERT INTO kr SELECT g, repeat('x', CASE WHEN g = 6 THEN 7000 ELSE 1000 END)
+	  FROM generate_series(1, 6) g;
+	CREATE PUBLICATION kr_pub FOR TABLE kr;
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('kr', 'kr_pub', '$rr_sink->{url}', batch_max_bytes => 12000)");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'kr'"),
+	'kr streams');
+my $rr_backfill = $node->safe_psql('postgres', "SELECT replicant.backfill('kr', 'kr', mode => 'keyset')");
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'kr'"),
+	'kr: the sink refused the second request of the chunk (HTTP 413)');
+is(join(' ', map { join(',', map { $_->{key}{id} } @{ $_->{body}{changes} }) }
+		grep { ($_->{body}{kind} // '') eq 'snapshot' && @{ $_->{body}{changes} // [] } } @{ $rr_sink->bodies }),
+	'1,2,3,4,5', 'kr: the first request of the chunk, rows 1-5, was acknowledged');
+$node->safe_psql('postgres', 'DELETE FROM kr WHERE id = 1');
+$rr_sink->control({ clear => 1 });
+$node->safe_psql('postgres', "SELECT replicant.resume_pipeline('kr')");
+ok(ReplicantTest::poll($node, "SELECT state = 'done' FROM replicant.backfill_status WHERE id = $rr_backfill"),
+	'kr: the backfill ends');
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $rr_sink, ['kr'], 30),
+	'kr: the sink, applying every request, equals the source');
+my ($missing, $log) = rows_kept_by_id_dedup($rr_sink, 'kr');
+is($missing, '', 'reread_chunk_ids: a sink dropping the webhook-ids it applied has every backfilled row')
+  or diag($log);
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('kr')");
+$rr_sink->stop;
+
+# The same for a window of an initial snapshot: the shard worker's second
+# request of the window is refused, the pipeline halts before the window's
+# progress is recorded, and the window is read again after the resume.
+$rr_sink = ReplicantTest::start_sink(name => 'reread_window', keep_bodies => 1, max_body => 6400);
+$node->safe_psql('postgres', q{
+	CREATE TABLE kw (id int PRIMARY KEY, v text NOT NULL);
+	ALTER TABLE kw ALTER COLUMN v SET STORAGE EXTERNAL;
+	INSERT INTO kw SELECT g, repeat('x', CASE WHEN g = 6 THEN 7000 ELSE 1000 END)
+	  FROM generate_series(1, 6) g;
+	CREATE PUBLICATION kw_pub FOR TABLE kw;
+});
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('kw', 'kw_pub', '$rr_sink->{url}', batch_max_bytes => 12000,"
+	  . " snapshot => 'initial')");
+ok(ReplicantTest::poll($node, "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'kw'"),
+	'kw: the sink refused the second request of the window (HTTP 413)');
+is(join(' ', map { join(',', map { $_->{key}{id} } @{ $_->{body}{changes} }) }
+		grep { ($_->{body}{kind} // '') eq 'snapshot' && @{ $_->{body}{changes} // [] } } @{ $rr_sink->bodies }),
+	'1,2,3,4,5', 'kw: the first request of the window, rows 1-5, was acknowledged');
+$node->safe_psql('postgres', 'DELETE FROM kw WHERE id = 1');
+$rr_sink->control({ clear => 1 });
+$node->safe_psql('postgres', "SELECT replicant.resume_pipeline('kw')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'kw'", 120),
+	'kw: the initial snapshot ends');
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $rr_sink, ['kw'], 30),
+	'kw: the sink, applying every request, equals the source');
+($missing, $log) = rows_kept_by_id_dedup($rr_sink, 'kw');
+is($missing, '', 'reread_window_ids: a sink dropping the webhook-ids it applied has every snapshot row')
+  or diag($log);
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('kw')");
+$rr_sink->stop;
 
 done_testing();

@@ -16,8 +16,13 @@
 #
 # What others do to a worker is no failure of the pipeline's: a role that
 # may only signal the owner's processes (pg_signal_backend) terminates or
-# cancels its worker 12 times, or a connection limit refuses it 12 times,
-# and the pipeline is not halted: it is restarted with backoff.
+# cancels its worker 12 times, and the pipeline is not halted: it is
+# restarted with backoff.  A start that cannot connect is no loop to restart
+# without bound, though: when the owner lost CONNECT on the database, the
+# sync worker halts the pipeline saying why, after at most 11 refused
+# starts; when the database refuses every connection (ALLOW_CONNECTIONS
+# false; the sync worker is refused too), the launcher halts it after the
+# bound, and the sync worker records the halt once it may connect again.
 #
 # A worker that dies by a signal (SIGSEGV here, the OOM killer's SIGKILL)
 # makes the postmaster restart the server, which wipes the launcher's
