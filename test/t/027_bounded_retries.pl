@@ -370,18 +370,24 @@ CREATE PUBLICATION c_pub FOR TABLE c;
 		last if log_count($halted, $from);
 		usleep(100_000);
 	}
-	is(log_count($halted, $from), 1, 'allow_connections: the launcher halts the pipeline');
+	cmp_ok(log_count($halted, $from), '>=', 1, 'allow_connections: the launcher halts the pipeline');
 	cmp_ok(log_count(qr/background worker "replicant pipeline" \(PID \d+\) exited with exit code 1/, $from),
 		'<=', 12, 'allow_connections: after at most REPLICANT_MAX_RETRIES + 1 refused starts (and the terminated run)');
+	# Connections allowed again: a halt the launcher decided (its own count)
+	# is recorded and waits for a resume; one it made because the database's
+	# pipelines could not even be read is no decision of the pipeline's and
+	# ends with the next sync that reads them.  Either way it streams again.
 	$node->safe_psql('postgres', 'ALTER DATABASE closing ALLOW_CONNECTIONS true');
 	ok(ReplicantTest::poll($node,
-			"SELECT state = 'halted' AND last_error IS NOT NULL FROM replicant.status WHERE pipeline = 'closing'",
+			"SELECT state = 'streaming' OR (state = 'halted' AND last_error IS NOT NULL)"
+			  . " FROM replicant.status WHERE pipeline = 'closing'",
 			$HALT_S, 'closing'),
-		'allow_connections: once it may, the sync worker records the halt');
-	$node->safe_psql('closing', "SELECT replicant.resume_pipeline('closing')");
+		'allow_connections: once it may, the sync worker reads its state');
+	$node->safe_psql('closing', "SELECT replicant.resume_pipeline('closing')")
+	  if $node->safe_psql('closing', "SELECT state FROM replicant.status WHERE pipeline = 'closing'") eq 'halted';
 	ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'closing'",
 			$HALT_S, 'closing'),
-		'allow_connections: connections allowed again and resumed, it streams');
+		'allow_connections: connections allowed again (and resumed if halted), it streams');
 	$node->safe_psql('closing', "SELECT replicant.drop_pipeline('closing')");
 	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('others')");
 }
