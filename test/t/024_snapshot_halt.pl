@@ -177,7 +177,7 @@ ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink2, ['wide']), 'gone:
 	$session->pump until $out =~ /released/;
 	my $went_on = $log_has->(
 		qr/replicant pipeline "f" (finished its initial snapshot|restarts its snapshot after a snapshot worker ended with its shards unread)/);
-	my $forks = () = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from) =~ /could not fork worker process/g;
+	my $forks = () = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from) =~ /could not fork (?:background )?worker process/g;
 	system('prlimit', '--pid', $pm, "--nproc=$soft:") == 0 or BAIL_OUT('prlimit restore failed');
 	$in .= "\\q\n";
 	$session->finish;
