@@ -714,14 +714,20 @@ sub start_backfill
 	my ($r, $rel, $mode, $extra) = @_;
 	my $none_running = sub {
 		return 1 if $extra->{fresh};
+		# A halt a step expected (a column dropped meanwhile) stops the
+		# backfill too: the operator's answer, resume_pipeline, lets it end.
+		my ($st, $pid, $err) = $r->status;
+		$r->check_value_free($err, 'last_error') if $err;
+		$r->handle_halt($err) if $st eq 'halted';
 		($r->pub_sql("SELECT count(*) = 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
 			  . " AND relation = '$rel'::regclass AND state IN ('planned', 'running')", allow_error => 1) // 't') eq 't';
 	};
 	# replicant.backfill refuses a table whose backfill (or initial
 	# snapshot) is still in progress: wait for it to end.  It ends only once
-	# the sink accepts its rows, so a sink the history took down or made
-	# fail is restored first (as an operator would), and a backfill that
-	# does not end even so is a stuck pipeline, said so.
+	# the sink accepts its rows and the pipeline runs, so a sink the history
+	# took down or made fail is restored first and an expected halt resumed
+	# (as an operator would), and a backfill that does not end even so is a
+	# stuck pipeline, said so.
 	if (!$none_running->())
 	{
 		$r->sink_clear;
