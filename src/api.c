@@ -72,6 +72,7 @@ PG_FUNCTION_INFO_V1(replicant_alter_pipeline);
 PG_FUNCTION_INFO_V1(replicant_enable_pipeline);
 PG_FUNCTION_INFO_V1(replicant_disable_pipeline);
 PG_FUNCTION_INFO_V1(replicant_resume_pipeline);
+PG_FUNCTION_INFO_V1(replicant_resync_pipeline);
 PG_FUNCTION_INFO_V1(replicant_drop_pipeline);
 PG_FUNCTION_INFO_V1(replicant_backfill);
 PG_FUNCTION_INFO_V1(replicant_cancel_backfill);
@@ -525,6 +526,7 @@ typedef enum PipelineOptionId
 	OPT_ENABLED,
 	OPT_CREATE_TABLES,
 	OPT_MAX_RETAINED_WAL,
+	OPT_ON_SLOT_LOSS,
 	OPT_SECRET_PREVIOUS_UNTIL,
 	NUM_PIPELINE_OPTIONS
 } PipelineOptionId;
@@ -565,6 +567,8 @@ static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
 	[OPT_CREATE_TABLES] = {"create_tables", "create_tables", BOOLOID, 0, 0, 17, 15, false},
 	/* text in SQL ('20GB'), bytes in the column; alter_pipeline: '-1' is none */
 	[OPT_MAX_RETAINED_WAL] = {"max_retained_wal", "max_retained_wal", INT8OID, 0, 0, 18, 16, true},
+	/* 'halt' or 'resync' (resync.c) */
+	[OPT_ON_SLOT_LOSS] = {"on_slot_loss", "on_slot_loss", TEXTOID, 0, 0, 19, 17, false},
 	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", TIMESTAMPTZOID, 0, 0, -1, 12, true},
 };
 
@@ -649,6 +653,13 @@ check_option(PipelineOptionId id, FunctionCallInfo fcinfo, int argno, bool alter
 			break;
 		case OPT_SECRET_PREVIOUS_UNTIL:
 			check_secret_previous_until(DatumGetTimestampTz(value), o);
+			break;
+		case OPT_ON_SLOT_LOSS:
+			if (strcmp(TextDatumGetCString(value), "halt") != 0 &&
+				strcmp(TextDatumGetCString(value), "resync") != 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("on_slot_loss must be \"halt\" or \"resync\"")));
 			break;
 		case OPT_MAX_RETAINED_WAL:
 			return Int64GetDatum(replicant_slot_health_parse_budget(
@@ -1481,6 +1492,49 @@ replicant_resume_pipeline(PG_FUNCTION_ARGS)
 }
 
 /*
+ * resync_pipeline(name): the pipeline resyncs (resync.c) as after a slot
+ * loss, whatever on_slot_loss says; a halt is cleared, since the resync
+ * replaces the slot and what it held.  The worker starts again for it (a
+ * new config_version).  A resync under way goes on.
+ */
+Datum
+replicant_resync_pipeline(PG_FUNCTION_ARGS)
+{
+	char *name = required_text(fcinfo, 0, "pipeline name");
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1];
+	MemoryContext old;
+
+	replicant_pipeline_check_name(name);
+	if (!replicant_pipeline_has_column("resync_reason"))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("replicant.resync_pipeline() needs the SQL objects of replicant 0.3.0"),
+				 errhint("Run ALTER EXTENSION replicant UPDATE.")));
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
+	check_is_owner(&ref, &s);
+	args[0] = Int32GetDatum(ref.id);
+	run_update("UPDATE replicant.pipelines"
+			   "   SET resync_slot_dropped = resync_reason IS NOT NULL AND resync_slot_dropped,"
+			   "       resync_reason = coalesce(resync_reason, 'requested'),"
+			   "       halt_reason = NULL, halt_lsn = NULL, halt_cause = NULL,"
+			   "       config_version = config_version OPERATOR(pg_catalog.+) 1"
+			   " WHERE id OPERATOR(pg_catalog.=) $1",
+			   1, argtypes, args, NULL);
+	replicant_runs_start_over(ref.id);
+	replicant_catalog_leave(&s);
+	register_xact_callback();
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	resumed_at_commit = lappend_int(resumed_at_commit, ref.id);
+	MemoryContextSwitchTo(old);
+	replicant_shmem_request_sync_at_commit();
+	PG_RETURN_VOID();
+}
+
+/*
  * Stops the pipeline's worker so its slot can be dropped.  Until this
  * transaction ends the slot stays marked dropping: a sync that read the
  * row before the delete commits cannot make it runnable again, and neither
@@ -1755,9 +1809,12 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 							  "  CASE WHEN (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool"
 							  "   THEN ', create_tables => true' ELSE '' END,"
 							  /* nor max_retained_wal, which is whole megabytes */
-							  "  ', max_retained_wal => ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal("
+							  "  coalesce(', max_retained_wal => ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal("
 							  "    ((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8"
-							  "     OPERATOR(pg_catalog./) 1048576)::pg_catalog.text OPERATOR(pg_catalog.||) 'MB'),"
+							  "     OPERATOR(pg_catalog./) 1048576)::pg_catalog.text OPERATOR(pg_catalog.||) 'MB'), '')"
+							  /* nor on_slot_loss */
+							  "  OPERATOR(pg_catalog.||) CASE WHEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss'"
+							  "   OPERATOR(pg_catalog.=) 'resync' THEN ', on_slot_loss => ''resync''' ELSE '' END,"
 							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
 							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
 							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"
