@@ -19,7 +19,8 @@ use ReplicantTest;
 
 my $MARK = 'ROWVAL-47e1f0';
 
-my $primary = ReplicantTest::new_node('primary', conf => 'replicant.max_restart_delay = 2000');
+my $primary = ReplicantTest::new_node('primary',
+	conf => "log_statement = none\nreplicant.max_restart_delay = 2000");
 my $sink = ReplicantTest::start_sink();
 
 $primary->safe_psql('postgres', qq{
