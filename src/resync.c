@@ -41,6 +41,7 @@
 #include "utils/pg_lsn.h"
 
 #include "catalog.h"
+#include "fault.h"
 #include "resync.h"
 #include "slot.h"
 #include "slot_position.h"
@@ -130,6 +131,7 @@ replicant_resync_drop_old_slot(ReplicantPipeline *pipeline)
 					   " WHERE id OPERATOR(pg_catalog.=) $1",
 					   2, argtypes, args);
 	pipeline->resync_slot_dropped = true;
+	replicant_fault("resync_slot_dropped");
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" resyncs: its sink answered, what was left of its replication slot is dropped",
 					pipeline->name)));

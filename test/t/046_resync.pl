@@ -19,6 +19,8 @@
 #   (r) resync_pipeline() under load; a halted pipeline is resynced too
 #   (k) the worker killed (kill -9: the server restarts) in the middle of
 #       a resync's reads: the resync resumes and ends equal
+#   (h) the worker killed just before, and just after, the old slot's drop
+#       (fault points slot_drop and resync_slot_dropped): the resync goes on
 #   plus: the markers say "resync" (reason, lost_from, lost_to), a "last"
 #   sent again sweeps nothing, and on_slot_loss shows in
 #   pipeline_definitions and is checked.
@@ -381,6 +383,50 @@ CREATE PUBLICATION big_pub FOR TABLE big_t;
 	like(slurp_file($node->logfile), qr/replicant pipeline "big" resumes its initial snapshot under a fresh snapshot/,
 		"$label: the resync was resumed, not started over");
 	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('big')");
+}
+
+# ---- (h) a crash on either side of the old slot's drop ---------------------------
+# Held at a fault point, the worker is killed (the server restarts): before
+# the drop (after the probe) the restarted worker plans and probes again and
+# drops the old slot; after it (recorded, the new slot not made yet) it
+# plans again and makes the new slot.  Either way the sink ends equal.
+foreach my $point ('slot_drop', 'resync_slot_dropped')
+{
+	my $label = "(h) killed at $point";
+	my $p = "h_$point";
+	my $sink = ReplicantTest::start_sink(name => $p);
+	create_pipeline($p, "${p}_t", $sink, '');
+	my $slot = status($p, 'slot_name');
+	workload("${p}_t", $round++) for 1 .. 5;
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ["public.${p}_t"]),
+		"$label: the sink has the first rows");
+	my $log_offset = -s $node->logfile;
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET replicant.fault_point = '$point:hold'; SELECT pg_reload_conf()");
+	# Deleted while the sink is away: nothing streams them before the resync.
+	$sink->stop;
+	my $deleted = delete_some("${p}_t");
+	ok(poll("SELECT state = 'retrying' FROM replicant.status WHERE pipeline = '$p'"),
+		"$label: retrying while its sink is down");
+	$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('$p')");
+	$sink->restart;
+	ok($node->wait_for_log(qr/fault point "$point" reached, holding/, $log_offset),
+		"$label: the worker holds there");
+	is($node->safe_psql('postgres',
+			"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$slot'"),
+		$point eq 'slot_drop' ? '1' : '0',
+		"$label: the old slot " . ($point eq 'slot_drop' ? 'is still there' : 'is gone'));
+	is(status($p, 'state'), $point eq 'slot_drop' ? 'resync_pending' : 'resyncing',
+		"$label: status shows it");
+	kill 'KILL', status($p, 'worker_pid');
+	$log_offset = -s $node->logfile;
+	ok($node->wait_for_log(qr/fault point "$point" reached, holding|replicant pipeline "$p" finished its resync/,
+			$log_offset),
+		"$label: after the server's restart the resync goes on");
+	$node->safe_psql('postgres',
+		'ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf()');
+	expect_resynced($label, $p, "${p}_t", $sink, \$round, $deleted);
+	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('$p')");
 }
 
 # ---- the option ---------------------------------------------------------------
