@@ -35,6 +35,7 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type_d.h"
+#include "common/string.h"
 #include "executor/spi.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
@@ -44,6 +45,7 @@
 #include "fault.h"
 #include "resync.h"
 #include "slot.h"
+#include "slot_health.h"
 #include "slot_position.h"
 
 void
@@ -59,6 +61,9 @@ replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipelin
 		return;
 	if (IsTransactionState())
 		AbortCurrentTransaction();
+	/* The resync is the remedy now: the halt's advice would mislead. */
+	if (pg_str_endswith(reason, REPLICANT_SLOT_MISSING_REMEDY))
+		reason = pnstrdup(reason, strlen(reason) - strlen(REPLICANT_SLOT_MISSING_REMEDY));
 	args[0] = Int32GetDatum(pipeline->id);
 	args[1] = CStringGetTextDatum(reason);
 	replicant_catalog_begin(&access);

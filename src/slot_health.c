@@ -55,7 +55,7 @@ replicant_slot_health_acquire(const char *name)
 	switch (replicant_slot_owner(name))
 	{
 		case REPLICANT_SLOT_MISSING:
-			return psprintf("replication slot \"%s\" does not exist (it was dropped, or this server is a promoted standby that had no failover copy of it): recreate the pipeline with a snapshot", name);
+			return psprintf("replication slot \"%s\" does not exist (it was dropped, or this server is a promoted standby that had no failover copy of it)" REPLICANT_SLOT_MISSING_REMEDY, name);
 		case REPLICANT_SLOT_FOREIGN:
 			return replicant_slot_foreign_reason(name);
 		case REPLICANT_SLOT_OURS:
