@@ -2,16 +2,18 @@
 # gap by resync vs by replaying the retained WAL (issue #33 item 6).
 #
 # One table of S11_ROWS rows (scenario 3's snap table: 6 columns, ~150 B a
-# row) and two pipelines on it into the C sink, both streaming:
-#   catch-up  "c": disabled for the gap (its slot retains the gap's WAL),
-#                  then enabled: timed until the sink acknowledged the
-#                  gap's last commit (the worker replays the retained WAL).
+# row) and two pipelines on it into the C sink:
+#   catch-up  "c": made anew before each gap (a new slot at the current
+#                  WAL), disabled for the gap (its slot retains the gap's
+#                  WAL), then enabled: timed until the sink acknowledged
+#                  the gap's last commit (the worker replays the WAL).
 #   resync    "r": on_slot_loss => 'resync'; disabled, its slot dropped
 #                  (as max_retained_wal or an operator would), the same
 #                  gap, then enabled: the worker finds the slot gone and
 #                  resyncs (new slot, every row read under its snapshot,
 #                  snapshot_workers 2, the default), timed until the
 #                  resync ended and the pipeline streams.
+# Both times run from enable_pipeline (worker start included).
 # The gap: G updates of two non-key columns (n, amount; the primary key
 # and the text columns unchanged), in transactions of 1,000 rows, every
 # row at most once per gap, spread over the whole table (id = 1 + (g *
@@ -21,9 +23,9 @@
 # full-page images as a workload after a checkpoint would.
 # Per gap: the gap's WAL, the WAL the catch-up slot retains at its end
 # (replicant.status.retained_wal_bytes; the resync pipeline retains none,
-# it has no slot), and for each method the seconds and the bytes and rows
-# the sink received (request bodies).  Rounds interleave (c then r, r then c) over
-# --rounds; gaps of S11_GAPS changes, every gap in every round.
+# it has no slot), and for each method the seconds, and the bytes (request
+# bodies) and requests the sink received.  Rounds interleave (c then r, r
+# then c) over --rounds; every gap of S11_GAPS in every round.
 
 # bench_gap(rows, changes, offset): the gap's workload, one commit per
 # 1,000 rows; NOTICE "BENCHEND lsn" with an LSN after the last
@@ -100,12 +102,19 @@ SQL
 # resync_gap G R OFFSET: one gap of G changes in round R, healed both ways.
 resync_gap() {
 	local g=$1 r=$2 off=$3 slot start out end m stats worker secs inner after
-	pipeline_disable c
+	# The previous gap's dead rows go; then the catch-up pipeline is made
+	# anew (a new slot at the current WAL, streaming, then disabled), so
+	# that what its slot retains at the gap's end is the gap's WAL, not
+	# the VACUUM's behind a lagging restart_lsn.
 	pipeline_disable r
-	slot=$(q "SELECT slot_name FROM replicant.status WHERE pipeline = 'r'")
-	q "SELECT pg_drop_replication_slot('$slot')" >/dev/null
+	psql_b -c "SELECT replicant.drop_pipeline('c')" >/dev/null
 	q "VACUUM snap" >/dev/null
 	q "CHECKPOINT" >/dev/null
+	pipeline_create c snap_pub
+	pipeline_wait_state c streaming
+	pipeline_disable c
+	slot=$(q "SELECT slot_name FROM replicant.status WHERE pipeline = 'r'")
+	q "SELECT pg_drop_replication_slot('$slot')" >/dev/null
 	start=$(q "SELECT pg_current_wal_insert_lsn()")
 	out=$(psql_b -c "CALL bench_gap($S11_ROWS, $g, $off)" 2>&1) || { echo "$out" >&2; die "s11: gap workload failed"; }
 	end=$(sed -n 's/.*BENCHEND \([0-9A-F/]*\).*/\1/p' <<<"$out")
@@ -149,7 +158,6 @@ scenario_11() {
 	resync_setup_sql
 	pipeline_create c snap_pub
 	pipeline_create r snap_pub ", on_slot_loss => 'resync'"
-	pipeline_wait_state c streaming
 	pipeline_wait_state r streaming
 	record s11.loadavg_before "$(loadavg)"
 	IFS=, read -r -a gaps <<<"$S11_GAPS"
