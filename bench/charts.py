@@ -375,6 +375,20 @@ def chart_scaling(r, c):
                      f"{med(t):.2f} s", f"{med(tps):.2f}×" if tps else "", f"{1000 * med(cpu):.1f}" if cpu else ""])
     f = c.data(rows)
     base = counts[0]
+    # The walsender path over the same slices, where the run measured it.
+    w2j_tps = ratios(r, "s9.tps_w2j", "s9.tps_0")
+    w2j_cpu = [1000 * x / n for x, n in zip_rounds(r, "s9.cpu_w2j_s", "s9.txns_w2j") if n]
+    cpu_top = 1.2 * max([x[11] for x in rows if x[11] is not None] + [1000 * med(w2j_cpu) if w2j_cpu else 0, 0.001])
+    w2j_tps_gp = (f'set arrow 2 from graph 0, first {med(w2j_tps):.4g} to graph 1, first {med(w2j_tps):.4g} '
+                  f'nohead dt 3 lw 2 lc rgb "{hex_(ANCHORS[2])}"\n'
+                  f'set label 2 "pg_recvlogical + wal2json v2: {med(w2j_tps):.2f}×" at graph 0.99, '
+                  f'first {med(w2j_tps):.4g} right offset 0,-0.8 font ",8" tc rgb "{hex_(ANCHORS[2])}"'
+                  if w2j_tps else "")
+    w2j_cpu_gp = (f'set arrow 2 from graph 0, first {1000 * med(w2j_cpu):.4g} to graph 1, first '
+                  f'{1000 * med(w2j_cpu):.4g} nohead dt 3 lw 2 lc rgb "{hex_(ANCHORS[2])}"\n'
+                  f'set label 2 "walsender + pg_recvlogical + wal2json v2: {1000 * med(w2j_cpu):.1f}" at graph 0.99, '
+                  f'first {1000 * med(w2j_cpu):.4g} right offset 0,0.6 font ",8" tc rgb "{hex_(ANCHORS[2])}"'
+                  if w2j_cpu else "")
     c.width, c.height = 1400, 440
     xt = ", ".join(f'"{k}" {k}' for k in counts)
     c.add(f"""\
@@ -397,13 +411,17 @@ set ylabel "ratio (median of rounds)"
 set yrange [0:1.15]
 set arrow 1 from graph 0, first 0.97 to graph 1, first 0.97 nohead dt 2 lc rgb "{hex_(BAD)}"
 set label 1 "target 0.97×" at graph 0.99, first 0.97 right offset 0,0.6 font ",8"
+{w2j_tps_gp}
 plot "{f}" using 1:7:8:9 with yerrorlines pt 7 lc rgb "{hex_(REPLICANT)}" lw 2 title "replicant", \\
      "" using 1:7:14 with labels offset 0,-1.0 font ",8"
 unset arrow 1
 unset label 1
+unset arrow 2
+unset label 2
 set title "9 summed worker CPU per 1,000 source txns"
 set ylabel "ms of CPU (median of rounds)"
-set yrange [0:*]
+set yrange [0:{cpu_top:.4g}]
+{w2j_cpu_gp}
 plot "{f}" using 1:10:11:12 with yerrorlines pt 7 lc rgb "{hex_(REPLICANT)}" lw 2 title "replicant, all workers", \\
      "" using 1:10:15 with labels offset 0,1.0 font ",8"
 unset multiplot
