@@ -14,6 +14,7 @@ OBJS = \
 	src/catalog.o \
 	src/install.o \
 	src/pipeline.o \
+	src/pipeline_options.o \
 	src/decoder.o \
 	src/slot.o \
 	src/slot_position.o \

@@ -54,6 +54,7 @@
 #include "headers.h"
 #include "redact.h"
 #include "pipeline.h"
+#include "pipeline_options.h"
 #include "partition_root.h"
 #include "plugin_gate.h"
 #include "publication.h"
@@ -76,10 +77,6 @@ PG_FUNCTION_INFO_V1(replicant_drop_pipeline);
 PG_FUNCTION_INFO_V1(replicant_backfill);
 PG_FUNCTION_INFO_V1(replicant_cancel_backfill);
 PG_FUNCTION_INFO_V1(replicant_pipeline_definitions);
-
-#define MAX_URL_LENGTH 2048
-#define MAX_HEADERS 32
-#define MAX_HEADER_VALUE_LENGTH 8192
 
 /* What a slot created in this transaction still needs at commit. */
 static bool slot_created_in_xact = false;
@@ -192,282 +189,6 @@ check_prerequisites(void)
 				 errhint("Add \"replicant\" to \"output_plugin_libraries\", for example \"output_plugin_libraries = 'pgoutput, test_decoding, replicant'\", and reload the configuration.")));
 }
 
-/*
- * Input validation
- */
-static char *
-required_text(FunctionCallInfo fcinfo, int argno, const char *argname)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", argname)));
-	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
-}
-
-static void
-check_range(const char *option, int value, int min, int max)
-{
-	if (value < min || value > max)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be between %d and %d", option, min, max)));
-}
-
-/*
- * Accepts http and https URLs with a host and without user information.
- * Messages never echo the URL: it may hold a token.
- */
-static void
-check_sink_url(const char *url)
-{
-	CURLU *parsed;
-	char *part = NULL;
-	const char *p;
-	CURLUcode rc;
-
-	if (strlen(url) > MAX_URL_LENGTH)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("sink URL is too long"),
-				 errdetail("Sink URLs have at most %d characters.", MAX_URL_LENGTH)));
-	for (p = url; *p; p++)
-		if ((unsigned char) *p <= 0x20 || (unsigned char) *p >= 0x7f)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("sink URL contains a space, control or non-ASCII character"),
-					 errhint("Percent-encode such characters.")));
-	if (pg_strncasecmp(url, "http://", 7) != 0 && pg_strncasecmp(url, "https://", 8) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("sink URL must start with \"http://\" or \"https://\"")));
-
-	parsed = curl_url();
-	if (parsed == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	rc = curl_url_set(parsed, CURLUPART_URL, url, 0);
-	if (rc == CURLUE_OK)
-	{
-		if (curl_url_get(parsed, CURLUPART_USER, &part, 0) == CURLUE_OK ||
-			curl_url_get(parsed, CURLUPART_PASSWORD, &part, 0) == CURLUE_OK)
-		{
-			curl_free(part);
-			curl_url_cleanup(parsed);
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("sink URL must not contain credentials"),
-					 errhint("Pass them as a header instead, for example headers => '{\"Authorization\": \"Bearer ...\"}'.")));
-		}
-	}
-	curl_url_cleanup(parsed);
-	if (rc != CURLUE_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("sink URL is not a valid URL")));
-}
-
-/* Headers: a JSON object of string values, with safe names and values. */
-static void
-check_headers(Jsonb *headers)
-{
-	Oid argtypes[1] = {JSONBOID};
-	Datum args[1] = {JsonbPGetDatum(headers)};
-	uint64 i;
-
-	if (SPI_execute_with_args("SELECT pg_catalog.jsonb_typeof($1)", 1, argtypes, args,
-							  NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not inspect headers");
-	if (strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "object") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("headers must be a JSON object")));
-
-	if (SPI_execute_with_args("SELECT key, value OPERATOR(pg_catalog.#>>) '{}',"
-							  " pg_catalog.jsonb_typeof(value) FROM pg_catalog.jsonb_each($1)",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not inspect headers");
-	if (SPI_processed > MAX_HEADERS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("at most %d headers may be set", MAX_HEADERS)));
-	for (i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple tuple = SPI_tuptable->vals[i];
-		TupleDesc desc = SPI_tuptable->tupdesc;
-		char *name = SPI_getvalue(tuple, desc, 1);
-		char *value = SPI_getvalue(tuple, desc, 2);
-		char *type = SPI_getvalue(tuple, desc, 3);
-		const char *reserved;
-
-		if (name[0] == '\0' || strlen(name) > 64)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("header names must have between 1 and 64 characters")));
-		if (!replicant_header_name_ok(name))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("header name contains a character not allowed in HTTP header names")));
-		reserved = replicant_header_reserved(name);
-		if (reserved != NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("header \"%s\" is set by replicant and cannot be configured", reserved)));
-		if (strcmp(type, "string") != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("header \"%s\" must have a string value", name)));
-		if (strlen(value) > MAX_HEADER_VALUE_LENGTH)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("value of header \"%s\" is too long", name)));
-		if (!replicant_header_value_ok(value))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("value of header \"%s\" contains a control character", name),
-					 errdetail("Header values must not contain line breaks or other control characters.")));
-	}
-}
-
-/* Element i of a deconstructed text[] argument, which must not be null. */
-static char *
-text_element(Datum *elems, bool *nulls, int i, const char *what)
-{
-	if (nulls[i])
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", what)));
-	return TextDatumGetCString(elems[i]);
-}
-
-/* The publications argument: text or text[], non-empty, distinct. */
-static ArrayType *
-check_publications(FunctionCallInfo fcinfo, int argno)
-{
-	Oid argtype = get_fn_expr_argtype(fcinfo->flinfo, argno);
-	Datum *elems;
-	bool *nulls;
-	int nelems;
-	List *seen = NIL;
-	int i;
-
-	if (argtype == TEXTOID)
-	{
-		Datum one = PG_GETARG_DATUM(argno);
-
-		return construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT);
-	}
-
-	deconstruct_array(PG_GETARG_ARRAYTYPE_P(argno), TEXTOID, -1, false,
-					  TYPALIGN_INT, &elems, &nulls, &nelems);
-	if (nelems == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("at least one publication is required")));
-	for (i = 0; i < nelems; i++)
-	{
-		char *name = text_element(elems, nulls, i, "publication names");
-
-		if (list_member(seen, makeString(name)))
-			ereport(ERROR,
-					(errcode(ERRCODE_DUPLICATE_OBJECT),
-					 errmsg("publication \"%s\" is listed more than once", name)));
-		seen = lappend(seen, makeString(name));
-	}
-	return PG_GETARG_ARRAYTYPE_P(argno);
-}
-
-static void
-check_publications_exist(ArrayType *pubs)
-{
-	Datum *elems;
-	int nelems;
-	int i;
-
-	deconstruct_array(pubs, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &nelems);
-	for (i = 0; i < nelems; i++)
-	{
-		char *name = TextDatumGetCString(elems[i]);
-
-		replicant_pipeline_check_publication_name(name);
-		if (!OidIsValid(get_publication_oid(name, true)))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("publication \"%s\" does not exist", name)));
-	}
-}
-
-/* A CA bundle path: absolute, a plain file name; read by the worker. */
-static void
-check_ca_file(const char *path)
-{
-	const char *p;
-
-	if (!superuser())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("only superusers can set ca_file"),
-				 errdetail("Workers read the file with the server's privileges.")));
-	if (path[0] != '/' || strlen(path) >= MAXPGPATH)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ca_file must be an absolute path")));
-	for (p = path; *p; p++)
-		if ((unsigned char) *p < 0x20)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ca_file contains a control character")));
-}
-
-/* failover => true needs failover slots (PostgreSQL 17 and later). */
-static void
-check_failover(bool failover)
-{
-	if (failover && !REPLICANT_HAVE_FAILOVER_SLOTS)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("failover slots are not supported by this server"),
-				 errdetail("Failover slots need PostgreSQL 17 or later."),
-				 errhint("Create the pipeline without failover; after a promotion, recreate it with a snapshot.")));
-}
-
-/*
- * message_prefixes: NULL (every prefix but replicant's own) or non-empty
- * prefixes; replicant's internal prefixes cannot be asked for.  An empty
- * array is accepted only where NULL means "unchanged" (empty_ok), and there
- * stands for every prefix.
- */
-static void
-check_message_prefixes(ArrayType *prefixes, bool empty_ok)
-{
-	Datum *elems;
-	bool *nulls;
-	int n;
-	int i;
-
-	deconstruct_array(prefixes, TEXTOID, -1, false, TYPALIGN_INT,
-					  &elems, &nulls, &n);
-	if (n == 0 && !empty_ok)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("message_prefixes must not be empty"),
-				 errhint("Pass NULL to deliver messages of every prefix.")));
-	for (i = 0; i < n; i++)
-	{
-		char *prefix = text_element(elems, nulls, i, "message prefixes");
-
-		if (prefix[0] == '\0')
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("message prefixes must not be empty")));
-		if (strncmp(prefix, "replicant.", 10) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("message prefix \"%s\" is reserved for replicant's own use", prefix)));
-	}
-}
-
 static void
 check_owner_may_receive_messages(Oid owner)
 {
@@ -495,224 +216,6 @@ check_owner_can_login(Oid owner)
 				 errmsg("role \"%s\" cannot own a pipeline because it cannot log in",
 						GetUserNameFromId(owner, false)),
 				 errdetail("Pipeline workers connect as the pipeline's owner.")));
-}
-
-/*
- * The options of create_pipeline and alter_pipeline, in the order they are
- * validated: their argument order, but that alter_pipeline checks
- * secret_previous_until, which needs the new secret, last.  Option id is
- * parameter $(OPTION_PARAM_BASE + id) of the INSERT and UPDATE below.  The
- * defaults are the SQL functions' DEFAULT clauses.
- */
-typedef enum PipelineOptionId
-{
-	OPT_PUBLICATION,
-	OPT_SINK_URL,
-	OPT_SNAPSHOT,
-	OPT_BATCH_MAX_BYTES,
-	OPT_BATCH_MAX_TRANSACTIONS,
-	OPT_HTTP_TIMEOUT_MS,
-	OPT_CONNECT_TIMEOUT_MS,
-	OPT_HEADERS,
-	OPT_SECRET,
-	OPT_CLEAR_SECRET,
-	OPT_SNAPSHOT_WORKERS,
-	OPT_MESSAGES,
-	OPT_MESSAGE_PREFIXES,
-	OPT_CA_FILE,
-	OPT_FAILOVER,
-	OPT_FORMAT,
-	OPT_ENABLED,
-	OPT_CREATE_TABLES,
-	OPT_MAX_RETAINED_WAL,
-	OPT_SECRET_PREVIOUS_UNTIL,
-	NUM_PIPELINE_OPTIONS
-} PipelineOptionId;
-
-typedef struct PipelineOption
-{
-	const char *name;    /* the argument's name, in messages */
-	const char *column;  /* in replicant.pipelines; NULL: none */
-	Oid type;            /* as an SPI parameter */
-	int min;             /* INT4OID: the accepted range */
-	int max;             /* (inclusive) */
-	int create_arg;      /* position in create_pipeline(); -1: none */
-	int alter_arg;       /* position in alter_pipeline(); -1: none */
-	bool create_null_ok; /* create_pipeline takes NULL (alter always does) */
-} PipelineOption;
-
-static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
-	[OPT_PUBLICATION] = {"publication", "publications", TEXTARRAYOID, 0, 0, 1, 1, false},
-	[OPT_SINK_URL] = {"sink_url", "sink_url", TEXTOID, 0, 0, 2, 2, false},
-	[OPT_SNAPSHOT] = {"snapshot", "snapshot", TEXTOID, 0, 0, 3, -1, false},
-	[OPT_BATCH_MAX_BYTES] = {"batch_max_bytes", "batch_max_bytes", INT4OID, 1024, 1024 * 1024 * 1024, 4, 3, false},
-	[OPT_BATCH_MAX_TRANSACTIONS] = {"batch_max_transactions", "batch_max_transactions", INT4OID, 1, 1000000, 5, 4, false},
-	[OPT_HTTP_TIMEOUT_MS] = {"http_timeout_ms", "http_timeout_ms", INT4OID, 100, 3600000, 6, 5, false},
-	[OPT_CONNECT_TIMEOUT_MS] = {"connect_timeout_ms", "connect_timeout_ms", INT4OID, 100, 600000, 7, 6, false},
-	[OPT_HEADERS] = {"headers", "headers", JSONBOID, 0, 0, 8, 7, false},
-	[OPT_SECRET] = {"secret", "secret", TEXTOID, 0, 0, 9, 8, true},
-	[OPT_CLEAR_SECRET] = {"clear_secret", NULL, BOOLOID, 0, 0, -1, 9, false},
-	[OPT_SNAPSHOT_WORKERS] = {"snapshot_workers", "snapshot_workers", INT4OID, 1, 16, 10, -1, false},
-	[OPT_MESSAGES] = {"messages", "messages", BOOLOID, 0, 0, 11, 10, false},
-	[OPT_MESSAGE_PREFIXES] = {"message_prefixes", "message_prefixes", TEXTARRAYOID, 0, 0, 12, 11, true},
-	[OPT_CA_FILE] = {"ca_file", "ca_file", TEXTOID, 0, 0, 13, 13, true},
-	/* 0.1.0's SQL function, before ALTER EXTENSION UPDATE, has no failover. */
-	[OPT_FAILOVER] = {"failover", "failover", BOOLOID, 0, 0, 14, -1, false},
-	/* Nor has either function format. */
-	[OPT_FORMAT] = {"format", "format", TEXTOID, 0, 0, 15, 14, false},
-	/* 0.3.0's: created disabled; format clickhouse creates missing targets. */
-	[OPT_ENABLED] = {"enabled", "enabled", BOOLOID, 0, 0, 16, -1, false},
-	[OPT_CREATE_TABLES] = {"create_tables", "create_tables", BOOLOID, 0, 0, 17, 15, false},
-	/* text in SQL ('20GB'), bytes in the column; alter_pipeline: '-1' is none */
-	[OPT_MAX_RETAINED_WAL] = {"max_retained_wal", "max_retained_wal", INT8OID, 0, 0, 18, 16, true},
-	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", TIMESTAMPTZOID, 0, 0, -1, 12, true},
-};
-
-/* $1 is the pipeline (its name, or its id), $2 its owner. */
-#define OPTION_PARAM_BASE 3
-#define NUM_OPTION_PARAMS (OPTION_PARAM_BASE - 1 + NUM_PIPELINE_OPTIONS)
-
-/* One call's options; an option not given (NULL to alter) is null. */
-typedef struct PipelineOptions
-{
-	Datum values[NUM_PIPELINE_OPTIONS];
-	bool given[NUM_PIPELINE_OPTIONS];
-} PipelineOptions;
-
-/* alter_pipeline: secret_previous_until keeps the current secret beside a new one. */
-static void
-check_secret_previous_until(TimestampTz until, const PipelineOptions *o)
-{
-	if (!o->given[OPT_SECRET])
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("secret_previous_until needs a new secret"),
-				 errhint("It keeps the current secret valid until then, beside the new one.")));
-	if (until <= GetCurrentTimestamp() ||
-		until > TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) 30 * 24 * 3600 * 1000))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("secret_previous_until must be in the next 30 days")));
-}
-
-/* The checks of one given option that need no catalog access; returns its value. */
-static Datum
-check_option(PipelineOptionId id, FunctionCallInfo fcinfo, int argno, bool alter,
-			 const PipelineOptions *o)
-{
-	const PipelineOption *opt = &pipeline_options[id];
-	Datum value = PG_GETARG_DATUM(argno);
-
-	if (opt->type == INT4OID)
-		check_range(opt->name, DatumGetInt32(value), opt->min, opt->max);
-	else if (opt->type == TEXTOID)
-		value = PointerGetDatum(PG_GETARG_TEXT_PP(argno));
-	switch (id)
-	{
-		case OPT_PUBLICATION:
-			return PointerGetDatum(check_publications(fcinfo, argno));
-		case OPT_SINK_URL:
-			check_sink_url(TextDatumGetCString(value));
-			break;
-		case OPT_SNAPSHOT:
-			if (strcmp(TextDatumGetCString(value), "none") != 0 &&
-				strcmp(TextDatumGetCString(value), "initial") != 0 &&
-				strcmp(TextDatumGetCString(value), "incremental") != 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("snapshot must be \"none\", \"initial\" or \"incremental\"")));
-			break;
-		case OPT_HEADERS:
-			/* checked inside catalog access (check_headers) */
-			return PointerGetDatum(PG_GETARG_JSONB_P(argno));
-		case OPT_SECRET:
-			replicant_signing_check_secret(TextDatumGetCString(value));
-			break;
-		case OPT_CLEAR_SECRET:
-			if (DatumGetBool(value) && o->given[OPT_SECRET])
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("cannot set and clear the signing secret at once")));
-			break;
-		case OPT_MESSAGE_PREFIXES:
-			/* alter_pipeline: '{}' goes back to every prefix */
-			check_message_prefixes(PG_GETARG_ARRAYTYPE_P(argno), alter);
-			return PointerGetDatum(PG_GETARG_ARRAYTYPE_P(argno));
-		case OPT_CA_FILE:
-			check_ca_file(TextDatumGetCString(value));
-			break;
-		case OPT_FAILOVER:
-			check_failover(DatumGetBool(value));
-			break;
-		case OPT_FORMAT:
-			replicant_format_check_name(TextDatumGetCString(value));
-			break;
-		case OPT_SECRET_PREVIOUS_UNTIL:
-			check_secret_previous_until(DatumGetTimestampTz(value), o);
-			break;
-		case OPT_MAX_RETAINED_WAL:
-			return Int64GetDatum(replicant_slot_health_parse_budget(
-				text_to_cstring(PG_GETARG_TEXT_PP(argno)), alter));
-		default:
-			break;
-	}
-	return value;
-}
-
-/*
- * Reads and checks the options of a create_pipeline (every option not
- * create_null_ok is required) or alter_pipeline (NULL leaves it unchanged)
- * call.  Refuses the first invalid option, in pipeline_options' order.
- */
-static void
-parse_options(FunctionCallInfo fcinfo, bool alter, PipelineOptions *o)
-{
-	int id;
-
-	memset(o, 0, sizeof(*o));
-	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
-	{
-		const PipelineOption *opt = &pipeline_options[id];
-		int argno = alter ? opt->alter_arg : opt->create_arg;
-
-		if (argno < 0 || argno >= PG_NARGS())
-			continue;
-		if (PG_ARGISNULL(argno))
-		{
-			if (!alter && !opt->create_null_ok)
-				ereport(ERROR,
-						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-						 errmsg("%s must not be null", opt->name),
-						 id == OPT_HEADERS ? errhint("Pass '{}' for no extra headers.") : 0));
-			continue;
-		}
-		o->values[id] = check_option(id, fcinfo, argno, alter, o);
-		o->given[id] = true;
-	}
-}
-
-/*
- * The SPI parameters of a statement on replicant.pipelines: $1 the
- * pipeline, $2 its owner, then every option (null when not given).
- */
-static void
-option_params(const PipelineOptions *o, Oid pipeline_type, Datum pipeline, Oid owner,
-			  Oid *types, Datum *values, char *nulls)
-{
-	int id;
-
-	types[0] = pipeline_type;
-	values[0] = pipeline;
-	nulls[0] = ' ';
-	types[1] = OIDOID;
-	values[1] = ObjectIdGetDatum(owner);
-	nulls[1] = ' ';
-	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
-	{
-		types[OPTION_PARAM_BASE - 1 + id] = pipeline_options[id].type;
-		values[OPTION_PARAM_BASE - 1 + id] = o->values[id];
-		nulls[OPTION_PARAM_BASE - 1 + id] = o->given[id] ? ' ' : 'n';
-	}
 }
 
 static void
@@ -1059,7 +562,7 @@ save_table_shapes(int32 pipeline_id, List *relids)
 
 /* The checks of create_pipeline that need no catalog access. */
 static void
-check_create_owner(Oid owner, const PipelineOptions *o)
+check_create_owner(Oid owner, const ReplicantPipelineOptions *o)
 {
 	check_owner_can_login(owner);
 	if (DatumGetBool(o->values[OPT_MESSAGES]))
@@ -1077,15 +580,15 @@ check_create_owner(Oid owner, const PipelineOptions *o)
  */
 static List *
 check_create_catalog(const char *name, const char *slot_name, Oid owner,
-					 const PipelineOptions *o)
+					 const ReplicantPipelineOptions *o)
 {
 	ArrayType *pubs = DatumGetArrayTypeP(o->values[OPT_PUBLICATION]);
 	Oid argtypes[1] = {TEXTOID};
 	Datum args[1] = {CStringGetTextDatum(name)};
 	List *tables;
 
-	check_headers(DatumGetJsonbP(o->values[OPT_HEADERS]));
-	check_publications_exist(pubs);
+	replicant_pipeline_options_check_headers(DatumGetJsonbP(o->values[OPT_HEADERS]));
+	replicant_pipeline_options_check_publications_exist(pubs);
 	tables = replicant_publication_published_tables(pubs, true);
 	check_owner_reads_tables(owner, tables);
 	warn_tables_without_identity(pubs);
@@ -1121,32 +624,23 @@ check_create_catalog(const char *name, const char *slot_name, Oid owner,
  * arguments: 0.1.0's function lacks failover) gets its column.
  */
 static int32
-insert_pipeline(const char *name, const char *slot_name, Oid owner, const PipelineOptions *o,
+insert_pipeline(const char *name, const char *slot_name, Oid owner, const ReplicantPipelineOptions *o,
 				int nargs)
 {
 	StringInfoData sql;
 	StringInfoData params;
-	Oid types[NUM_OPTION_PARAMS + 1];
-	Datum values[NUM_OPTION_PARAMS + 1];
-	char nulls[NUM_OPTION_PARAMS + 1];
-	int nparams = NUM_OPTION_PARAMS;
+	Oid types[REPLICANT_NUM_OPTION_PARAMS + 1];
+	Datum values[REPLICANT_NUM_OPTION_PARAMS + 1];
+	char nulls[REPLICANT_NUM_OPTION_PARAMS + 1];
+	int nparams = REPLICANT_NUM_OPTION_PARAMS;
 	bool isnull;
-	int id;
 
 	initStringInfo(&sql);
 	initStringInfo(&params);
 	appendStringInfoString(&sql, "INSERT INTO replicant.pipelines (name, owner");
 	appendStringInfoString(&params, "$1, $2");
-	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
-	{
-		const PipelineOption *opt = &pipeline_options[id];
-
-		if (opt->create_arg < 0 || opt->create_arg >= nargs || opt->column == NULL)
-			continue;
-		appendStringInfo(&sql, ", %s", opt->column);
-		appendStringInfo(&params, ", $%d", OPTION_PARAM_BASE + id);
-	}
-	option_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
+	replicant_pipeline_options_insert_sql(&sql, &params, nargs);
+	replicant_pipeline_options_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
 	/* 0.1.0's and 0.2.0's rows have no slot_name: theirs is replicant_<name>. */
 	if (replicant_pipeline_has_column("slot_name"))
 	{
@@ -1180,7 +674,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 {
 	char *name;
 	char *slot_name;
-	PipelineOptions o;
+	ReplicantPipelineOptions o;
 	Oid owner = GetUserId();
 	ReplicantCatalogAccess s;
 	char *snapshot;
@@ -1192,9 +686,9 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	PreventInTransactionBlock(true, "replicant.create_pipeline()");
 	check_prerequisites();
 
-	name = required_text(fcinfo, 0, "pipeline name");
+	name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
 	replicant_pipeline_check_name(name);
-	parse_options(fcinfo, false, &o);
+	replicant_pipeline_options_parse(fcinfo, false, &o);
 	snapshot = TextDatumGetCString(o.values[OPT_SNAPSHOT]);
 	check_create_owner(owner, &o);
 
@@ -1276,56 +770,18 @@ stop_worker_and_wait(int32 pipeline_id)
 }
 
 /*
- * The assignment alter_pipeline makes for an option: coalesce($n, column)
- * keeps what NULL leaves unchanged.
- */
-static void
-append_assignment(StringInfo sql, PipelineOptionId id)
-{
-	const PipelineOption *opt = &pipeline_options[id];
-	int n = OPTION_PARAM_BASE + id;
-
-	switch (id)
-	{
-		case OPT_SECRET:
-			appendStringInfo(sql, " secret = CASE WHEN $%d THEN NULL ELSE coalesce($%d, secret) END,",
-							 OPTION_PARAM_BASE + OPT_CLEAR_SECRET, n);
-			break;
-		case OPT_MESSAGE_PREFIXES:
-			appendStringInfo(sql, " message_prefixes = CASE WHEN $%d IS NULL THEN message_prefixes"
-								  "   WHEN pg_catalog.cardinality($%d) OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $%d END,",
-							 n, n, n);
-			break;
-		case OPT_MAX_RETAINED_WAL:
-			appendStringInfo(sql, " max_retained_wal = CASE WHEN $%d IS NULL THEN max_retained_wal"
-								  "   WHEN $%d OPERATOR(pg_catalog.<) 0 THEN NULL ELSE $%d END,",
-							 n, n, n);
-			break;
-		case OPT_SECRET_PREVIOUS_UNTIL:
-			appendStringInfo(sql, " secret_previous = CASE WHEN $%d IS NOT NULL THEN secret END,"
-								  " secret_previous_until = $%d,",
-							 n, n);
-			break;
-		default:
-			appendStringInfo(sql, " %s = coalesce($%d, %s),", opt->column, n, opt->column);
-			break;
-	}
-}
-
-/*
  * Applies alter_pipeline's options to the (locked) row: those the function
  * has (nargs arguments: 0.1.0's lacks format, and its table the column).
  */
 static void
-update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int nargs)
+update_pipeline(const ReplicantPipelineRef *ref, const ReplicantPipelineOptions *o, int nargs)
 {
 	StringInfoData sql;
-	Oid types[NUM_OPTION_PARAMS];
-	Datum values[NUM_OPTION_PARAMS];
-	char nulls[NUM_OPTION_PARAMS];
-	int id;
+	Oid types[REPLICANT_NUM_OPTION_PARAMS];
+	Datum values[REPLICANT_NUM_OPTION_PARAMS];
+	char nulls[REPLICANT_NUM_OPTION_PARAMS];
 
-	option_params(o, INT4OID, Int32GetDatum(ref->id), ref->owner, types, values, nulls);
+	replicant_pipeline_options_params(o, INT4OID, Int32GetDatum(ref->id), ref->owner, types, values, nulls);
 	/* What decoding delivers changes for what commits from now on only. */
 	if (o->given[OPT_PUBLICATION] || o->given[OPT_MESSAGES] || o->given[OPT_MESSAGE_PREFIXES])
 		replicant_epoch_record(ref->id);
@@ -1338,21 +794,15 @@ update_pipeline(const ReplicantPipelineRef *ref, const PipelineOptions *o, int n
 							"             ELSE pg_catalog.pg_current_wal_insert_lsn() END ORDER BY u.n)"
 							"      FROM pg_catalog.unnest($%d) WITH ORDINALITY AS u(name, n))"
 							" WHERE id OPERATOR(pg_catalog.=) $1",
-							OPTION_PARAM_BASE + OPT_PUBLICATION),
-				   NUM_OPTION_PARAMS, types, values, nulls);
+							REPLICANT_OPTION_PARAM(OPT_PUBLICATION)),
+				   REPLICANT_NUM_OPTION_PARAMS, types, values, nulls);
 
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "UPDATE replicant.pipelines SET");
-	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
-	{
-		const PipelineOption *opt = &pipeline_options[id];
-
-		if (opt->alter_arg >= 0 && opt->alter_arg < nargs && opt->column != NULL)
-			append_assignment(&sql, id);
-	}
+	replicant_pipeline_options_update_sql(&sql, nargs);
 	appendStringInfoString(&sql, " config_version = config_version OPERATOR(pg_catalog.+) 1"
 								 " WHERE id OPERATOR(pg_catalog.=) $1");
-	run_update(sql.data, NUM_OPTION_PARAMS, types, values, nulls);
+	run_update(sql.data, REPLICANT_NUM_OPTION_PARAMS, types, values, nulls);
 }
 
 /*
@@ -1371,14 +821,14 @@ Datum
 replicant_alter_pipeline(PG_FUNCTION_ARGS)
 {
 	char *name;
-	PipelineOptions o;
+	ReplicantPipelineOptions o;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
 
 	replicant_redact_statements();
-	name = required_text(fcinfo, 0, "pipeline name");
+	name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
 	replicant_pipeline_check_name(name);
-	parse_options(fcinfo, true, &o);
+	replicant_pipeline_options_parse(fcinfo, true, &o);
 
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, false);
@@ -1386,9 +836,9 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	if (o.given[OPT_MESSAGES] && DatumGetBool(o.values[OPT_MESSAGES]))
 		check_owner_may_receive_messages(ref.owner);
 	if (o.given[OPT_HEADERS])
-		check_headers(DatumGetJsonbP(o.values[OPT_HEADERS]));
+		replicant_pipeline_options_check_headers(DatumGetJsonbP(o.values[OPT_HEADERS]));
 	if (o.given[OPT_PUBLICATION])
-		check_publications_exist(DatumGetArrayTypeP(o.values[OPT_PUBLICATION]));
+		replicant_pipeline_options_check_publications_exist(DatumGetArrayTypeP(o.values[OPT_PUBLICATION]));
 	if (o.given[OPT_FORMAT] &&
 		replicant_format_lookup(TextDatumGetCString(o.values[OPT_FORMAT]))->whole_rows)
 		warn_tables_leaving_toast_out(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
@@ -1425,7 +875,7 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 static void
 set_state(FunctionCallInfo fcinfo, const char *assignment)
 {
-	char *name = required_text(fcinfo, 0, "pipeline name");
+	char *name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
 	Oid argtypes[1] = {INT4OID};
@@ -1533,7 +983,7 @@ clear_dropping(void)
 Datum
 replicant_drop_pipeline(PG_FUNCTION_ARGS)
 {
-	char *name = required_text(fcinfo, 0, "pipeline name");
+	char *name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
 	Oid argtypes[1] = {INT4OID};
@@ -1587,7 +1037,7 @@ bump_config(int32 pipeline_id)
 Datum
 replicant_backfill(PG_FUNCTION_ARGS)
 {
-	char *name = required_text(fcinfo, 0, "pipeline name");
+	char *name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
 	Oid relid;
 	char *mode;
 	ReplicantPipelineRef ref;
@@ -1602,7 +1052,7 @@ replicant_backfill(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("relation must not be null")));
 	relid = PG_GETARG_OID(1);
-	mode = required_text(fcinfo, 2, "mode");
+	mode = replicant_pipeline_options_required_text(fcinfo, 2, "mode");
 	if (strcmp(mode, "auto") != 0 && strcmp(mode, "keyset") != 0 &&
 		strcmp(mode, "bitmap") != 0 && strcmp(mode, "ctid") != 0)
 		ereport(ERROR,
