@@ -1,170 +1,57 @@
 /*
  * api.c
- *		SQL-callable management functions: create, alter, enable, disable,
- *		resume and drop pipelines.
+ *		SQL-callable management functions that make, change and remove a
+ *		pipeline: create_pipeline, alter_pipeline and drop_pipeline.
  *
  * Every function validates all of its input before it changes anything,
- * and changes nothing when it fails.  The pipeline's slot is created in the
- * caller's statement, so changes committed after create_pipeline() returns
- * are never missed; it stays ephemeral (dropped on error) until the
- * transaction commits.  Changes reach the workers through the launcher,
- * which is asked to re-read this database only once the caller commits.
+ * and changes nothing when it fails: the options are read and checked by
+ * pipeline_options.c, checked against the catalogs by pipeline_checks.c.
+ * The pipeline's slot is created in the caller's statement, so changes
+ * committed after create_pipeline() returns are never missed; it stays
+ * ephemeral (dropped on error) until the transaction commits (api_xact.c).
+ * Changes reach the workers through the launcher, which is asked to re-read
+ * this database only once the caller commits.
  *
  * Rules kept with other files: docs/internals.md §4 (one content per
- * commit_lsn: stop_worker_and_wait), §9 (privileges).
+ * commit_lsn: replicant_api_xact_stop_worker_and_wait), §9 (privileges).
  */
 #include "postgres.h"
-
-#include <curl/curl.h>
 
 #include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
-#include "common/hashfn.h"
-#include "storage/lmgr.h"
-#include "catalog/pg_authid.h"
-#include "catalog/pg_publication.h"
 #include "catalog/pg_type_d.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "fmgr.h"
-#include "funcapi.h"
 #include "miscadmin.h"
-#include "replication/logical.h"
 #include "replication/slot.h"
-#include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "storage/lwlock.h"
-#include "utils/acl.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
-#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/rls.h"
-#include "utils/syscache.h"
-#include "utils/tuplestore.h"
-#include "utils/wait_event.h"
 
+#include "api_xact.h"
 #include "backfill_plan.h"
 #include "catalog.h"
-#include "compat.h"
 #include "fault.h"
 #include "format.h"
-#include "headers.h"
-#include "redact.h"
 #include "pipeline.h"
+#include "pipeline_checks.h"
 #include "pipeline_options.h"
-#include "partition_root.h"
 #include "plugin_gate.h"
 #include "publication.h"
+#include "redact.h"
 #include "replicant.h"
 #include "runs.h"
 #include "shmem.h"
-#include "sink_ddl.h"
-#include "signing.h"
 #include "slot.h"
-#include "slot_health.h"
 #include "slot_position.h"
-#include "waiver.h"
 
 PG_FUNCTION_INFO_V1(replicant_create_pipeline);
 PG_FUNCTION_INFO_V1(replicant_alter_pipeline);
-PG_FUNCTION_INFO_V1(replicant_enable_pipeline);
-PG_FUNCTION_INFO_V1(replicant_disable_pipeline);
-PG_FUNCTION_INFO_V1(replicant_resume_pipeline);
 PG_FUNCTION_INFO_V1(replicant_drop_pipeline);
-PG_FUNCTION_INFO_V1(replicant_backfill);
-PG_FUNCTION_INFO_V1(replicant_cancel_backfill);
-PG_FUNCTION_INFO_V1(replicant_pipeline_definitions);
-
-/* What a slot created in this transaction still needs at commit. */
-static bool slot_created_in_xact = false;
-static bool xact_callback_registered = false;
-static bool resync_on_abort = false;
-/* The pipelines drop_pipeline drops in this transaction (in TopMemoryContext). */
-static List *dropping_pipelines = NIL;
-
-static void clear_dropping(void);
-
-/* Pipelines resumed in this transaction (in TopMemoryContext). */
-static List *resumed_at_commit = NIL;
-
-/*
- * A resumed pipeline's shared state still shows the halt until a new
- * worker attaches: clear it the moment the resume commits, so that no
- * reader (replicant.status, await_delivered) sees the pipeline halted
- * after resume_pipeline returned.
- */
-static void
-clear_resumed_halts(void)
-{
-	ListCell *lc;
-
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	foreach(lc, resumed_at_commit)
-	{
-		ReplicantPipelineSlot *slot = replicant_shmem_find(MyDatabaseId, lfirst_int(lc));
-
-		if (slot && slot->state == REPLICANT_STATE_HALTED)
-		{
-			slot->state = REPLICANT_STATE_STARTING;
-			slot->last_error[0] = '\0';
-		}
-	}
-	LWLockRelease(replicant_shmem->lock);
-}
-
-/*
- * Makes the slot permanent just before commit, and lets go of it only once
- * the pipeline row is visible, so the sync worker never mistakes it for an
- * orphan.  On error the server releases the ephemeral slot, which drops it.
- */
-static void
-api_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-			if (slot_created_in_xact)
-				ReplicationSlotPersist();
-			break;
-		case XACT_EVENT_COMMIT:
-			if (slot_created_in_xact && MyReplicationSlot != NULL)
-				ReplicationSlotRelease();
-			slot_created_in_xact = false;
-			resync_on_abort = false;
-			list_free(dropping_pipelines);
-			dropping_pipelines = NIL;
-			if (resumed_at_commit != NIL)
-				clear_resumed_halts();
-			list_free(resumed_at_commit);
-			resumed_at_commit = NIL;
-			break;
-		case XACT_EVENT_ABORT:
-			list_free(resumed_at_commit);
-			resumed_at_commit = NIL;
-			slot_created_in_xact = false;
-			if (dropping_pipelines != NIL)
-				clear_dropping();
-			list_free(dropping_pipelines);
-			dropping_pipelines = NIL;
-			if (resync_on_abort)
-				replicant_shmem_request_sync(MyDatabaseId);
-			resync_on_abort = false;
-			break;
-		default:
-			break;
-	}
-}
-
-static void
-register_xact_callback(void)
-{
-	if (!xact_callback_registered)
-		RegisterXactCallback(api_xact_callback, NULL);
-	xact_callback_registered = true;
-}
 
 /*
  * Server prerequisites
@@ -187,71 +74,6 @@ check_prerequisites(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("\"output_plugin_libraries\" does not list \"replicant\""),
 				 errhint("Add \"replicant\" to \"output_plugin_libraries\", for example \"output_plugin_libraries = 'pgoutput, test_decoding, replicant'\", and reload the configuration.")));
-}
-
-static void
-check_owner_may_receive_messages(Oid owner)
-{
-	if (!has_rolreplication(owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg(REPLICANT_MESSAGES_NEED_REPLICATION),
-				 errdetail("A pipeline with messages receives every message emitted in the database."),
-				 errhint("Grant the pipeline owner REPLICATION, or leave messages off.")));
-}
-
-static void
-check_owner_can_login(Oid owner)
-{
-	HeapTuple tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(owner));
-	bool can_login;
-
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for role %u", owner);
-	can_login = ((Form_pg_authid) GETSTRUCT(tuple))->rolcanlogin;
-	ReleaseSysCache(tuple);
-	if (!can_login)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("role \"%s\" cannot own a pipeline because it cannot log in",
-						GetUserNameFromId(owner, false)),
-				 errdetail("Pipeline workers connect as the pipeline's owner.")));
-}
-
-static void
-check_is_owner(const ReplicantPipelineRef *ref, const ReplicantCatalogAccess *s)
-{
-	replicant_pipeline_check_owner(ref, s->saved_userid);
-}
-
-static void
-run_update(const char *sql, int nargs, Oid *argtypes, Datum *args, const char *nulls)
-{
-	if (SPI_execute_with_args(sql, nargs, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update replicant.pipelines");
-}
-
-/* Creates the pipeline's logical slot, ephemeral until commit; returns its consistent point. */
-static XLogRecPtr
-create_slot(const char *slot_name, bool failover)
-{
-	LogicalDecodingContext *ctx;
-
-	if (MyReplicationSlot != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("only one pipeline can be created per transaction")));
-	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
-		ereport(ERROR,
-				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
-				 errmsg("cannot create a pipeline in a transaction that has performed writes")));
-
-	CheckLogicalDecodingRequirements();
-	register_xact_callback();
-	ctx = replicant_slot_create(slot_name, failover, false);
-	slot_created_in_xact = true;
-	FreeDecodingContext(ctx);
-	return MyReplicationSlot->data.confirmed_flush;
 }
 
 /*
@@ -349,184 +171,6 @@ lock_pipeline_name(const char *name)
 					   0, ExclusiveLock);
 }
 
-/*
- * What the worker would halt on at the table's first change, refused now:
- * the owner must be able to read every published table, past row-level
- * security.
- */
-static void
-check_owner_reads_tables(Oid owner, List *relids)
-{
-	ListCell *lc;
-
-	foreach(lc, relids)
-	{
-		Oid relid = lfirst_oid(lc);
-
-		if (pg_class_aclcheck(relid, owner, ACL_SELECT) != ACLCHECK_OK)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("role \"%s\" cannot read published table \"%s\"",
-							GetUserNameFromId(owner, false), get_rel_name(relid)),
-					 errdetail("The pipeline's worker reads changes as its owner, the role creating it."),
-					 errhint("Grant SELECT on the table to the role, or leave the table out of the publication.")));
-		if (check_enable_rls(relid, owner, true) == RLS_ENABLED)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("table \"%s\" has row-level security that role \"%s\" does not bypass",
-							get_rel_name(relid), GetUserNameFromId(owner, false)),
-					 errdetail("A pipeline must deliver every row, so its owner must bypass row-level security.")));
-	}
-}
-
-/* An oid[] of the list's OIDs. */
-static ArrayType *
-oid_array(List *oids)
-{
-	Datum *elems = palloc(sizeof(Datum) * Max(list_length(oids), 1));
-	ListCell *lc;
-	int n = 0;
-
-	foreach(lc, oids)
-		elems[n++] = ObjectIdGetDatum(lfirst_oid(lc));
-	return construct_array(elems, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT);
-}
-
-/*
- * PostgreSQL refuses UPDATE and DELETE on a table published for them that
- * has no replica identity; say so now rather than when the application's
- * first update fails.
- */
-static void
-warn_tables_without_identity(ArrayType *pubs)
-{
-	Oid argtypes[1] = {TEXTARRAYOID};
-	Datum args[1] = {PointerGetDatum(pubs)};
-	bool isnull;
-	Datum changing;
-	List *relids;
-	uint64 i;
-
-	if (SPI_execute_with_args("SELECT pg_catalog.array_agg(p.pubname::pg_catalog.text)"
-							  "  FROM pg_catalog.pg_publication p"
-							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1) AND (p.pubupdate OR p.pubdelete)",
-							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not list published tables");
-	changing = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull)
-		return;
-	relids = replicant_publication_published_tables(DatumGetArrayTypeP(changing), false);
-	if (relids == NIL)
-		return;
-	argtypes[0] = OIDARRAYOID;
-	args[0] = PointerGetDatum(oid_array(relids));
-	if (SPI_execute_with_args("SELECT n.nspname, c.relname"
-							  "  FROM pg_catalog.pg_class c"
-							  "  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
-							  " WHERE c.oid OPERATOR(pg_catalog.=) ANY ($1)"
-							  "   AND (c.relreplident OPERATOR(pg_catalog.=) 'n'"
-							  "        OR (c.relreplident OPERATOR(pg_catalog.=) 'd' AND NOT EXISTS"
-							  "            (SELECT FROM pg_catalog.pg_index i"
-							  "              WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary)))"
-							  " ORDER BY 1, 2",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list published tables");
-	for (i = 0; i < SPI_processed; i++)
-		ereport(WARNING,
-				(errmsg("table \"%s.%s\" is published for updates or deletes but has no replica identity",
-						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
-						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
-				 errdetail("PostgreSQL rejects UPDATE and DELETE on the table while it is so published."),
-				 errhint("Add a primary key, or set REPLICA IDENTITY USING INDEX or FULL.")));
-}
-
-/*
- * A format that needs whole rows (format.h) halts on an update that leaves
- * a TOASTed column out unless the old row holds it: name such tables now.
- */
-static void
-warn_tables_leaving_toast_out(List *relids, const char *format)
-{
-	Oid argtypes[1] = {OIDARRAYOID};
-	Datum args[1];
-	uint64 i;
-
-	if (relids == NIL)
-		return;
-	args[0] = PointerGetDatum(oid_array(relids));
-	if (SPI_execute_with_args("SELECT n.nspname, c.relname"
-							  "  FROM pg_catalog.pg_class c"
-							  "  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
-							  " WHERE c.oid OPERATOR(pg_catalog.=) ANY ($1)"
-							  "   AND c.relreplident OPERATOR(pg_catalog.<>) 'f'"
-							  "   AND EXISTS (SELECT FROM pg_catalog.pg_attribute a"
-							  "                WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attnum OPERATOR(pg_catalog.>) 0"
-							  "                  AND NOT a.attisdropped AND a.attstorage OPERATOR(pg_catalog.<>) 'p')"
-							  " ORDER BY 1, 2",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list published tables");
-	for (i = 0; i < SPI_processed; i++)
-		ereport(WARNING,
-				(errmsg("table \"%s.%s\" has columns that can be TOASTed but not REPLICA IDENTITY FULL",
-						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1),
-						SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2)),
-				 errdetail("Format \"%s\" writes whole rows: an update that leaves a TOASTed column unchanged will halt the pipeline.", format),
-				 errhint("Run ALTER TABLE ... REPLICA IDENTITY FULL on the table before creating the pipeline; when its replica identity is its primary key, doing so later is safe too.")));
-}
-
-/*
- * Format 'clickhouse' names each target after its table, without the
- * schema: refuse two published tables of one name, which would mix their
- * rows in one target; and a delivered column named as one the format adds
- * (sink_ddl.c raises that error).
- */
-static void
-check_targets_distinct(ArrayType *publications, List *relids, const char *format)
-{
-	Oid argtypes[1] = {OIDARRAYOID};
-	Datum args[1];
-
-	if (relids == NIL || strcmp(format, "clickhouse") != 0)
-		return;
-	(void) replicant_sink_ddl_tables(publications, false, CurrentMemoryContext);
-	args[0] = PointerGetDatum(oid_array(relids));
-	if (SPI_execute_with_args("SELECT n1.nspname, c1.relname, n2.nspname"
-							  "  FROM pg_catalog.pg_class c1"
-							  "  JOIN pg_catalog.pg_class c2 ON c2.relname OPERATOR(pg_catalog.=) c1.relname"
-							  "   AND c2.oid OPERATOR(pg_catalog.>) c1.oid"
-							  "  JOIN pg_catalog.pg_namespace n1 ON n1.oid OPERATOR(pg_catalog.=) c1.relnamespace"
-							  "  JOIN pg_catalog.pg_namespace n2 ON n2.oid OPERATOR(pg_catalog.=) c2.relnamespace"
-							  " WHERE c1.oid OPERATOR(pg_catalog.=) ANY ($1) AND c2.oid OPERATOR(pg_catalog.=) ANY ($1)"
-							  " ORDER BY 1, 2, 3 LIMIT 1",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list published tables");
-	if (SPI_processed > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("tables \"%s.%s\" and \"%s.%s\" would both go to ClickHouse table `%s`",
-						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
-						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
-						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3),
-						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
-						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2)),
-				 errdetail("Format \"clickhouse\" names each target after its table, without the schema."),
-				 errhint("Publish only one of them to this pipeline.")));
-}
-
-/*
- * create_tables => true: only format 'clickhouse' has targets to create
- * (sink_ddl.c).
- */
-static void
-check_create_tables(bool create_tables, const char *format)
-{
-	if (create_tables && strcmp(format, "clickhouse") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("create_tables needs format \"clickhouse\""),
-				 errdetail("Format \"%s\" has no target tables to create.", format)));
-}
-
 /* The format pipeline id delivers in. */
 static char *
 pipeline_format(int32 id)
@@ -564,9 +208,9 @@ save_table_shapes(int32 pipeline_id, List *relids)
 static void
 check_create_owner(Oid owner, const ReplicantPipelineOptions *o)
 {
-	check_owner_can_login(owner);
+	replicant_pipeline_checks_owner_can_login(owner);
 	if (DatumGetBool(o->values[OPT_MESSAGES]))
-		check_owner_may_receive_messages(owner);
+		replicant_pipeline_checks_owner_may_receive_messages(owner);
 	if (count_pipelines_in_shmem(false) >= replicant_max_pipelines)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -590,16 +234,16 @@ check_create_catalog(const char *name, const char *slot_name, Oid owner,
 	replicant_pipeline_options_check_headers(DatumGetJsonbP(o->values[OPT_HEADERS]));
 	replicant_pipeline_options_check_publications_exist(pubs);
 	tables = replicant_publication_published_tables(pubs, true);
-	check_owner_reads_tables(owner, tables);
-	warn_tables_without_identity(pubs);
+	replicant_pipeline_checks_owner_reads_tables(owner, tables);
+	replicant_pipeline_checks_warn_without_identity(pubs);
 	if (o->given[OPT_FORMAT] &&
 		replicant_format_lookup(TextDatumGetCString(o->values[OPT_FORMAT]))->whole_rows)
-		warn_tables_leaving_toast_out(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
+		replicant_pipeline_checks_warn_toast_left_out(tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_FORMAT])
-		check_targets_distinct(pubs, tables, TextDatumGetCString(o->values[OPT_FORMAT]));
+		replicant_pipeline_checks_targets_distinct(pubs, tables, TextDatumGetCString(o->values[OPT_FORMAT]));
 	if (o->given[OPT_CREATE_TABLES])
-		check_create_tables(DatumGetBool(o->values[OPT_CREATE_TABLES]),
-							o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
+		replicant_pipeline_checks_create_tables(DatumGetBool(o->values[OPT_CREATE_TABLES]),
+												o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
 	lock_pipeline_name(name);
 	/* Not read-only: a fresh snapshot sees a creator we waited for. */
 	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines WHERE name OPERATOR(pg_catalog.=) $1",
@@ -702,7 +346,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	 * its tables are read under to be one, so its worker creates the slot.
 	 */
 	if (strcmp(snapshot, "initial") != 0)
-		slot_point = create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
+		slot_point = replicant_api_xact_create_slot(slot_name, o.given[OPT_FAILOVER] && DatumGetBool(o.values[OPT_FAILOVER]));
 	pipeline_id = insert_pipeline(name, slot_name, owner, &o, PG_NARGS());
 	replicant_runs_start_over(pipeline_id);
 	/* What the worker finds beyond it, something else moved (slot_position.h). */
@@ -724,52 +368,6 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 }
 
 /*
- * Asks the pipeline's worker to stop where it leaves nothing to re-deliver
- * (everything acknowledged checkpointed, nothing in flight) and waits until
- * it has exited, so that whatever commits after the caller returns is
- * handled by a worker that reads the caller's changes.  Until the sync at
- * commit (or at abort) restores runnable, the launcher starts no other.  A
- * worker reading an initial snapshot, whose progress is durable per shard,
- * is terminated instead.
- */
-static void
-stop_worker_and_wait(int32 pipeline_id)
-{
-	resync_on_abort = true;
-	register_xact_callback();
-	for (;;)
-	{
-		ReplicantPipelineSlot *slot;
-		pid_t pid = 0;
-		bool snapshotting = false;
-
-		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-		slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
-		if (slot)
-		{
-			slot->runnable = false;
-			pid = slot->pid;
-			if (pid != 0)
-			{
-				slot->stop_requested = true;
-				snapshotting = (slot->state == REPLICANT_STATE_SNAPSHOTTING);
-				if (slot->latch)
-					SetLatch(slot->latch);
-			}
-		}
-		LWLockRelease(replicant_shmem->lock);
-		if (pid == 0)
-			break;
-		if (snapshotting)
-			kill(pid, SIGTERM);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 10, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-/*
  * Applies alter_pipeline's options to the (locked) row: those the function
  * has (nargs arguments: 0.1.0's lacks format, and its table the column).
  */
@@ -787,22 +385,22 @@ update_pipeline(const ReplicantPipelineRef *ref, const ReplicantPipelineOptions 
 		replicant_epoch_record(ref->id);
 	/* An added publication applies to what commits from now on (0.2.0). */
 	if (o->given[OPT_PUBLICATION] && replicant_pipeline_has_column("publication_lsns"))
-		run_update(psprintf("UPDATE replicant.pipelines SET publication_lsns ="
-							"   (SELECT pg_catalog.array_agg(CASE WHEN u.name OPERATOR(pg_catalog.=) ANY (publications)"
-							"             THEN coalesce(publication_lsns[pg_catalog.array_position(publications, u.name)],"
-							"                           '0/0'::pg_catalog.pg_lsn)"
-							"             ELSE pg_catalog.pg_current_wal_insert_lsn() END ORDER BY u.n)"
-							"      FROM pg_catalog.unnest($%d) WITH ORDINALITY AS u(name, n))"
-							" WHERE id OPERATOR(pg_catalog.=) $1",
-							REPLICANT_OPTION_PARAM(OPT_PUBLICATION)),
-				   REPLICANT_NUM_OPTION_PARAMS, types, values, nulls);
+		replicant_catalog_update_pipelines(psprintf("UPDATE replicant.pipelines SET publication_lsns ="
+													"   (SELECT pg_catalog.array_agg(CASE WHEN u.name OPERATOR(pg_catalog.=) ANY (publications)"
+													"             THEN coalesce(publication_lsns[pg_catalog.array_position(publications, u.name)],"
+													"                           '0/0'::pg_catalog.pg_lsn)"
+													"             ELSE pg_catalog.pg_current_wal_insert_lsn() END ORDER BY u.n)"
+													"      FROM pg_catalog.unnest($%d) WITH ORDINALITY AS u(name, n))"
+													" WHERE id OPERATOR(pg_catalog.=) $1",
+													REPLICANT_OPTION_PARAM(OPT_PUBLICATION)),
+										   REPLICANT_NUM_OPTION_PARAMS, types, values, nulls);
 
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "UPDATE replicant.pipelines SET");
 	replicant_pipeline_options_update_sql(&sql, nargs);
 	appendStringInfoString(&sql, " config_version = config_version OPERATOR(pg_catalog.+) 1"
 								 " WHERE id OPERATOR(pg_catalog.=) $1");
-	run_update(sql.data, REPLICANT_NUM_OPTION_PARAMS, types, values, nulls);
+	replicant_catalog_update_pipelines(sql.data, REPLICANT_NUM_OPTION_PARAMS, types, values, nulls);
 }
 
 /*
@@ -832,151 +430,44 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, false);
-	check_is_owner(&ref, &s);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
 	if (o.given[OPT_MESSAGES] && DatumGetBool(o.values[OPT_MESSAGES]))
-		check_owner_may_receive_messages(ref.owner);
+		replicant_pipeline_checks_owner_may_receive_messages(ref.owner);
 	if (o.given[OPT_HEADERS])
 		replicant_pipeline_options_check_headers(DatumGetJsonbP(o.values[OPT_HEADERS]));
 	if (o.given[OPT_PUBLICATION])
 		replicant_pipeline_options_check_publications_exist(DatumGetArrayTypeP(o.values[OPT_PUBLICATION]));
 	if (o.given[OPT_FORMAT] &&
 		replicant_format_lookup(TextDatumGetCString(o.values[OPT_FORMAT]))->whole_rows)
-		warn_tables_leaving_toast_out(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
-																				 DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
-																				 ref.publications,
-																			 true),
-									  TextDatumGetCString(o.values[OPT_FORMAT]));
+		replicant_pipeline_checks_warn_toast_left_out(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
+																								 DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
+																								 ref.publications,
+																							 true),
+													  TextDatumGetCString(o.values[OPT_FORMAT]));
 	if (o.given[OPT_CREATE_TABLES])
-		check_create_tables(DatumGetBool(o.values[OPT_CREATE_TABLES]),
-							o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
-												  pipeline_format(ref.id));
+		replicant_pipeline_checks_create_tables(DatumGetBool(o.values[OPT_CREATE_TABLES]),
+												o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
+																	  pipeline_format(ref.id));
 	if (o.given[OPT_FORMAT] || o.given[OPT_PUBLICATION])
 	{
 		ArrayType *pubs = o.given[OPT_PUBLICATION] ? DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
 													 ref.publications;
 
-		check_targets_distinct(pubs, replicant_publication_published_tables(pubs, true),
-							   o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
-													 pipeline_format(ref.id));
+		replicant_pipeline_checks_targets_distinct(pubs, replicant_publication_published_tables(pubs, true),
+												   o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
+																		 pipeline_format(ref.id));
 	}
 	replicant_catalog_leave(&s);
-	stop_worker_and_wait(ref.id);
+	replicant_api_xact_stop_worker_and_wait(ref.id);
 
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, true);
-	check_is_owner(&ref, &s);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
 	update_pipeline(&ref, &o, PG_NARGS());
 	replicant_catalog_leave(&s);
 
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
-}
-
-static void
-set_state(FunctionCallInfo fcinfo, const char *assignment)
-{
-	char *name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
-	ReplicantPipelineRef ref;
-	ReplicantCatalogAccess s;
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1];
-
-	replicant_pipeline_check_name(name);
-	replicant_catalog_enter(&s);
-	ref = replicant_pipeline_lookup(name, true);
-	check_is_owner(&ref, &s);
-	if (strncmp(assignment, "halt_reason = NULL", 18) == 0)
-	{
-		MemoryContext old;
-
-		if (!ref.halted)
-			ereport(NOTICE,
-					(errmsg("pipeline \"%s\" is not halted", name)));
-		register_xact_callback();
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		resumed_at_commit = lappend_int(resumed_at_commit, ref.id);
-		MemoryContextSwitchTo(old);
-		/* exactly the halt's cause, for what committed up to now */
-		replicant_waiver_grant(ref.id);
-	}
-	args[0] = Int32GetDatum(ref.id);
-	run_update(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),
-			   1, argtypes, args, NULL);
-	/* Enabled or resumed: a deliberate start owes nothing to past runs. */
-	if (strncmp(assignment, "enabled = false", 15) != 0)
-		replicant_runs_start_over(ref.id);
-	replicant_catalog_leave(&s);
-	replicant_shmem_request_sync_at_commit();
-}
-
-Datum
-replicant_enable_pipeline(PG_FUNCTION_ARGS)
-{
-	set_state(fcinfo, "enabled = true");
-	PG_RETURN_VOID();
-}
-
-Datum
-replicant_disable_pipeline(PG_FUNCTION_ARGS)
-{
-	set_state(fcinfo, "enabled = false");
-	PG_RETURN_VOID();
-}
-
-Datum
-replicant_resume_pipeline(PG_FUNCTION_ARGS)
-{
-	set_state(fcinfo, "halt_reason = NULL, resumed_lsn = pg_catalog.pg_current_wal_lsn(), halt_lsn = NULL");
-	PG_RETURN_VOID();
-}
-
-/*
- * Stops the pipeline's worker so its slot can be dropped.  Until this
- * transaction ends the slot stays marked dropping: a sync that read the
- * row before the delete commits cannot make it runnable again, and neither
- * the launcher nor the worker starts it.  An abort clears the mark and
- * re-syncs.
- */
-static void
-stop_worker(int32 pipeline_id)
-{
-	ReplicantPipelineSlot *slot;
-	pid_t pid = 0;
-	MemoryContext old;
-
-	register_xact_callback();
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	dropping_pipelines = lappend_int(dropping_pipelines, pipeline_id);
-	MemoryContextSwitchTo(old);
-	resync_on_abort = true;
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
-	if (slot)
-	{
-		slot->runnable = false;
-		slot->dropping = true;
-		pid = slot->pid;
-	}
-	LWLockRelease(replicant_shmem->lock);
-	if (pid != 0)
-		kill(pid, SIGTERM);
-}
-
-/* drop_pipeline failed: the pipelines it was dropping may run again. */
-static void
-clear_dropping(void)
-{
-	ReplicantPipelineSlot *slot;
-	ListCell *lc;
-
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	foreach(lc, dropping_pipelines)
-	{
-		slot = replicant_shmem_find(MyDatabaseId, lfirst_int(lc));
-		if (slot)
-			slot->dropping = false;
-	}
-	LWLockRelease(replicant_shmem->lock);
 }
 
 /* drop_pipeline(name): stops the worker, drops the slot and all state. */
@@ -998,7 +489,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, true);
-	check_is_owner(&ref, &s);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
 	args[0] = Int32GetDatum(ref.id);
 	if (SPI_execute_with_args("DELETE FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
@@ -1007,7 +498,7 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 	slot_name = MemoryContextStrdup(s.saved_context, ref.slot_name);
 	replicant_catalog_leave(&s);
 
-	stop_worker(ref.id);
+	replicant_api_xact_stop_worker_for_drop(ref.id);
 	replicant_fault("drop_pipeline");
 	if (replicant_slot_drop(slot_name, false) == REPLICANT_SLOT_FOREIGN)
 		ereport(WARNING,
@@ -1016,223 +507,4 @@ replicant_drop_pipeline(PG_FUNCTION_ARGS)
 
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
-}
-
-/* Makes the pipeline's worker restart, picking up new or cancelled backfills. */
-static void
-bump_config(int32 pipeline_id)
-{
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(pipeline_id)};
-
-	run_update("UPDATE replicant.pipelines SET config_version = config_version OPERATOR(pg_catalog.+) 1"
-			   " WHERE id OPERATOR(pg_catalog.=) $1",
-			   1, argtypes, args, NULL);
-}
-
-/*
- * backfill(pipeline, relation, mode): reads a published table's rows into a
- * streaming pipeline, beside the stream.  Returns the backfill's id.
- */
-Datum
-replicant_backfill(PG_FUNCTION_ARGS)
-{
-	char *name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
-	Oid relid;
-	char *mode;
-	ReplicantPipelineRef ref;
-	ReplicantCatalogAccess s;
-	Oid argtypes[2] = {OIDOID, INT4OID};
-	Datum args[2];
-	int64 id;
-
-	replicant_pipeline_check_name(name);
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("relation must not be null")));
-	relid = PG_GETARG_OID(1);
-	mode = replicant_pipeline_options_required_text(fcinfo, 2, "mode");
-	if (strcmp(mode, "auto") != 0 && strcmp(mode, "keyset") != 0 &&
-		strcmp(mode, "bitmap") != 0 && strcmp(mode, "ctid") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("mode must be \"auto\", \"keyset\", \"bitmap\" or \"ctid\"")));
-
-	replicant_catalog_enter(&s);
-	ref = replicant_pipeline_lookup(name, true);
-	check_is_owner(&ref, &s);
-
-	/* Only what the pipeline's publications deliver can be backfilled. */
-	if (!list_member_oid(replicant_publication_published_tables(ref.publications, true), relid) &&
-		get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("cannot backfill partitioned table \"%s\"", get_rel_name(relid)),
-				 errdetail("Backfills read one table at a time."),
-				 errhint("Backfill its partitions; under publish_via_partition_root their rows are delivered as the partitioned table's.")));
-	if (!list_member_oid(replicant_publication_published_tables(ref.publications, true), relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("\"%s\" is not a table published by pipeline \"%s\"",
-						get_rel_name(relid) ? get_rel_name(relid) : "?", name),
-				 errhint("Add the table to one of the pipeline's publications first.")));
-
-	args[0] = ObjectIdGetDatum(relid);
-	args[1] = Int32GetDatum(ref.id);
-	if (SPI_execute_with_args("SELECT 1 FROM replicant.backfills"
-							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $2 AND relid OPERATOR(pg_catalog.=) $1"
-							  "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running}')",
-							  2, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read backfills");
-	if (SPI_processed > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("a backfill of this table is already in progress in pipeline \"%s\"", name),
-				 errhint("Cancel it with replicant.cancel_backfill() first.")));
-
-	id = replicant_backfill_plan(ref.id, ref.owner, relid, mode);
-	bump_config(ref.id);
-	replicant_catalog_leave(&s);
-	replicant_shmem_request_sync_at_commit();
-	PG_RETURN_INT64(id);
-}
-
-/* cancel_backfill(id): stops a planned or running backfill. */
-Datum
-replicant_cancel_backfill(PG_FUNCTION_ARGS)
-{
-	int64 id;
-	ReplicantCatalogAccess s;
-	Oid argtypes[1] = {INT8OID};
-	Datum args[1];
-	char *state;
-	ReplicantPipelineRef ref;
-	bool isnull;
-
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("backfill id must not be null")));
-	id = PG_GETARG_INT64(0);
-	args[0] = Int64GetDatum(id);
-
-	replicant_catalog_enter(&s);
-	if (SPI_execute_with_args("SELECT p.name, b.state FROM replicant.backfills b"
-							  "  JOIN replicant.pipelines p ON p.id OPERATOR(pg_catalog.=) b.pipeline_id"
-							  " WHERE b.id OPERATOR(pg_catalog.=) $1",
-							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read backfills");
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("backfill " INT64_FORMAT " does not exist", id)));
-	ref = replicant_pipeline_lookup(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
-																	  SPI_tuptable->tupdesc, 1, &isnull)),
-									true);
-	check_is_owner(&ref, &s);
-	if (SPI_execute_with_args("SELECT state FROM replicant.backfills WHERE id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read backfills");
-	state = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	if (strcmp(state, "planned") != 0 && strcmp(state, "running") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("backfill " INT64_FORMAT " is already %s", id, state)));
-	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
-							  " WHERE id OPERATOR(pg_catalog.=) $1",
-							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not cancel the backfill");
-	bump_config(ref.id);
-	replicant_catalog_leave(&s);
-	replicant_shmem_request_sync_at_commit();
-	PG_RETURN_VOID();
-}
-
-/*
- * pipeline_definitions(include_secrets) RETURNS SETOF text
- *
- * The create_pipeline calls (and disable_pipeline calls for disabled ones)
- * that recreate the caller's pipelines, for instance after pg_dump and
- * pg_restore, which copy none of replicant's state.  Secrets and header
- * values are left out unless asked for; a comment at the end of the call
- * says what was left out.
- */
-Datum
-replicant_pipeline_definitions(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	bool include_secrets = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
-	Oid argtypes[2] = {BOOLOID, OIDOID};
-	Datum args[2];
-	ReplicantCatalogAccess s;
-	uint64 i;
-	TupleDesc desc;
-	Tuplestorestate *store;
-	MemoryContext old;
-
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		!(rsinfo->allowedModes & SFRM_Materialize))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("set-valued function called in context that cannot accept a set")));
-	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	desc = CreateTemplateTupleDesc(1);
-	TupleDescInitEntry(desc, (AttrNumber) 1, "pipeline_definitions", TEXTOID, -1, 0);
-	store = tuplestore_begin_heap(true, false, work_mem);
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = store;
-	rsinfo->setDesc = desc;
-	MemoryContextSwitchTo(old);
-
-	args[0] = BoolGetDatum(include_secrets);
-	replicant_catalog_enter(&s);
-	args[1] = ObjectIdGetDatum(s.saved_userid);
-	if (SPI_execute_with_args("SELECT d FROM ("
-							  " SELECT p.name, 1 AS step, pg_catalog.format("
-							  "  'SELECT replicant.create_pipeline(%L, %L::text[], %L, snapshot => %L,"
-							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
-							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
-							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
-							  " ca_file => %L, failover => %s, format => %L%s%s);%s',"
-							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
-							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
-							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
-							  "  CASE WHEN $1 THEN p.secret END,"
-							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
-							  "  p.format,"
-							  /* 0.2.0's table has no create_tables until ALTER EXTENSION UPDATE */
-							  "  CASE WHEN (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool"
-							  "   THEN ', create_tables => true' ELSE '' END,"
-							  /* nor max_retained_wal, which is whole megabytes */
-							  "  ', max_retained_wal => ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal("
-							  "    ((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8"
-							  "     OPERATOR(pg_catalog./) 1048576)::pg_catalog.text OPERATOR(pg_catalog.||) 'MB'),"
-							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
-							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
-							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"
-							  "     CASE WHEN p.secret IS NOT NULL THEN 'secret' END,"
-							  "     CASE WHEN p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb"
-							  "      THEN 'headers ' OPERATOR(pg_catalog.||)"
-							  "           (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(k), ', ' ORDER BY k)"
-							  "              FROM pg_catalog.jsonb_object_keys(p.headers) k) END)"
-							  "   ELSE '' END) AS d"
-							  "   FROM replicant.pipelines p"
-							  "  WHERE pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
-							  " UNION ALL"
-							  " SELECT p.name, 2, pg_catalog.format('SELECT replicant.disable_pipeline(%L);', p.name)"
-							  "   FROM replicant.pipelines p"
-							  "  WHERE NOT p.enabled AND pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
-							  ") q ORDER BY name, step",
-							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read replicant.pipelines");
-	for (i = 0; i < SPI_processed; i++)
-	{
-		bool isnull;
-		Datum value = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
-
-		tuplestore_putvalues(store, desc, &value, &isnull);
-	}
-	replicant_catalog_leave(&s);
-	return (Datum) 0;
 }
