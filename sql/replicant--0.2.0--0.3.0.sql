@@ -89,10 +89,8 @@ ALTER TABLE replicant.pipelines ADD COLUMN create_tables boolean NOT NULL DEFAUL
 
 DROP FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text);
 DROP FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text);
-
 DROP FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text);
-
--- Both, with enabled and create_tables, are made once, as they are now, in
+-- They are made once, with enabled and create_tables, as they are now, in
 -- the section "What a pipeline's slot costs" below (with max_retained_wal).
 
 CREATE FUNCTION replicant.sink_ddl(publication text[])
