@@ -6,6 +6,8 @@ OBJS = \
 	src/module.o \
 	src/replicant.o \
 	src/shmem.o \
+	src/metrics.o \
+	src/event_log.o \
 	src/dropdb.o \
 	src/launcher.o \
 	src/sync.o \

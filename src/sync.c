@@ -290,6 +290,7 @@ mirror_rows(List *rows, List *halts)
 			slot->last_http_status = 0;
 			slot->next_retry_at = 0;
 			slot->nlatency = 0;
+			memset(&slot->metrics, 0, sizeof(slot->metrics));
 			slot->delivered_upto = InvalidXLogRecPtr;
 			slot->phase = REPLICANT_PHASE_STARTING;
 			slot->failure[0] = '\0';
