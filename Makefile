@@ -130,3 +130,13 @@ unit: $(UNIT_TESTS)
 	@for t in $(UNIT_TESTS); do ./$$t || exit 1; done
 
 .PHONY: unit
+
+# The Prometheus alert rules and their unit tests (promtool, from Debian's
+# prometheus package; README, "Monitoring").
+PROMTOOL ?= promtool
+
+check-alerts:
+	cd $(srcdir)/contrib/prometheus && $(PROMTOOL) check rules replicant-alerts.yml && \
+		$(PROMTOOL) test rules replicant-alerts.test.yml
+
+.PHONY: check-alerts
