@@ -692,7 +692,8 @@ SELECT p.name AS pipeline,
 -- runs, lag in bytes, retained WAL, safe_wal_size, the WAL budget, and the
 -- progress of backfills not yet finished.  Readable by pg_monitor and
 -- replicant_admin members, not PUBLIC.  Labels are the pipeline's name, a
--- retry's status class, a histogram bucket's bound and a table's name.
+-- retry's status class, a histogram bucket's bound and a table's name
+-- (schema-qualified, whatever the reader's search_path).
 CREATE FUNCTION replicant._metrics(
     OUT pipeline text,
     OUT metric text,
@@ -749,11 +750,14 @@ SELECT g.pipeline, m.metric, NULL, NULL, NULL, m.value
                             ('replicant_max_retained_wal_bytes', g.max_retained_wal::pg_catalog.float8)) m(metric, value)
  WHERE m.value IS NOT NULL
 UNION ALL
-SELECT b.pipeline::pg_catalog.text, m.metric, NULL, NULL, b.relation::pg_catalog.text, m.value
-  FROM (SELECT pipeline, relation, sum(rows_done) AS rows_done, sum(rows_estimate) AS rows_estimate
-          FROM replicant.backfill_status
-         WHERE state OPERATOR(pg_catalog.=) ANY ('{planned,running}')
-         GROUP BY pipeline, relation) b
+SELECT b.pipeline::pg_catalog.text, m.metric, NULL, NULL, b.table_name, m.value
+  FROM (SELECT s.pipeline, pg_catalog.format('%I.%I', n.nspname, c.relname) AS table_name,
+               sum(s.rows_done) AS rows_done, sum(s.rows_estimate) AS rows_estimate
+          FROM replicant.backfill_status s
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.relation
+          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+         WHERE s.state OPERATOR(pg_catalog.=) ANY ('{planned,running}')
+         GROUP BY 1, 2) b
  CROSS JOIN LATERAL (VALUES ('replicant_backfill_rows_done', b.rows_done::pg_catalog.float8),
                             ('replicant_backfill_rows_estimated', b.rows_estimate::pg_catalog.float8)) m(metric, value)
  WHERE m.value IS NOT NULL;

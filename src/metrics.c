@@ -45,9 +45,9 @@ replicant_metrics_status_class(long http_status)
 void
 replicant_metrics_retry(ReplicantPipelineSlot *slot, long http_status)
 {
-	int class = (http_status < 100 || http_status > 599) ? 0 : (int) (http_status / 100);
+	int index = (http_status < 100 || http_status > 599) ? 0 : (int) (http_status / 100);
 
-	slot->metrics.retries[class]++;
+	slot->metrics.retries[index]++;
 }
 
 void

@@ -9,6 +9,7 @@
 #   (c) the sink refuses connections, then answers 503: lag_seconds rises,
 #       retries are counted by status class (transport, 5xx), state is 3;
 #       after the sink is back lag_seconds is 0 and state 2
+#   (c2) a backfill: rows done and estimated, labelled with its table
 #   (d) the sink answers 400: the pipeline halts; halts_total 1, state 4
 #   (e) the log: started, streaming, retrying (status_class), recovered,
 #       halted (reason quoted) are each one line "replicant: event=...
@@ -30,7 +31,10 @@ my $sink = ReplicantTest::start_sink();
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION replicant;
 	CREATE TABLE t (id int PRIMARY KEY, v text);
-	CREATE PUBLICATION pub FOR TABLE t;
+	CREATE TABLE t2 (id int PRIMARY KEY);
+	INSERT INTO t2 SELECT generate_series(1, 1000);
+	ANALYZE t2;
+	CREATE PUBLICATION pub FOR TABLE t, t2;
 });
 $node->safe_psql('postgres', "SELECT replicant.create_pipeline('p', 'pub', '$sink->{url}', secret => 'whsec_c2VjcmV0c2VjcmV0c2VjcmV0')");
 ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status"), 'streaming');
@@ -112,6 +116,20 @@ is(metric('replicant_lag_seconds'), 0, 'c: lag_seconds back to 0');
 is(metric('replicant_state'), 2, 'c: state 2 again');
 ok(metric('replicant_delivery_latency_seconds_bucket', le => '1') < metric('replicant_delivery_latency_seconds_count'),
 	'c: the delayed transaction is above the 1 s bucket');
+
+# (c2) a backfill's progress, per table, while the sink is down and after
+$sink->stop;
+$node->safe_psql('postgres', "SELECT replicant.backfill('p', 't2')");
+ok(ReplicantTest::poll($node, q{SELECT count(*) = 2 FROM replicant.metrics
+	WHERE table_name = 'public.t2' AND metric IN ('replicant_backfill_rows_done', 'replicant_backfill_rows_estimated')}),
+	'c2: rows done and estimated of the backfill of public.t2');
+is(metric('replicant_backfill_rows_estimated', table_name => 'public.t2'), 1000, 'c2: 1000 rows estimated');
+is(metric('replicant_backfill_rows_done', table_name => 'public.t2'), 0, 'c2: none done while the sink is down');
+$sink->restart;
+$node->safe_psql('postgres', "SELECT replicant.retry_pipeline('p')");
+ok(ReplicantTest::poll($node, "SELECT state = 'done' FROM replicant.backfill_status", 120), 'c2: the backfill is done');
+is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.metrics WHERE table_name IS NOT NULL"), 0,
+	'c2: a finished backfill has no rows');
 
 # (d) a halt
 $sink->control({ fail_status => 400 });
