@@ -284,7 +284,7 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
 								TimestampDifferenceMilliseconds(first_failure, now) / 1000)));
 				replicant_log_state(slot->name, "recovered", "attempts", psprintf("%d", attempt),
 									"seconds", psprintf("%ld", TimestampDifferenceMilliseconds(first_failure, now) / 1000),
-									NULL);
+									REPLICANT_LOG_END);
 			}
 			return;
 		}
@@ -301,7 +301,7 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
 							slot->name, result->error)));
 			replicant_log_state(slot->name, "retrying", "cause", "sink",
 								"status_class", replicant_metrics_status_class(result->http_status),
-								NULL);
+								REPLICANT_LOG_END);
 		}
 		else if (TimestampDifferenceExceeds(last_logged, now, RETRY_LOG_INTERVAL_MS))
 		{
@@ -404,7 +404,7 @@ replicant_delivery_fail(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 		replicant_delivery_halt(slot, pipeline, reason);
 
 	/* The launcher restarts the worker, and halts with this after the last retry. */
-	replicant_log_state(pipeline->name, "retrying", "cause", "error", "reason", reason, NULL);
+	replicant_log_state(pipeline->name, "retrying", "cause", "error", "reason", reason, REPLICANT_LOG_END);
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	strlcpy(slot->failure, reason, sizeof(slot->failure));
 	if (slot->runnable)
@@ -480,7 +480,7 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 			(errmsg("replicant pipeline \"%s\" disabled: %s", pipeline->name, reason),
 			 errhint("Call replicant.enable_pipeline('%s') once the sink accepts batches again.",
 					 pipeline->name)));
-	replicant_log_state(pipeline->name, "disabled", "reason", reason, NULL);
+	replicant_log_state(pipeline->name, "disabled", "reason", reason, REPLICANT_LOG_END);
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->runnable = false;
@@ -534,7 +534,7 @@ replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 			 errhint("Fix the cause, then call replicant.resume_pipeline('%s').",
 					 pipeline->name)));
 
-	replicant_log_state(pipeline->name, "halted", "reason", reason, NULL);
+	replicant_log_state(pipeline->name, "halted", "reason", reason, REPLICANT_LOG_END);
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (slot->state != REPLICANT_STATE_HALTED)

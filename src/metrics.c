@@ -134,9 +134,9 @@ epoch_seconds(TimestampTz t)
 	return (t - SetEpochTimestamp()) / 1000000.0;
 }
 
-/* A copy of one slot's numbers, taken under the lock. */
+/* One slot's rows, read under the lock; at: the time lag_seconds counts to. */
 static void
-put_slot(MetricsOut *out, const ReplicantPipelineSlot *slot, TimestampTz now)
+put_slot(MetricsOut *out, const ReplicantPipelineSlot *slot, TimestampTz at)
 {
 	const ReplicantMetrics *m = &slot->metrics;
 	uint64 cumulative = 0;
@@ -153,7 +153,7 @@ put_slot(MetricsOut *out, const ReplicantPipelineSlot *slot, TimestampTz now)
 	put(out, "replicant_worker_starts_total", NULL, NULL, m->worker_starts);
 	put(out, "replicant_state", NULL, NULL, state_number(slot->state));
 	put(out, "replicant_lag_seconds", NULL, NULL,
-		m->oldest_pending_commit == 0 ? 0 : Max(0, now - m->oldest_pending_commit) / 1000000.0);
+		m->oldest_pending_commit == 0 ? 0 : Max(0, at - m->oldest_pending_commit) / 1000000.0);
 	if (slot->last_delivery_at != 0)
 		put(out, "replicant_last_delivery_timestamp_seconds", NULL, NULL,
 			epoch_seconds(slot->last_delivery_at));
@@ -178,7 +178,7 @@ replicant_metrics(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
 	Oid viewid = get_relname_relid("metrics", nspid);
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz at = GetCurrentTimestamp();
 	MetricsOut out = {rsinfo, NULL};
 
 	if (!OidIsValid(viewid) || pg_class_aclcheck(viewid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
@@ -198,7 +198,7 @@ replicant_metrics(PG_FUNCTION_ARGS)
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
 		out.pipeline = slot->name;
-		put_slot(&out, slot, now);
+		put_slot(&out, slot, at);
 	}
 	LWLockRelease(replicant_shmem->lock);
 	PG_RETURN_VOID();

@@ -286,7 +286,7 @@ replicant_shmem_halt(ReplicantPipelineSlot *slot, const char *reason, bool recor
 	if (slot->state != REPLICANT_STATE_HALTED)
 	{
 		slot->metrics.halts++;
-		replicant_log_state(slot->name, "halted", "reason", reason, NULL);
+		replicant_log_state(slot->name, "halted", "reason", reason, REPLICANT_LOG_END);
 	}
 	slot->state = REPLICANT_STATE_HALTED;
 	strlcpy(slot->last_error, reason, sizeof(slot->last_error));

@@ -539,7 +539,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	if (!snapshot_pending(pipeline, &planned_before))
 		return;
 	replicant_shmem_set_state(slot, REPLICANT_STATE_SNAPSHOTTING);
-	replicant_log_state(pipeline->name, "snapshotting", NULL);
+	replicant_log_state(pipeline->name, "snapshotting", REPLICANT_LOG_END);
 
 	sink = replicant_delivery_sink(pipeline);
 

@@ -181,7 +181,7 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	slot->superseded = false;
 	slot->metrics.worker_starts++;
 	LWLockRelease(replicant_shmem->lock);
-	replicant_log_state(slot->name, "started", NULL);
+	replicant_log_state(slot->name, "started", REPLICANT_LOG_END);
 
 	replicant_shmem_set_own_slot(slot);
 	w->slot = slot;
@@ -696,7 +696,7 @@ start_streaming(Worker *w)
 					w->pipeline->name, LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder)))));
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
 	replicant_log_state(w->pipeline->name, "streaming", "lsn",
-						psprintf("%X/%X", LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder))), NULL);
+						psprintf("%X/%X", LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder))), REPLICANT_LOG_END);
 	w->start_lsn = Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn);
 	confirm(w, w->start_lsn);
 	w->backfill = replicant_backfill_next(w->pipeline->id);
