@@ -1,7 +1,8 @@
 # replicant.metrics and the state-change log lines (issue 35 items 1 and 4):
 #
 #   (a) counters: after a workload, transactions/changes/batches/bytes
-#       delivered equal what the sink took; the latency histogram is
+#       delivered equal replicant.status's, a non-transactional message is
+#       counted; the latency histogram is
 #       cumulative, its +Inf bucket equals _count; retained WAL is shown
 #   (b) readers: a non-superuser member of pg_monitor, and one of
 #       replicant_admin, read the view; a plain role cannot (neither the view
@@ -36,7 +37,7 @@ $node->safe_psql('postgres', q{
 	ANALYZE t2;
 	CREATE PUBLICATION pub FOR TABLE t, t2;
 });
-$node->safe_psql('postgres', "SELECT replicant.create_pipeline('p', 'pub', '$sink->{url}', secret => 'whsec_c2VjcmV0c2VjcmV0c2VjcmV0')");
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('p', 'pub', '$sink->{url}', secret => 'whsec_c2VjcmV0c2VjcmV0c2VjcmV0', messages => true)");
 ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status"), 'streaming');
 
 sub metric
@@ -49,10 +50,13 @@ sub metric
 
 # (a) counters
 $node->safe_psql('postgres', "INSERT INTO t SELECT g, '$secret_value' FROM generate_series(1, 50) g");
-$node->safe_psql('postgres', "INSERT INTO t VALUES (51, '$secret_value')") for 1 .. 1;
+$node->safe_psql('postgres', "INSERT INTO t VALUES (51, '$secret_value')");
 $node->safe_psql('postgres', "UPDATE t SET v = 'x' WHERE id <= 10");
+$node->safe_psql('postgres', "SELECT pg_logical_emit_message(false, 'outbox', '$secret_value')");
 is($node->safe_psql('postgres', "SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 120000)"),
 	't', 'a: delivered');
+ok(ReplicantTest::poll($node, q{SELECT value = 1 FROM replicant.metrics WHERE metric = 'replicant_messages_delivered_total'}),
+	'a: messages_delivered_total counts the non-transactional message');
 my $status = $node->safe_psql('postgres',
 	"SELECT transactions_delivered || ',' || changes_delivered || ',' || batches_delivered || ',' || bytes_delivered FROM replicant.status");
 my ($txns, $changes, $batches, $bytes) = split /,/, $status;
@@ -61,7 +65,6 @@ is(metric('replicant_transactions_delivered_total'), $txns, 'a: transactions_del
 is(metric('replicant_changes_delivered_total'), 61, 'a: changes_delivered_total');
 is(metric('replicant_batches_delivered_total'), $batches, 'a: batches_delivered_total');
 is(metric('replicant_bytes_delivered_total'), $bytes, 'a: bytes_delivered_total');
-is(metric('replicant_messages_delivered_total'), 0, 'a: messages_delivered_total');
 is(metric('replicant_state'), 2, 'a: state 2 (streaming)');
 is(metric('replicant_delivery_latency_seconds_count'), $txns, 'a: histogram _count counts transactions');
 is(metric('replicant_delivery_latency_seconds_bucket', le => '+Inf'), $txns, 'a: +Inf bucket equals _count');
