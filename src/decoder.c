@@ -70,7 +70,7 @@ struct ReplicantDecoder
 
 ReplicantDecoder *
 replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
-						char **halt_reason, char **halt_cause)
+						char **halt_reason, char **halt_cause, bool *slot_lost)
 {
 	char *slot_name = pipeline->slot_name;
 	MemoryContext caller_context = CurrentMemoryContext;
@@ -91,6 +91,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	StartTransactionCommand();
 
 	*halt_reason = replicant_slot_health_acquire(slot_name);
+	*slot_lost = *halt_reason != NULL;
 	if (*halt_reason != NULL)
 	{
 		*halt_reason = MemoryContextStrdup(caller_context, *halt_reason);

@@ -40,6 +40,7 @@
 #include "fault.h"
 #include "format.h"
 #include "runs.h"
+#include "resync.h"
 #include "slot_position.h"
 #include "slot_health.h"
 #include "stop_signal.h"
@@ -194,6 +195,7 @@ replicant_delivery_check_slot(ReplicantPipelineSlot *slot)
 	 * whose slot does not exist, which halts at its next start.
 	 */
 	replicant_slot_health_give_up();
+	replicant_resync_on_loss(slot, replicant_slot_health_watched(), reason);
 	replicant_delivery_halt(slot, replicant_slot_health_watched(), reason);
 }
 
