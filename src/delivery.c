@@ -41,6 +41,7 @@
 #include "format.h"
 #include "runs.h"
 #include "resync.h"
+#include "slot_position.h"
 #include "slot_health.h"
 #include "stop_signal.h"
 #include "transport_registry.h"
@@ -89,6 +90,7 @@ replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot)
 	replicant_checkpoint_make_durable();
 	if (MyReplicationSlot != NULL)
 	{
+		replicant_slot_position_settle();
 		ReplicationSlotMarkDirty();
 		ReplicationSlotSave();
 	}
