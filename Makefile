@@ -21,6 +21,7 @@ OBJS = \
 	src/decoder.o \
 	src/slot.o \
 	src/slot_position.o \
+	src/resync.o \
 	src/slot_health.o \
 	src/delivery.o \
 	src/output_plugin.o \

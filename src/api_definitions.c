@@ -72,9 +72,12 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 							  "  CASE WHEN (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool"
 							  "   THEN ', create_tables => true' ELSE '' END,"
 							  /* nor max_retained_wal, which is whole megabytes */
-							  "  ', max_retained_wal => ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal("
+							  "  coalesce(', max_retained_wal => ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal("
 							  "    ((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8"
-							  "     OPERATOR(pg_catalog./) 1048576)::pg_catalog.text OPERATOR(pg_catalog.||) 'MB'),"
+							  "     OPERATOR(pg_catalog./) 1048576)::pg_catalog.text OPERATOR(pg_catalog.||) 'MB'), '')"
+							  /* nor on_slot_loss */
+							  "  OPERATOR(pg_catalog.||) CASE WHEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss'"
+							  "   OPERATOR(pg_catalog.=) 'resync' THEN ', on_slot_loss => ''resync''' ELSE '' END,"
 							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
 							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
 							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"

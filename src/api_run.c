@@ -28,6 +28,7 @@
 PG_FUNCTION_INFO_V1(replicant_enable_pipeline);
 PG_FUNCTION_INFO_V1(replicant_disable_pipeline);
 PG_FUNCTION_INFO_V1(replicant_resume_pipeline);
+PG_FUNCTION_INFO_V1(replicant_resync_pipeline);
 PG_FUNCTION_INFO_V1(replicant_backfill);
 PG_FUNCTION_INFO_V1(replicant_cancel_backfill);
 
@@ -81,6 +82,45 @@ Datum
 replicant_resume_pipeline(PG_FUNCTION_ARGS)
 {
 	set_state(fcinfo, "halt_reason = NULL, resumed_lsn = pg_catalog.pg_current_wal_lsn(), halt_lsn = NULL");
+	PG_RETURN_VOID();
+}
+
+/*
+ * resync_pipeline(name): the pipeline resyncs (resync.c) as after a slot
+ * loss, whatever on_slot_loss says; a halt is cleared, since the resync
+ * replaces the slot and what it held.  The worker starts again for it (a
+ * new config_version).  A resync under way goes on.
+ */
+Datum
+replicant_resync_pipeline(PG_FUNCTION_ARGS)
+{
+	char *name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1];
+
+	replicant_pipeline_check_name(name);
+	if (!replicant_pipeline_has_column("resync_reason"))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("replicant.resync_pipeline() needs the SQL objects of replicant 0.3.0"),
+				 errhint("Run ALTER EXTENSION replicant UPDATE.")));
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
+	args[0] = Int32GetDatum(ref.id);
+	replicant_catalog_update_pipelines("UPDATE replicant.pipelines"
+									   "   SET resync_slot_dropped = resync_reason IS NOT NULL AND resync_slot_dropped,"
+									   "       resync_reason = coalesce(resync_reason, 'requested'),"
+									   "       halt_reason = NULL, halt_lsn = NULL, halt_cause = NULL,"
+									   "       config_version = config_version OPERATOR(pg_catalog.+) 1"
+									   " WHERE id OPERATOR(pg_catalog.=) $1",
+									   1, argtypes, args, NULL);
+	replicant_runs_start_over(ref.id);
+	replicant_catalog_leave(&s);
+	replicant_api_xact_resume_at_commit(ref.id);
+	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
 }
 

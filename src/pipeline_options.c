@@ -431,6 +431,20 @@ parse_max_retained_wal(FunctionCallInfo fcinfo, int argno, bool alter,
 															alter));
 }
 
+/* 'halt' or 'resync' (resync.c) */
+static Datum
+parse_on_slot_loss(FunctionCallInfo fcinfo, int argno, bool alter, const ReplicantPipelineOptions *o)
+{
+	Datum value = text_arg(fcinfo, argno);
+	char *policy = TextDatumGetCString(value);
+
+	if (strcmp(policy, "halt") != 0 && strcmp(policy, "resync") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("on_slot_loss must be \"halt\" or \"resync\"")));
+	return value;
+}
+
 /* alter_pipeline: secret_previous_until keeps the current secret beside a new one. */
 static Datum
 parse_secret_previous_until(FunctionCallInfo fcinfo, int argno, bool alter,
@@ -510,6 +524,7 @@ static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
 	[OPT_ENABLED] = {"enabled", "enabled", BOOLOID, 0, 0, 16, -1, false, NULL, NULL},
 	[OPT_CREATE_TABLES] = {"create_tables", "create_tables", BOOLOID, 0, 0, 17, 15, false, NULL, NULL},
 	[OPT_MAX_RETAINED_WAL] = {"max_retained_wal", "max_retained_wal", INT8OID, 0, 0, 18, 16, true, parse_max_retained_wal, assign_max_retained_wal},
+	[OPT_ON_SLOT_LOSS] = {"on_slot_loss", "on_slot_loss", TEXTOID, 0, 0, 19, 17, false, parse_on_slot_loss, NULL},
 	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", TIMESTAMPTZOID, 0, 0, -1, 12, true, parse_secret_previous_until, assign_secret_previous_until},
 };
 

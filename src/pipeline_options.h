@@ -41,6 +41,7 @@ typedef enum ReplicantPipelineOptionId
 	OPT_ENABLED,
 	OPT_CREATE_TABLES,
 	OPT_MAX_RETAINED_WAL,
+	OPT_ON_SLOT_LOSS,
 	OPT_SECRET_PREVIOUS_UNTIL,
 	NUM_PIPELINE_OPTIONS
 } ReplicantPipelineOptionId;
