@@ -6,6 +6,8 @@ OBJS = \
 	src/module.o \
 	src/replicant.o \
 	src/shmem.o \
+	src/metrics.o \
+	src/event_log.o \
 	src/dropdb.o \
 	src/launcher.o \
 	src/sync.o \
@@ -134,3 +136,13 @@ unit: $(UNIT_TESTS)
 	@for t in $(UNIT_TESTS); do ./$$t || exit 1; done
 
 .PHONY: unit
+
+# The Prometheus alert rules and their unit tests (promtool, from Debian's
+# prometheus package; README, "Monitoring").
+PROMTOOL ?= promtool
+
+check-alerts:
+	cd $(srcdir)/contrib/prometheus && $(PROMTOOL) check rules replicant-alerts.yml && \
+		$(PROMTOOL) test rules replicant-alerts.test.yml
+
+.PHONY: check-alerts

@@ -243,7 +243,17 @@ GRANT USAGE ON SCHEMA replicant TO replicant_nobody;
 SET ROLE replicant_nobody;
 SELECT * FROM replicant.backfill_status;
 SELECT replicant.sink_ddl(ARRAY['p1']);
+SELECT * FROM replicant.metrics;
+SELECT * FROM replicant._metrics();
 RESET ROLE;
+-- metrics: pg_monitor's members may read them
+GRANT pg_monitor TO replicant_nobody;
+SET ROLE replicant_nobody;
+SELECT metric, value >= 0 AS present FROM replicant.metrics
+ WHERE pipeline = 'orders' AND metric IN ('replicant_state', 'replicant_retained_wal_bytes')
+ ORDER BY metric;
+RESET ROLE;
+REVOKE pg_monitor FROM replicant_nobody;
 REVOKE USAGE ON SCHEMA replicant FROM replicant_nobody;
 SELECT has_function_privilege('replicant_nobody', 'replicant.drop_pipeline(text)', 'EXECUTE') AS can_drop,
        has_table_privilege('replicant_nobody', 'replicant.pipelines', 'SELECT') AS can_read_secrets;

@@ -741,6 +741,89 @@ SELECT p.name AS pipeline,
   CROSS JOIN LATERAL (SELECT pg_catalog.pg_wal_lsn_diff(l.current_lsn, s.restart_lsn)::bigint
                                  AS retained_wal_bytes) r
   LEFT JOIN replicant._worker_status_v2() w ON w.pipeline_id = p.id;
+-- ---- Metrics (issue 35): replicant.metrics, one row per pipeline, metric
+-- and label set, shaped for Prometheus (contrib/prometheus/queries.yaml
+-- maps it for postgres_exporter).  Counters and gauges of a running
+-- pipeline come from shared memory (_metrics()); the view adds what the
+-- catalog and pg_replication_slots know: the state of a pipeline no worker
+-- runs, lag in bytes, retained WAL, safe_wal_size, the WAL budget, and the
+-- progress of backfills not yet finished.  Readable by pg_monitor and
+-- replicant_admin members, not PUBLIC.  Labels are the pipeline's name, a
+-- retry's status class, a histogram bucket's bound and a table's name
+-- (schema-qualified, whatever the reader's search_path).
+CREATE FUNCTION replicant._metrics(
+    OUT pipeline text,
+    OUT metric text,
+    OUT status_class text,
+    OUT le text,
+    OUT value double precision)
+RETURNS SETOF record
+LANGUAGE C STRICT VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_metrics';
+COMMENT ON FUNCTION replicant._metrics() IS
+    'API: Private. Live metrics behind replicant.metrics, for readers of that view';
+-- Run with the privileges of whoever reads replicant.metrics; the function
+-- checks that the reader may SELECT that view.
+GRANT EXECUTE ON FUNCTION replicant._metrics() TO PUBLIC;
+
+CREATE VIEW replicant.metrics AS
+WITH live AS MATERIALIZED (SELECT * FROM replicant._metrics()),
+pipeline AS (
+    SELECT p.name::pg_catalog.text AS pipeline,
+           CASE
+               WHEN pg_catalog.pg_is_in_recovery() THEN 7
+               WHEN p.halt_reason IS NOT NULL THEN 4
+               WHEN NOT p.enabled THEN 5
+               WHEN p.resync_reason IS NOT NULL AND NOT p.resync_slot_dropped THEN 6
+               WHEN p.resync_reason IS NOT NULL THEN 8
+               ELSE coalesce((SELECT l.value FROM live l
+                               WHERE l.pipeline OPERATOR(pg_catalog.=) p.name
+                                 AND l.metric OPERATOR(pg_catalog.=) 'replicant_state'), 0)
+           END AS state,
+           pg_catalog.pg_wal_lsn_diff(CASE
+                                          WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
+                                          ELSE pg_catalog.pg_current_wal_lsn()
+                                      END, s.confirmed_flush_lsn) AS lag_bytes,
+           pg_catalog.pg_wal_lsn_diff(CASE
+                                          WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
+                                          ELSE pg_catalog.pg_current_wal_lsn()
+                                      END, s.restart_lsn) AS retained_wal_bytes,
+           s.safe_wal_size,
+           p.max_retained_wal
+      FROM replicant.pipelines p
+      LEFT JOIN pg_catalog.pg_replication_slots s
+             ON s.slot_name OPERATOR(pg_catalog.=) p.slot_name
+            AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+            AND s.plugin OPERATOR(pg_catalog.=) 'replicant')
+SELECT l.pipeline, l.metric, l.status_class, l.le, NULL::pg_catalog.text AS table_name, l.value
+  FROM live l
+ WHERE l.metric OPERATOR(pg_catalog.<>) 'replicant_state'
+UNION ALL
+SELECT g.pipeline, m.metric, NULL, NULL, NULL, m.value
+  FROM pipeline g
+ CROSS JOIN LATERAL (VALUES ('replicant_state', g.state::pg_catalog.float8),
+                            ('replicant_lag_bytes', g.lag_bytes::pg_catalog.float8),
+                            ('replicant_retained_wal_bytes', g.retained_wal_bytes::pg_catalog.float8),
+                            ('replicant_safe_wal_size_bytes', g.safe_wal_size::pg_catalog.float8),
+                            ('replicant_max_retained_wal_bytes', g.max_retained_wal::pg_catalog.float8)) m(metric, value)
+ WHERE m.value IS NOT NULL
+UNION ALL
+SELECT b.pipeline::pg_catalog.text, m.metric, NULL, NULL, b.table_name, m.value
+  FROM (SELECT s.pipeline, pg_catalog.format('%I.%I', n.nspname, c.relname) AS table_name,
+               sum(s.rows_done) AS rows_done, sum(s.rows_estimate) AS rows_estimate
+          FROM replicant.backfill_status s
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.relation
+          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+         WHERE s.state OPERATOR(pg_catalog.=) ANY ('{planned,running}')
+         GROUP BY 1, 2) b
+ CROSS JOIN LATERAL (VALUES ('replicant_backfill_rows_done', b.rows_done::pg_catalog.float8),
+                            ('replicant_backfill_rows_estimated', b.rows_estimate::pg_catalog.float8)) m(metric, value)
+ WHERE m.value IS NOT NULL;
+COMMENT ON VIEW replicant.metrics IS
+    'Counters and gauges per pipeline, metric and label set, for Prometheus (README, "Monitoring")';
+REVOKE ALL ON replicant.metrics FROM PUBLIC;
+GRANT SELECT ON replicant.metrics TO pg_monitor, replicant_admin;
 
 -- ---- Privileges nobody granted on purpose (keep this section last: it
 -- covers every object made above).  Default privileges of the installing

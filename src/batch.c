@@ -139,7 +139,8 @@ store_truncate(ReplicantBatch *batch, uint64 length)
 }
 
 StringInfo
-replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, size_t head_len)
+replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, TimestampTz commit_time,
+						  size_t head_len)
 {
 	Assert(!batch->in_txn);
 
@@ -162,6 +163,7 @@ replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, size_t h
 		batch->txns = repalloc(batch->txns, sizeof(ReplicantBatchTxn) * batch->maxtxns);
 	}
 	batch->txns[batch->ntxns].commit_lsn = commit_lsn;
+	batch->txns[batch->ntxns].commit_time = commit_time;
 	return store_reserve(batch, head_len);
 }
 

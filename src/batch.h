@@ -8,6 +8,7 @@
 #define REPLICANT_BATCH_H
 
 #include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
 #include "storage/fd.h"
 
@@ -43,6 +44,7 @@ typedef struct ReplicantBatchTxn
 	uint64 offset;         /* its bytes within the store */
 	uint64 length;
 	int64 nchanges;
+	TimestampTz commit_time; /* for replicant.metrics */
 } ReplicantBatchTxn;
 
 typedef struct ReplicantBatch
@@ -91,7 +93,7 @@ extern void replicant_batch_reset(ReplicantBatch *batch);
  * replicant_batch_add_change() stores a change rendered elsewhere.
  */
 extern StringInfo replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn,
-											size_t head_len);
+											TimestampTz commit_time, size_t head_len);
 extern StringInfo replicant_batch_begin_change(ReplicantBatch *batch, size_t len);
 extern void replicant_batch_add_change(ReplicantBatch *batch, const char *data, size_t len);
 extern StringInfo replicant_batch_begin_tail(ReplicantBatch *batch, size_t len);

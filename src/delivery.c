@@ -37,10 +37,13 @@
 #include "checkpoint.h"
 #include "compat.h"
 #include "delivery.h"
+#include "event_log.h"
 #include "fault.h"
 #include "format.h"
+#include "metrics.h"
 #include "runs.h"
 #include "resync.h"
+#include "slot_position.h"
 #include "slot_health.h"
 #include "stop_signal.h"
 #include "transport_registry.h"
@@ -89,6 +92,7 @@ replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot)
 	replicant_checkpoint_make_durable();
 	if (MyReplicationSlot != NULL)
 	{
+		replicant_slot_position_settle();
 		ReplicationSlotMarkDirty();
 		ReplicationSlotSave();
 	}
@@ -238,10 +242,13 @@ note_answer(ReplicantPipelineSlot *slot, const ReplicantSinkResult *result)
 }
 
 static void
-note_retry(ReplicantPipelineSlot *slot, const char *error)
+note_retry(ReplicantPipelineSlot *slot, const ReplicantSinkResult *result)
 {
+	const char *error = result->error;
+
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->retries++;
+	replicant_metrics_retry(slot, result->http_status);
 	slot->state = REPLICANT_STATE_RETRYING;
 	snprintf(slot->last_error, sizeof(slot->last_error), "sink unavailable: %s", error);
 	LWLockRelease(replicant_shmem->lock);
@@ -274,13 +281,18 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
 		if (result->outcome != REPLICANT_SINK_RETRY)
 		{
 			if (attempt > 0)
+			{
 				ereport(LOG,
 						(errmsg("replicant pipeline \"%s\" reached its sink again after %d failed attempts in %ld s",
 								slot->name, attempt,
 								TimestampDifferenceMilliseconds(first_failure, now) / 1000)));
+				replicant_log_state(slot->name, "recovered", "attempts", psprintf("%d", attempt),
+									"seconds", psprintf("%ld", TimestampDifferenceMilliseconds(first_failure, now) / 1000),
+									REPLICANT_LOG_END);
+			}
 			return;
 		}
-		note_retry(slot, result->error);
+		note_retry(slot, result);
 
 		/* What an operator tails the log for: the start, then a reminder. */
 		if (attempt == 0)
@@ -291,6 +303,9 @@ retry_until_answered(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
 			ereport(LOG,
 					(errmsg("replicant pipeline \"%s\" could not deliver to its sink, retrying: %s",
 							slot->name, result->error)));
+			replicant_log_state(slot->name, "retrying", "cause", "sink",
+								"status_class", replicant_metrics_status_class(result->http_status),
+								REPLICANT_LOG_END);
 		}
 		else if (TimestampDifferenceExceeds(last_logged, now, RETRY_LOG_INTERVAL_MS))
 		{
@@ -393,6 +408,7 @@ replicant_delivery_fail(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 		replicant_delivery_halt(slot, pipeline, reason);
 
 	/* The launcher restarts the worker, and halts with this after the last retry. */
+	replicant_log_state(pipeline->name, "retrying", "cause", "error", "reason", reason, REPLICANT_LOG_END);
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	strlcpy(slot->failure, reason, sizeof(slot->failure));
 	if (slot->runnable)
@@ -468,6 +484,7 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 			(errmsg("replicant pipeline \"%s\" disabled: %s", pipeline->name, reason),
 			 errhint("Call replicant.enable_pipeline('%s') once the sink accepts batches again.",
 					 pipeline->name)));
+	replicant_log_state(pipeline->name, "disabled", "reason", reason, REPLICANT_LOG_END);
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->runnable = false;
@@ -521,7 +538,11 @@ replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 			 errhint("Fix the cause, then call replicant.resume_pipeline('%s').",
 					 pipeline->name)));
 
+	replicant_log_state(pipeline->name, "halted", "reason", reason, REPLICANT_LOG_END);
+
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (slot->state != REPLICANT_STATE_HALTED)
+		slot->metrics.halts++;
 	slot->state = REPLICANT_STATE_HALTED;
 	slot->runnable = false;
 	strlcpy(slot->last_error, reason, sizeof(slot->last_error));

@@ -126,7 +126,7 @@ open_txn(ReplicantDecodingState *state, ReorderBufferTXN *txn)
 		return;
 	describe_txn(&record, txn);
 	/* a header is a few numbers and names: rendered in place */
-	head = replicant_batch_begin_txn(state->batch, txn->final_lsn, 256);
+	head = replicant_batch_begin_txn(state->batch, txn->final_lsn, record.commit_time, 256);
 	state->format->begin_txn(head, state->pipeline_name, &record);
 	state->txn_open = true;
 	state->txn_changes = 0;

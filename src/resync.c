@@ -42,6 +42,7 @@
 #include "utils/pg_lsn.h"
 
 #include "catalog.h"
+#include "event_log.h"
 #include "fault.h"
 #include "resync.h"
 #include "slot.h"
@@ -86,6 +87,8 @@ replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipelin
 	else
 		slot->runnable = false; /* halted or disabled meanwhile */
 	LWLockRelease(replicant_shmem->lock);
+	if (recorded)
+		replicant_log_state(pipeline->name, "resync_pending", "reason", reason, REPLICANT_LOG_END);
 	if (recorded)
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" lost its replication slot and resyncs: %s",
@@ -137,6 +140,8 @@ replicant_resync_drop_old_slot(ReplicantPipeline *pipeline)
 					   2, argtypes, args);
 	pipeline->resync_slot_dropped = true;
 	replicant_fault("resync_slot_dropped");
+	replicant_log_state(pipeline->name, "resync_began", "reason", pipeline->resync_reason, "lost_from",
+						psprintf("%X/%X", LSN_FORMAT_ARGS(pipeline->resync_lost_from)), REPLICANT_LOG_END);
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" resyncs: its sink answered, what was left of its replication slot is dropped",
 					pipeline->name)));
@@ -180,6 +185,8 @@ replicant_resync_finish(ReplicantPipeline *pipeline)
 	replicant_slot_position_create(pipeline->id, lost_to);
 	replicant_catalog_end(&access);
 	pipeline->resync_reason = NULL;
+	replicant_log_state(pipeline->name, "resync_ended", "lsn", psprintf("%X/%X", LSN_FORMAT_ARGS(lost_to)),
+						REPLICANT_LOG_END);
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" finished its resync: it streams from %X/%X",
 					pipeline->name, LSN_FORMAT_ARGS(lost_to))));

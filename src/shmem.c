@@ -19,6 +19,7 @@
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 
+#include "event_log.h"
 #include "shmem.h"
 
 ReplicantShmem *replicant_shmem = NULL;
@@ -282,6 +283,11 @@ replicant_shmem_halt(ReplicantPipelineSlot *slot, const char *reason, bool recor
 	Assert(LWLockHeldByMeInMode(replicant_shmem->lock, LW_EXCLUSIVE));
 	Assert(reason != NULL && reason[0] != '\0');
 	slot->runnable = false;
+	if (slot->state != REPLICANT_STATE_HALTED)
+	{
+		slot->metrics.halts++;
+		replicant_log_state(slot->name, "halted", "reason", reason, REPLICANT_LOG_END);
+	}
 	slot->state = REPLICANT_STATE_HALTED;
 	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
 	if (record)

@@ -15,6 +15,32 @@
 
 #include "replicant.h"
 
+/* Upper bounds of the commit-to-acknowledgement histogram, then +Inf. */
+#define REPLICANT_LATENCY_BUCKETS 13
+
+/* Retries by the sink's answer: no answer (transport), then 1xx ... 5xx. */
+#define REPLICANT_RETRY_CLASSES 6
+
+/*
+ * Kept in the pipeline's slot, under the shared memory lock, like the
+ * delivered counters beside it; zeroed when the slot is given to a
+ * pipeline (sync.c), so that only a server restart (or dropping the
+ * pipeline) resets them.
+ */
+typedef struct ReplicantMetrics
+{
+	uint64 messages_delivered;
+	uint64 retries[REPLICANT_RETRY_CLASSES];
+	uint64 halts;
+	uint64 worker_starts;
+	/* Commit time of the oldest transaction decoded and not acknowledged; 0: none. */
+	TimestampTz oldest_pending_commit;
+	/* Transactions by commit-to-acknowledgement time (not cumulative; last: +Inf). */
+	uint64 latency_buckets[REPLICANT_LATENCY_BUCKETS + 1];
+	uint64 latency_count;
+	double latency_sum; /* seconds */
+} ReplicantMetrics;
+
 typedef enum ReplicantWorkerState
 {
 	REPLICANT_STATE_STARTING = 0,
@@ -118,6 +144,7 @@ typedef struct ReplicantPipelineSlot
 	int last_http_status;                         /* 0: none yet, or no HTTP answer */
 	float4 latency_ms[REPLICANT_LATENCY_SAMPLES]; /* ring of request durations */
 	int nlatency;                                 /* requests recorded, ever */
+	ReplicantMetrics metrics;                     /* replicant.metrics (metrics.c) */
 
 	/*
 	 * Everything before delivered_upto was acknowledged by the sink or is

@@ -49,6 +49,7 @@
 #include "catalog.h"
 #include "compat.h"
 #include "delivery.h"
+#include "event_log.h"
 #include "format.h"
 #include "partition_root.h"
 #include "resync.h"
@@ -541,6 +542,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	if (!snapshot_pending(pipeline, &planned_before))
 		return;
 	replicant_shmem_set_state(slot, REPLICANT_STATE_SNAPSHOTTING);
+	replicant_log_state(pipeline->name, "snapshotting", REPLICANT_LOG_END);
 
 	sink = replicant_delivery_sink(pipeline);
 

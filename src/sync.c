@@ -29,6 +29,7 @@
 
 #include "catalog.h"
 #include "delivery.h"
+#include "event_log.h"
 #include "fault.h"
 #include "pipeline.h"
 #include "replicant.h"
@@ -290,6 +291,7 @@ mirror_rows(List *rows, List *halts)
 			slot->last_http_status = 0;
 			slot->next_retry_at = 0;
 			slot->nlatency = 0;
+			memset(&slot->metrics, 0, sizeof(slot->metrics));
 			slot->delivered_upto = InvalidXLogRecPtr;
 			slot->phase = REPLICANT_PHASE_STARTING;
 			slot->failure[0] = '\0';
@@ -366,9 +368,31 @@ drop_orphan_slots(List *inactive_slots, List *rows)
 }
 
 /*
+ * Logs the halted event of each pipeline the catalog update halted, but
+ * those whose slots logged it already (logged, by name).
+ */
+static void
+log_halted(List *logged, const char *reason)
+{
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		char *name = SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, 1);
+		bool seen = false;
+		ListCell *lc;
+
+		foreach(lc, logged)
+			seen |= (strcmp(lfirst(lc), name) == 0);
+		if (!seen)
+			replicant_log_state(name, "halted", "reason", reason, REPLICANT_LOG_END);
+	}
+}
+
+/*
  * Halts every enabled pipeline of this database (the sync failed), in the
  * catalog if that still can be done, and in shared memory anyway, so that
- * the launcher starts none of them until the database syncs again.
+ * the launcher starts none of them until the database syncs again.  A
+ * pipeline the sync never mirrored has no slot: its halted event comes
+ * from the catalog's update.
  */
 static void
 halt_database_pipelines(const char *reason)
@@ -376,6 +400,7 @@ halt_database_pipelines(const char *reason)
 	Oid argtypes[1] = {TEXTOID};
 	Datum args[1] = {CStringGetTextDatum(reason)};
 	MemoryContext context = CurrentMemoryContext;
+	List *logged = NIL;
 	int i;
 
 	ereport(LOG,
@@ -383,8 +408,16 @@ halt_database_pipelines(const char *reason)
 			 errhint("Fix the cause, then call replicant.resume_pipeline() for each.")));
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	for (i = 0; i < replicant_max_pipelines; i++)
-		if (replicant_shmem->slots[i].in_use && replicant_shmem->slots[i].dboid == MyDatabaseId)
-			replicant_shmem_halt(&replicant_shmem->slots[i], reason, false);
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+
+		if (!slot->in_use || slot->dboid != MyDatabaseId)
+			continue;
+		/* replicant_shmem_halt logs the event of one not halted yet */
+		if (slot->state != REPLICANT_STATE_HALTED)
+			logged = lappend(logged, pstrdup(slot->name));
+		replicant_shmem_halt(slot, reason, false);
+	}
 	LWLockRelease(replicant_shmem->lock);
 	PG_TRY();
 	{
@@ -392,11 +425,14 @@ halt_database_pipelines(const char *reason)
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		replicant_catalog_check_schema();
-		if (OidIsValid(get_extension_oid("replicant", true)) &&
-			SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $1"
-								  " WHERE enabled AND halt_reason IS NULL",
-								  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "could not update replicant.pipelines");
+		if (OidIsValid(get_extension_oid("replicant", true)))
+		{
+			if (SPI_execute_with_args("UPDATE replicant.pipelines SET halt_reason = $1"
+									  " WHERE enabled AND halt_reason IS NULL RETURNING name",
+									  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+				elog(ERROR, "could not update replicant.pipelines");
+			log_halted(logged, reason);
+		}
 		PopActiveSnapshot();
 		SPI_finish();
 		CommitTransactionCommand();

@@ -64,8 +64,10 @@
 #include "decoder.h"
 #include "delivery.h"
 #include "encoder.h"
+#include "event_log.h"
 #include "fault.h"
 #include "format.h"
+#include "metrics.h"
 #include "pipeline.h"
 #include "plugin_gate.h"
 #include "publication.h"
@@ -178,7 +180,9 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	slot->interrupted = false;
 	slot->shard_interrupted = false;
 	slot->superseded = false;
+	slot->metrics.worker_starts++;
 	LWLockRelease(replicant_shmem->lock);
+	replicant_log_state(slot->name, "started", REPLICANT_LOG_END);
 
 	replicant_shmem_set_own_slot(slot);
 	w->slot = slot;
@@ -256,11 +260,13 @@ check_output_plugin_allowed(Worker *w)
 		worker_halt(w, "\"output_plugin_libraries\" does not list \"replicant\"");
 }
 
-/* Counts an acknowledged request in replicant.status. */
+/* Counts an acknowledged request in replicant.status and replicant.metrics. */
 static void
-note_delivered(Worker *w, int64 transactions, int64 changes, size_t bytes, TimestampTz now)
+note_delivered(Worker *w, int64 transactions, int64 changes, int messages, size_t bytes,
+			   TimestampTz now)
 {
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	w->slot->metrics.messages_delivered += messages;
 	w->slot->transactions_delivered += transactions;
 	w->slot->changes_delivered += changes;
 	w->slot->batches_delivered++;
@@ -286,6 +292,7 @@ post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *
 	int i;
 
 	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
+	replicant_metrics_pending(w->slot, w->batch, first);
 	/* A range the format makes no request of is delivered. */
 	result->outcome = REPLICANT_SINK_OK;
 	*target = NULL;
@@ -317,7 +324,8 @@ acknowledged(Worker *w, int first, int last, size_t bytes)
 	replicant_fault("after_ack");
 	for (i = first; i <= last; i++)
 		changes += w->batch->txns[i].nchanges;
-	note_delivered(w, last - first + 1, changes, bytes, now);
+	note_delivered(w, last - first + 1, changes, 0, bytes, now);
+	replicant_metrics_acknowledged(w->slot, w->batch, first, last, now);
 	if (replicant_checkpoint_acknowledged(w->slot, w->pipeline->id,
 										  w->batch->txns[last].commit_lsn,
 										  w->batch->txns[last].end_lsn, now))
@@ -427,7 +435,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(w->slot, w->pipeline, &result, "backfill batch",
 									   psprintf(" (table \"%s\")", chunk->relation->table));
-		note_delivered(w, 0, n, out.len, GetCurrentTimestamp());
+		note_delivered(w, 0, n, 0, out.len, GetCurrentTimestamp());
 		rows += n;
 	}
 	replicant_backfill_record_chunk(chunk, rows);
@@ -479,7 +487,7 @@ deliver_messages(Worker *w, List *messages)
 		replicant_delivery_post(w->slot, w->sink, request.webhook_id, &request.body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(w->slot, w->pipeline, &result, "message batch", "");
-		note_delivered(w, 0, 0, request.body.length, GetCurrentTimestamp());
+		note_delivered(w, 0, 0, 1, request.body.length, GetCurrentTimestamp());
 	}
 }
 
@@ -692,6 +700,8 @@ start_streaming(Worker *w)
 			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
 					w->pipeline->name, LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder)))));
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
+	replicant_log_state(w->pipeline->name, "streaming", "lsn",
+						psprintf("%X/%X", LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder))), REPLICANT_LOG_END);
 	w->start_lsn = Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn);
 	confirm(w, w->start_lsn);
 	w->backfill = replicant_backfill_next(w->pipeline->id);

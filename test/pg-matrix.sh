@@ -158,6 +158,30 @@ else
 	clickhouse_env=(REPLICANT_NO_CLICKHOUSE="Debian $suite has no clickhouse-server package, and the host none to lend")
 fi
 
+# ---- 3b. Prometheus ----------------------------------------------------------
+# test/t/090_prometheus.pl runs the host's prometheus and
+# prometheus-postgres-exporter (Debian 12's, which .ci/run installs): Go
+# binaries that need only libc, which the chroot's newer one serves.  They
+# are copied to /opt/replicant-prometheus (again when the host's change).
+prometheus_env=()
+copied=1
+ph=$root/opt/replicant-prometheus
+mkdir -p "$ph"
+for binary in prometheus prometheus-postgres-exporter; do
+	if [ -x "/usr/bin/$binary" ]; then
+		cmp -s "/usr/bin/$binary" "$ph/$binary" || cp "/usr/bin/$binary" "$ph/$binary" ||
+			fail "could not copy /usr/bin/$binary"
+	else
+		copied=0
+	fi
+done
+if [ $copied = 1 ]; then
+	prometheus_env=(PROMETHEUS="/opt/replicant-prometheus/prometheus"
+		POSTGRES_EXPORTER="/opt/replicant-prometheus/prometheus-postgres-exporter")
+else
+	prometheus_env=(REPLICANT_NO_PROMETHEUS="the host has no prometheus and prometheus-postgres-exporter to lend")
+fi
+
 # ---- 4. the suite, on a copy of the tree ------------------------------------
 rm -rf "$root/build"
 mkdir -p "$root/build"
@@ -167,7 +191,7 @@ echo "=== PostgreSQL $version in $root"
 # .ci/suite.sh's settings (SUITE_JOBS, SUITE_REPEAT, ...) and the tests'
 # (REPLICANT_SEED, ORACLE_SEED, ...), whatever they are.
 mapfile -t suite_env < <(env | grep -E '^(SUITE|REPLICANT|ORACLE)_[A-Z0-9_]+=' |
-	grep -vE '^REPLICANT_(MATRIX_|NO_CLICKHOUSE=)' || true)
+	grep -vE '^REPLICANT_(MATRIX_|NO_CLICKHOUSE=|NO_PROMETHEUS=)' || true)
 if [ $demo = 1 ]; then
 	chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 		bash /build/replicant/test/demo.sh "$version"
@@ -175,7 +199,7 @@ if [ $demo = 1 ]; then
 fi
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 	REGRESS_TIMEOUT="${REGRESS_TIMEOUT:-300}" TAP_TIMEOUT="${TAP_TIMEOUT:-1200}" \
-	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" "${clickhouse_env[@]}" "${suite_env[@]}" \
+	CI_KEEP="${CI_KEEP:-0}" CI="${CI:-}" "${clickhouse_env[@]}" "${prometheus_env[@]}" "${suite_env[@]}" \
 	bash /build/replicant/.ci/suite.sh "$pg_config" "$@" || {
 	rc=$?
 	echo "(PostgreSQL $version: the paths above are inside $root)"

@@ -120,6 +120,22 @@ sub expect_halt
 	{
 		unlike($error, qr/times in a row/, "$p: at the first failure");
 	}
+	# The halt is one event line (README, "State changes in the log"): its
+	# reason, quoted and escaped (it has quotes), unquoted is last_error.
+	my $reason;
+	my $deadline = time() + $HALT_S;
+	while (!defined $reason && time() < $deadline)
+	{
+		my @lines = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from) =~
+		  /LOG:  replicant: event=halted pipeline=\Q$p\E reason=("(?:[^"\\]|\\.)*")$/mg;
+		$reason = $lines[-1];
+		usleep(100_000) unless defined $reason;
+	}
+	ok(defined $reason, "$p: the halt is one event line");
+	$reason //= '';
+	$reason =~ s/^"(.*)"$/$1/s;
+	$reason =~ s/\\(.)/$1/g;
+	is($reason, $error, "$p: the event's reason, unquoted, is last_error");
 	my $retried = log_count(qr/ERROR:  fault point "[a-z_]+" raised an error of class \Q$class\E/, $from);
 	is($retried, $opts{retried} // ($transient ? 11 : 0),
 		"$p: failed runs retried ($retried), each logged");

@@ -254,6 +254,15 @@ my $round = 1;
 	like(slurp_file($node->logfile),
 		qr/replicant pipeline "dropped" lost its replication slot and resyncs: replication slot "\Q$slot\E" does not exist/,
 		"$label: the log says why it resynced");
+	my $log = slurp_file($node->logfile);
+	like($log, qr/replicant: event=resync_pending pipeline=dropped reason="replication slot \\"\Q$slot\E\\" does not exist/,
+		"$label: the resync_pending event line");
+	like($log, qr/replicant: event=resync_began pipeline=dropped reason="replication slot \\"\Q$slot\E\\" does not exist[^"]*" lost_from=[0-9A-F]+\/[0-9A-F]+\n/,
+		"$label: the resync_began event line");
+	like($log, qr/replicant: event=resync_ended pipeline=dropped lsn=[0-9A-F]+\/[0-9A-F]+\n/,
+		"$label: the resync_ended event line");
+	ok(poll("SELECT value = 2 FROM replicant.metrics WHERE pipeline = 'dropped' AND metric = 'replicant_state'"),
+		"$label: replicant_state is 2 (streaming) again");
 	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('dropped')");
 }
 
