@@ -101,7 +101,7 @@ SQL
 
 # resync_gap G R OFFSET: one gap of G changes in round R, healed both ways.
 resync_gap() {
-	local g=$1 r=$2 off=$3 slot start out end m stats worker secs inner after
+	local g=$1 r=$2 off=$3 slot start out end m stats secs inner after
 	# The previous gap's dead rows go; then the catch-up pipeline is made
 	# anew (a new slot at the current WAL, streaming, then disabled), so
 	# that what its slot retains at the gap's end is the gap's WAL, not
@@ -126,13 +126,13 @@ resync_gap() {
 		sink_get reset >/dev/null
 		case $m in
 			c)
-				read -r worker secs <<<"$(pipeline_catchup c "$end")"
+				read -r _ secs <<<"$(pipeline_catchup c "$end")"
 				[ -n "$secs" ] || die "s11: catch-up did not finish"
 				record "s11.$g.catchup_s.$r" "$secs"
 				;;
 			r)
 				after=$(q "SELECT coalesce(max(id), 0) FROM replicant.backfills")
-				read -r worker secs inner <<<"$(psql_b -c "CALL bench_resync_and_wait('r', $after)" 2>&1 | sed -n 's/.*BENCH //p')"
+				read -r _ secs inner <<<"$(psql_b -c "CALL bench_resync_and_wait('r', $after)" 2>&1 | sed -n 's/.*BENCH //p')"
 				[ -n "$secs" ] || die "s11: resync did not finish"
 				record "s11.$g.resync_s.$r" "$secs"
 				record "s11.$g.resync_read_s.$r" "$inner"
