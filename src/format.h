@@ -80,6 +80,12 @@ typedef struct ReplicantFormat
 	 */
 	bool read_ids;
 
+	/*
+	 * Whether the format sweeps a resync's table by its key itself: the
+	 * "last" markers of a resync then get ReplicantResync.key.
+	 */
+	bool sweeps_by_key;
+
 	/* Written between two changes, two transactions or two messages. */
 	const char *separator;
 

@@ -669,9 +669,9 @@ stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
  * table's "last" marker: every key whose newest row is below the new
  * slot's consistent point was not read again, so its row is gone; a
  * tombstone just below that point deletes it.  Rows the resync read carry
- * the point itself (or, read again after a restart, a later one), stream
- * changes a later one still, so neither is touched, and a sweep sent again
- * finds nothing left to delete.  Synchronous: a FINAL reader sees the
+ * the point itself (under a fresh snapshot after a restart too, as an
+ * initial snapshot's), stream changes later ones, so neither is touched,
+ * and a sweep sent again finds nothing left to delete.  Synchronous: a FINAL reader sees the
  * deletes once the statement answered.
  */
 static void
@@ -786,6 +786,7 @@ const ReplicantFormat replicant_format_clickhouse = {
 	.content_type = "text/plain; charset=utf-8",
 	.separator = "",
 	.whole_rows = true,
+	.sweeps_by_key = true,
 	.code_is_final = code_is_final,
 	.schemaless_target = "ClickHouse table",
 	.change = render_change,

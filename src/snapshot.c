@@ -132,6 +132,8 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	StringInfoData out;
 	MemoryContext caller = CurrentMemoryContext; /* outlives the SPI connection */
 	ReplicantResync *resync = replicant_resync_markers(pipeline, last);
+	/* a resync's last markers, in a format that sweeps by key: the keys */
+	bool sweeps = resync != NULL && last && replicant_format_of(pipeline)->sweeps_by_key;
 
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
@@ -153,8 +155,8 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		ids[i] = replicant_snapshot_plan_int8(i, 1);
 		/* A table dropped since planning has nothing left to deliver. */
-		delivered_names(&relations[i], resync != NULL && last ? &keys[i] : NULL, relid,
-						pipeline->publications, caller);
+		delivered_names(&relations[i], sweeps ? &keys[i] : NULL, relid, pipeline->publications,
+						caller);
 	}
 	replicant_catalog_end(&access);
 
