@@ -671,8 +671,8 @@ stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
  * tombstone just below that point deletes it.  Rows the resync read carry
  * the point itself (under a fresh snapshot after a restart too, as an
  * initial snapshot's), stream changes later ones, so neither is touched,
- * and a sweep sent again finds nothing left to delete.  Synchronous: a FINAL reader sees the
- * deletes once the statement answered.
+ * and a sweep sent again finds nothing left to delete.  Synchronous: a
+ * FINAL reader sees the deletes once the statement answered.
  */
 static void
 append_sweep(StringInfo out, const ReplicantRelation *relation, const ReplicantResync *resync)
