@@ -50,9 +50,11 @@
 #include "compat.h"
 #include "delivery.h"
 #include "event_log.h"
+#include "fault.h"
 #include "format.h"
 #include "partition_root.h"
 #include "resync.h"
+#include "sink_ddl.h"
 #include "slot.h"
 #include "snapshot.h"
 #include "snapshot_plan.h"
@@ -67,10 +69,11 @@
 /*
  * The names a planned table's rows are delivered under, in mcxt: its
  * root's when published via the partition root; table is NULL once the
- * table was dropped.
+ * table was dropped.  With key, also the key columns of what it is
+ * delivered as (sink_ddl.h), for a resync's sweep.
  */
 static void
-delivered_names(ReplicantRelation *relation, Oid relid, List *publications,
+delivered_names(ReplicantRelation *relation, List **key, Oid relid, List *publications,
 				MemoryContext mcxt)
 {
 	Relation rel;
@@ -86,6 +89,8 @@ delivered_names(ReplicantRelation *relation, Oid relid, List *publications,
 	old = MemoryContextSwitchTo(mcxt);
 	relation->schema = get_namespace_name(RelationGetNamespace(target));
 	relation->table = pstrdup(RelationGetRelationName(target));
+	if (key != NULL)
+		*key = replicant_sink_ddl_key_columns(rel, target, publications);
 	MemoryContextSwitchTo(old);
 	if (target != rel)
 		table_close(target, AccessShareLock);
@@ -122,11 +127,14 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	Datum args[2];
 	int64 *ids;
 	ReplicantRelation *relations;
+	List **keys;
 	uint64 n;
 	uint64 i;
 	StringInfoData out;
 	MemoryContext caller = CurrentMemoryContext; /* outlives the SPI connection */
 	ReplicantResync *resync = replicant_resync_markers(pipeline, last);
+	/* a resync's last markers, in a format that sweeps by key: the keys */
+	bool sweeps = resync != NULL && last && replicant_format_of(pipeline)->sweeps_by_key;
 
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
@@ -139,6 +147,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	n = SPI_processed;
 	ids = MemoryContextAlloc(caller, sizeof(int64) * (n + 1));
 	relations = MemoryContextAlloc(caller, sizeof(ReplicantRelation) * (n + 1));
+	keys = MemoryContextAllocZero(caller, sizeof(List *) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
 		bool isnull;
@@ -147,7 +156,8 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		ids[i] = replicant_snapshot_plan_int8(i, 1);
 		/* A table dropped since planning has nothing left to deliver. */
-		delivered_names(&relations[i], relid, pipeline->publications, caller);
+		delivered_names(&relations[i], sweeps ? &keys[i] : NULL, relid, pipeline->publications,
+						caller);
 	}
 	replicant_catalog_end(&access);
 
@@ -158,11 +168,16 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		if (relations[i].table != NULL)
 		{
+			if (resync != NULL)
+				resync->key = keys[i];
 			replicant_snapshot_start_body(&out, pipeline, &relations[i], ids[i], !last, last,
 										  resync);
 			webhook_id = psprintf("%s-b" INT64_FORMAT "-%s", pipeline->name, ids[i],
 								  last ? "last" : "first");
 			post_snapshot_body(slot, pipeline, sink, &out, webhook_id, 0, &relations[i]);
+			/* answered (a resync's sweep done), not recorded: sent again */
+			if (last)
+				replicant_fault("snapshot_last_marker");
 		}
 
 		args[1] = Int64GetDatum(ids[i]);
