@@ -99,7 +99,8 @@ typedef struct NatsSink
 	/* This request. */
 	int64 published;
 	int64 published_bytes;
-	bool dirty; /* publishes may be pending from an earlier request */
+	bool dirty;        /* publishes may be pending from an earlier request */
+	bool js_published; /* the context has published: it has a pending list */
 	bool latch_was_set;
 	bool abandoned;
 	instr_time started;
@@ -227,6 +228,7 @@ disconnect(NatsSink *sink)
 		natsConnection_Destroy(sink->conn);
 	sink->js = NULL;
 	sink->conn = NULL;
+	sink->js_published = false;
 	sink->known = false;
 	sink->dirty = false;
 }
@@ -409,7 +411,8 @@ drop_pending(NatsSink *sink)
 	sigset_t old;
 	char drain[256];
 
-	if (sink->js)
+	/* libnats 3.4 crashes on a context that never published asynchronously */
+	if (sink->js && sink->js_published)
 	{
 		block_signals(&old);
 		if (js_PublishAsyncGetPendingList(&pending, sink->js) == NATS_OK)
@@ -548,6 +551,7 @@ publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uint64 xid,
 		return false;
 	}
 	sink->dirty = true;
+	sink->js_published = true;
 	sink->published++;
 	sink->published_bytes += sink->data.len;
 	if (chained)

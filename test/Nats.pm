@@ -267,6 +267,10 @@ again with its store.
 
 All three, then (start_all) waits until JetStream answers.
 
+=item $nats->pause_all, $nats->resume_all
+
+SIGSTOP and SIGCONT to all three: connections stay open, nothing answers.
+
 =back
 
 =cut
@@ -305,6 +309,20 @@ sub stop_all
 {
 	my ($self, $signal) = @_;
 	$self->stop_node($_, $signal) foreach 0 .. 2;
+	return;
+}
+
+sub pause_all
+{
+	my ($self) = @_;
+	kill 'STOP', $_->{handle}{KIDS}[0]{PID} foreach grep { $_->{handle} } @{ $self->{nodes} };
+	return;
+}
+
+sub resume_all
+{
+	my ($self) = @_;
+	kill 'CONT', $_->{handle}{KIDS}[0]{PID} foreach grep { $_->{handle} } @{ $self->{nodes} };
 	return;
 }
 
@@ -423,6 +441,7 @@ END
 	my $status = $?;
 	foreach my $cluster (@running)
 	{
+		$cluster->resume_all;
 		$cluster->stop_all('KILL');
 	}
 	$? = $status;
