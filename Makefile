@@ -50,6 +50,7 @@ OBJS = \
 	src/sink_http_headers.o \
 	src/sink_http_loop.o \
 	src/sink_nats.o \
+	src/sink_nats_batch.o \
 	src/sink_nats_body.o \
 	src/sink_nats_url.o \
 	src/transport.o \

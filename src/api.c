@@ -51,7 +51,7 @@
 #include "compat.h"
 #include "fault.h"
 #include "format.h"
-#include "sink_nats.h"
+#include "sink_nats_url.h"
 #include "headers.h"
 #include "redact.h"
 #include "pipeline.h"

@@ -27,6 +27,9 @@
  *   first marker is acknowledged before the rows are published and their
  *   last marker is published after the rows were acknowledged.
  *
+ * Files: sink_nats_url.c (the URL), sink_nats_batch.c (a rendered batch
+ * into messages), sink_nats_body.c (reading the batch back).
+ *
  * Inside Postgres: the library's threads are started (nats_Open,
  * connection creation, the JetStream context, the first asynchronous
  * publish) with every signal blocked, so they never take the process's
@@ -56,6 +59,7 @@
 #include "compat.h"
 #include "sink_nats.h"
 #include "sink_nats_body.h"
+#include "sink_nats_internal.h"
 
 #define NATS_MAX_INFLIGHT 256
 #define NATS_MAX_INFLIGHT_BYTES (8 * 1024 * 1024)
@@ -64,72 +68,6 @@
 #define NATS_CONNECT_TIMEOUT_MS 2000
 #define NATS_WAIT_SLICE_MS 100
 #define NATS_DEFAULT_ACK_TIMEOUT_MS 30000
-
-/* Shared with the library's threads: under lock. */
-typedef struct NatsAcks
-{
-	pthread_mutex_t lock;
-	int64 acked;
-	int64 failed;
-	int64 done_bytes;
-	natsStatus status; /* of the first failure */
-	jsErrCode code;
-	bool duplicate;
-	int wake_fd;
-} NatsAcks;
-
-typedef struct NatsSink
-{
-	ReplicantTransport transport;
-	MemoryContext context;
-	NatsUrl url;
-	const char *url_problem; /* the URL is not one: every send halts */
-	char *user;
-	char *password;
-	char *token;
-	char *ca_file;
-	int ack_timeout_ms;
-
-	natsConnection *conn;
-	jsCtx *js;
-	NatsAcks *acks; /* malloc'd: the library's threads may outlive a context */
-	int pipe_fds[2];
-	int64 max_payload;
-
-	/* This request. */
-	int64 published;
-	int64 published_bytes;
-	bool dirty;        /* publishes may be pending from an earlier request */
-	bool js_published; /* the context has published: it has a pending list */
-	bool latch_was_set;
-	bool abandoned;
-	instr_time started;
-
-	/* What the stream holds: valid while known. */
-	bool known;
-	uint64 last_seq;
-	bool have_mark;
-	uint64 mark_lsn;
-	uint64 mark_pos;
-
-	char *pipeline;
-	char *buf; /* NATS_BODY_BUFFER */
-	StringInfoData subject;
-	StringInfoData data;
-	StringInfoData scratch;
-
-	/* start/finish */
-	const char *pending_id;
-	ReplicantBody *pending_body;
-} NatsSink;
-
-typedef enum NatsKind
-{
-	NATS_CHANGE,
-	NATS_MESSAGE,
-	NATS_READ,
-	NATS_MARKER
-} NatsKind;
 
 static const char *const kind_names[] = {"change", "message", "read", "marker"};
 
@@ -185,8 +123,8 @@ on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
 	}
 }
 
-static void
-set_failure(ReplicantSinkResult *result, ReplicantSinkOutcome outcome, const char *error)
+void
+nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome outcome, const char *error)
 {
 	if (result->outcome != REPLICANT_SINK_OK)
 		return;
@@ -202,13 +140,13 @@ set_status_failure(ReplicantSinkResult *result, const char *what, natsStatus s, 
 
 	if (code == JSStreamNotFoundErr)
 	{
-		set_failure(result, REPLICANT_SINK_REJECTED, "NATS stream not found");
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED, "NATS stream not found");
 		return;
 	}
 	if (code == JSStreamMessageExceedsMaximumErr)
 	{
-		set_failure(result, REPLICANT_SINK_REJECTED,
-					"a message is larger than the NATS stream's max_msg_size");
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+					   "a message is larger than the NATS stream's max_msg_size");
 		return;
 	}
 	if (code != 0)
@@ -216,7 +154,7 @@ set_status_failure(ReplicantSinkResult *result, const char *what, natsStatus s, 
 				 natsStatus_GetText(s), (int) code);
 	else
 		snprintf(error, sizeof(error), "%s: %s", what, natsStatus_GetText(s));
-	set_failure(result, REPLICANT_SINK_RETRY, error);
+	nats_sink_fail(result, REPLICANT_SINK_RETRY, error);
 }
 
 static void
@@ -353,8 +291,8 @@ read_acks(NatsSink *sink, int64 *done, int64 *done_bytes, int64 *failed)
  * unacknowledged; false (result set) on a failure, the ack timeout or an
  * abandoned wait.
  */
-static bool
-wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, ReplicantSinkResult *result)
+bool
+nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, ReplicantSinkResult *result)
 {
 	instr_time deadline_base;
 	int64 last_done = -1;
@@ -392,12 +330,12 @@ wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, ReplicantSinkResul
 		INSTR_TIME_SUBTRACT(now, deadline_base);
 		if (INSTR_TIME_GET_MILLISEC(now) > sink->ack_timeout_ms)
 		{
-			set_failure(result, REPLICANT_SINK_RETRY, "timed out waiting for NATS acknowledgements");
+			nats_sink_fail(result, REPLICANT_SINK_RETRY, "timed out waiting for NATS acknowledgements");
 			return false;
 		}
 		if (!wait_slice(sink, NATS_WAIT_SLICE_MS))
 		{
-			set_failure(result, REPLICANT_SINK_RETRY, "interrupted while waiting for NATS acknowledgements");
+			nats_sink_fail(result, REPLICANT_SINK_RETRY, "interrupted while waiting for NATS acknowledgements");
 			return false;
 		}
 	}
@@ -434,8 +372,8 @@ drop_pending(NatsSink *sink)
 /* ---- the stream ---- */
 
 /* The stream's last sequence and the last message of this pipeline. */
-static bool
-learn_stream(NatsSink *sink, ReplicantSinkResult *result)
+bool
+nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 {
 	jsStreamInfo *si = NULL;
 	natsMsg *msg = NULL;
@@ -501,9 +439,9 @@ set_header(natsMsg *msg, const char *name, const char *value)
  * Publishes sink->data on sink->subject with id; chained ones expect the
  * stream's last sequence.  false (result set) on a failure.
  */
-static bool
-publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uint64 xid,
-		uint64 position, bool chained, ReplicantSinkResult *result)
+bool
+nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uint64 xid,
+				  uint64 position, bool chained, ReplicantSinkResult *result)
 {
 	natsMsg *msg = NULL;
 	jsPubOptions po;
@@ -514,15 +452,15 @@ publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uint64 xid,
 	/* headers and the subject count against max_payload too: 1 kB of room */
 	if (sink->data.len + sink->subject.len + 1024 > sink->max_payload)
 	{
-		set_failure(result, REPLICANT_SINK_REJECTED,
-					"a change is larger than the NATS server's max_payload");
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+					   "a change is larger than the NATS server's max_payload");
 		return false;
 	}
-	if (!wait_acks(sink, NATS_MAX_INFLIGHT - 1, NATS_MAX_INFLIGHT_BYTES - sink->data.len, result))
+	if (!nats_sink_wait_acks(sink, NATS_MAX_INFLIGHT - 1, NATS_MAX_INFLIGHT_BYTES - sink->data.len, result))
 		return false;
 	if (natsMsg_Create(&msg, sink->subject.data, NULL, sink->data.data, sink->data.len) != NATS_OK)
 	{
-		set_failure(result, REPLICANT_SINK_RETRY, "could not create a NATS message");
+		nats_sink_fail(result, REPLICANT_SINK_RETRY, "could not create a NATS message");
 		return false;
 	}
 	set_header(msg, "Nats-Msg-Id", id);
@@ -559,358 +497,6 @@ publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uint64 xid,
 	return true;
 }
 
-/* The schema and table of a rendered change, into schema and table. */
-static bool
-change_relation(NatsSink *sink, StringInfo schema, StringInfo table)
-{
-	ReplicantBody body;
-	ReplicantMemoryBody memory;
-	NatsBodyReader reader;
-	char *buf = palloc(NATS_BODY_BUFFER);
-	int found = 0;
-
-	replicant_body_from_buffer(&body, &memory, &sink->data);
-	nats_body_begin(&reader, &body, buf);
-	if (nats_body_object_begin(&reader))
-		while (found < 2 && nats_body_next_key(&reader, &sink->scratch))
-		{
-			if (strcmp(sink->scratch.data, "schema") == 0)
-				found += nats_body_string(&reader, schema);
-			else if (strcmp(sink->scratch.data, "table") == 0)
-				found += nats_body_string(&reader, table);
-			else
-				nats_body_value(&reader, NULL);
-		}
-	pfree(buf);
-	return found == 2 && !reader.error;
-}
-
-static void
-table_subject(NatsSink *sink, StringInfo schema, StringInfo table)
-{
-	resetStringInfo(&sink->subject);
-	appendStringInfoString(&sink->subject, sink->url.prefix);
-	appendStringInfoChar(&sink->subject, '.');
-	nats_subject_token(&sink->subject, schema->data, schema->len);
-	appendStringInfoChar(&sink->subject, '.');
-	nats_subject_token(&sink->subject, table->data, table->len);
-}
-
-/* A logical message's subject, from its rendered "prefix". */
-static bool
-message_subject(NatsSink *sink, uint64 *lsn)
-{
-	ReplicantBody body;
-	ReplicantMemoryBody memory;
-	NatsBodyReader reader;
-	char *buf = palloc(NATS_BODY_BUFFER);
-	StringInfoData prefix;
-	bool have_prefix = false;
-
-	initStringInfo(&prefix);
-	replicant_body_from_buffer(&body, &memory, &sink->data);
-	nats_body_begin(&reader, &body, buf);
-	if (nats_body_object_begin(&reader))
-		while (nats_body_next_key(&reader, &sink->scratch))
-		{
-			if (strcmp(sink->scratch.data, "prefix") == 0)
-				have_prefix = nats_body_string(&reader, &prefix);
-			else if (strcmp(sink->scratch.data, "lsn") == 0)
-				nats_body_uint64(&reader, lsn);
-			else
-				nats_body_value(&reader, NULL);
-		}
-	resetStringInfo(&sink->subject);
-	appendStringInfo(&sink->subject, "%s._messages.", sink->url.prefix);
-	nats_subject_token(&sink->subject, prefix.data, prefix.len);
-	pfree(prefix.data);
-	pfree(buf);
-	return have_prefix && !reader.error;
-}
-
-static bool
-parse_failed(NatsBodyReader *reader, ReplicantSinkResult *result)
-{
-	set_failure(result, REPLICANT_SINK_REJECTED, "could not read the rendered batch");
-	return false;
-}
-
-/*
- * One change or message of the stream, in sink->data: skipped when the
- * stream holds it already, else published in the chain.
- */
-static bool
-publish_stream_item(NatsSink *sink, NatsKind kind, uint64 lsn, uint64 xid,
-					uint64 position, ReplicantSinkResult *result)
-{
-	StringInfoData schema,
-		table;
-	char *id;
-	uint64 message_lsn = 0;
-	bool ok;
-
-	if (sink->have_mark &&
-		(lsn < sink->mark_lsn || (lsn == sink->mark_lsn && position <= sink->mark_pos)))
-		return true;
-	if (kind == NATS_CHANGE)
-	{
-		initStringInfo(&schema);
-		initStringInfo(&table);
-		ok = change_relation(sink, &schema, &table);
-		if (ok)
-			table_subject(sink, &schema, &table);
-		pfree(schema.data);
-		pfree(table.data);
-	}
-	else
-		ok = message_subject(sink, &message_lsn);
-	if (!ok)
-	{
-		set_failure(result, REPLICANT_SINK_REJECTED, "could not read the rendered batch");
-		return false;
-	}
-	id = psprintf("%s:" UINT64_FORMAT ":" UINT64_FORMAT, sink->pipeline, lsn, position);
-	ok = publish(sink, kind, id, lsn, xid, position, true, result);
-	pfree(id);
-	if (ok)
-	{
-		sink->have_mark = true;
-		sink->mark_lsn = lsn;
-		sink->mark_pos = position;
-	}
-	return ok;
-}
-
-/* {"xid":N,"commit_lsn":N,...,"changes":[...],"messages":[...]} */
-static bool
-publish_transaction(NatsSink *sink, NatsBodyReader *reader, ReplicantSinkResult *result)
-{
-	StringInfoData key;
-	uint64 xid = 0;
-	uint64 lsn = 0;
-	uint64 position = 0;
-	bool ok = nats_body_object_begin(reader);
-
-	initStringInfo(&key);
-	while (ok && nats_body_next_key(reader, &key))
-	{
-		bool changes = strcmp(key.data, "changes") == 0;
-
-		if (strcmp(key.data, "xid") == 0)
-			ok = nats_body_uint64(reader, &xid);
-		else if (strcmp(key.data, "commit_lsn") == 0)
-			ok = nats_body_uint64(reader, &lsn);
-		else if (changes || strcmp(key.data, "messages") == 0)
-		{
-			ok = nats_body_array_begin(reader);
-			while (ok && nats_body_array_next(reader))
-			{
-				resetStringInfo(&sink->data);
-				ok = nats_body_value(reader, &sink->data);
-				if (!ok)
-					break;
-				ok = publish_stream_item(sink, changes ? NATS_CHANGE : NATS_MESSAGE,
-										 lsn, xid, ++position, result);
-				if (!ok)
-				{
-					pfree(key.data);
-					return false;
-				}
-			}
-		}
-		else
-			ok = nats_body_value(reader, NULL);
-	}
-	pfree(key.data);
-	if (!ok || reader->error)
-		return parse_failed(reader, result);
-	return true;
-}
-
-/* What a snapshot or backfill request says of itself. */
-typedef struct NatsSnapshot
-{
-	bool seen;
-	StringInfoData raw; /* the "snapshot" object as rendered */
-	StringInfoData schema;
-	StringInfoData table;
-	bool first;
-	bool last;
-	bool first_sent;
-	uint64 reads;
-} NatsSnapshot;
-
-static bool
-read_snapshot(NatsSink *sink, NatsBodyReader *reader, NatsSnapshot *snap)
-{
-	ReplicantBody body;
-	ReplicantMemoryBody memory;
-	NatsBodyReader inner;
-	char *buf;
-
-	snap->seen = true;
-	initStringInfo(&snap->raw);
-	initStringInfo(&snap->schema);
-	initStringInfo(&snap->table);
-	if (!nats_body_value(reader, &snap->raw))
-		return false;
-	buf = palloc(NATS_BODY_BUFFER);
-	replicant_body_from_buffer(&body, &memory, &snap->raw);
-	nats_body_begin(&inner, &body, buf);
-	if (nats_body_object_begin(&inner))
-		while (nats_body_next_key(&inner, &sink->scratch))
-		{
-			if (strcmp(sink->scratch.data, "schema") == 0)
-				nats_body_string(&inner, &snap->schema);
-			else if (strcmp(sink->scratch.data, "table") == 0)
-				nats_body_string(&inner, &snap->table);
-			else if (strcmp(sink->scratch.data, "first") == 0)
-				nats_body_bool(&inner, &snap->first);
-			else if (strcmp(sink->scratch.data, "last") == 0)
-				nats_body_bool(&inner, &snap->last);
-			else
-				nats_body_value(&inner, NULL);
-		}
-	pfree(buf);
-	return !inner.error;
-}
-
-/* A marker, acknowledged before anything is published after it. */
-static bool
-publish_marker(NatsSink *sink, NatsSnapshot *snap, const char *id, const char *which,
-			   ReplicantSinkResult *result)
-{
-	char *marker_id = psprintf("%s:%s", id, which);
-	bool ok;
-
-	if (!wait_acks(sink, 0, 0, result))
-		return false;
-	table_subject(sink, &snap->schema, &snap->table);
-	resetStringInfo(&sink->data);
-	appendStringInfo(&sink->data, "{\"pipeline\":\"%s\",\"kind\":\"snapshot\",\"snapshot\":%s}",
-					 sink->pipeline, snap->raw.data);
-	ok = publish(sink, NATS_MARKER, marker_id, 0, 0, 0, false, result) &&
-		 wait_acks(sink, 0, 0, result);
-	pfree(marker_id);
-	return ok;
-}
-
-/* The rows of a snapshot or backfill request: <id>:<n>, n from 1. */
-static bool
-publish_reads(NatsSink *sink, NatsBodyReader *reader, NatsSnapshot *snap, const char *id,
-			  ReplicantSinkResult *result)
-{
-	if (!snap->seen)
-		return parse_failed(reader, result);
-	if (!nats_body_array_begin(reader))
-		return parse_failed(reader, result);
-	while (nats_body_array_next(reader))
-	{
-		char *read_id;
-		bool ok;
-
-		if (snap->first && !snap->first_sent)
-		{
-			if (!publish_marker(sink, snap, id, "first", result))
-				return false;
-			snap->first_sent = true;
-		}
-		resetStringInfo(&sink->data);
-		if (!nats_body_value(reader, &sink->data))
-			break;
-		table_subject(sink, &snap->schema, &snap->table);
-		read_id = psprintf("%s:" UINT64_FORMAT, id, ++snap->reads);
-		ok = publish(sink, NATS_READ, read_id, 0, 0, snap->reads, false, result);
-		pfree(read_id);
-		if (!ok)
-			return false;
-	}
-	if (reader->error)
-		return parse_failed(reader, result);
-	return true;
-}
-
-static bool
-ensure_known(NatsSink *sink, ReplicantSinkResult *result)
-{
-	return sink->known || learn_stream(sink, result);
-}
-
-static void
-set_pipeline(NatsSink *sink, const char *name)
-{
-	MemoryContext old;
-
-	if (sink->pipeline != NULL)
-		return;
-	old = MemoryContextSwitchTo(sink->context);
-	sink->pipeline = pstrdup(name);
-	if (sink->url.prefix[0] == '\0')
-		snprintf(sink->url.prefix, sizeof(sink->url.prefix), "replicant.%s", name);
-	MemoryContextSwitchTo(old);
-}
-
-/* Publishes every change, message, read and marker of body. */
-static void
-publish_body(NatsSink *sink, const char *id, ReplicantBody *body, ReplicantSinkResult *result)
-{
-	NatsBodyReader reader;
-	NatsSnapshot snap = {0};
-	StringInfoData key;
-	bool ok;
-
-	initStringInfo(&key);
-	nats_body_begin(&reader, body, sink->buf);
-	ok = nats_body_object_begin(&reader);
-	while (ok && nats_body_next_key(&reader, &key))
-	{
-		if (strcmp(key.data, "pipeline") == 0)
-		{
-			ok = nats_body_string(&reader, &sink->scratch);
-			if (ok)
-				set_pipeline(sink, sink->scratch.data);
-		}
-		else if (sink->pipeline == NULL)
-			ok = parse_failed(&reader, result);
-		else if (strcmp(key.data, "transactions") == 0)
-		{
-			ok = ensure_known(sink, result) && nats_body_array_begin(&reader);
-			while (ok && nats_body_array_next(&reader))
-				ok = publish_transaction(sink, &reader, result);
-		}
-		else if (strcmp(key.data, "message") == 0)
-		{
-			resetStringInfo(&sink->data);
-			ok = ensure_known(sink, result) && nats_body_value(&reader, &sink->data);
-			if (ok)
-			{
-				uint64 lsn = 0;
-
-				ok = message_subject(sink, &lsn) || parse_failed(&reader, result);
-				ok = ok && publish_stream_item(sink, NATS_MESSAGE, lsn, 0, 0, result);
-			}
-		}
-		else if (strcmp(key.data, "snapshot") == 0)
-			ok = read_snapshot(sink, &reader, &snap) || parse_failed(&reader, result);
-		else if (strcmp(key.data, "changes") == 0)
-			ok = publish_reads(sink, &reader, &snap, id, result);
-		else
-			ok = nats_body_value(&reader, NULL);
-	}
-	pfree(key.data);
-	if (reader.error)
-		(void) parse_failed(&reader, result);
-	if (result->outcome != REPLICANT_SINK_OK || !snap.seen)
-		return;
-	/* reads moved the stream's sequence outside the chain */
-	sink->known = false;
-	if (snap.first && !snap.first_sent &&
-		!publish_marker(sink, &snap, id, "first", result))
-		return;
-	if (snap.last)
-		(void) publish_marker(sink, &snap, id, "last", result);
-}
-
 /* ---- the transport ---- */
 
 static void
@@ -927,7 +513,7 @@ nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
 	sink->latch_was_set = false;
 	sink->abandoned = false;
 	if (sink->url_problem != NULL)
-		set_failure(result, REPLICANT_SINK_REJECTED, sink->url_problem);
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED, sink->url_problem);
 	else
 	{
 		/* an error left publishes pending: what the stream holds is unknown */
@@ -938,9 +524,9 @@ nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
 		}
 		if (sink->conn != NULL || connect_sink(sink, result))
 		{
-			publish_body(sink, id, body, result);
+			nats_sink_publish_body(sink, id, body, result);
 			if (result->outcome == REPLICANT_SINK_OK)
-				(void) wait_acks(sink, 0, 0, result);
+				(void) nats_sink_wait_acks(sink, 0, 0, result);
 			if (result->outcome != REPLICANT_SINK_OK || sink->acks->duplicate)
 				sink->known = false;
 			drop_pending(sink);

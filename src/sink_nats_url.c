@@ -6,7 +6,7 @@
  */
 #include "postgres.h"
 
-#include "sink_nats.h"
+#include "sink_nats_url.h"
 
 static bool
 name_char(char c)
