@@ -130,8 +130,12 @@ check('start');
 	delivered('(b)');
 	check("(b) the leader ($leader) killed and restarted");
 	my $deadline = time() + 60;
-	sleep 0.2 while $nats->leader('S') eq '' && time() < $deadline;
-	isnt($nats->leader('S'), '', '(b) the stream has a leader again');
+	my $new_leader = '';
+	while (($new_leader = $nats->leader('S')) eq '' && time() < $deadline)
+	{
+		usleep(200_000);
+	}
+	isnt($new_leader, '', '(b) the stream has a leader again');
 }
 
 # (c) the whole cluster down longer than the duplicate window
