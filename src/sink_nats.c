@@ -456,7 +456,7 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 					   "a change is larger than the NATS server's max_payload");
 		return false;
 	}
-	if (!nats_sink_wait_acks(sink, NATS_MAX_INFLIGHT - 1, NATS_MAX_INFLIGHT_BYTES - sink->data.len, result))
+	if (!nats_sink_wait_acks(sink, NATS_MAX_INFLIGHT - 1, Max(NATS_MAX_INFLIGHT_BYTES - sink->data.len, 0), result))
 		return false;
 	if (natsMsg_Create(&msg, sink->subject.data, NULL, sink->data.data, sink->data.len) != NATS_OK)
 	{
@@ -669,6 +669,7 @@ replicant_nats_transport_open(const ReplicantSinkConfig *config)
 				 errmsg("could not create a pipe: %m")));
 	sink->acks->wake_fd = sink->pipe_fds[1];
 	sink->buf = palloc(NATS_BODY_BUFFER);
+	sink->inner_buf = palloc(NATS_BODY_BUFFER);
 	initStringInfo(&sink->subject);
 	initStringInfo(&sink->data);
 	initStringInfo(&sink->scratch);

@@ -23,7 +23,7 @@ change_relation(NatsSink *sink, StringInfo schema, StringInfo table)
 	ReplicantBody body;
 	ReplicantMemoryBody memory;
 	NatsBodyReader reader;
-	char *buf = palloc(NATS_BODY_BUFFER);
+	char *buf = sink->inner_buf;
 	int found = 0;
 
 	replicant_body_from_buffer(&body, &memory, &sink->data);
@@ -38,7 +38,6 @@ change_relation(NatsSink *sink, StringInfo schema, StringInfo table)
 			else
 				nats_body_value(&reader, NULL);
 		}
-	pfree(buf);
 	return found == 2 && !reader.error;
 }
 
@@ -60,7 +59,7 @@ message_subject(NatsSink *sink, uint64 *lsn)
 	ReplicantBody body;
 	ReplicantMemoryBody memory;
 	NatsBodyReader reader;
-	char *buf = palloc(NATS_BODY_BUFFER);
+	char *buf = sink->inner_buf;
 	StringInfoData prefix;
 	bool have_prefix = false;
 
@@ -81,7 +80,6 @@ message_subject(NatsSink *sink, uint64 *lsn)
 	appendStringInfo(&sink->subject, "%s._messages.", sink->url.prefix);
 	nats_subject_token(&sink->subject, prefix.data, prefix.len);
 	pfree(prefix.data);
-	pfree(buf);
 	return have_prefix && !reader.error;
 }
 
@@ -211,7 +209,7 @@ read_snapshot(NatsSink *sink, NatsBodyReader *reader, NatsSnapshot *snap)
 	initStringInfo(&snap->table);
 	if (!nats_body_value(reader, &snap->raw))
 		return false;
-	buf = palloc(NATS_BODY_BUFFER);
+	buf = sink->inner_buf;
 	replicant_body_from_buffer(&body, &memory, &snap->raw);
 	nats_body_begin(&inner, &body, buf);
 	if (nats_body_object_begin(&inner))
@@ -228,7 +226,6 @@ read_snapshot(NatsSink *sink, NatsBodyReader *reader, NatsSnapshot *snap)
 			else
 				nats_body_value(&inner, NULL);
 		}
-	pfree(buf);
 	return !inner.error;
 }
 

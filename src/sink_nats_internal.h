@@ -65,7 +65,8 @@ typedef struct NatsSink
 	uint64 mark_pos;
 
 	char *pipeline;
-	char *buf; /* NATS_BODY_BUFFER */
+	char *buf;       /* NATS_BODY_BUFFER: the batch */
+	char *inner_buf; /* NATS_BODY_BUFFER: one change, read again */
 	StringInfoData subject;
 	StringInfoData data;
 	StringInfoData scratch;
