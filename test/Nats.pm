@@ -90,8 +90,10 @@ sub require_server
 
 =item Nats->start(%opts)
 
-Starts the cluster (C<max_payload> sets the servers' limit) and waits until
-JetStream answers on every node; returns the cluster object.
+Starts the cluster (C<max_payload> sets the servers' limit, C<conf> is more
+configuration for every node, C<tool_env> the environment nats_tool needs to
+connect: NATS_CA, NATS_USER, NATS_PASSWORD) and waits until JetStream
+answers on every node; returns the cluster object.
 
 =cut
 
@@ -101,7 +103,8 @@ sub start
 	my $test = basename($0);
 	$test =~ s/\.[^.]+$//;
 	my $dir = PostgreSQL::Test::Utils::tempdir('nats');
-	my $self = bless { dir => $dir, nodes => [], test => $test }, $class;
+	my $self = bless { dir => $dir, nodes => [], test => $test, tool_env => $opts{tool_env} // {} },
+	  $class;
 
 	$self->{tool} = "$dir/nats_tool";
 	my ($out, $err) = ('', '');
@@ -129,6 +132,7 @@ sub start
 		  . "jetstream { store_dir: \"$node->{store}\", max_memory_store: 64MB, max_file_store: 1GB }\n"
 		  . "cluster { name: replicant_test, listen: 127.0.0.1:$node->{cluster_port}, routes: [ $routes ] }\n";
 		$conf .= "max_payload: $opts{max_payload}\n" if $opts{max_payload};
+		$conf .= "$opts{conf}\n" if defined $opts{conf};
 		$node->{conf} = "$dir/$node->{name}.conf";
 		PostgreSQL::Test::Utils::append_to_file($node->{conf}, $conf);
 	}
@@ -175,6 +179,7 @@ sub tool
 {
 	my ($self, $command, @args) = @_;
 	my ($out, $err) = ('', '');
+	local @ENV{ keys %{ $self->{tool_env} } } = values %{ $self->{tool_env} };
 	IPC::Run::run([ $self->{tool}, $command, $self->servers, @args ],
 		'<', '/dev/null', '>', \$out, '2>', \$err);
 	return ($? >> 8, $out, $err);

@@ -20,7 +20,9 @@
  *       publishes dumpraw's messages asynchronously, at most <in flight>
  *       unacknowledged, and prints "<count> <seconds>" once all are acked
  *
- * <servers> is a comma-separated list of nats://host:port URLs.
+ * <servers> is a comma-separated list of nats://host:port URLs.  From the
+ * environment: NATS_CA (a CA bundle: TLS, the servers verified against it),
+ * NATS_USER and NATS_PASSWORD.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +79,12 @@ connect_js(const char *servers, natsConnection **nc)
 		s = natsOptions_SetServers(opts, urls, n);
 	if (s == NATS_OK)
 		s = natsOptions_SetTimeout(opts, 5000);
+	if (s == NATS_OK && getenv("NATS_CA"))
+		s = natsOptions_SetSecure(opts, true);
+	if (s == NATS_OK && getenv("NATS_CA"))
+		s = natsOptions_LoadCATrustedCertificates(opts, getenv("NATS_CA"));
+	if (s == NATS_OK && getenv("NATS_USER"))
+		s = natsOptions_SetUserInfo(opts, getenv("NATS_USER"), getenv("NATS_PASSWORD"));
 	if (s == NATS_OK)
 		s = natsConnection_Connect(nc, opts);
 	if (s != NATS_OK)
