@@ -166,7 +166,6 @@ disconnect(NatsSink *sink)
 		natsConnection_Destroy(sink->conn);
 	sink->js = NULL;
 	sink->conn = NULL;
-	sink->js_published = false;
 	sink->known = false;
 	sink->dirty = false;
 }
@@ -341,22 +340,22 @@ nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, Replican
 	}
 }
 
-/* Forgets what an earlier request left pending; its acks are not counted. */
+/*
+ * Forgets what an earlier request left unacknowledged.  Its acks must not
+ * count for the next request: the connection is closed (its threads, the
+ * only callers of on_ack, end with it), and the next send connects again.
+ */
 static void
 drop_pending(NatsSink *sink)
 {
-	natsMsgList pending;
-	sigset_t old;
 	char drain[256];
+	int64 done;
 
-	/* libnats 3.4 crashes on a context that never published asynchronously */
-	if (sink->js && sink->js_published)
-	{
-		block_signals(&old);
-		if (js_PublishAsyncGetPendingList(&pending, sink->js) == NATS_OK)
-			natsMsgList_Destroy(&pending);
-		restore_signals(&old);
-	}
+	pthread_mutex_lock(&sink->acks->lock);
+	done = sink->acks->acked + sink->acks->failed;
+	pthread_mutex_unlock(&sink->acks->lock);
+	if (sink->published > done)
+		disconnect(sink);
 	pthread_mutex_lock(&sink->acks->lock);
 	sink->acks->acked = sink->acks->failed = sink->acks->done_bytes = 0;
 	sink->acks->status = NATS_OK;
@@ -489,7 +488,6 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 		return false;
 	}
 	sink->dirty = true;
-	sink->js_published = true;
 	sink->published++;
 	sink->published_bytes += sink->data.len;
 	if (chained)

@@ -51,8 +51,7 @@ typedef struct NatsSink
 	/* This request. */
 	int64 published;
 	int64 published_bytes;
-	bool dirty;        /* publishes may be pending from an earlier request */
-	bool js_published; /* the context has published: it has a pending list */
+	bool dirty; /* publishes may be pending from an earlier request */
 	bool latch_was_set;
 	bool abandoned;
 	instr_time started;
