@@ -14,9 +14,12 @@ OBJS = \
 	src/catalog.o \
 	src/install.o \
 	src/pipeline.o \
+	src/pipeline_options.o \
+	src/pipeline_checks.o \
 	src/decoder.o \
 	src/slot.o \
 	src/slot_position.o \
+	src/resync.o \
 	src/slot_health.o \
 	src/delivery.o \
 	src/output_plugin.o \
@@ -64,6 +67,9 @@ OBJS = \
 	src/fault.o \
 	src/redact.o \
 	src/api.o \
+	src/api_xact.o \
+	src/api_run.o \
+	src/api_definitions.o \
 	src/status.o
 
 DATA        = $(wildcard sql/replicant--*.sql)

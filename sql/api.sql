@@ -112,6 +112,10 @@ SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', max_retained_
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', max_retained_wal => '-1');
 SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', max_retained_wal => '4PB');
 
+-- on_slot_loss: 'halt' or 'resync', not null
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', on_slot_loss => 'heal');
+SELECT replicant.create_pipeline('x', 'p1', 'http://127.0.0.1:9/', on_slot_loss => NULL);
+
 -- sink_ddl before a pipeline exists: publications that exist, no nulls
 SELECT replicant.sink_ddl(NULL::text[]);
 SELECT replicant.sink_ddl(ARRAY[]::text[]);
@@ -166,6 +170,11 @@ SELECT replicant.alter_pipeline('orders', max_retained_wal => NULL);
 SELECT max_retained_wal FROM replicant.pipelines;
 SELECT replicant.alter_pipeline('orders', max_retained_wal => '-1');
 SELECT max_retained_wal FROM replicant.pipelines;
+SELECT on_slot_loss FROM replicant.pipelines;
+SELECT replicant.alter_pipeline('orders', on_slot_loss => 'Resync');
+SELECT replicant.alter_pipeline('orders', on_slot_loss => 'resync');
+SELECT on_slot_loss FROM replicant.pipelines;
+SELECT replicant.alter_pipeline('orders', on_slot_loss => 'halt');
 SELECT replicant.await_delivered('nope');
 SELECT replicant.await_delivered('orders', timeout_ms => NULL);
 SELECT replicant.await_delivered('orders', timeout_ms => -1);
@@ -197,6 +206,8 @@ DROP TABLE t2;
 SELECT replicant.enable_pipeline('nope');
 SELECT replicant.disable_pipeline('nope');
 SELECT replicant.resume_pipeline('nope');
+SELECT replicant.resync_pipeline('nope');
+SELECT replicant.resync_pipeline(NULL);
 SELECT replicant.drop_pipeline('nope');
 SELECT replicant.enable_pipeline(NULL);
 SELECT replicant.drop_pipeline('Bad;Name');

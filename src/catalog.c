@@ -158,3 +158,11 @@ replicant_catalog_skipped_state(void)
 	state = "skipped";
 	return state;
 }
+
+void
+replicant_catalog_update_pipelines(const char *sql, int nargs, Oid *argtypes, Datum *args,
+								   const char *nulls)
+{
+	if (SPI_execute_with_args(sql, nargs, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update replicant.pipelines");
+}

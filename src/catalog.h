@@ -57,4 +57,8 @@ extern void replicant_catalog_end(ReplicantCatalogAccess *access);
  */
 extern const char *replicant_catalog_skipped_state(void);
 
+/* Runs an UPDATE of replicant.pipelines (inside enter/leave); sql's parameters as SPI's. */
+extern void replicant_catalog_update_pipelines(const char *sql, int nargs, Oid *argtypes,
+											   Datum *args, const char *nulls);
+
 #endif /* REPLICANT_CATALOG_H */

@@ -74,6 +74,17 @@ replicant_standbys_have(XLogRecPtr lsn)
 #endif
 }
 
+/* Whether the acquired slot is a failover slot, which standbys sync from memory. */
+static inline bool
+replicant_slot_is_failover(void)
+{
+#if PG_VERSION_NUM >= 170000
+	return MyReplicationSlot->data.failover;
+#else
+	return false;
+#endif
+}
+
 /* PG18 added error_if_invalid to ReplicationSlotAcquire. */
 #if PG_VERSION_NUM >= 180000
 #define REPLICANT_SLOT_ACQUIRE(name, nowait) ReplicationSlotAcquire((name), (nowait), false)

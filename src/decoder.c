@@ -70,7 +70,7 @@ struct ReplicantDecoder
 
 ReplicantDecoder *
 replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
-						char **halt_reason, char **halt_cause)
+						char **halt_reason, char **halt_cause, bool *slot_lost)
 {
 	char *slot_name = pipeline->slot_name;
 	MemoryContext caller_context = CurrentMemoryContext;
@@ -91,6 +91,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	StartTransactionCommand();
 
 	*halt_reason = replicant_slot_health_acquire(slot_name);
+	*slot_lost = *halt_reason != NULL;
 	if (*halt_reason != NULL)
 	{
 		*halt_reason = MemoryContextStrdup(caller_context, *halt_reason);
@@ -157,6 +158,18 @@ more_flushed(XLogRecPtr *end_of_wal, TimestampTz linger_until)
 	return true;
 }
 
+/*
+ * Before a read: a horizon decoding finds at or below the slot's position is
+ * applied, and the slot saved, at once, so the slot goes back to a recorded
+ * position (slot_position.h); a failover slot waits for its standbys.
+ */
+static void
+prepare_read(XLogRecPtr end_of_wal)
+{
+	replicant_slot_position_settle();
+	replicant_wait_for_standby_confirmation(end_of_wal);
+}
+
 bool
 replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes,
 					   int linger_ms)
@@ -169,7 +182,7 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	TimestampTz linger_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), linger_ms);
 	bool at_end = true;
 
-	replicant_wait_for_standby_confirmation(end_of_wal);
+	prepare_read(end_of_wal);
 
 	/* Historic and normal catalog cache entries must not mix. */
 	if (decoder->caches_normal)
@@ -280,15 +293,12 @@ replicant_decoder_confirmed(ReplicantDecoder *decoder)
 	return decoder->confirmed;
 }
 
-void
-replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn)
+/* Confirms lsn, which a flushed record allows, to the slot (and its file, now and then). */
+static void
+confirm_recorded(ReplicantDecoder *decoder, XLogRecPtr lsn)
 {
 	TimestampTz now;
 
-	/* Never past a durable record of how far it may go (slot_position.c). */
-	lsn = replicant_slot_position_allow(&decoder->position, lsn);
-	if (lsn <= decoder->confirmed)
-		return;
 	LogicalConfirmReceivedLocation(lsn);
 	decoder->confirmed = lsn;
 
@@ -304,6 +314,18 @@ replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn)
 		ReplicationSlotSave();
 		decoder->last_save = now;
 	}
+}
+
+void
+replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn)
+{
+	/* Never past a durable record of how far it may go (slot_position.c). */
+	XLogRecPtr allowed = replicant_slot_position_allow(&decoder->position, lsn);
+
+	if (allowed > decoder->confirmed)
+		confirm_recorded(decoder, allowed);
+	/* Past it in memory only, over the pipeline's own records alone. */
+	replicant_slot_position_confirm_own(&decoder->position, decoder->confirmed, lsn);
 }
 
 const char *

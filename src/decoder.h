@@ -19,13 +19,15 @@ typedef struct ReplicantDecoder ReplicantDecoder;
  * (or the slot's confirmed_flush, whichever is later).  Returns NULL and a
  * value-free *halt_reason when the slot cannot be used, or was moved
  * further than the pipeline confirmed it (slot_position.h), and then in
- * *halt_cause what a resume accepts, if anything.  Call outside a
+ * *halt_cause what a resume accepts, if anything; *slot_lost says the
+ * slot is lost (slot_health.h: a resync can heal that).  Call outside a
  * transaction.
  */
 extern ReplicantDecoder *replicant_decoder_start(ReplicantPipeline *pipeline,
 												 ReplicantBatch *batch,
 												 char **halt_reason,
-												 char **halt_cause);
+												 char **halt_cause,
+												 bool *slot_lost);
 
 /*
  * Decodes flushed WAL into the batch until the end of flushed WAL, a halt,

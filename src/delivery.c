@@ -40,6 +40,8 @@
 #include "fault.h"
 #include "format.h"
 #include "runs.h"
+#include "resync.h"
+#include "slot_position.h"
 #include "slot_health.h"
 #include "stop_signal.h"
 #include "transport_registry.h"
@@ -88,6 +90,7 @@ replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot)
 	replicant_checkpoint_make_durable();
 	if (MyReplicationSlot != NULL)
 	{
+		replicant_slot_position_settle();
 		ReplicationSlotMarkDirty();
 		ReplicationSlotSave();
 	}
@@ -192,6 +195,7 @@ replicant_delivery_check_slot(ReplicantPipelineSlot *slot)
 	 * whose slot does not exist, which halts at its next start.
 	 */
 	replicant_slot_health_give_up();
+	replicant_resync_on_loss(slot, replicant_slot_health_watched(), reason);
 	replicant_delivery_halt(slot, replicant_slot_health_watched(), reason);
 }
 

@@ -19,6 +19,20 @@
 #include "change.h"
 #include "pipeline.h"
 
+/*
+ * What the markers of a resync's reads tell the sink (docs/sink-protocol.md):
+ * why the pipeline resyncs (value-free), what it had delivered (lost_from,
+ * the acknowledged commit of its checkpoint; invalid when it had none) and
+ * the new slot's consistent point, from which it streams again (lost_to;
+ * invalid on a "first" marker: the slot is made once the sink answered it).
+ */
+typedef struct ReplicantResync
+{
+	const char *reason;
+	XLogRecPtr lost_from;
+	XLogRecPtr lost_to;
+} ReplicantResync;
+
 /* One HTTP request made by a format. */
 typedef struct ReplicantRequest
 {
@@ -97,10 +111,13 @@ typedef struct ReplicantFormat
 	 * A snapshot body for one relation: snapshot_begin, then separated
 	 * changes, then snapshot_end.  snapshot_end_len is how many bytes
 	 * snapshot_end appends, for callers that keep a body within a limit.
+	 * resync: NULL, or on the first and last markers of a resync's reads
+	 * what the sink is told of it.
 	 */
 	void (*snapshot_begin)(StringInfo out, const char *pipeline,
 						   const ReplicantRelation *relation,
-						   int64 backfill_id, bool first, bool last);
+						   int64 backfill_id, bool first, bool last,
+						   const ReplicantResync *resync);
 	void (*snapshot_end)(StringInfo out);
 	int snapshot_end_len;
 

@@ -666,7 +666,7 @@ stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
 
 static void
 snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
-			   int64 backfill_id, bool first, bool last)
+			   int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
 {
 	appendStringInfoString(out, "INSERT INTO ");
 	replicant_clickhouse_append_identifier(out, relation->table);

@@ -163,7 +163,7 @@ snapshot_marker(StringInfo out, const char *type, const char *pipeline,
  */
 static void
 snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
-			   int64 backfill_id, bool first, bool last)
+			   int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
 {
 	appendStringInfoChar(out, '[');
 	if (last)

@@ -201,15 +201,41 @@ stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
 	return true;
 }
 
+/* An LSN as the protocol writes one ("16/B374D848"), or null. */
+static void
+append_lsn(StringInfo out, XLogRecPtr lsn)
+{
+	if (XLogRecPtrIsInvalid(lsn))
+		appendStringInfoString(out, "null");
+	else
+		appendStringInfo(out, "\"%X/%X\"", LSN_FORMAT_ARGS(lsn));
+}
+
+/* ,"resync":{"reason":...,"lost_from":...,"lost_to":...} */
+static void
+append_resync(StringInfo out, const ReplicantResync *resync)
+{
+	appendStringInfoString(out, ",\"resync\":{\"reason\":");
+	replicant_encode_string(out, resync->reason);
+	appendStringInfoString(out, ",\"lost_from\":");
+	append_lsn(out, resync->lost_from);
+	appendStringInfoString(out, ",\"lost_to\":");
+	append_lsn(out, resync->lost_to);
+	appendStringInfoChar(out, '}');
+}
+
 static void
 snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
-			   int64 backfill_id, bool first, bool last)
+			   int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
 {
 	begin_body(out, pipeline);
 	appendStringInfoString(out, ",\"kind\":\"snapshot\",\"snapshot\":{");
 	append_relation(out, relation);
-	appendStringInfo(out, ",\"backfill_id\":" INT64_FORMAT ",\"first\":%s,\"last\":%s},\"changes\":[",
+	appendStringInfo(out, ",\"backfill_id\":" INT64_FORMAT ",\"first\":%s,\"last\":%s",
 					 backfill_id, first ? "true" : "false", last ? "true" : "false");
+	if (resync != NULL)
+		append_resync(out, resync);
+	appendStringInfoString(out, "},\"changes\":[");
 }
 
 static void

@@ -250,7 +250,12 @@ read_pipeline_row(int32 id)
 								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool, false),"
 								  "       %s,"
 								  /* nor 0.2.0's a max_retained_wal column */
-								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8, 0)"
+								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8, 0),"
+								  /* nor on_slot_loss and the resync's state */
+								  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss', 'halt'),"
+								  "       pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_reason',"
+								  "       (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_lost_from')::pg_catalog.pg_lsn,"
+								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_slot_dropped')::pg_catalog.bool, false)"
 								  "  FROM replicant.pipelines p"
 								  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 								  " WHERE p.id OPERATOR(pg_catalog.=) $1",
@@ -324,6 +329,10 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 	p->create_tables = DatumGetBool(spi_datum(tuple, desc, 26, &isnull));
 	read_event_id_key(p, tuple, desc, 27);
 	p->max_retained_wal = DatumGetInt64(spi_datum(tuple, desc, 28, &isnull));
+	p->on_slot_loss_resync = strcmp(spi_text(tuple, desc, 29), "resync") == 0;
+	p->resync_reason = spi_text(tuple, desc, 30);
+	p->resync_lost_from = spi_lsn(tuple, desc, 31);
+	p->resync_slot_dropped = DatumGetBool(spi_datum(tuple, desc, 32, &isnull));
 	return p;
 }
 

@@ -44,6 +44,10 @@ typedef struct ReplicantPipeline
 	char *format;                     /* its wire format's name (format.h) */
 	bool create_tables;               /* create missing ClickHouse targets at start */
 	int64 max_retained_wal;           /* bytes the slot may retain; 0: no budget */
+	bool on_slot_loss_resync;         /* on_slot_loss => 'resync' */
+	char *resync_reason;              /* NULL unless a resync is under way (resync.h) */
+	XLogRecPtr resync_lost_from;      /* its lost_from, or 0 */
+	bool resync_slot_dropped;         /* the old slot is gone: a slot is the resync's */
 	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
 	XLogRecPtr checkpoint_end_lsn;
 	/* keys the ids of reads (change.h); random per process under 0.2.0's objects */

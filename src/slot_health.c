@@ -8,7 +8,7 @@
  *
  * A slot the server invalidates while a worker holds it makes the server
  * terminate that worker first (InvalidatePossiblyObsoleteSlot): the next
- * run finds it invalidated here and halts.  replicant.status computes the
+ * run finds it invalidated here and halts, or resyncs (resync.c).  replicant.status computes the
  * same warning from pg_replication_slots (replicant--0.2.0--0.3.0.sql).
  */
 #include "postgres.h"
@@ -55,7 +55,7 @@ replicant_slot_health_acquire(const char *name)
 	switch (replicant_slot_owner(name))
 	{
 		case REPLICANT_SLOT_MISSING:
-			return psprintf("replication slot \"%s\" does not exist (it was dropped, or this server is a promoted standby that had no failover copy of it): recreate the pipeline with a snapshot", name);
+			return psprintf("replication slot \"%s\" does not exist (it was dropped, or this server is a promoted standby that had no failover copy of it)" REPLICANT_SLOT_MISSING_REMEDY, name);
 		case REPLICANT_SLOT_FOREIGN:
 			return replicant_slot_foreign_reason(name);
 		case REPLICANT_SLOT_OURS:
@@ -160,12 +160,12 @@ note_warning(uint64 retained, XLogRecPtr restart_lsn, XLogRecPtr current)
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" retains " UINT64_FORMAT " bytes of WAL in its replication slot, over 80%% of its max_retained_wal of " INT64_FORMAT,
 						watched->name, retained, budget),
-				 errhint("Past max_retained_wal, with its sink that far behind, the slot is given up and the pipeline halts: make its sink catch up, end long transactions, or raise the budget with replicant.alter_pipeline.")));
+				 errhint("Past max_retained_wal, with its sink that far behind, the slot is given up and the pipeline halts (or resyncs, with on_slot_loss => 'resync'): make its sink catch up, end long transactions, or raise the budget with replicant.alter_pipeline.")));
 	if (near_limit)
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" retains " UINT64_FORMAT " bytes of WAL in its replication slot, " INT64_FORMAT " bytes before max_slot_wal_keep_size invalidates it",
 						watched->name, retained, safe),
-				 errhint("An invalidated slot halts the pipeline: make its sink catch up, or raise max_slot_wal_keep_size.")));
+				 errhint("An invalidated slot halts the pipeline (or makes it resync, with on_slot_loss => 'resync'): make its sink catch up, or raise max_slot_wal_keep_size.")));
 }
 
 /*

@@ -8,6 +8,9 @@
 
 #include "pipeline.h"
 
+/* What the reason of a missing slot ends with: the remedy, without a resync. */
+#define REPLICANT_SLOT_MISSING_REMEDY ": recreate the pipeline with a snapshot"
+
 /*
  * Acquires the slot as MyReplicationSlot.  Returns NULL, or a value-free
  * reason why the slot is lost (it does not exist, is foreign, or was

@@ -18,7 +18,11 @@
  * A record costs a transaction: WAL that delivers nothing is recorded at
  * most once a second, and only when it holds more than the pipeline's own
  * last record (and the standby snapshot or checkpoint record that follows
- * it), so an idle pipeline writes nothing.
+ * it), so an idle pipeline writes nothing.  Past its own last record, which
+ * a record would only follow with another, the slot is confirmed in memory
+ * alone while the worker holds it: whatever saves the slot or lets it go
+ * finds it taken back to the record first, so that no restart, crash or
+ * failover finds it beyond every record.
  */
 #include "postgres.h"
 
@@ -27,6 +31,9 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
+#include "replication/slot.h"
+#include "storage/ipc.h"
+#include "storage/spin.h"
 #include "utils/lsyscache.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
@@ -40,6 +47,17 @@
 /* At most one record a second; WAL after it this small is not worth one. */
 #define RECORD_INTERVAL_MS 1000
 #define OWN_NOISE_BYTES 1024
+
+/* Where settle() takes the slot back to, when confirm_own() moved it past. */
+static ReplicationSlot *own_slot = NULL;
+static XLogRecPtr own_settle_to = InvalidXLogRecPtr;
+
+/* Before the slot is let go (ReplicationSlotShmemExit runs after this). */
+static void
+settle_at_exit_callback(int code, Datum arg)
+{
+	replicant_slot_position_settle();
+}
 
 /* Whether the SQL objects are 0.3.0's (ALTER EXTENSION UPDATE done). */
 static bool
@@ -221,4 +239,42 @@ replicant_slot_position_allow(ReplicantSlotPosition *pos, XLogRecPtr lsn)
 	}
 	note_flushed(pos);
 	return Min(lsn, pos->durable);
+}
+
+void
+replicant_slot_position_confirm_own(ReplicantSlotPosition *pos, XLogRecPtr confirmed,
+									XLogRecPtr lsn)
+{
+	static bool settle_at_exit = false;
+
+	if (!pos->kept || replicant_slot_is_failover())
+		return;
+	own_slot = MyReplicationSlot;
+	own_settle_to = confirmed;
+	/* Only once the record is flushed, and only over WAL not worth another. */
+	if (lsn <= confirmed || confirmed < pos->durable || !XLogRecPtrIsInvalid(pos->pending) ||
+		worth_recording(pos, lsn))
+		return;
+	if (!settle_at_exit)
+	{
+		before_shmem_exit(settle_at_exit_callback, (Datum) 0);
+		settle_at_exit = true;
+	}
+	/* On disk it stays at the record: a checkpoint saves only a dirty slot. */
+	ReplicationSlotSave();
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	MyReplicationSlot->data.confirmed_flush = Max(MyReplicationSlot->data.confirmed_flush, lsn);
+	SpinLockRelease(&MyReplicationSlot->mutex);
+}
+
+void
+replicant_slot_position_settle(void)
+{
+	if (own_slot == NULL || MyReplicationSlot != own_slot)
+		return;
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	MyReplicationSlot->data.confirmed_flush =
+		Min(MyReplicationSlot->data.confirmed_flush, own_settle_to);
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	own_slot = NULL;
 }

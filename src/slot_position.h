@@ -57,4 +57,25 @@ extern char *replicant_slot_position_start(ReplicantSlotPosition *pos, int32 pip
  */
 extern XLogRecPtr replicant_slot_position_allow(ReplicantSlotPosition *pos, XLogRecPtr lsn);
 
+/*
+ * After confirming the slot to confirmed (what allow() gave): confirms it
+ * further, to lsn, in memory only, when the WAL after the durable record
+ * holds no more than the pipeline's own records (and what is not worth
+ * one), so that an idle pipeline's slot reaches the end of WAL without a
+ * record that would itself call for the next.  Only while this process
+ * holds the slot, whose on-disk state stays at the record: the slot is
+ * saved first, and taken back before it is saved again, before decoding
+ * (which saves it when it finds a horizon at or below its position) and
+ * before it is let go (replicant_slot_position_settle).  Never for a
+ * failover slot, which standbys sync from memory.
+ */
+extern void replicant_slot_position_confirm_own(ReplicantSlotPosition *pos,
+												XLogRecPtr confirmed, XLogRecPtr lsn);
+
+/*
+ * Takes the acquired slot back from where confirm_own() moved it to what
+ * may be saved: before a save, before decoding, and when the process exits.
+ */
+extern void replicant_slot_position_settle(void);
+
 #endif /* REPLICANT_SLOT_POSITION_H */

@@ -51,6 +51,7 @@
 #include "delivery.h"
 #include "format.h"
 #include "partition_root.h"
+#include "resync.h"
 #include "slot.h"
 #include "snapshot.h"
 #include "snapshot_plan.h"
@@ -124,6 +125,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	uint64 i;
 	StringInfoData out;
 	MemoryContext caller = CurrentMemoryContext; /* outlives the SPI connection */
+	ReplicantResync *resync = replicant_resync_markers(pipeline, last);
 
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
@@ -155,7 +157,8 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		if (relations[i].table != NULL)
 		{
-			replicant_snapshot_start_body(&out, pipeline, &relations[i], ids[i], !last, last);
+			replicant_snapshot_start_body(&out, pipeline, &relations[i], ids[i], !last, last,
+										  resync);
 			webhook_id = psprintf("%s-b" INT64_FORMAT "-%s", pipeline->name, ids[i],
 								  last ? "last" : "first");
 			post_snapshot_body(slot, pipeline, sink, &out, webhook_id, 0, &relations[i]);
@@ -336,7 +339,7 @@ snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 	int64 total;
 	int64 open;
 
-	if (strcmp(pipeline->snapshot, "initial") != 0)
+	if (strcmp(pipeline->snapshot, "initial") != 0 && pipeline->resync_reason == NULL)
 		return false;
 	replicant_catalog_begin(&access);
 	replicant_snapshot_plan_read("SELECT count(*), count(*) FILTER (WHERE state NOT IN ('done', $2))"
@@ -347,7 +350,7 @@ snapshot_pending(ReplicantPipeline *pipeline, bool *planned)
 	replicant_catalog_end(&access);
 
 	*planned = total > 0;
-	return total == 0 || open > 0;
+	return total == 0 || open > 0 || pipeline->resync_reason != NULL;
 }
 
 static BackgroundWorkerHandle *
@@ -542,9 +545,25 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	sink = replicant_delivery_sink(pipeline);
 
 	slot_owner = replicant_slot_owner(pipeline->slot_name);
-	if (slot_owner == REPLICANT_SLOT_FOREIGN)
+	if (pipeline->resync_reason != NULL && !pipeline->resync_slot_dropped)
+	{
+		/*
+		 * A resync (resync.c): the first markers probe the sink, then what
+		 * is left of the old slot goes, and the new one is made.
+		 */
+		char *refused;
+
+		replicant_resync_cancel_backfills(pipeline);
+		replicant_snapshot_plan(pipeline, true);
+		planned = prepare_shards(slot, pipeline, sink);
+		refused = replicant_resync_drop_old_slot(pipeline);
+		if (refused != NULL)
+			replicant_delivery_halt(slot, pipeline, refused);
+		snapshot_name = create_slot_and_export(slot, pipeline);
+	}
+	else if (slot_owner == REPLICANT_SLOT_FOREIGN)
 		replicant_delivery_halt(slot, pipeline, replicant_slot_foreign_reason(pipeline->slot_name));
-	if (slot_owner == REPLICANT_SLOT_MISSING)
+	else if (slot_owner == REPLICANT_SLOT_MISSING)
 	{
 		/*
 		 * Nothing was read under an earlier plan without the slot: the
@@ -591,6 +610,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 		restart_snapshot(slot, pipeline, "a snapshot worker ended with its shards unread",
 						 "a snapshot worker ended with its shards unread");
 	send_markers(slot, pipeline, sink, true);
+	replicant_resync_finish(pipeline);
 	replicant_transport_close(sink);
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" finished its initial snapshot", pipeline->name)));

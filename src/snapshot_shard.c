@@ -74,11 +74,12 @@ static int ShardNumber = -1;
 void
 replicant_snapshot_start_body(StringInfo out, ReplicantPipeline *pipeline,
 							  const ReplicantRelation *relation,
-							  int64 backfill_id, bool first, bool last)
+							  int64 backfill_id, bool first, bool last,
+							  const ReplicantResync *resync)
 {
 	resetStringInfo(out);
 	replicant_format_of(pipeline)->snapshot_begin(out, pipeline->name, relation,
-												  backfill_id, first, last);
+												  backfill_id, first, last, resync);
 }
 
 /* Halts, naming relation, on anything but a 2xx; counts a delivered body. */
@@ -387,7 +388,7 @@ add_window_row(WindowBatch *batch, const ReplicantChange *record, StringInfo spi
 		batch->out.data[before] = '\0';
 		send_window_batch(batch);
 		replicant_snapshot_start_body(&batch->out, batch->pipeline, batch->relation,
-									  batch->shard->backfill_id, false, false);
+									  batch->shard->backfill_id, false, false, NULL);
 		appendBinaryStringInfo(&batch->out, spill->data, spill->len);
 		MemoryContextSwitchTo(row_context);
 	}
@@ -553,7 +554,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	initStringInfo(&key);
 	initStringInfo(&new_row);
 	take_window_bodies(&batch);
-	replicant_snapshot_start_body(&batch.out, pipeline, &relation, shard->backfill_id, false, false);
+	replicant_snapshot_start_body(&batch.out, pipeline, &relation, shard->backfill_id, false, false, NULL);
 	row_context = AllocSetContextCreate(window_context, "replicant snapshot row",
 										ALLOCSET_DEFAULT_SIZES);
 	while ((row = next_window_row(&reader)) != NULL)

@@ -9,6 +9,7 @@
 #include "lib/stringinfo.h"
 
 #include "change.h"
+#include "format.h"
 #include "pipeline.h"
 #include "shmem.h"
 #include "transport.h"
@@ -25,10 +26,14 @@ typedef struct ReplicantShardArgs
 	char snapshot_name[64];
 } ReplicantShardArgs;
 
-/* Starts a snapshot body of relation in out, a marker when first or last. */
+/*
+ * Starts a snapshot body of relation in out, a marker when first or last;
+ * resync: what a resync's markers tell (format.h), or NULL.
+ */
 extern void replicant_snapshot_start_body(StringInfo out, ReplicantPipeline *pipeline,
 										  const ReplicantRelation *relation,
-										  int64 backfill_id, bool first, bool last);
+										  int64 backfill_id, bool first, bool last,
+										  const ReplicantResync *resync);
 
 /*
  * Halts, naming relation, on anything but a 2xx; counts a delivered body

@@ -70,6 +70,7 @@
 #include "plugin_gate.h"
 #include "publication.h"
 #include "replicant.h"
+#include "resync.h"
 #include "runs.h"
 #include "shmem.h"
 #include "sink_ddl.h"
@@ -405,7 +406,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		/* The prefix's length, so that the whole body stays within bounds. */
 		resetStringInfo(&out);
 		format->snapshot_begin(&out, w->pipeline->name, chunk->relation,
-							   chunk->backfill->id, false, false);
+							   chunk->backfill->id, false, false, NULL);
 		resetStringInfo(&changes);
 		n = replicant_chunk_rows(chunk, &next, &changes,
 								 w->pipeline->batch_max_bytes - out.len - format->snapshot_end_len);
@@ -414,7 +415,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 		format->snapshot_begin(&out, w->pipeline->name, chunk->relation,
 							   chunk->backfill->id,
 							   !chunk->backfill->first_sent && part == 0,
-							   chunk->last && !more);
+							   chunk->last && !more, NULL);
 		appendBinaryStringInfo(&out, changes.data, changes.len);
 		format->snapshot_end(&out);
 		replicant_body_from_buffer(&body, &state, &out);
@@ -652,6 +653,7 @@ start_streaming(Worker *w)
 {
 	char *halt_reason;
 	char *halt_cause;
+	bool slot_lost;
 	char *appname;
 
 	appname = psprintf("replicant pipeline %s", w->pipeline->name);
@@ -677,7 +679,10 @@ start_streaming(Worker *w)
 
 	MemoryContextSwitchTo(TopMemoryContext);
 	w->batch = replicant_batch_create(replicant_format_of(w->pipeline)->separator);
-	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason, &halt_cause);
+	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason, &halt_cause,
+										 &slot_lost);
+	if (w->decoder == NULL && slot_lost)
+		replicant_resync_on_loss(w->slot, w->pipeline, halt_reason);
 	if (w->decoder == NULL)
 		replicant_delivery_halt_at(w->slot, w->pipeline, halt_reason, InvalidXLogRecPtr, halt_cause);
 	w->sink = replicant_delivery_sink(w->pipeline);

@@ -55,7 +55,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows (schema TEXT, tbl TEXT, key_json TEXT, row_json TEXT,
     copies INTEGER NOT NULL DEFAULT 1, deliveries INTEGER NOT NULL DEFAULT 1,
+    written INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (schema, tbl, key_json));
+CREATE TABLE IF NOT EXISTS resync_marks (pipeline TEXT, schema TEXT, tbl TEXT,
+    backfill_id INTEGER, mark INTEGER, swept INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (pipeline, schema, tbl, backfill_id));
 CREATE TABLE IF NOT EXISTS watermarks (pipeline TEXT PRIMARY KEY, commit_lsn INTEGER);
 CREATE TABLE IF NOT EXISTS txlog (seq INTEGER PRIMARY KEY, pipeline TEXT,
     commit_lsn INTEGER, xid INTEGER, nchanges INTEGER, commit_time TEXT, arrival REAL);
@@ -70,7 +74,7 @@ CREATE TABLE IF NOT EXISTS bodies (seq INTEGER PRIMARY KEY, webhook_id TEXT,
 """
 COUNTERS = ("requests", "batches_applied", "transactions_applied",
             "duplicate_transactions", "changes_applied", "bad_signatures",
-            "faults_injected")
+            "faults_injected", "resyncs_swept", "rows_swept")
 SIGNATURE_TOLERANCE = 300   # seconds; Standard Webhooks' replay protection
 # Request headers --keep-bodies stores, besides every "x-..." header.
 KEPT_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature",
@@ -138,7 +142,15 @@ def project(row, key):
     return canon({col: row.get(col) for col in key})
 
 
-def apply_change(db, c):
+def open_mark(db, where):
+    """The mark of a resync of the table whose "last" has not swept yet, or 0."""
+    found = db.execute("SELECT max(mark) FROM resync_marks WHERE schema=? AND tbl=? "
+                       "AND swept=0", where).fetchone()
+    return found[0] or 0
+
+
+def apply_change(db, c, seq):
+    """Applies one change; seq (the request's) marks the rows it writes."""
     op, where = c["op"], (c["schema"], c["table"])
     key = c.get("key")
     if op == "truncate":
@@ -154,11 +166,13 @@ def apply_change(db, c):
     row = c["new"]
     if key is None:
         # No replica identity: only inserts (and reads) exist, and identical
-        # rows may repeat, so the table is a bag of whole rows.
-        db.execute("INSERT INTO rows VALUES (?, ?, ?, ?, 1, 1) ON CONFLICT "
-                   "(schema, tbl, key_json) DO UPDATE SET copies = copies + 1, "
-                   "deliveries = deliveries + 1",
-                   where + (canon(row), canon(row)))
+        # rows may repeat, so the table is a bag of whole rows.  During a
+        # resync a row not sent since its "first" counts its copies anew.
+        db.execute("INSERT INTO rows (schema, tbl, key_json, row_json, written) "
+                   "VALUES (?, ?, ?, ?, ?) ON CONFLICT (schema, tbl, key_json) DO UPDATE "
+                   "SET copies = CASE WHEN written < ? THEN 1 ELSE copies + 1 END, "
+                   "deliveries = deliveries + 1, written = excluded.written",
+                   where + (canon(row), canon(row), seq, open_mark(db, where)))
         return
     if op == "update":
         # Columns in "unchanged" are absent from "new": keep the stored value.
@@ -170,10 +184,11 @@ def apply_change(db, c):
         db.execute("DELETE FROM rows WHERE schema=? AND tbl=? AND key_json=?",
                    where + (old_key,))
     # deliveries counts every insert, update and read applied to the key.
-    db.execute("INSERT INTO rows VALUES (?, ?, ?, ?, 1, 1) ON CONFLICT "
-               "(schema, tbl, key_json) DO UPDATE SET row_json = excluded.row_json, "
-               "deliveries = deliveries + 1",
-               where + (new_key, canon(row)))
+    db.execute("INSERT INTO rows (schema, tbl, key_json, row_json, written) "
+               "VALUES (?, ?, ?, ?, ?) ON CONFLICT (schema, tbl, key_json) DO UPDATE "
+               "SET row_json = excluded.row_json, deliveries = deliveries + 1, "
+               "written = excluded.written",
+               where + (new_key, canon(row), seq))
 
 
 def store_message(db, pipeline, m, transactional, commit_lsn=None):
@@ -183,11 +198,39 @@ def store_message(db, pipeline, m, transactional, commit_lsn=None):
                 m.get("prefix"), m.get("content")))
 
 
+def resync_marker(db, pipeline, snapshot, seq, counts, marker):
+    """A resync's "first" marks the table; its "last" sweeps what was not sent
+    since (docs/sink-protocol.md, "Resync"), once: a "last" sent again (its
+    id is fixed) finds the sweep recorded and sweeps nothing, not even rows
+    sent after it."""
+    where = (snapshot["schema"], snapshot["table"])
+    ident = (pipeline,) + where + (int(snapshot["backfill_id"]),)
+    if marker == "first":
+        # A "first" sent again keeps the earlier mark: nothing but markers
+        # is sent in between.
+        db.execute("INSERT INTO resync_marks (pipeline, schema, tbl, backfill_id, mark) "
+                   "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", ident + (seq,))
+    else:
+        found = db.execute("SELECT mark, swept FROM resync_marks WHERE pipeline=? AND "
+                           "schema=? AND tbl=? AND backfill_id=?", ident).fetchone()
+        if found is None or found[1]:
+            return
+        swept = db.execute("DELETE FROM rows WHERE schema=? AND tbl=? AND written < ?",
+                           where + (found[0],)).rowcount
+        db.execute("UPDATE resync_marks SET swept=1 WHERE pipeline=? AND schema=? "
+                   "AND tbl=? AND backfill_id=?", ident)
+        counts["resyncs_swept"] += 1
+        counts["rows_swept"] += swept
+
+
 def apply_batch(db, batch, webhook_id, arrival):
     """Applies one batch; the caller wraps it in a single SQLite transaction."""
     pipeline, kind = batch.get("pipeline"), batch.get("kind")
     counts = dict(requests=1, batches_applied=1, transactions_applied=0,
-                  duplicate_transactions=0, changes_applied=0)
+                  duplicate_transactions=0, changes_applied=0, resyncs_swept=0,
+                  rows_swept=0)
+    # This request's number (its row in "accepted"): what its changes write.
+    seq = db.execute("SELECT coalesce(max(seq), 0) + 1 FROM accepted").fetchone()[0]
     lsns = []
     if kind == "changes":
         found = db.execute("SELECT commit_lsn FROM watermarks WHERE pipeline=?",
@@ -200,7 +243,7 @@ def apply_batch(db, batch, webhook_id, arrival):
                 counts["duplicate_transactions"] += 1
                 continue
             for change in txn["changes"]:
-                apply_change(db, change)
+                apply_change(db, change, seq)
             for m in txn.get("messages") or []:
                 store_message(db, pipeline, m, 1, lsn)
             db.execute("INSERT INTO txlog (pipeline, commit_lsn, xid, nchanges, "
@@ -215,9 +258,14 @@ def apply_batch(db, batch, webhook_id, arrival):
                    (pipeline, watermark))
     elif kind == "snapshot":
         # Reads carry no LSN: upserting them like inserts is idempotent.
+        snapshot = batch.get("snapshot") or {}
+        if snapshot.get("resync") and snapshot.get("first"):
+            resync_marker(db, pipeline, snapshot, seq, counts, "first")
         for change in batch["changes"]:
-            apply_change(db, change)
+            apply_change(db, change, seq)
         counts["changes_applied"] += len(batch["changes"])
+        if snapshot.get("resync") and snapshot.get("last"):
+            resync_marker(db, pipeline, snapshot, seq, counts, "last")
     elif kind == "message":   # non-transactional logical messages
         for m in batch.get("messages") or [batch["message"]]:
             store_message(db, pipeline, m, 0)

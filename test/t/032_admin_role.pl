@@ -143,7 +143,8 @@ foreach my $call (
 	"replicant.resume_pipeline('a')",
 	"replicant.backfill('a', 't')",
 	"replicant.pipeline_definitions()",
-	"replicant.generate_secret()")
+	"replicant.generate_secret()",
+	"replicant.resync_pipeline('a')")
 {
 	($ret, $out, $err) = as_alice("SELECT $call");
 	is($ret, 0, "a member of replicant_admin calls $call") or diag($err);

@@ -1,0 +1,108 @@
+/*
+ * api_definitions.c
+ *		pipeline_definitions(): the calls that recreate the caller's
+ *		pipelines, secrets and header values left out unless asked for.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/tuplestore.h"
+
+#include "catalog.h"
+
+PG_FUNCTION_INFO_V1(replicant_pipeline_definitions);
+
+/*
+ * pipeline_definitions(include_secrets) RETURNS SETOF text
+ *
+ * The create_pipeline calls (and disable_pipeline calls for disabled ones)
+ * that recreate the caller's pipelines, for instance after pg_dump and
+ * pg_restore, which copy none of replicant's state.  Secrets and header
+ * values are left out unless asked for; a comment at the end of the call
+ * says what was left out.
+ */
+Datum
+replicant_pipeline_definitions(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool include_secrets = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
+	Oid argtypes[2] = {BOOLOID, OIDOID};
+	Datum args[2];
+	ReplicantCatalogAccess s;
+	uint64 i;
+	TupleDesc desc;
+	Tuplestorestate *store;
+	MemoryContext old;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		!(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	desc = CreateTemplateTupleDesc(1);
+	TupleDescInitEntry(desc, (AttrNumber) 1, "pipeline_definitions", TEXTOID, -1, 0);
+	store = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = store;
+	rsinfo->setDesc = desc;
+	MemoryContextSwitchTo(old);
+
+	args[0] = BoolGetDatum(include_secrets);
+	replicant_catalog_enter(&s);
+	args[1] = ObjectIdGetDatum(s.saved_userid);
+	if (SPI_execute_with_args("SELECT d FROM ("
+							  " SELECT p.name, 1 AS step, pg_catalog.format("
+							  "  'SELECT replicant.create_pipeline(%L, %L::text[], %L, snapshot => %L,"
+							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
+							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
+							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
+							  " ca_file => %L, failover => %s, format => %L%s%s);%s',"
+							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
+							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
+							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
+							  "  CASE WHEN $1 THEN p.secret END,"
+							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
+							  "  p.format,"
+							  /* 0.2.0's table has no create_tables until ALTER EXTENSION UPDATE */
+							  "  CASE WHEN (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool"
+							  "   THEN ', create_tables => true' ELSE '' END,"
+							  /* nor max_retained_wal, which is whole megabytes */
+							  "  coalesce(', max_retained_wal => ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal("
+							  "    ((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8"
+							  "     OPERATOR(pg_catalog./) 1048576)::pg_catalog.text OPERATOR(pg_catalog.||) 'MB'), '')"
+							  /* nor on_slot_loss */
+							  "  OPERATOR(pg_catalog.||) CASE WHEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss'"
+							  "   OPERATOR(pg_catalog.=) 'resync' THEN ', on_slot_loss => ''resync''' ELSE '' END,"
+							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
+							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
+							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"
+							  "     CASE WHEN p.secret IS NOT NULL THEN 'secret' END,"
+							  "     CASE WHEN p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb"
+							  "      THEN 'headers ' OPERATOR(pg_catalog.||)"
+							  "           (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(k), ', ' ORDER BY k)"
+							  "              FROM pg_catalog.jsonb_object_keys(p.headers) k) END)"
+							  "   ELSE '' END) AS d"
+							  "   FROM replicant.pipelines p"
+							  "  WHERE pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
+							  " UNION ALL"
+							  " SELECT p.name, 2, pg_catalog.format('SELECT replicant.disable_pipeline(%L);', p.name)"
+							  "   FROM replicant.pipelines p"
+							  "  WHERE NOT p.enabled AND pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
+							  ") q ORDER BY name, step",
+							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.pipelines");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool isnull;
+		Datum value = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+
+		tuplestore_putvalues(store, desc, &value, &isnull);
+	}
+	replicant_catalog_leave(&s);
+	return (Datum) 0;
+}

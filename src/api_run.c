@@ -1,0 +1,256 @@
+/*
+ * api_run.c
+ *		SQL management functions that start and stop what a pipeline
+ *		delivers: enable, disable and resume it, plan and cancel backfills.
+ *
+ * Each takes effect once the caller commits: the launcher is asked to
+ * re-read the database then, and a worker restarts on a new config_version.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_class.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+#include "api_xact.h"
+#include "backfill_plan.h"
+#include "catalog.h"
+#include "pipeline.h"
+#include "pipeline_options.h"
+#include "publication.h"
+#include "runs.h"
+#include "shmem.h"
+#include "waiver.h"
+
+PG_FUNCTION_INFO_V1(replicant_enable_pipeline);
+PG_FUNCTION_INFO_V1(replicant_disable_pipeline);
+PG_FUNCTION_INFO_V1(replicant_resume_pipeline);
+PG_FUNCTION_INFO_V1(replicant_resync_pipeline);
+PG_FUNCTION_INFO_V1(replicant_backfill);
+PG_FUNCTION_INFO_V1(replicant_cancel_backfill);
+
+static void
+set_state(FunctionCallInfo fcinfo, const char *assignment)
+{
+	char *name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1];
+
+	replicant_pipeline_check_name(name);
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
+	if (strncmp(assignment, "halt_reason = NULL", 18) == 0)
+	{
+		if (!ref.halted)
+			ereport(NOTICE,
+					(errmsg("pipeline \"%s\" is not halted", name)));
+		replicant_api_xact_resume_at_commit(ref.id);
+		/* exactly the halt's cause, for what committed up to now */
+		replicant_waiver_grant(ref.id);
+	}
+	args[0] = Int32GetDatum(ref.id);
+	replicant_catalog_update_pipelines(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),
+									   1, argtypes, args, NULL);
+	/* Enabled or resumed: a deliberate start owes nothing to past runs. */
+	if (strncmp(assignment, "enabled = false", 15) != 0)
+		replicant_runs_start_over(ref.id);
+	replicant_catalog_leave(&s);
+	replicant_shmem_request_sync_at_commit();
+}
+
+Datum
+replicant_enable_pipeline(PG_FUNCTION_ARGS)
+{
+	set_state(fcinfo, "enabled = true");
+	PG_RETURN_VOID();
+}
+
+Datum
+replicant_disable_pipeline(PG_FUNCTION_ARGS)
+{
+	set_state(fcinfo, "enabled = false");
+	PG_RETURN_VOID();
+}
+
+Datum
+replicant_resume_pipeline(PG_FUNCTION_ARGS)
+{
+	set_state(fcinfo, "halt_reason = NULL, resumed_lsn = pg_catalog.pg_current_wal_lsn(), halt_lsn = NULL");
+	PG_RETURN_VOID();
+}
+
+/*
+ * resync_pipeline(name): the pipeline resyncs (resync.c) as after a slot
+ * loss, whatever on_slot_loss says; a halt is cleared, since the resync
+ * replaces the slot and what it held.  The worker starts again for it (a
+ * new config_version).  A resync under way goes on.
+ */
+Datum
+replicant_resync_pipeline(PG_FUNCTION_ARGS)
+{
+	char *name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1];
+
+	replicant_pipeline_check_name(name);
+	if (!replicant_pipeline_has_column("resync_reason"))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("replicant.resync_pipeline() needs the SQL objects of replicant 0.3.0"),
+				 errhint("Run ALTER EXTENSION replicant UPDATE.")));
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
+	args[0] = Int32GetDatum(ref.id);
+	replicant_catalog_update_pipelines("UPDATE replicant.pipelines"
+									   "   SET resync_slot_dropped = resync_reason IS NOT NULL AND resync_slot_dropped,"
+									   "       resync_reason = coalesce(resync_reason, 'requested'),"
+									   "       halt_reason = NULL, halt_lsn = NULL, halt_cause = NULL,"
+									   "       config_version = config_version OPERATOR(pg_catalog.+) 1"
+									   " WHERE id OPERATOR(pg_catalog.=) $1",
+									   1, argtypes, args, NULL);
+	replicant_runs_start_over(ref.id);
+	replicant_catalog_leave(&s);
+	replicant_api_xact_resume_at_commit(ref.id);
+	replicant_shmem_request_sync_at_commit();
+	PG_RETURN_VOID();
+}
+
+/* Makes the pipeline's worker restart, picking up new or cancelled backfills. */
+static void
+bump_config(int32 pipeline_id)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
+
+	replicant_catalog_update_pipelines("UPDATE replicant.pipelines SET config_version = config_version OPERATOR(pg_catalog.+) 1"
+									   " WHERE id OPERATOR(pg_catalog.=) $1",
+									   1, argtypes, args, NULL);
+}
+
+/*
+ * backfill(pipeline, relation, mode): reads a published table's rows into a
+ * streaming pipeline, beside the stream.  Returns the backfill's id.
+ */
+Datum
+replicant_backfill(PG_FUNCTION_ARGS)
+{
+	char *name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
+	Oid relid;
+	char *mode;
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
+	Oid argtypes[2] = {OIDOID, INT4OID};
+	Datum args[2];
+	int64 id;
+
+	replicant_pipeline_check_name(name);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("relation must not be null")));
+	relid = PG_GETARG_OID(1);
+	mode = replicant_pipeline_options_required_text(fcinfo, 2, "mode");
+	if (strcmp(mode, "auto") != 0 && strcmp(mode, "keyset") != 0 &&
+		strcmp(mode, "bitmap") != 0 && strcmp(mode, "ctid") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("mode must be \"auto\", \"keyset\", \"bitmap\" or \"ctid\"")));
+
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
+
+	/* Only what the pipeline's publications deliver can be backfilled. */
+	if (!list_member_oid(replicant_publication_published_tables(ref.publications, true), relid) &&
+		get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("cannot backfill partitioned table \"%s\"", get_rel_name(relid)),
+				 errdetail("Backfills read one table at a time."),
+				 errhint("Backfill its partitions; under publish_via_partition_root their rows are delivered as the partitioned table's.")));
+	if (!list_member_oid(replicant_publication_published_tables(ref.publications, true), relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("\"%s\" is not a table published by pipeline \"%s\"",
+						get_rel_name(relid) ? get_rel_name(relid) : "?", name),
+				 errhint("Add the table to one of the pipeline's publications first.")));
+
+	args[0] = ObjectIdGetDatum(relid);
+	args[1] = Int32GetDatum(ref.id);
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.backfills"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $2 AND relid OPERATOR(pg_catalog.=) $1"
+							  "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running}')",
+							  2, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read backfills");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("a backfill of this table is already in progress in pipeline \"%s\"", name),
+				 errhint("Cancel it with replicant.cancel_backfill() first.")));
+
+	id = replicant_backfill_plan(ref.id, ref.owner, relid, mode);
+	bump_config(ref.id);
+	replicant_catalog_leave(&s);
+	replicant_shmem_request_sync_at_commit();
+	PG_RETURN_INT64(id);
+}
+
+/* cancel_backfill(id): stops a planned or running backfill. */
+Datum
+replicant_cancel_backfill(PG_FUNCTION_ARGS)
+{
+	int64 id;
+	ReplicantCatalogAccess s;
+	Oid argtypes[1] = {INT8OID};
+	Datum args[1];
+	char *state;
+	ReplicantPipelineRef ref;
+	bool isnull;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("backfill id must not be null")));
+	id = PG_GETARG_INT64(0);
+	args[0] = Int64GetDatum(id);
+
+	replicant_catalog_enter(&s);
+	if (SPI_execute_with_args("SELECT p.name, b.state FROM replicant.backfills b"
+							  "  JOIN replicant.pipelines p ON p.id OPERATOR(pg_catalog.=) b.pipeline_id"
+							  " WHERE b.id OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read backfills");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("backfill " INT64_FORMAT " does not exist", id)));
+	ref = replicant_pipeline_lookup(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
+																	  SPI_tuptable->tupdesc, 1, &isnull)),
+									true);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
+	if (SPI_execute_with_args("SELECT state FROM replicant.backfills WHERE id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read backfills");
+	state = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (strcmp(state, "planned") != 0 && strcmp(state, "running") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("backfill " INT64_FORMAT " is already %s", id, state)));
+	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
+							  " WHERE id OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not cancel the backfill");
+	bump_config(ref.id);
+	replicant_catalog_leave(&s);
+	replicant_shmem_request_sync_at_commit();
+	PG_RETURN_VOID();
+}

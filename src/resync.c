@@ -1,0 +1,186 @@
+/*
+ * resync.c
+ *		The non-destructive resync: after a slot loss with on_slot_loss =>
+ *		'resync' (slot_health.c finds it), or on request (resync_pipeline).
+ *
+ * A resync is an initial snapshot (snapshot.c) of a pipeline that had
+ * one stream already, kept in the catalog so that a crash or a restart
+ * at any point resumes it (replicant.pipelines.resync_reason, NULL when
+ * none is under way):
+ *
+ *	1. the loss is recorded (here, or by resync_pipeline), and the worker
+ *	   starts again;
+ *	2. the worker cancels the backfills under way, plans every published
+ *	   table anew and sends their "first" markers: the first of them is the
+ *	   probe of a sink that was away, retried with backoff as for any
+ *	   outage, so that no new slot retains WAL while the sink is away;
+ *	3. it drops what is left of the old slot and records that
+ *	   (resync_slot_dropped): from then on a slot of the pipeline's name is
+ *	   the resync's, and a restart before this step does it again;
+ *	4. it creates the new slot, reads every table under its exported
+ *	   snapshot (or, after a restart, what is left under a fresh one, as an
+ *	   interrupted initial snapshot does), and sends the "last" markers;
+ *	5. it ends the resync (here) and streams from the new slot's consistent
+ *	   point.
+ *
+ * The markers tell the sink (replicant format: "resync" on the snapshot
+ * object) why, and the WAL whose changes were not delivered one by one:
+ * rows of the table it holds that were not sent since the table's "first"
+ * are gone at its "last" (mark and sweep, docs/sink-protocol.md).
+ *
+ * Rules kept with other files: docs/internals.md §3 (the exported
+ * snapshot), §10 (the resync).
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type_d.h"
+#include "common/string.h"
+#include "executor/spi.h"
+#include "storage/ipc.h"
+#include "utils/builtins.h"
+#include "utils/pg_lsn.h"
+
+#include "catalog.h"
+#include "fault.h"
+#include "resync.h"
+#include "slot.h"
+#include "slot_health.h"
+#include "slot_position.h"
+
+void
+replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+						 const char *reason)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[2] = {INT4OID, TEXTOID};
+	Datum args[2];
+	bool recorded;
+
+	if (!pipeline->on_slot_loss_resync)
+		return;
+	if (IsTransactionState())
+		AbortCurrentTransaction();
+	/* The resync is the remedy now: the halt's advice would mislead. */
+	if (pg_str_endswith(reason, REPLICANT_SLOT_MISSING_REMEDY))
+		reason = pnstrdup(reason, strlen(reason) - strlen(REPLICANT_SLOT_MISSING_REMEDY));
+	args[0] = Int32GetDatum(pipeline->id);
+	args[1] = CStringGetTextDatum(reason);
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("UPDATE replicant.pipelines"
+							  "   SET resync_slot_dropped = resync_reason IS NOT NULL AND resync_slot_dropped,"
+							  "       resync_reason = coalesce(resync_reason, $2)"
+							  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL",
+							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record the resync of pipeline %d", pipeline->id);
+	recorded = SPI_processed > 0;
+	replicant_catalog_end(&access);
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (recorded)
+	{
+		strlcpy(slot->last_error, reason, sizeof(slot->last_error));
+		/* Started again at once, and no failure of the pipeline's. */
+		slot->superseded = true;
+	}
+	else
+		slot->runnable = false; /* halted or disabled meanwhile */
+	LWLockRelease(replicant_shmem->lock);
+	if (recorded)
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" lost its replication slot and resyncs: %s",
+						pipeline->name, reason),
+				 errdetail("Once its sink answers, every published table is read again under a new slot's snapshot.")));
+	proc_exit(0);
+}
+
+/* Runs one statement on replicant's tables, in a transaction of its own. */
+static void
+run_catalog_update(const char *sql, int nargs, Oid *argtypes, Datum *args)
+{
+	ReplicantCatalogAccess access;
+
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args(sql, nargs, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record the resync's progress");
+	replicant_catalog_end(&access);
+}
+
+void
+replicant_resync_cancel_backfills(ReplicantPipeline *pipeline)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline->id)};
+
+	run_catalog_update("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
+					   " WHERE pipeline_id OPERATOR(pg_catalog.=) $1 AND kind OPERATOR(pg_catalog.=) 'incremental'"
+					   "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running}')",
+					   1, argtypes, args);
+}
+
+char *
+replicant_resync_drop_old_slot(ReplicantPipeline *pipeline)
+{
+	Oid argtypes[2] = {INT4OID, PG_LSNOID};
+	Datum args[2];
+
+	if (replicant_slot_drop(pipeline->slot_name, false) == REPLICANT_SLOT_FOREIGN)
+		return replicant_slot_foreign_reason(pipeline->slot_name);
+
+	/* What the sink acknowledged: no worker delivered since this one loaded it. */
+	pipeline->resync_lost_from = pipeline->checkpoint_commit_lsn;
+	args[0] = Int32GetDatum(pipeline->id);
+	args[1] = LSNGetDatum(pipeline->resync_lost_from);
+	run_catalog_update("UPDATE replicant.pipelines SET resync_slot_dropped = true,"
+					   "       resync_lost_from = nullif($2, '0/0'::pg_catalog.pg_lsn)"
+					   " WHERE id OPERATOR(pg_catalog.=) $1",
+					   2, argtypes, args);
+	pipeline->resync_slot_dropped = true;
+	replicant_fault("resync_slot_dropped");
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" resyncs: its sink answered, what was left of its replication slot is dropped",
+					pipeline->name)));
+	return NULL;
+}
+
+ReplicantResync *
+replicant_resync_markers(ReplicantPipeline *pipeline, bool last)
+{
+	ReplicantResync *resync;
+
+	if (pipeline->resync_reason == NULL)
+		return NULL;
+	resync = palloc0(sizeof(ReplicantResync));
+	resync->reason = pipeline->resync_reason;
+	resync->lost_from = pipeline->resync_slot_dropped ? pipeline->resync_lost_from :
+														pipeline->checkpoint_commit_lsn;
+	/* Nothing confirms the new slot before the stream starts: its consistent point. */
+	if (last)
+		resync->lost_to = replicant_slot_confirmed_flush(pipeline->slot_name);
+	return resync;
+}
+
+void
+replicant_resync_finish(ReplicantPipeline *pipeline)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline->id)};
+	XLogRecPtr lost_to = replicant_slot_confirmed_flush(pipeline->slot_name);
+
+	if (pipeline->resync_reason == NULL)
+		return;
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("UPDATE replicant.pipelines SET resync_reason = NULL,"
+							  "       resync_lost_from = NULL, resync_slot_dropped = false"
+							  " WHERE id OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record the end of the resync");
+	/* The stream starts there: the slot is where the pipeline left it. */
+	replicant_slot_position_create(pipeline->id, lost_to);
+	replicant_catalog_end(&access);
+	pipeline->resync_reason = NULL;
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" finished its resync: it streams from %X/%X",
+					pipeline->name, LSN_FORMAT_ARGS(lost_to))));
+}
