@@ -2,8 +2,9 @@
 # worker waits for acknowledgements from a paused cluster (SIGSTOP: the
 # connections stay open, nothing answers), a configuration reload reaches
 # it, pg_terminate_backend() ends it at once (the acknowledgement timeout is
-# ten minutes), and so does the postmaster's death.  The library's threads
-# block every signal: the worker's own threads show SigBlk all ones.
+# ten minutes), and so does the postmaster's death; a large transaction
+# meeting the paused cluster grows the worker by little (at most 256
+# messages in flight).  The library's threads block every signal.
 use strict;
 use warnings;
 use FindBin;
@@ -101,6 +102,32 @@ wait_for_acks('terminate');
 	ok($gone && $took < 10, sprintf('terminate: the worker exits while the cluster is paused (%.1f s)', $took));
 	$nats->resume_all;
 	ok(poll("SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 1000)", 120), 'terminate: delivered after');
+}
+
+# memory stays bounded: a transaction of 20,000 changes (about 30 MB of
+# messages) meets a paused cluster; the worker holds at most 256 messages
+# (8 MB) unacknowledged and waits.  Its growth includes the batch itself
+# (in memory up to replicant.batch_memory_limit), so the bound is loose.
+{
+	my $worker = worker_pid();
+	my $rss = sub {
+		my ($kb) = PostgreSQL::Test::Utils::slurp_file("/proc/$worker/status") =~ /^VmRSS:\s*(\d+)/m;
+		return $kb;
+	};
+	my $before = $rss->();
+	$nats->pause_all;
+	$node->safe_psql('postgres',
+		"INSERT INTO t SELECT g, repeat(md5(g::text), 45) FROM generate_series(100000, 119999) g");
+	$n += 20000;
+	ok(poll("SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $worker", 60),
+		'memory: the worker waits for acknowledgements');
+	sleep 2;
+	my $during = $rss->();
+	cmp_ok($during - $before, '<', 64 * 1024,
+		sprintf('memory: the worker grew %.1f MB (the rendered batch included) while the cluster held 20,000 changes back',
+			($during - $before) / 1024));
+	$nats->resume_all;
+	ok(poll("SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 1000)", 180), 'memory: delivered after');
 }
 
 my @msgs = $nats->messages('S');
