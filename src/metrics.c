@@ -151,6 +151,7 @@ put_slot(MetricsOut *out, const ReplicantPipelineSlot *slot, TimestampTz at)
 		put(out, "replicant_retries_total", retry_classes[i], NULL, m->retries[i]);
 	put(out, "replicant_halts_total", NULL, NULL, m->halts);
 	put(out, "replicant_worker_starts_total", NULL, NULL, m->worker_starts);
+	put(out, "replicant_disabled_by_sink", NULL, NULL, m->disabled_by_sink ? 1 : 0);
 	put(out, "replicant_state", NULL, NULL, state_number(slot->state));
 	put(out, "replicant_lag_seconds", NULL, NULL,
 		m->oldest_pending_commit == 0 ? 0 : Max(0, at - m->oldest_pending_commit) / 1000000.0);

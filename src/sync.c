@@ -309,6 +309,7 @@ mirror_rows(List *rows, List *halts)
 			/* Resumed or enabled: the old halt no longer describes it. */
 			slot->state = REPLICANT_STATE_STARTING;
 			slot->last_error[0] = '\0';
+			slot->metrics.disabled_by_sink = false;
 		}
 		strlcpy(slot->name, row->name, NAMEDATALEN);
 		slot->owner = row->owner;

@@ -29,6 +29,8 @@ PY
 }
 mut $'replicant_state == 4\n        for: 1m' $'replicant_state == 4\n        for: 0m' "Halted: for 1m -> 0m"
 mut 'expr: replicant_state == 4' 'expr: replicant_state >= 4' "Halted: == 4 -> >= 4 (pages on disabled/standby)"
+mut 'expr: replicant_disabled_by_sink == 1' 'expr: replicant_disabled_by_sink == 0' "DisabledBySink: == 1 -> == 0"
+mut 'expr: replicant_disabled_by_sink == 1' 'expr: replicant_disabled_by_sink >= 0' "DisabledBySink: == 1 -> >= 0"
 mut 'expr: replicant_state == 3' 'expr: replicant_state >= 3' "Retrying: == 3 -> >= 3"
 mut $'replicant_state == 3\n        for: 5m' $'replicant_state == 3\n        for: 1m' "Retrying: for 5m -> 1m"
 mut $'replicant_lag_seconds > 300\n        for: 5m' $'replicant_lag_seconds > 300\n        for: 0m' "LagHigh: for 5m -> 0m"

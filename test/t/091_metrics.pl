@@ -16,6 +16,8 @@
 #       halted (reason quoted) are each one line "replicant: event=...
 #       pipeline=... key=value...", parsed here; no row value in any line
 #       or label
+#   (f) the sink answers 410: state 5 and replicant_disabled_by_sink 1;
+#       enabled again, or disabled by disable_pipeline(): 0
 #
 # versions: all (shared memory counters, pg_replication_slots columns)
 use strict;
@@ -173,6 +175,29 @@ unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile), qr/replicant: event=
 	'e: no row value in any event line');
 unlike($node->safe_psql('postgres', 'SELECT string_agg(concat_ws(chr(9), pipeline, metric, status_class, le, table_name), chr(10)) FROM replicant.metrics'),
 	qr/$secret_value|whsec|127\.0\.0\.1/, 'e: no row value, secret or URL in any label');
+
+# (f) the sink disables the pipeline (410): replicant_disabled_by_sink 1
+# while it stays disabled; enabling it, or a disable of the operator's, 0
+$sink->control({ clear => 1 });
+$node->safe_psql('postgres', "SELECT replicant.resume_pipeline('p')");
+is($node->safe_psql('postgres', "SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 120000)"),
+	't', 'f: delivered after the resume');
+is(metric('replicant_disabled_by_sink'), 0, 'f: disabled_by_sink 0 while streaming');
+$sink->control({ fail_status => 410 });
+$node->safe_psql('postgres', "INSERT INTO t VALUES (102, '$secret_value')");
+ok(ReplicantTest::poll($node, "SELECT value = 5 FROM replicant.metrics WHERE metric = 'replicant_state'", 120),
+	'f: state 5 (disabled)');
+ok(ReplicantTest::poll($node, "SELECT value = 1 FROM replicant.metrics WHERE metric = 'replicant_disabled_by_sink'", 60),
+	'f: disabled_by_sink 1 after the sink answered 410');
+$sink->control({ clear => 1 });
+$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('p')");
+is($node->safe_psql('postgres', "SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 120000)"),
+	't', 'f: delivered once enabled');
+is(metric('replicant_disabled_by_sink'), 0, 'f: disabled_by_sink 0 once enabled');
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('p')");
+ok(ReplicantTest::poll($node, "SELECT value = 5 FROM replicant.metrics WHERE metric = 'replicant_state'", 60),
+	'f: state 5 after disable_pipeline');
+is(metric('replicant_disabled_by_sink'), 0, 'f: disabled_by_sink 0 when the operator disabled it');
 
 $node->stop;
 $sink->stop;
