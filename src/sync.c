@@ -414,9 +414,12 @@ halt_database_pipelines(const char *reason)
 
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
-		/* replicant_shmem_halt logs the event of one not halted yet */
-		if (slot->state != REPLICANT_STATE_HALTED)
-			logged = lappend(logged, pstrdup(slot->name));
+		/*
+		 * replicant_shmem_halt logs the event of one not halted yet; one
+		 * halted already logged its event when it halted (in shared memory
+		 * only, say, by the launcher): the catalog's update logs neither.
+		 */
+		logged = lappend(logged, pstrdup(slot->name));
 		replicant_shmem_halt(slot, reason, false);
 	}
 	LWLockRelease(replicant_shmem->lock);

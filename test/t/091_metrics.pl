@@ -18,6 +18,8 @@
 #       or label
 #   (f) the sink answers 410: state 5 and replicant_disabled_by_sink 1;
 #       enabled again, or disabled by disable_pipeline(): 0
+#   (g) halted in shared memory by the launcher, then in the catalog by a
+#       failed sync: one halted event line, halts_total 1
 #
 # versions: all (shared memory counters, pg_replication_slots columns)
 use strict;
@@ -198,6 +200,54 @@ $node->safe_psql('postgres', "SELECT replicant.disable_pipeline('p')");
 ok(ReplicantTest::poll($node, "SELECT value = 5 FROM replicant.metrics WHERE metric = 'replicant_state'", 60),
 	'f: state 5 after disable_pipeline');
 is(metric('replicant_disabled_by_sink'), 0, 'f: disabled_by_sink 0 when the operator disabled it');
+# (g) a pipeline halted in shared memory only (its database refuses
+# connections: the launcher halts it), whose database's next sync fails
+# (fault sync:error=42P01; a new pipeline requests it) and halts its
+# pipelines in the catalog too: one
+# "halted" event line, and halts_total 1
+$node->safe_psql('postgres', q{
+ALTER SYSTEM SET replicant.max_restart_delay = '100ms';
+SELECT pg_reload_conf();
+CREATE DATABASE closing;
+});
+$node->safe_psql('closing', q{
+CREATE EXTENSION replicant;
+CREATE TABLE c (id int PRIMARY KEY);
+CREATE PUBLICATION c_pub FOR TABLE c;
+});
+$node->safe_psql('closing', "SELECT replicant.create_pipeline('closing', 'c_pub', '$sink->{url}')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'closing'", 120, 'closing'),
+	'g: streaming');
+my $from = -s $node->logfile;
+$node->safe_psql('postgres', 'ALTER DATABASE closing ALLOW_CONNECTIONS false');
+$node->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+	  . " WHERE datname = 'closing' AND backend_type = 'replicant pipeline'");
+my $closing_halts = sub {
+	my @l = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from) =~ /LOG:  replicant: event=halted pipeline=closing /g;
+	return scalar(@l);
+};
+foreach (1 .. 1800)
+{
+	last if $closing_halts->();
+	select(undef, undef, undef, 0.1);
+}
+is($closing_halts->(), 1, 'g: the launcher halts it in shared memory');
+$node->safe_psql('postgres', q{
+ALTER SYSTEM SET replicant.fault_point = 'sync:error=42P01';
+SELECT pg_reload_conf();
+ALTER DATABASE closing ALLOW_CONNECTIONS true;
+});
+# A disabled pipeline's creation requests the database's sync.
+$node->safe_psql('closing', "SELECT replicant.create_pipeline('closing2', 'c_pub', '$sink->{url}', enabled => false)");
+ok(ReplicantTest::poll($node,
+		"SELECT halt_reason LIKE 'phase \"sync\" failed with error class 42P01%' FROM replicant.pipelines WHERE name = 'closing'",
+		120, 'closing'),
+	'g: the failed sync halts it in the catalog');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();');
+is($closing_halts->(), 1, 'g: one halted event line');
+is($node->safe_psql('closing', "SELECT value FROM replicant.metrics WHERE pipeline = 'closing' AND metric = 'replicant_halts_total'"),
+	1, 'g: halts_total 1');
+
 
 $node->stop;
 $sink->stop;
