@@ -20,6 +20,8 @@
 #       enabled again, or disabled by disable_pipeline(): 0
 #   (g) halted in shared memory by the launcher, then in the catalog by a
 #       failed sync: one halted event line, halts_total 1
+#   (h) a worker stalled (SIGSTOP) before it sends: last_progress_timestamp
+#       falls behind (lag_seconds cannot see it), fresh again after
 #
 # versions: all (shared memory counters, pg_replication_slots columns)
 use strict;
@@ -200,6 +202,7 @@ $node->safe_psql('postgres', "SELECT replicant.disable_pipeline('p')");
 ok(ReplicantTest::poll($node, "SELECT value = 5 FROM replicant.metrics WHERE metric = 'replicant_state'", 60),
 	'f: state 5 after disable_pipeline');
 is(metric('replicant_disabled_by_sink'), 0, 'f: disabled_by_sink 0 when the operator disabled it');
+
 # (g) a pipeline halted in shared memory only (its database refuses
 # connections: the launcher halts it), whose database's next sync fails
 # (fault sync:error=42P01; a new pipeline requests it) and halts its
@@ -248,6 +251,43 @@ is($closing_halts->(), 1, 'g: one halted event line');
 is($node->safe_psql('closing', "SELECT value FROM replicant.metrics WHERE pipeline = 'closing' AND metric = 'replicant_halts_total'"),
 	1, 'g: halts_total 1');
 
+# (h) a worker that stalls before it sends anything (SIGSTOP here; on 17+
+# a standby of synchronized_standby_slots that is down does the same, and
+# so does decoding a huge transaction): lag_seconds stays 0, but
+# replicant_last_progress_timestamp_seconds, refreshed while it idles,
+# falls behind; once it runs again it delivers and is fresh
+$node->safe_psql('postgres', q{
+CREATE TABLE t3 (id int PRIMARY KEY);
+CREATE PUBLICATION pub3 FOR TABLE t3;
+});
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('stall', 'pub3', '$sink->{url}')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'stall'"),
+	'h: streaming');
+my $progress = "SELECT value FROM replicant.metrics WHERE pipeline = 'stall'"
+  . " AND metric = 'replicant_last_progress_timestamp_seconds'";
+my $first = $node->safe_psql('postgres', $progress);
+like($first, qr/^\d+(\.\d+)?$/, 'h: last_progress_timestamp_seconds is shown');
+$first = 0 if $first eq '';
+ok(ReplicantTest::poll($node, "SELECT value > $first FROM replicant.metrics WHERE pipeline = 'stall'"
+		  . " AND metric = 'replicant_last_progress_timestamp_seconds'"),
+	'h: an idle worker refreshes it');
+my $worker = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'stall'");
+kill 'STOP', $worker;
+$node->safe_psql('postgres', 'INSERT INTO t3 SELECT generate_series(1, 100)');
+ok(ReplicantTest::poll($node, "SELECT extract(epoch FROM clock_timestamp()) - value >= 3 FROM replicant.metrics"
+		  . " WHERE pipeline = 'stall' AND metric = 'replicant_last_progress_timestamp_seconds'", 60),
+	'h: stalled, it falls behind');
+my $stalled = $node->safe_psql('postgres', "SELECT string_agg(metric || '=' || value, ' ' ORDER BY metric)"
+	  . " FROM replicant.metrics WHERE pipeline = 'stall'"
+	  . " AND metric IN ('replicant_lag_seconds', 'replicant_state')");
+kill 'CONT', $worker;
+note("stalled: $stalled");
+like($stalled, qr/replicant_state=2/, 'h: (state 2 all along: no other alert fires)');
+is($node->safe_psql('postgres', "SELECT replicant.await_delivered('stall', pg_current_wal_lsn(), 120000)"),
+	't', 'h: delivered once it runs again');
+ok(ReplicantTest::poll($node, "SELECT extract(epoch FROM clock_timestamp()) - value < 3 FROM replicant.metrics"
+		  . " WHERE pipeline = 'stall' AND metric = 'replicant_last_progress_timestamp_seconds'", 60),
+	'h: and its progress is fresh again');
 
 $node->stop;
 $sink->stop;
