@@ -147,6 +147,7 @@ PROMTOOL ?= promtool
 
 check-alerts:
 	cd $(srcdir)/contrib/prometheus && $(PROMTOOL) check rules replicant-alerts.yml && \
-		$(PROMTOOL) test rules replicant-alerts.test.yml
+		$(PROMTOOL) test rules replicant-alerts.test.yml && \
+		PROMTOOL=$(PROMTOOL) bash ./mutants.sh
 
 .PHONY: check-alerts

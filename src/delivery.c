@@ -488,6 +488,7 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->runnable = false;
+	slot->metrics.disabled_by_sink = true;
 	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
 	LWLockRelease(replicant_shmem->lock);
 	proc_exit(0);

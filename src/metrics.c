@@ -81,6 +81,16 @@ replicant_metrics_acknowledged(ReplicantPipelineSlot *slot, const ReplicantBatch
 	LWLockRelease(replicant_shmem->lock);
 }
 
+void
+replicant_metrics_progressed(ReplicantPipelineSlot *slot)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->metrics.last_progress = now;
+	LWLockRelease(replicant_shmem->lock);
+}
+
 /*
  * The number replicant_state shows (README, "Monitoring"): 0 starting,
  * 1 snapshotting, 2 streaming, 3 retrying, 4 halted; the view adds 5
@@ -151,12 +161,16 @@ put_slot(MetricsOut *out, const ReplicantPipelineSlot *slot, TimestampTz at)
 		put(out, "replicant_retries_total", retry_classes[i], NULL, m->retries[i]);
 	put(out, "replicant_halts_total", NULL, NULL, m->halts);
 	put(out, "replicant_worker_starts_total", NULL, NULL, m->worker_starts);
+	put(out, "replicant_disabled_by_sink", NULL, NULL, m->disabled_by_sink ? 1 : 0);
 	put(out, "replicant_state", NULL, NULL, state_number(slot->state));
 	put(out, "replicant_lag_seconds", NULL, NULL,
 		m->oldest_pending_commit == 0 ? 0 : Max(0, at - m->oldest_pending_commit) / 1000000.0);
 	if (slot->last_delivery_at != 0)
 		put(out, "replicant_last_delivery_timestamp_seconds", NULL, NULL,
 			epoch_seconds(slot->last_delivery_at));
+	if (m->last_progress != 0)
+		put(out, "replicant_last_progress_timestamp_seconds", NULL, NULL,
+			epoch_seconds(m->last_progress));
 	for (i = 0; i <= REPLICANT_LATENCY_BUCKETS; i++)
 	{
 		cumulative += m->latency_buckets[i];

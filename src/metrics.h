@@ -29,6 +29,9 @@ extern void replicant_metrics_pending(ReplicantPipelineSlot *slot, const Replica
 extern void replicant_metrics_acknowledged(ReplicantPipelineSlot *slot, const ReplicantBatch *batch,
 										   int first, int last, TimestampTz now);
 
+/* The streaming worker made progress now (replicant_last_progress_timestamp_seconds). */
+extern void replicant_metrics_progressed(ReplicantPipelineSlot *slot);
+
 /* The retry class of an answer: "transport" (none), "1xx" ... "5xx". */
 extern const char *replicant_metrics_status_class(long http_status);
 

@@ -33,6 +33,14 @@ typedef struct ReplicantMetrics
 	uint64 retries[REPLICANT_RETRY_CLASSES];
 	uint64 halts;
 	uint64 worker_starts;
+	/* Disabled by the sink's 410 Gone, until enabled again (not kept over a restart). */
+	bool disabled_by_sink;
+	/*
+	 * When the streaming worker last made progress: it started streaming,
+	 * the sink acknowledged a request, or decoding reached the end of WAL
+	 * with nothing to send; 0: never since the slot was made.
+	 */
+	TimestampTz last_progress;
 	/* Commit time of the oldest transaction decoded and not acknowledged; 0: none. */
 	TimestampTz oldest_pending_commit;
 	/* Transactions by commit-to-acknowledgement time (not cumulative; last: +Inf). */

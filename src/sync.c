@@ -309,6 +309,7 @@ mirror_rows(List *rows, List *halts)
 			/* Resumed or enabled: the old halt no longer describes it. */
 			slot->state = REPLICANT_STATE_STARTING;
 			slot->last_error[0] = '\0';
+			slot->metrics.disabled_by_sink = false;
 		}
 		strlcpy(slot->name, row->name, NAMEDATALEN);
 		slot->owner = row->owner;
@@ -413,9 +414,12 @@ halt_database_pipelines(const char *reason)
 
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
-		/* replicant_shmem_halt logs the event of one not halted yet */
-		if (slot->state != REPLICANT_STATE_HALTED)
-			logged = lappend(logged, pstrdup(slot->name));
+		/*
+		 * replicant_shmem_halt logs the event of one not halted yet; one
+		 * halted already logged its event when it halted (in shared memory
+		 * only, say, by the launcher): the catalog's update logs neither.
+		 */
+		logged = lappend(logged, pstrdup(slot->name));
 		replicant_shmem_halt(slot, reason, false);
 	}
 	LWLockRelease(replicant_shmem->lock);

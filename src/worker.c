@@ -272,6 +272,7 @@ note_delivered(Worker *w, int64 transactions, int64 changes, int messages, size_
 	w->slot->batches_delivered++;
 	w->slot->bytes_delivered += bytes;
 	w->slot->last_delivery_at = now;
+	w->slot->metrics.last_progress = now;
 	w->slot->state = REPLICANT_STATE_STREAMING;
 	w->slot->last_error[0] = '\0';
 	LWLockRelease(replicant_shmem->lock);
@@ -700,6 +701,7 @@ start_streaming(Worker *w)
 			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
 					w->pipeline->name, LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder)))));
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
+	replicant_metrics_progressed(w->slot);
 	replicant_log_state(w->pipeline->name, "streaming", "lsn",
 						psprintf("%X/%X", LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder))), REPLICANT_LOG_END);
 	w->start_lsn = Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn);
@@ -838,6 +840,8 @@ stream_cycle(Worker *w, bool *delivered)
 		deliver_batch(w);
 		*delivered = true;
 	}
+	else if (at_end)
+		replicant_metrics_progressed(w->slot);
 
 	/* Messages and chunks go at their place: after a checkpoint that covers what came before. */
 	messages = replicant_decoder_take_messages(w->decoder);

@@ -353,13 +353,14 @@ CREATE ROLE mon LOGIN;
 GRANT pg_monitor TO mon;
 CREATE ROLE watcher LOGIN;
 GRANT replicant_admin TO watcher;
+CREATE ROLE reporting LOGIN;
 CREATE DATABASE defpriv;
 CREATE DATABASE defpriv_old;
 });
 foreach my $db ('defpriv', 'defpriv_old')
 {
 	$node->safe_psql($db, q{
-ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO mon;
+ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO mon, reporting;
 ALTER DEFAULT PRIVILEGES GRANT USAGE, SELECT ON SEQUENCES TO mon;
 ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO mon;
 ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
@@ -394,6 +395,15 @@ SELECT count(*) FROM pg_class c
 			  . "   AND NOT has_function_privilege('public', p.oid, 'EXECUTE')"),
 		'', "... nor EXECUTE on a function PUBLIC may not run ($label)")
 	  if $db eq 'defpriv';
+	# The views keep a default grant (README, Security): "reporting", in no
+	# role of replicant's, holds SELECT on status and metrics (it still
+	# needs USAGE on the schema to read them).
+	is($node->safe_psql($db,
+			"SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_class c"
+			  . " WHERE c.relnamespace = 'replicant'::regnamespace"
+			  . "   AND has_table_privilege('reporting', c.oid, 'SELECT')"),
+		'backfill_status,metrics,status',
+		"default_privileges_views ($label): a default grantee keeps SELECT on the views, metrics included");
 	($ret, $out, $err) = $node->psql($db,
 		"SET ROLE watcher; SELECT state, sink_url FROM replicant.status WHERE pipeline = 'sec'");
 	is($out, 'disabled|http://127.0.0.1:9', "a replicant_admin member reads status under a default without EXECUTE for PUBLIC ($label)")

@@ -125,7 +125,8 @@ ok(poll_sub(sub {
 foreach my $metric (qw(replicant_changes_delivered_total replicant_state replicant_lag_seconds
 	replicant_retries_total replicant_delivery_latency_seconds_bucket
 	replicant_delivery_latency_seconds_sum replicant_delivery_latency_seconds_count
-	replicant_lag_bytes replicant_retained_wal_bytes replicant_worker_starts_total))
+	replicant_lag_bytes replicant_retained_wal_bytes replicant_worker_starts_total
+	replicant_disabled_by_sink replicant_last_progress_timestamp_seconds))
 {
 	like($scrape, qr/^\Q$metric\E\{[^}]*pipeline="p"/m, "a: $metric is exported");
 }

@@ -16,6 +16,12 @@
 #       halted (reason quoted) are each one line "replicant: event=...
 #       pipeline=... key=value...", parsed here; no row value in any line
 #       or label
+#   (f) the sink answers 410: state 5 and replicant_disabled_by_sink 1;
+#       enabled again, or disabled by disable_pipeline(): 0
+#   (g) halted in shared memory by the launcher, then in the catalog by a
+#       failed sync: one halted event line, halts_total 1
+#   (h) a worker stalled (SIGSTOP) before it sends: last_progress_timestamp
+#       falls behind (lag_seconds cannot see it), fresh again after
 #
 # versions: all (shared memory counters, pg_replication_slots columns)
 use strict;
@@ -173,6 +179,115 @@ unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile), qr/replicant: event=
 	'e: no row value in any event line');
 unlike($node->safe_psql('postgres', 'SELECT string_agg(concat_ws(chr(9), pipeline, metric, status_class, le, table_name), chr(10)) FROM replicant.metrics'),
 	qr/$secret_value|whsec|127\.0\.0\.1/, 'e: no row value, secret or URL in any label');
+
+# (f) the sink disables the pipeline (410): replicant_disabled_by_sink 1
+# while it stays disabled; enabling it, or a disable of the operator's, 0
+$sink->control({ clear => 1 });
+$node->safe_psql('postgres', "SELECT replicant.resume_pipeline('p')");
+is($node->safe_psql('postgres', "SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 120000)"),
+	't', 'f: delivered after the resume');
+is(metric('replicant_disabled_by_sink'), 0, 'f: disabled_by_sink 0 while streaming');
+$sink->control({ fail_status => 410 });
+$node->safe_psql('postgres', "INSERT INTO t VALUES (102, '$secret_value')");
+ok(ReplicantTest::poll($node, "SELECT value = 5 FROM replicant.metrics WHERE metric = 'replicant_state'", 120),
+	'f: state 5 (disabled)');
+ok(ReplicantTest::poll($node, "SELECT value = 1 FROM replicant.metrics WHERE metric = 'replicant_disabled_by_sink'", 60),
+	'f: disabled_by_sink 1 after the sink answered 410');
+$sink->control({ clear => 1 });
+$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('p')");
+is($node->safe_psql('postgres', "SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 120000)"),
+	't', 'f: delivered once enabled');
+is(metric('replicant_disabled_by_sink'), 0, 'f: disabled_by_sink 0 once enabled');
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('p')");
+ok(ReplicantTest::poll($node, "SELECT value = 5 FROM replicant.metrics WHERE metric = 'replicant_state'", 60),
+	'f: state 5 after disable_pipeline');
+is(metric('replicant_disabled_by_sink'), 0, 'f: disabled_by_sink 0 when the operator disabled it');
+
+# (g) a pipeline halted in shared memory only (its database refuses
+# connections: the launcher halts it), whose database's next sync fails
+# (fault sync:error=42P01; a new pipeline requests it) and halts its
+# pipelines in the catalog too: one
+# "halted" event line, and halts_total 1
+$node->safe_psql('postgres', q{
+ALTER SYSTEM SET replicant.max_restart_delay = '100ms';
+SELECT pg_reload_conf();
+CREATE DATABASE closing;
+});
+$node->safe_psql('closing', q{
+CREATE EXTENSION replicant;
+CREATE TABLE c (id int PRIMARY KEY);
+CREATE PUBLICATION c_pub FOR TABLE c;
+});
+$node->safe_psql('closing', "SELECT replicant.create_pipeline('closing', 'c_pub', '$sink->{url}')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'closing'", 120, 'closing'),
+	'g: streaming');
+my $from = -s $node->logfile;
+$node->safe_psql('postgres', 'ALTER DATABASE closing ALLOW_CONNECTIONS false');
+$node->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+	  . " WHERE datname = 'closing' AND backend_type = 'replicant pipeline'");
+my $closing_halts = sub {
+	my @l = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from) =~ /LOG:  replicant: event=halted pipeline=closing /g;
+	return scalar(@l);
+};
+foreach (1 .. 1800)
+{
+	last if $closing_halts->();
+	select(undef, undef, undef, 0.1);
+}
+is($closing_halts->(), 1, 'g: the launcher halts it in shared memory');
+$node->safe_psql('postgres', q{
+ALTER SYSTEM SET replicant.fault_point = 'sync:error=42P01';
+SELECT pg_reload_conf();
+ALTER DATABASE closing ALLOW_CONNECTIONS true;
+});
+# A disabled pipeline's creation requests the database's sync.
+$node->safe_psql('closing', "SELECT replicant.create_pipeline('closing2', 'c_pub', '$sink->{url}', enabled => false)");
+ok(ReplicantTest::poll($node,
+		"SELECT halt_reason LIKE 'phase \"sync\" failed with error class 42P01%' FROM replicant.pipelines WHERE name = 'closing'",
+		120, 'closing'),
+	'g: the failed sync halts it in the catalog');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();');
+is($closing_halts->(), 1, 'g: one halted event line');
+is($node->safe_psql('closing', "SELECT value FROM replicant.metrics WHERE pipeline = 'closing' AND metric = 'replicant_halts_total'"),
+	1, 'g: halts_total 1');
+
+# (h) a worker that stalls before it sends anything (SIGSTOP here; on 17+
+# a standby of synchronized_standby_slots that is down does the same, and
+# so does decoding a huge transaction): lag_seconds stays 0, but
+# replicant_last_progress_timestamp_seconds, refreshed while it idles,
+# falls behind; once it runs again it delivers and is fresh
+$node->safe_psql('postgres', q{
+CREATE TABLE t3 (id int PRIMARY KEY);
+CREATE PUBLICATION pub3 FOR TABLE t3;
+});
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('stall', 'pub3', '$sink->{url}')");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'stall'"),
+	'h: streaming');
+my $progress = "SELECT value FROM replicant.metrics WHERE pipeline = 'stall'"
+  . " AND metric = 'replicant_last_progress_timestamp_seconds'";
+my $first = $node->safe_psql('postgres', $progress);
+like($first, qr/^\d+(\.\d+)?$/, 'h: last_progress_timestamp_seconds is shown');
+$first = 0 if $first eq '';
+ok(ReplicantTest::poll($node, "SELECT value > $first FROM replicant.metrics WHERE pipeline = 'stall'"
+		  . " AND metric = 'replicant_last_progress_timestamp_seconds'"),
+	'h: an idle worker refreshes it');
+my $worker = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'stall'");
+kill 'STOP', $worker;
+$node->safe_psql('postgres', 'INSERT INTO t3 SELECT generate_series(1, 100)');
+ok(ReplicantTest::poll($node, "SELECT extract(epoch FROM clock_timestamp()) - value >= 3 FROM replicant.metrics"
+		  . " WHERE pipeline = 'stall' AND metric = 'replicant_last_progress_timestamp_seconds'", 60),
+	'h: stalled, it falls behind');
+my $stalled = $node->safe_psql('postgres', "SELECT string_agg(metric || '=' || value, ' ' ORDER BY metric)"
+	  . " FROM replicant.metrics WHERE pipeline = 'stall'"
+	  . " AND metric IN ('replicant_lag_seconds', 'replicant_state')");
+kill 'CONT', $worker;
+note("stalled: $stalled");
+like($stalled, qr/replicant_state=2/, 'h: (state 2 all along: no other alert fires)');
+is($node->safe_psql('postgres', "SELECT replicant.await_delivered('stall', pg_current_wal_lsn(), 120000)"),
+	't', 'h: delivered once it runs again');
+ok(ReplicantTest::poll($node, "SELECT extract(epoch FROM clock_timestamp()) - value < 3 FROM replicant.metrics"
+		  . " WHERE pipeline = 'stall' AND metric = 'replicant_last_progress_timestamp_seconds'", 60),
+	'h: and its progress is fresh again');
 
 $node->stop;
 $sink->stop;
