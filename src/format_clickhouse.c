@@ -745,6 +745,7 @@ code_is_final(int code)
 		72,  /* CANNOT_PARSE_NUMBER */
 		81,  /* UNKNOWN_DATABASE */
 		117, /* INCORRECT_DATA (unknown field) */
+		181, /* ILLEGAL_FINAL (a sweep's FINAL on a plain MergeTree) */
 		192, /* UNKNOWN_USER */
 		193, /* WRONG_PASSWORD */
 		497, /* ACCESS_DENIED */
