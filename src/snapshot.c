@@ -127,7 +127,6 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	StringInfoData out;
 	MemoryContext caller = CurrentMemoryContext; /* outlives the SPI connection */
 	ReplicantResync *resync = replicant_resync_markers(pipeline, last);
-
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
 	replicant_snapshot_plan_read(last ?
@@ -589,12 +588,15 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	 * A table published after planning (before the slot's creation, or
 	 * before this resume) is planned now and read, with what is left, under
 	 * a newer snapshot: the stream starts at the slot's point, so the sink
-	 * converges as after an interrupted snapshot.
+	 * converges as after an interrupted snapshot.  A resync plans every
+	 * table anew then, new "first" markers before any read: a new table's
+	 * "first" must not follow reads delivered under its sink name (a
+	 * partition's, under its root's), or its "last" would sweep them.
 	 */
 	while (replicant_snapshot_unplanned_tables(pipeline, planned))
 	{
 		CommitTransactionCommand();
-		replicant_snapshot_plan(pipeline, false);
+		replicant_snapshot_plan(pipeline, pipeline->resync_reason != NULL);
 		planned = prepare_shards(slot, pipeline, sink);
 		snapshot_name = export_fresh_snapshot(pipeline);
 	}

@@ -1,0 +1,67 @@
+# Resync cases from the issue 33 review (rv-resync), one node each.
+#
+# partition_added: a table published through its partition root; the
+#   resync has read p1 when the worker stops; a partition p3 is created
+#   meanwhile.  The resumed resync must not send p3's "first" after p1's
+#   rows were delivered under the root's name (p3's "last" would sweep them):
+#   it plans every table anew, new "first" markers before any read.
+#
+# versions: all
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use ReplicantTest;
+
+# partition_added
+{
+	my $node = ReplicantTest::new_node('partadded', conf => "log_statement = none");
+	$node->safe_psql('postgres', q{
+CREATE EXTENSION replicant;
+CREATE TABLE r (id int PRIMARY KEY, v int) PARTITION BY RANGE (id);
+CREATE TABLE p1 PARTITION OF r FOR VALUES FROM (1) TO (10001);
+CREATE TABLE p2 PARTITION OF r FOR VALUES FROM (10001) TO (20001);
+INSERT INTO r SELECT g, g FROM generate_series(1, 20000) g;
+CREATE PUBLICATION r_pub FOR TABLE r WITH (publish_via_partition_root = true);
+});
+	my $sink = ReplicantTest::start_sink(name => 'partadded');
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('part', 'r_pub', '$sink->{url}', snapshot => 'initial',"
+		  . " batch_max_bytes => 2048, snapshot_workers => 1)");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['public.r']),
+		'partition_added: the initial snapshot is delivered');
+	ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'part'"),
+		'partition_added: streaming');
+
+	$sink->control({ delay_ms => 20 });
+	$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('part')");
+	ok(ReplicantTest::poll($node,
+			"SELECT s.state = 'resyncing' AND (SELECT bool_and(sh.done) FROM replicant.snapshot_shards sh"
+			  . "   JOIN replicant.backfills b ON b.id = sh.backfill_id"
+			  . "  WHERE b.kind = 'initial' AND b.relid = 'p1'::regclass)"
+			  . "  FROM replicant.status s WHERE s.pipeline = 'part'", 120),
+		'partition_added: the resync has read p1');
+	is($node->safe_psql('postgres',
+			"SELECT count(*) FROM replicant.backfills WHERE kind = 'initial' AND state <> 'done'"),
+		'2', 'partition_added: and has not sent its last markers');
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('part')");
+	ok(ReplicantTest::poll($node, "SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'part'"),
+		'partition_added: the worker stopped mid-resync');
+	$node->safe_psql('postgres', q{
+CREATE TABLE p3 PARTITION OF r FOR VALUES FROM (20001) TO (30001);
+INSERT INTO r SELECT g, g FROM generate_series(20001, 20010) g;
+});
+	$sink->control({ delay_ms => 0 });
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('part')");
+	ok(ReplicantTest::poll($node,
+			"SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'part'", 120),
+		'partition_added: the resync ends');
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['public.r'], 30),
+		'partition_added: the sink equals the source (p1 included)');
+	is($sink->stats->{rows_swept}, 0, 'partition_added: nothing swept (no row was deleted)');
+	$node->stop;
+}
+
+done_testing();
