@@ -57,6 +57,15 @@ typedef struct ReplicantFormat
 	bool whole_rows;
 
 	/*
+	 * Whether its sink can let its watermark go back to a resync's lost_to
+	 * (docs/sink-protocol.md, "Resync"): the format carries the resync's
+	 * markers and its sink keys nothing on the commit LSN beyond the
+	 * watermark.  Without it, a resync whose new slot starts below what the
+	 * sink acknowledged (a promoted standby that lagged) halts.
+	 */
+	bool resets_watermark;
+
+	/*
 	 * For a sink that reports an error code (X-ClickHouse-Exception-Code or
 	 * "Code: N" in the body): whether retrying cannot fix that error.  NULL:
 	 * answers are classified by their HTTP status alone.

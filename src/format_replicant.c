@@ -261,6 +261,7 @@ message_request(const char *pipeline, const ReplicantMessage *message,
 const ReplicantFormat replicant_format_replicant = {
 	.name = "replicant",
 	.content_type = "application/json",
+	.resets_watermark = true,
 	.separator = ",",
 	.change = render_change,
 	.begin_txn = begin_txn,

@@ -212,6 +212,19 @@ replicant_resync_markers(ReplicantPipeline *pipeline, bool last)
 	return resync;
 }
 
+char *
+replicant_resync_refusal(ReplicantPipeline *pipeline, const ReplicantResync *resync)
+{
+	const ReplicantFormat *format = replicant_format_of(pipeline);
+
+	if (resync == NULL || format->resets_watermark || resync->lost_to >= resync->lost_from)
+		return NULL;
+	return psprintf("the resync's new replication slot starts at %X/%X, below %X/%X that the sink acknowledged "
+					"(this server's WAL went back: a promoted standby that lagged), and a %s sink cannot "
+					"take the new commits at those positions (recreate the pipeline, its destination emptied)",
+					LSN_FORMAT_ARGS(resync->lost_to), LSN_FORMAT_ARGS(resync->lost_from), format->name);
+}
+
 void
 replicant_resync_finish(ReplicantPipeline *pipeline)
 {

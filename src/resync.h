@@ -50,6 +50,14 @@ extern char *replicant_resync_drop_old_slot(ReplicantPipeline *pipeline);
 extern ReplicantResync *replicant_resync_markers(ReplicantPipeline *pipeline, bool last);
 
 /*
+ * NULL, or the value-free reason to halt rather than send the last markers
+ * of resync: the new slot starts below what the sink acknowledged
+ * (lost_to < lost_from) and the pipeline's format cannot reset its sink's
+ * watermark (format.h, resets_watermark).
+ */
+extern char *replicant_resync_refusal(ReplicantPipeline *pipeline, const ReplicantResync *resync);
+
+/*
  * Every table was read and its last marker acknowledged: the resync is
  * over; the stream goes on from the new slot's consistent point, recorded
  * as the slot's position (slot_position.h).

@@ -127,6 +127,11 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	StringInfoData out;
 	MemoryContext caller = CurrentMemoryContext; /* outlives the SPI connection */
 	ReplicantResync *resync = replicant_resync_markers(pipeline, last);
+	char *refused = last ? replicant_resync_refusal(pipeline, resync) : NULL;
+
+	if (refused != NULL)
+		replicant_delivery_halt(slot, pipeline, refused);
+
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
 	replicant_snapshot_plan_read(last ?

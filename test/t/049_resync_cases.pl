@@ -5,6 +5,11 @@
 #   meanwhile.  The resumed resync must not send p3's "first" after p1's
 #   rows were delivered under the root's name (p3's "last" would sweep them):
 #   it plans every table anew, new "first" markers before any read.
+# promotion_watermark: a standby promoted while it lagged behind what the
+#   old primary had delivered: the new primary's LSNs start below the sink's
+#   watermark.  The resync's "last" markers carry lost_to, below it: the
+#   sink lets its watermark go back there (docs/sink-protocol.md), and takes
+#   the new primary's commits.
 #
 # versions: all
 use strict;
@@ -62,6 +67,62 @@ INSERT INTO r SELECT g, g FROM generate_series(20001, 20010) g;
 		'partition_added: the sink equals the source (p1 included)');
 	is($sink->stats->{rows_swept}, 0, 'partition_added: nothing swept (no row was deleted)');
 	$node->stop;
+}
+
+# promotion_watermark
+{
+	my $primary = ReplicantTest::new_node('wmprimary',
+		conf => "log_statement = none\nreplicant.max_restart_delay = 2000");
+	my $sink = ReplicantTest::start_sink(name => 'wm');
+	$primary->safe_psql('postgres', qq{
+CREATE EXTENSION replicant;
+CREATE TABLE t (id int PRIMARY KEY, v text);
+CREATE PUBLICATION pro_pub FOR TABLE t;
+SELECT pg_create_physical_replication_slot('standby1');
+SELECT replicant.create_pipeline('pro', 'pro_pub', '$sink->{url}', on_slot_loss => 'resync',
+    http_timeout_ms => 2000, connect_timeout_ms => 500);
+INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g;
+});
+	$primary->backup('bk');
+	my $standby = PostgreSQL::Test::Cluster->new('wmstandby');
+	$standby->init_from_backup($primary, 'bk', has_streaming => 1);
+	$standby->append_conf('postgresql.conf', "primary_slot_name = 'standby1'");
+	$standby->start;
+	ok(ReplicantTest::wait_until_synced($primary, 'postgres', $sink, ['public.t']),
+		'promotion_watermark: the sink has the first rows');
+	$primary->wait_for_catchup('wmstandby');
+
+	# The standby stops receiving; the primary writes (and delivers) on.
+	$standby->stop;
+	$primary->safe_psql('postgres', q{
+CREATE TABLE unpublished (v text);
+INSERT INTO unpublished SELECT repeat('x', 500) FROM generate_series(1, 20000);
+UPDATE t SET v = v || ' old-primary' WHERE id % 10 = 0;
+});
+	ok(ReplicantTest::wait_until_synced($primary, 'postgres', $sink, ['public.t']),
+		"promotion_watermark: the sink has the old primary's last update");
+	my $watermark = $primary->safe_psql('postgres',
+		"SELECT checkpoint_lsn FROM replicant.status WHERE pipeline = 'pro'");
+	$primary->stop('immediate');
+
+	$standby->start;
+	$standby->promote;
+	ok(ReplicantTest::poll($standby,
+			"SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'pro'", 180),
+		'promotion_watermark: the pipeline resynced on the new primary and streams');
+	is($standby->safe_psql('postgres', "SELECT pg_current_wal_lsn() < '$watermark'::pg_lsn"),
+		't', "promotion_watermark: the new primary's WAL is below the old primary's delivered $watermark");
+
+	$standby->safe_psql('postgres', q{
+UPDATE t SET v = v || ' new-primary' WHERE id % 3 = 0;
+INSERT INTO t SELECT g, 'n' || g FROM generate_series(301, 350) g;
+DELETE FROM t WHERE id % 7 = 0;
+});
+	ok(ReplicantTest::wait_until_synced($standby, 'postgres', $sink, ['public.t'], 60),
+		'promotion_watermark: the sink equals the new primary, with its changes after the resync');
+	is($sink->stats->{duplicate_transactions}, 0, 'promotion_watermark: no commit taken for a re-delivery');
+	is($sink->stats->{watermark_resets}, 1, 'promotion_watermark: the sink reset its watermark once');
+	$standby->stop;
 }
 
 done_testing();
