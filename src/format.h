@@ -24,13 +24,16 @@
  * why the pipeline resyncs (value-free), what it had delivered (lost_from,
  * the acknowledged commit of its checkpoint; invalid when it had none) and
  * the new slot's consistent point, from which it streams again (lost_to;
- * invalid on a "first" marker: the slot is made once the sink answered it).
+ * invalid on a "first" marker: the slot is made once the sink answered it),
+ * and whether the sink sweeps the table at its "last" (not when the rows it
+ * would remove are ones the publications chose never to delete there).
  */
 typedef struct ReplicantResync
 {
 	const char *reason;
 	XLogRecPtr lost_from;
 	XLogRecPtr lost_to;
+	bool sweep; /* the table's publications publish delete and truncate */
 } ReplicantResync;
 
 /* One HTTP request made by a format. */

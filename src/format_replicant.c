@@ -211,7 +211,7 @@ append_lsn(StringInfo out, XLogRecPtr lsn)
 		appendStringInfo(out, "\"%X/%X\"", LSN_FORMAT_ARGS(lsn));
 }
 
-/* ,"resync":{"reason":...,"lost_from":...,"lost_to":...} */
+/* ,"resync":{"reason":...,"lost_from":...,"lost_to":...,"sweep":...} */
 static void
 append_resync(StringInfo out, const ReplicantResync *resync)
 {
@@ -221,7 +221,7 @@ append_resync(StringInfo out, const ReplicantResync *resync)
 	append_lsn(out, resync->lost_from);
 	appendStringInfoString(out, ",\"lost_to\":");
 	append_lsn(out, resync->lost_to);
-	appendStringInfoChar(out, '}');
+	appendStringInfo(out, ",\"sweep\":%s}", resync->sweep ? "true" : "false");
 }
 
 static void

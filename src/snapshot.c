@@ -40,6 +40,7 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -92,6 +93,38 @@ delivered_names(ReplicantRelation *relation, Oid relid, List *publications,
 	table_close(rel, AccessShareLock);
 }
 
+/*
+ * Whether the publications delete what a resync's sweep would remove from
+ * the table delivered as relation: rows deleted or truncated while no slot
+ * kept the changes.  A sweep where they publish no delete or no truncate
+ * would delete at the sink what they chose to keep there.
+ */
+static bool
+publishes_removals(const ReplicantRelation *relation, List *publications)
+{
+	Oid argtypes[3] = {TEXTARRAYOID, TEXTOID, TEXTOID};
+	Datum args[3];
+	Datum *pubs = palloc(sizeof(Datum) * list_length(publications));
+	ListCell *lc;
+	int n = 0;
+	bool isnull;
+
+	foreach(lc, publications)
+		pubs[n++] = CStringGetTextDatum(lfirst(lc));
+	args[0] = PointerGetDatum(construct_array(pubs, n, TEXTOID, -1, false, TYPALIGN_INT));
+	args[1] = CStringGetTextDatum(relation->schema);
+	args[2] = CStringGetTextDatum(relation->table);
+	if (SPI_execute_with_args("SELECT coalesce(bool_or(p.pubdelete) AND bool_or(p.pubtruncate), false)"
+							  "  FROM pg_catalog.pg_publication p"
+							  "  JOIN pg_catalog.pg_publication_tables t ON t.pubname OPERATOR(pg_catalog.=) p.pubname"
+							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1)"
+							  "   AND t.schemaname OPERATOR(pg_catalog.=) $2 AND t.tablename OPERATOR(pg_catalog.=) $3",
+							  3, argtypes, args, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read the actions of the publications");
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 /* POSTs a snapshot body of relation; halts, naming it, on anything but a 2xx. */
 static void
 post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
@@ -127,6 +160,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	StringInfoData out;
 	MemoryContext caller = CurrentMemoryContext; /* outlives the SPI connection */
 	ReplicantResync *resync = replicant_resync_markers(pipeline, last);
+	ReplicantResync *resyncs;
 	char *refused = last ? replicant_resync_refusal(pipeline, resync) : NULL;
 
 	if (refused != NULL)
@@ -153,6 +187,13 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		/* A table dropped since planning has nothing left to deliver. */
 		delivered_names(&relations[i], relid, pipeline->publications, caller);
 	}
+	resyncs = MemoryContextAllocZero(caller, sizeof(ReplicantResync) * (n + 1));
+	for (i = 0; i < n && resync != NULL; i++)
+	{
+		resyncs[i] = *resync;
+		resyncs[i].sweep = relations[i].table != NULL &&
+						   publishes_removals(&relations[i], pipeline->publications);
+	}
 	replicant_catalog_end(&access);
 
 	initStringInfo(&out);
@@ -163,7 +204,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (relations[i].table != NULL)
 		{
 			replicant_snapshot_start_body(&out, pipeline, &relations[i], ids[i], !last, last,
-										  resync);
+										  resync ? &resyncs[i] : NULL);
 			webhook_id = psprintf("%s-b" INT64_FORMAT "-%s", pipeline->name, ids[i],
 								  last ? "last" : "first");
 			post_snapshot_body(slot, pipeline, sink, &out, webhook_id, 0, &relations[i]);

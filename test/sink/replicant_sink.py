@@ -215,8 +215,11 @@ def resync_marker(db, pipeline, snapshot, seq, counts, marker):
                            "schema=? AND tbl=? AND backfill_id=?", ident).fetchone()
         if found is None or found[1]:
             return
-        swept = db.execute("DELETE FROM rows WHERE schema=? AND tbl=? AND written < ?",
-                           where + (found[0],)).rowcount
+        # "sweep": false where the publications publish no delete or truncate.
+        swept = 0
+        if snapshot["resync"].get("sweep", True):
+            swept = db.execute("DELETE FROM rows WHERE schema=? AND tbl=? AND written < ?",
+                               where + (found[0],)).rowcount
         db.execute("UPDATE resync_marks SET swept=1 WHERE pipeline=? AND schema=? "
                    "AND tbl=? AND backfill_id=?", ident)
         counts["resyncs_swept"] += 1

@@ -10,6 +10,9 @@
 #   watermark.  The resync's "last" markers carry lost_to, below it: the
 #   sink lets its watermark go back there (docs/sink-protocol.md), and takes
 #   the new primary's commits.
+# unpublished_delete: a publication with publish = 'insert, update': a
+#   row deleted at the source stays at the sink, as at a subscriber; a
+#   resync must not sweep it ("sweep": false on the markers).
 #
 # versions: all
 use strict;
@@ -123,6 +126,48 @@ DELETE FROM t WHERE id % 7 = 0;
 	is($sink->stats->{duplicate_transactions}, 0, 'promotion_watermark: no commit taken for a re-delivery');
 	is($sink->stats->{watermark_resets}, 1, 'promotion_watermark: the sink reset its watermark once');
 	$standby->stop;
+}
+
+# unpublished_delete
+{
+	my $node = ReplicantTest::new_node('nodelete', conf => "log_statement = none");
+	$node->safe_psql('postgres', q{
+CREATE EXTENSION replicant;
+CREATE TABLE hist (id int PRIMARY KEY, v text);
+CREATE TABLE full_t (id int PRIMARY KEY, v text);
+CREATE PUBLICATION hist_pub FOR TABLE hist WITH (publish = 'insert, update');
+CREATE PUBLICATION full_pub FOR TABLE full_t;
+INSERT INTO hist SELECT g, 'v' || g FROM generate_series(1, 100) g;
+INSERT INTO full_t SELECT g, 'v' || g FROM generate_series(1, 100) g;
+});
+	my $sink = ReplicantTest::start_sink(name => 'nodelete');
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('hist', ARRAY['hist_pub', 'full_pub'], '$sink->{url}', snapshot => 'initial')");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['public.hist', 'public.full_t']),
+		'unpublished_delete: the initial snapshot is delivered');
+	my $sink_count = sub { my $d = $sink->dump($_[0]); return scalar($d =~ tr/\n//); };
+
+	# Deleted while the pipeline is disabled, its slot dropped: the resync's gap.
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('hist')");
+	ok(ReplicantTest::poll($node, "SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'hist'"),
+		'unpublished_delete: disabled');
+	$node->safe_psql('postgres', q{
+DELETE FROM hist WHERE id <= 40;
+DELETE FROM full_t WHERE id <= 40;
+INSERT INTO hist VALUES (101, 'v101');
+});
+	$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('hist')");
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('hist')");
+	ok(ReplicantTest::poll($node,
+			"SELECT state = 'streaming' AND resync_reason IS NULL FROM replicant.status s"
+			  . " JOIN replicant.pipelines p ON p.name = s.pipeline WHERE s.pipeline = 'hist'", 120),
+		'unpublished_delete: the resync ends');
+	is($sink->stats->{resyncs_swept}, 2, 'unpublished_delete: both last markers were applied');
+	is($sink_count->('public.hist'), 101,
+		'unpublished_delete: the sink keeps the rows whose deletes are not published');
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['public.full_t']),
+		'unpublished_delete: a table whose deletes are published is swept');
+	$node->stop;
 }
 
 done_testing();
