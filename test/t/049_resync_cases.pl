@@ -13,10 +13,15 @@
 # unpublished_delete: a publication with publish = 'insert, update': a
 #   row deleted at the source stays at the sink, as at a subscriber; a
 #   resync must not sweep it ("sweep": false on the markers).
+# messages_refused: resync_pipeline() on a pipeline with messages => true
+#   whose slot still works (it holds a committed message the sink has not
+#   acknowledged) is refused: the resync would drop the slot and the
+#   message with it.
 #
 # versions: all
 use strict;
 use warnings;
+use MIME::Base64;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
@@ -167,6 +172,45 @@ INSERT INTO hist VALUES (101, 'v101');
 		'unpublished_delete: the sink keeps the rows whose deletes are not published');
 	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['public.full_t']),
 		'unpublished_delete: a table whose deletes are published is swept');
+	$node->stop;
+}
+
+# messages_refused
+{
+	my $node = ReplicantTest::new_node('msgs', conf => "log_statement = none");
+	my $sink = ReplicantTest::start_sink(name => 'msgs');
+	$node->safe_psql('postgres', q{
+CREATE EXTENSION replicant;
+CREATE TABLE orders (id int PRIMARY KEY, total numeric);
+CREATE PUBLICATION outbox_pub FOR TABLE orders;
+});
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('outbox', 'outbox_pub', '$sink->{url}', messages => true,"
+		  . " http_timeout_ms => 2000, connect_timeout_ms => 500)");
+	ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'outbox'"),
+		'messages_refused: streaming');
+	$sink->stop;
+	$node->safe_psql('postgres', q{
+BEGIN;
+INSERT INTO orders VALUES (2, 20);
+SELECT pg_logical_emit_message(true, 'outbox', 'order 2 created');
+COMMIT;
+});
+	ok(ReplicantTest::poll($node, "SELECT state = 'retrying' FROM replicant.status WHERE pipeline = 'outbox'"),
+		'messages_refused: retrying while the sink is away');
+	my ($ret, $out, $err) = $node->psql('postgres', "SELECT replicant.resync_pipeline('outbox')");
+	isnt($ret, 0, 'messages_refused: resync_pipeline() is refused');
+	like($err, qr/pipeline "outbox" delivers logical messages and its replication slot still works/,
+		'messages_refused: with a clear reason');
+	$sink->restart;
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['orders']),
+		'messages_refused: the rows are there');
+	ok(ReplicantTest::poll($node,
+			"SELECT state = 'streaming' AND resync_reason IS NULL FROM replicant.status s"
+			  . " JOIN replicant.pipelines p ON p.name = s.pipeline WHERE s.pipeline = 'outbox'"),
+		'messages_refused: streaming, no resync');
+	my @got = map { decode_base64($_->{content}) } @{ $sink->messages };
+	ok((grep { $_ eq 'order 2 created' } @got), 'messages_refused: the committed message was delivered');
 	$node->stop;
 }
 
