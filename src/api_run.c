@@ -141,7 +141,7 @@ replicant_resync_pipeline(PG_FUNCTION_ARGS)
 	args[0] = Int32GetDatum(ref.id);
 	refuse_dropping_messages(ref.id, name);
 	replicant_catalog_update_pipelines("UPDATE replicant.pipelines"
-									   "   SET resync_slot_dropped = resync_reason IS NOT NULL AND resync_slot_dropped,"
+									   "   SET resync_slot_dropped = false,"
 									   "       resync_reason = coalesce(resync_reason, 'requested'), resync_losses = 0,"
 									   "       halt_reason = NULL, halt_lsn = NULL, halt_cause = NULL,"
 									   "       config_version = config_version OPERATOR(pg_catalog.+) 1"

@@ -42,6 +42,7 @@
 #include "utils/pg_lsn.h"
 
 #include "catalog.h"
+#include "compat.h"
 #include "event_log.h"
 #include "fault.h"
 #include "resync.h"
@@ -225,25 +226,49 @@ replicant_resync_refusal(ReplicantPipeline *pipeline, const ReplicantResync *res
 					LSN_FORMAT_ARGS(resync->lost_to), LSN_FORMAT_ARGS(resync->lost_from), format->name);
 }
 
+/*
+ * A resync_pipeline() came after the reads began (it cleared
+ * resync_slot_dropped): the resync starts over, what is left of the slot
+ * going as an old one, and the worker exits for an immediate restart.
+ */
+REPLICANT_NORETURN static void
+start_over(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->superseded = true;
+	LWLockRelease(replicant_shmem->lock);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" starts its resync over: replicant.resync_pipeline() was called during it",
+					pipeline->name)));
+	proc_exit(0);
+}
+
 void
-replicant_resync_finish(ReplicantPipeline *pipeline)
+replicant_resync_finish(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 {
 	ReplicantCatalogAccess access;
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1] = {Int32GetDatum(pipeline->id)};
 	XLogRecPtr lost_to = replicant_slot_confirmed_flush(pipeline->slot_name);
+	bool ended;
 
 	if (pipeline->resync_reason == NULL)
 		return;
+	replicant_fault("resync_finish");
 	replicant_catalog_begin(&access);
+	/* Unless a resync_pipeline() came meanwhile: it clears resync_slot_dropped. */
 	if (SPI_execute_with_args("UPDATE replicant.pipelines SET resync_reason = NULL,"
 							  "       resync_lost_from = NULL, resync_slot_dropped = false"
-							  " WHERE id OPERATOR(pg_catalog.=) $1",
+							  " WHERE id OPERATOR(pg_catalog.=) $1 AND resync_slot_dropped",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record the end of the resync");
+	ended = SPI_processed > 0;
 	/* The stream starts there: the slot is where the pipeline left it. */
-	replicant_slot_position_create(pipeline->id, lost_to);
+	if (ended)
+		replicant_slot_position_create(pipeline->id, lost_to);
 	replicant_catalog_end(&access);
+	if (!ended)
+		start_over(slot, pipeline);
 	pipeline->resync_reason = NULL;
 	pipeline->resync_ended = true;
 	replicant_log_state(pipeline->name, "resync_ended", "lsn", psprintf("%X/%X", LSN_FORMAT_ARGS(lost_to)),

@@ -62,6 +62,6 @@ extern char *replicant_resync_refusal(ReplicantPipeline *pipeline, const Replica
  * over; the stream goes on from the new slot's consistent point, recorded
  * as the slot's position (slot_position.h).
  */
-extern void replicant_resync_finish(ReplicantPipeline *pipeline);
+extern void replicant_resync_finish(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline);
 
 #endif /* REPLICANT_RESYNC_H */

@@ -660,7 +660,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 		restart_snapshot(slot, pipeline, "a snapshot worker ended with its shards unread",
 						 "a snapshot worker ended with its shards unread");
 	send_markers(slot, pipeline, sink, true);
-	replicant_resync_finish(pipeline);
+	replicant_resync_finish(slot, pipeline);
 	replicant_transport_close(sink);
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" finished its initial snapshot", pipeline->name)));

@@ -17,6 +17,9 @@
 #   whose slot still works (it holds a committed message the sink has not
 #   acknowledged) is refused: the resync would drop the slot and the
 #   message with it.
+# request_at_finish: a resync_pipeline() committed after the resync's
+#   last markers, before it ended (held at fault point resync_finish), is
+#   not lost: the resync starts over.
 #
 # versions: all
 use strict;
@@ -211,6 +214,44 @@ COMMIT;
 		'messages_refused: streaming, no resync');
 	my @got = map { decode_base64($_->{content}) } @{ $sink->messages };
 	ok((grep { $_ eq 'order 2 created' } @got), 'messages_refused: the committed message was delivered');
+	$node->stop;
+}
+
+# request_at_finish
+{
+	my $node = ReplicantTest::new_node('atfinish', conf => "log_statement = none");
+	my $sink = ReplicantTest::start_sink(name => 'atfinish');
+	$node->safe_psql('postgres', q{
+CREATE EXTENSION replicant;
+CREATE TABLE t (id int PRIMARY KEY, v text);
+CREATE PUBLICATION t_pub FOR TABLE t;
+INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g;
+});
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('fin', 't_pub', '$sink->{url}', snapshot => 'initial')");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['public.t']),
+		'request_at_finish: the initial snapshot is delivered');
+	ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'fin'"),
+		'request_at_finish: streaming');
+	my $offset = -s $node->logfile;
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET replicant.fault_point = 'resync_finish:hold'; SELECT pg_reload_conf()");
+	$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('fin')");
+	ok($node->wait_for_log(qr/fault point "resync_finish" reached, holding/, $offset),
+		'request_at_finish: the resync sent its last markers and holds before it ends');
+	$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('fin')");
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf()");
+	ok(ReplicantTest::poll($node,
+			"SELECT state = 'streaming' AND resync_reason IS NULL FROM replicant.status s"
+			  . " JOIN replicant.pipelines p ON p.name = s.pipeline WHERE s.pipeline = 'fin'", 120),
+		'request_at_finish: the pipeline streams');
+	my $log = substr(slurp_file($node->logfile), $offset);
+	my $began = () = $log =~ /event=resync_began pipeline=fin /g;
+	is($began, 2, 'request_at_finish: the second request made a resync of its own');
+	$node->safe_psql('postgres', "INSERT INTO t VALUES (101, 'after')");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['public.t']),
+		'request_at_finish: and delivers');
 	$node->stop;
 }
 
