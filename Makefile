@@ -54,6 +54,10 @@ OBJS = \
 	src/sink_http_answer.o \
 	src/sink_http_headers.o \
 	src/sink_http_loop.o \
+	src/sink_nats.o \
+	src/sink_nats_batch.o \
+	src/sink_nats_body.o \
+	src/sink_nats_url.o \
 	src/transport.o \
 	src/transport_registry.o \
 	src/snapshot.o \
@@ -72,7 +76,7 @@ OBJS = \
 
 DATA        = $(wildcard sql/replicant--*.sql)
 PG_CPPFLAGS = -I$(srcdir)/src
-SHLIB_LINK  = -lcurl
+SHLIB_LINK  = -lcurl -lnats
 
 REGRESS      = api encoder status
 REGRESS_OPTS = --temp-config=test/generated.conf --temp-instance=./tmp_regress

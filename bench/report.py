@@ -440,6 +440,34 @@ def build(r):
         info("10 snapshot size", f"time at {fmt(float(b))} rows / at {fmt(float(a))} rows", fmt(growth, "×"),
              f"linear would be {fmt(float(b) / float(a), '×')}")
 
+    # ---- scenario 11
+    gaps = [x for x in (r.get("s11.gaps") or "").split(",") if x]
+    t = "11 resync vs catch-up"
+    mb = lambda vals: [v / 1e6 for v in vals]
+    for g in gaps:
+        if not (r.reps(f"s11.{g}.resync_s") and r.reps(f"s11.{g}.catchup_s")):
+            continue
+        gap = f"gap of {fmt(float(g))} changes, {fmt(r.num('s11.rows'))} rows"
+        add(t, f"{gap}: time to heal by resync", spread(r.reps(f"s11.{g}.resync_s"), "s"),
+            "catch-up (the retained WAL replayed)", spread(r.reps(f"s11.{g}.catchup_s"), "s"),
+            ratio_spread(r, f"s11.{g}.resync_s", f"s11.{g}.catchup_s", "time ×"), "(report)", "")
+        add(t, f"{gap}: bytes the sink received, resync", spread(mb(r.reps(f"s11.{g}.r_sink_bytes")), "MB"),
+            "catch-up", spread(mb(r.reps(f"s11.{g}.c_sink_bytes")), "MB"),
+            ratio_spread(r, f"s11.{g}.r_sink_bytes", f"s11.{g}.c_sink_bytes", "bytes ×"), "(report)", "")
+        add(t, f"{gap}: WAL retained at the gap's end, resync (slot gone)", "0 MB",
+            "catch-up (its slot's retained_wal_bytes)",
+            spread(mb(r.reps(f"s11.{g}.retained_wal_bytes")), "MB"), "–", "(report)", "")
+        info(t, f"{gap}: WAL the gap wrote / resync's reads (first backfill start -> last done)",
+             f"{spread(mb(r.reps(f's11.{g}.wal_bytes')), 'MB')} / {spread(r.reps(f's11.{g}.resync_read_s'), 's')}",
+             "POSTs resync / catch-up: "
+             f"{fmt(med(r.reps(f's11.{g}.r_sink_requests')), digits=0)} / "
+             f"{fmt(med(r.reps(f's11.{g}.c_sink_requests')), digits=0)}; "
+             f"rows read by the resync: {fmt(med(r.reps(f's11.{g}.resync_rows')), digits=0)}")
+    if gaps and r.get("s11.table_bytes"):
+        info(t, "table size / load average before, after",
+             f"{fmt(r.num('s11.table_bytes') / 2**20, 'MiB')} / {r.get('s11.loadavg_before')}, {r.get('s11.loadavg_after')}",
+             "updates of two non-key columns, 1,000-row txns, spread over the table (bench/scenarios_resync.sh)")
+
     return rows, extra, notes
 
 
@@ -550,7 +578,7 @@ def main():
         f"- machine: {meta('cpus')}, {meta('mem_gb')} GB RAM, kernel {meta('kernel')}",
         f"- {meta('server')}; replicant {meta('replicant')} (replicant.so {meta('replicant_so')}; repository HEAD {meta('git_head')}); wal2json {meta('wal2json')}",
         f"- sizes: {meta('sizes')}; repetitions: {meta('reps')} (scenarios 1-3, best time used); "
-        f"interleaved rounds: {meta('rounds')} (scenarios 4, 7-10)",
+        f"interleaved rounds: {meta('rounds')} (scenarios 4, 7-11)",
         f"- replicant pipelines: {meta('batch')} (replicant's defaults), catch-up method",
         f"- load average (1/5/15 min) at start: {meta('loadavg_start')}; at end: {meta('loadavg_end')}",
         "",
@@ -558,8 +586,9 @@ def main():
         "",
         "Ratio = replicant's rate / the anchor's rate (for scenarios 6 and 9's TPS: with / without "
         "pipelines; for scenario 4: replicant's latency or CPU / wal2json's, lower is better; for "
-        "scenario 9's catch-up: time with N pipelines / with one). Where rounds are interleaved "
-        "(scenarios 4, 7-10) each ratio is the median of the per-round ratios, with their min–max; "
+        "scenario 9's catch-up: time with N pipelines / with one; for scenario 11: resync / catch-up, "
+        "lower favours the resync). Where rounds are interleaved "
+        "(scenarios 4, 7-11) each ratio is the median of the per-round ratios, with their min–max; "
         "a latency, pgoutput or snapshot target is marked met only if every round meets it.",
         "",
         md_table(header, rows),

@@ -37,6 +37,7 @@
 #include "catalog.h"
 #include "fault.h"
 #include "format.h"
+#include "sink_nats_url.h"
 #include "pipeline.h"
 #include "pipeline_checks.h"
 #include "pipeline_options.h"
@@ -171,18 +172,37 @@ lock_pipeline_name(const char *name)
 					   0, ExclusiveLock);
 }
 
-/* The format pipeline id delivers in. */
+/* A text column (a constant name) of pipeline id. */
 static char *
-pipeline_format(int32 id)
+pipeline_text(int32 id, const char *column)
 {
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1] = {Int32GetDatum(id)};
 
-	if (SPI_execute_with_args("SELECT format FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
+	if (SPI_execute_with_args(psprintf("SELECT %s FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
+									   column),
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read replicant.pipelines");
 	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
+/* The format pipeline id delivers in. */
+static char *
+pipeline_format(int32 id)
+{
+	return pipeline_text(id, "format");
+}
+
+/* NATS destinations take format "replicant" only. */
+static void
+check_destination_format(const char *url, const char *format)
+{
+	if (replicant_nats_url(url) && strcmp(format, "replicant") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("format \"%s\" cannot be delivered to NATS", format),
+				 errhint("NATS destinations take format \"replicant\".")));
 }
 
 /*
@@ -232,6 +252,8 @@ check_create_catalog(const char *name, const char *slot_name, Oid owner,
 	List *tables;
 
 	replicant_pipeline_options_check_headers(DatumGetJsonbP(o->values[OPT_HEADERS]));
+	check_destination_format(TextDatumGetCString(o->values[OPT_SINK_URL]),
+							 o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
 	replicant_pipeline_options_check_publications_exist(pubs);
 	tables = replicant_publication_published_tables(pubs, true);
 	replicant_pipeline_checks_owner_reads_tables(owner, tables);
@@ -435,6 +457,11 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 		replicant_pipeline_checks_owner_may_receive_messages(ref.owner);
 	if (o.given[OPT_HEADERS])
 		replicant_pipeline_options_check_headers(DatumGetJsonbP(o.values[OPT_HEADERS]));
+	if (o.given[OPT_SINK_URL] || o.given[OPT_FORMAT])
+		check_destination_format(o.given[OPT_SINK_URL] ? TextDatumGetCString(o.values[OPT_SINK_URL]) :
+														 pipeline_text(ref.id, "sink_url"),
+								 o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
+													   pipeline_format(ref.id));
 	if (o.given[OPT_PUBLICATION])
 		replicant_pipeline_options_check_publications_exist(DatumGetArrayTypeP(o.values[OPT_PUBLICATION]));
 	if (o.given[OPT_FORMAT] &&

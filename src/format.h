@@ -27,12 +27,15 @@
  * invalid on a "first" marker: the slot is made once the sink answered it),
  * and whether the sink sweeps the table at its "last" (not when the rows it
  * would remove are ones the publications chose never to delete there).
+ * On a "last" marker, key names the table's key columns as the stream's key
+ * carries them (NIL: it has none), for a format that sweeps by key.
  */
 typedef struct ReplicantResync
 {
 	const char *reason;
 	XLogRecPtr lost_from;
 	XLogRecPtr lost_to;
+	List *key;
 	bool sweep; /* the table's publications publish delete and truncate */
 } ReplicantResync;
 
@@ -88,6 +91,12 @@ typedef struct ReplicantFormat
 	 * snapshot and backfill readers then set.
 	 */
 	bool read_ids;
+
+	/*
+	 * Whether the format sweeps a resync's table by its key itself: the
+	 * "last" markers of a resync then get ReplicantResync.key.
+	 */
+	bool sweeps_by_key;
 
 	/* Written between two changes, two transactions or two messages. */
 	const char *separator;
@@ -162,6 +171,12 @@ extern const ReplicantFormat *replicant_format_of(const ReplicantPipeline *pipel
 extern char *replicant_format_read_webhook_id(const char *pipeline, int64 backfill_id,
 											  Oid relfilenode, int64 position,
 											  XLogRecPtr read, int part);
+
+/*
+ * {"reason":...,"lost_from":...,"lost_to":...}: a resync as replicant's
+ * format writes it on its markers (LSNs as "16/B374D848", or null).
+ */
+extern void replicant_format_append_resync(StringInfo out, const ReplicantResync *resync);
 
 /* Implementations. */
 extern const ReplicantFormat replicant_format_replicant;

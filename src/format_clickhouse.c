@@ -664,10 +664,53 @@ stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
 	return true;
 }
 
+/*
+ * A resync's sweep (docs/sink-protocol.md, "Resync"), the statement of the
+ * table's "last" marker: every key whose newest row is below the new
+ * slot's consistent point was not read again, so its row is gone; a
+ * tombstone just below that point deletes it.  Rows the resync read carry
+ * the point itself (under a fresh snapshot after a restart too, as an
+ * initial snapshot's), stream changes later ones, so neither is touched,
+ * and a sweep sent again finds nothing left to delete.  Synchronous: a
+ * FINAL reader sees the deletes once the statement answered.
+ */
+static void
+append_sweep(StringInfo out, const ReplicantRelation *relation, const ReplicantResync *resync)
+{
+	ListCell *lc;
+	StringInfoData key;
+
+	initStringInfo(&key);
+	foreach(lc, resync->key)
+	{
+		replicant_clickhouse_append_identifier(&key, lfirst(lc));
+		appendStringInfoString(&key, ", ");
+	}
+	appendStringInfoString(out, "INSERT INTO ");
+	replicant_clickhouse_append_identifier(out, relation->table);
+	appendStringInfo(out, " (%s" REPLICANT_CLICKHOUSE_VERSION_COLUMN ", " REPLICANT_CLICKHOUSE_DELETED_COLUMN ") SELECT %s"
+						  "toUInt64(" UINT64_FORMAT "), toUInt8(1) FROM ",
+					 key.data, key.data, (uint64) resync->lost_to - 1);
+	replicant_clickhouse_append_identifier(out, relation->table);
+	appendStringInfo(out, " FINAL WHERE " REPLICANT_CLICKHOUSE_DELETED_COLUMN " = 0 AND " REPLICANT_CLICKHOUSE_VERSION_COLUMN " < " UINT64_FORMAT,
+					 (uint64) resync->lost_to);
+	pfree(key.data);
+}
+
+/*
+ * A snapshot body is an INSERT of its rows; a resync's "last" marker of a
+ * table with a key is its sweep.  A key-less target is insert-only: it
+ * keeps its rows, and receives the resync's copies too.
+ */
 static void
 snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
 			   int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
 {
+	if (last && resync != NULL && resync->key != NIL && !XLogRecPtrIsInvalid(resync->lost_to))
+	{
+		append_sweep(out, relation, resync);
+		return;
+	}
 	appendStringInfoString(out, "INSERT INTO ");
 	replicant_clickhouse_append_identifier(out, relation->table);
 	appendStringInfoString(out, " FORMAT JSONEachRow\n");
@@ -743,6 +786,7 @@ const ReplicantFormat replicant_format_clickhouse = {
 	.content_type = "text/plain; charset=utf-8",
 	.separator = "",
 	.whole_rows = true,
+	.sweeps_by_key = true,
 	.code_is_final = code_is_final,
 	.schemaless_target = "ClickHouse table",
 	.change = render_change,

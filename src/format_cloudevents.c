@@ -147,13 +147,26 @@ stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
 	return true;
 }
 
+/*
+ * A snapshot begin or end event.  A resync's carries it as its data,
+ * {"resync":{"reason":...,"lost_from":...,"lost_to":...}}, under the same
+ * id as any marker of its backfill: a retry repeats it.
+ */
 static void
 snapshot_marker(StringInfo out, const char *type, const char *pipeline,
-				const ReplicantRelation *relation, int64 backfill_id, const char *which)
+				const ReplicantRelation *relation, int64 backfill_id, const char *which,
+				const ReplicantResync *resync)
 {
 	event_start(out, type, pipeline, psprintf("b" INT64_FORMAT "-%s", backfill_id, which));
 	append_subject(out, relation);
-	appendStringInfo(out, ",\"backfillid\":\"" INT64_FORMAT "\"}", backfill_id);
+	appendStringInfo(out, ",\"backfillid\":\"" INT64_FORMAT "\"", backfill_id);
+	if (resync != NULL)
+	{
+		appendStringInfoString(out, ",\"datacontenttype\":\"application/json\",\"data\":{\"resync\":");
+		replicant_format_append_resync(out, resync);
+		appendStringInfoChar(out, '}');
+	}
+	appendStringInfoChar(out, '}');
 }
 
 /*
@@ -168,13 +181,14 @@ snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *re
 	appendStringInfoChar(out, '[');
 	if (last)
 	{
-		snapshot_marker(out, SNAPSHOT_END_TYPE, pipeline, relation, backfill_id, "end");
+		snapshot_marker(out, SNAPSHOT_END_TYPE, pipeline, relation, backfill_id, "end",
+						resync);
 		appendStringInfoChar(out, ',');
 	}
 	if (first)
 	{
 		snapshot_marker(out, "io.replicant.snapshot.begin", pipeline, relation,
-						backfill_id, "begin");
+						backfill_id, "begin", resync);
 		appendStringInfoChar(out, ',');
 	}
 }

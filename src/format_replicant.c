@@ -211,11 +211,10 @@ append_lsn(StringInfo out, XLogRecPtr lsn)
 		appendStringInfo(out, "\"%X/%X\"", LSN_FORMAT_ARGS(lsn));
 }
 
-/* ,"resync":{"reason":...,"lost_from":...,"lost_to":...,"sweep":...} */
-static void
-append_resync(StringInfo out, const ReplicantResync *resync)
+void
+replicant_format_append_resync(StringInfo out, const ReplicantResync *resync)
 {
-	appendStringInfoString(out, ",\"resync\":{\"reason\":");
+	appendStringInfoString(out, "{\"reason\":");
 	replicant_encode_string(out, resync->reason);
 	appendStringInfoString(out, ",\"lost_from\":");
 	append_lsn(out, resync->lost_from);
@@ -234,7 +233,10 @@ snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *re
 	appendStringInfo(out, ",\"backfill_id\":" INT64_FORMAT ",\"first\":%s,\"last\":%s",
 					 backfill_id, first ? "true" : "false", last ? "true" : "false");
 	if (resync != NULL)
-		append_resync(out, resync);
+	{
+		appendStringInfoString(out, ",\"resync\":");
+		replicant_format_append_resync(out, resync);
+	}
 	appendStringInfoString(out, "},\"changes\":[");
 }
 

@@ -24,6 +24,7 @@
 #include "pipeline.h"
 #include "pipeline_options.h"
 #include "signing.h"
+#include "sink_nats_url.h"
 #include "slot_health.h"
 
 #define MAX_URL_LENGTH 2048
@@ -74,7 +75,8 @@ check_range(const char *option, int value, int min, int max)
 }
 
 /*
- * Accepts http and https URLs with a host and without user information.
+ * Accepts http and https URLs with a host and without user information,
+ * and NATS URLs (sink_nats_url.c).
  * Messages never echo the URL: it may hold a token.
  */
 static void
@@ -96,10 +98,15 @@ check_sink_url(const char *url)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("sink URL contains a space, control or non-ASCII character"),
 					 errhint("Percent-encode such characters.")));
+	if (replicant_nats_url(url))
+	{
+		replicant_nats_check_url(url);
+		return;
+	}
 	if (pg_strncasecmp(url, "http://", 7) != 0 && pg_strncasecmp(url, "https://", 8) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("sink URL must start with \"http://\" or \"https://\"")));
+				 errmsg("sink URL must start with \"http://\", \"https://\", \"nats://\" or \"tls://\"")));
 
 	parsed = curl_url();
 	if (parsed == NULL)

@@ -130,6 +130,14 @@ append_column(StringInfo out, Form_pg_attribute att, bool key)
 	appendStringInfo(out, " %s,\n", type);
 }
 
+/* Whether att is a column of the target: published (columns NULL: all). */
+static bool
+is_delivered(Form_pg_attribute att, const Bitmapset *columns)
+{
+	return !att->attisdropped && !REPLICANT_ATT_IS_VIRTUAL(att) &&
+		   (columns == NULL || bms_is_member(att->attnum, columns));
+}
+
 /*
  * The statement of target, which the rows of leaf are delivered as under
  * the publications (names): the columns they deliver (filter, over
@@ -162,8 +170,7 @@ target_ddl(Relation leaf, Relation target, List *names, bool if_not_exists)
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 		bool key;
 
-		if (att->attisdropped || REPLICANT_ATT_IS_VIRTUAL(att) ||
-			(filter->columns != NULL && !bms_is_member(att->attnum, filter->columns)))
+		if (!is_delivered(att, filter->columns))
 			continue;
 		check_column_name(target, att);
 		key = whole_row || bms_is_member(att->attnum, key_columns);
@@ -182,6 +189,31 @@ target_ddl(Relation leaf, Relation target, List *names, bool if_not_exists)
 		appendStringInfoString(&out, " ENGINE = MergeTree ORDER BY tuple()");
 	replicant_pubfilter_free(filter);
 	return out.data;
+}
+
+List *
+replicant_sink_ddl_key_columns(Relation leaf, Relation target, List *names)
+{
+	TupleDesc desc = RelationGetDescr(target);
+	Bitmapset *key_columns;
+	bool whole_row;
+	ReplicantPubFilter *filter;
+	List *key = NIL;
+	int i;
+
+	(void) replicant_publication_read_filter(leaf, target, names, &filter);
+	/* as target_ddl orders the target */
+	replicant_row_key_of_target(target, filter->columns, &key_columns, &whole_row);
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (is_delivered(att, filter->columns) &&
+			(whole_row || bms_is_member(att->attnum, key_columns)))
+			key = lappend(key, pstrdup(NameStr(att->attname)));
+	}
+	replicant_pubfilter_free(filter);
+	return key;
 }
 
 static int

@@ -9,6 +9,7 @@
 
 #include "nodes/pg_list.h"
 #include "utils/array.h"
+#include "utils/relcache.h"
 
 #include "pipeline.h"
 #include "shmem.h"
@@ -30,6 +31,14 @@ typedef struct ReplicantSinkTable
  */
 extern List *replicant_sink_ddl_tables(ArrayType *publications, bool if_not_exists,
 									   MemoryContext mcxt);
+
+/*
+ * The names of the key columns of target, which the rows of leaf are
+ * delivered as under the publications (names): what the stream's "key"
+ * carries and the target's ORDER BY, in column order; NIL when it has none
+ * (an insert-only target).  Runs in a transaction.
+ */
+extern List *replicant_sink_ddl_key_columns(Relation leaf, Relation target, List *names);
 
 /*
  * create_tables => true: runs CREATE TABLE IF NOT EXISTS for each target of

@@ -33,6 +33,7 @@
 #include "executor/spi.h"
 #include "replication/slot.h"
 #include "storage/ipc.h"
+#include "storage/lwlock.h"
 #include "storage/spin.h"
 #include "utils/lsyscache.h"
 #include "utils/pg_lsn.h"
@@ -260,11 +261,19 @@ replicant_slot_position_confirm_own(ReplicantSlotPosition *pos, XLogRecPtr confi
 		before_shmem_exit(settle_at_exit_callback, (Datum) 0);
 		settle_at_exit = true;
 	}
-	/* On disk it stays at the record: a checkpoint saves only a dirty slot. */
+	/*
+	 * On disk it stays at the record: a checkpoint saves only a dirty slot.
+	 * But one that saw it dirty before this save waits for it, then copies
+	 * the slot as it is by then; CheckPointReplicationSlots holds the
+	 * allocation lock shared across its loop, so holding it exclusively
+	 * keeps every checkpoint out until the slot is clean and moved.
+	 */
+	LWLockAcquire(ReplicationSlotAllocationLock, LW_EXCLUSIVE);
 	ReplicationSlotSave();
 	SpinLockAcquire(&MyReplicationSlot->mutex);
 	MyReplicationSlot->data.confirmed_flush = Max(MyReplicationSlot->data.confirmed_flush, lsn);
 	SpinLockRelease(&MyReplicationSlot->mutex);
+	LWLockRelease(ReplicationSlotAllocationLock);
 }
 
 void

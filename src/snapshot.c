@@ -51,9 +51,11 @@
 #include "compat.h"
 #include "delivery.h"
 #include "event_log.h"
+#include "fault.h"
 #include "format.h"
 #include "partition_root.h"
 #include "resync.h"
+#include "sink_ddl.h"
 #include "slot.h"
 #include "snapshot.h"
 #include "snapshot_plan.h"
@@ -68,10 +70,11 @@
 /*
  * The names a planned table's rows are delivered under, in mcxt: its
  * root's when published via the partition root; table is NULL once the
- * table was dropped.
+ * table was dropped.  With key, also the key columns of what it is
+ * delivered as (sink_ddl.h), for a resync's sweep.
  */
 static void
-delivered_names(ReplicantRelation *relation, Oid relid, List *publications,
+delivered_names(ReplicantRelation *relation, List **key, Oid relid, List *publications,
 				MemoryContext mcxt)
 {
 	Relation rel;
@@ -87,6 +90,8 @@ delivered_names(ReplicantRelation *relation, Oid relid, List *publications,
 	old = MemoryContextSwitchTo(mcxt);
 	relation->schema = get_namespace_name(RelationGetNamespace(target));
 	relation->table = pstrdup(RelationGetRelationName(target));
+	if (key != NULL)
+		*key = replicant_sink_ddl_key_columns(rel, target, publications);
 	MemoryContextSwitchTo(old);
 	if (target != rel)
 		table_close(target, AccessShareLock);
@@ -155,6 +160,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	Datum args[2];
 	int64 *ids;
 	ReplicantRelation *relations;
+	List **keys;
 	uint64 n;
 	uint64 i;
 	StringInfoData out;
@@ -162,6 +168,8 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	ReplicantResync *resync = replicant_resync_markers(pipeline, last);
 	ReplicantResync *resyncs;
 	char *refused = last ? replicant_resync_refusal(pipeline, resync) : NULL;
+	/* a resync's last markers, in a format that sweeps by key: the keys */
+	bool sweeps = resync != NULL && last && replicant_format_of(pipeline)->sweeps_by_key;
 
 	if (refused != NULL)
 		replicant_delivery_halt(slot, pipeline, refused);
@@ -177,6 +185,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	n = SPI_processed;
 	ids = MemoryContextAlloc(caller, sizeof(int64) * (n + 1));
 	relations = MemoryContextAlloc(caller, sizeof(ReplicantRelation) * (n + 1));
+	keys = MemoryContextAllocZero(caller, sizeof(List *) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
 		bool isnull;
@@ -185,7 +194,8 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		ids[i] = replicant_snapshot_plan_int8(i, 1);
 		/* A table dropped since planning has nothing left to deliver. */
-		delivered_names(&relations[i], relid, pipeline->publications, caller);
+		delivered_names(&relations[i], sweeps ? &keys[i] : NULL, relid, pipeline->publications,
+						caller);
 	}
 	resyncs = MemoryContextAllocZero(caller, sizeof(ReplicantResync) * (n + 1));
 	for (i = 0; i < n && resync != NULL; i++)
@@ -203,11 +213,19 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		if (relations[i].table != NULL)
 		{
+			if (resync != NULL)
+				resyncs[i].key = keys[i];
+			/* A format that sweeps by itself (by key) gets no resync to sweep. */
 			replicant_snapshot_start_body(&out, pipeline, &relations[i], ids[i], !last, last,
-										  resync ? &resyncs[i] : NULL);
+										  resync && (resyncs[i].sweep || !replicant_format_of(pipeline)->sweeps_by_key) ?
+											  &resyncs[i] :
+											  NULL);
 			webhook_id = psprintf("%s-b" INT64_FORMAT "-%s", pipeline->name, ids[i],
 								  last ? "last" : "first");
 			post_snapshot_body(slot, pipeline, sink, &out, webhook_id, 0, &relations[i]);
+			/* answered (a resync's sweep done), not recorded: sent again */
+			if (last)
+				replicant_fault("snapshot_last_marker");
 		}
 
 		args[1] = Int64GetDatum(ids[i]);

@@ -6,6 +6,7 @@
 #include "postgres.h"
 
 #include "sink_http.h"
+#include "sink_nats.h"
 #include "transport_registry.h"
 
 typedef struct TransportEntry
@@ -17,6 +18,8 @@ typedef struct TransportEntry
 static const TransportEntry transports[] = {
 	{"http://", replicant_http_transport_open},
 	{"https://", replicant_http_transport_open},
+	{"nats://", replicant_nats_transport_open},
+	{"tls://", replicant_nats_transport_open},
 };
 
 ReplicantTransport *

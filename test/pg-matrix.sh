@@ -47,7 +47,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 APT=(apt-get -q -o Acquire::Check-Valid-Until=false)
 PACKAGES=("postgresql-$version" "postgresql-server-dev-$version"
 	"postgresql-contrib-$version" libcurl4-openssl-dev libipc-run-perl python3
-	make gcc openssl ca-certificates nodejs)
+	make gcc openssl ca-certificates nodejs gdb nats-server libnats-dev)
 
 fail() {
 	echo "test/pg-matrix.sh: PostgreSQL $version ($suite) is unusable: $*" >&2

@@ -108,7 +108,7 @@ sub create_sql
 
 # ---- create_pipeline calls that fail validation, with the secret ---------------
 call('bad URL', create_sql('sec', url => 'ftp://127.0.0.1/x'),
-	error => qr/sink URL must start with "http:\/\/" or "https:\/\/"/);
+	error => qr/sink URL must start with "http:\/\/", "https:\/\/", "nats:\/\/" or "tls:\/\/"/);
 call('bad name', create_sql('Sec-1'),
 	error => qr/pipeline name contains an invalid character/);
 call('missing publication', create_sql('sec', pub => 'no_such_pub'),

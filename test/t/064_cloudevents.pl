@@ -10,6 +10,9 @@
 # rows the data cannot tell apart (a column list without the primary key; a
 # table without identity holding equal rows): one id per row, the same when
 # read again, and not that of another row once a rewrite moved the rows.
+# And a resync (resync_pipeline) whose begin event is sent twice: its
+# snapshot begin and end events carry {"resync": {...}} as their data, under
+# the markers' ids, the same when sent again.
 use strict;
 use warnings;
 use FindBin;
@@ -319,6 +322,60 @@ my @shared = grep { keys %{ $rows_of_id{$_} } > 1 } keys %rows_of_id;
 is(scalar(@shared), 0, 'read_id_unique: no event id names two different rows');
 $node->safe_psql('postgres', "SELECT replicant.drop_pipeline('kl')");
 $cek->stop;
+
+# ---- a resync's begin and end events ----------------------------------------
+# resync_pipeline() while the sink answers too late (the first marker, the
+# probe, is sent twice): the resync's snapshot begin and end events carry
+# data {"resync": {reason, lost_from, lost_to}}, under the ids of any
+# snapshot marker (<pipeline>-b<backfill_id>-begin/-end), the same when sent
+# again; the SDK validates every request.
+my $cer = ReplicantTest::start_sink(keep_bodies => 1, name => 'cer');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('cer', 'pub', '$cer->{url}', format => 'cloudevents', http_timeout_ms => 1000)");
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'cer'"),
+	'cer: streams');
+$node->safe_psql('postgres', "INSERT INTO t VALUES (900, 'before the resync', 1, '{}')");
+is($node->safe_psql('postgres', "SELECT replicant.await_delivered('cer', pg_current_wal_lsn(), 60000)"),
+	't', 'cer: delivered before the resync');
+my $cer_from = $node->safe_psql('postgres',
+	"SELECT checkpoint_lsn FROM replicant.status WHERE pipeline = 'cer'");
+$cer->control({ delay_ms => 1500 });
+$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('cer')");
+ok(ReplicantTest::poll($node, "SELECT retries > 0 FROM replicant.status WHERE pipeline = 'cer'"),
+	'cer: the probe is retried');
+$cer->control({ clear => 1 });
+ok(ReplicantTest::poll($node, "SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'cer'"),
+	'cer: resynced, streaming again');
+my $cer_requests = $cer->raw_bodies;
+my @cer_checked = map { decode_json($_) } split /\n/,
+  ReplicantTest::run_node('cloudevents-check.mjs', [], join('', map { encode_json($_) . "\n" } @$cer_requests));
+is(join(' ', map { $_->{error} } grep { $_->{error} } @cer_checked), '',
+	'cer: the SDK validates every request of the resync');
+my (%cer_markers, %cer_copies);
+foreach my $r (@$cer_requests)
+{
+	foreach my $e (@{ decode_json(decode_base64($r->{body_base64})) })
+	{
+		next unless $e->{type} =~ /^io\.replicant\.snapshot\.(begin|end)$/ && $e->{data};
+		$cer_copies{ $e->{id} }{ $json->encode($e->{data}) } = 1;
+		push @{ $cer_markers{$1} }, $e;
+	}
+}
+my ($begin, $end) = map { $cer_markers{$_}[0] } qw(begin end);
+cmp_ok(scalar @{ $cer_markers{begin} // [] }, '>', 1, 'cer: the begin event was sent again');
+like($begin->{id}, qr/^cer-b(\d+)-begin$/, 'cer: the begin id is the marker id');
+(my $end_id = $begin->{id}) =~ s/-begin$/-end/;
+is($end->{id}, $end_id, 'cer: the end event names the same backfill');
+is(scalar(grep { keys %{ $cer_copies{$_} } > 1 } keys %cer_copies), 0,
+	'cer: an event sent again has the same id and data');
+is($begin->{datacontenttype}, 'application/json', 'cer: the data is JSON');
+is($begin->{data}{resync}{reason}, 'requested', 'cer: reason');
+is($begin->{data}{resync}{lost_from}, $cer_from, 'cer: lost_from is the checkpoint the sink acknowledged');
+is($begin->{data}{resync}{lost_to}, undef, 'cer: lost_to is null on begin');
+like($end->{data}{resync}{lost_to}, qr{^[0-9A-F]+/[0-9A-F]+$}, 'cer: lost_to on end is the consistent point');
+is($end->{data}{resync}{lost_from}, $cer_from, 'cer: lost_from on end too');
+$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('cer')");
+$cer->stop;
 
 $node->stop;
 done_testing();

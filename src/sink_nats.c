@@ -1,0 +1,675 @@
+/*
+ * sink_nats.c
+ *		The NATS JetStream transport (nats:// and tls:// sink URLs): each
+ *		change of a rendered batch becomes one message on
+ *		<prefix>.<schema>.<table>, published with a JetStream
+ *		acknowledgement, never with core NATS publish.  README
+ *		"Destinations" and docs/sink-protocol.md ("NATS JetStream") are the
+ *		contract: subjects, headers, Nats-Msg-Id.
+ *
+ * Effect-once in the stream:
+ * - A batch is published asynchronously, at most NATS_MAX_INFLIGHT messages
+ *   (and NATS_MAX_INFLIGHT_BYTES) unacknowledged at a time, and answered OK
+ *   only once every message of it was acknowledged.
+ * - The changes and messages of the stream are published as a chain: each
+ *   expects the stream's last sequence to be its predecessor's
+ *   (Nats-Expected-Last-Sequence), so a message that failed makes every
+ *   later one fail instead of landing before it.  The batch is then
+ *   retried from what the stream holds.
+ * - Before the first chained publish, and after any failure, the stream is
+ *   asked for its last sequence and for the last message under the
+ *   pipeline's subject prefix; every change at or below that message's
+ *   (commit_lsn, position) is skipped.  So a restart after an outage longer
+ *   than the stream's duplicate window writes nothing twice.
+ * - Snapshot and backfill rows (reads, published by several processes at
+ *   once during a snapshot) carry ids stable across retries of their
+ *   request and are de-duplicated by JetStream within its window; their
+ *   first marker is acknowledged before the rows are published and their
+ *   last marker is published after the rows were acknowledged.
+ *
+ * Files: sink_nats_url.c (the URL), sink_nats_batch.c (a rendered batch
+ * into messages), sink_nats_body.c (reading the batch back).
+ *
+ * Inside Postgres: the library's threads are started (nats_Open,
+ * connection creation, the JetStream context, the first asynchronous
+ * publish) with every signal blocked, so they never take the process's
+ * signals; they call nothing of the server's: the acknowledgement handler
+ * counts under a mutex and writes a byte to a pipe, which the worker waits
+ * on beside its latch in short slices, answering interrupts and reloads
+ * outside the library.  No library error text reaches an error or a log
+ * line (it may quote a server's URL): fixed texts only.
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <nats/nats.h>
+
+#include "common/base64.h"
+#include "miscadmin.h"
+#include "portability/instr_time.h"
+#include "postmaster/interrupt.h"
+#include "storage/latch.h"
+#include "utils/guc.h"
+#include "utils/wait_event.h"
+
+#include "compat.h"
+#include "sink_nats.h"
+#include "sink_nats_body.h"
+#include "sink_nats_internal.h"
+
+#define NATS_MAX_INFLIGHT 256
+#define NATS_MAX_INFLIGHT_BYTES (8 * 1024 * 1024)
+#define NATS_RECONNECT_BUF (8 * 1024 * 1024)
+#define NATS_API_WAIT_MS 1000
+#define NATS_CONNECT_TIMEOUT_MS 2000
+#define NATS_WAIT_SLICE_MS 100
+#define NATS_DEFAULT_ACK_TIMEOUT_MS 30000
+
+static const char *const kind_names[] = {"change", "message", "read", "marker"};
+
+/* ---- the library, its threads and signals ---- */
+
+static void
+block_signals(sigset_t *old)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, old);
+}
+
+static void
+restore_signals(const sigset_t *old)
+{
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+/* The library's thread: counts, wakes the worker; nothing of the server's. */
+static void
+on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
+{
+	NatsAcks *acks = closure;
+	char byte = 1;
+	int64 bytes = natsMsg_GetDataLength(msg);
+
+	pthread_mutex_lock(&acks->lock);
+	acks->done_bytes += bytes;
+	if (pa != NULL)
+	{
+		acks->acked++;
+		if (pa->Duplicate)
+			acks->duplicate = true;
+	}
+	else
+	{
+		acks->failed++;
+		if (acks->status == NATS_OK)
+		{
+			acks->status = pae ? pae->Err : NATS_ERR;
+			acks->code = pae ? pae->ErrCode : 0;
+			if (acks->status == NATS_OK)
+				acks->status = NATS_ERR;
+		}
+	}
+	pthread_mutex_unlock(&acks->lock);
+	natsMsg_Destroy(msg);
+	if (write(acks->wake_fd, &byte, 1) < 0)
+	{
+		/* the pipe is full: the worker is woken already */
+	}
+}
+
+void
+nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome outcome, const char *error)
+{
+	if (result->outcome != REPLICANT_SINK_OK)
+		return;
+	result->outcome = outcome;
+	strlcpy(result->error, error, sizeof(result->error));
+}
+
+/* A retried failure named by the library's fixed text for its status. */
+static void
+set_status_failure(ReplicantSinkResult *result, const char *what, natsStatus s, jsErrCode code)
+{
+	char error[sizeof(result->error)];
+
+	if (code == JSStreamNotFoundErr)
+	{
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED, "NATS stream not found");
+		return;
+	}
+	if (code == JSStreamMessageExceedsMaximumErr)
+	{
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+					   "a message is larger than the NATS stream's max_msg_size");
+		return;
+	}
+	if (code != 0)
+		snprintf(error, sizeof(error), "%s: %s (JetStream error %d)", what,
+				 natsStatus_GetText(s), (int) code);
+	else
+		snprintf(error, sizeof(error), "%s: %s", what, natsStatus_GetText(s));
+	nats_sink_fail(result, REPLICANT_SINK_RETRY, error);
+}
+
+static void
+disconnect(NatsSink *sink)
+{
+	if (sink->js)
+		jsCtx_Destroy(sink->js);
+	if (sink->conn)
+		natsConnection_Destroy(sink->conn);
+	sink->js = NULL;
+	sink->conn = NULL;
+	sink->known = false;
+	sink->dirty = false;
+}
+
+static natsStatus
+set_options(NatsSink *sink, natsOptions *opts)
+{
+	natsStatus s;
+
+	s = natsOptions_SetServers(opts, (const char **) sink->url.servers, sink->url.nservers);
+	if (s == NATS_OK)
+		s = natsOptions_SetTimeout(opts, NATS_CONNECT_TIMEOUT_MS);
+	if (s == NATS_OK)
+		s = natsOptions_SetMaxReconnect(opts, -1);
+	if (s == NATS_OK)
+		s = natsOptions_SetReconnectWait(opts, 250);
+	if (s == NATS_OK)
+		s = natsOptions_SetReconnectBufSize(opts, NATS_RECONNECT_BUF);
+	if (s == NATS_OK && sink->url.tls)
+		s = natsOptions_SetSecure(opts, true);
+	if (s == NATS_OK && sink->url.tls && sink->ca_file)
+		s = natsOptions_LoadCATrustedCertificates(opts, sink->ca_file);
+	if (s == NATS_OK && sink->user)
+		s = natsOptions_SetUserInfo(opts, sink->user, sink->password);
+	if (s == NATS_OK && sink->token)
+		s = natsOptions_SetToken(opts, sink->token);
+	return s;
+}
+
+/* Connects and makes the JetStream context, every signal blocked. */
+static bool
+connect_sink(NatsSink *sink, ReplicantSinkResult *result)
+{
+	natsOptions *opts = NULL;
+	natsStatus s;
+	sigset_t old;
+	jsOptions jo;
+
+	block_signals(&old);
+	s = nats_Open(-1);
+	if (s == NATS_OK)
+		s = natsOptions_Create(&opts);
+	if (s == NATS_OK)
+		s = set_options(sink, opts);
+	if (s == NATS_OK)
+		s = natsConnection_Connect(&sink->conn, opts);
+	if (s == NATS_OK)
+	{
+		jsOptions_Init(&jo);
+		jo.Wait = NATS_API_WAIT_MS;
+		jo.PublishAsync.MaxPending = 2 * NATS_MAX_INFLIGHT;
+		jo.PublishAsync.AckHandler = on_ack;
+		jo.PublishAsync.AckHandlerClosure = sink->acks;
+		jo.PublishAsync.StallWait = 10;
+		s = natsConnection_JetStream(&sink->js, sink->conn, &jo);
+	}
+	natsOptions_Destroy(opts);
+	restore_signals(&old);
+	if (s != NATS_OK)
+	{
+		disconnect(sink);
+		result->refused = true;
+		set_status_failure(result, "could not connect to NATS", s, 0);
+		return false;
+	}
+	sink->max_payload = natsConnection_GetMaxPayload(sink->conn);
+	return true;
+}
+
+/* ---- waiting ---- */
+
+/*
+ * Waits up to ms for an acknowledgement or the latch, answering
+ * interrupts and reloads; false when the process is to die (the request is
+ * abandoned, so that what was acknowledged is committed first).
+ */
+static bool
+wait_slice(NatsSink *sink, long ms)
+{
+	int rc = WaitLatchOrSocket(MyLatch,
+							   WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							   sink->pipe_fds[0], ms, PG_WAIT_EXTENSION);
+
+	if (rc & WL_SOCKET_READABLE)
+	{
+		char drain[256];
+
+		while (read(sink->pipe_fds[0], drain, sizeof(drain)) > 0)
+			;
+	}
+	if (rc & WL_LATCH_SET)
+	{
+		ResetLatch(MyLatch);
+		sink->latch_was_set = true;
+	}
+	if (ProcDiePending)
+	{
+		sink->abandoned = true;
+		return false;
+	}
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+	CHECK_FOR_INTERRUPTS();
+	return true;
+}
+
+static void
+read_acks(NatsSink *sink, int64 *done, int64 *done_bytes, int64 *failed)
+{
+	pthread_mutex_lock(&sink->acks->lock);
+	*done = sink->acks->acked + sink->acks->failed;
+	*done_bytes = sink->acks->done_bytes;
+	*failed = sink->acks->failed;
+	pthread_mutex_unlock(&sink->acks->lock);
+}
+
+/*
+ * Waits until at most max_pending messages (and max_bytes) are
+ * unacknowledged; false (result set) on a failure, the ack timeout or an
+ * abandoned wait.
+ */
+bool
+nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, ReplicantSinkResult *result)
+{
+	instr_time deadline_base;
+	int64 last_done = -1;
+
+	INSTR_TIME_SET_CURRENT(deadline_base);
+	for (;;)
+	{
+		int64 done,
+			done_bytes,
+			failed;
+		instr_time now;
+
+		read_acks(sink, &done, &done_bytes, &failed);
+		if (failed > 0)
+		{
+			natsStatus s;
+			jsErrCode code;
+
+			pthread_mutex_lock(&sink->acks->lock);
+			s = sink->acks->status;
+			code = sink->acks->code;
+			pthread_mutex_unlock(&sink->acks->lock);
+			set_status_failure(result, "NATS publish failed", s, code);
+			return false;
+		}
+		if (sink->published - done <= max_pending &&
+			sink->published_bytes - done_bytes <= max_bytes)
+			return true;
+		INSTR_TIME_SET_CURRENT(now);
+		if (done != last_done)
+		{
+			last_done = done;
+			deadline_base = now;
+		}
+		INSTR_TIME_SUBTRACT(now, deadline_base);
+		if (INSTR_TIME_GET_MILLISEC(now) > sink->ack_timeout_ms)
+		{
+			nats_sink_fail(result, REPLICANT_SINK_RETRY, "timed out waiting for NATS acknowledgements");
+			return false;
+		}
+		if (!wait_slice(sink, NATS_WAIT_SLICE_MS))
+		{
+			nats_sink_fail(result, REPLICANT_SINK_RETRY, "interrupted while waiting for NATS acknowledgements");
+			return false;
+		}
+	}
+}
+
+/*
+ * Forgets what an earlier request left unacknowledged.  Its acks must not
+ * count for the next request: the connection is closed (its threads, the
+ * only callers of on_ack, end with it), and the next send connects again.
+ */
+static void
+drop_pending(NatsSink *sink)
+{
+	char drain[256];
+	int64 done;
+
+	pthread_mutex_lock(&sink->acks->lock);
+	done = sink->acks->acked + sink->acks->failed;
+	pthread_mutex_unlock(&sink->acks->lock);
+	if (sink->published > done)
+		disconnect(sink);
+	pthread_mutex_lock(&sink->acks->lock);
+	sink->acks->acked = sink->acks->failed = sink->acks->done_bytes = 0;
+	sink->acks->status = NATS_OK;
+	sink->acks->code = 0;
+	sink->acks->duplicate = false;
+	pthread_mutex_unlock(&sink->acks->lock);
+	while (read(sink->pipe_fds[0], drain, sizeof(drain)) > 0)
+		;
+	sink->published = sink->published_bytes = 0;
+	sink->dirty = false;
+}
+
+/* ---- the stream ---- */
+
+/* The stream's last sequence and the last message of this pipeline. */
+bool
+nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
+{
+	jsStreamInfo *si = NULL;
+	natsMsg *msg = NULL;
+	jsErrCode code = 0;
+	natsStatus s;
+	sigset_t old;
+	char *subject = psprintf("%s.>", sink->url.prefix);
+
+	block_signals(&old);
+	s = js_GetStreamInfo(&si, sink->js, sink->url.stream, NULL, &code);
+	restore_signals(&old);
+	if (s != NATS_OK)
+	{
+		if (s == NATS_NOT_FOUND && code == 0)
+			code = JSStreamNotFoundErr;
+		set_status_failure(result, "could not read the NATS stream's state", s, code);
+		return false;
+	}
+	sink->last_seq = si->State.LastSeq;
+	jsStreamInfo_Destroy(si);
+
+	code = 0;
+	block_signals(&old);
+	s = js_GetLastMsg(&msg, sink->js, sink->url.stream, subject, NULL, &code);
+	restore_signals(&old);
+	sink->have_mark = false;
+	if (s == NATS_OK)
+	{
+		const char *id = NULL;
+		size_t plen = strlen(sink->pipeline);
+		unsigned long long lsn,
+			pos;
+
+		/* <pipeline>:<lsn>:<position>; reads and markers have other ids */
+		if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != NULL &&
+			strncmp(id, sink->pipeline, plen) == 0 && id[plen] == ':' &&
+			sscanf(id + plen + 1, "%llu:%llu", &lsn, &pos) == 2)
+		{
+			sink->have_mark = true;
+			sink->mark_lsn = lsn;
+			sink->mark_pos = pos;
+		}
+		natsMsg_Destroy(msg);
+	}
+	else if (s != NATS_NOT_FOUND)
+	{
+		set_status_failure(result, "could not read the NATS stream's last message", s, code);
+		return false;
+	}
+	sink->known = true;
+	return true;
+}
+
+/* ---- publishing ---- */
+
+static void
+set_header(natsMsg *msg, const char *name, const char *value)
+{
+	(void) natsMsgHeader_Set(msg, name, value);
+}
+
+/*
+ * Publishes sink->data on sink->subject with id; chained ones expect the
+ * stream's last sequence.  false (result set) on a failure.
+ */
+bool
+nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uint64 xid,
+				  uint64 position, bool chained, ReplicantSinkResult *result)
+{
+	natsMsg *msg = NULL;
+	jsPubOptions po;
+	natsStatus s;
+	sigset_t old;
+	char number[32];
+
+	/* headers and the subject count against max_payload too: 1 kB of room */
+	if (sink->data.len + sink->subject.len + 1024 > sink->max_payload)
+	{
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+					   "a change is larger than the NATS server's max_payload");
+		return false;
+	}
+	if (!nats_sink_wait_acks(sink, NATS_MAX_INFLIGHT - 1, Max(NATS_MAX_INFLIGHT_BYTES - sink->data.len, 0), result))
+		return false;
+	if (natsMsg_Create(&msg, sink->subject.data, NULL, sink->data.data, sink->data.len) != NATS_OK)
+	{
+		nats_sink_fail(result, REPLICANT_SINK_RETRY, "could not create a NATS message");
+		return false;
+	}
+	set_header(msg, "Nats-Msg-Id", id);
+	set_header(msg, "Replicant-Pipeline", sink->pipeline);
+	set_header(msg, "Replicant-Kind", kind_names[kind]);
+	if (kind == NATS_CHANGE || kind == NATS_MESSAGE)
+	{
+		snprintf(number, sizeof(number), UINT64_FORMAT, lsn);
+		set_header(msg, "Replicant-Commit-Lsn", number);
+		snprintf(number, sizeof(number), UINT64_FORMAT, xid);
+		set_header(msg, "Replicant-Xid", number);
+	}
+	snprintf(number, sizeof(number), UINT64_FORMAT, position);
+	set_header(msg, "Replicant-Position", number);
+
+	jsPubOptions_Init(&po);
+	if (chained && sink->last_seq > 0)
+		po.ExpectLastSeq = sink->last_seq;
+	block_signals(&old);
+	s = js_PublishMsgAsync(sink->js, &msg, &po);
+	restore_signals(&old);
+	natsMsg_Destroy(msg);
+	if (s != NATS_OK)
+	{
+		set_status_failure(result, "could not publish to NATS", s, 0);
+		return false;
+	}
+	sink->dirty = true;
+	sink->published++;
+	sink->published_bytes += sink->data.len;
+	if (chained)
+		sink->last_seq++;
+	return true;
+}
+
+/* ---- the transport ---- */
+
+static void
+nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
+		  ReplicantSinkResult *result)
+{
+	NatsSink *sink = (NatsSink *) transport;
+	instr_time now;
+
+	memset(result, 0, sizeof(*result));
+	result->outcome = REPLICANT_SINK_OK;
+	result->retry_after_ms = -1;
+	INSTR_TIME_SET_CURRENT(sink->started);
+	sink->latch_was_set = false;
+	sink->abandoned = false;
+	if (sink->url_problem != NULL)
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED, sink->url_problem);
+	else
+	{
+		/* an error left publishes pending: what the stream holds is unknown */
+		if (sink->dirty)
+		{
+			sink->known = false;
+			drop_pending(sink);
+		}
+		if (sink->conn != NULL || connect_sink(sink, result))
+		{
+			nats_sink_publish_body(sink, id, body, result);
+			if (result->outcome == REPLICANT_SINK_OK)
+				(void) nats_sink_wait_acks(sink, 0, 0, result);
+			if (result->outcome != REPLICANT_SINK_OK || sink->acks->duplicate)
+				sink->known = false;
+			drop_pending(sink);
+		}
+	}
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, sink->started);
+	result->elapsed_ms = INSTR_TIME_GET_MILLISEC(now);
+	if (sink->latch_was_set)
+		SetLatch(MyLatch);
+}
+
+/* Nothing overlaps: start remembers, finish sends. */
+static void
+nats_start(ReplicantTransport *transport, const char *id, ReplicantBody *body)
+{
+	NatsSink *sink = (NatsSink *) transport;
+
+	sink->pending_id = id;
+	sink->pending_body = body;
+}
+
+static void
+nats_pump(ReplicantTransport *transport)
+{
+}
+
+static void
+nats_finish(ReplicantTransport *transport, ReplicantSinkResult *result)
+{
+	NatsSink *sink = (NatsSink *) transport;
+
+	nats_send(transport, sink->pending_id, sink->pending_body, result);
+	sink->pending_id = NULL;
+	sink->pending_body = NULL;
+}
+
+static void
+nats_cancel(ReplicantTransport *transport)
+{
+	NatsSink *sink = (NatsSink *) transport;
+
+	sink->pending_id = NULL;
+	sink->pending_body = NULL;
+}
+
+static void
+nats_classify_codes(ReplicantTransport *transport, bool (*code_is_final)(int code))
+{
+}
+
+static void
+nats_close(ReplicantTransport *transport)
+{
+	NatsSink *sink = (NatsSink *) transport;
+
+	disconnect(sink);
+	close(sink->pipe_fds[0]);
+	close(sink->pipe_fds[1]);
+	pthread_mutex_destroy(&sink->acks->lock);
+	free(sink->acks);
+	pfree(sink);
+}
+
+static const ReplicantTransportMethods nats_methods = {
+	.send = nats_send,
+	.start = nats_start,
+	.pump = nats_pump,
+	.finish = nats_finish,
+	.cancel = nats_cancel,
+	.classify_codes = nats_classify_codes,
+	.close = nats_close,
+};
+
+/* Authorization: Bearer <token> or Basic <base64 of user:password>. */
+static const char *
+set_credentials(NatsSink *sink, const ReplicantSinkConfig *config)
+{
+	ListCell *lc1,
+		*lc2;
+
+	forboth(lc1, config->header_names, lc2, config->header_values)
+	{
+		const char *name = lfirst(lc1);
+		const char *value = lfirst(lc2);
+
+		if (pg_strcasecmp(name, "Authorization") != 0)
+			return "NATS sinks take no header but Authorization";
+		if (pg_strncasecmp(value, "Bearer ", 7) == 0)
+			sink->token = pstrdup(value + 7);
+		else if (pg_strncasecmp(value, "Basic ", 6) == 0)
+		{
+			int len = strlen(value + 6);
+			char *plain = palloc0(pg_b64_dec_len(len) + 1);
+			int n = pg_b64_decode(value + 6, len, (ReplicantB64Byte *) plain, pg_b64_dec_len(len));
+			char *colon = n > 0 ? strchr(plain, ':') : NULL;
+
+			if (colon == NULL)
+				return "NATS Authorization header's Basic credentials are not base64 of user:password";
+			*colon = '\0';
+			sink->user = plain;
+			sink->password = colon + 1;
+		}
+		else
+			return "NATS Authorization header must be Bearer <token> or Basic <credentials>";
+	}
+	return NULL;
+}
+
+ReplicantTransport *
+replicant_nats_transport_open(const ReplicantSinkConfig *config)
+{
+	NatsSink *sink;
+	const char *problem;
+
+	if (IsPostmasterEnvironment && !IsUnderPostmaster)
+		elog(ERROR, "NATS sinks cannot be created in the postmaster");
+	sink = palloc0(sizeof(NatsSink));
+	sink->transport.methods = &nats_methods;
+	sink->context = CurrentMemoryContext;
+	sink->url_problem = replicant_nats_parse_url(config->url, &sink->url);
+	problem = set_credentials(sink, config);
+	if (sink->url_problem == NULL)
+		sink->url_problem = problem;
+	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
+	sink->ack_timeout_ms = config->http_timeout_ms > 0 ? config->http_timeout_ms : NATS_DEFAULT_ACK_TIMEOUT_MS;
+	sink->acks = calloc(1, sizeof(NatsAcks));
+	if (sink->acks == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	pthread_mutex_init(&sink->acks->lock, NULL);
+	if (pipe(sink->pipe_fds) != 0 ||
+		fcntl(sink->pipe_fds[0], F_SETFL, O_NONBLOCK) != 0 ||
+		fcntl(sink->pipe_fds[1], F_SETFL, O_NONBLOCK) != 0 ||
+		fcntl(sink->pipe_fds[0], F_SETFD, FD_CLOEXEC) != 0 ||
+		fcntl(sink->pipe_fds[1], F_SETFD, FD_CLOEXEC) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create a pipe: %m")));
+	sink->acks->wake_fd = sink->pipe_fds[1];
+	sink->buf = palloc(NATS_BODY_BUFFER);
+	sink->inner_buf = palloc(NATS_BODY_BUFFER);
+	initStringInfo(&sink->subject);
+	initStringInfo(&sink->data);
+	initStringInfo(&sink->scratch);
+	return &sink->transport;
+}

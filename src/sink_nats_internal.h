@@ -1,0 +1,113 @@
+/*
+ * sink_nats_internal.h
+ *		What the NATS transport's two files share: the transport's state,
+ *		and the calls sink_nats_batch.c (a rendered batch into messages)
+ *		makes of sink_nats.c (the connection, publishing, acknowledgements).
+ */
+#ifndef REPLICANT_SINK_NATS_INTERNAL_H
+#define REPLICANT_SINK_NATS_INTERNAL_H
+
+#include <pthread.h>
+
+#include <nats/nats.h>
+
+#include "portability/instr_time.h"
+
+#include "sink_nats_url.h"
+#include "transport.h"
+#include "sink_nats_body.h"
+
+/* Shared with the library's threads: under lock. */
+typedef struct NatsAcks
+{
+	pthread_mutex_t lock;
+	int64 acked;
+	int64 failed;
+	int64 done_bytes;
+	natsStatus status; /* of the first failure */
+	jsErrCode code;
+	bool duplicate;
+	int wake_fd;
+} NatsAcks;
+
+typedef struct NatsSink
+{
+	ReplicantTransport transport;
+	MemoryContext context;
+	NatsUrl url;
+	const char *url_problem; /* the URL is not one: every send halts */
+	char *user;
+	char *password;
+	char *token;
+	char *ca_file;
+	int ack_timeout_ms;
+
+	natsConnection *conn;
+	jsCtx *js;
+	NatsAcks *acks; /* malloc'd: the library's threads may outlive a context */
+	int pipe_fds[2];
+	int64 max_payload;
+
+	/* This request. */
+	int64 published;
+	int64 published_bytes;
+	bool dirty; /* publishes may be pending from an earlier request */
+	bool latch_was_set;
+	bool abandoned;
+	instr_time started;
+
+	/* What the stream holds: valid while known. */
+	bool known;
+	uint64 last_seq;
+	bool have_mark;
+	uint64 mark_lsn;
+	uint64 mark_pos;
+
+	char *pipeline;
+	char *buf;       /* NATS_BODY_BUFFER: the batch */
+	char *inner_buf; /* NATS_BODY_BUFFER: one change, read again */
+	StringInfoData subject;
+	StringInfoData data;
+	StringInfoData scratch;
+
+	/* start/finish */
+	const char *pending_id;
+	ReplicantBody *pending_body;
+} NatsSink;
+
+typedef enum NatsKind
+{
+	NATS_CHANGE,
+	NATS_MESSAGE,
+	NATS_READ,
+	NATS_MARKER
+} NatsKind;
+
+/* Sets result's outcome and error, unless a failure is set already. */
+extern void nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome outcome,
+						   const char *error);
+
+/*
+ * Waits until at most max_pending messages (and max_bytes) are
+ * unacknowledged; false (result set) on a failure, the acknowledgement
+ * timeout or an abandoned wait.
+ */
+extern bool nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes,
+								ReplicantSinkResult *result);
+
+/* Asks the stream for its last sequence and this pipeline's last message. */
+extern bool nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result);
+
+/*
+ * Publishes sink->data on sink->subject with id; chained ones expect the
+ * stream's last sequence.  false (result set) on a failure.
+ */
+extern bool nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn,
+							  uint64 xid, uint64 position, bool chained,
+							  ReplicantSinkResult *result);
+
+/* Publishes every change, message, read and marker of body (sink_nats_batch.c). */
+extern void nats_sink_publish_body(NatsSink *sink, const char *id, ReplicantBody *body,
+								   ReplicantSinkResult *result);
+
+#endif /* REPLICANT_SINK_NATS_INTERNAL_H */
