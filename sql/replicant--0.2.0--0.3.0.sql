@@ -825,6 +825,14 @@ COMMENT ON VIEW replicant.metrics IS
 REVOKE ALL ON replicant.metrics FROM PUBLIC;
 GRANT SELECT ON replicant.metrics TO pg_monitor, replicant_admin;
 
+-- ---- A resync that cannot stream does not loop (issue 33 review): the
+-- slot losses of a pipeline with on_slot_loss => 'resync' in a row, with no
+-- stream batch delivered in between; past 3 the pipeline halts instead of
+-- resyncing again.  resync_pipeline() starts the count over.
+ALTER TABLE replicant.pipelines ADD COLUMN resync_losses integer NOT NULL DEFAULT 0;
+COMMENT ON COLUMN replicant.pipelines.resync_losses IS
+    'API: Private. Slot losses in a row with no stream batch delivered in between (on_slot_loss => ''resync''); past 3 the pipeline halts.';
+
 -- ---- Privileges nobody granted on purpose (keep this section last: it
 -- covers every object made above).  Default privileges of the installing
 -- role (ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO ..., global or

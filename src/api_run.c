@@ -91,6 +91,35 @@ replicant_resume_pipeline(PG_FUNCTION_ARGS)
  * replaces the slot and what it held.  The worker starts again for it (a
  * new config_version).  A resync under way goes on.
  */
+/*
+ * A resync drops the old slot: the logical messages it still holds are
+ * never delivered (a resync reads tables, not messages).  After a loss that
+ * is the loss's doing; on request, with a slot that still works, it would be
+ * the resync's: refused for a pipeline that delivers messages, unless it is
+ * halted or already resyncing.
+ */
+static void
+refuse_dropping_messages(int32 pipeline_id, const char *name)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
+
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines p, pg_catalog.pg_replication_slots s"
+							  " WHERE p.id OPERATOR(pg_catalog.=) $1 AND p.messages"
+							  "   AND p.halt_reason IS NULL AND p.resync_reason IS NULL"
+							  "   AND s.slot_name OPERATOR(pg_catalog.=) p.slot_name"
+							  "   AND s.wal_status IS DISTINCT FROM 'lost'"
+							  "   AND (pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'invalidation_reason') IS NULL",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read pipeline \"%s\"", name);
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pipeline \"%s\" delivers logical messages and its replication slot still works", name),
+				 errdetail("A resync drops the slot, and the messages it still holds would never be delivered."),
+				 errhint("Let the pipeline deliver what its slot holds first, or turn its messages off with replicant.alter_pipeline(name, messages => false).")));
+}
+
 Datum
 replicant_resync_pipeline(PG_FUNCTION_ARGS)
 {
@@ -110,9 +139,10 @@ replicant_resync_pipeline(PG_FUNCTION_ARGS)
 	ref = replicant_pipeline_lookup(name, true);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
 	args[0] = Int32GetDatum(ref.id);
+	refuse_dropping_messages(ref.id, name);
 	replicant_catalog_update_pipelines("UPDATE replicant.pipelines"
-									   "   SET resync_slot_dropped = resync_reason IS NOT NULL AND resync_slot_dropped,"
-									   "       resync_reason = coalesce(resync_reason, 'requested'),"
+									   "   SET resync_slot_dropped = false,"
+									   "       resync_reason = coalesce(resync_reason, 'requested'), resync_losses = 0,"
 									   "       halt_reason = NULL, halt_lsn = NULL, halt_cause = NULL,"
 									   "       config_version = config_version OPERATOR(pg_catalog.+) 1"
 									   " WHERE id OPERATOR(pg_catalog.=) $1",

@@ -197,7 +197,7 @@ replicant_delivery_check_slot(ReplicantPipelineSlot *slot)
 	 * whose slot does not exist, which halts at its next start.
 	 */
 	replicant_slot_health_give_up();
-	replicant_resync_on_loss(slot, replicant_slot_health_watched(), reason);
+	reason = replicant_resync_on_loss(slot, replicant_slot_health_watched(), reason);
 	replicant_delivery_halt(slot, replicant_slot_health_watched(), reason);
 }
 
@@ -246,6 +246,7 @@ note_retry(ReplicantPipelineSlot *slot, const ReplicantSinkResult *result)
 {
 	const char *error = result->error;
 
+	replicant_slot_health_sink_failed();
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->retries++;
 	replicant_metrics_retry(slot, result->http_status);

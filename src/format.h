@@ -24,7 +24,9 @@
  * why the pipeline resyncs (value-free), what it had delivered (lost_from,
  * the acknowledged commit of its checkpoint; invalid when it had none) and
  * the new slot's consistent point, from which it streams again (lost_to;
- * invalid on a "first" marker: the slot is made once the sink answered it).
+ * invalid on a "first" marker: the slot is made once the sink answered it),
+ * and whether the sink sweeps the table at its "last" (not when the rows it
+ * would remove are ones the publications chose never to delete there).
  * On a "last" marker, key names the table's key columns as the stream's key
  * carries them (NIL: it has none), for a format that sweeps by key.
  */
@@ -34,6 +36,7 @@ typedef struct ReplicantResync
 	XLogRecPtr lost_from;
 	XLogRecPtr lost_to;
 	List *key;
+	bool sweep; /* the table's publications publish delete and truncate */
 } ReplicantResync;
 
 /* One HTTP request made by a format. */
@@ -58,6 +61,15 @@ typedef struct ReplicantFormat
 	 * IDENTITY FULL) has them.
 	 */
 	bool whole_rows;
+
+	/*
+	 * Whether its sink can let its watermark go back to a resync's lost_to
+	 * (docs/sink-protocol.md, "Resync"): the format carries the resync's
+	 * markers and its sink keys nothing on the commit LSN beyond the
+	 * watermark.  Without it, a resync whose new slot starts below what the
+	 * sink acknowledged (a promoted standby that lagged) halts.
+	 */
+	bool resets_watermark;
 
 	/*
 	 * For a sink that reports an error code (X-ClickHouse-Exception-Code or

@@ -220,7 +220,7 @@ replicant_format_append_resync(StringInfo out, const ReplicantResync *resync)
 	append_lsn(out, resync->lost_from);
 	appendStringInfoString(out, ",\"lost_to\":");
 	append_lsn(out, resync->lost_to);
-	appendStringInfoChar(out, '}');
+	appendStringInfo(out, ",\"sweep\":%s}", resync->sweep ? "true" : "false");
 }
 
 static void
@@ -263,6 +263,7 @@ message_request(const char *pipeline, const ReplicantMessage *message,
 const ReplicantFormat replicant_format_replicant = {
 	.name = "replicant",
 	.content_type = "application/json",
+	.resets_watermark = true,
 	.separator = ",",
 	.change = render_change,
 	.begin_txn = begin_txn,

@@ -255,7 +255,8 @@ read_pipeline_row(int32 id)
 								  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss', 'halt'),"
 								  "       pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_reason',"
 								  "       (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_lost_from')::pg_catalog.pg_lsn,"
-								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_slot_dropped')::pg_catalog.bool, false)"
+								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_slot_dropped')::pg_catalog.bool, false),"
+								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_losses')::pg_catalog.int4, 0)"
 								  "  FROM replicant.pipelines p"
 								  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 								  " WHERE p.id OPERATOR(pg_catalog.=) $1",
@@ -333,6 +334,7 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 	p->resync_reason = spi_text(tuple, desc, 30);
 	p->resync_lost_from = spi_lsn(tuple, desc, 31);
 	p->resync_slot_dropped = DatumGetBool(spi_datum(tuple, desc, 32, &isnull));
+	p->resync_losses = DatumGetInt32(spi_datum(tuple, desc, 33, &isnull));
 	return p;
 }
 

@@ -48,6 +48,8 @@ typedef struct ReplicantPipeline
 	char *resync_reason;              /* NULL unless a resync is under way (resync.h) */
 	XLogRecPtr resync_lost_from;      /* its lost_from, or 0 */
 	bool resync_slot_dropped;         /* the old slot is gone: a slot is the resync's */
+	int32 resync_losses;              /* slot losses in a row, no batch streamed since */
+	bool resync_ended;                /* this process ended a resync (slot_health.c) */
 	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
 	XLogRecPtr checkpoint_end_lsn;
 	/* keys the ids of reads (change.h); random per process under 0.2.0's objects */

@@ -42,6 +42,7 @@
 #include "utils/pg_lsn.h"
 
 #include "catalog.h"
+#include "compat.h"
 #include "event_log.h"
 #include "fault.h"
 #include "resync.h"
@@ -49,33 +50,79 @@
 #include "slot_health.h"
 #include "slot_position.h"
 
-void
+/* Runs one statement on replicant's tables, in a transaction of its own. */
+static void
+run_catalog_update(const char *sql, int nargs, Oid *argtypes, Datum *args)
+{
+	ReplicantCatalogAccess access;
+
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args(sql, nargs, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record the resync's progress");
+	replicant_catalog_end(&access);
+}
+
+/*
+ * Counts the loss and records the resync, unless REPLICANT_RESYNC_MAX_LOSSES
+ * losses came in a row already with no stream batch delivered in between
+ * (resync_losses, reset by replicant_resync_streamed): a resync that cannot
+ * stream before its slot is lost again would loop.  Returns whether it was
+ * recorded; *looped says when the count stopped it.
+ */
+static bool
+record_loss(ReplicantPipeline *pipeline, const char *reason, bool *looped)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[3] = {INT4OID, TEXTOID, INT4OID};
+	Datum args[3];
+	bool recorded;
+
+	args[0] = Int32GetDatum(pipeline->id);
+	args[1] = CStringGetTextDatum(reason);
+	args[2] = Int32GetDatum(REPLICANT_RESYNC_MAX_LOSSES);
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("UPDATE replicant.pipelines"
+							  "   SET resync_slot_dropped = resync_reason IS NOT NULL AND resync_slot_dropped,"
+							  "       resync_reason = coalesce(resync_reason, $2),"
+							  "       resync_losses = resync_losses OPERATOR(pg_catalog.+) 1"
+							  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL"
+							  "   AND resync_losses OPERATOR(pg_catalog.<) $3",
+							  3, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record the resync of pipeline %d", pipeline->id);
+	recorded = SPI_processed > 0;
+	*looped = false;
+	if (!recorded)
+	{
+		if (SPI_execute_with_args("SELECT 1 FROM replicant.pipelines"
+								  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL",
+								  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read pipeline %d", pipeline->id);
+		*looped = SPI_processed > 0;
+	}
+	replicant_catalog_end(&access);
+	return recorded;
+}
+
+char *
 replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 						 const char *reason)
 {
-	ReplicantCatalogAccess access;
-	Oid argtypes[2] = {INT4OID, TEXTOID};
-	Datum args[2];
 	bool recorded;
+	bool looped;
 
 	if (!pipeline->on_slot_loss_resync)
-		return;
+		return (char *) reason;
 	if (IsTransactionState())
 		AbortCurrentTransaction();
 	/* The resync is the remedy now: the halt's advice would mislead. */
 	if (pg_str_endswith(reason, REPLICANT_SLOT_MISSING_REMEDY))
 		reason = pnstrdup(reason, strlen(reason) - strlen(REPLICANT_SLOT_MISSING_REMEDY));
-	args[0] = Int32GetDatum(pipeline->id);
-	args[1] = CStringGetTextDatum(reason);
-	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args("UPDATE replicant.pipelines"
-							  "   SET resync_slot_dropped = resync_reason IS NOT NULL AND resync_slot_dropped,"
-							  "       resync_reason = coalesce(resync_reason, $2)"
-							  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL",
-							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not record the resync of pipeline %d", pipeline->id);
-	recorded = SPI_processed > 0;
-	replicant_catalog_end(&access);
+	recorded = record_loss(pipeline, reason, &looped);
+	if (looped)
+		return psprintf("the replication slot was lost %d times in a row before the stream delivered a batch, "
+						"resyncing again would loop (raise max_retained_wal or max_slot_wal_keep_size, "
+						"then call replicant.resync_pipeline()): %s",
+						REPLICANT_RESYNC_MAX_LOSSES, reason);
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (recorded)
@@ -97,16 +144,17 @@ replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipelin
 	proc_exit(0);
 }
 
-/* Runs one statement on replicant's tables, in a transaction of its own. */
-static void
-run_catalog_update(const char *sql, int nargs, Oid *argtypes, Datum *args)
+void
+replicant_resync_streamed(ReplicantPipeline *pipeline)
 {
-	ReplicantCatalogAccess access;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline->id)};
 
-	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args(sql, nargs, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not record the resync's progress");
-	replicant_catalog_end(&access);
+	if (pipeline->resync_losses == 0)
+		return;
+	run_catalog_update("UPDATE replicant.pipelines SET resync_losses = 0 WHERE id OPERATOR(pg_catalog.=) $1",
+					   1, argtypes, args);
+	pipeline->resync_losses = 0;
 }
 
 void
@@ -165,26 +213,64 @@ replicant_resync_markers(ReplicantPipeline *pipeline, bool last)
 	return resync;
 }
 
+char *
+replicant_resync_refusal(ReplicantPipeline *pipeline, const ReplicantResync *resync)
+{
+	const ReplicantFormat *format = replicant_format_of(pipeline);
+
+	if (resync == NULL || format->resets_watermark || resync->lost_to >= resync->lost_from)
+		return NULL;
+	return psprintf("the resync's new replication slot starts at %X/%X, below %X/%X that the sink acknowledged "
+					"(this server's WAL went back: a promoted standby that lagged), and a %s sink cannot "
+					"take the new commits at those positions (recreate the pipeline, its destination emptied)",
+					LSN_FORMAT_ARGS(resync->lost_to), LSN_FORMAT_ARGS(resync->lost_from), format->name);
+}
+
+/*
+ * A resync_pipeline() came after the reads began (it cleared
+ * resync_slot_dropped): the resync starts over, what is left of the slot
+ * going as an old one, and the worker exits for an immediate restart.
+ */
+REPLICANT_NORETURN static void
+start_over(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
+{
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->superseded = true;
+	LWLockRelease(replicant_shmem->lock);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" starts its resync over: replicant.resync_pipeline() was called during it",
+					pipeline->name)));
+	proc_exit(0);
+}
+
 void
-replicant_resync_finish(ReplicantPipeline *pipeline)
+replicant_resync_finish(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 {
 	ReplicantCatalogAccess access;
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1] = {Int32GetDatum(pipeline->id)};
 	XLogRecPtr lost_to = replicant_slot_confirmed_flush(pipeline->slot_name);
+	bool ended;
 
 	if (pipeline->resync_reason == NULL)
 		return;
+	replicant_fault("resync_finish");
 	replicant_catalog_begin(&access);
+	/* Unless a resync_pipeline() came meanwhile: it clears resync_slot_dropped. */
 	if (SPI_execute_with_args("UPDATE replicant.pipelines SET resync_reason = NULL,"
 							  "       resync_lost_from = NULL, resync_slot_dropped = false"
-							  " WHERE id OPERATOR(pg_catalog.=) $1",
+							  " WHERE id OPERATOR(pg_catalog.=) $1 AND resync_slot_dropped",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record the end of the resync");
+	ended = SPI_processed > 0;
 	/* The stream starts there: the slot is where the pipeline left it. */
-	replicant_slot_position_create(pipeline->id, lost_to);
+	if (ended)
+		replicant_slot_position_create(pipeline->id, lost_to);
 	replicant_catalog_end(&access);
+	if (!ended)
+		start_over(slot, pipeline);
 	pipeline->resync_reason = NULL;
+	pipeline->resync_ended = true;
 	replicant_log_state(pipeline->name, "resync_ended", "lsn", psprintf("%X/%X", LSN_FORMAT_ARGS(lost_to)),
 						REPLICANT_LOG_END);
 	ereport(LOG,

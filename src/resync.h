@@ -16,11 +16,18 @@
  * The pipeline lost its slot for reason (value-free): with on_slot_loss =>
  * 'resync', records the resync in the catalog (the first reason stands),
  * shows it in slot and exits for the launcher to start the worker again at
- * once, which then resyncs.  Returns (recording nothing) with 'halt'.  Call
- * outside a transaction, holding no slot.
+ * once, which then resyncs.  Returns the reason to halt with (recording
+ * nothing): reason itself with 'halt', or, after REPLICANT_RESYNC_MAX_LOSSES
+ * losses in a row with no stream batch delivered in between, a reason that
+ * says so (a resync would loop).  Call outside a transaction, holding no
+ * slot.
  */
-extern void replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-									 const char *reason);
+#define REPLICANT_RESYNC_MAX_LOSSES 3
+extern char *replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+									  const char *reason);
+
+/* The stream delivered a batch: the losses in a row (resync_on_loss) are reset. */
+extern void replicant_resync_streamed(ReplicantPipeline *pipeline);
 
 /*
  * Before the resync's first markers: backfills under way are cancelled
@@ -43,10 +50,18 @@ extern char *replicant_resync_drop_old_slot(ReplicantPipeline *pipeline);
 extern ReplicantResync *replicant_resync_markers(ReplicantPipeline *pipeline, bool last);
 
 /*
+ * NULL, or the value-free reason to halt rather than send the last markers
+ * of resync: the new slot starts below what the sink acknowledged
+ * (lost_to < lost_from) and the pipeline's format cannot reset its sink's
+ * watermark (format.h, resets_watermark).
+ */
+extern char *replicant_resync_refusal(ReplicantPipeline *pipeline, const ReplicantResync *resync);
+
+/*
  * Every table was read and its last marker acknowledged: the resync is
  * over; the stream goes on from the new slot's consistent point, recorded
  * as the slot's position (slot_position.h).
  */
-extern void replicant_resync_finish(ReplicantPipeline *pipeline);
+extern void replicant_resync_finish(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline);
 
 #endif /* REPLICANT_RESYNC_H */

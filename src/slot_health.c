@@ -29,6 +29,15 @@
 /* The pipeline whose slot this process holds while streaming, or NULL. */
 static ReplicantPipeline *watched = NULL;
 
+/*
+ * After a resync that this process ended, where the stream began: until
+ * the slot confirms past it, the stream is still decoding the WAL written
+ * while the resync read the tables, which is no more the sink's doing than
+ * what a caught-up slot retains, so the slot is not given up (the warning
+ * still runs) unless the sink fails meanwhile.  Invalid otherwise.
+ */
+static XLogRecPtr stream_began = InvalidXLogRecPtr;
+
 /* When the warning was last logged; 0 while there is none. */
 static TimestampTz warned_at = 0;
 
@@ -99,6 +108,7 @@ replicant_slot_health_watch(ReplicantPipeline *pipeline)
 {
 	watched = pipeline;
 	warned_at = 0;
+	stream_began = pipeline->resync_ended ? GetXLogWriteRecPtr() : InvalidXLogRecPtr;
 }
 
 ReplicantPipeline *
@@ -174,7 +184,8 @@ note_warning(uint64 retained, XLogRecPtr restart_lsn, XLogRecPtr current)
  * acknowledged.  A caught-up slot can retain more (its restart_lsn waits for
  * the next running-transactions record, and cannot pass the oldest
  * transaction in progress, in any database, whoever runs it); that is no
- * doing of the sink's, so it only warns.
+ * doing of the sink's, so it only warns.  Nor is the WAL written while a
+ * resync read the tables, until the stream confirmed past it (stream_began).
  */
 char *
 replicant_slot_health_check(void)
@@ -198,13 +209,21 @@ replicant_slot_health_check(void)
 	/* The position pg_replication_slots measures from, as replicant.status does. */
 	current = GetXLogWriteRecPtr();
 	retained = current > restart_lsn ? current - restart_lsn : 0;
+	if (confirmed >= stream_began)
+		stream_began = InvalidXLogRecPtr;
 	unacknowledged = current > confirmed ? current - confirmed : 0;
 	budget = watched->max_retained_wal;
-	if (budget > 0 && retained > (uint64) budget && unacknowledged > (uint64) budget)
+	if (budget > 0 && XLogRecPtrIsInvalid(stream_began) && retained > (uint64) budget && unacknowledged > (uint64) budget)
 		return psprintf("replication slot given up: it retained " UINT64_FORMAT " bytes of WAL, past the pipeline's max_retained_wal of " INT64_FORMAT,
 						retained, budget);
 	note_warning(retained, restart_lsn, current);
 	return NULL;
+}
+
+void
+replicant_slot_health_sink_failed(void)
+{
+	stream_began = InvalidXLogRecPtr;
 }
 
 void

@@ -46,6 +46,12 @@ extern ReplicantPipeline *replicant_slot_health_watched(void);
 extern char *replicant_slot_health_check(void);
 
 /*
+ * The sink failed a request (retried): after a resync, the slot may be
+ * given up again before the stream caught up with the WAL of its reads.
+ */
+extern void replicant_slot_health_sink_failed(void);
+
+/*
  * Drops the watched slot, which this process holds: the server frees the
  * WAL it retained at its next checkpoint.
  */

@@ -40,6 +40,7 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -97,6 +98,38 @@ delivered_names(ReplicantRelation *relation, List **key, Oid relid, List *public
 	table_close(rel, AccessShareLock);
 }
 
+/*
+ * Whether the publications delete what a resync's sweep would remove from
+ * the table delivered as relation: rows deleted or truncated while no slot
+ * kept the changes.  A sweep where they publish no delete or no truncate
+ * would delete at the sink what they chose to keep there.
+ */
+static bool
+publishes_removals(const ReplicantRelation *relation, List *publications)
+{
+	Oid argtypes[3] = {TEXTARRAYOID, TEXTOID, TEXTOID};
+	Datum args[3];
+	Datum *pubs = palloc(sizeof(Datum) * list_length(publications));
+	ListCell *lc;
+	int n = 0;
+	bool isnull;
+
+	foreach(lc, publications)
+		pubs[n++] = CStringGetTextDatum(lfirst(lc));
+	args[0] = PointerGetDatum(construct_array(pubs, n, TEXTOID, -1, false, TYPALIGN_INT));
+	args[1] = CStringGetTextDatum(relation->schema);
+	args[2] = CStringGetTextDatum(relation->table);
+	if (SPI_execute_with_args("SELECT coalesce(bool_or(p.pubdelete) AND bool_or(p.pubtruncate), false)"
+							  "  FROM pg_catalog.pg_publication p"
+							  "  JOIN pg_catalog.pg_publication_tables t ON t.pubname OPERATOR(pg_catalog.=) p.pubname"
+							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1)"
+							  "   AND t.schemaname OPERATOR(pg_catalog.=) $2 AND t.tablename OPERATOR(pg_catalog.=) $3",
+							  3, argtypes, args, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read the actions of the publications");
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 /* POSTs a snapshot body of relation; halts, naming it, on anything but a 2xx. */
 static void
 post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
@@ -133,8 +166,13 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	StringInfoData out;
 	MemoryContext caller = CurrentMemoryContext; /* outlives the SPI connection */
 	ReplicantResync *resync = replicant_resync_markers(pipeline, last);
+	ReplicantResync *resyncs;
+	char *refused = last ? replicant_resync_refusal(pipeline, resync) : NULL;
 	/* a resync's last markers, in a format that sweeps by key: the keys */
 	bool sweeps = resync != NULL && last && replicant_format_of(pipeline)->sweeps_by_key;
+
+	if (refused != NULL)
+		replicant_delivery_halt(slot, pipeline, refused);
 
 	args[0] = Int32GetDatum(pipeline->id);
 	replicant_catalog_begin(&access);
@@ -159,6 +197,13 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		delivered_names(&relations[i], sweeps ? &keys[i] : NULL, relid, pipeline->publications,
 						caller);
 	}
+	resyncs = MemoryContextAllocZero(caller, sizeof(ReplicantResync) * (n + 1));
+	for (i = 0; i < n && resync != NULL; i++)
+	{
+		resyncs[i] = *resync;
+		resyncs[i].sweep = relations[i].table != NULL &&
+						   publishes_removals(&relations[i], pipeline->publications);
+	}
 	replicant_catalog_end(&access);
 
 	initStringInfo(&out);
@@ -169,9 +214,12 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		if (relations[i].table != NULL)
 		{
 			if (resync != NULL)
-				resync->key = keys[i];
+				resyncs[i].key = keys[i];
+			/* A format that sweeps by itself (by key) gets no resync to sweep. */
 			replicant_snapshot_start_body(&out, pipeline, &relations[i], ids[i], !last, last,
-										  resync);
+										  resync && (resyncs[i].sweep || !replicant_format_of(pipeline)->sweeps_by_key) ?
+											  &resyncs[i] :
+											  NULL);
 			webhook_id = psprintf("%s-b" INT64_FORMAT "-%s", pipeline->name, ids[i],
 								  last ? "last" : "first");
 			post_snapshot_body(slot, pipeline, sink, &out, webhook_id, 0, &relations[i]);
@@ -604,12 +652,15 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	 * A table published after planning (before the slot's creation, or
 	 * before this resume) is planned now and read, with what is left, under
 	 * a newer snapshot: the stream starts at the slot's point, so the sink
-	 * converges as after an interrupted snapshot.
+	 * converges as after an interrupted snapshot.  A resync plans every
+	 * table anew then, new "first" markers before any read: a new table's
+	 * "first" must not follow reads delivered under its sink name (a
+	 * partition's, under its root's), or its "last" would sweep them.
 	 */
 	while (replicant_snapshot_unplanned_tables(pipeline, planned))
 	{
 		CommitTransactionCommand();
-		replicant_snapshot_plan(pipeline, false);
+		replicant_snapshot_plan(pipeline, pipeline->resync_reason != NULL);
 		planned = prepare_shards(slot, pipeline, sink);
 		snapshot_name = export_fresh_snapshot(pipeline);
 	}
@@ -627,7 +678,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 		restart_snapshot(slot, pipeline, "a snapshot worker ended with its shards unread",
 						 "a snapshot worker ended with its shards unread");
 	send_markers(slot, pipeline, sink, true);
-	replicant_resync_finish(pipeline);
+	replicant_resync_finish(slot, pipeline);
 	replicant_transport_close(sink);
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" finished its initial snapshot", pipeline->name)));

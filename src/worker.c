@@ -331,6 +331,7 @@ acknowledged(Worker *w, int first, int last, size_t bytes)
 										  w->batch->txns[last].commit_lsn,
 										  w->batch->txns[last].end_lsn, now))
 		confirm(w, replicant_checkpoint_committed_end());
+	replicant_resync_streamed(w->pipeline);
 }
 
 /*
@@ -691,7 +692,7 @@ start_streaming(Worker *w)
 	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason, &halt_cause,
 										 &slot_lost);
 	if (w->decoder == NULL && slot_lost)
-		replicant_resync_on_loss(w->slot, w->pipeline, halt_reason);
+		halt_reason = replicant_resync_on_loss(w->slot, w->pipeline, halt_reason);
 	if (w->decoder == NULL)
 		replicant_delivery_halt_at(w->slot, w->pipeline, halt_reason, InvalidXLogRecPtr, halt_cause);
 	w->sink = replicant_delivery_sink(w->pipeline);

@@ -74,7 +74,7 @@ CREATE TABLE IF NOT EXISTS bodies (seq INTEGER PRIMARY KEY, webhook_id TEXT,
 """
 COUNTERS = ("requests", "batches_applied", "transactions_applied",
             "duplicate_transactions", "changes_applied", "bad_signatures",
-            "faults_injected", "resyncs_swept", "rows_swept")
+            "faults_injected", "resyncs_swept", "rows_swept", "watermark_resets")
 SIGNATURE_TOLERANCE = 300   # seconds; Standard Webhooks' replay protection
 # Request headers --keep-bodies stores, besides every "x-..." header.
 KEPT_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature",
@@ -215,12 +215,39 @@ def resync_marker(db, pipeline, snapshot, seq, counts, marker):
                            "schema=? AND tbl=? AND backfill_id=?", ident).fetchone()
         if found is None or found[1]:
             return
-        swept = db.execute("DELETE FROM rows WHERE schema=? AND tbl=? AND written < ?",
-                           where + (found[0],)).rowcount
+        # "sweep": false where the publications publish no delete or truncate.
+        swept = 0
+        if snapshot["resync"].get("sweep", True):
+            swept = db.execute("DELETE FROM rows WHERE schema=? AND tbl=? AND written < ?",
+                               where + (found[0],)).rowcount
         db.execute("UPDATE resync_marks SET swept=1 WHERE pipeline=? AND schema=? "
                    "AND tbl=? AND backfill_id=?", ident)
         counts["resyncs_swept"] += 1
         counts["rows_swept"] += swept
+
+
+def pg_lsn(text):
+    """A pg_lsn's text ("16/B374D848") as a number, as commit_lsn comes."""
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def reset_watermark(db, pipeline, resync, counts):
+    """A resync's "last" whose lost_to is below the watermark: the server's WAL
+    went back (a promoted standby that lagged), so the LSNs above lost_to are
+    the new primary's and must not be taken for re-deliveries.  The same
+    lost_to on every "last" of the resync: the first one resets, the others
+    (and a "last" sent again) find nothing to do."""
+    lost_to = resync.get("lost_to")
+    if lost_to is None:
+        return
+    lost_to = pg_lsn(lost_to)
+    found = db.execute("SELECT commit_lsn FROM watermarks WHERE pipeline=?",
+                       (pipeline,)).fetchone()
+    if found is not None and found[0] > lost_to:
+        db.execute("UPDATE watermarks SET commit_lsn=? WHERE pipeline=?",
+                   (lost_to, pipeline))
+        counts["watermark_resets"] += 1
 
 
 def apply_batch(db, batch, webhook_id, arrival):
@@ -228,7 +255,7 @@ def apply_batch(db, batch, webhook_id, arrival):
     pipeline, kind = batch.get("pipeline"), batch.get("kind")
     counts = dict(requests=1, batches_applied=1, transactions_applied=0,
                   duplicate_transactions=0, changes_applied=0, resyncs_swept=0,
-                  rows_swept=0)
+                  rows_swept=0, watermark_resets=0)
     # This request's number (its row in "accepted"): what its changes write.
     seq = db.execute("SELECT coalesce(max(seq), 0) + 1 FROM accepted").fetchone()[0]
     lsns = []
@@ -266,6 +293,7 @@ def apply_batch(db, batch, webhook_id, arrival):
         counts["changes_applied"] += len(batch["changes"])
         if snapshot.get("resync") and snapshot.get("last"):
             resync_marker(db, pipeline, snapshot, seq, counts, "last")
+            reset_watermark(db, pipeline, snapshot["resync"], counts)
     elif kind == "message":   # non-transactional logical messages
         for m in batch.get("messages") or [batch["message"]]:
             store_message(db, pipeline, m, 0)

@@ -188,11 +188,13 @@ my $round = 1;
 	my $body = encode_json({ pipeline => 'keep', kind => 'snapshot', changes => [],
 			snapshot => $last->{snapshot} });
 	my $before = $sink->dump('public.keep_t');
+	my $sweeps = $sink->stats->{resyncs_swept};
 	my $r = HTTP::Tiny->new->post($sink->{url},
 		{ content => $body, headers => { 'content-type' => 'application/json',
 				'webhook-id' => $last->{webhook_id} } });
 	ok($r->{success}, "$label: the sink accepts a last marker sent again");
 	is($sink->dump('public.keep_t'), $before, "$label: and sweeps nothing");
+	is($sink->stats->{resyncs_swept}, $sweeps, "$label: it finds its sweep recorded (no second sweep)");
 	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('keep')");
 }
 
@@ -389,6 +391,14 @@ CREATE PUBLICATION big_pub FOR TABLE big_t;
 		"$label: the resync ends");
 	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['public.big_t']),
 		"$label: the sink equals the source");
+	# Between the resync's first and last markers the sink got nothing but reads.
+	my @acc = @{ $sink->stats->{accepted} };
+	my @marks = grep { ref $acc[$_]{snapshot} && $acc[$_]{snapshot}{resync} } 0 .. $#acc;
+	my ($fi) = grep { $acc[$_]{snapshot}{first} } @marks;
+	my ($li) = reverse grep { $acc[$_]{snapshot}{last} } @marks;
+	ok(defined $fi && defined $li && $fi < $li, "$label: the accepted log has the resync's first and last");
+	is(scalar(grep { $acc[$_]{kind} ne 'snapshot' } ($fi // 0) .. ($li // -1)), 0,
+		"$label: no change batch reached the sink between them");
 	like(slurp_file($node->logfile), qr/replicant pipeline "big" resumes its initial snapshot under a fresh snapshot/,
 		"$label: the resync was resumed, not started over");
 	$node->safe_psql('postgres', "SELECT replicant.drop_pipeline('big')");
