@@ -49,6 +49,7 @@
 #include <nats/nats.h>
 
 #include "common/base64.h"
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
 #include "postmaster/interrupt.h"
@@ -370,6 +371,39 @@ drop_pending(NatsSink *sink)
 
 /* ---- the stream ---- */
 
+/*
+ * Takes the last message under the prefix as this pipeline's mark; false
+ * when another pipeline, or a pipeline of the same name in another
+ * database or on another server, wrote it (Replicant-Source and
+ * Replicant-Pipeline): its position says nothing of this pipeline's.
+ */
+static bool
+learn_mark(NatsSink *sink, natsMsg *msg)
+{
+	const char *source = NULL;
+	const char *pipeline = NULL;
+	const char *id = NULL;
+	size_t plen = strlen(sink->pipeline);
+	unsigned long long lsn,
+		pos;
+
+	if (natsMsgHeader_Get(msg, "Replicant-Source", &source) != NATS_OK || source == NULL ||
+		strcmp(source, sink->source) != 0 ||
+		natsMsgHeader_Get(msg, "Replicant-Pipeline", &pipeline) != NATS_OK || pipeline == NULL ||
+		strcmp(pipeline, sink->pipeline) != 0)
+		return false;
+	/* <pipeline>:<lsn>:<position>; reads and markers have other ids */
+	if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != NULL &&
+		strncmp(id, sink->pipeline, plen) == 0 && id[plen] == ':' &&
+		sscanf(id + plen + 1, "%llu:%llu", &lsn, &pos) == 2)
+	{
+		sink->have_mark = true;
+		sink->mark_lsn = lsn;
+		sink->mark_pos = pos;
+	}
+	return true;
+}
+
 /* The stream's last sequence and the last message of this pipeline. */
 bool
 nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
@@ -401,21 +435,16 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 	sink->have_mark = false;
 	if (s == NATS_OK)
 	{
-		const char *id = NULL;
-		size_t plen = strlen(sink->pipeline);
-		unsigned long long lsn,
-			pos;
+		bool ours = learn_mark(sink, msg);
 
-		/* <pipeline>:<lsn>:<position>; reads and markers have other ids */
-		if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != NULL &&
-			strncmp(id, sink->pipeline, plen) == 0 && id[plen] == ':' &&
-			sscanf(id + plen + 1, "%llu:%llu", &lsn, &pos) == 2)
-		{
-			sink->have_mark = true;
-			sink->mark_lsn = lsn;
-			sink->mark_pos = pos;
-		}
 		natsMsg_Destroy(msg);
+		if (!ours)
+		{
+			nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+						   "the last message under the NATS subject prefix was written by another "
+						   "pipeline or database: give each pipeline its own subject_prefix");
+			return false;
+		}
 	}
 	else if (s != NATS_NOT_FOUND)
 	{
@@ -464,6 +493,7 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	}
 	set_header(msg, "Nats-Msg-Id", id);
 	set_header(msg, "Replicant-Pipeline", sink->pipeline);
+	set_header(msg, "Replicant-Source", sink->source);
 	set_header(msg, "Replicant-Kind", kind_names[kind]);
 	if (kind == NATS_CHANGE || kind == NATS_MESSAGE)
 	{
@@ -650,6 +680,7 @@ replicant_nats_transport_open(const ReplicantSinkConfig *config)
 	if (sink->url_problem == NULL)
 		sink->url_problem = problem;
 	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
+	sink->source = psprintf(UINT64_FORMAT "/%u", GetSystemIdentifier(), MyDatabaseId);
 	sink->ack_timeout_ms = config->http_timeout_ms > 0 ? config->http_timeout_ms : NATS_DEFAULT_ACK_TIMEOUT_MS;
 	sink->acks = calloc(1, sizeof(NatsAcks));
 	if (sink->acks == NULL)

@@ -64,6 +64,7 @@ typedef struct NatsSink
 	uint64 mark_pos;
 
 	char *pipeline;
+	char *source;    /* <system identifier>/<database oid>: Replicant-Source */
 	char *buf;       /* NATS_BODY_BUFFER: the batch */
 	char *inner_buf; /* NATS_BODY_BUFFER: one change, read again */
 	StringInfoData subject;
