@@ -30,10 +30,16 @@
  * Files: sink_nats_url.c (the URL), sink_nats_batch.c (a rendered batch
  * into messages), sink_nats_body.c (reading the batch back).
  *
- * Inside Postgres: the library's threads are started (nats_Open,
- * connection creation, the JetStream context, the first asynchronous
- * publish) with every signal blocked, so they never take the process's
- * signals; they call nothing of the server's: the acknowledgement handler
+ * Inside Postgres: the library's threads are started (nats_Open: timers,
+ * callbacks, garbage collection; connection creation: reading, flushing;
+ * the first request and the first asynchronous publish of a connection:
+ * their subscriptions' delivery threads; a reconnect thread is started by
+ * the reading thread only) with every signal blocked, so they never take
+ * the process's signals; later publishes run with the worker's signals,
+ * and every write has a deadline (NATS_WRITE_DEADLINE_MS): libnats writes
+ * inline when its buffer is full, and a server that stops reading would
+ * otherwise block the worker for good.  They call nothing of the server's:
+ * the acknowledgement handler
  * counts under a mutex and writes a byte to a pipe, which the worker waits
  * on beside its latch in short slices, answering interrupts and reloads
  * outside the library.  No library error text reaches an error or a log
@@ -67,6 +73,7 @@
 #define NATS_RECONNECT_BUF (8 * 1024 * 1024)
 #define NATS_API_WAIT_MS 1000
 #define NATS_CONNECT_TIMEOUT_MS 2000
+#define NATS_WRITE_DEADLINE_MS 2000
 #define NATS_WAIT_SLICE_MS 100
 #define NATS_DEFAULT_ACK_TIMEOUT_MS 30000
 
@@ -167,6 +174,7 @@ disconnect(NatsSink *sink)
 		natsConnection_Destroy(sink->conn);
 	sink->js = NULL;
 	sink->conn = NULL;
+	sink->async_started = false;
 	sink->known = false;
 	sink->dirty = false;
 }
@@ -185,6 +193,9 @@ set_options(NatsSink *sink, natsOptions *opts)
 		s = natsOptions_SetReconnectWait(opts, 250);
 	if (s == NATS_OK)
 		s = natsOptions_SetReconnectBufSize(opts, NATS_RECONNECT_BUF);
+	/* a server that stops reading fails a write instead of blocking it */
+	if (s == NATS_OK)
+		s = natsOptions_SetWriteDeadline(opts, NATS_WRITE_DEADLINE_MS);
 	if (s == NATS_OK && sink->url.tls)
 		s = natsOptions_SetSecure(opts, true);
 	if (s == NATS_OK && sink->url.tls && sink->ca_file)
@@ -508,15 +519,28 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	jsPubOptions_Init(&po);
 	if (chained && sink->last_seq > 0)
 		po.ExpectLastSeq = sink->last_seq;
-	block_signals(&old);
-	s = js_PublishMsgAsync(sink->js, &msg, &po);
-	restore_signals(&old);
+	if (sink->async_started)
+		s = js_PublishMsgAsync(sink->js, &msg, &po);
+	else
+	{
+		/* the first one starts the acknowledgements' delivery thread */
+		block_signals(&old);
+		s = js_PublishMsgAsync(sink->js, &msg, &po);
+		restore_signals(&old);
+	}
 	natsMsg_Destroy(msg);
 	if (s != NATS_OK)
 	{
+		/*
+		 * A write cut short (its deadline, a signal) may have sent part of a
+		 * message and dropped the rest: the connection is not to be used
+		 * again.
+		 */
+		disconnect(sink);
 		set_status_failure(result, "could not publish to NATS", s, 0);
 		return false;
 	}
+	sink->async_started = true;
 	sink->dirty = true;
 	sink->published++;
 	sink->published_bytes += sink->data.len;

@@ -44,7 +44,8 @@ typedef struct NatsSink
 
 	natsConnection *conn;
 	jsCtx *js;
-	NatsAcks *acks; /* malloc'd: the library's threads may outlive a context */
+	bool async_started; /* js has published asynchronously: its threads run */
+	NatsAcks *acks;     /* malloc'd: the library's threads may outlive a context */
 	int pipe_fds[2];
 	int64 max_payload;
 
