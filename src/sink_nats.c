@@ -28,7 +28,8 @@
  *   last marker is published after the rows were acknowledged.
  *
  * Files: sink_nats_url.c (the URL), sink_nats_batch.c (a rendered batch
- * into messages), sink_nats_body.c (reading the batch back).
+ * into messages), sink_nats_body.c (reading the batch back),
+ * sink_nats_connect.c (connecting without going deaf to signals).
  *
  * Inside Postgres: the library's threads are started (nats_Open: timers,
  * callbacks, garbage collection; connection creation: reading, flushing;
@@ -74,15 +75,14 @@
 #define NATS_API_WAIT_MS 1000
 #define NATS_CONNECT_TIMEOUT_MS 2000
 #define NATS_WRITE_DEADLINE_MS 2000
-#define NATS_WAIT_SLICE_MS 100
 #define NATS_DEFAULT_ACK_TIMEOUT_MS 30000
 
 static const char *const kind_names[] = {"change", "message", "read", "marker"};
 
 /* ---- the library, its threads and signals ---- */
 
-static void
-block_signals(sigset_t *old)
+void
+nats_sink_block_signals(sigset_t *old)
 {
 	sigset_t all;
 
@@ -90,8 +90,8 @@ block_signals(sigset_t *old)
 	pthread_sigmask(SIG_SETMASK, &all, old);
 }
 
-static void
-restore_signals(const sigset_t *old)
+void
+nats_sink_restore_signals(const sigset_t *old)
 {
 	pthread_sigmask(SIG_SETMASK, old, NULL);
 }
@@ -207,23 +207,37 @@ set_options(NatsSink *sink, natsOptions *opts)
 	return s;
 }
 
-/* Connects and makes the JetStream context, every signal blocked. */
+/*
+ * Connects (in a thread of its own, interruptibly) and makes the JetStream
+ * context; every library thread starts with every signal blocked.
+ */
 static bool
 connect_sink(NatsSink *sink, ReplicantSinkResult *result)
 {
-	natsOptions *opts = NULL;
+	NatsConnecting *c;
 	natsStatus s;
 	sigset_t old;
 	jsOptions jo;
 
-	block_signals(&old);
+	c = calloc(1, sizeof(NatsConnecting));
+	if (c == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	pthread_mutex_init(&c->lock, NULL);
+	c->wake_fd = sink->pipe_fds[1];
+	nats_sink_block_signals(&old);
 	s = nats_Open(-1);
 	if (s == NATS_OK)
-		s = natsOptions_Create(&opts);
+		s = natsOptions_Create(&c->opts);
 	if (s == NATS_OK)
-		s = set_options(sink, opts);
+		s = set_options(sink, c->opts);
+	nats_sink_restore_signals(&old);
 	if (s == NATS_OK)
-		s = natsConnection_Connect(&sink->conn, opts);
+		s = nats_sink_connect(sink, c);
+	else
+		nats_sink_connecting_free(c);
+	nats_sink_block_signals(&old);
 	if (s == NATS_OK)
 	{
 		jsOptions_Init(&jo);
@@ -234,11 +248,15 @@ connect_sink(NatsSink *sink, ReplicantSinkResult *result)
 		jo.PublishAsync.StallWait = 10;
 		s = natsConnection_JetStream(&sink->js, sink->conn, &jo);
 	}
-	natsOptions_Destroy(opts);
-	restore_signals(&old);
+	nats_sink_restore_signals(&old);
 	if (s != NATS_OK)
 	{
 		disconnect(sink);
+		if (sink->abandoned)
+		{
+			nats_sink_fail(result, REPLICANT_SINK_RETRY, "interrupted while connecting to NATS");
+			return false;
+		}
 		result->refused = true;
 		set_status_failure(result, "could not connect to NATS", s, 0);
 		return false;
@@ -254,8 +272,8 @@ connect_sink(NatsSink *sink, ReplicantSinkResult *result)
  * interrupts and reloads; false when the process is to die (the request is
  * abandoned, so that what was acknowledged is committed first).
  */
-static bool
-wait_slice(NatsSink *sink, long ms)
+bool
+nats_sink_wait_slice(NatsSink *sink, long ms)
 {
 	int rc = WaitLatchOrSocket(MyLatch,
 							   WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -344,7 +362,7 @@ nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, Replican
 			nats_sink_fail(result, REPLICANT_SINK_RETRY, "timed out waiting for NATS acknowledgements");
 			return false;
 		}
-		if (!wait_slice(sink, NATS_WAIT_SLICE_MS))
+		if (!nats_sink_wait_slice(sink, NATS_WAIT_SLICE_MS))
 		{
 			nats_sink_fail(result, REPLICANT_SINK_RETRY, "interrupted while waiting for NATS acknowledgements");
 			return false;
@@ -426,9 +444,9 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 	sigset_t old;
 	char *subject = psprintf("%s.>", sink->url.prefix);
 
-	block_signals(&old);
+	nats_sink_block_signals(&old);
 	s = js_GetStreamInfo(&si, sink->js, sink->url.stream, NULL, &code);
-	restore_signals(&old);
+	nats_sink_restore_signals(&old);
 	if (s != NATS_OK)
 	{
 		if (s == NATS_NOT_FOUND && code == 0)
@@ -440,9 +458,9 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 	jsStreamInfo_Destroy(si);
 
 	code = 0;
-	block_signals(&old);
+	nats_sink_block_signals(&old);
 	s = js_GetLastMsg(&msg, sink->js, sink->url.stream, subject, NULL, &code);
-	restore_signals(&old);
+	nats_sink_restore_signals(&old);
 	sink->have_mark = false;
 	if (s == NATS_OK)
 	{
@@ -524,9 +542,9 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	else
 	{
 		/* the first one starts the acknowledgements' delivery thread */
-		block_signals(&old);
+		nats_sink_block_signals(&old);
 		s = js_PublishMsgAsync(sink->js, &msg, &po);
-		restore_signals(&old);
+		nats_sink_restore_signals(&old);
 	}
 	natsMsg_Destroy(msg);
 	if (s != NATS_OK)
