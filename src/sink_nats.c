@@ -592,6 +592,9 @@ nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
 			sink->known = false;
 			drop_pending(sink);
 		}
+		/* the library gives a connection up for good on some server errors */
+		if (sink->conn != NULL && natsConnection_IsClosed(sink->conn))
+			disconnect(sink);
 		if (sink->conn != NULL || connect_sink(sink, result))
 		{
 			nats_sink_publish_body(sink, id, body, result);
