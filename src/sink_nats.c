@@ -151,6 +151,16 @@ set_status_failure(ReplicantSinkResult *result, const char *what, natsStatus s, 
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED, "NATS stream not found");
 		return;
 	}
+	if (s == NATS_CONNECTION_AUTH_FAILED)
+	{
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED, "NATS refused the pipeline's credentials");
+		return;
+	}
+	if (s == NATS_NOT_PERMITTED)
+	{
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED, "NATS denied the pipeline a permission it needs");
+		return;
+	}
 	if (code == JSStreamMessageExceedsMaximumErr)
 	{
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
@@ -433,6 +443,52 @@ learn_mark(NatsSink *sink, natsMsg *msg)
 	return true;
 }
 
+/*
+ * Whether the subject filter takes every subject of the prefix: a publish
+ * no stream takes gets "no responders", retried for ever otherwise (and
+ * a cluster electing a leader answers so for a while too, so the publish's
+ * answer cannot tell).  The pipeline's subjects are <prefix>.<a>.<b>.
+ */
+static bool
+filter_takes_prefix(const char *filter, const char *prefix)
+{
+	const char *f = filter;
+	const char *p = prefix;
+
+	while (*p != '\0')
+	{
+		size_t flen = strcspn(f, ".");
+		size_t plen = strcspn(p, ".");
+
+		if (flen == 1 && f[0] == '>')
+			return true;
+		if (!(flen == 1 && f[0] == '*') && (flen != plen || strncmp(f, p, plen) != 0))
+			return false;
+		f += flen;
+		p += plen;
+		if (*f != '.')
+			return false;
+		f++;
+		if (*p == '.')
+			p++;
+	}
+	/* two more tokens, any */
+	return strcmp(f, ">") == 0 || strcmp(f, "*.>") == 0 || strcmp(f, "*.*") == 0;
+}
+
+static bool
+stream_takes_prefix(jsStreamInfo *si, const char *prefix)
+{
+	int i;
+
+	if (si->Config == NULL)
+		return true;
+	for (i = 0; i < si->Config->SubjectsLen; i++)
+		if (filter_takes_prefix(si->Config->Subjects[i], prefix))
+			return true;
+	return false;
+}
+
 /* The stream's last sequence and the last message of this pipeline. */
 bool
 nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
@@ -455,6 +511,13 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 		return false;
 	}
 	sink->last_seq = si->State.LastSeq;
+	if (!stream_takes_prefix(si, sink->url.prefix))
+	{
+		jsStreamInfo_Destroy(si);
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+					   "the NATS stream does not take the pipeline's subjects (<prefix>.>)");
+		return false;
+	}
 	jsStreamInfo_Destroy(si);
 
 	code = 0;
