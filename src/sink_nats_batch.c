@@ -15,6 +15,7 @@
 #include "common/cryptohash.h"
 #include "common/sha2.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 
 #include "sink_nats_internal.h"
 
@@ -68,7 +69,9 @@ table_subject(NatsSink *sink, StringInfo schema, StringInfo table)
 static void
 message_token(StringInfo subject, const char *prefix, int len)
 {
-	pg_cryptohash_ctx *ctx;
+	ResourceOwner saved_owner = CurrentResourceOwner;
+	ResourceOwner volatile own_owner = NULL;
+	pg_cryptohash_ctx *volatile ctx = NULL;
 	uint8 digest[PG_SHA256_DIGEST_LENGTH];
 	int i;
 
@@ -78,12 +81,35 @@ message_token(StringInfo subject, const char *prefix, int len)
 		return;
 	}
 	nats_subject_token(subject, prefix, NATS_PREFIX_TOKEN_HEAD);
-	ctx = pg_cryptohash_create(PG_SHA256);
-	if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) prefix, len) < 0 ||
-		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
-		elog(ERROR, "could not compute the digest of a logical message's prefix");
-	pg_cryptohash_free(ctx);
+
+	/*
+	 * With OpenSSL, pg_cryptohash_create() registers the context with
+	 * CurrentResourceOwner, NULL in a background worker between
+	 * transactions: lend it a private owner then (as signing.c does).
+	 */
+	if (CurrentResourceOwner == NULL)
+	{
+		own_owner = ResourceOwnerCreate(NULL, "replicant NATS subject");
+		CurrentResourceOwner = own_owner;
+	}
+	PG_TRY();
+	{
+		ctx = pg_cryptohash_create(PG_SHA256);
+		if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
+			pg_cryptohash_update(ctx, (const uint8 *) prefix, len) < 0 ||
+			pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+			elog(ERROR, "could not compute the digest of a logical message's prefix");
+	}
+	PG_FINALLY();
+	{
+		pg_cryptohash_free(ctx);
+		if (own_owner != NULL)
+		{
+			CurrentResourceOwner = saved_owner;
+			ResourceOwnerDelete(own_owner);
+		}
+	}
+	PG_END_TRY();
 	appendStringInfoString(subject, "%H");
 	for (i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
 		appendStringInfo(subject, "%02x", digest[i]);
