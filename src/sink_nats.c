@@ -28,12 +28,19 @@
  *   last marker is published after the rows were acknowledged.
  *
  * Files: sink_nats_url.c (the URL), sink_nats_batch.c (a rendered batch
- * into messages), sink_nats_body.c (reading the batch back).
+ * into messages), sink_nats_body.c (reading the batch back),
+ * sink_nats_connect.c (connecting without going deaf to signals).
  *
- * Inside Postgres: the library's threads are started (nats_Open,
- * connection creation, the JetStream context, the first asynchronous
- * publish) with every signal blocked, so they never take the process's
- * signals; they call nothing of the server's: the acknowledgement handler
+ * Inside Postgres: the library's threads are started (nats_Open: timers,
+ * callbacks, garbage collection; connection creation: reading, flushing;
+ * the first request and the first asynchronous publish of a connection:
+ * their subscriptions' delivery threads; a reconnect thread is started by
+ * the reading thread only) with every signal blocked, so they never take
+ * the process's signals; later publishes run with the worker's signals,
+ * and every write has a deadline (NATS_WRITE_DEADLINE_MS): libnats writes
+ * inline when its buffer is full, and a server that stops reading would
+ * otherwise block the worker for good.  They call nothing of the server's:
+ * the acknowledgement handler
  * counts under a mutex and writes a byte to a pipe, which the worker waits
  * on beside its latch in short slices, answering interrupts and reloads
  * outside the library.  No library error text reaches an error or a log
@@ -49,6 +56,7 @@
 #include <nats/nats.h>
 
 #include "common/base64.h"
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
 #include "postmaster/interrupt.h"
@@ -66,15 +74,15 @@
 #define NATS_RECONNECT_BUF (8 * 1024 * 1024)
 #define NATS_API_WAIT_MS 1000
 #define NATS_CONNECT_TIMEOUT_MS 2000
-#define NATS_WAIT_SLICE_MS 100
+#define NATS_WRITE_DEADLINE_MS 2000
 #define NATS_DEFAULT_ACK_TIMEOUT_MS 30000
 
 static const char *const kind_names[] = {"change", "message", "read", "marker"};
 
 /* ---- the library, its threads and signals ---- */
 
-static void
-block_signals(sigset_t *old)
+void
+nats_sink_block_signals(sigset_t *old)
 {
 	sigset_t all;
 
@@ -82,8 +90,8 @@ block_signals(sigset_t *old)
 	pthread_sigmask(SIG_SETMASK, &all, old);
 }
 
-static void
-restore_signals(const sigset_t *old)
+void
+nats_sink_restore_signals(const sigset_t *old)
 {
 	pthread_sigmask(SIG_SETMASK, old, NULL);
 }
@@ -143,6 +151,16 @@ set_status_failure(ReplicantSinkResult *result, const char *what, natsStatus s, 
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED, "NATS stream not found");
 		return;
 	}
+	if (s == NATS_CONNECTION_AUTH_FAILED)
+	{
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED, "NATS refused the pipeline's credentials");
+		return;
+	}
+	if (s == NATS_NOT_PERMITTED)
+	{
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED, "NATS denied the pipeline a permission it needs");
+		return;
+	}
 	if (code == JSStreamMessageExceedsMaximumErr)
 	{
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
@@ -166,6 +184,7 @@ disconnect(NatsSink *sink)
 		natsConnection_Destroy(sink->conn);
 	sink->js = NULL;
 	sink->conn = NULL;
+	sink->async_started = false;
 	sink->known = false;
 	sink->dirty = false;
 }
@@ -184,6 +203,9 @@ set_options(NatsSink *sink, natsOptions *opts)
 		s = natsOptions_SetReconnectWait(opts, 250);
 	if (s == NATS_OK)
 		s = natsOptions_SetReconnectBufSize(opts, NATS_RECONNECT_BUF);
+	/* a server that stops reading fails a write instead of blocking it */
+	if (s == NATS_OK)
+		s = natsOptions_SetWriteDeadline(opts, NATS_WRITE_DEADLINE_MS);
 	if (s == NATS_OK && sink->url.tls)
 		s = natsOptions_SetSecure(opts, true);
 	if (s == NATS_OK && sink->url.tls && sink->ca_file)
@@ -195,23 +217,37 @@ set_options(NatsSink *sink, natsOptions *opts)
 	return s;
 }
 
-/* Connects and makes the JetStream context, every signal blocked. */
+/*
+ * Connects (in a thread of its own, interruptibly) and makes the JetStream
+ * context; every library thread starts with every signal blocked.
+ */
 static bool
 connect_sink(NatsSink *sink, ReplicantSinkResult *result)
 {
-	natsOptions *opts = NULL;
+	NatsConnecting *c;
 	natsStatus s;
 	sigset_t old;
 	jsOptions jo;
 
-	block_signals(&old);
+	c = calloc(1, sizeof(NatsConnecting));
+	if (c == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	pthread_mutex_init(&c->lock, NULL);
+	c->wake_fd = sink->pipe_fds[1];
+	nats_sink_block_signals(&old);
 	s = nats_Open(-1);
 	if (s == NATS_OK)
-		s = natsOptions_Create(&opts);
+		s = natsOptions_Create(&c->opts);
 	if (s == NATS_OK)
-		s = set_options(sink, opts);
+		s = set_options(sink, c->opts);
+	nats_sink_restore_signals(&old);
 	if (s == NATS_OK)
-		s = natsConnection_Connect(&sink->conn, opts);
+		s = nats_sink_connect(sink, c);
+	else
+		nats_sink_connecting_free(c);
+	nats_sink_block_signals(&old);
 	if (s == NATS_OK)
 	{
 		jsOptions_Init(&jo);
@@ -222,11 +258,15 @@ connect_sink(NatsSink *sink, ReplicantSinkResult *result)
 		jo.PublishAsync.StallWait = 10;
 		s = natsConnection_JetStream(&sink->js, sink->conn, &jo);
 	}
-	natsOptions_Destroy(opts);
-	restore_signals(&old);
+	nats_sink_restore_signals(&old);
 	if (s != NATS_OK)
 	{
 		disconnect(sink);
+		if (sink->abandoned)
+		{
+			nats_sink_fail(result, REPLICANT_SINK_RETRY, "interrupted while connecting to NATS");
+			return false;
+		}
 		result->refused = true;
 		set_status_failure(result, "could not connect to NATS", s, 0);
 		return false;
@@ -242,8 +282,8 @@ connect_sink(NatsSink *sink, ReplicantSinkResult *result)
  * interrupts and reloads; false when the process is to die (the request is
  * abandoned, so that what was acknowledged is committed first).
  */
-static bool
-wait_slice(NatsSink *sink, long ms)
+bool
+nats_sink_wait_slice(NatsSink *sink, long ms)
 {
 	int rc = WaitLatchOrSocket(MyLatch,
 							   WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -332,7 +372,7 @@ nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, Replican
 			nats_sink_fail(result, REPLICANT_SINK_RETRY, "timed out waiting for NATS acknowledgements");
 			return false;
 		}
-		if (!wait_slice(sink, NATS_WAIT_SLICE_MS))
+		if (!nats_sink_wait_slice(sink, NATS_WAIT_SLICE_MS))
 		{
 			nats_sink_fail(result, REPLICANT_SINK_RETRY, "interrupted while waiting for NATS acknowledgements");
 			return false;
@@ -370,6 +410,85 @@ drop_pending(NatsSink *sink)
 
 /* ---- the stream ---- */
 
+/*
+ * Takes the last message under the prefix as this pipeline's mark; false
+ * when another pipeline, or a pipeline of the same name in another
+ * database or on another server, wrote it (Replicant-Source and
+ * Replicant-Pipeline): its position says nothing of this pipeline's.
+ */
+static bool
+learn_mark(NatsSink *sink, natsMsg *msg)
+{
+	const char *source = NULL;
+	const char *pipeline = NULL;
+	const char *id = NULL;
+	size_t plen = strlen(sink->pipeline);
+	unsigned long long lsn,
+		pos;
+
+	if (natsMsgHeader_Get(msg, "Replicant-Source", &source) != NATS_OK || source == NULL ||
+		strcmp(source, sink->source) != 0 ||
+		natsMsgHeader_Get(msg, "Replicant-Pipeline", &pipeline) != NATS_OK || pipeline == NULL ||
+		strcmp(pipeline, sink->pipeline) != 0)
+		return false;
+	/* <pipeline>:<lsn>:<position>; reads and markers have other ids */
+	if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != NULL &&
+		strncmp(id, sink->pipeline, plen) == 0 && id[plen] == ':' &&
+		sscanf(id + plen + 1, "%llu:%llu", &lsn, &pos) == 2)
+	{
+		sink->have_mark = true;
+		sink->mark_lsn = lsn;
+		sink->mark_pos = pos;
+	}
+	return true;
+}
+
+/*
+ * Whether the subject filter takes every subject of the prefix: a publish
+ * no stream takes gets "no responders", retried for ever otherwise (and
+ * a cluster electing a leader answers so for a while too, so the publish's
+ * answer cannot tell).  The pipeline's subjects are <prefix>.<a>.<b>.
+ */
+static bool
+filter_takes_prefix(const char *filter, const char *prefix)
+{
+	const char *f = filter;
+	const char *p = prefix;
+
+	while (*p != '\0')
+	{
+		size_t flen = strcspn(f, ".");
+		size_t plen = strcspn(p, ".");
+
+		if (flen == 1 && f[0] == '>')
+			return true;
+		if (!(flen == 1 && f[0] == '*') && (flen != plen || strncmp(f, p, plen) != 0))
+			return false;
+		f += flen;
+		p += plen;
+		if (*f != '.')
+			return false;
+		f++;
+		if (*p == '.')
+			p++;
+	}
+	/* two more tokens, any */
+	return strcmp(f, ">") == 0 || strcmp(f, "*.>") == 0 || strcmp(f, "*.*") == 0;
+}
+
+static bool
+stream_takes_prefix(jsStreamInfo *si, const char *prefix)
+{
+	int i;
+
+	if (si->Config == NULL)
+		return true;
+	for (i = 0; i < si->Config->SubjectsLen; i++)
+		if (filter_takes_prefix(si->Config->Subjects[i], prefix))
+			return true;
+	return false;
+}
+
 /* The stream's last sequence and the last message of this pipeline. */
 bool
 nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
@@ -381,9 +500,9 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 	sigset_t old;
 	char *subject = psprintf("%s.>", sink->url.prefix);
 
-	block_signals(&old);
+	nats_sink_block_signals(&old);
 	s = js_GetStreamInfo(&si, sink->js, sink->url.stream, NULL, &code);
-	restore_signals(&old);
+	nats_sink_restore_signals(&old);
 	if (s != NATS_OK)
 	{
 		if (s == NATS_NOT_FOUND && code == 0)
@@ -392,30 +511,32 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 		return false;
 	}
 	sink->last_seq = si->State.LastSeq;
+	if (!stream_takes_prefix(si, sink->url.prefix))
+	{
+		jsStreamInfo_Destroy(si);
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+					   "the NATS stream does not take the pipeline's subjects (<prefix>.>)");
+		return false;
+	}
 	jsStreamInfo_Destroy(si);
 
 	code = 0;
-	block_signals(&old);
+	nats_sink_block_signals(&old);
 	s = js_GetLastMsg(&msg, sink->js, sink->url.stream, subject, NULL, &code);
-	restore_signals(&old);
+	nats_sink_restore_signals(&old);
 	sink->have_mark = false;
 	if (s == NATS_OK)
 	{
-		const char *id = NULL;
-		size_t plen = strlen(sink->pipeline);
-		unsigned long long lsn,
-			pos;
+		bool ours = learn_mark(sink, msg);
 
-		/* <pipeline>:<lsn>:<position>; reads and markers have other ids */
-		if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != NULL &&
-			strncmp(id, sink->pipeline, plen) == 0 && id[plen] == ':' &&
-			sscanf(id + plen + 1, "%llu:%llu", &lsn, &pos) == 2)
-		{
-			sink->have_mark = true;
-			sink->mark_lsn = lsn;
-			sink->mark_pos = pos;
-		}
 		natsMsg_Destroy(msg);
+		if (!ours)
+		{
+			nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+						   "the last message under the NATS subject prefix was written by another "
+						   "pipeline or database: give each pipeline its own subject_prefix");
+			return false;
+		}
 	}
 	else if (s != NATS_NOT_FOUND)
 	{
@@ -464,6 +585,7 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	}
 	set_header(msg, "Nats-Msg-Id", id);
 	set_header(msg, "Replicant-Pipeline", sink->pipeline);
+	set_header(msg, "Replicant-Source", sink->source);
 	set_header(msg, "Replicant-Kind", kind_names[kind]);
 	if (kind == NATS_CHANGE || kind == NATS_MESSAGE)
 	{
@@ -478,15 +600,28 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	jsPubOptions_Init(&po);
 	if (chained && sink->last_seq > 0)
 		po.ExpectLastSeq = sink->last_seq;
-	block_signals(&old);
-	s = js_PublishMsgAsync(sink->js, &msg, &po);
-	restore_signals(&old);
+	if (sink->async_started)
+		s = js_PublishMsgAsync(sink->js, &msg, &po);
+	else
+	{
+		/* the first one starts the acknowledgements' delivery thread */
+		nats_sink_block_signals(&old);
+		s = js_PublishMsgAsync(sink->js, &msg, &po);
+		nats_sink_restore_signals(&old);
+	}
 	natsMsg_Destroy(msg);
 	if (s != NATS_OK)
 	{
+		/*
+		 * A write cut short (its deadline, a signal) may have sent part of a
+		 * message and dropped the rest: the connection is not to be used
+		 * again.
+		 */
+		disconnect(sink);
 		set_status_failure(result, "could not publish to NATS", s, 0);
 		return false;
 	}
+	sink->async_started = true;
 	sink->dirty = true;
 	sink->published++;
 	sink->published_bytes += sink->data.len;
@@ -520,6 +655,9 @@ nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
 			sink->known = false;
 			drop_pending(sink);
 		}
+		/* the library gives a connection up for good on some server errors */
+		if (sink->conn != NULL && natsConnection_IsClosed(sink->conn))
+			disconnect(sink);
 		if (sink->conn != NULL || connect_sink(sink, result))
 		{
 			nats_sink_publish_body(sink, id, body, result);
@@ -650,6 +788,7 @@ replicant_nats_transport_open(const ReplicantSinkConfig *config)
 	if (sink->url_problem == NULL)
 		sink->url_problem = problem;
 	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
+	sink->source = psprintf(UINT64_FORMAT "/%u", GetSystemIdentifier(), MyDatabaseId);
 	sink->ack_timeout_ms = config->http_timeout_ms > 0 ? config->http_timeout_ms : NATS_DEFAULT_ACK_TIMEOUT_MS;
 	sink->acks = calloc(1, sizeof(NatsAcks));
 	if (sink->acks == NULL)

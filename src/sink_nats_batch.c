@@ -12,9 +12,15 @@
  */
 #include "postgres.h"
 
+#include "common/cryptohash.h"
+#include "common/sha2.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 
 #include "sink_nats_internal.h"
+
+#define NATS_MAX_PREFIX_TOKEN 128
+#define NATS_PREFIX_TOKEN_HEAD 64
 
 /* The schema and table of a rendered change, into schema and table. */
 static bool
@@ -52,6 +58,63 @@ table_subject(NatsSink *sink, StringInfo schema, StringInfo table)
 	nats_subject_token(&sink->subject, table->data, table->len);
 }
 
+/*
+ * A logical message's prefix as one subject token.  Any role can emit a
+ * message, with a prefix of any length, and a subject longer than the
+ * server's max_control_line gets the connection closed: a prefix longer
+ * than NATS_MAX_PREFIX_TOKEN bytes is written as the token of its first
+ * NATS_PREFIX_TOKEN_HEAD bytes, "%H" and the SHA-256 of the whole prefix in
+ * hex (an escaped token never holds "%H", so no two prefixes share one).
+ */
+static void
+message_token(StringInfo subject, const char *prefix, int len)
+{
+	ResourceOwner saved_owner = CurrentResourceOwner;
+	ResourceOwner volatile own_owner = NULL;
+	pg_cryptohash_ctx *volatile ctx = NULL;
+	uint8 digest[PG_SHA256_DIGEST_LENGTH];
+	int i;
+
+	if (len <= NATS_MAX_PREFIX_TOKEN)
+	{
+		nats_subject_token(subject, prefix, len);
+		return;
+	}
+	nats_subject_token(subject, prefix, NATS_PREFIX_TOKEN_HEAD);
+
+	/*
+	 * With OpenSSL, pg_cryptohash_create() registers the context with
+	 * CurrentResourceOwner, NULL in a background worker between
+	 * transactions: lend it a private owner then (as signing.c does).
+	 */
+	if (CurrentResourceOwner == NULL)
+	{
+		own_owner = ResourceOwnerCreate(NULL, "replicant NATS subject");
+		CurrentResourceOwner = own_owner;
+	}
+	PG_TRY();
+	{
+		ctx = pg_cryptohash_create(PG_SHA256);
+		if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
+			pg_cryptohash_update(ctx, (const uint8 *) prefix, len) < 0 ||
+			pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+			elog(ERROR, "could not compute the digest of a logical message's prefix");
+	}
+	PG_FINALLY();
+	{
+		pg_cryptohash_free(ctx);
+		if (own_owner != NULL)
+		{
+			CurrentResourceOwner = saved_owner;
+			ResourceOwnerDelete(own_owner);
+		}
+	}
+	PG_END_TRY();
+	appendStringInfoString(subject, "%H");
+	for (i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
+		appendStringInfo(subject, "%02x", digest[i]);
+}
+
 /* A logical message's subject, from its rendered "prefix". */
 static bool
 message_subject(NatsSink *sink, uint64 *lsn)
@@ -78,7 +141,7 @@ message_subject(NatsSink *sink, uint64 *lsn)
 		}
 	resetStringInfo(&sink->subject);
 	appendStringInfo(&sink->subject, "%s._messages.", sink->url.prefix);
-	nats_subject_token(&sink->subject, prefix.data, prefix.len);
+	message_token(&sink->subject, prefix.data, prefix.len);
 	pfree(prefix.data);
 	return have_prefix && !reader.error;
 }

@@ -8,6 +8,7 @@
 #define REPLICANT_SINK_NATS_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
 
 #include <nats/nats.h>
 
@@ -30,6 +31,24 @@ typedef struct NatsAcks
 	int wake_fd;
 } NatsAcks;
 
+/*
+ * A connection being made in a thread of its own: natsConnection_Connect
+ * tries every server in turn (NATS_CONNECT_TIMEOUT_MS each), which the
+ * worker waits for in slices, answering interrupts.  malloc'd, shared
+ * under lock; whoever of the thread and an abandoning worker comes last
+ * frees it (and an abandoned connection).
+ */
+typedef struct NatsConnecting
+{
+	pthread_mutex_t lock;
+	natsOptions *opts;
+	natsConnection *conn;
+	natsStatus status;
+	bool done;
+	bool abandoned;
+	int wake_fd;
+} NatsConnecting;
+
 typedef struct NatsSink
 {
 	ReplicantTransport transport;
@@ -44,7 +63,8 @@ typedef struct NatsSink
 
 	natsConnection *conn;
 	jsCtx *js;
-	NatsAcks *acks; /* malloc'd: the library's threads may outlive a context */
+	bool async_started; /* js has published asynchronously: its threads run */
+	NatsAcks *acks;     /* malloc'd: the library's threads may outlive a context */
 	int pipe_fds[2];
 	int64 max_payload;
 
@@ -64,6 +84,7 @@ typedef struct NatsSink
 	uint64 mark_pos;
 
 	char *pipeline;
+	char *source;    /* <system identifier>/<database oid>: Replicant-Source */
 	char *buf;       /* NATS_BODY_BUFFER: the batch */
 	char *inner_buf; /* NATS_BODY_BUFFER: one change, read again */
 	StringInfoData subject;
@@ -82,6 +103,25 @@ typedef enum NatsKind
 	NATS_READ,
 	NATS_MARKER
 } NatsKind;
+
+#define NATS_WAIT_SLICE_MS 100
+
+/* Blocks every signal of the calling thread, before starting a library thread. */
+extern void nats_sink_block_signals(sigset_t *old);
+extern void nats_sink_restore_signals(const sigset_t *old);
+
+/*
+ * Waits up to ms for the wake pipe or the latch, answering interrupts and
+ * reloads; false when the process is to die (sink->abandoned).
+ */
+extern bool nats_sink_wait_slice(NatsSink *sink, long ms);
+
+/*
+ * Connects with c->opts in a thread of its own (sink_nats_connect.c) and
+ * sets sink->conn; c is consumed.  NATS_ERR when interrupted.
+ */
+extern natsStatus nats_sink_connect(NatsSink *sink, NatsConnecting *c);
+extern void nats_sink_connecting_free(NatsConnecting *c);
 
 /* Sets result's outcome and error, unless a failure is set already. */
 extern void nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome outcome,

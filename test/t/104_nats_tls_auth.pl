@@ -1,10 +1,11 @@
 # NATS JetStream destination with TLS and a user and password (issue #36
 # item 2): the cluster serves clients over TLS only, with a self-signed
 # certificate for 127.0.0.1, and takes one user.  Without ca_file the
-# server is not trusted, with a wrong password it refuses: the pipeline
-# retries, its last_error fixed and value-free; with ca_file and the
-# credentials in the Authorization header, delivered.  Headers other than
-# Authorization halt the pipeline.
+# server is not trusted: the pipeline retries, its last_error fixed and
+# value-free; with a wrong password the server refuses: the pipeline halts
+# (a refusal is not transient, as an HTTP 401 is not), value-free; with
+# ca_file and the credentials in the Authorization header, delivered.
+# Headers other than Authorization halt the pipeline.
 use strict;
 use warnings;
 use FindBin;
@@ -65,13 +66,17 @@ unlike(status(), qr/s3cret|127\.0\.0\.1/, 'last_error quotes neither credentials
 # trusted, the wrong password
 $node->safe_psql('postgres',
 	"SELECT replicant.alter_pipeline('p', ca_file => '$dir/cert.pem', headers => '{\"Authorization\": \"Basic $wrong\"}')");
-ok(poll("SELECT state = 'retrying' AND last_error LIKE 'sink unavailable: could not connect to NATS%' FROM replicant.status WHERE pipeline = 'p'", 60),
-	'a wrong password: retrying') or diag(status());
-unlike(status(), qr/wrong-pw/, 'last_error quotes no credentials');
+ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'p'", 60),
+	'a wrong password: halted') or diag(status());
+like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'p'"),
+	qr/NATS refused the pipeline's credentials/, 'a wrong password: the halt says why');
+unlike(status() . $node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'p'"),
+	qr/wrong-pw/, 'last_error and halt_reason quote no credentials');
 
 # trusted, the right credentials
 $node->safe_psql('postgres',
 	"SELECT replicant.alter_pipeline('p', headers => '{\"Authorization\": \"Basic $basic\"}')");
+$node->safe_psql('postgres', "SELECT replicant.resume_pipeline('p')");
 $node->safe_psql('postgres', "INSERT INTO t VALUES (2, 'b')");
 ok(poll("SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 1000)", 120), 'TLS and a password: delivered')
   or diag(status());

@@ -1,0 +1,43 @@
+# NATS: a stream that does not take the pipeline's subjects (review rv-nats
+# 191, q).  Every publish got "no responders" and the pipeline retried for
+# ever.  The worker now checks the stream's subjects against <prefix>.>
+# when it reads the stream's state, and halts with a value-free reason.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ReplicantTest;
+use Nats;
+
+Nats::require_server();
+
+my $nats = Nats->start;
+$nats->create_stream('Q', 'elsewhere.>');
+$nats->create_stream('W', 'replicant.*.*.*');
+
+my $node = ReplicantTest::new_node('nats_stream_subjects');
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION replicant;
+	CREATE TABLE t (id int PRIMARY KEY, v text);
+	CREATE PUBLICATION pub FOR TABLE t;
+});
+sub poll { return ReplicantTest::poll($node, @_); }
+
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('q', 'pub', '" . $nats->url('Q') . "', http_timeout_ms => 3000)");
+$node->safe_psql('postgres', "INSERT INTO t VALUES (1, 'a')");
+ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'q'", 60),
+	'a stream that does not take <prefix>.>: halted')
+  or diag($node->safe_psql('postgres', "SELECT state, retries, last_error FROM replicant.status"));
+like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'q'"),
+	qr/the NATS stream does not take the pipeline's subjects/, 'the halt says why');
+
+# wildcards that take every <prefix>.<schema>.<table>: delivered
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('w', 'pub', '" . $nats->url('W') . "', http_timeout_ms => 3000)");
+$node->safe_psql('postgres', "INSERT INTO t VALUES (2, 'b')");
+ok(poll("SELECT replicant.await_delivered('w', pg_current_wal_lsn(), 1000)", 120),
+	'a stream taking replicant.*.*.*: delivered');
+done_testing();
