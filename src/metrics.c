@@ -84,10 +84,10 @@ replicant_metrics_acknowledged(ReplicantPipelineSlot *slot, const ReplicantBatch
 void
 replicant_metrics_progressed(ReplicantPipelineSlot *slot)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz at = GetCurrentTimestamp();
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot->metrics.last_progress = now;
+	slot->metrics.last_progress = at;
 	LWLockRelease(replicant_shmem->lock);
 }
 

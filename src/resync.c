@@ -135,12 +135,13 @@ replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipelin
 		slot->runnable = false; /* halted or disabled meanwhile */
 	LWLockRelease(replicant_shmem->lock);
 	if (recorded)
+	{
 		replicant_log_state(pipeline->name, "resync_pending", "reason", reason, REPLICANT_LOG_END);
-	if (recorded)
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" lost its replication slot and resyncs: %s",
 						pipeline->name, reason),
 				 errdetail("Once its sink answers, every published table is read again under a new slot's snapshot.")));
+	}
 	proc_exit(0);
 }
 

@@ -193,7 +193,8 @@ ALTER ROLE carol SET search_path = public;
 	is($node->safe_psql('postgres',
 			"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'replicant pipeline noslot'"),
 		'0', 'no free slot: no worker left running');
-	cmp_ok(log_matches(qr/all replication slots are in use/, $from), '<=', 1,
+	# (the machine-readable event line of the one halt repeats its reason)
+	cmp_ok(log_matches(qr/^(?!.*replicant: event=).*all replication slots are in use/m, $from), '<=', 1,
 		'no free slot: the error was met once, not in a loop');
 
 	# create_pipeline refuses up front while no slot is free.

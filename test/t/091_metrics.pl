@@ -115,6 +115,8 @@ ok(metric('replicant_retries_total', status_class => 'transport') >= 1, 'c: retr
 is(metric('replicant_state'), 3, 'c: state 3 (retrying)');
 $sink->restart;
 $sink->control({ fail_status => 503 });
+# A batch of its own: the first may have got through between restart and control.
+$node->safe_psql('postgres', "INSERT INTO t VALUES (150, '$secret_value')");
 ok(ReplicantTest::poll($node, q{SELECT value >= 1 FROM replicant.metrics
 	WHERE metric = 'replicant_retries_total' AND status_class = '5xx'}, 120), 'c: 503 counted as 5xx');
 $sink->control({ clear => 1 });
