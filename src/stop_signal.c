@@ -24,6 +24,7 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
@@ -34,6 +35,7 @@ static ReplicantPipelineSlot *stop_slot = NULL;
 static uint32 stop_generation;
 static bool *interrupted_flag = NULL;
 static int stop_elevel;
+static pid_t stop_parent_pid = 0;
 static char stop_who[NAMEDATALEN * 2 + 64];
 static volatile sig_atomic_t quiet_stop_pending = false;
 static volatile sig_atomic_t armed = false;
@@ -49,7 +51,8 @@ asked_by_replicant(void)
 	ReplicantPipelineSlot *slot = stop_slot;
 
 	return !slot->in_use || slot->generation != stop_generation ||
-		   !slot->runnable || slot->stop_requested;
+		   !slot->runnable || slot->stop_requested ||
+		   (stop_parent_pid != 0 && slot->pid != stop_parent_pid);
 }
 
 /* Marks the run as ended by another process (see shmem.h, interrupted). */
@@ -101,6 +104,12 @@ replicant_stop_signal_init(ReplicantPipelineSlot *slot, uint32 generation,
 	stop_elevel = elevel;
 	stop_generation = generation;
 	interrupted_flag = shard ? &slot->shard_interrupted : &slot->interrupted;
+	/*
+	 * A shard worker's SIGTERM once the pipeline worker that started it is
+	 * gone is that worker's exit ending it (terminate_shard_workers), even
+	 * when its successor already cleared stop_requested.
+	 */
+	stop_parent_pid = shard ? MyBgworkerEntry->bgw_notify_pid : 0;
 	stop_slot = slot;
 	pqsignal(SIGTERM, handle_sigterm);
 	pqsignal(SIGINT, handle_sigint);
