@@ -64,9 +64,11 @@ run_catalog_update(const char *sql, int nargs, Oid *argtypes, Datum *args)
 
 /*
  * Counts the loss and records the resync, unless REPLICANT_RESYNC_MAX_LOSSES
- * losses came in a row already with no stream batch delivered in between
- * (resync_losses, reset by replicant_resync_streamed): a resync that cannot
- * stream before its slot is lost again would loop.  Returns whether it was
+ * losses came in a row already before the stream caught up in between
+ * (resync_losses, reset by replicant_resync_streamed once a delivered batch
+ * finds the slot confirmed past the WAL there was when the stream began,
+ * slot_health.c): a resync that cannot stream before its slot is lost
+ * again would loop.  Returns whether it was
  * recorded; *looped says when the count stopped it.
  */
 static bool
@@ -151,7 +153,7 @@ replicant_resync_streamed(ReplicantPipeline *pipeline)
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1] = {Int32GetDatum(pipeline->id)};
 
-	if (pipeline->resync_losses == 0)
+	if (pipeline->resync_losses == 0 || !replicant_slot_health_caught_up())
 		return;
 	run_catalog_update("UPDATE replicant.pipelines SET resync_losses = 0 WHERE id OPERATOR(pg_catalog.=) $1",
 					   1, argtypes, args);

@@ -37,6 +37,8 @@ static ReplicantPipeline *watched = NULL;
  * still runs) unless the sink fails meanwhile.  Invalid otherwise.
  */
 static XLogRecPtr stream_began = InvalidXLogRecPtr;
+/* While slot losses are counted: where the stream must confirm to reset them. */
+static XLogRecPtr losses_reset_at = InvalidXLogRecPtr;
 
 /* When the warning was last logged; 0 while there is none. */
 static TimestampTz warned_at = 0;
@@ -109,6 +111,33 @@ replicant_slot_health_watch(ReplicantPipeline *pipeline)
 	watched = pipeline;
 	warned_at = 0;
 	stream_began = pipeline->resync_ended ? GetXLogWriteRecPtr() : InvalidXLogRecPtr;
+	losses_reset_at = pipeline->resync_ended || pipeline->resync_losses > 0 ? GetXLogWriteRecPtr() :
+																			  InvalidXLogRecPtr;
+}
+
+/*
+ * Whether the stream caught up with the WAL there was when it began: only
+ * then does a delivered batch end a run of slot losses (resync.c).  A sink
+ * failure or a restart during the catch-up does not, so a budget smaller
+ * than the WAL a resync's reads leave behind halts after a few losses
+ * instead of resyncing for ever.
+ */
+bool
+replicant_slot_health_caught_up(void)
+{
+	XLogRecPtr confirmed;
+
+	if (XLogRecPtrIsInvalid(losses_reset_at))
+		return true;
+	if (MyReplicationSlot == NULL)
+		return false;
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	confirmed = MyReplicationSlot->data.confirmed_flush;
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	if (confirmed < losses_reset_at)
+		return false;
+	losses_reset_at = InvalidXLogRecPtr;
+	return true;
 }
 
 ReplicantPipeline *

@@ -50,6 +50,7 @@ extern char *replicant_slot_health_check(void);
  * given up again before the stream caught up with the WAL of its reads.
  */
 extern void replicant_slot_health_sink_failed(void);
+extern bool replicant_slot_health_caught_up(void);
 
 /*
  * Drops the watched slot, which this process holds: the server frees the
