@@ -91,7 +91,8 @@ DROP FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integ
 DROP FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text);
 DROP FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text);
 -- They are made once, with enabled and create_tables, as they are now, in
--- the section "What a pipeline's slot costs" below (with max_retained_wal).
+-- the section "The resync after a slot loss" below (with max_retained_wal
+-- and on_slot_loss).
 
 CREATE FUNCTION replicant.sink_ddl(publication text[])
 RETURNS SETOF text
@@ -132,7 +133,7 @@ COMMENT ON FUNCTION replicant._worker_status_v2() IS
 GRANT EXECUTE ON FUNCTION replicant._worker_status_v2() TO PUBLIC;
 
 -- replicant.status shows next_retry_at: the view is made once, as it is
--- now, in the section "What a pipeline's slot costs" below.
+-- now, in the section "The resync after a slot loss" below.
 
 -- _worker_status() stays: tests read it, and so may monitoring queries.
 
@@ -412,156 +413,12 @@ INSERT INTO replicant.worker_runs (pipeline_id) SELECT id FROM replicant.pipelin
 -- safe_wal_size under 20 % of max_slot_wal_keep_size.  max_retained_wal,
 -- an option of create_pipeline and alter_pipeline ('20GB', parsed as a
 -- setting in megabytes is; NULL: none), is that budget: past it the worker
--- drops the slot, so that the next checkpoint frees the WAL, and halts.
+-- drops the slot, so that the next checkpoint frees the WAL, and halts (or
+-- resyncs: the next section).
 ALTER TABLE replicant.pipelines ADD COLUMN max_retained_wal bigint
     CHECK (max_retained_wal OPERATOR(pg_catalog.>) 0);
 COMMENT ON COLUMN replicant.pipelines.max_retained_wal IS
     'API: Private. Bytes of WAL the pipeline''s slot may retain before the worker gives it up and halts; NULL: no budget.';
-
--- create_pipeline and alter_pipeline as they are now (0.2.0's were dropped
--- above): enabled and create_tables (issue 31), max_retained_wal.
-CREATE FUNCTION replicant.create_pipeline(
-    name                    text,
-    publication             text[],
-    sink_url                text,
-    snapshot                text DEFAULT 'none',
-    batch_max_bytes         integer DEFAULT 8388608,
-    batch_max_transactions  integer DEFAULT 10000,
-    http_timeout_ms         integer DEFAULT 30000,
-    connect_timeout_ms      integer DEFAULT 5000,
-    headers                 jsonb DEFAULT '{}',
-    secret                  text DEFAULT NULL,
-    snapshot_workers        integer DEFAULT 2,
-    messages                boolean DEFAULT false,
-    message_prefixes        text[] DEFAULT NULL,
-    ca_file                 text DEFAULT NULL,
-    failover                boolean DEFAULT false,
-    format                  text DEFAULT 'replicant',
-    enabled                 boolean DEFAULT true,
-    create_tables           boolean DEFAULT false,
-    max_retained_wal        text DEFAULT NULL)
-RETURNS void
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
-COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text) IS
-    'Creates a pipeline streaming the publications'' changes to sink_url';
-
-CREATE FUNCTION replicant.create_pipeline(
-    name                    text,
-    publication             text,
-    sink_url                text,
-    snapshot                text DEFAULT 'none',
-    batch_max_bytes         integer DEFAULT 8388608,
-    batch_max_transactions  integer DEFAULT 10000,
-    http_timeout_ms         integer DEFAULT 30000,
-    connect_timeout_ms      integer DEFAULT 5000,
-    headers                 jsonb DEFAULT '{}',
-    secret                  text DEFAULT NULL,
-    snapshot_workers        integer DEFAULT 2,
-    messages                boolean DEFAULT false,
-    message_prefixes        text[] DEFAULT NULL,
-    ca_file                 text DEFAULT NULL,
-    failover                boolean DEFAULT false,
-    format                  text DEFAULT 'replicant',
-    enabled                 boolean DEFAULT true,
-    create_tables           boolean DEFAULT false,
-    max_retained_wal        text DEFAULT NULL)
-RETURNS void
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
-COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text) IS
-    'Creates a pipeline streaming one publication''s changes to sink_url';
-
-CREATE FUNCTION replicant.alter_pipeline(
-    name                    text,
-    publication             text[] DEFAULT NULL,
-    sink_url                text DEFAULT NULL,
-    batch_max_bytes         integer DEFAULT NULL,
-    batch_max_transactions  integer DEFAULT NULL,
-    http_timeout_ms         integer DEFAULT NULL,
-    connect_timeout_ms      integer DEFAULT NULL,
-    headers                 jsonb DEFAULT NULL,
-    secret                  text DEFAULT NULL,
-    clear_secret            boolean DEFAULT false,
-    messages                boolean DEFAULT NULL,
-    message_prefixes        text[] DEFAULT NULL,
-    secret_previous_until   timestamptz DEFAULT NULL,
-    ca_file                 text DEFAULT NULL,
-    format                  text DEFAULT NULL,
-    create_tables           boolean DEFAULT NULL,
-    max_retained_wal        text DEFAULT NULL)
-RETURNS void
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'replicant_alter_pipeline';
-COMMENT ON FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean, text) IS
-    'Changes a pipeline''s options; NULL leaves an option as it is; the worker restarts with them';
-
-REVOKE ALL ON FUNCTION
-    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text),
-    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text),
-    replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean, text)
-FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION
-    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text),
-    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text),
-    replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean, text)
-TO replicant_admin;
-
--- replicant.status, as it is now: the slot the row names, and only if it is
--- of this database and replicant's plugin; the sink URL as the reader may
--- see it; when a pipeline waiting to retry tries again (issue 31); then,
--- added at the end, what the slot costs.
-CREATE OR REPLACE VIEW replicant.status AS
-SELECT p.name AS pipeline,
-       CASE
-           WHEN pg_catalog.pg_is_in_recovery() THEN 'standby'
-           WHEN p.halt_reason IS NOT NULL THEN 'halted'
-           WHEN NOT p.enabled THEN 'disabled'
-           ELSE coalesce(w.state, 'starting')
-       END AS state,
-       p.slot_name COLLATE pg_catalog."default" AS slot_name,  -- as 0.2.0's column
-       c.commit_lsn AS checkpoint_lsn,
-       s.confirmed_flush_lsn,
-       pg_wal_lsn_diff(l.current_lsn, s.confirmed_flush_lsn)::bigint AS lag_bytes,
-       coalesce(w.transactions_delivered, 0) AS transactions_delivered,
-       coalesce(w.changes_delivered, 0) AS changes_delivered,
-       coalesce(w.batches_delivered, 0) AS batches_delivered,
-       coalesce(w.bytes_delivered, 0) AS bytes_delivered,
-       coalesce(w.retries, 0) AS retries,
-       coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
-       coalesce(p.halt_reason, w.last_error) AS last_error,
-       w.worker_pid,
-       replicant._sink_url(p.sink_url, p.owner) AS sink_url,
-       w.sink_latency_ms,
-       w.last_http_status,
-       p.publications,
-       CASE WHEN p.halt_reason IS NULL AND p.enabled THEN w.next_retry_at END AS next_retry_at,
-       r.retained_wal_bytes,
-       s.wal_status,
-       s.safe_wal_size,
-       p.max_retained_wal,
-       coalesce((r.retained_wal_bytes OPERATOR(pg_catalog.*) 5)
-                    OPERATOR(pg_catalog.>) (p.max_retained_wal OPERATOR(pg_catalog.*) 4), false)
-       OR coalesce((s.safe_wal_size OPERATOR(pg_catalog.*) 5)
-                       OPERATOR(pg_catalog.<) l.max_slot_wal_keep_size, false) AS wal_warning
-  FROM replicant.pipelines p
-  CROSS JOIN LATERAL (SELECT CASE
-                                 WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
-                                 ELSE pg_catalog.pg_current_wal_lsn()
-                             END AS current_lsn,
-                             pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size'))
-                                 AS max_slot_wal_keep_size) l
-  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id
-  LEFT JOIN pg_catalog.pg_replication_slots s
-         ON s.slot_name = p.slot_name
-        AND s.database = pg_catalog.current_database()
-        AND s.plugin = 'replicant'
-  CROSS JOIN LATERAL (SELECT pg_catalog.pg_wal_lsn_diff(l.current_lsn, s.restart_lsn)::bigint
-                                 AS retained_wal_bytes) r
-  LEFT JOIN replicant._worker_status_v2() w ON w.pipeline_id = p.id;
 
 -- ----------------------------------------------------------------------------
 -- The resync after a slot loss (issue 33 item 4).  on_slot_loss => 'resync'
@@ -584,10 +441,9 @@ COMMENT ON COLUMN replicant.pipelines.on_slot_loss IS
 COMMENT ON COLUMN replicant.pipelines.resync_reason IS
     'API: Private. Why the pipeline resyncs (value-free, "requested" for resync_pipeline); NULL: no resync under way.';
 
-DROP FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text);
-DROP FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text);
-DROP FUNCTION replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean, text);
-
+-- create_pipeline and alter_pipeline as they are now (0.2.0's were dropped
+-- above): enabled and create_tables (issue 31), max_retained_wal and
+-- on_slot_loss (issue 33).
 CREATE FUNCTION replicant.create_pipeline(
     name                    text,
     publication             text[],
@@ -681,7 +537,6 @@ GRANT EXECUTE ON FUNCTION
     replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean, text, text)
 TO replicant_admin;
 
-
 CREATE FUNCTION replicant.resync_pipeline(name text) RETURNS void
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -691,6 +546,10 @@ COMMENT ON FUNCTION replicant.resync_pipeline(text) IS
 REVOKE ALL ON FUNCTION replicant.resync_pipeline(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION replicant.resync_pipeline(text) TO replicant_admin;
 
+-- replicant.status, as it is now: the slot the row names, and only if it is
+-- of this database and replicant's plugin; the sink URL as the reader may
+-- see it; when a pipeline waiting to retry tries again (issue 31); then,
+-- added at the end, what the slot costs; and the resync states.
 CREATE OR REPLACE VIEW replicant.status AS
 SELECT p.name AS pipeline,
        CASE
@@ -741,6 +600,7 @@ SELECT p.name AS pipeline,
   CROSS JOIN LATERAL (SELECT pg_catalog.pg_wal_lsn_diff(l.current_lsn, s.restart_lsn)::bigint
                                  AS retained_wal_bytes) r
   LEFT JOIN replicant._worker_status_v2() w ON w.pipeline_id = p.id;
+
 -- ---- Metrics (issue 35): replicant.metrics, one row per pipeline, metric
 -- and label set, shaped for Prometheus (contrib/prometheus/queries.yaml
 -- maps it for postgres_exporter).  Counters and gauges of a running
