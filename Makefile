@@ -18,6 +18,7 @@ OBJS = \
 	src/pipeline.o \
 	src/pipeline_options.o \
 	src/pipeline_checks.o \
+	src/destination.o \
 	src/decoder.o \
 	src/slot.o \
 	src/slot_position.o \

@@ -62,6 +62,7 @@
 #include "backfill.h"
 #include "catalog.h"
 #include "compat.h"
+#include "destination.h"
 #include "encoder.h"
 #include "fault.h"
 #include "format.h"
@@ -397,8 +398,9 @@ static void
 read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 		  const char *query, Snapshot snapshot, ReplicantPipeline *pipeline, bool *last)
 {
-	const ReplicantFormat *format = replicant_format_of(pipeline);
-	int max_bytes = pipeline->batch_max_bytes;
+	ReplicantDestination *destination = replicant_pipeline_only_destination(pipeline);
+	const ReplicantFormat *format = replicant_format_of(destination);
+	int max_bytes = destination->batch_max_bytes;
 	ReplicantBackfill *b = chunk->backfill;
 	TupleDesc desc = RelationGetDescr(src->target);
 	Bitmapset *key_columns;

@@ -31,6 +31,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "destination.h"
 #include "decoder.h"
 #include "fault.h"
 #include "output_plugin.h"
@@ -109,7 +110,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	replicant_plugin_gate_open(false);
 	decoder->state = replicant_output_state(decoder->ctx);
 	decoder->state->batch = batch;
-	decoder->state->format = replicant_format_of(pipeline);
+	decoder->state->format = replicant_format_of(replicant_pipeline_only_destination(pipeline));
 	decoder->state->pipeline_name = pipeline->name;
 	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
 	decoder->state->epochs = pipeline->epochs;

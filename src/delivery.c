@@ -422,21 +422,22 @@ replicant_delivery_fail(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 }
 
 ReplicantTransport *
-replicant_delivery_sink(ReplicantPipeline *pipeline)
+replicant_delivery_sink(const ReplicantDestination *destination)
 {
 	ReplicantSinkConfig config = {0};
+	const ReplicantFormat *format = replicant_format_of(destination);
 
-	config.url = pipeline->sink_url;
-	config.http_timeout_ms = pipeline->http_timeout_ms;
-	config.connect_timeout_ms = pipeline->connect_timeout_ms;
-	config.header_names = pipeline->header_names;
-	config.header_values = pipeline->header_values;
-	config.secret = pipeline->secret;
-	config.secret_previous = pipeline->secret_previous;
-	config.secret_previous_until = pipeline->secret_previous_until;
-	config.ca_file = pipeline->ca_file;
-	config.content_type = replicant_format_of(pipeline)->content_type;
-	config.code_is_final = replicant_format_of(pipeline)->code_is_final;
+	config.url = destination->sink_url;
+	config.http_timeout_ms = destination->http_timeout_ms;
+	config.connect_timeout_ms = destination->connect_timeout_ms;
+	config.header_names = destination->header_names;
+	config.header_values = destination->header_values;
+	config.secret = destination->secret;
+	config.secret_previous = destination->secret_previous;
+	config.secret_previous_until = destination->secret_previous_until;
+	config.ca_file = destination->ca_file;
+	config.content_type = format->content_type;
+	config.code_is_final = format->code_is_final;
 	return replicant_transport_open(&config);
 }
 

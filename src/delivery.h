@@ -7,12 +7,13 @@
 #define REPLICANT_DELIVERY_H
 
 #include "compat.h"
+#include "destination.h"
 #include "pipeline.h"
 #include "shmem.h"
 #include "transport.h"
 
-/* Creates the sink the pipeline's configuration describes. */
-extern ReplicantTransport *replicant_delivery_sink(ReplicantPipeline *pipeline);
+/* Opens the transport to the destination's sink. */
+extern ReplicantTransport *replicant_delivery_sink(const ReplicantDestination *destination);
 
 /*
  * POSTs body until the sink gives an answer that is not retried (2xx, 413,

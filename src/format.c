@@ -57,15 +57,15 @@ replicant_format_read_webhook_id(const char *pipeline, int64 backfill_id,
  * know (a catalog written by a newer one) is not silently replaced.
  */
 const ReplicantFormat *
-replicant_format_of(const ReplicantPipeline *pipeline)
+replicant_format_of(const ReplicantDestination *destination)
 {
-	const ReplicantFormat *format = replicant_format_lookup(pipeline->format);
+	const ReplicantFormat *format = replicant_format_lookup(destination->format);
 
 	if (format == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pipeline \"%s\" uses unknown format \"%s\"",
-						pipeline->name, pipeline->format),
+						destination->pipeline_name, destination->format),
 				 errhint("Set a known format with replicant.alter_pipeline.")));
 	return format;
 }

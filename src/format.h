@@ -17,7 +17,7 @@
 
 #include "batch.h"
 #include "change.h"
-#include "pipeline.h"
+#include "destination.h"
 
 /*
  * What the markers of a resync's reads tell the sink (docs/sink-protocol.md):
@@ -154,8 +154,8 @@ extern const ReplicantFormat *replicant_format_lookup(const char *name);
 /* Raises an error, with a hint listing the formats, unless name is one. */
 extern void replicant_format_check_name(const char *name);
 
-/* The format the pipeline delivers in. */
-extern const ReplicantFormat *replicant_format_of(const ReplicantPipeline *pipeline);
+/* The format the destination is sent in. */
+extern const ReplicantFormat *replicant_format_of(const ReplicantDestination *destination);
 
 /*
  * The webhook-id of a request of snapshot or backfill rows,

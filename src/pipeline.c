@@ -17,8 +17,8 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
-#include "utils/timestamp.h"
 
+#include "destination.h"
 #include "guc_pin.h"
 #include "pipeline.h"
 #include "replicant.h"
@@ -228,7 +228,10 @@ spi_lsn(HeapTuple tuple, TupleDesc desc, int col)
 	return isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
 }
 
-/* Reads the pipeline's row and its checkpoint; false if it no longer exists. */
+/*
+ * Reads the pipeline's row and its checkpoint; false if it no longer exists.
+ * Its sink options are its destination's (destination.c).
+ */
 static bool
 read_pipeline_row(int32 id)
 {
@@ -236,23 +239,14 @@ read_pipeline_row(int32 id)
 	Datum args[1] = {Int32GetDatum(id)};
 
 	if (SPI_execute_with_args(psprintf(
-								  "SELECT p.name, p.owner, p.publications, p.sink_url, p.snapshot,"
+								  "SELECT p.name, p.owner, p.publications, p.snapshot,"
 								  "       p.enabled, p.halt_reason, p.config_version,"
-								  "       p.batch_max_bytes, p.batch_max_transactions,"
-								  "       p.http_timeout_ms, p.connect_timeout_ms, p.secret,"
 								  "       c.commit_lsn, c.end_lsn, p.snapshot_workers, p.messages,"
-								  "       p.message_prefixes, p.secret_previous, p.secret_previous_until, p.ca_file,"
-								  /* 0.1.0's table has no failover or format column until ALTER EXTENSION UPDATE */
+								  "       p.message_prefixes,"
+								  /* 0.1.0's table has no failover column until ALTER EXTENSION UPDATE */
 								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'failover')::pg_catalog.bool, false),"
-								  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'format', 'replicant'),"
-								  "       %s, %s,"
-								  /* nor 0.2.0's a create_tables column */
-								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool, false),"
-								  "       %s,"
-								  /* nor 0.2.0's a max_retained_wal column */
-								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8, 0),"
-								  /* nor on_slot_loss and the resync's state */
-								  "       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss', 'halt'),"
+								  "       %s, %s, %s,"
+								  /* nor 0.2.0's the resync's state */
 								  "       pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_reason',"
 								  "       (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_lost_from')::pg_catalog.pg_lsn,"
 								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_slot_dropped')::pg_catalog.bool, false),"
@@ -302,67 +296,26 @@ pipeline_from_row(int32 id, HeapTuple tuple, TupleDesc desc)
 	p->name = spi_text(tuple, desc, 1);
 	p->owner = DatumGetObjectId(spi_datum(tuple, desc, 2, &isnull));
 	p->publications = text_array_list(spi_datum(tuple, desc, 3, &isnull));
-	p->sink_url = spi_text(tuple, desc, 4);
-	p->snapshot = spi_text(tuple, desc, 5);
-	p->enabled = DatumGetBool(spi_datum(tuple, desc, 6, &isnull));
-	p->halt_reason = spi_text(tuple, desc, 7);
-	p->config_version = DatumGetInt32(spi_datum(tuple, desc, 8, &isnull));
-	p->batch_max_bytes = DatumGetInt32(spi_datum(tuple, desc, 9, &isnull));
-	p->batch_max_transactions = DatumGetInt32(spi_datum(tuple, desc, 10, &isnull));
-	p->http_timeout_ms = DatumGetInt32(spi_datum(tuple, desc, 11, &isnull));
-	p->connect_timeout_ms = DatumGetInt32(spi_datum(tuple, desc, 12, &isnull));
-	p->secret = spi_text(tuple, desc, 13);
-	p->checkpoint_commit_lsn = spi_lsn(tuple, desc, 14);
-	p->checkpoint_end_lsn = spi_lsn(tuple, desc, 15);
-	p->snapshot_workers = DatumGetInt32(spi_datum(tuple, desc, 16, &isnull));
-	p->messages = DatumGetBool(spi_datum(tuple, desc, 17, &isnull));
-	d = spi_datum(tuple, desc, 18, &isnull);
+	p->snapshot = spi_text(tuple, desc, 4);
+	p->enabled = DatumGetBool(spi_datum(tuple, desc, 5, &isnull));
+	p->halt_reason = spi_text(tuple, desc, 6);
+	p->config_version = DatumGetInt32(spi_datum(tuple, desc, 7, &isnull));
+	p->checkpoint_commit_lsn = spi_lsn(tuple, desc, 8);
+	p->checkpoint_end_lsn = spi_lsn(tuple, desc, 9);
+	p->snapshot_workers = DatumGetInt32(spi_datum(tuple, desc, 10, &isnull));
+	p->messages = DatumGetBool(spi_datum(tuple, desc, 11, &isnull));
+	d = spi_datum(tuple, desc, 12, &isnull);
 	p->message_prefixes = isnull ? NIL : text_array_list(d);
-	p->secret_previous = spi_text(tuple, desc, 19);
-	d = spi_datum(tuple, desc, 20, &isnull);
-	p->secret_previous_until = isnull ? 0 : DatumGetTimestampTz(d);
-	p->ca_file = spi_text(tuple, desc, 21);
-	p->failover = DatumGetBool(spi_datum(tuple, desc, 22, &isnull));
-	p->format = spi_text(tuple, desc, 23);
-	d = spi_datum(tuple, desc, 24, &isnull);
+	p->failover = DatumGetBool(spi_datum(tuple, desc, 13, &isnull));
+	d = spi_datum(tuple, desc, 14, &isnull);
 	p->publication_lsns = publication_lsns(d, isnull, list_length(p->publications));
-	p->slot_name = spi_text(tuple, desc, 25);
-	p->create_tables = DatumGetBool(spi_datum(tuple, desc, 26, &isnull));
-	read_event_id_key(p, tuple, desc, 27);
-	p->max_retained_wal = DatumGetInt64(spi_datum(tuple, desc, 28, &isnull));
-	p->on_slot_loss_resync = strcmp(spi_text(tuple, desc, 29), "resync") == 0;
-	p->resync_reason = spi_text(tuple, desc, 30);
-	p->resync_lost_from = spi_lsn(tuple, desc, 31);
-	p->resync_slot_dropped = DatumGetBool(spi_datum(tuple, desc, 32, &isnull));
-	p->resync_losses = DatumGetInt32(spi_datum(tuple, desc, 33, &isnull));
+	p->slot_name = spi_text(tuple, desc, 15);
+	read_event_id_key(p, tuple, desc, 16);
+	p->resync_reason = spi_text(tuple, desc, 17);
+	p->resync_lost_from = spi_lsn(tuple, desc, 18);
+	p->resync_slot_dropped = DatumGetBool(spi_datum(tuple, desc, 19, &isnull));
+	p->resync_losses = DatumGetInt32(spi_datum(tuple, desc, 20, &isnull));
 	return p;
-}
-
-/* Headers were validated when set; here they only need splitting. */
-static void
-load_headers(ReplicantPipeline *p, MemoryContext mcxt)
-{
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(p->id)};
-	MemoryContext old;
-	uint64 i;
-
-	if (SPI_execute_with_args(
-			"SELECT h.key, h.value"
-			"  FROM replicant.pipelines p, pg_catalog.jsonb_each_text(p.headers) h"
-			" WHERE p.id OPERATOR(pg_catalog.=) $1 ORDER BY h.key",
-			1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read headers of pipeline %d", p->id);
-	old = MemoryContextSwitchTo(mcxt);
-	for (i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple tuple = SPI_tuptable->vals[i];
-		TupleDesc desc = SPI_tuptable->tupdesc;
-
-		p->header_names = lappend(p->header_names, spi_text(tuple, desc, 1));
-		p->header_values = lappend(p->header_values, spi_text(tuple, desc, 2));
-	}
-	MemoryContextSwitchTo(old);
 }
 
 /* The options the pipeline had before alter_pipeline calls the checkpoint has not passed. */
@@ -423,10 +376,17 @@ replicant_pipeline_load(int32 id, MemoryContext mcxt)
 	old = MemoryContextSwitchTo(mcxt);
 	p = pipeline_from_row(id, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 	MemoryContextSwitchTo(old);
-	load_headers(p, mcxt);
+	p->destinations = replicant_destination_load(id, p->name, mcxt);
 	load_epochs(p, mcxt);
 	p->waivers = replicant_waiver_load(id, p->checkpoint_commit_lsn, mcxt);
 	return p;
+}
+
+ReplicantDestination *
+replicant_pipeline_only_destination(const ReplicantPipeline *pipeline)
+{
+	Assert(list_length(pipeline->destinations) == 1);
+	return linitial(pipeline->destinations);
 }
 
 bool

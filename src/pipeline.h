@@ -6,12 +6,12 @@
 #define REPLICANT_PIPELINE_H
 
 #include "access/xlogdefs.h"
-#include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 #include "utils/array.h"
 
 #include "catalog.h"
 #include "change.h"
+#include "destination.h"
 #include "epoch.h"
 
 typedef struct ReplicantPipeline
@@ -22,29 +22,14 @@ typedef struct ReplicantPipeline
 	Oid owner;
 	List *publications;           /* of char * */
 	XLogRecPtr *publication_lsns; /* per publication: delivered from here on */
-	char *sink_url;
 	char *snapshot;
 	bool enabled;
 	char *halt_reason; /* NULL unless halted */
 	int32 config_version;
-	int batch_max_bytes;
-	int batch_max_transactions;
-	int http_timeout_ms;
-	int connect_timeout_ms;
-	List *header_names;  /* of char * */
-	List *header_values; /* of char * */
-	char *secret;        /* NULL: unsigned */
 	int snapshot_workers;
-	bool messages;          /* deliver pg_logical_emit_message() messages */
-	List *message_prefixes; /* of char *; NIL: every non-internal prefix */
-	char *secret_previous;  /* also signs until secret_previous_until */
-	TimestampTz secret_previous_until;
-	char *ca_file;                    /* CA bundle for https sinks; NULL: system CAs */
+	bool messages;                    /* deliver pg_logical_emit_message() messages */
+	List *message_prefixes;           /* of char *; NIL: every non-internal prefix */
 	bool failover;                    /* the slot is a failover slot (17+) */
-	char *format;                     /* its wire format's name (format.h) */
-	bool create_tables;               /* create missing ClickHouse targets at start */
-	int64 max_retained_wal;           /* bytes the slot may retain; 0: no budget */
-	bool on_slot_loss_resync;         /* on_slot_loss => 'resync' */
 	char *resync_reason;              /* NULL unless a resync is under way (resync.h) */
 	XLogRecPtr resync_lost_from;      /* its lost_from, or 0 */
 	bool resync_slot_dropped;         /* the old slot is gone: a slot is the resync's */
@@ -55,6 +40,7 @@ typedef struct ReplicantPipeline
 	/* keys the ids of reads (change.h); random per process under 0.2.0's objects */
 	uint8 event_id_key[REPLICANT_READ_ID_KEY_LEN];
 	XLogRecPtr slot_created_at; /* where this process created the slot, or 0 */
+	List *destinations;         /* where its changes go (of ReplicantDestination *) */
 
 	/*
 	 * What decoding goes by: the options above before each alter_pipeline
@@ -139,6 +125,12 @@ extern void replicant_pipeline_check_owner(const ReplicantPipelineRef *ref, Oid 
  * the result is allocated in mcxt.  Returns NULL if it no longer exists.
  */
 extern ReplicantPipeline *replicant_pipeline_load(int32 id, MemoryContext mcxt);
+
+/*
+ * The pipeline's one destination: what each reader of a sink option sends
+ * to until the pipeline worker sends to several (docs/destinations-design.md).
+ */
+extern ReplicantDestination *replicant_pipeline_only_destination(const ReplicantPipeline *pipeline);
 
 /*
  * Records a fail-closed halt (inside replicant_catalog_begin/end): lsn, if

@@ -43,6 +43,7 @@
 
 #include "catalog.h"
 #include "compat.h"
+#include "destination.h"
 #include "event_log.h"
 #include "fault.h"
 #include "resync.h"
@@ -112,7 +113,7 @@ replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipelin
 	bool recorded;
 	bool looped;
 
-	if (!pipeline->on_slot_loss_resync)
+	if (!replicant_pipeline_only_destination(pipeline)->on_slot_loss_resync)
 		return (char *) reason;
 	if (IsTransactionState())
 		AbortCurrentTransaction();
@@ -219,7 +220,7 @@ replicant_resync_markers(ReplicantPipeline *pipeline, bool last)
 char *
 replicant_resync_refusal(ReplicantPipeline *pipeline, const ReplicantResync *resync)
 {
-	const ReplicantFormat *format = replicant_format_of(pipeline);
+	const ReplicantFormat *format = replicant_format_of(replicant_pipeline_only_destination(pipeline));
 
 	if (resync == NULL || format->resets_watermark || resync->lost_to >= resync->lost_from)
 		return NULL;

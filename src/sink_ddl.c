@@ -387,7 +387,8 @@ publications_array(ReplicantPipeline *pipeline)
 }
 
 void
-replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
+replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+						  const ReplicantDestination *destination)
 {
 	MemoryContext caller = CurrentMemoryContext;
 	List *targets;
@@ -408,7 +409,7 @@ replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeli
 	MemoryContextSwitchTo(caller);
 
 	/* A refused CREATE TABLE is met again: halt on all but a few codes. */
-	sink = replicant_delivery_sink(pipeline);
+	sink = replicant_delivery_sink(destination);
 	replicant_transport_classify_codes(sink, replicant_clickhouse_ddl_code_is_final);
 	foreach(lc, targets)
 	{

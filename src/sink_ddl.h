@@ -11,6 +11,7 @@
 #include "utils/array.h"
 #include "utils/relcache.h"
 
+#include "destination.h"
 #include "pipeline.h"
 #include "shmem.h"
 
@@ -42,12 +43,13 @@ extern List *replicant_sink_ddl_key_columns(Relation leaf, Relation target, List
 
 /*
  * create_tables => true: runs CREATE TABLE IF NOT EXISTS for each target of
- * the pipeline against its sink, before anything is delivered; an existing
+ * the pipeline against the destination's sink, before anything is delivered; an existing
  * table is left as it is.  Retries what fails without an answer as
  * deliveries do, and the few ClickHouse error codes that pass by
  * themselves; any other refusal halts the pipeline (or a 410 disables it).
  * Call in the pipeline worker, outside a transaction.
  */
-extern void replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline);
+extern void replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+									  const ReplicantDestination *destination);
 
 #endif /* REPLICANT_SINK_DDL_H */

@@ -50,6 +50,7 @@
 #include "catalog.h"
 #include "compat.h"
 #include "delivery.h"
+#include "destination.h"
 #include "event_log.h"
 #include "fault.h"
 #include "format.h"
@@ -140,7 +141,7 @@ post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	ReplicantBody body;
 	ReplicantSinkResult result;
 
-	replicant_format_of(pipeline)->snapshot_end(out);
+	replicant_format_of(replicant_pipeline_only_destination(pipeline))->snapshot_end(out);
 	replicant_body_from_buffer(&body, &state, out);
 	replicant_delivery_post(slot, sink, webhook_id, &body, &result);
 	replicant_snapshot_note_answer(slot, pipeline, &result, nrows, out->len, relation);
@@ -168,8 +169,9 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	ReplicantResync *resync = replicant_resync_markers(pipeline, last);
 	ReplicantResync *resyncs;
 	char *refused = last ? replicant_resync_refusal(pipeline, resync) : NULL;
+	const ReplicantFormat *format = replicant_format_of(replicant_pipeline_only_destination(pipeline));
 	/* a resync's last markers, in a format that sweeps by key: the keys */
-	bool sweeps = resync != NULL && last && replicant_format_of(pipeline)->sweeps_by_key;
+	bool sweeps = resync != NULL && last && format->sweeps_by_key;
 
 	if (refused != NULL)
 		replicant_delivery_halt(slot, pipeline, refused);
@@ -217,7 +219,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 				resyncs[i].key = keys[i];
 			/* A format that sweeps by itself (by key) gets no resync to sweep. */
 			replicant_snapshot_start_body(&out, pipeline, &relations[i], ids[i], !last, last,
-										  resync && (resyncs[i].sweep || !replicant_format_of(pipeline)->sweeps_by_key) ?
+										  resync && (resyncs[i].sweep || !format->sweeps_by_key) ?
 											  &resyncs[i] :
 											  NULL);
 			webhook_id = psprintf("%s-b" INT64_FORMAT "-%s", pipeline->name, ids[i],
@@ -607,7 +609,7 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 	replicant_shmem_set_state(slot, REPLICANT_STATE_SNAPSHOTTING);
 	replicant_log_state(pipeline->name, "snapshotting", REPLICANT_LOG_END);
 
-	sink = replicant_delivery_sink(pipeline);
+	sink = replicant_delivery_sink(replicant_pipeline_only_destination(pipeline));
 
 	slot_owner = replicant_slot_owner(pipeline->slot_name);
 	if (pipeline->resync_reason != NULL && !pipeline->resync_slot_dropped)

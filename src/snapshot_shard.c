@@ -42,6 +42,7 @@
 #include "checkpoint.h"
 #include "compat.h"
 #include "delivery.h"
+#include "destination.h"
 #include "encoder.h"
 #include "fault.h"
 #include "format.h"
@@ -77,9 +78,10 @@ replicant_snapshot_start_body(StringInfo out, ReplicantPipeline *pipeline,
 							  int64 backfill_id, bool first, bool last,
 							  const ReplicantResync *resync)
 {
+	const ReplicantFormat *format = replicant_format_of(replicant_pipeline_only_destination(pipeline));
+
 	resetStringInfo(out);
-	replicant_format_of(pipeline)->snapshot_begin(out, pipeline->name, relation,
-												  backfill_id, first, last, resync);
+	format->snapshot_begin(out, pipeline->name, relation, backfill_id, first, last, resync);
 }
 
 /* Halts, naming relation, on anything but a 2xx; counts a delivered body. */
@@ -266,6 +268,7 @@ typedef struct WindowBatch
 {
 	ReplicantPipelineSlot *slot;
 	ReplicantPipeline *pipeline;
+	ReplicantDestination *destination; /* what sink sends to */
 	ReplicantTransport *sink;
 	ReplicantShard *shard;
 	const ReplicantRelation *relation; /* the table read */
@@ -295,7 +298,7 @@ take_window_bodies(WindowBatch *batch)
 		for (i = 0; i < lengthof(window_bodies); i++)
 		{
 			initStringInfo(&window_bodies[i]);
-			enlargeStringInfo(&window_bodies[i], batch->pipeline->batch_max_bytes);
+			enlargeStringInfo(&window_bodies[i], batch->destination->batch_max_bytes);
 		}
 		MemoryContextSwitchTo(old);
 	}
@@ -352,7 +355,7 @@ send_window_batch(WindowBatch *batch)
 														batch->shard->claimed_at,
 														batch->batch_no++);
 	post->nrows = batch->in_body;
-	replicant_format_of(batch->pipeline)->snapshot_end(&post->out);
+	replicant_format_of(batch->destination)->snapshot_end(&post->out);
 	replicant_body_from_buffer(&post->body, &post->state, &post->out);
 	replicant_delivery_post_start(batch->sink, post->webhook_id, &post->body);
 	post->in_flight = true;
@@ -368,7 +371,7 @@ send_window_batch(WindowBatch *batch)
 static void
 add_window_row(WindowBatch *batch, const ReplicantChange *record, StringInfo spill)
 {
-	const ReplicantFormat *format = replicant_format_of(batch->pipeline);
+	const ReplicantFormat *format = replicant_format_of(batch->destination);
 	int before = batch->out.len;
 	int start;
 
@@ -377,7 +380,7 @@ add_window_row(WindowBatch *batch, const ReplicantChange *record, StringInfo spi
 	start = batch->out.len;
 	format->change(&batch->out, batch->pipeline->name, record);
 	if (before + (batch->out.len - start) + format->snapshot_end_len >
-			batch->pipeline->batch_max_bytes &&
+			batch->destination->batch_max_bytes &&
 		batch->in_body > 0)
 	{
 		MemoryContext row_context = MemoryContextSwitchTo(batch->context);
@@ -526,7 +529,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	StringInfoData key;
 	StringInfoData new_row;
 	MemoryContext window_context = CurrentMemoryContext;
-	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .sink = sink, .shard = shard, .context = window_context};
+	WindowBatch batch = {.slot = slot, .pipeline = pipeline, .destination = replicant_pipeline_only_destination(pipeline), .sink = sink, .shard = shard, .context = window_context};
 	MemoryContext row_context;
 	WindowResult opened;
 	/* the stream delivers nothing before the snapshot is done */
@@ -569,7 +572,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 									 reader.filter->columns);
 		record.backfill_id = shard->backfill_id;
 		record.read_lsn = consistent_point;
-		if (replicant_format_of(pipeline)->read_ids)
+		if (replicant_format_of(batch.destination)->read_ids)
 			replicant_change_set_read_id(&record, pipeline->event_id_key, desc,
 										 row->tts_values, row->tts_isnull, reader.identity,
 										 RelationGetRelid(rel), rel->rd_rel->relfilenode,
@@ -758,7 +761,7 @@ replicant_shard_main(Datum main_arg)
 	pgstat_report_appname(psprintf("replicant snapshot %s", pipeline->name));
 
 	MemoryContextSwitchTo(TopMemoryContext);
-	sink = replicant_delivery_sink(pipeline);
+	sink = replicant_delivery_sink(replicant_pipeline_only_destination(pipeline));
 
 	window_context = AllocSetContextCreate(TopMemoryContext, "replicant snapshot window",
 										   ALLOCSET_DEFAULT_SIZES);

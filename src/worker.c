@@ -63,6 +63,7 @@
 #include "checkpoint.h"
 #include "decoder.h"
 #include "delivery.h"
+#include "destination.h"
 #include "encoder.h"
 #include "event_log.h"
 #include "fault.h"
@@ -117,6 +118,7 @@ typedef struct Worker
 	uint32 generation;           /* the slot's generation we were started for */
 	int slot_index;
 	ReplicantPipeline *pipeline;
+	ReplicantDestination *destination; /* the pipeline's only one, what sink sends to */
 	ReplicantBatch *batch;
 	ReplicantDecoder *decoder;
 	ReplicantTransport *sink;
@@ -288,7 +290,7 @@ static void
 post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *bytes,
 		   const char **target)
 {
-	const ReplicantFormat *format = replicant_format_of(w->pipeline);
+	const ReplicantFormat *format = replicant_format_of(w->destination);
 	ReplicantRequest request;
 	int i;
 
@@ -398,7 +400,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 	int next = 0;
 	int part = 0;
 	bool more = chunk->relation != NULL && (chunk->last || replicant_chunk_has_rows(chunk));
-	const ReplicantFormat *format = replicant_format_of(w->pipeline);
+	const ReplicantFormat *format = replicant_format_of(w->destination);
 	StringInfoData changes;
 	StringInfoData out;
 
@@ -419,7 +421,7 @@ deliver_chunk(Worker *w, ReplicantChunk *chunk)
 							   chunk->backfill->id, false, false, NULL);
 		resetStringInfo(&changes);
 		n = replicant_chunk_rows(chunk, &next, &changes,
-								 w->pipeline->batch_max_bytes - out.len - format->snapshot_end_len);
+								 w->destination->batch_max_bytes - out.len - format->snapshot_end_len);
 		more = next < chunk->nrows;
 		resetStringInfo(&out);
 		format->snapshot_begin(&out, w->pipeline->name, chunk->relation,
@@ -473,7 +475,7 @@ read_chunk(Worker *w)
 static void
 deliver_messages(Worker *w, List *messages)
 {
-	const ReplicantFormat *format = replicant_format_of(w->pipeline);
+	const ReplicantFormat *format = replicant_format_of(w->destination);
 	ListCell *lc;
 
 	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
@@ -532,6 +534,7 @@ load_pipeline(Worker *w, int32 pipeline_id)
 	/* The owner may have lost the attribute since create or alter. */
 	if (replicant_epoch_any_messages(w->pipeline->epochs) && !may_receive_messages)
 		worker_halt(w, REPLICANT_MESSAGES_NEED_REPLICATION);
+	w->destination = replicant_pipeline_only_destination(w->pipeline);
 }
 
 /* Counts this run before anything that could crash (runs.c). */
@@ -671,10 +674,10 @@ start_streaming(Worker *w)
 	pgstat_report_appname(appname);
 
 	check_output_plugin_allowed(w);
-	if (w->pipeline->create_tables && strcmp(w->pipeline->format, "clickhouse") == 0)
+	if (w->destination->create_tables && strcmp(w->destination->format, "clickhouse") == 0)
 	{
 		replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
-		replicant_sink_ddl_create(w->slot, w->pipeline);
+		replicant_sink_ddl_create(w->slot, w->pipeline, w->destination);
 	}
 	replicant_shmem_enter_phase(REPLICANT_PHASE_SNAPSHOT);
 	replicant_snapshot_initial(w->slot, w->slot_index, w->pipeline);
@@ -688,14 +691,14 @@ start_streaming(Worker *w)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	MemoryContextSwitchTo(TopMemoryContext);
-	w->batch = replicant_batch_create(replicant_format_of(w->pipeline)->separator);
+	w->batch = replicant_batch_create(replicant_format_of(w->destination)->separator);
 	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason, &halt_cause,
 										 &slot_lost);
 	if (w->decoder == NULL && slot_lost)
 		halt_reason = replicant_resync_on_loss(w->slot, w->pipeline, halt_reason);
 	if (w->decoder == NULL)
 		replicant_delivery_halt_at(w->slot, w->pipeline, halt_reason, InvalidXLogRecPtr, halt_cause);
-	w->sink = replicant_delivery_sink(w->pipeline);
+	w->sink = replicant_delivery_sink(w->destination);
 	replicant_slot_health_watch(w->pipeline);
 
 	ereport(LOG,
@@ -824,8 +827,8 @@ stream_cycle(Worker *w, bool *delivered)
 		commit_pending(w);
 
 	replicant_shmem_enter_phase(REPLICANT_PHASE_DECODE);
-	at_end = replicant_decoder_read(w->decoder, w->pipeline->batch_max_transactions,
-									(uint64) w->pipeline->batch_max_bytes,
+	at_end = replicant_decoder_read(w->decoder, w->destination->batch_max_transactions,
+									(uint64) w->destination->batch_max_bytes,
 									replicant_batch_linger_ms);
 	if (replicant_decoder_halt_reason(w->decoder))
 	{

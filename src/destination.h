@@ -1,0 +1,50 @@
+/*
+ * destination.h
+ *		A pipeline's destinations: where its changes go and how (the sink's
+ *		URL, format, credentials, limits), apart from what it decodes.
+ *
+ * Every reader of a sink option reads it from a ReplicantDestination, so
+ * that a pipeline can get several destinations (docs/destinations-design.md)
+ * without its readers changing again.  Today a pipeline has exactly one,
+ * named "default", made from its own row in replicant.pipelines.
+ */
+#ifndef REPLICANT_DESTINATION_H
+#define REPLICANT_DESTINATION_H
+
+#include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
+
+/* The name of a pipeline's first destination: its wire ids stay the pipeline's. */
+#define REPLICANT_DEFAULT_DESTINATION "default"
+
+typedef struct ReplicantDestination
+{
+	char *name;
+	char *pipeline_name; /* for messages */
+	char *sink_url;
+	char *format;          /* its wire format's name (format.h) */
+	List *header_names;    /* of char * */
+	List *header_values;   /* of char * */
+	char *secret;          /* NULL: unsigned */
+	char *secret_previous; /* also signs until secret_previous_until */
+	TimestampTz secret_previous_until;
+	char *ca_file; /* CA bundle for https sinks; NULL: system CAs */
+	int batch_max_bytes;
+	int batch_max_transactions;
+	int http_timeout_ms;
+	int connect_timeout_ms;
+	bool create_tables;       /* create missing ClickHouse targets at start */
+	int64 max_retained_wal;   /* bytes the slot may retain for it; 0: no budget */
+	bool on_slot_loss_resync; /* on_slot_loss => 'resync' */
+} ReplicantDestination;
+
+/*
+ * The destinations of pipeline pipeline_id, called pipeline_name (of
+ * ReplicantDestination *, never empty), allocated in mcxt.  Inside
+ * replicant_catalog_begin/end, under the snapshot the pipeline's row was
+ * read with.
+ */
+extern List *replicant_destination_load(int32 pipeline_id, const char *pipeline_name,
+										MemoryContext mcxt);
+
+#endif /* REPLICANT_DESTINATION_H */
