@@ -29,7 +29,8 @@
  *
  * Files: sink_nats_url.c (the URL), sink_nats_batch.c (a rendered batch
  * into messages), sink_nats_body.c (reading the batch back),
- * sink_nats_connect.c (connecting without going deaf to signals).
+ * sink_nats_connect.c (connecting without going deaf to signals),
+ * sink_nats_acks.c (acknowledgements: counted, waited for).
  *
  * Inside Postgres: the library's threads are started (nats_Open: timers,
  * callbacks, garbage collection; connection creation: reading, flushing;
@@ -40,10 +41,10 @@
  * and every write has a deadline (NATS_WRITE_DEADLINE_MS): libnats writes
  * inline when its buffer is full, and a server that stops reading would
  * otherwise block the worker for good.  They call nothing of the server's:
- * the acknowledgement handler
- * counts under a mutex and writes a byte to a pipe, which the worker waits
- * on beside its latch in short slices, answering interrupts and reloads
- * outside the library.  No library error text reaches an error or a log
+ * the acknowledgement handler counts under a mutex, only for the current
+ * connection, and writes a byte to a pipe, which the worker waits on beside
+ * its latch in short slices, answering interrupts and reloads outside the
+ * library.  No library error text reaches an error or a log
  * line (it may quote a server's URL): fixed texts only.
  */
 #include "postgres.h"
@@ -59,10 +60,7 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
-#include "postmaster/interrupt.h"
 #include "storage/latch.h"
-#include "utils/guc.h"
-#include "utils/wait_event.h"
 
 #include "compat.h"
 #include "sink_nats.h"
@@ -96,41 +94,6 @@ nats_sink_restore_signals(const sigset_t *old)
 	pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
-/* The library's thread: counts, wakes the worker; nothing of the server's. */
-static void
-on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
-{
-	NatsAcks *acks = closure;
-	char byte = 1;
-	int64 bytes = natsMsg_GetDataLength(msg);
-
-	pthread_mutex_lock(&acks->lock);
-	acks->done_bytes += bytes;
-	if (pa != NULL)
-	{
-		acks->acked++;
-		if (pa->Duplicate)
-			acks->duplicate = true;
-	}
-	else
-	{
-		acks->failed++;
-		if (acks->status == NATS_OK)
-		{
-			acks->status = pae ? pae->Err : NATS_ERR;
-			acks->code = pae ? pae->ErrCode : 0;
-			if (acks->status == NATS_OK)
-				acks->status = NATS_ERR;
-		}
-	}
-	pthread_mutex_unlock(&acks->lock);
-	natsMsg_Destroy(msg);
-	if (write(acks->wake_fd, &byte, 1) < 0)
-	{
-		/* the pipe is full: the worker is woken already */
-	}
-}
-
 void
 nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome outcome, const char *error)
 {
@@ -141,8 +104,8 @@ nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome outcome, const 
 }
 
 /* A retried failure named by the library's fixed text for its status. */
-static void
-set_status_failure(ReplicantSinkResult *result, const char *what, natsStatus s, jsErrCode code)
+void
+nats_sink_fail_status(ReplicantSinkResult *result, const char *what, natsStatus s, jsErrCode code)
 {
 	char error[sizeof(result->error)];
 
@@ -178,6 +141,8 @@ set_status_failure(ReplicantSinkResult *result, const char *what, natsStatus s, 
 static void
 disconnect(NatsSink *sink)
 {
+	/* a handler still to run for this connection counts for nothing */
+	nats_acks_count_for(sink->acks, NULL);
 	if (sink->js)
 		jsCtx_Destroy(sink->js);
 	if (sink->conn)
@@ -253,7 +218,7 @@ connect_sink(NatsSink *sink, ReplicantSinkResult *result)
 		jsOptions_Init(&jo);
 		jo.Wait = NATS_API_WAIT_MS;
 		jo.PublishAsync.MaxPending = 2 * NATS_MAX_INFLIGHT;
-		jo.PublishAsync.AckHandler = on_ack;
+		jo.PublishAsync.AckHandler = nats_ack_handler;
 		jo.PublishAsync.AckHandlerClosure = sink->acks;
 		jo.PublishAsync.StallWait = 10;
 		s = natsConnection_JetStream(&sink->js, sink->conn, &jo);
@@ -268,140 +233,29 @@ connect_sink(NatsSink *sink, ReplicantSinkResult *result)
 			return false;
 		}
 		result->refused = true;
-		set_status_failure(result, "could not connect to NATS", s, 0);
+		nats_sink_fail_status(result, "could not connect to NATS", s, 0);
 		return false;
 	}
+	nats_acks_count_for(sink->acks, sink->js);
 	sink->max_payload = natsConnection_GetMaxPayload(sink->conn);
 	return true;
 }
 
-/* ---- waiting ---- */
-
 /*
- * Waits up to ms for an acknowledgement or the latch, answering
- * interrupts and reloads; false when the process is to die (the request is
- * abandoned, so that what was acknowledged is committed first).
- */
-bool
-nats_sink_wait_slice(NatsSink *sink, long ms)
-{
-	int rc = WaitLatchOrSocket(MyLatch,
-							   WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							   sink->pipe_fds[0], ms, PG_WAIT_EXTENSION);
-
-	if (rc & WL_SOCKET_READABLE)
-	{
-		char drain[256];
-
-		while (read(sink->pipe_fds[0], drain, sizeof(drain)) > 0)
-			;
-	}
-	if (rc & WL_LATCH_SET)
-	{
-		ResetLatch(MyLatch);
-		sink->latch_was_set = true;
-	}
-	if (ProcDiePending)
-	{
-		sink->abandoned = true;
-		return false;
-	}
-	if (ConfigReloadPending)
-	{
-		ConfigReloadPending = false;
-		ProcessConfigFile(PGC_SIGHUP);
-	}
-	CHECK_FOR_INTERRUPTS();
-	return true;
-}
-
-static void
-read_acks(NatsSink *sink, int64 *done, int64 *done_bytes, int64 *failed)
-{
-	pthread_mutex_lock(&sink->acks->lock);
-	*done = sink->acks->acked + sink->acks->failed;
-	*done_bytes = sink->acks->done_bytes;
-	*failed = sink->acks->failed;
-	pthread_mutex_unlock(&sink->acks->lock);
-}
-
-/*
- * Waits until at most max_pending messages (and max_bytes) are
- * unacknowledged; false (result set) on a failure, the ack timeout or an
- * abandoned wait.
- */
-bool
-nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, ReplicantSinkResult *result)
-{
-	instr_time deadline_base;
-	int64 last_done = -1;
-
-	INSTR_TIME_SET_CURRENT(deadline_base);
-	for (;;)
-	{
-		int64 done,
-			done_bytes,
-			failed;
-		instr_time now;
-
-		read_acks(sink, &done, &done_bytes, &failed);
-		if (failed > 0)
-		{
-			natsStatus s;
-			jsErrCode code;
-
-			pthread_mutex_lock(&sink->acks->lock);
-			s = sink->acks->status;
-			code = sink->acks->code;
-			pthread_mutex_unlock(&sink->acks->lock);
-			set_status_failure(result, "NATS publish failed", s, code);
-			return false;
-		}
-		if (sink->published - done <= max_pending &&
-			sink->published_bytes - done_bytes <= max_bytes)
-			return true;
-		INSTR_TIME_SET_CURRENT(now);
-		if (done != last_done)
-		{
-			last_done = done;
-			deadline_base = now;
-		}
-		INSTR_TIME_SUBTRACT(now, deadline_base);
-		if (INSTR_TIME_GET_MILLISEC(now) > sink->ack_timeout_ms)
-		{
-			nats_sink_fail(result, REPLICANT_SINK_RETRY, "timed out waiting for NATS acknowledgements");
-			return false;
-		}
-		if (!nats_sink_wait_slice(sink, NATS_WAIT_SLICE_MS))
-		{
-			nats_sink_fail(result, REPLICANT_SINK_RETRY, "interrupted while waiting for NATS acknowledgements");
-			return false;
-		}
-	}
-}
-
-/*
- * Forgets what an earlier request left unacknowledged.  Its acks must not
- * count for the next request: the connection is closed (its threads, the
- * only callers of on_ack, end with it), and the next send connects again.
+ * Forgets what an earlier request left unacknowledged: the connection is
+ * closed (its acknowledgements then count for nothing, sink_nats_acks.c),
+ * and the next send connects again.
  */
 static void
 drop_pending(NatsSink *sink)
 {
 	char drain[256];
-	int64 done;
+	NatsAckCounts c;
 
-	pthread_mutex_lock(&sink->acks->lock);
-	done = sink->acks->acked + sink->acks->failed;
-	pthread_mutex_unlock(&sink->acks->lock);
-	if (sink->published > done)
+	nats_acks_read(sink->acks, &c);
+	if (sink->published > c.done)
 		disconnect(sink);
-	pthread_mutex_lock(&sink->acks->lock);
-	sink->acks->acked = sink->acks->failed = sink->acks->done_bytes = 0;
-	sink->acks->status = NATS_OK;
-	sink->acks->code = 0;
-	sink->acks->duplicate = false;
-	pthread_mutex_unlock(&sink->acks->lock);
+	nats_acks_reset(sink->acks);
 	while (read(sink->pipe_fds[0], drain, sizeof(drain)) > 0)
 		;
 	sink->published = sink->published_bytes = 0;
@@ -507,7 +361,7 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 	{
 		if (s == NATS_NOT_FOUND && code == 0)
 			code = JSStreamNotFoundErr;
-		set_status_failure(result, "could not read the NATS stream's state", s, code);
+		nats_sink_fail_status(result, "could not read the NATS stream's state", s, code);
 		return false;
 	}
 	sink->last_seq = si->State.LastSeq;
@@ -540,7 +394,7 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 	}
 	else if (s != NATS_NOT_FOUND)
 	{
-		set_status_failure(result, "could not read the NATS stream's last message", s, code);
+		nats_sink_fail_status(result, "could not read the NATS stream's last message", s, code);
 		return false;
 	}
 	sink->known = true;
@@ -618,7 +472,7 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 		 * again.
 		 */
 		disconnect(sink);
-		set_status_failure(result, "could not publish to NATS", s, 0);
+		nats_sink_fail_status(result, "could not publish to NATS", s, 0);
 		return false;
 	}
 	sink->async_started = true;
@@ -645,6 +499,7 @@ nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
 	INSTR_TIME_SET_CURRENT(sink->started);
 	sink->latch_was_set = false;
 	sink->abandoned = false;
+	sink->told_bound = false;
 	if (sink->url_problem != NULL)
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED, sink->url_problem);
 	else
@@ -658,12 +513,17 @@ nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
 		/* the library gives a connection up for good on some server errors */
 		if (sink->conn != NULL && natsConnection_IsClosed(sink->conn))
 			disconnect(sink);
+		nats_acks_check_hold(sink->acks);
 		if (sink->conn != NULL || connect_sink(sink, result))
 		{
+			NatsAckCounts c;
+
 			nats_sink_publish_body(sink, id, body, result);
 			if (result->outcome == REPLICANT_SINK_OK)
 				(void) nats_sink_wait_acks(sink, 0, 0, result);
-			if (result->outcome != REPLICANT_SINK_OK || sink->acks->duplicate)
+			/* a duplicate left the stream's sequence behind the chain's */
+			nats_acks_read(sink->acks, &c);
+			if (result->outcome != REPLICANT_SINK_OK || c.duplicate)
 				sink->known = false;
 			drop_pending(sink);
 		}
@@ -720,10 +580,10 @@ nats_close(ReplicantTransport *transport)
 	NatsSink *sink = (NatsSink *) transport;
 
 	disconnect(sink);
+	/* before the pipe: a handler still to run writes to it no more */
+	nats_acks_close(sink->acks);
 	close(sink->pipe_fds[0]);
 	close(sink->pipe_fds[1]);
-	pthread_mutex_destroy(&sink->acks->lock);
-	free(sink->acks);
 	pfree(sink);
 }
 
@@ -790,12 +650,6 @@ replicant_nats_transport_open(const ReplicantSinkConfig *config)
 	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
 	sink->source = psprintf(UINT64_FORMAT "/%u", GetSystemIdentifier(), MyDatabaseId);
 	sink->ack_timeout_ms = config->http_timeout_ms > 0 ? config->http_timeout_ms : NATS_DEFAULT_ACK_TIMEOUT_MS;
-	sink->acks = calloc(1, sizeof(NatsAcks));
-	if (sink->acks == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	pthread_mutex_init(&sink->acks->lock, NULL);
 	if (pipe(sink->pipe_fds) != 0 ||
 		fcntl(sink->pipe_fds[0], F_SETFL, O_NONBLOCK) != 0 ||
 		fcntl(sink->pipe_fds[1], F_SETFL, O_NONBLOCK) != 0 ||
@@ -804,7 +658,7 @@ replicant_nats_transport_open(const ReplicantSinkConfig *config)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create a pipe: %m")));
-	sink->acks->wake_fd = sink->pipe_fds[1];
+	sink->acks = nats_acks_create(sink->pipe_fds[1]);
 	sink->buf = palloc(NATS_BODY_BUFFER);
 	sink->inner_buf = palloc(NATS_BODY_BUFFER);
 	initStringInfo(&sink->subject);

@@ -1,8 +1,9 @@
 /*
  * sink_nats_internal.h
- *		What the NATS transport's two files share: the transport's state,
- *		and the calls sink_nats_batch.c (a rendered batch into messages)
- *		makes of sink_nats.c (the connection, publishing, acknowledgements).
+ *		What the NATS transport's files share: the transport's state, the
+ *		calls sink_nats_batch.c (a rendered batch into messages) makes of
+ *		sink_nats.c (the connection, publishing) and sink_nats_acks.c
+ *		(acknowledgements).
  */
 #ifndef REPLICANT_SINK_NATS_INTERNAL_H
 #define REPLICANT_SINK_NATS_INTERNAL_H
@@ -18,18 +19,19 @@
 #include "transport.h"
 #include "sink_nats_body.h"
 
-/* Shared with the library's threads: under lock. */
-typedef struct NatsAcks
+/* What the acknowledgements of the current request say (sink_nats_acks.c). */
+typedef struct NatsAckCounts
 {
-	pthread_mutex_t lock;
-	int64 acked;
-	int64 failed;
+	int64 done; /* acknowledged or failed */
 	int64 done_bytes;
+	int64 failed;
 	natsStatus status; /* of the first failure */
 	jsErrCode code;
-	bool duplicate;
-	int wake_fd;
-} NatsAcks;
+	bool duplicate; /* a message was in the stream already */
+} NatsAckCounts;
+
+/* Shared with the library's threads (sink_nats_acks.c). */
+typedef struct NatsAcks NatsAcks;
 
 /*
  * A connection being made in a thread of its own: natsConnection_Connect
@@ -64,7 +66,7 @@ typedef struct NatsSink
 	natsConnection *conn;
 	jsCtx *js;
 	bool async_started; /* js has published asynchronously: its threads run */
-	NatsAcks *acks;     /* malloc'd: the library's threads may outlive a context */
+	NatsAcks *acks;     /* never freed: the library's threads may outlive the transport */
 	int pipe_fds[2];
 	int64 max_payload;
 
@@ -74,6 +76,7 @@ typedef struct NatsSink
 	bool dirty; /* publishes may be pending from an earlier request */
 	bool latch_was_set;
 	bool abandoned;
+	bool told_bound; /* its wait at the in-flight bound was logged */
 	instr_time started;
 
 	/* What the stream holds: valid while known. */
@@ -111,6 +114,20 @@ extern void nats_sink_block_signals(sigset_t *old);
 extern void nats_sink_restore_signals(const sigset_t *old);
 
 /*
+ * Acknowledgements (sink_nats_acks.c).  nats_ack_handler is the library's
+ * acknowledgement handler, its closure the NatsAcks; only those of the
+ * context given to nats_acks_count_for count.
+ */
+extern NatsAcks *nats_acks_create(int wake_fd);
+extern void nats_acks_close(NatsAcks *acks);
+extern void nats_acks_count_for(NatsAcks *acks, jsCtx *js);
+extern void nats_acks_reset(NatsAcks *acks);
+extern void nats_acks_read(NatsAcks *acks, NatsAckCounts *counts);
+extern void nats_acks_check_hold(NatsAcks *acks);
+extern void nats_ack_handler(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae,
+							 void *closure);
+
+/*
  * Waits up to ms for the wake pipe or the latch, answering interrupts and
  * reloads; false when the process is to die (sink->abandoned).
  */
@@ -126,6 +143,10 @@ extern void nats_sink_connecting_free(NatsConnecting *c);
 /* Sets result's outcome and error, unless a failure is set already. */
 extern void nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome outcome,
 						   const char *error);
+
+/* The same for a library status: halts on what retrying cannot fix. */
+extern void nats_sink_fail_status(ReplicantSinkResult *result, const char *what,
+								  natsStatus s, jsErrCode code);
 
 /*
  * Waits until at most max_pending messages (and max_bytes) are

@@ -1,0 +1,115 @@
+# NATS JetStream destination: what counts as acknowledged.
+#   (a) a late acknowledgement: the acknowledgement handler of a connection
+#       the worker gave up on (its wait timed out) runs only after the
+#       worker connected again and published the next batch, to a cluster
+#       that is paused (SIGSTOP) and so acknowledges nothing.  It must not
+#       count for that batch: fault point "nats_ack:hold" holds the
+#       handler, as a thread descheduled inside it would be.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use ReplicantTest;
+use Nats;
+
+Nats::require_server();
+
+my $nats = Nats->start;
+$nats->create_stream('L', 'replicant.l.>');
+
+# DEBUG1: the line a worker logs as it starts waiting for acknowledgements
+my $node = ReplicantTest::new_node('nats_acks', conf => 'log_min_messages = debug1');
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION replicant;
+	CREATE TABLE t (id int PRIMARY KEY, v text);
+	CREATE PUBLICATION pub FOR TABLE t;
+});
+
+sub poll { return ReplicantTest::poll($node, @_); }
+
+sub worker_pid
+{
+	my ($p) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(worker_pid, 0) FROM replicant.status WHERE pipeline = '$p'");
+}
+
+sub status
+{
+	my ($p, $column) = @_;
+	return $node->safe_psql('postgres', "SELECT $column FROM replicant.status WHERE pipeline = '$p'");
+}
+
+my $n = 0;
+sub insert_txn
+{
+	my ($rows) = @_;
+	my @sql = map { $n++; "INSERT INTO t VALUES ($n, 'v$n')" } 1 .. $rows;
+	return $node->safe_psql('postgres',
+		join(";\n", 'BEGIN', @sql, 'COMMIT', 'SELECT pg_current_wal_lsn()'));
+}
+
+sub log_has
+{
+	my ($re, $offset) = @_;
+	return PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset) =~ $re;
+}
+
+# (a) a late acknowledgement of a connection the worker gave up on
+{
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('l', 'pub', '" . $nats->url('L') . "', http_timeout_ms => 3000)");
+	my $lsn = insert_txn(1);
+	ok(poll("SELECT replicant.await_delivered('l', '$lsn', 1000)", 120), '(a) delivered');
+
+	# the next acknowledgement's handler holds: insert until one does
+	my $offset = -s $node->logfile;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'nats_ack:hold'");
+	kill 'HUP', worker_pid('l');
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	my $held = 0;
+	while (!$held && time() < $deadline)
+	{
+		$lsn = insert_txn(1);
+		while (time() < $deadline)
+		{
+			$held = log_has(qr/fault point "nats_ack" reached, holding/, $offset) and last;
+			last if $node->safe_psql('postgres', "SELECT replicant.await_delivered('l', '$lsn', 100)") eq 't';
+		}
+	}
+	ok($held, '(a) an acknowledgement handler holds');
+	# the worker's wait times out, it connects again: the stream has the
+	# message, and the retry that skips it is delivered
+	ok(poll("SELECT replicant.await_delivered('l', '$lsn', 1000)", 120), '(a) the held batch is delivered by its retry');
+	ok(log_has(qr/pipeline "l" could not deliver to its sink, retrying: timed out waiting for NATS acknowledgements/,
+			$offset),
+		'(a) after its wait timed out');
+
+	# The next batch meets a paused cluster; the held handler goes on while
+	# the worker waits for that batch's acknowledgement.
+	my $delivered = status('l', 'transactions_delivered');
+	my $retries = status('l', 'retries');
+	$nats->pause_all;
+	$offset = -s $node->logfile;
+	my $b_lsn = insert_txn(1);
+	$node->wait_for_log(qr/pipeline "l" waits for acknowledgements of 1 NATS messages/, $offset);
+	$node->safe_psql('postgres', 'ALTER SYSTEM RESET replicant.fault_point');
+	kill 'HUP', worker_pid('l');
+	ok(poll("SELECT transactions_delivered > $delivered OR retries > $retries"
+			  . " FROM replicant.status WHERE pipeline = 'l'", 120),
+		'(a) the batch ends');
+	is(status('l', 'transactions_delivered'), $delivered,
+		'(a) the late acknowledgement did not deliver the batch the paused cluster did not acknowledge');
+	is($node->safe_psql('postgres', "SELECT replicant.await_delivered('l', '$b_lsn', 0)"), 'f',
+		'(a) nothing acknowledged past the last batch');
+	$nats->resume_all;
+	ok(poll("SELECT replicant.await_delivered('l', '$b_lsn', 1000)", 120), '(a) delivered after');
+	my @msgs = $nats->messages('L');
+	is_deeply([ Nats::problems(\@msgs, 'l') ], [], '(a) every change once, in commit order');
+	is(scalar(@msgs), $n, "(a) all $n changes");
+}
+
+done_testing();
