@@ -19,8 +19,10 @@
  * - Before the first chained publish, and after any failure, the stream is
  *   asked for its last sequence and for the last message under the
  *   pipeline's subject prefix; every change at or below that message's
- *   (commit_lsn, position) is skipped.  So a restart after an outage longer
- *   than the stream's duplicate window writes nothing twice.
+ *   (commit_lsn, position), or below the last change JetStream acknowledged
+ *   to this transport if that is further, is skipped.  So a restart after
+ *   an outage longer than the stream's duplicate window writes nothing
+ *   twice, and a retry does not send again what was acknowledged.
  * - Snapshot and backfill rows (reads, published by several processes at
  *   once during a snapshot) carry ids stable across retries of their
  *   request and are de-duplicated by JetStream within its window; their
@@ -343,7 +345,34 @@ stream_takes_prefix(jsStreamInfo *si, const char *prefix)
 	return false;
 }
 
-/* The stream's last sequence and the last message of this pipeline. */
+/*
+ * What JetStream acknowledged is in the stream even where the last message
+ * under the prefix is older: removed since (a work queue's consumer, a
+ * purge), or acknowledged as a duplicate of one written before it.  Such a
+ * change is skipped too: published again, it would be a duplicate again,
+ * which leaves the stream's sequence where the messages after it in the
+ * chain expect it to have moved, failing them on every retry.
+ */
+static void
+take_acked_mark(NatsSink *sink)
+{
+	uint64 lsn,
+		pos;
+
+	if (nats_acks_mark(sink->acks, &lsn, &pos) &&
+		(!sink->have_mark || lsn > sink->mark_lsn ||
+		 (lsn == sink->mark_lsn && pos > sink->mark_pos)))
+	{
+		sink->have_mark = true;
+		sink->mark_lsn = lsn;
+		sink->mark_pos = pos;
+	}
+}
+
+/*
+ * The stream's last sequence and the last message of this pipeline, or
+ * the last change it acknowledged when that is further.
+ */
 bool
 nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 {
@@ -365,6 +394,12 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 		return false;
 	}
 	sink->last_seq = si->State.LastSeq;
+	/* what another stream of that name acknowledged says nothing of this one */
+	if (si->Created != sink->stream_created)
+	{
+		nats_acks_forget_mark(sink->acks);
+		sink->stream_created = si->Created;
+	}
 	if (!stream_takes_prefix(si, sink->url.prefix))
 	{
 		jsStreamInfo_Destroy(si);
@@ -397,6 +432,7 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 		nats_sink_fail_status(result, "could not read the NATS stream's last message", s, code);
 		return false;
 	}
+	take_acked_mark(sink);
 	sink->known = true;
 	return true;
 }

@@ -51,6 +51,10 @@ struct NatsAcks
 	pthread_cond_t released; /* a held handler goes on */
 	jsCtx *js;               /* whose acknowledgements count; NULL: none */
 	NatsAckCounts counts;
+	/* the highest change or message acknowledged, stored or duplicate */
+	bool have_acked;
+	uint64 acked_lsn;
+	uint64 acked_pos;
 	NatsAckHold hold;
 	bool hold_announced;
 	int wake_fd;            /* -1: the transport is closed */
@@ -79,6 +83,7 @@ nats_acks_create(int wake_fd)
 	pthread_mutex_lock(&acks->lock);
 	acks->js = NULL;
 	memset(&acks->counts, 0, sizeof(acks->counts));
+	acks->have_acked = false;
 	acks->hold = NATS_HOLD_NONE;
 	acks->hold_announced = false;
 	acks->wake_fd = wake_fd;
@@ -124,6 +129,27 @@ nats_acks_read(NatsAcks *acks, NatsAckCounts *counts)
 	pthread_mutex_unlock(&acks->lock);
 }
 
+bool
+nats_acks_mark(NatsAcks *acks, uint64 *lsn, uint64 *pos)
+{
+	bool have;
+
+	pthread_mutex_lock(&acks->lock);
+	have = acks->have_acked;
+	*lsn = acks->acked_lsn;
+	*pos = acks->acked_pos;
+	pthread_mutex_unlock(&acks->lock);
+	return have;
+}
+
+void
+nats_acks_forget_mark(NatsAcks *acks)
+{
+	pthread_mutex_lock(&acks->lock);
+	acks->have_acked = false;
+	pthread_mutex_unlock(&acks->lock);
+}
+
 /* ---- the library's thread: nothing of the server's ---- */
 
 /* Under the lock. */
@@ -138,6 +164,41 @@ wake(NatsAcks *acks)
 	}
 }
 
+/* A header holding an unsigned decimal number. */
+static bool
+header_number(natsMsg *msg, const char *name, uint64 *value)
+{
+	const char *text = NULL;
+	char *end;
+
+	if (natsMsgHeader_Get(msg, name, &text) != NATS_OK || text == NULL || text[0] == '\0')
+		return false;
+	*value = strtoull(text, &end, 10);
+	return *end == '\0';
+}
+
+/* A change or message of the stream JetStream has: the mark rises to it. */
+static void
+note_acked(NatsAcks *acks, natsMsg *msg)
+{
+	const char *kind = NULL;
+	uint64 lsn,
+		pos;
+
+	if (natsMsgHeader_Get(msg, "Replicant-Kind", &kind) != NATS_OK || kind == NULL ||
+		(strcmp(kind, "change") != 0 && strcmp(kind, "message") != 0) ||
+		!header_number(msg, "Replicant-Commit-Lsn", &lsn) ||
+		!header_number(msg, "Replicant-Position", &pos))
+		return;
+	if (!acks->have_acked || lsn > acks->acked_lsn ||
+		(lsn == acks->acked_lsn && pos > acks->acked_pos))
+	{
+		acks->have_acked = true;
+		acks->acked_lsn = lsn;
+		acks->acked_pos = pos;
+	}
+}
+
 static void
 count(NatsAcks *acks, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae)
 {
@@ -149,6 +210,7 @@ count(NatsAcks *acks, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae)
 	{
 		if (pa->Duplicate)
 			c->duplicate = true;
+		note_acked(acks, msg);
 	}
 	else
 	{

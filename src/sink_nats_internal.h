@@ -81,6 +81,7 @@ typedef struct NatsSink
 
 	/* What the stream holds: valid while known. */
 	bool known;
+	int64 stream_created; /* which stream of that name it is */
 	uint64 last_seq;
 	bool have_mark;
 	uint64 mark_lsn;
@@ -116,13 +117,16 @@ extern void nats_sink_restore_signals(const sigset_t *old);
 /*
  * Acknowledgements (sink_nats_acks.c).  nats_ack_handler is the library's
  * acknowledgement handler, its closure the NatsAcks; only those of the
- * context given to nats_acks_count_for count.
+ * context given to nats_acks_count_for count.  The mark is the highest
+ * change or message (commit_lsn, position) JetStream acknowledged.
  */
 extern NatsAcks *nats_acks_create(int wake_fd);
 extern void nats_acks_close(NatsAcks *acks);
 extern void nats_acks_count_for(NatsAcks *acks, jsCtx *js);
 extern void nats_acks_reset(NatsAcks *acks);
 extern void nats_acks_read(NatsAcks *acks, NatsAckCounts *counts);
+extern bool nats_acks_mark(NatsAcks *acks, uint64 *lsn, uint64 *pos);
+extern void nats_acks_forget_mark(NatsAcks *acks);
 extern void nats_acks_check_hold(NatsAcks *acks);
 extern void nats_ack_handler(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae,
 							 void *closure);

@@ -5,6 +5,13 @@
 #       that is paused (SIGSTOP) and so acknowledges nothing.  It must not
 #       count for that batch: fault point "nats_ack:hold" holds the
 #       handler, as a thread descheduled inside it would be.
+#   (b) a duplicate acknowledgement inside a batch: a restart finds the
+#       stream without the pipeline's last messages (purged, as a work
+#       queue's consumer would remove them) while their ids are still in
+#       the duplicate window, so the batch it sends again starts with
+#       messages JetStream answers as duplicates, followed by new ones.
+#       It converges, writing each change once, instead of failing the new
+#       messages' expected sequence again and again.
 use strict;
 use warnings;
 use FindBin;
@@ -19,6 +26,7 @@ Nats::require_server();
 
 my $nats = Nats->start;
 $nats->create_stream('L', 'replicant.l.>');
+$nats->create_stream('D', 'replicant.d.>', duplicates_ms => 600000);
 
 # DEBUG1: the line a worker logs as it starts waiting for acknowledgements
 my $node = ReplicantTest::new_node('nats_acks', conf => 'log_min_messages = debug1');
@@ -110,6 +118,49 @@ sub log_has
 	my @msgs = $nats->messages('L');
 	is_deeply([ Nats::problems(\@msgs, 'l') ], [], '(a) every change once, in commit order');
 	is(scalar(@msgs), $n, "(a) all $n changes");
+}
+
+# (b) a duplicate acknowledgement inside a batch
+{
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('d', 'pub', '" . $nats->url('D') . "', http_timeout_ms => 3000)");
+	insert_txn(2) foreach 1 .. 3;
+	ok(poll("SELECT replicant.await_delivered('d', pg_current_wal_lsn(), 1000)", 120), '(b) delivered');
+
+	# A is acknowledged, not checkpointed; B commits meanwhile
+	my $offset = -s $node->logfile;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'after_ack:hold'");
+	kill 'HUP', worker_pid('d');
+	my $first = $n + 1;
+	insert_txn(3);
+	$node->wait_for_log(qr/fault point "after_ack" reached, holding/, $offset);
+	my @a = map { $_->{headers}{'Nats-Msg-Id'} } $nats->messages('D');
+	insert_txn(3);
+	my $b_lsn = insert_txn(3);
+
+	# the pipeline's messages leave the stream; their ids stay in its window
+	$nats->tool_ok('purge', 'D');
+	is(scalar($nats->messages('D')), 0, '(b) the stream is purged');
+	$node->safe_psql('postgres', 'ALTER SYSTEM RESET replicant.fault_point');
+	my $old = worker_pid('d');
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend($old)");
+	ok(poll("SELECT coalesce(worker_pid, $old) <> $old FROM replicant.status WHERE pipeline = 'd'", 120),
+		'(b) a new worker runs');
+	my $retries = status('d', 'retries');
+
+	# The new worker sends A again, then B: A's messages are duplicates.
+	ok(poll("SELECT replicant.await_delivered('d', '$b_lsn', 100)"
+			  . " OR (SELECT retries >= $retries + 5 FROM replicant.status WHERE pipeline = 'd')", 120),
+		'(b) delivered, or retried 5 times');
+	is($node->safe_psql('postgres', "SELECT replicant.await_delivered('d', '$b_lsn', 100)"), 't',
+		'(b) the batch that begins with duplicates is delivered');
+	cmp_ok(status('d', 'retries') - $retries, '<=', 1, '(b) after at most one retry');
+	my @msgs = $nats->messages('D');
+	is_deeply([ Nats::problems(\@msgs, 'd') ], [], '(b) every change once, in commit order');
+	my %ids = map { $_->{headers}{'Nats-Msg-Id'} => 1 } @msgs;
+	is(scalar(grep { $ids{$_} } @a), 0, '(b) nothing acknowledged before the purge is written again');
+	is_deeply([ sort { $a <=> $b } map { $_->{json}{new}{id} } @msgs ], [ $first + 3 .. $n ],
+		'(b) the changes after the purge are in the stream');
 }
 
 done_testing();
