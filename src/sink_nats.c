@@ -474,6 +474,12 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 		return false;
 	}
 	set_header(msg, "Nats-Msg-Id", id);
+	/*
+	 * What the body is; CloudEvents' NATS binding takes a message with
+	 * application/cloudevents+json for an event in structured mode.
+	 */
+	if (sink->content_type)
+		set_header(msg, "Content-Type", sink->content_type);
 	set_header(msg, "Replicant-Pipeline", sink->pipeline);
 	set_header(msg, "Replicant-Source", sink->source);
 	set_header(msg, "Replicant-Kind", kind_names[kind]);
@@ -684,6 +690,7 @@ replicant_nats_transport_open(const ReplicantSinkConfig *config)
 	if (sink->url_problem == NULL)
 		sink->url_problem = problem;
 	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
+	sink->content_type = config->content_type ? pstrdup(config->content_type) : NULL;
 	sink->source = psprintf(UINT64_FORMAT "/%u", GetSystemIdentifier(), MyDatabaseId);
 	sink->ack_timeout_ms = config->http_timeout_ms > 0 ? config->http_timeout_ms : NATS_DEFAULT_ACK_TIMEOUT_MS;
 	if (pipe(sink->pipe_fds) != 0 ||

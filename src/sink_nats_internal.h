@@ -61,6 +61,7 @@ typedef struct NatsSink
 	char *password;
 	char *token;
 	char *ca_file;
+	char *content_type; /* of each message's body, as the format says */
 	int ack_timeout_ms;
 
 	natsConnection *conn;

@@ -118,11 +118,12 @@ sub check
 		$per_txn{bad_subject}++ if $m->{subject} ne $subject;
 		$per_txn{bad_headers}++
 		  unless $m->{headers}{'Replicant-Pipeline'} eq $pipeline
-		  && $m->{headers}{'Replicant-Xid'} =~ /^\d+$/;
+		  && $m->{headers}{'Replicant-Xid'} =~ /^\d+$/
+		  && ($m->{headers}{'Content-Type'} // '') eq 'application/json';
 		$logged{ $c->{new}{txn} }++ if $c->{table} eq 'log';
 	}
 	ok(!$per_txn{bad_subject}, "$label: every change on <prefix>.<schema>.<table>");
-	ok(!$per_txn{bad_headers}, "$label: pipeline and xid headers");
+	ok(!$per_txn{bad_headers}, "$label: pipeline, xid and content type headers");
 	is(scalar(keys %logged), $txns, "$label: every transaction is in the stream");
 	ok(!grep({ $_ != 1 } values %logged), "$label: no transaction twice");
 	return \@msgs;
