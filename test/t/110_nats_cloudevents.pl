@@ -10,7 +10,8 @@
 # stream's duplicate window (100 ms) is long over: the stream read back holds
 # every change once, in commit order, equal to the source; every event is
 # valid for the official SDK (npm cloudevents), its attributes match its
-# headers, and its data is what the replicant pipeline published.
+# headers, and its data is what the replicant pipeline published.  Then
+# alter_pipeline switches that pipeline to CloudEvents.
 use strict;
 use warnings;
 use FindBin;
@@ -244,6 +245,21 @@ my %logged;
 $logged{ $_->{json}{new}{txn} }++ foreach grep { $_->{json}{table} eq 'log' } @applied;
 is(scalar(keys %logged), $txns, "all $txns transactions are in the stream");
 is(scalar(grep { $_ != 1 } values %logged), 0, 'none twice');
+
+# alter_pipeline: the replicant pipeline switches to CloudEvents (not to
+# ClickHouse's format); its worker goes on after the last replicant-format
+# message, whose headers give the same mark.
+my ($rc, $out, $err) = $node->psql('postgres', "SELECT replicant.alter_pipeline('rp', format => 'clickhouse')");
+like($err, qr/format "clickhouse" cannot be delivered to NATS/, 'alter_pipeline: clickhouse refused for NATS');
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('rp', format => 'cloudevents')");
+workload(5);
+ok(poll("SELECT replicant.await_delivered('rp', pg_current_wal_lsn(), 1000)", 180), 'rp: delivered as CloudEvents');
+my @after = $nats->messages('RP');
+is_deeply([ Nats::problems(\@after, 'rp') ], [], 'rp: every change once, in commit order, across the switch');
+my @new = @after[ scalar(@rp) .. $#after ];
+ok(@new > 0 && !grep({ ($_->{headers}{'Content-Type'} // '') ne 'application/cloudevents+json'
+			  || ($_->{json}{specversion} // '') ne '1.0' } @new),
+	'rp: what it publishes after the switch is CloudEvents events (' . scalar(@new) . ')');
 
 is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.status WHERE last_error <> ''"),
 	'0', 'no errors');
