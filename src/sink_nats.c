@@ -15,14 +15,20 @@
  *   expects the stream's last sequence to be its predecessor's
  *   (Nats-Expected-Last-Sequence), so a message that failed makes every
  *   later one fail instead of landing before it.  The batch is then
- *   retried from what the stream holds.
+ *   retried from what the stream holds.  Another writer's message can take
+ *   a refused one's place in that count (the next one then finds the
+ *   sequence it expects): the acknowledgements show it, and the pipeline
+ *   halts rather than go on without the refused change.
  * - Before the first chained publish, and after any failure, the stream is
  *   asked for its last sequence and for the last message under the
  *   pipeline's subject prefix; every change at or below that message's
  *   (commit_lsn, position), or below the last change JetStream acknowledged
  *   to this transport if that is further, is skipped.  So a restart after
  *   an outage longer than the stream's duplicate window writes nothing
- *   twice, and a retry does not send again what was acknowledged.
+ *   twice, and a retry does not send again what was acknowledged.  The
+ *   changes after the mark then go one at a time until one is stored, not
+ *   answered as a duplicate (which moves the stream's sequence no further),
+ *   and a duplicate counts as acknowledged only with a stream sequence.
  * - Snapshot and backfill rows (reads, published by several processes at
  *   once during a snapshot) carry ids stable across retries of their
  *   request and are de-duplicated by JetStream within its window; their
@@ -434,6 +440,7 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 	}
 	take_acked_mark(sink);
 	sink->known = true;
+	sink->probing = true;
 	return true;
 }
 
@@ -443,6 +450,30 @@ static void
 set_header(natsMsg *msg, const char *name, const char *value)
 {
 	(void) natsMsgHeader_Set(msg, name, value);
+}
+
+/*
+ * After the stream was learnt, what follows its mark may be in it already
+ * (the mark's message removed since, or acknowledged as a duplicate): one
+ * chained message at a time then, a duplicate moving the stream's sequence
+ * no further, until the first one is stored; the rest of the batch goes in
+ * flight.  A duplicate in flight would fail every message after it (their
+ * expected sequences count it), and a clustered server keeps a failed
+ * message's id as if stored (count() in sink_nats_acks.c).
+ */
+static bool
+probe(NatsSink *sink, int64 duplicates, ReplicantSinkResult *result)
+{
+	NatsAckCounts c;
+
+	if (!nats_sink_wait_acks(sink, 0, 0, result))
+		return false;
+	nats_acks_read(sink->acks, &c);
+	if (c.duplicates > duplicates)
+		sink->last_seq--;
+	else
+		sink->probing = false;
+	return true;
 }
 
 /*
@@ -458,6 +489,7 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	natsStatus s;
 	sigset_t old;
 	char number[32];
+	NatsAckCounts before;
 
 	/* headers and the subject count against max_payload too: 1 kB of room */
 	if (sink->data.len + sink->subject.len + 1024 > sink->max_payload)
@@ -468,6 +500,7 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	}
 	if (!nats_sink_wait_acks(sink, NATS_MAX_INFLIGHT - 1, Max(NATS_MAX_INFLIGHT_BYTES - sink->data.len, 0), result))
 		return false;
+	nats_acks_read(sink->acks, &before);
 	if (natsMsg_Create(&msg, sink->subject.data, NULL, sink->data.data, sink->data.len) != NATS_OK)
 	{
 		nats_sink_fail(result, REPLICANT_SINK_RETRY, "could not create a NATS message");
@@ -496,6 +529,7 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	jsPubOptions_Init(&po);
 	if (chained && sink->last_seq > 0)
 		po.ExpectLastSeq = sink->last_seq;
+
 	if (sink->async_started)
 		s = js_PublishMsgAsync(sink->js, &msg, &po);
 	else
@@ -523,10 +557,30 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	sink->published_bytes += sink->data.len;
 	if (chained)
 		sink->last_seq++;
-	return true;
+	return !(chained && sink->probing) || probe(sink, before.duplicates, result);
 }
 
 /* ---- the transport ---- */
+
+/*
+ * A change refused for its expected sequence while one after it was
+ * stored: another writer's message took the refused one's place in the
+ * count (the chain expects sequences, not messages), and the stream holds
+ * the pipeline's changes out of commit order.  Halts, rather than retry
+ * the refused change behind the later one or skip it for good.
+ */
+static void
+check_order(const NatsAckCounts *c, ReplicantSinkResult *result)
+{
+	if (!c->refused || !c->stored ||
+		!(c->stored_lsn > c->refused_lsn ||
+		  (c->stored_lsn == c->refused_lsn && c->stored_pos > c->refused_pos)))
+		return;
+	result->outcome = REPLICANT_SINK_REJECTED;
+	strlcpy(result->error,
+			"another writer's message took the place of a change the NATS stream refused",
+			sizeof(result->error));
+}
 
 static void
 nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
@@ -563,9 +617,12 @@ nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
 			nats_sink_publish_body(sink, id, body, result);
 			if (result->outcome == REPLICANT_SINK_OK)
 				(void) nats_sink_wait_acks(sink, 0, 0, result);
-			/* a duplicate left the stream's sequence behind the chain's */
 			nats_acks_read(sink->acks, &c);
-			if (result->outcome != REPLICANT_SINK_OK || c.duplicate)
+			if (c.refused && nats_sink_drain_acks(sink))
+				nats_acks_read(sink->acks, &c);
+			check_order(&c, result);
+			/* a duplicate left the stream's sequence behind the chain's */
+			if (result->outcome != REPLICANT_SINK_OK || c.duplicates > 0)
 				sink->known = false;
 			drop_pending(sink);
 		}

@@ -51,7 +51,7 @@ struct NatsAcks
 	pthread_cond_t released; /* a held handler goes on */
 	jsCtx *js;               /* whose acknowledgements count; NULL: none */
 	NatsAckCounts counts;
-	/* the highest change or message acknowledged, stored or duplicate */
+	/* the highest change or message in the stream, by its acknowledgement */
 	bool have_acked;
 	uint64 acked_lsn;
 	uint64 acked_pos;
@@ -177,28 +177,73 @@ header_number(natsMsg *msg, const char *name, uint64 *value)
 	return *end == '\0';
 }
 
-/* A change or message of the stream JetStream has: the mark rises to it. */
-static void
-note_acked(NatsAcks *acks, natsMsg *msg)
+/* Whether msg is a change or message of the stream, and its position. */
+static bool
+stream_position(natsMsg *msg, uint64 *lsn, uint64 *pos)
 {
 	const char *kind = NULL;
+
+	return natsMsgHeader_Get(msg, "Replicant-Kind", &kind) == NATS_OK && kind != NULL &&
+		   (strcmp(kind, "change") == 0 || strcmp(kind, "message") == 0) &&
+		   header_number(msg, "Replicant-Commit-Lsn", lsn) &&
+		   header_number(msg, "Replicant-Position", pos);
+}
+
+static bool
+position_after(uint64 lsn, uint64 pos, uint64 than_lsn, uint64 than_pos)
+{
+	return lsn > than_lsn || (lsn == than_lsn && pos > than_pos);
+}
+
+/* A change or message of the stream JetStream has: the mark rises to it. */
+static void
+note_acked(NatsAcks *acks, natsMsg *msg, bool stored)
+{
+	NatsAckCounts *c = &acks->counts;
 	uint64 lsn,
 		pos;
 
-	if (natsMsgHeader_Get(msg, "Replicant-Kind", &kind) != NATS_OK || kind == NULL ||
-		(strcmp(kind, "change") != 0 && strcmp(kind, "message") != 0) ||
-		!header_number(msg, "Replicant-Commit-Lsn", &lsn) ||
-		!header_number(msg, "Replicant-Position", &pos))
+	if (!stream_position(msg, &lsn, &pos))
 		return;
-	if (!acks->have_acked || lsn > acks->acked_lsn ||
-		(lsn == acks->acked_lsn && pos > acks->acked_pos))
+	if (!acks->have_acked || position_after(lsn, pos, acks->acked_lsn, acks->acked_pos))
 	{
 		acks->have_acked = true;
 		acks->acked_lsn = lsn;
 		acks->acked_pos = pos;
 	}
+	if (stored && (!c->stored || position_after(lsn, pos, c->stored_lsn, c->stored_pos)))
+	{
+		c->stored = true;
+		c->stored_lsn = lsn;
+		c->stored_pos = pos;
+	}
 }
 
+/* A change or message refused for its expected sequence. */
+static void
+note_refused(NatsAckCounts *c, natsMsg *msg)
+{
+	uint64 lsn,
+		pos;
+
+	if (stream_position(msg, &lsn, &pos) &&
+		(!c->refused || position_after(c->refused_lsn, c->refused_pos, lsn, pos)))
+	{
+		c->refused = true;
+		c->refused_lsn = lsn;
+		c->refused_pos = pos;
+	}
+}
+
+/*
+ * A duplicate is in the stream only with a sequence: a clustered
+ * nats-server 2.10 records a message's id as it proposes it, answers a
+ * message of that id as a duplicate of sequence 0 until it is stored, and
+ * keeps the id when the message is refused (a wrong expected sequence), so
+ * that such an answer can be of a message that never will be (later
+ * servers answer an error instead).  It fails the request, whose retry
+ * finds the message stored, or the id expired.
+ */
 static void
 count(NatsAcks *acks, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae)
 {
@@ -206,19 +251,22 @@ count(NatsAcks *acks, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae)
 
 	c->done++;
 	c->done_bytes += natsMsg_GetDataLength(msg);
-	if (pa != NULL)
+	if (pa != NULL && !(pa->Duplicate && pa->Sequence == 0))
 	{
 		if (pa->Duplicate)
-			c->duplicate = true;
-		note_acked(acks, msg);
+			c->duplicates++;
+		note_acked(acks, msg, !pa->Duplicate);
 	}
 	else
 	{
+		if (pae != NULL && pae->ErrCode == JSStreamWrongLastSequenceErr)
+			note_refused(c, msg);
 		c->failed++;
 		if (c->status == NATS_OK)
 		{
 			c->status = pae && pae->Err != NATS_OK ? pae->Err : NATS_ERR;
 			c->code = pae ? pae->ErrCode : 0;
+			c->unstored = pa != NULL;
 		}
 	}
 	wake(acks);
@@ -331,7 +379,11 @@ nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, Replican
 		nats_acks_read(sink->acks, &c);
 		if (c.failed > 0)
 		{
-			nats_sink_fail_status(result, "NATS publish failed", c.status, c.code);
+			if (c.unstored)
+				nats_sink_fail(result, REPLICANT_SINK_RETRY,
+							   "NATS answered a publish as a duplicate of a message it has not stored");
+			else
+				nats_sink_fail_status(result, "NATS publish failed", c.status, c.code);
 			return false;
 		}
 		if (sink->published - c.done <= max_pending &&
@@ -363,5 +415,33 @@ nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, Replican
 			nats_sink_fail(result, REPLICANT_SINK_RETRY, "interrupted while waiting for NATS acknowledgements");
 			return false;
 		}
+	}
+}
+
+bool
+nats_sink_drain_acks(NatsSink *sink)
+{
+	instr_time deadline_base;
+	int64 last_done = -1;
+
+	INSTR_TIME_SET_CURRENT(deadline_base);
+	for (;;)
+	{
+		NatsAckCounts c;
+		instr_time now;
+
+		nats_acks_read(sink->acks, &c);
+		if (sink->published - c.done <= 0)
+			return true;
+		INSTR_TIME_SET_CURRENT(now);
+		if (c.done != last_done)
+		{
+			last_done = c.done;
+			deadline_base = now;
+		}
+		INSTR_TIME_SUBTRACT(now, deadline_base);
+		if (INSTR_TIME_GET_MILLISEC(now) > sink->ack_timeout_ms ||
+			!nats_sink_wait_slice(sink, NATS_WAIT_SLICE_MS))
+			return false;
 	}
 }

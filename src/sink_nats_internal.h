@@ -27,7 +27,15 @@ typedef struct NatsAckCounts
 	int64 failed;
 	natsStatus status; /* of the first failure */
 	jsErrCode code;
-	bool duplicate; /* a message was in the stream already */
+	bool unstored;    /* it was a duplicate of a message not stored */
+	int64 duplicates; /* messages that were in the stream already */
+	/* the first change refused for its expected sequence, the last stored */
+	bool refused;
+	uint64 refused_lsn;
+	uint64 refused_pos;
+	bool stored;
+	uint64 stored_lsn;
+	uint64 stored_pos;
 } NatsAckCounts;
 
 /* Shared with the library's threads (sink_nats_acks.c). */
@@ -82,6 +90,7 @@ typedef struct NatsSink
 
 	/* What the stream holds: valid while known. */
 	bool known;
+	bool probing;         /* publish one at a time while the stream has them */
 	int64 stream_created; /* which stream of that name it is */
 	uint64 last_seq;
 	bool have_mark;
@@ -160,6 +169,12 @@ extern void nats_sink_fail_status(ReplicantSinkResult *result, const char *what,
  */
 extern bool nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes,
 								ReplicantSinkResult *result);
+
+/*
+ * Waits, within the acknowledgement timeout, for every message in flight to
+ * be answered, whatever the answers; false when the wait was cut short.
+ */
+extern bool nats_sink_drain_acks(NatsSink *sink);
 
 /* Asks the stream for its last sequence and this pipeline's last message. */
 extern bool nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result);
