@@ -115,6 +115,12 @@ wait_for_acks('terminate');
 		my ($kb) = PostgreSQL::Test::Utils::slurp_file("/proc/$worker/status") =~ /^VmRSS:\s*(\d+)/m;
 		return $kb;
 	};
+	# A worker publishes the first change after it read the stream alone
+	# (the stream may hold it already): this one, so that the batch below
+	# goes out 256 at a time.
+	insert();
+	ok(poll("SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 1000)", 120),
+		'memory: the restarted worker published');
 	my $before = $rss->();
 	my $offset = -s $node->logfile;
 	$nats->pause_all;
