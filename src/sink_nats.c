@@ -338,6 +338,40 @@ filter_takes_prefix(const char *filter, const char *prefix)
 	return strcmp(f, ">") == 0 || strcmp(f, "*.>") == 0 || strcmp(f, "*.*") == 0;
 }
 
+/*
+ * Whether every subject the filter takes lies under the prefix: its first
+ * tokens are the prefix's, literally, and more follow.
+ */
+static bool
+filter_within_prefix(const char *filter, const char *prefix)
+{
+	size_t len = strlen(prefix);
+
+	return strncmp(filter, prefix, len) == 0 && filter[len] == '.' && filter[len + 1] != '\0';
+}
+
+/*
+ * Whether only the pipeline writes the stream: each of its subjects lies
+ * under the prefix, and it copies no other stream.  The chain of expected
+ * sequences keeps commit order only then: another writer's message moves
+ * the sequence a refused change's successor expects, which is then stored
+ * without it, and the retry, finding the successor, would skip it.
+ */
+static bool
+stream_is_exclusive(jsStreamInfo *si, const char *prefix)
+{
+	int i;
+
+	if (si->Config == NULL)
+		return true;
+	if (si->Config->Mirror != NULL || si->Config->SourcesLen > 0)
+		return false;
+	for (i = 0; i < si->Config->SubjectsLen; i++)
+		if (!filter_within_prefix(si->Config->Subjects[i], prefix))
+			return false;
+	return true;
+}
+
 static bool
 stream_takes_prefix(jsStreamInfo *si, const char *prefix)
 {
@@ -411,6 +445,14 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 		jsStreamInfo_Destroy(si);
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
 					   "the NATS stream does not take the pipeline's subjects (<prefix>.>)");
+		return false;
+	}
+	if (!stream_is_exclusive(si, sink->url.prefix))
+	{
+		jsStreamInfo_Destroy(si);
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+					   "the NATS stream takes subjects outside the pipeline's prefix, or copies "
+					   "another stream: give the pipeline a stream of its own (subjects <prefix>.>)");
 		return false;
 	}
 	jsStreamInfo_Destroy(si);

@@ -18,7 +18,7 @@ Nats::require_server();
 
 my $nats = Nats->start;
 $nats->create_stream('S', 'replicant.p.>', duplicates_ms => 2000);
-$nats->create_stream('T', 'app.>');
+$nats->create_stream('T', 'app.db1.>');
 
 my $node = ReplicantTest::new_node('nats');
 $node->safe_psql('postgres', q{
