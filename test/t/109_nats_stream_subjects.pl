@@ -19,7 +19,7 @@ Nats::require_server();
 my $nats = Nats->start;
 $nats->create_stream('Q', 'elsewhere.>');
 $nats->create_stream('W', 'replicant.w.*.*');
-$nats->create_stream('V', 'replicant.>');
+$nats->create_stream('V', 'vv.>');
 
 my $node = ReplicantTest::new_node('nats_stream_subjects');
 $node->safe_psql('postgres', q{
@@ -48,7 +48,8 @@ ok(poll("SELECT replicant.await_delivered('w', pg_current_wal_lsn(), 1000)", 120
 # a stream taking other subjects too: halted before it publishes anything
 my $before = scalar($nats->messages('V'));
 $node->safe_psql('postgres',
-	"SELECT replicant.create_pipeline('v', 'pub', '" . $nats->url('V') . "', http_timeout_ms => 3000)");
+	"SELECT replicant.create_pipeline('v', 'pub', '" . $nats->url('V', 'subject_prefix=vv.p')
+	  . "', http_timeout_ms => 3000)");
 $node->safe_psql('postgres', "INSERT INTO t VALUES (3, 'c')");
 ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'v'", 60),
 	'a stream that takes more than <prefix>.>: halted')
