@@ -194,15 +194,16 @@ pipeline_format(int32 id)
 	return pipeline_text(id, "format");
 }
 
-/* NATS destinations take format "replicant" only. */
+/* NATS destinations take the formats of changes, not ClickHouse's inserts. */
 static void
 check_destination_format(const char *url, const char *format)
 {
-	if (replicant_nats_url(url) && strcmp(format, "replicant") != 0)
+	if (replicant_nats_url(url) && strcmp(format, "replicant") != 0 &&
+		strcmp(format, "cloudevents") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("format \"%s\" cannot be delivered to NATS", format),
-				 errhint("NATS destinations take format \"replicant\".")));
+				 errhint("NATS destinations take format \"replicant\" or \"cloudevents\".")));
 }
 
 /*

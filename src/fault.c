@@ -26,6 +26,10 @@
  * names), and "snapshot_import" (a shard worker importing the exported
  * snapshot).  "drop_pipeline" is met by the backend that runs
  * drop_pipeline(), between stopping the worker and dropping its slot.
+ * "nats_ack" is met in libnats's thread, by the NATS transport's
+ * acknowledgement handler, which must not read settings: the worker arms
+ * it (replicant_fault_holds) and only ":hold" is known there, holding the
+ * next handler as a thread descheduled inside it would be held.
  *
  * Builds with -DREPLICANT_MUTANTS also have the mutants of fault.h.
  */
@@ -116,6 +120,22 @@ replicant_mutant(const char *name)
 	return active != NULL && strcmp(active, name) == 0;
 }
 #endif
+
+bool
+replicant_fault_holds(const char *point)
+{
+	size_t len = strlen(point);
+
+	return replicant_fault_point != NULL &&
+		   strncmp(replicant_fault_point, point, len) == 0 &&
+		   strcmp(replicant_fault_point + len, ":hold") == 0;
+}
+
+void
+replicant_fault_announce(const char *point, const char *what)
+{
+	write_stderr("replicant: fault point \"%s\" reached, %s\n", point, what);
+}
 
 void
 replicant_fault(const char *point)

@@ -19,6 +19,14 @@ extern void replicant_fault_init(void);
 extern void replicant_fault(const char *point);
 
 /*
+ * For a point met where the setting cannot be read (another thread): whether
+ * replicant.fault_point is "<point>:hold", and the line a test waits for
+ * once the point holds ("fault point "<point>" reached, <what>").
+ */
+extern bool replicant_fault_holds(const char *point);
+extern void replicant_fault_announce(const char *point, const char *what);
+
+/*
  * Mutants: deliberate defects that prove the differential test
  * (test/t/080_oracle.pl) catches what it is meant to.  Compiled in only with
  * -DREPLICANT_MUTANTS; then a process whose environment has

@@ -5,6 +5,7 @@
 #include "postgres.h"
 
 #include "format.h"
+#include "sink_nats_url.h"
 
 static const ReplicantFormat *const formats[] = {
 	&replicant_format_replicant,
@@ -54,7 +55,8 @@ replicant_format_read_webhook_id(const char *pipeline, int64 backfill_id,
 
 /*
  * The format was checked when it was set; a name this library does not
- * know (a catalog written by a newer one) is not silently replaced.
+ * know (a catalog written by a newer one) is not silently replaced.  NATS
+ * publishes each change alone: its CloudEvents come framed for that.
  */
 const ReplicantFormat *
 replicant_format_of(const ReplicantDestination *destination)
@@ -67,5 +69,7 @@ replicant_format_of(const ReplicantDestination *destination)
 				 errmsg("pipeline \"%s\" uses unknown format \"%s\"",
 						destination->pipeline_name, destination->format),
 				 errhint("Set a known format with replicant.alter_pipeline.")));
+	if (format == &replicant_format_cloudevents && replicant_nats_url(destination->sink_url))
+		return &replicant_format_cloudevents_nats;
 	return format;
 }

@@ -178,9 +178,20 @@ extern char *replicant_format_read_webhook_id(const char *pipeline, int64 backfi
  */
 extern void replicant_format_append_resync(StringInfo out, const ReplicantResync *resync);
 
+/*
+ * {"schema":...,"table":...,"backfill_id":...,"first":...,"last":...} and
+ * "resync" when given: a snapshot request as replicant's format describes
+ * it (its "snapshot" object).
+ */
+extern void replicant_format_append_snapshot(StringInfo out, const ReplicantRelation *relation,
+											 int64 backfill_id, bool first, bool last,
+											 const ReplicantResync *resync);
+
 /* Implementations. */
 extern const ReplicantFormat replicant_format_replicant;
 extern const ReplicantFormat replicant_format_cloudevents;
+/* CloudEvents for a transport that publishes each change alone (NATS). */
+extern const ReplicantFormat replicant_format_cloudevents_nats;
 extern const ReplicantFormat replicant_format_clickhouse;
 
 #endif /* REPLICANT_FORMAT_H */

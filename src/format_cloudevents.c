@@ -4,6 +4,13 @@
  *		array (application/cloudevents-batch+json) with one event per change
  *		or message, whose data is the change as replicant's own format
  *		writes it.  README's "CloudEvents" section is the mapping.
+ *
+ * For NATS, which publishes each change as a message of its own, the
+ * same events in structured mode (application/cloudevents+json, one event
+ * per message): replicant_format_cloudevents_nats frames them as
+ * replicant's format frames its changes, which the transport reads back
+ * (sink_nats_batch.c), with a snapshot request's begin and end events
+ * beside its "snapshot" object.
  */
 #include "postgres.h"
 
@@ -271,4 +278,91 @@ const ReplicantFormat replicant_format_cloudevents = {
 	.snapshot_end = snapshot_end,
 	.snapshot_end_len = 1,
 	.message_request = message_request,
+};
+
+/* ---- NATS: replicant's framing around each event ---- */
+
+static void
+nats_begin_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn)
+{
+	replicant_format_replicant.begin_txn(out, pipeline, txn);
+}
+
+static void
+nats_end_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn,
+			 int64 nchanges, const char *messages)
+{
+	replicant_format_replicant.end_txn(out, pipeline, txn, nchanges, messages);
+}
+
+static bool
+nats_stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
+					int i, ReplicantRequest *request)
+{
+	return replicant_format_replicant.stream_request(pipeline, batch, first, last, i, request);
+}
+
+static void
+nats_begin_body(StringInfo out, const char *pipeline, const char *kind)
+{
+	appendStringInfoString(out, "{\"pipeline\":");
+	replicant_encode_string(out, pipeline);
+	appendStringInfo(out, ",\"kind\":\"%s\"", kind);
+}
+
+/* "begin" and "end": the events the transport publishes as the markers. */
+static void
+nats_snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
+					int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
+{
+	nats_begin_body(out, pipeline, "snapshot");
+	appendStringInfoString(out, ",\"snapshot\":");
+	replicant_format_append_snapshot(out, relation, backfill_id, first, last, resync);
+	if (first)
+	{
+		appendStringInfoString(out, ",\"begin\":");
+		snapshot_marker(out, "io.replicant.snapshot.begin", pipeline, relation, backfill_id,
+						"begin", resync);
+	}
+	if (last)
+	{
+		appendStringInfoString(out, ",\"end\":");
+		snapshot_marker(out, SNAPSHOT_END_TYPE, pipeline, relation, backfill_id, "end", resync);
+	}
+	appendStringInfoString(out, ",\"changes\":[");
+}
+
+static void
+nats_snapshot_end(StringInfo out)
+{
+	replicant_format_replicant.snapshot_end(out);
+}
+
+static void
+nats_message_request(const char *pipeline, const ReplicantMessage *message,
+					 ReplicantRequest *request)
+{
+	request->webhook_id = psprintf("%s-m" UINT64_FORMAT, pipeline, (uint64) message->lsn);
+	initStringInfo(&request->buffer);
+	nats_begin_body(&request->buffer, pipeline, "message");
+	appendStringInfoString(&request->buffer, ",\"message\":");
+	render_message(&request->buffer, pipeline, message);
+	appendStringInfoChar(&request->buffer, '}');
+	replicant_body_from_buffer(&request->body, &request->memory, &request->buffer);
+}
+
+const ReplicantFormat replicant_format_cloudevents_nats = {
+	.name = "cloudevents",
+	.content_type = "application/cloudevents+json",
+	.read_ids = true,
+	.separator = ",",
+	.change = render_change,
+	.begin_txn = nats_begin_txn,
+	.message = render_message,
+	.end_txn = nats_end_txn,
+	.stream_request = nats_stream_request,
+	.snapshot_begin = nats_snapshot_begin,
+	.snapshot_end = nats_snapshot_end,
+	.snapshot_end_len = sizeof("]}") - 1,
+	.message_request = nats_message_request,
 };

@@ -223,12 +223,12 @@ replicant_format_append_resync(StringInfo out, const ReplicantResync *resync)
 	appendStringInfo(out, ",\"sweep\":%s}", resync->sweep ? "true" : "false");
 }
 
-static void
-snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
-			   int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
+void
+replicant_format_append_snapshot(StringInfo out, const ReplicantRelation *relation,
+								 int64 backfill_id, bool first, bool last,
+								 const ReplicantResync *resync)
 {
-	begin_body(out, pipeline);
-	appendStringInfoString(out, ",\"kind\":\"snapshot\",\"snapshot\":{");
+	appendStringInfoChar(out, '{');
 	append_relation(out, relation);
 	appendStringInfo(out, ",\"backfill_id\":" INT64_FORMAT ",\"first\":%s,\"last\":%s",
 					 backfill_id, first ? "true" : "false", last ? "true" : "false");
@@ -237,7 +237,17 @@ snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *re
 		appendStringInfoString(out, ",\"resync\":");
 		replicant_format_append_resync(out, resync);
 	}
-	appendStringInfoString(out, "},\"changes\":[");
+	appendStringInfoChar(out, '}');
+}
+
+static void
+snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
+			   int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
+{
+	begin_body(out, pipeline);
+	appendStringInfoString(out, ",\"kind\":\"snapshot\",\"snapshot\":");
+	replicant_format_append_snapshot(out, relation, backfill_id, first, last, resync);
+	appendStringInfoString(out, ",\"changes\":[");
 }
 
 static void

@@ -15,12 +15,20 @@
  *   expects the stream's last sequence to be its predecessor's
  *   (Nats-Expected-Last-Sequence), so a message that failed makes every
  *   later one fail instead of landing before it.  The batch is then
- *   retried from what the stream holds.
+ *   retried from what the stream holds.  Another writer's message can take
+ *   a refused one's place in that count (the next one then finds the
+ *   sequence it expects): the acknowledgements show it, and the pipeline
+ *   halts rather than go on without the refused change.
  * - Before the first chained publish, and after any failure, the stream is
  *   asked for its last sequence and for the last message under the
  *   pipeline's subject prefix; every change at or below that message's
- *   (commit_lsn, position) is skipped.  So a restart after an outage longer
- *   than the stream's duplicate window writes nothing twice.
+ *   (commit_lsn, position), or below the last change JetStream acknowledged
+ *   to this transport if that is further, is skipped.  So a restart after
+ *   an outage longer than the stream's duplicate window writes nothing
+ *   twice, and a retry does not send again what was acknowledged.  The
+ *   changes after the mark then go one at a time until one is stored, not
+ *   answered as a duplicate (which moves the stream's sequence no further),
+ *   and a duplicate counts as acknowledged only with a stream sequence.
  * - Snapshot and backfill rows (reads, published by several processes at
  *   once during a snapshot) carry ids stable across retries of their
  *   request and are de-duplicated by JetStream within its window; their
@@ -29,7 +37,8 @@
  *
  * Files: sink_nats_url.c (the URL), sink_nats_batch.c (a rendered batch
  * into messages), sink_nats_body.c (reading the batch back),
- * sink_nats_connect.c (connecting without going deaf to signals).
+ * sink_nats_connect.c (connecting without going deaf to signals),
+ * sink_nats_acks.c (acknowledgements: counted, waited for).
  *
  * Inside Postgres: the library's threads are started (nats_Open: timers,
  * callbacks, garbage collection; connection creation: reading, flushing;
@@ -40,10 +49,10 @@
  * and every write has a deadline (NATS_WRITE_DEADLINE_MS): libnats writes
  * inline when its buffer is full, and a server that stops reading would
  * otherwise block the worker for good.  They call nothing of the server's:
- * the acknowledgement handler
- * counts under a mutex and writes a byte to a pipe, which the worker waits
- * on beside its latch in short slices, answering interrupts and reloads
- * outside the library.  No library error text reaches an error or a log
+ * the acknowledgement handler counts under a mutex, only for the current
+ * connection, and writes a byte to a pipe, which the worker waits on beside
+ * its latch in short slices, answering interrupts and reloads outside the
+ * library.  No library error text reaches an error or a log
  * line (it may quote a server's URL): fixed texts only.
  */
 #include "postgres.h"
@@ -59,10 +68,7 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
-#include "postmaster/interrupt.h"
 #include "storage/latch.h"
-#include "utils/guc.h"
-#include "utils/wait_event.h"
 
 #include "compat.h"
 #include "sink_nats.h"
@@ -96,41 +102,6 @@ nats_sink_restore_signals(const sigset_t *old)
 	pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
-/* The library's thread: counts, wakes the worker; nothing of the server's. */
-static void
-on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
-{
-	NatsAcks *acks = closure;
-	char byte = 1;
-	int64 bytes = natsMsg_GetDataLength(msg);
-
-	pthread_mutex_lock(&acks->lock);
-	acks->done_bytes += bytes;
-	if (pa != NULL)
-	{
-		acks->acked++;
-		if (pa->Duplicate)
-			acks->duplicate = true;
-	}
-	else
-	{
-		acks->failed++;
-		if (acks->status == NATS_OK)
-		{
-			acks->status = pae ? pae->Err : NATS_ERR;
-			acks->code = pae ? pae->ErrCode : 0;
-			if (acks->status == NATS_OK)
-				acks->status = NATS_ERR;
-		}
-	}
-	pthread_mutex_unlock(&acks->lock);
-	natsMsg_Destroy(msg);
-	if (write(acks->wake_fd, &byte, 1) < 0)
-	{
-		/* the pipe is full: the worker is woken already */
-	}
-}
-
 void
 nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome outcome, const char *error)
 {
@@ -141,8 +112,8 @@ nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome outcome, const 
 }
 
 /* A retried failure named by the library's fixed text for its status. */
-static void
-set_status_failure(ReplicantSinkResult *result, const char *what, natsStatus s, jsErrCode code)
+void
+nats_sink_fail_status(ReplicantSinkResult *result, const char *what, natsStatus s, jsErrCode code)
 {
 	char error[sizeof(result->error)];
 
@@ -178,6 +149,8 @@ set_status_failure(ReplicantSinkResult *result, const char *what, natsStatus s, 
 static void
 disconnect(NatsSink *sink)
 {
+	/* a handler still to run for this connection counts for nothing */
+	nats_acks_count_for(sink->acks, NULL);
 	if (sink->js)
 		jsCtx_Destroy(sink->js);
 	if (sink->conn)
@@ -253,7 +226,7 @@ connect_sink(NatsSink *sink, ReplicantSinkResult *result)
 		jsOptions_Init(&jo);
 		jo.Wait = NATS_API_WAIT_MS;
 		jo.PublishAsync.MaxPending = 2 * NATS_MAX_INFLIGHT;
-		jo.PublishAsync.AckHandler = on_ack;
+		jo.PublishAsync.AckHandler = nats_ack_handler;
 		jo.PublishAsync.AckHandlerClosure = sink->acks;
 		jo.PublishAsync.StallWait = 10;
 		s = natsConnection_JetStream(&sink->js, sink->conn, &jo);
@@ -268,140 +241,29 @@ connect_sink(NatsSink *sink, ReplicantSinkResult *result)
 			return false;
 		}
 		result->refused = true;
-		set_status_failure(result, "could not connect to NATS", s, 0);
+		nats_sink_fail_status(result, "could not connect to NATS", s, 0);
 		return false;
 	}
+	nats_acks_count_for(sink->acks, sink->js);
 	sink->max_payload = natsConnection_GetMaxPayload(sink->conn);
 	return true;
 }
 
-/* ---- waiting ---- */
-
 /*
- * Waits up to ms for an acknowledgement or the latch, answering
- * interrupts and reloads; false when the process is to die (the request is
- * abandoned, so that what was acknowledged is committed first).
- */
-bool
-nats_sink_wait_slice(NatsSink *sink, long ms)
-{
-	int rc = WaitLatchOrSocket(MyLatch,
-							   WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							   sink->pipe_fds[0], ms, PG_WAIT_EXTENSION);
-
-	if (rc & WL_SOCKET_READABLE)
-	{
-		char drain[256];
-
-		while (read(sink->pipe_fds[0], drain, sizeof(drain)) > 0)
-			;
-	}
-	if (rc & WL_LATCH_SET)
-	{
-		ResetLatch(MyLatch);
-		sink->latch_was_set = true;
-	}
-	if (ProcDiePending)
-	{
-		sink->abandoned = true;
-		return false;
-	}
-	if (ConfigReloadPending)
-	{
-		ConfigReloadPending = false;
-		ProcessConfigFile(PGC_SIGHUP);
-	}
-	CHECK_FOR_INTERRUPTS();
-	return true;
-}
-
-static void
-read_acks(NatsSink *sink, int64 *done, int64 *done_bytes, int64 *failed)
-{
-	pthread_mutex_lock(&sink->acks->lock);
-	*done = sink->acks->acked + sink->acks->failed;
-	*done_bytes = sink->acks->done_bytes;
-	*failed = sink->acks->failed;
-	pthread_mutex_unlock(&sink->acks->lock);
-}
-
-/*
- * Waits until at most max_pending messages (and max_bytes) are
- * unacknowledged; false (result set) on a failure, the ack timeout or an
- * abandoned wait.
- */
-bool
-nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes, ReplicantSinkResult *result)
-{
-	instr_time deadline_base;
-	int64 last_done = -1;
-
-	INSTR_TIME_SET_CURRENT(deadline_base);
-	for (;;)
-	{
-		int64 done,
-			done_bytes,
-			failed;
-		instr_time now;
-
-		read_acks(sink, &done, &done_bytes, &failed);
-		if (failed > 0)
-		{
-			natsStatus s;
-			jsErrCode code;
-
-			pthread_mutex_lock(&sink->acks->lock);
-			s = sink->acks->status;
-			code = sink->acks->code;
-			pthread_mutex_unlock(&sink->acks->lock);
-			set_status_failure(result, "NATS publish failed", s, code);
-			return false;
-		}
-		if (sink->published - done <= max_pending &&
-			sink->published_bytes - done_bytes <= max_bytes)
-			return true;
-		INSTR_TIME_SET_CURRENT(now);
-		if (done != last_done)
-		{
-			last_done = done;
-			deadline_base = now;
-		}
-		INSTR_TIME_SUBTRACT(now, deadline_base);
-		if (INSTR_TIME_GET_MILLISEC(now) > sink->ack_timeout_ms)
-		{
-			nats_sink_fail(result, REPLICANT_SINK_RETRY, "timed out waiting for NATS acknowledgements");
-			return false;
-		}
-		if (!nats_sink_wait_slice(sink, NATS_WAIT_SLICE_MS))
-		{
-			nats_sink_fail(result, REPLICANT_SINK_RETRY, "interrupted while waiting for NATS acknowledgements");
-			return false;
-		}
-	}
-}
-
-/*
- * Forgets what an earlier request left unacknowledged.  Its acks must not
- * count for the next request: the connection is closed (its threads, the
- * only callers of on_ack, end with it), and the next send connects again.
+ * Forgets what an earlier request left unacknowledged: the connection is
+ * closed (its acknowledgements then count for nothing, sink_nats_acks.c),
+ * and the next send connects again.
  */
 static void
 drop_pending(NatsSink *sink)
 {
 	char drain[256];
-	int64 done;
+	NatsAckCounts c;
 
-	pthread_mutex_lock(&sink->acks->lock);
-	done = sink->acks->acked + sink->acks->failed;
-	pthread_mutex_unlock(&sink->acks->lock);
-	if (sink->published > done)
+	nats_acks_read(sink->acks, &c);
+	if (sink->published > c.done)
 		disconnect(sink);
-	pthread_mutex_lock(&sink->acks->lock);
-	sink->acks->acked = sink->acks->failed = sink->acks->done_bytes = 0;
-	sink->acks->status = NATS_OK;
-	sink->acks->code = 0;
-	sink->acks->duplicate = false;
-	pthread_mutex_unlock(&sink->acks->lock);
+	nats_acks_reset(sink->acks);
 	while (read(sink->pipe_fds[0], drain, sizeof(drain)) > 0)
 		;
 	sink->published = sink->published_bytes = 0;
@@ -476,6 +338,40 @@ filter_takes_prefix(const char *filter, const char *prefix)
 	return strcmp(f, ">") == 0 || strcmp(f, "*.>") == 0 || strcmp(f, "*.*") == 0;
 }
 
+/*
+ * Whether every subject the filter takes lies under the prefix: its first
+ * tokens are the prefix's, literally, and more follow.
+ */
+static bool
+filter_within_prefix(const char *filter, const char *prefix)
+{
+	size_t len = strlen(prefix);
+
+	return strncmp(filter, prefix, len) == 0 && filter[len] == '.' && filter[len + 1] != '\0';
+}
+
+/*
+ * Whether only the pipeline writes the stream: each of its subjects lies
+ * under the prefix, and it copies no other stream.  The chain of expected
+ * sequences keeps commit order only then: another writer's message moves
+ * the sequence a refused change's successor expects, which is then stored
+ * without it, and the retry, finding the successor, would skip it.
+ */
+static bool
+stream_is_exclusive(jsStreamInfo *si, const char *prefix)
+{
+	int i;
+
+	if (si->Config == NULL)
+		return true;
+	if (si->Config->Mirror != NULL || si->Config->SourcesLen > 0)
+		return false;
+	for (i = 0; i < si->Config->SubjectsLen; i++)
+		if (!filter_within_prefix(si->Config->Subjects[i], prefix))
+			return false;
+	return true;
+}
+
 static bool
 stream_takes_prefix(jsStreamInfo *si, const char *prefix)
 {
@@ -489,7 +385,34 @@ stream_takes_prefix(jsStreamInfo *si, const char *prefix)
 	return false;
 }
 
-/* The stream's last sequence and the last message of this pipeline. */
+/*
+ * What JetStream acknowledged is in the stream even where the last message
+ * under the prefix is older: removed since (a work queue's consumer, a
+ * purge), or acknowledged as a duplicate of one written before it.  Such a
+ * change is skipped too: published again, it would be a duplicate again,
+ * which leaves the stream's sequence where the messages after it in the
+ * chain expect it to have moved, failing them on every retry.
+ */
+static void
+take_acked_mark(NatsSink *sink)
+{
+	uint64 lsn,
+		pos;
+
+	if (nats_acks_mark(sink->acks, &lsn, &pos) &&
+		(!sink->have_mark || lsn > sink->mark_lsn ||
+		 (lsn == sink->mark_lsn && pos > sink->mark_pos)))
+	{
+		sink->have_mark = true;
+		sink->mark_lsn = lsn;
+		sink->mark_pos = pos;
+	}
+}
+
+/*
+ * The stream's last sequence and the last message of this pipeline, or
+ * the last change it acknowledged when that is further.
+ */
 bool
 nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 {
@@ -507,15 +430,29 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 	{
 		if (s == NATS_NOT_FOUND && code == 0)
 			code = JSStreamNotFoundErr;
-		set_status_failure(result, "could not read the NATS stream's state", s, code);
+		nats_sink_fail_status(result, "could not read the NATS stream's state", s, code);
 		return false;
 	}
 	sink->last_seq = si->State.LastSeq;
+	/* what another stream of that name acknowledged says nothing of this one */
+	if (si->Created != sink->stream_created)
+	{
+		nats_acks_forget_mark(sink->acks);
+		sink->stream_created = si->Created;
+	}
 	if (!stream_takes_prefix(si, sink->url.prefix))
 	{
 		jsStreamInfo_Destroy(si);
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
 					   "the NATS stream does not take the pipeline's subjects (<prefix>.>)");
+		return false;
+	}
+	if (!stream_is_exclusive(si, sink->url.prefix))
+	{
+		jsStreamInfo_Destroy(si);
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+					   "the NATS stream takes subjects outside the pipeline's prefix, or copies "
+					   "another stream: give the pipeline a stream of its own (subjects <prefix>.>)");
 		return false;
 	}
 	jsStreamInfo_Destroy(si);
@@ -540,10 +477,12 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 	}
 	else if (s != NATS_NOT_FOUND)
 	{
-		set_status_failure(result, "could not read the NATS stream's last message", s, code);
+		nats_sink_fail_status(result, "could not read the NATS stream's last message", s, code);
 		return false;
 	}
+	take_acked_mark(sink);
 	sink->known = true;
+	sink->probing = true;
 	return true;
 }
 
@@ -553,6 +492,30 @@ static void
 set_header(natsMsg *msg, const char *name, const char *value)
 {
 	(void) natsMsgHeader_Set(msg, name, value);
+}
+
+/*
+ * After the stream was learnt, what follows its mark may be in it already
+ * (the mark's message removed since, or acknowledged as a duplicate): one
+ * chained message at a time then, a duplicate moving the stream's sequence
+ * no further, until the first one is stored; the rest of the batch goes in
+ * flight.  A duplicate in flight would fail every message after it (their
+ * expected sequences count it), and a clustered server keeps a failed
+ * message's id as if stored (count() in sink_nats_acks.c).
+ */
+static bool
+probe(NatsSink *sink, int64 duplicates, ReplicantSinkResult *result)
+{
+	NatsAckCounts c;
+
+	if (!nats_sink_wait_acks(sink, 0, 0, result))
+		return false;
+	nats_acks_read(sink->acks, &c);
+	if (c.duplicates > duplicates)
+		sink->last_seq--;
+	else
+		sink->probing = false;
+	return true;
 }
 
 /*
@@ -568,6 +531,7 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	natsStatus s;
 	sigset_t old;
 	char number[32];
+	NatsAckCounts before;
 
 	/* headers and the subject count against max_payload too: 1 kB of room */
 	if (sink->data.len + sink->subject.len + 1024 > sink->max_payload)
@@ -578,12 +542,19 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	}
 	if (!nats_sink_wait_acks(sink, NATS_MAX_INFLIGHT - 1, Max(NATS_MAX_INFLIGHT_BYTES - sink->data.len, 0), result))
 		return false;
+	nats_acks_read(sink->acks, &before);
 	if (natsMsg_Create(&msg, sink->subject.data, NULL, sink->data.data, sink->data.len) != NATS_OK)
 	{
 		nats_sink_fail(result, REPLICANT_SINK_RETRY, "could not create a NATS message");
 		return false;
 	}
 	set_header(msg, "Nats-Msg-Id", id);
+	/*
+	 * What the body is; CloudEvents' NATS binding takes a message with
+	 * application/cloudevents+json for an event in structured mode.
+	 */
+	if (sink->content_type)
+		set_header(msg, "Content-Type", sink->content_type);
 	set_header(msg, "Replicant-Pipeline", sink->pipeline);
 	set_header(msg, "Replicant-Source", sink->source);
 	set_header(msg, "Replicant-Kind", kind_names[kind]);
@@ -600,6 +571,7 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	jsPubOptions_Init(&po);
 	if (chained && sink->last_seq > 0)
 		po.ExpectLastSeq = sink->last_seq;
+
 	if (sink->async_started)
 		s = js_PublishMsgAsync(sink->js, &msg, &po);
 	else
@@ -618,7 +590,7 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 		 * again.
 		 */
 		disconnect(sink);
-		set_status_failure(result, "could not publish to NATS", s, 0);
+		nats_sink_fail_status(result, "could not publish to NATS", s, 0);
 		return false;
 	}
 	sink->async_started = true;
@@ -627,10 +599,30 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	sink->published_bytes += sink->data.len;
 	if (chained)
 		sink->last_seq++;
-	return true;
+	return !(chained && sink->probing) || probe(sink, before.duplicates, result);
 }
 
 /* ---- the transport ---- */
+
+/*
+ * A change refused for its expected sequence while one after it was
+ * stored: another writer's message took the refused one's place in the
+ * count (the chain expects sequences, not messages), and the stream holds
+ * the pipeline's changes out of commit order.  Halts, rather than retry
+ * the refused change behind the later one or skip it for good.
+ */
+static void
+check_order(const NatsAckCounts *c, ReplicantSinkResult *result)
+{
+	if (!c->refused || !c->stored ||
+		!(c->stored_lsn > c->refused_lsn ||
+		  (c->stored_lsn == c->refused_lsn && c->stored_pos > c->refused_pos)))
+		return;
+	result->outcome = REPLICANT_SINK_REJECTED;
+	strlcpy(result->error,
+			"another writer's message took the place of a change the NATS stream refused",
+			sizeof(result->error));
+}
 
 static void
 nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
@@ -645,6 +637,7 @@ nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
 	INSTR_TIME_SET_CURRENT(sink->started);
 	sink->latch_was_set = false;
 	sink->abandoned = false;
+	sink->told_bound = false;
 	if (sink->url_problem != NULL)
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED, sink->url_problem);
 	else
@@ -658,12 +651,20 @@ nats_send(ReplicantTransport *transport, const char *id, ReplicantBody *body,
 		/* the library gives a connection up for good on some server errors */
 		if (sink->conn != NULL && natsConnection_IsClosed(sink->conn))
 			disconnect(sink);
+		nats_acks_check_hold(sink->acks);
 		if (sink->conn != NULL || connect_sink(sink, result))
 		{
+			NatsAckCounts c;
+
 			nats_sink_publish_body(sink, id, body, result);
 			if (result->outcome == REPLICANT_SINK_OK)
 				(void) nats_sink_wait_acks(sink, 0, 0, result);
-			if (result->outcome != REPLICANT_SINK_OK || sink->acks->duplicate)
+			nats_acks_read(sink->acks, &c);
+			if (c.refused && nats_sink_drain_acks(sink))
+				nats_acks_read(sink->acks, &c);
+			check_order(&c, result);
+			/* a duplicate left the stream's sequence behind the chain's */
+			if (result->outcome != REPLICANT_SINK_OK || c.duplicates > 0)
 				sink->known = false;
 			drop_pending(sink);
 		}
@@ -720,10 +721,10 @@ nats_close(ReplicantTransport *transport)
 	NatsSink *sink = (NatsSink *) transport;
 
 	disconnect(sink);
+	/* before the pipe: a handler still to run writes to it no more */
+	nats_acks_close(sink->acks);
 	close(sink->pipe_fds[0]);
 	close(sink->pipe_fds[1]);
-	pthread_mutex_destroy(&sink->acks->lock);
-	free(sink->acks);
 	pfree(sink);
 }
 
@@ -788,14 +789,9 @@ replicant_nats_transport_open(const ReplicantSinkConfig *config)
 	if (sink->url_problem == NULL)
 		sink->url_problem = problem;
 	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
+	sink->content_type = config->content_type ? pstrdup(config->content_type) : NULL;
 	sink->source = psprintf(UINT64_FORMAT "/%u", GetSystemIdentifier(), MyDatabaseId);
 	sink->ack_timeout_ms = config->http_timeout_ms > 0 ? config->http_timeout_ms : NATS_DEFAULT_ACK_TIMEOUT_MS;
-	sink->acks = calloc(1, sizeof(NatsAcks));
-	if (sink->acks == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	pthread_mutex_init(&sink->acks->lock, NULL);
 	if (pipe(sink->pipe_fds) != 0 ||
 		fcntl(sink->pipe_fds[0], F_SETFL, O_NONBLOCK) != 0 ||
 		fcntl(sink->pipe_fds[1], F_SETFL, O_NONBLOCK) != 0 ||
@@ -804,7 +800,7 @@ replicant_nats_transport_open(const ReplicantSinkConfig *config)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create a pipe: %m")));
-	sink->acks->wake_fd = sink->pipe_fds[1];
+	sink->acks = nats_acks_create(sink->pipe_fds[1]);
 	sink->buf = palloc(NATS_BODY_BUFFER);
 	sink->inner_buf = palloc(NATS_BODY_BUFFER);
 	initStringInfo(&sink->subject);

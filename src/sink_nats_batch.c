@@ -1,6 +1,7 @@
 /*
  * sink_nats_batch.c
- *		A rendered batch (replicant's format) into NATS messages: one per
+ *		A rendered batch (replicant's format, or its framing around
+ *		CloudEvents: format_cloudevents.c) into NATS messages: one per
  *		change, logical message, read and marker, on its subject, with its
  *		Nats-Msg-Id, in the batch's order (sink_nats.c publishes them).
  *
@@ -22,6 +23,33 @@
 #define NATS_MAX_PREFIX_TOKEN 128
 #define NATS_PREFIX_TOKEN_HEAD 64
 
+/*
+ * schema and table among the members of the object the reader is at, or of
+ * its "data" when it is an event (CloudEvents carry the change there); how
+ * many of the two it found.
+ */
+static int
+relation_members(NatsSink *sink, NatsBodyReader *reader, StringInfo schema, StringInfo table,
+				 bool event)
+{
+	int found = 0;
+
+	if (!nats_body_object_begin(reader))
+		return 0;
+	while (found < 2 && nats_body_next_key(reader, &sink->scratch))
+	{
+		if (strcmp(sink->scratch.data, "schema") == 0)
+			found += nats_body_string(reader, schema);
+		else if (strcmp(sink->scratch.data, "table") == 0)
+			found += nats_body_string(reader, table);
+		else if (event && strcmp(sink->scratch.data, "data") == 0)
+			found = relation_members(sink, reader, schema, table, false);
+		else
+			nats_body_value(reader, NULL);
+	}
+	return found;
+}
+
 /* The schema and table of a rendered change, into schema and table. */
 static bool
 change_relation(NatsSink *sink, StringInfo schema, StringInfo table)
@@ -29,21 +57,11 @@ change_relation(NatsSink *sink, StringInfo schema, StringInfo table)
 	ReplicantBody body;
 	ReplicantMemoryBody memory;
 	NatsBodyReader reader;
-	char *buf = sink->inner_buf;
-	int found = 0;
+	int found;
 
 	replicant_body_from_buffer(&body, &memory, &sink->data);
-	nats_body_begin(&reader, &body, buf);
-	if (nats_body_object_begin(&reader))
-		while (found < 2 && nats_body_next_key(&reader, &sink->scratch))
-		{
-			if (strcmp(sink->scratch.data, "schema") == 0)
-				found += nats_body_string(&reader, schema);
-			else if (strcmp(sink->scratch.data, "table") == 0)
-				found += nats_body_string(&reader, table);
-			else
-				nats_body_value(&reader, NULL);
-		}
+	nats_body_begin(&reader, &body, sink->inner_buf);
+	found = relation_members(sink, &reader, schema, table, true);
 	return found == 2 && !reader.error;
 }
 
@@ -115,6 +133,26 @@ message_token(StringInfo subject, const char *prefix, int len)
 		appendStringInfo(subject, "%02x", digest[i]);
 }
 
+/* "prefix" and "lsn" of a rendered message, or of its event's "data". */
+static void
+message_members(NatsSink *sink, NatsBodyReader *reader, StringInfo prefix, bool *have_prefix,
+				uint64 *lsn, bool event)
+{
+	if (!nats_body_object_begin(reader))
+		return;
+	while (nats_body_next_key(reader, &sink->scratch))
+	{
+		if (strcmp(sink->scratch.data, "prefix") == 0)
+			*have_prefix = nats_body_string(reader, prefix);
+		else if (strcmp(sink->scratch.data, "lsn") == 0)
+			nats_body_uint64(reader, lsn);
+		else if (event && strcmp(sink->scratch.data, "data") == 0)
+			message_members(sink, reader, prefix, have_prefix, lsn, false);
+		else
+			nats_body_value(reader, NULL);
+	}
+}
+
 /* A logical message's subject, from its rendered "prefix". */
 static bool
 message_subject(NatsSink *sink, uint64 *lsn)
@@ -122,23 +160,13 @@ message_subject(NatsSink *sink, uint64 *lsn)
 	ReplicantBody body;
 	ReplicantMemoryBody memory;
 	NatsBodyReader reader;
-	char *buf = sink->inner_buf;
 	StringInfoData prefix;
 	bool have_prefix = false;
 
 	initStringInfo(&prefix);
 	replicant_body_from_buffer(&body, &memory, &sink->data);
-	nats_body_begin(&reader, &body, buf);
-	if (nats_body_object_begin(&reader))
-		while (nats_body_next_key(&reader, &sink->scratch))
-		{
-			if (strcmp(sink->scratch.data, "prefix") == 0)
-				have_prefix = nats_body_string(&reader, &prefix);
-			else if (strcmp(sink->scratch.data, "lsn") == 0)
-				nats_body_uint64(&reader, lsn);
-			else
-				nats_body_value(&reader, NULL);
-		}
+	nats_body_begin(&reader, &body, sink->inner_buf);
+	message_members(sink, &reader, &prefix, &have_prefix, lsn, true);
 	resetStringInfo(&sink->subject);
 	appendStringInfo(&sink->subject, "%s._messages.", sink->url.prefix);
 	message_token(&sink->subject, prefix.data, prefix.len);
@@ -249,7 +277,9 @@ publish_transaction(NatsSink *sink, NatsBodyReader *reader, ReplicantSinkResult 
 typedef struct NatsSnapshot
 {
 	bool seen;
-	StringInfoData raw; /* the "snapshot" object as rendered */
+	StringInfoData raw;         /* the "snapshot" object as rendered */
+	StringInfoData begin_event; /* CloudEvents: the markers' events, or len 0 */
+	StringInfoData end_event;
 	StringInfoData schema;
 	StringInfoData table;
 	bool first;
@@ -292,20 +322,27 @@ read_snapshot(NatsSink *sink, NatsBodyReader *reader, NatsSnapshot *snap)
 	return !inner.error;
 }
 
-/* A marker, acknowledged before anything is published after it. */
+/*
+ * A marker, acknowledged before anything is published after it: the
+ * request's event for it (CloudEvents), or its "snapshot" object.
+ */
 static bool
 publish_marker(NatsSink *sink, NatsSnapshot *snap, const char *id, const char *which,
 			   ReplicantSinkResult *result)
 {
 	char *marker_id = psprintf("%s:%s", id, which);
+	StringInfo event = strcmp(which, "first") == 0 ? &snap->begin_event : &snap->end_event;
 	bool ok;
 
 	if (!nats_sink_wait_acks(sink, 0, 0, result))
 		return false;
 	table_subject(sink, &snap->schema, &snap->table);
 	resetStringInfo(&sink->data);
-	appendStringInfo(&sink->data, "{\"pipeline\":\"%s\",\"kind\":\"snapshot\",\"snapshot\":%s}",
-					 sink->pipeline, snap->raw.data);
+	if (event->len > 0)
+		appendBinaryStringInfo(&sink->data, event->data, event->len);
+	else
+		appendStringInfo(&sink->data, "{\"pipeline\":\"%s\",\"kind\":\"snapshot\",\"snapshot\":%s}",
+						 sink->pipeline, snap->raw.data);
 	ok = nats_sink_publish(sink, NATS_MARKER, marker_id, 0, 0, 0, false, result) &&
 		 nats_sink_wait_acks(sink, 0, 0, result);
 	pfree(marker_id);
@@ -409,6 +446,13 @@ nats_sink_publish_body(NatsSink *sink, const char *id, ReplicantBody *body, Repl
 		}
 		else if (strcmp(key.data, "snapshot") == 0)
 			ok = read_snapshot(sink, &reader, &snap) || parse_failed(&reader, result);
+		else if (strcmp(key.data, "begin") == 0 || strcmp(key.data, "end") == 0)
+		{
+			StringInfo event = key.data[0] == 'b' ? &snap.begin_event : &snap.end_event;
+
+			initStringInfo(event);
+			ok = nats_body_value(&reader, event) || parse_failed(&reader, result);
+		}
 		else if (strcmp(key.data, "changes") == 0)
 			ok = publish_reads(sink, &reader, &snap, id, result);
 		else

@@ -3,8 +3,9 @@
  *		A rendered body read back as JSON, in bounded pieces, for the NATS
  *		transport (sink_nats.c), which publishes each change on its own.
  *
- * The bodies are replicant's own (format_replicant.c), so only what it
- * writes is understood: no whitespace inside values but what strings
+ * The bodies are replicant's own (format_replicant.c, and its framing of
+ * CloudEvents in format_cloudevents.c), so only what they write is
+ * understood: no whitespace inside values but what strings
  * hold, numbers as integers.  Nothing raises an error: reader->error.
  */
 #include "postgres.h"

@@ -1,8 +1,9 @@
 /*
  * sink_nats_internal.h
- *		What the NATS transport's two files share: the transport's state,
- *		and the calls sink_nats_batch.c (a rendered batch into messages)
- *		makes of sink_nats.c (the connection, publishing, acknowledgements).
+ *		What the NATS transport's files share: the transport's state, the
+ *		calls sink_nats_batch.c (a rendered batch into messages) makes of
+ *		sink_nats.c (the connection, publishing) and sink_nats_acks.c
+ *		(acknowledgements).
  */
 #ifndef REPLICANT_SINK_NATS_INTERNAL_H
 #define REPLICANT_SINK_NATS_INTERNAL_H
@@ -18,18 +19,27 @@
 #include "transport.h"
 #include "sink_nats_body.h"
 
-/* Shared with the library's threads: under lock. */
-typedef struct NatsAcks
+/* What the acknowledgements of the current request say (sink_nats_acks.c). */
+typedef struct NatsAckCounts
 {
-	pthread_mutex_t lock;
-	int64 acked;
-	int64 failed;
+	int64 done; /* acknowledged or failed */
 	int64 done_bytes;
+	int64 failed;
 	natsStatus status; /* of the first failure */
 	jsErrCode code;
-	bool duplicate;
-	int wake_fd;
-} NatsAcks;
+	bool unstored;    /* it was a duplicate of a message not stored */
+	int64 duplicates; /* messages that were in the stream already */
+	/* the first change refused for its expected sequence, the last stored */
+	bool refused;
+	uint64 refused_lsn;
+	uint64 refused_pos;
+	bool stored;
+	uint64 stored_lsn;
+	uint64 stored_pos;
+} NatsAckCounts;
+
+/* Shared with the library's threads (sink_nats_acks.c). */
+typedef struct NatsAcks NatsAcks;
 
 /*
  * A connection being made in a thread of its own: natsConnection_Connect
@@ -59,12 +69,13 @@ typedef struct NatsSink
 	char *password;
 	char *token;
 	char *ca_file;
+	char *content_type; /* of each message's body, as the format says */
 	int ack_timeout_ms;
 
 	natsConnection *conn;
 	jsCtx *js;
 	bool async_started; /* js has published asynchronously: its threads run */
-	NatsAcks *acks;     /* malloc'd: the library's threads may outlive a context */
+	NatsAcks *acks;     /* never freed: the library's threads may outlive the transport */
 	int pipe_fds[2];
 	int64 max_payload;
 
@@ -74,10 +85,13 @@ typedef struct NatsSink
 	bool dirty; /* publishes may be pending from an earlier request */
 	bool latch_was_set;
 	bool abandoned;
+	bool told_bound; /* its wait at the in-flight bound was logged */
 	instr_time started;
 
 	/* What the stream holds: valid while known. */
 	bool known;
+	bool probing;         /* publish one at a time while the stream has them */
+	int64 stream_created; /* which stream of that name it is */
 	uint64 last_seq;
 	bool have_mark;
 	uint64 mark_lsn;
@@ -111,6 +125,23 @@ extern void nats_sink_block_signals(sigset_t *old);
 extern void nats_sink_restore_signals(const sigset_t *old);
 
 /*
+ * Acknowledgements (sink_nats_acks.c).  nats_ack_handler is the library's
+ * acknowledgement handler, its closure the NatsAcks; only those of the
+ * context given to nats_acks_count_for count.  The mark is the highest
+ * change or message (commit_lsn, position) JetStream acknowledged.
+ */
+extern NatsAcks *nats_acks_create(int wake_fd);
+extern void nats_acks_close(NatsAcks *acks);
+extern void nats_acks_count_for(NatsAcks *acks, jsCtx *js);
+extern void nats_acks_reset(NatsAcks *acks);
+extern void nats_acks_read(NatsAcks *acks, NatsAckCounts *counts);
+extern bool nats_acks_mark(NatsAcks *acks, uint64 *lsn, uint64 *pos);
+extern void nats_acks_forget_mark(NatsAcks *acks);
+extern void nats_acks_check_hold(NatsAcks *acks);
+extern void nats_ack_handler(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae,
+							 void *closure);
+
+/*
  * Waits up to ms for the wake pipe or the latch, answering interrupts and
  * reloads; false when the process is to die (sink->abandoned).
  */
@@ -127,6 +158,10 @@ extern void nats_sink_connecting_free(NatsConnecting *c);
 extern void nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome outcome,
 						   const char *error);
 
+/* The same for a library status: halts on what retrying cannot fix. */
+extern void nats_sink_fail_status(ReplicantSinkResult *result, const char *what,
+								  natsStatus s, jsErrCode code);
+
 /*
  * Waits until at most max_pending messages (and max_bytes) are
  * unacknowledged; false (result set) on a failure, the acknowledgement
@@ -134,6 +169,12 @@ extern void nats_sink_fail(ReplicantSinkResult *result, ReplicantSinkOutcome out
  */
 extern bool nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_bytes,
 								ReplicantSinkResult *result);
+
+/*
+ * Waits, within the acknowledgement timeout, for every message in flight to
+ * be answered, whatever the answers; false when the wait was cut short.
+ */
+extern bool nats_sink_drain_acks(NatsSink *sink);
 
 /* Asks the stream for its last sequence and this pipeline's last message. */
 extern bool nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result);

@@ -18,7 +18,7 @@ Nats::require_server();
 
 my $nats = Nats->start;
 $nats->create_stream('S', 'replicant.p.>', duplicates_ms => 2000);
-$nats->create_stream('T', 'app.>');
+$nats->create_stream('T', 'app.db1.>');
 
 my $node = ReplicantTest::new_node('nats');
 $node->safe_psql('postgres', q{
@@ -118,11 +118,12 @@ sub check
 		$per_txn{bad_subject}++ if $m->{subject} ne $subject;
 		$per_txn{bad_headers}++
 		  unless $m->{headers}{'Replicant-Pipeline'} eq $pipeline
-		  && $m->{headers}{'Replicant-Xid'} =~ /^\d+$/;
+		  && $m->{headers}{'Replicant-Xid'} =~ /^\d+$/
+		  && ($m->{headers}{'Content-Type'} // '') eq 'application/json';
 		$logged{ $c->{new}{txn} }++ if $c->{table} eq 'log';
 	}
 	ok(!$per_txn{bad_subject}, "$label: every change on <prefix>.<schema>.<table>");
-	ok(!$per_txn{bad_headers}, "$label: pipeline and xid headers");
+	ok(!$per_txn{bad_headers}, "$label: pipeline, xid and content type headers");
 	is(scalar(keys %logged), $txns, "$label: every transaction is in the stream");
 	ok(!grep({ $_ != 1 } values %logged), "$label: no transaction twice");
 	return \@msgs;

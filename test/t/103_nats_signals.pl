@@ -20,7 +20,8 @@ Nats::require_server();
 my $nats = Nats->start;
 $nats->create_stream('S', 'replicant.p.>');
 
-my $node = ReplicantTest::new_node('nats_signals');
+# DEBUG1: the line a worker logs as it starts waiting for acknowledgements
+my $node = ReplicantTest::new_node('nats_signals', conf => 'log_min_messages = debug1');
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION replicant;
 	CREATE TABLE t (id int PRIMARY KEY, v text);
@@ -66,12 +67,13 @@ is_deeply(\@unblocked, [], 'no library thread takes the process\'s signals');
 sub wait_for_acks
 {
 	my ($label) = @_;
+	my $offset = -s $node->logfile;
 	$nats->pause_all;
 	insert();
 	# the publish went out; its acknowledgement never comes
+	$node->wait_for_log(qr/pipeline "p" waits for acknowledgements of 1 NATS messages/, $offset);
 	ok(poll("SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = " . worker_pid(), 60),
 		"$label: the worker waits");
-	usleep(500_000);
 }
 
 # a reload reaches the worker while it waits: it then holds at 'after_ack'
@@ -79,13 +81,12 @@ wait_for_acks('reload');
 {
 	my $offset = -s $node->logfile;
 	$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'after_ack:hold'");
+	# only the worker is told; the file goes back once the worker held
 	kill 'HUP', worker_pid();
-	usleep(500_000);
-	# only the worker was told: the file goes back at once
-	$node->safe_psql('postgres', 'ALTER SYSTEM RESET replicant.fault_point');
 	$nats->resume_all;
 	ok(eval { $node->wait_for_log(qr/fault point "after_ack" reached, holding/, $offset); 1 },
 		'reload: the setting read during the wait applies to the acknowledged batch');
+	$node->safe_psql('postgres', 'ALTER SYSTEM RESET replicant.fault_point');
 	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 	ok(poll("SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 1000)", 120), 'reload: delivered');
 }
@@ -114,14 +115,22 @@ wait_for_acks('terminate');
 		my ($kb) = PostgreSQL::Test::Utils::slurp_file("/proc/$worker/status") =~ /^VmRSS:\s*(\d+)/m;
 		return $kb;
 	};
+	# A worker publishes the first change after it read the stream alone
+	# (the stream may hold it already): this one, so that the batch below
+	# goes out 256 at a time.
+	insert();
+	ok(poll("SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 1000)", 120),
+		'memory: the restarted worker published');
 	my $before = $rss->();
+	my $offset = -s $node->logfile;
 	$nats->pause_all;
 	$node->safe_psql('postgres',
 		"INSERT INTO t SELECT g, repeat(md5(g::text), 45) FROM generate_series(100000, 119999) g");
 	$n += 20000;
+	# as many in flight as it takes: it waits for one to be acknowledged
+	$node->wait_for_log(qr/pipeline "p" waits for acknowledgements of 256 NATS messages/, $offset);
 	ok(poll("SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $worker", 60),
 		'memory: the worker waits for acknowledgements');
-	sleep 2;
 	my $during = $rss->();
 	cmp_ok($during - $before, '<', 64 * 1024,
 		sprintf('memory: the worker grew %.1f MB (the rendered batch included) while the cluster held 20,000 changes back',

@@ -2,6 +2,9 @@
 # 191, q).  Every publish got "no responders" and the pipeline retried for
 # ever.  The worker now checks the stream's subjects against <prefix>.>
 # when it reads the stream's state, and halts with a value-free reason.
+# A stream that takes more than the prefix (v) halts too: another writer's
+# message there could take the place of a refused change in the chain of
+# expected sequences (review rv-natsce 1).
 use strict;
 use warnings;
 use FindBin;
@@ -15,7 +18,8 @@ Nats::require_server();
 
 my $nats = Nats->start;
 $nats->create_stream('Q', 'elsewhere.>');
-$nats->create_stream('W', 'replicant.*.*.*');
+$nats->create_stream('W', 'replicant.w.*.*');
+$nats->create_stream('V', 'vv.>');
 
 my $node = ReplicantTest::new_node('nats_stream_subjects');
 $node->safe_psql('postgres', q{
@@ -34,10 +38,23 @@ ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'q'", 60
 like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'q'"),
 	qr/the NATS stream does not take the pipeline's subjects/, 'the halt says why');
 
-# wildcards that take every <prefix>.<schema>.<table>: delivered
+# wildcards that take every <prefix>.<schema>.<table> and nothing else: delivered
 $node->safe_psql('postgres',
 	"SELECT replicant.create_pipeline('w', 'pub', '" . $nats->url('W') . "', http_timeout_ms => 3000)");
 $node->safe_psql('postgres', "INSERT INTO t VALUES (2, 'b')");
 ok(poll("SELECT replicant.await_delivered('w', pg_current_wal_lsn(), 1000)", 120),
-	'a stream taking replicant.*.*.*: delivered');
+	'a stream taking replicant.w.*.*: delivered');
+
+# a stream taking other subjects too: halted before it publishes anything
+my $before = scalar($nats->messages('V'));
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('v', 'pub', '" . $nats->url('V', 'subject_prefix=vv.p')
+	  . "', http_timeout_ms => 3000)");
+$node->safe_psql('postgres', "INSERT INTO t VALUES (3, 'c')");
+ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'v'", 60),
+	'a stream that takes more than <prefix>.>: halted')
+  or diag($node->safe_psql('postgres', "SELECT state, retries, last_error FROM replicant.status"));
+like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'v'"),
+	qr/the NATS stream takes subjects outside the pipeline's prefix/, 'the halt says why');
+is(scalar($nats->messages('V')), $before, 'nothing was published into it');
 done_testing();
