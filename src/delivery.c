@@ -443,8 +443,9 @@ replicant_delivery_sink(const ReplicantDestination *destination)
 
 /*
  * Exits after a halt or a disable that found the pipeline halted or
- * disabled already (by another of its processes, or by its owner): what
- * stopped it first stands, in the catalog and in replicant.status.  The
+ * disabled already (by another of its processes, or by its owner), or its
+ * table gone with DROP EXTENSION: what stopped it first stands, in the
+ * catalog and in replicant.status.  The
  * slot says it is stopped before this exits: a snapshot's pipeline worker
  * takes a shard worker's clean exit for a finished shard unless it does.
  */
@@ -455,7 +456,7 @@ already_stopped(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 	slot->runnable = false;
 	LWLockRelease(replicant_shmem->lock);
 	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" was halted or disabled meanwhile: exiting",
+			(errmsg("replicant pipeline \"%s\" was halted, disabled or dropped meanwhile: exiting",
 					pipeline->name)));
 	proc_exit(0);
 }
@@ -474,11 +475,13 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 
 	/* The catalog first, as for a halt (replicant_delivery_halt_at). */
 	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args("UPDATE replicant.pipelines SET enabled = false"
+	stopped_already = !replicant_pipeline_lock_for_update();
+	if (!stopped_already &&
+		SPI_execute_with_args("UPDATE replicant.pipelines SET enabled = false"
 							  " WHERE id OPERATOR(pg_catalog.=) $1 AND enabled AND halt_reason IS NULL",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not disable pipeline %d", pipeline->id);
-	stopped_already = (SPI_processed == 0);
+	stopped_already = stopped_already || SPI_processed == 0;
 	replicant_catalog_end(&access);
 	if (stopped_already)
 		already_stopped(slot, pipeline);

@@ -10,6 +10,7 @@
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -390,14 +391,25 @@ replicant_pipeline_only_destination(const ReplicantPipeline *pipeline)
 }
 
 bool
+replicant_pipeline_lock_for_update(void)
+{
+	return OidIsValid(RangeVarGetRelidExtended(makeRangeVar("replicant", "pipelines", -1),
+											   RowExclusiveLock, RVR_MISSING_OK, NULL, NULL));
+}
+
+bool
 replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn,
 							   const char *cause)
 {
 	Oid argtypes[4] = {INT4OID, TEXTOID, PG_LSNOID, TEXTOID};
 	Datum args[4];
 	char nulls[4] = {' ', ' ', ' ', ' '};
+	bool have_cause;
+
+	if (!replicant_pipeline_lock_for_update())
+		return false;
 	/* 0.2.0's table has no cause: its resumes accept nothing while decoding */
-	bool have_cause = replicant_pipeline_has_column("halt_cause");
+	have_cause = replicant_pipeline_has_column("halt_cause");
 
 	args[0] = Int32GetDatum(id);
 	args[1] = CStringGetTextDatum(reason);

@@ -139,6 +139,12 @@ extern ReplicantDestination *replicant_pipeline_only_destination(const Replicant
  * is not halted: returns false, recording nothing, when the pipeline is
  * halted or disabled already.
  */
+/*
+ * Locks replicant.pipelines for an update until the transaction ends, so that
+ * DROP EXTENSION cannot take it away meanwhile; false when it is gone already
+ * (the extension was dropped while the caller waited for the lock).
+ */
+extern bool replicant_pipeline_lock_for_update(void);
 extern bool replicant_pipeline_record_halt(int32 id, const char *reason, XLogRecPtr lsn,
 										   const char *cause);
 

@@ -501,6 +501,32 @@ ok(no_worker('q_ext'), '... DROP EXTENSION stops it');
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name ~ '^replicant[0-9]*_q_ext\$'"),
 	'... and its slot goes');
+
+# DROP EXTENSION committing while the worker waits for a lock on one of its
+# tables: the worker's next catalog access fails, and it must exit as for a
+# stop it was asked for, not halt into a table that is gone and exit with
+# code 1 (as it did on a loaded CI machine).
+$node->safe_psql('second', q{
+	CREATE EXTENSION replicant;
+	SELECT replicant.create_pipeline('q_lock', 'items_pub', '} . $sink2->{url} . q{');
+});
+ok(state_is('second', 'q_lock', 'streaming'), 'drop while locked: a streaming pipeline');
+my $lock_worker = $node->safe_psql('second',
+	"SELECT worker_pid FROM replicant.status WHERE pipeline = 'q_lock'");
+my $dropper = ReplicantTest::Session->new($node, 'second');
+is($dropper->query('BEGIN; DROP EXTENSION replicant; SELECT 1', 60), '1',
+	'drop while locked: DROP EXTENSION, not committed');
+$node->safe_psql('second', "INSERT INTO items VALUES (300, 'locked')");
+ok(ReplicantTest::poll($node,
+		"SELECT count(*) > 0 FROM pg_locks WHERE pid = $lock_worker AND NOT granted"),
+	'... the worker waits for a lock the drop holds');
+is($dropper->query('COMMIT; SELECT 2', 60), '2', '... the drop commits');
+undef $dropper;
+ok(no_worker('q_lock'), '... the worker exits');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name ~ '^replicant[0-9]*_q_lock\$'"),
+	'... and its slot goes');
+
 my $log = substr(slurp_file($node->logfile), $log_from);
 unlike($log, qr/terminating background worker "replicant (pipeline|snapshot)"/,
 	'quiet_stop_no_fatal: no FATAL for a stop replicant asked for');
