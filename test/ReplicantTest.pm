@@ -40,11 +40,14 @@ use warnings FATAL => 'all';
 
 use Cwd qw(abs_path);
 use Digest::MD5 ();
+use Encode ();
 use Exporter 'import';
 use Fcntl ();
 use File::Path ();
 use File::Basename qw(basename dirname);
+use HTTP::Tiny;
 use IPC::Run;
+use JSON::PP ();
 use List::Util ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -60,11 +63,27 @@ our $PYTHON      = $ENV{PYTHON} || 'python3';
 our $NODE    = $ENV{NODE} || 'node';
 our $JS_DIR  = dirname(abs_path(__FILE__)) . '/js';
 
-# Runs the sink script with the given arguments; returns its stdout.
+# Runs the sink script with the given arguments; returns its stdout.  A
+# running reference sink runs it in its own process (POST /_cli), any
+# database file alike: starting Python for every look at a sink is what a
+# polling test would otherwise spend most of its CPU on.
 sub run_sink_script
 {
 	my ($args, $stdin) = @_;
 	my ($out, $err) = ('', '');
+	foreach my $sink (ReplicantTest::Sink::running())
+	{
+		my $response = HTTP::Tiny->new(timeout => 120)->post(
+			"http://127.0.0.1:$sink->{port}/_cli",
+			{
+				content => JSON::PP::encode_json(
+					{ argv => $args, stdin => Encode::decode('UTF-8', $stdin // '') })
+			});
+		return $response->{content} if $response->{status} == 200;
+		die "replicant_sink.py @$args failed: $response->{content}"
+		  if $response->{status} == 500;
+		last;    # not answered: run the script
+	}
 	IPC::Run::run([ $PYTHON, $SINK_SCRIPT, @$args ],
 		'<', \($stdin // ''), '>', \$out, '2>', \$err)
 	  or die "replicant_sink.py @$args failed: $err";
@@ -178,8 +197,9 @@ sub server_has_setting
 
 Starts the reference sink on 127.0.0.1 and returns a ReplicantTest::Sink.
 Options: C<secret>, C<keep_bodies> (keep every accepted body and its headers,
-see C<< $sink->bodies >>), C<tls_cert> and C<tls_key> (PEM files: serve
-HTTPS, and C<url> starts with https://; C<control()> then needs
+see C<< $sink->bodies >>), C<dedup_ids> (answer a request whose webhook-id
+was applied already without applying it again: a retry after a timeout on a
+loaded machine), C<tls_cert> and C<tls_key> (PEM files: serve HTTPS, and C<url> starts with https://; C<control()> then needs
 IO::Socket::SSL), C<name> (names its log file, default "sink", then
 "sink2", ...), C<db> (default: a new file in a temporary directory), C<script>
 (another sink script taking the same options, such as test/sink/oracle_sink.py), and the
@@ -207,6 +227,7 @@ sub start_sink
 		tls_cert    => delete $opts{tls_cert},
 		tls_key     => delete $opts{tls_key},
 		keep_bodies => delete $opts{keep_bodies},
+		dedup_ids   => delete $opts{dedup_ids},
 		script      => delete $opts{script} // $SINK_SCRIPT,
 		port_file   => "$dir/port",
 		log         => "$PostgreSQL::Test::Utils::log_path/${test}_$name.log",
@@ -312,9 +333,12 @@ sub slot_name
 =item poll($node, $sql, $timeout, $dbname)
 
 Polls a boolean query (in database postgres unless $dbname is given) until
-it returns true or $timeout seconds (default 60) passed; connection errors
-(a server restarting) just mean "not yet".  So does psql exiting before it
-read its input, which IPC::Run reports by dying of EPIPE.
+it returns true or $timeout seconds (default 60) passed; an error or a lost
+connection (a server restarting) just means "not yet".  The query runs again
+and again over one psql session (ReplicantTest::Session), opened for this
+poll and closed when it returns: a psql started per attempt costs some 50 ms
+of CPU, and a dozen tests polling at once on a small CI machine would spend
+its cores on that.
 
 =cut
 
@@ -323,13 +347,44 @@ sub poll
 	my ($node, $sql, $timeout, $dbname) = @_;
 	$timeout //= 60;
 	my $deadline = time() + $timeout;
+	my $session  = ReplicantTest::Session->new($node, $dbname // 'postgres');
+	my $pause    = 20_000;
 	while (time() < $deadline)
 	{
-		my ($ret, $out) = eval { $node->psql($dbname // 'postgres', $sql) };
-		return 1 if defined $ret && $ret == 0 && $out eq 't';
-		usleep(50_000);
+		my $out = $session->query($sql, $deadline - time());
+		return 1 if defined $out && $out eq 't';
+		usleep($pause);
+		$pause = List::Util::min($pause * 3 / 2, 200_000);
 	}
 	diag("timed out after $timeout s waiting for: $sql");
+	return 0;
+}
+
+# PostgreSQL::Test::Cluster's own poll_query_until (wait_for_catchup uses
+# it too) starts psql for every attempt, ten times a second: the same cost
+# as above, so every node polls through a session instead.
+{
+	no warnings 'redefine';
+	*PostgreSQL::Test::Cluster::poll_query_until = \&_poll_query_until;
+}
+
+sub _poll_query_until
+{
+	my ($node, $dbname, $query, $expected) = @_;
+	$expected //= 't';
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	my $session  = ReplicantTest::Session->new($node, $dbname);
+	my $out;
+	while (time() < $deadline)
+	{
+		$out = $session->query($query // '', $deadline - time());
+		return 1 if defined $out && $out eq $expected;
+		usleep(100_000);
+	}
+	diag("poll_query_until timed out executing this query:\n"
+		  . ($query // '(connection attempt only)')
+		  . "\nexpecting this output:\n$expected\nlast actual query output:\n"
+		  . ($out // '(an error)'));
 	return 0;
 }
 
@@ -462,8 +517,8 @@ stays, so restart() resumes with the same rows, watermark and counters.
 
 Stops the sink if it runs, then starts it again on the same database and, if
 possible, the same port (the url is updated if not). %opts are start_sink()'s
-fault flags, which replace the previous ones; C<secret> and C<keep_bodies>
-are kept unless given.
+fault flags, which replace the previous ones; C<secret>, C<keep_bodies> and
+C<dedup_ids> are kept unless given.
 
 =item $sink->control(\%faults)
 
@@ -523,6 +578,7 @@ sub _launch
 		$self->{port_file}, '--db', $self->{db});
 	push @args, '--secret', $self->{secret} if defined $self->{secret};
 	push @args, '--keep-bodies' if $self->{keep_bodies};
+	push @args, '--dedup-ids'   if $self->{dedup_ids};
 	push @args, '--tls-cert', $self->{tls_cert}, '--tls-key', $self->{tls_key}
 	  if defined $self->{tls_cert};
 	foreach my $flag (sort keys %faults)
@@ -570,6 +626,18 @@ sub _launch
 	return;
 }
 
+# The reference sinks running over HTTP, which can run the script's other
+# commands (run_sink_script).
+sub running
+{
+	return grep {
+		$_->{scheme} eq 'http'
+		  && $_->{script} eq $ReplicantTest::SINK_SCRIPT
+		  && $_->{handle}
+		  && $_->{handle}->pumpable
+	} @running;
+}
+
 sub stop
 {
 	my ($self, %opts) = @_;
@@ -611,6 +679,7 @@ sub restart
 	$self->stop;
 	$self->{secret} = delete $opts{secret} if exists $opts{secret};
 	$self->{keep_bodies} = delete $opts{keep_bodies} if exists $opts{keep_bodies};
+	$self->{dedup_ids}   = delete $opts{dedup_ids}   if exists $opts{dedup_ids};
 	$self->_launch(%opts);
 	return;
 }
@@ -679,6 +748,90 @@ END
 		eval { $sink->stop; 1 } or print STDERR "could not stop a sink: $@";
 	}
 	$? = $status;
+}
+
+1;
+
+package ReplicantTest::Session;
+
+# One psql session that runs queries one after the other, for pollers: it
+# starts on first use and starts again after psql exited (a server that
+# restarted), and it ends with the object.
+
+use strict;
+use warnings FATAL => 'all';
+
+use IPC::Run;
+
+my $END_MARK = '__replicant_poll_end__';
+
+sub new
+{
+	my ($class, $node, $dbname) = @_;
+	return bless { node => $node, dbname => $dbname }, $class;
+}
+
+# query($sql, $seconds): the query's output (psql -At, chomped), or undef
+# when it failed, psql lost its connection or $seconds passed.
+sub query
+{
+	my ($self, $sql, $seconds) = @_;
+	$self->_start unless $self->{handle};
+	@{$self}{qw(out err)} = ('', '');
+	$sql .= ';' unless $sql =~ /;\s*\z/;
+	$self->{in} .= "$sql\n\\echo $END_MARK\n";
+	$self->{timer}->start(List::Util::max($seconds, 1));
+	my $done = eval {
+		$self->{handle}->pump
+		  until $self->{out} =~ /^$END_MARK$/m || !$self->{handle}->pumpable;
+		1;
+	};
+	if (!$done || $self->{out} !~ /^$END_MARK$/m)
+	{
+		$self->_stop;
+		return undef;
+	}
+	return undef if $self->{err} =~ /\b(?:ERROR|FATAL|PANIC):|connection to server/;
+	(my $out = $self->{out}) =~ s/^$END_MARK\n//m;
+	chomp $out;
+	return $out;
+}
+
+sub _start
+{
+	my ($self) = @_;
+	my $node = $self->{node};
+	local %ENV = $node->_get_env();
+	@{$self}{qw(in out err)} = ('', '', '');
+	$self->{timer} = IPC::Run::timeout(1);
+	$self->{handle} = IPC::Run::start(
+		[
+			$node->installed_command('psql'), '-XAtq',
+			'-d', $node->connstr($self->{dbname})
+		],
+		'<', \$self->{in}, '>', \$self->{out}, '2>', \$self->{err},
+		$self->{timer});
+	return;
+}
+
+sub _stop
+{
+	my ($self) = @_;
+	my $handle = delete $self->{handle} or return;
+	eval { $handle->kill_kill(grace => 1); };
+	return;
+}
+
+sub DESTROY
+{
+	my ($self) = @_;
+	my $handle = delete $self->{handle} or return;
+	# Ending psql's input ends the session: the backend is gone (or going)
+	# when the poll returns.
+	$self->{in} .= "\\q\n";
+	$self->{timer}->start(10);
+	eval { $handle->finish; 1 } or eval { $handle->kill_kill(grace => 1); };
+	return;
 }
 
 1;

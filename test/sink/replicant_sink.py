@@ -15,7 +15,8 @@ The TAP tests use it too: it keeps counters and a log of applied transactions,
 and it can inject faults (errors, hangs, resets, ...) at start or at runtime.
 
   replicant_sink.py serve --port N [--port-file F] --db PATH [--secret S]
-                           [--keep-bodies] [--tls-cert PEM --tls-key PEM] [faults]
+                           [--keep-bodies] [--dedup-ids] [--tls-cert PEM --tls-key PEM]
+                           [faults]
   replicant_sink.py dump --db PATH [--table schema.table [--counts]]
   replicant_sink.py canon < json-lines
   replicant_sink.py stats|txlog|messages|bodies --db PATH
@@ -27,6 +28,10 @@ prints them in arrival order, the body decoded, or with --raw its exact bytes
 in base64 (what a signature covers).  A CloudEvents batch (a JSON array) is
 only kept, not applied.
 
+With --dedup-ids it answers a request whose webhook-id it applied already
+204 and applies nothing (counted as duplicate_requests), as a Standard
+Webhooks consumer does with a retry; without, it applies every request.
+
 With --tls-cert and --tls-key it serves HTTPS instead of HTTP.
 
 Each stored row counts the inserts, updates and reads applied to its key
@@ -37,8 +42,10 @@ object.
 """
 import argparse
 import base64
+import contextlib
 import hashlib
 import hmac
+import io
 import json
 import os
 import random
@@ -74,7 +81,10 @@ CREATE TABLE IF NOT EXISTS bodies (seq INTEGER PRIMARY KEY, webhook_id TEXT,
 """
 COUNTERS = ("requests", "batches_applied", "transactions_applied",
             "duplicate_transactions", "changes_applied", "bad_signatures",
-            "faults_injected", "resyncs_swept", "rows_swept", "watermark_resets")
+            "faults_injected", "resyncs_swept", "rows_swept", "watermark_resets",
+            "duplicate_requests")
+# redirect_stdout is process-wide: one /_cli command at a time.
+CLI_LOCK = threading.Lock()
 SIGNATURE_TOLERANCE = 300   # seconds; Standard Webhooks' replay protection
 # Request headers --keep-bodies stores, besides every "x-..." header.
 KEPT_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature",
@@ -435,6 +445,11 @@ class Handler(BaseHTTPRequestHandler):
         # replicant always sends Content-Length; read the whole body even when
         # we reject it, or the next request on this keep-alive connection breaks.
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/_cli":   # never subject to faults either
+            status, out = self.server.cli(body)
+            self.answer(status, out, [("Content-Type", "text/plain")])
+            self.log(status, len(body))
+            return
         if self.path == "/_control":   # never subject to faults
             try:
                 self.server.faults.update(json.loads(body))
@@ -462,10 +477,14 @@ class Handler(BaseHTTPRequestHandler):
         try:
             with transaction(server.db, server.lock) as db:
                 batch = loads(body)
-                if isinstance(batch, list):   # format => 'cloudevents': kept, not applied
+                webhook_id = self.headers.get("webhook-id")
+                if server.dedup_ids and db.execute(
+                        "SELECT 1 FROM accepted WHERE webhook_id=?", (webhook_id,)).fetchone():
+                    bump(db, requests=1, duplicate_requests=1)
+                elif isinstance(batch, list):   # format => 'cloudevents': kept, not applied
                     bump(db, requests=1, batches_applied=1)
                 else:
-                    apply_batch(db, batch, self.headers.get("webhook-id"), arrival)
+                    apply_batch(db, batch, webhook_id, arrival)
                 if server.keep_bodies:   # in the same transaction: kept iff 2xx
                     keep_body(db, self.headers, body)
         except Exception as e:
@@ -533,7 +552,8 @@ def serve(args):
     server.daemon_threads = True
     server.db, server.lock = open_db(args.db), threading.Lock()
     server.secret, server.faults = args.secret, Faults(faults)
-    server.keep_bodies = args.keep_bodies
+    server.keep_bodies, server.dedup_ids = args.keep_bodies, args.dedup_ids
+    server.cli = cli_over_http
     port = server.server_address[1]
     if args.port_file:   # written atomically: a reader never sees half a number
         with open(args.port_file + ".tmp", "w") as f:
@@ -600,7 +620,7 @@ SUBCOMMAND_HELP = {
 }
 
 
-def main():
+def parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -617,6 +637,8 @@ def main():
     s.add_argument("--reset", action="store_true", help="reset the connection")
     s.add_argument("--redirect", metavar="URL", help="answer 302 to URL")
     s.add_argument("--max-body", type=int, help="answer 413 above this size")
+    s.add_argument("--dedup-ids", action="store_true",
+                   help="answer a request whose webhook-id was applied 204, applying nothing")
     s.add_argument("--keep-bodies", action="store_true",
                    help="store each accepted body and its headers (see bodies)")
     s.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate ...")
@@ -638,14 +660,15 @@ def main():
                 " [--secret whsec_...]\n"
                 "its options (fault injection for tests too):  %(prog)s serve --help"
                 % {"prog": p.prog})
-    args = p.parse_args()
+    return p
 
-    if args.command == "serve":
-        serve(args)
-    elif args.command == "dump":
+
+def run_command(args, stdin):
+    """Runs a subcommand other than serve, printing to sys.stdout."""
+    if args.command == "dump":
         dump(args)
     elif args.command == "canon":
-        print_lines(sorted(canon(loads(l)) for l in sys.stdin.buffer if l.strip()))
+        print_lines(sorted(canon(loads(l)) for l in stdin if l.strip()))
     elif args.command == "stats":
         db = open_db(args.db)
         stats = dict.fromkeys(COUNTERS, 0)
@@ -667,6 +690,34 @@ def main():
     elif args.command == "messages":
         query_json(args, "SELECT pipeline, transactional, commit_lsn, lsn, prefix, "
                          "content FROM messages ORDER BY seq")
+
+
+def cli_over_http(body):
+    """POST /_cli: {"argv": [subcommand, ...], "stdin": text} runs that
+    subcommand in this process and answers its output: a test reads a sink's
+    database without starting Python for each look."""
+    try:
+        request = json.loads(body)
+        args = parser().parse_args(request["argv"])
+        if args.command == "serve":
+            raise ValueError("serve")
+    except (ValueError, KeyError, TypeError, SystemExit):
+        return 400, b""
+    out = io.StringIO()
+    try:
+        with CLI_LOCK, contextlib.redirect_stdout(out):
+            run_command(args, request.get("stdin", "").encode().splitlines(True))
+    except (SystemExit, Exception) as e:   # a command's failure, as its exit status
+        return 500, ("%s\n" % type(e).__name__).encode()
+    return 200, out.getvalue().encode()
+
+
+def main():
+    args = parser().parse_args()
+    if args.command == "serve":
+        serve(args)
+    else:
+        run_command(args, sys.stdin.buffer)
 
 
 if __name__ == "__main__":
