@@ -116,7 +116,9 @@ sub new_node
 	init_from_template($node, allows_streaming => 'logical',
 		extra => $opts{initdb_extra} // []);
 
+	# max_connections: room for the sessions safe_psql keeps (Session).
 	my $conf = "wal_level = logical\n"
+	  . "max_connections = 30\n"
 	  . "max_replication_slots = 20\n"
 	  . "max_worker_processes = 32\n";
 	$conf .= "shared_preload_libraries = 'replicant'\n"
@@ -347,7 +349,8 @@ sub poll
 	my ($node, $sql, $timeout, $dbname) = @_;
 	$timeout //= 60;
 	my $deadline = time() + $timeout;
-	my $session  = ReplicantTest::Session->new($node, $dbname // 'postgres');
+	ReplicantTest::Session::forget($node) if ReplicantTest::Session::disturbs($sql);
+	my $session = ReplicantTest::Session->new($node, $dbname // 'postgres');
 	my $pause    = 20_000;
 	while (time() < $deadline)
 	{
@@ -373,7 +376,8 @@ sub _poll_query_until
 	my ($node, $dbname, $query, $expected) = @_;
 	$expected //= 't';
 	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-	my $session  = ReplicantTest::Session->new($node, $dbname);
+	ReplicantTest::Session::forget($node) if ReplicantTest::Session::disturbs($query);
+	my $session = ReplicantTest::Session->new($node, $dbname);
 	my $out;
 	while (time() < $deadline)
 	{
@@ -754,16 +758,18 @@ END
 
 package ReplicantTest::Session;
 
-# One psql session that runs queries one after the other, for pollers: it
-# starts on first use and starts again after psql exited (a server that
-# restarted), and it ends with the object.
+# One psql session that runs queries one after the other: for pollers, and
+# for the plain reads of safe_psql (cached_read).  It starts on first use and
+# starts again after psql exited (a server that restarted), and it ends with
+# the object.
 
 use strict;
 use warnings FATAL => 'all';
 
 use IPC::Run;
+use List::Util ();
 
-my $END_MARK = '__replicant_poll_end__';
+my $END_MARK = '__replicant_session_end__';
 
 sub new
 {
@@ -771,30 +777,47 @@ sub new
 	return bless { node => $node, dbname => $dbname }, $class;
 }
 
-# query($sql, $seconds): the query's output (psql -At, chomped), or undef
+# query($sql, $seconds): the query's output (psql -XAtq, chomped), or undef
 # when it failed, psql lost its connection or $seconds passed.
 sub query
 {
 	my ($self, $sql, $seconds) = @_;
 	$self->_start unless $self->{handle};
 	@{$self}{qw(out err)} = ('', '');
-	$sql .= ';' unless $sql =~ /;\s*\z/;
-	$self->{in} .= "$sql\n\\echo $END_MARK\n";
+	# On a line of its own: the query may end in a comment.
+	$self->{in} .= "$sql\n;\n\\echo $END_MARK\n";
 	$self->{timer}->start(List::Util::max($seconds, 1));
 	my $done = eval {
-		$self->{handle}->pump
-		  until $self->{out} =~ /^$END_MARK$/m || !$self->{handle}->pumpable;
+		$self->{handle}->pump until $self->_ended || !$self->{handle}->pumpable;
 		1;
 	};
-	if (!$done || $self->{out} !~ /^$END_MARK$/m)
+	if (!$done || !$self->_ended)
 	{
 		$self->_stop;
 		return undef;
 	}
-	return undef if $self->{err} =~ /\b(?:ERROR|FATAL|PANIC):|connection to server/;
-	(my $out = $self->{out}) =~ s/^$END_MARK\n//m;
+	# An error, or a lost connection, which psql reports (a WARNING when a
+	# crash of another process ended it) and then goes on unconnected.
+	if ($self->{err} =~
+		/\b(?:ERROR|FATAL|PANIC):|terminating connection|server closed the connection|connection to (?:the )?server|not connected/
+	  )
+	{
+		$self->_stop;
+		return undef;
+	}
+	my $out = substr($self->{out}, 0, -length("$END_MARK\n"));
 	chomp $out;
 	return $out;
+}
+
+# The end mark is the last line psql printed: looking at the tail keeps a
+# large result from being scanned again at every read.
+sub _ended
+{
+	my ($self) = @_;
+	my $tail = "$END_MARK\n";
+	return length($self->{out}) >= length($tail)
+	  && substr($self->{out}, -length($tail)) eq $tail;
 }
 
 sub _start
@@ -825,13 +848,99 @@ sub _stop
 sub DESTROY
 {
 	my ($self) = @_;
+	# Neither the test's exit status nor its error is this one's to change.
+	local ($@, $?);
 	my $handle = delete $self->{handle} or return;
 	# Ending psql's input ends the session: the backend is gone (or going)
-	# when the poll returns.
+	# when the poll returns.  At the script's end the timer may be gone first.
 	$self->{in} .= "\\q\n";
-	$self->{timer}->start(10);
-	eval { $handle->finish; 1 } or eval { $handle->kill_kill(grace => 1); };
+	eval { $self->{timer}->start(10); $handle->finish; 1 }
+	  or eval { $handle->kill_kill(grace => 1); };
 	return;
+}
+
+# ---- safe_psql's plain reads ---------------------------------------------------
+#
+# A psql and a backend started for each safe_psql cost some 60 ms of CPU on a
+# small machine; tests make thousands of calls, most of them reads.  A read
+# that can tell no session from another (one SELECT, WITH, TABLE, VALUES or
+# SHOW statement, no function that keeps session state or looks at sessions)
+# runs over a session kept per node and database; anything else, any failure
+# and any read on a session that fails runs as before.  Statements that a
+# kept session could disturb or be disturbed by (databases created, altered
+# or dropped, extensions changed, settings reloaded, roles altered, sessions
+# listed or terminated) first end the node's kept sessions.
+
+my %cached;    # "node name\0dbname" => [ postmaster PID, session ]
+
+my $PLAIN_READ = qr/\A\s*(?:SELECT|WITH|TABLE|VALUES|SHOW)\b/i;
+my $SESSION_BOUND = qr/
+	pg_stat_activity | pg_terminate_backend | pg_cancel_backend | set_config
+	| advisory | pg_backend_pid | txid_current | pg_current_xact_id
+	| pg_export_snapshot | pg_sleep | pg_notify | _slot\b | pg_logical
+	| \blo_ | dblink | \bFOR\s+(?:UPDATE|SHARE|NO\s+KEY|KEY) /xi;
+my $DISTURBS = qr/
+	\bDATABASE\b | \bEXTENSION\b | pg_stat_activity | pg_terminate_backend
+	| pg_reload_conf | ALTER\s+(?:ROLE|USER|SYSTEM) /xi;
+
+sub is_plain_read
+{
+	my ($sql) = @_;
+	return 0 unless defined $sql && $sql =~ $PLAIN_READ && $sql !~ $SESSION_BOUND;
+	(my $body = $sql) =~ s/;\s*\z//;
+	return $body !~ /[;\\]/;
+}
+
+# The read's output, or undef when it must run as before.
+sub cached_read
+{
+	my ($node, $dbname, $sql) = @_;
+	my $key = $node->name . "\0" . $dbname;
+	my $pid = $node->{_pid} // 0;
+	delete $cached{$key} if $cached{$key} && $cached{$key}[0] != $pid;
+	$cached{$key} //= [ $pid, ReplicantTest::Session->new($node, $dbname) ];
+	my $out = $cached{$key}[1]->query($sql, 2 * $PostgreSQL::Test::Utils::timeout_default);
+	delete $cached{$key} unless defined $out;
+	return $out;
+}
+
+sub forget
+{
+	my ($node) = @_;
+	my $prefix = $node->name . "\0";
+	delete @cached{ grep { index($_, $prefix) == 0 } keys %cached };
+	return;
+}
+
+sub disturbs
+{
+	my ($sql) = @_;
+	return defined $sql && $sql =~ $DISTURBS;
+}
+
+{
+	no warnings 'redefine';
+	my $safe_psql = \&PostgreSQL::Test::Cluster::safe_psql;
+	my $psql      = \&PostgreSQL::Test::Cluster::psql;
+	my $reload    = \&PostgreSQL::Test::Cluster::reload;
+	*PostgreSQL::Test::Cluster::safe_psql = sub {
+		my ($node, $dbname, $sql, @params) = @_;
+		if (!@params && is_plain_read($sql))
+		{
+			my $out = cached_read($node, $dbname, $sql);
+			return $out if defined $out;
+		}
+		return $safe_psql->(@_);
+	};
+	*PostgreSQL::Test::Cluster::psql = sub {
+		my ($node, $dbname, $sql) = @_;
+		forget($node) if disturbs($sql);
+		return $psql->(@_);
+	};
+	*PostgreSQL::Test::Cluster::reload = sub {
+		forget($_[0]);
+		return $reload->(@_);
+	};
 }
 
 1;

@@ -513,15 +513,15 @@ $node->safe_psql('second', q{
 ok(state_is('second', 'q_lock', 'streaming'), 'drop while locked: a streaming pipeline');
 my $lock_worker = $node->safe_psql('second',
 	"SELECT worker_pid FROM replicant.status WHERE pipeline = 'q_lock'");
-my $dropper = ReplicantTest::Session->new($node, 'second');
-is($dropper->query('BEGIN; DROP EXTENSION replicant; SELECT 1', 60), '1',
+my $drop_session = ReplicantTest::Session->new($node, 'second');
+is($drop_session->query('BEGIN; DROP EXTENSION replicant; SELECT 1', 60), '1',
 	'drop while locked: DROP EXTENSION, not committed');
 $node->safe_psql('second', "INSERT INTO items VALUES (300, 'locked')");
 ok(ReplicantTest::poll($node,
 		"SELECT count(*) > 0 FROM pg_locks WHERE pid = $lock_worker AND NOT granted"),
 	'... the worker waits for a lock the drop holds');
-is($dropper->query('COMMIT; SELECT 2', 60), '2', '... the drop commits');
-undef $dropper;
+is($drop_session->query('COMMIT; SELECT 2', 60), '2', '... the drop commits');
+undef $drop_session;
 ok(no_worker('q_lock'), '... the worker exits');
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM pg_replication_slots WHERE slot_name ~ '^replicant[0-9]*_q_lock\$'"),

@@ -153,6 +153,9 @@ converges('types', 'id', 'initial snapshot: every type, value for value');
 json_text_matches('initial snapshot: jsonb and json as strings holding their text');
 
 # Snapshot rows carry the slot's consistent point, where the stream starts.
+# The worker logs it once the snapshot is done, which can be after its rows
+# are in ClickHouse.
+$node->wait_for_log(qr/replicant pipeline "ch" streaming from/);
 my ($streaming_from) = PostgreSQL::Test::Utils::slurp_file($node->logfile)
   =~ /replicant pipeline "ch" streaming from ([0-9A-F]+\/[0-9A-F]+)/;
 ok(defined $streaming_from, 'the worker logs where it streams from');
