@@ -55,6 +55,14 @@ REVOKE ALL ON FUNCTION replicant._xid_is_current(xid) FROM PUBLIC;
 COMMENT ON FUNCTION replicant._xid_is_current(xid) IS
     'API: Private. Whether the transaction ID is the running transaction''s (or one of its subtransactions''), for the installation script';
 
+-- ---- Locks first, in the order a worker's checkpoint transaction takes
+-- them (checkpoints, then table_shapes, then pipelines through their foreign
+-- keys): an update that locked pipelines first could deadlock with it, and
+-- the deadlock detector would end the worker after its sink had acknowledged
+-- a batch not yet checkpointed, which the next worker sends again.
+LOCK TABLE replicant.checkpoints, replicant.table_shapes, replicant.pipelines
+    IN ACCESS EXCLUSIVE MODE;
+
 -- ---- Slot names are cluster-wide, pipeline names per database: a new
 -- pipeline's slot is replicant<database OID>_<name> (a name too long for
 -- that keeps its start and gets its hash), and the row records it.  Existing
