@@ -139,9 +139,9 @@ SELECT * FROM leftovers();
 SELECT replicant.create_pipeline('orders', ARRAY['p1', 'p2'], 'http://127.0.0.1:9/ingest',
     headers => '{"Authorization": "Bearer token-in-header"}', secret => 'whsec_c2VjcmV0');
 SELECT replicant.create_pipeline('orders', 'p1', 'http://127.0.0.1:9/');
-SELECT name, publications, sink_url, snapshot, enabled, halt_reason,
+SELECT p.name, d.name AS destination, publications, sink_url, snapshot, enabled, halt_reason,
        batch_max_bytes, batch_max_transactions, http_timeout_ms, connect_timeout_ms
-  FROM replicant.pipelines;
+  FROM replicant.pipelines p JOIN replicant.destinations d ON d.pipeline_id = p.id;
 SELECT * FROM leftovers();
 
 SELECT replicant.alter_pipeline('nope', sink_url => 'http://127.0.0.1:9/');
@@ -156,33 +156,62 @@ SELECT replicant.alter_pipeline('orders', secret => 'whsec_bmV3', secret_previou
 SELECT replicant.alter_pipeline('orders', secret => 'whsec_bmV3', secret_previous_until => now() + interval '90 days');
 SELECT replicant.alter_pipeline('orders', message_prefixes => ARRAY['replicant.x']);
 SELECT replicant.alter_pipeline('orders', format => 'bogus');
-SELECT format FROM replicant.pipelines;
+SELECT format FROM replicant.destinations;
 SELECT replicant.alter_pipeline('orders', format => 'replicant');
 SELECT replicant.alter_pipeline('orders', create_tables => true);
 SELECT replicant.alter_pipeline('orders', format => 'clickhouse', create_tables => true);
-SELECT format, create_tables FROM replicant.pipelines;
+SELECT format, create_tables FROM replicant.destinations;
 SELECT replicant.alter_pipeline('orders', format => 'replicant', create_tables => false);
-SELECT max_retained_wal FROM replicant.pipelines;
+SELECT max_retained_wal FROM replicant.destinations;
 SELECT replicant.alter_pipeline('orders', max_retained_wal => '0');
 SELECT replicant.alter_pipeline('orders', max_retained_wal => '20GB');
-SELECT max_retained_wal FROM replicant.pipelines;
+SELECT max_retained_wal FROM replicant.destinations;
 SELECT replicant.alter_pipeline('orders', max_retained_wal => NULL);
-SELECT max_retained_wal FROM replicant.pipelines;
+SELECT max_retained_wal FROM replicant.destinations;
 SELECT replicant.alter_pipeline('orders', max_retained_wal => '-1');
-SELECT max_retained_wal FROM replicant.pipelines;
-SELECT on_slot_loss FROM replicant.pipelines;
+SELECT max_retained_wal FROM replicant.destinations;
+SELECT on_slot_loss FROM replicant.destinations;
 SELECT replicant.alter_pipeline('orders', on_slot_loss => 'Resync');
 SELECT replicant.alter_pipeline('orders', on_slot_loss => 'resync');
-SELECT on_slot_loss FROM replicant.pipelines;
+SELECT on_slot_loss FROM replicant.destinations;
 SELECT replicant.alter_pipeline('orders', on_slot_loss => 'halt');
 SELECT replicant.await_delivered('nope');
 SELECT replicant.await_delivered('orders', timeout_ms => NULL);
 SELECT replicant.await_delivered('orders', timeout_ms => -1);
 SELECT replicant.alter_pipeline('orders', batch_max_transactions => 50, publication => ARRAY['p1']);
 SELECT publications, batch_max_transactions, config_version, secret IS NOT NULL AS signed
-  FROM replicant.pipelines;
+  FROM replicant.pipelines p JOIN replicant.destinations d ON d.pipeline_id = p.id;
 SELECT replicant.alter_pipeline('orders', clear_secret => true);
-SELECT secret IS NULL AS unsigned FROM replicant.pipelines;
+SELECT secret IS NULL AS unsigned FROM replicant.destinations;
+
+-- destinations: one per pipeline in this version, named at creation
+SELECT replicant.alter_destination('orders', 'nope', batch_max_transactions => 10);
+SELECT replicant.alter_destination('nope', 'default', batch_max_transactions => 10);
+SELECT replicant.alter_destination('orders', NULL, batch_max_transactions => 10);
+SELECT replicant.alter_destination('orders', 'Bad;Name', batch_max_transactions => 10);
+SELECT replicant.alter_destination('orders', 'default', batch_max_bytes => 0);
+SELECT replicant.alter_destination('orders', 'default', sink_url => 'ftp://127.0.0.1/');
+SELECT replicant.alter_destination('orders', 'default', secret_previous_until => now() + interval '1 hour');
+SELECT replicant.alter_destination('orders', 'default', create_tables => true);
+SELECT replicant.alter_destination('orders', 'default', http_timeout_ms => 1000, secret => 'whsec_bmV3');
+SELECT d.name, http_timeout_ms, secret IS NOT NULL AS signed, config_version
+  FROM replicant.pipelines p JOIN replicant.destinations d ON d.pipeline_id = p.id;
+SELECT replicant.alter_destination('orders', 'default', clear_secret => true);
+SELECT secret IS NULL AS unsigned FROM replicant.destinations;
+SELECT replicant.create_pipeline('named', 'p1', 'http://127.0.0.1:9/', destination => 'Search');
+SELECT replicant.create_pipeline('named', 'p1', 'http://127.0.0.1:9/', destination => NULL);
+SELECT replicant.create_pipeline('named', 'p1', 'http://127.0.0.1:9/', destination => 'search');
+SELECT p.name, d.name AS destination FROM replicant.pipelines p
+  JOIN replicant.destinations d ON d.pipeline_id = p.id ORDER BY p.name;
+SELECT d LIKE '%, format => ''replicant'', destination => ''search'');' AS names_its_destination
+  FROM replicant.pipeline_definitions() d WHERE d LIKE '%''named''%';
+SELECT replicant.alter_destination('named', 'default', http_timeout_ms => 1000);
+SELECT replicant.alter_pipeline('named', http_timeout_ms => 2000);
+SELECT replicant.alter_destination('named', 'search', batch_max_transactions => 7);
+SELECT http_timeout_ms, batch_max_transactions FROM replicant.destinations d
+  JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'named';
+SELECT replicant.drop_pipeline('named');
+SELECT count(*) FROM replicant.destinations;
 
 -- backfills
 CREATE TABLE t2 (id int PRIMARY KEY);
@@ -233,10 +262,12 @@ ROLLBACK;
 CREATE ROLE replicant_nobody LOGIN;
 SET ROLE replicant_nobody;
 SELECT * FROM replicant.pipelines;
+SELECT * FROM replicant.destinations;
 SELECT * FROM replicant.status;
 SELECT replicant.create_pipeline('y', 'p1', 'http://127.0.0.1:9/');
 SELECT replicant.drop_pipeline('orders');
 SELECT replicant.retry_pipeline('orders');
+SELECT replicant.alter_destination('orders', 'default', batch_max_transactions => 10);
 SELECT * FROM replicant.backfill_status;
 RESET ROLE;
 GRANT USAGE ON SCHEMA replicant TO replicant_nobody;
@@ -256,7 +287,8 @@ RESET ROLE;
 REVOKE pg_monitor FROM replicant_nobody;
 REVOKE USAGE ON SCHEMA replicant FROM replicant_nobody;
 SELECT has_function_privilege('replicant_nobody', 'replicant.drop_pipeline(text)', 'EXECUTE') AS can_drop,
-       has_table_privilege('replicant_nobody', 'replicant.pipelines', 'SELECT') AS can_read_secrets;
+       has_table_privilege('replicant_nobody', 'replicant.pipelines', 'SELECT') AS can_read_secrets,
+       has_table_privilege('replicant_nobody', 'replicant.destinations', 'SELECT') AS can_read_sinks;
 
 SELECT replicant.drop_pipeline('orders');
 SELECT * FROM leftovers();

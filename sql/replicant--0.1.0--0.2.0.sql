@@ -4,6 +4,14 @@
 -- every change to the SQL objects of 0.2.0 is written here once.
 \echo Use "ALTER EXTENSION replicant UPDATE" to load this file. \quit
 
+-- ---- Locks first, in the order a worker's checkpoint transaction takes
+-- them (checkpoints, then table_shapes, then pipelines through their foreign
+-- keys): an update that locked pipelines first could deadlock with it, and
+-- the deadlock detector would end the worker after its sink had acknowledged
+-- a batch not yet checkpointed, which the next worker sends again.
+LOCK TABLE replicant.checkpoints, replicant.table_shapes, replicant.pipelines
+    IN ACCESS EXCLUSIVE MODE;
+
 -- ---- format => 'clickhouse': the target tables' DDL (README: "ClickHouse").
 CREATE FUNCTION replicant.sink_ddl(pipeline text)
 RETURNS SETOF text

@@ -55,6 +55,14 @@ REVOKE ALL ON FUNCTION replicant._xid_is_current(xid) FROM PUBLIC;
 COMMENT ON FUNCTION replicant._xid_is_current(xid) IS
     'API: Private. Whether the transaction ID is the running transaction''s (or one of its subtransactions''), for the installation script';
 
+-- ---- Locks first, in the order a worker's checkpoint transaction takes
+-- them (checkpoints, then table_shapes, then pipelines through their foreign
+-- keys): an update that locked pipelines first could deadlock with it, and
+-- the deadlock detector would end the worker after its sink had acknowledged
+-- a batch not yet checkpointed, which the next worker sends again.
+LOCK TABLE replicant.checkpoints, replicant.table_shapes, replicant.pipelines
+    IN ACCESS EXCLUSIVE MODE;
+
 -- ---- Slot names are cluster-wide, pipeline names per database: a new
 -- pipeline's slot is replicant<database OID>_<name> (a name too long for
 -- that keeps its start and gets its hash), and the row records it.  Existing
@@ -441,9 +449,78 @@ COMMENT ON COLUMN replicant.pipelines.on_slot_loss IS
 COMMENT ON COLUMN replicant.pipelines.resync_reason IS
     'API: Private. Why the pipeline resyncs (value-free, "requested" for resync_pipeline); NULL: no resync under way.';
 
+-- ----------------------------------------------------------------------------
+-- Destinations (issue 34; docs/destinations-design.md): where a pipeline's
+-- changes go and how (the sink's URL, format, secret, headers, timeouts,
+-- batch limits, the slot budget) moves from replicant.pipelines, which keeps
+-- what is decoded, to replicant.destinations.  In this version a pipeline
+-- has exactly one destination: create_pipeline makes it ("default" unless
+-- named), alter_pipeline and alter_destination change it.  Each existing
+-- pipeline gets its destination "default" here, with its options as they
+-- are; its checkpoint row becomes that destination's, with its LSNs, and
+-- "default" keeps every wire id: nothing is delivered twice.  A running
+-- worker reads the options only as it starts, and keys its checkpoint by
+-- pipeline as before, so it streams on through the update (the moved
+-- columns leave replicant.pipelines at the end of this script, after the
+-- views below read them from here).  The table holds secrets: no grant.
+CREATE TABLE replicant.destinations (
+    id                      integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    pipeline_id             integer NOT NULL REFERENCES replicant.pipelines ON DELETE CASCADE,
+    name                    text NOT NULL CHECK (name ~ '^[a-z0-9_]{1,48}$'),
+    sink_url                text NOT NULL,
+    format                  text NOT NULL DEFAULT 'replicant',
+    headers                 jsonb NOT NULL,
+    secret                  text,
+    secret_previous         text,
+    secret_previous_until   timestamptz,
+    ca_file                 text,
+    batch_max_bytes         integer NOT NULL,
+    batch_max_transactions  integer NOT NULL,
+    http_timeout_ms         integer NOT NULL,
+    connect_timeout_ms      integer NOT NULL,
+    create_tables           boolean NOT NULL DEFAULT false,
+    max_retained_wal        bigint CHECK (max_retained_wal OPERATOR(pg_catalog.>) 0),
+    on_slot_loss            text NOT NULL DEFAULT 'halt'
+        CHECK (on_slot_loss OPERATOR(pg_catalog.=) ANY ('{halt,resync}')),
+    created_at              timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (pipeline_id, name)
+);
+REVOKE ALL ON replicant.destinations FROM PUBLIC;
+COMMENT ON TABLE replicant.destinations IS
+    'API: Private. Where each pipeline delivers and how (one destination per pipeline in this version); holds secrets, never granted to PUBLIC.';
+INSERT INTO replicant.destinations
+       (pipeline_id, name, sink_url, format, headers, secret, secret_previous,
+        secret_previous_until, ca_file, batch_max_bytes, batch_max_transactions,
+        http_timeout_ms, connect_timeout_ms, create_tables, max_retained_wal, on_slot_loss)
+SELECT id, 'default', sink_url, format, headers, secret, secret_previous,
+       secret_previous_until, ca_file, batch_max_bytes, batch_max_transactions,
+       http_timeout_ms, connect_timeout_ms, create_tables, max_retained_wal, on_slot_loss
+  FROM replicant.pipelines ORDER BY id;
+COMMENT ON COLUMN replicant.destinations.max_retained_wal IS
+    'API: Private. Bytes of WAL the pipeline''s slot may retain for the destination before the worker gives it up; NULL: no budget.';
+COMMENT ON COLUMN replicant.destinations.on_slot_loss IS
+    'API: Private. What a lost slot does: halt the pipeline, or resync it.';
+
+-- A checkpoint is a destination's; pipeline_id stays (joins, the cascade).
+ALTER TABLE replicant.checkpoints ADD COLUMN destination_id integer
+    REFERENCES replicant.destinations ON DELETE CASCADE;
+UPDATE replicant.checkpoints c SET destination_id = d.id
+  FROM replicant.destinations d WHERE d.pipeline_id OPERATOR(pg_catalog.=) c.pipeline_id;
+ALTER TABLE replicant.checkpoints ALTER COLUMN destination_id SET NOT NULL;
+ALTER TABLE replicant.checkpoints DROP CONSTRAINT checkpoints_pkey;
+ALTER TABLE replicant.checkpoints ADD PRIMARY KEY (destination_id);
+COMMENT ON TABLE replicant.checkpoints IS
+    'API: Private. Last commit LSN acknowledged by the sink, per destination.';
+
+-- The destination a backfill is read for; NULL: every destination of the
+-- pipeline (in this version, its only one).
+ALTER TABLE replicant.backfills ADD COLUMN destination_id integer
+    REFERENCES replicant.destinations ON DELETE CASCADE;
+
 -- create_pipeline and alter_pipeline as they are now (0.2.0's were dropped
 -- above): enabled and create_tables (issue 31), max_retained_wal and
--- on_slot_loss (issue 33).
+-- on_slot_loss (issue 33), and the name of the pipeline's destination
+-- (issue 34).
 CREATE FUNCTION replicant.create_pipeline(
     name                    text,
     publication             text[],
@@ -464,12 +541,13 @@ CREATE FUNCTION replicant.create_pipeline(
     enabled                 boolean DEFAULT true,
     create_tables           boolean DEFAULT false,
     max_retained_wal        text DEFAULT NULL,
-    on_slot_loss            text DEFAULT 'halt')
+    on_slot_loss            text DEFAULT 'halt',
+    destination             text DEFAULT 'default')
 RETURNS void
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
-COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text) IS
+COMMENT ON FUNCTION replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text, text) IS
     'Creates a pipeline streaming the publications'' changes to sink_url';
 
 CREATE FUNCTION replicant.create_pipeline(
@@ -492,12 +570,13 @@ CREATE FUNCTION replicant.create_pipeline(
     enabled                 boolean DEFAULT true,
     create_tables           boolean DEFAULT false,
     max_retained_wal        text DEFAULT NULL,
-    on_slot_loss            text DEFAULT 'halt')
+    on_slot_loss            text DEFAULT 'halt',
+    destination             text DEFAULT 'default')
 RETURNS void
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'replicant_create_pipeline';
-COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text) IS
+COMMENT ON FUNCTION replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text, text) IS
     'Creates a pipeline streaming one publication''s changes to sink_url';
 
 CREATE FUNCTION replicant.alter_pipeline(
@@ -527,15 +606,43 @@ COMMENT ON FUNCTION replicant.alter_pipeline(text, text[], text, integer, intege
     'Changes a pipeline''s options; NULL leaves an option as it is; the worker restarts with them';
 
 REVOKE ALL ON FUNCTION
-    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text),
-    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text),
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text, text),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text, text),
     replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean, text, text)
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text),
-    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text),
+    replicant.create_pipeline(text, text[], text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text, text),
+    replicant.create_pipeline(text, text, text, text, integer, integer, integer, integer, jsonb, text, integer, boolean, text[], text, boolean, text, boolean, boolean, text, text, text),
     replicant.alter_pipeline(text, text[], text, integer, integer, integer, integer, jsonb, text, boolean, boolean, text[], timestamptz, text, text, boolean, text, text)
 TO replicant_admin;
+
+-- alter_destination changes a destination's options as alter_pipeline
+-- changes the sink options of a pipeline's only destination (issue 34).
+CREATE FUNCTION replicant.alter_destination(
+    pipeline                text,
+    name                    text,
+    sink_url                text DEFAULT NULL,
+    batch_max_bytes         integer DEFAULT NULL,
+    batch_max_transactions  integer DEFAULT NULL,
+    http_timeout_ms         integer DEFAULT NULL,
+    connect_timeout_ms      integer DEFAULT NULL,
+    headers                 jsonb DEFAULT NULL,
+    secret                  text DEFAULT NULL,
+    clear_secret            boolean DEFAULT false,
+    secret_previous_until   timestamptz DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    format                  text DEFAULT NULL,
+    create_tables           boolean DEFAULT NULL,
+    max_retained_wal        text DEFAULT NULL,
+    on_slot_loss            text DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_alter_destination';
+COMMENT ON FUNCTION replicant.alter_destination(text, text, text, integer, integer, integer, integer, jsonb, text, boolean, timestamptz, text, text, boolean, text, text) IS
+    'Changes a destination''s options; NULL leaves an option as it is; the worker restarts with them';
+REVOKE ALL ON FUNCTION replicant.alter_destination(text, text, text, integer, integer, integer, integer, jsonb, text, boolean, timestamptz, text, text, boolean, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION replicant.alter_destination(text, text, text, integer, integer, integer, integer, jsonb, text, boolean, timestamptz, text, text, boolean, text, text) TO replicant_admin;
 
 CREATE FUNCTION replicant.resync_pipeline(name text) RETURNS void
 LANGUAGE C VOLATILE
@@ -572,7 +679,7 @@ SELECT p.name AS pipeline,
        coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
        coalesce(p.halt_reason, p.resync_reason, w.last_error) AS last_error,
        w.worker_pid,
-       replicant._sink_url(p.sink_url, p.owner) AS sink_url,
+       replicant._sink_url(d.sink_url, p.owner) AS sink_url,
        w.sink_latency_ms,
        w.last_http_status,
        p.publications,
@@ -580,9 +687,9 @@ SELECT p.name AS pipeline,
        r.retained_wal_bytes,
        s.wal_status,
        s.safe_wal_size,
-       p.max_retained_wal,
+       d.max_retained_wal,
        coalesce((r.retained_wal_bytes OPERATOR(pg_catalog.*) 5)
-                    OPERATOR(pg_catalog.>) (p.max_retained_wal OPERATOR(pg_catalog.*) 4), false)
+                    OPERATOR(pg_catalog.>) (d.max_retained_wal OPERATOR(pg_catalog.*) 4), false)
        OR coalesce((s.safe_wal_size OPERATOR(pg_catalog.*) 5)
                        OPERATOR(pg_catalog.<) l.max_slot_wal_keep_size, false) AS wal_warning
   FROM replicant.pipelines p
@@ -592,7 +699,8 @@ SELECT p.name AS pipeline,
                              END AS current_lsn,
                              pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size'))
                                  AS max_slot_wal_keep_size) l
-  LEFT JOIN replicant.checkpoints c ON c.pipeline_id = p.id
+  LEFT JOIN replicant.destinations d ON d.pipeline_id = p.id  -- its only one
+  LEFT JOIN replicant.checkpoints c ON c.destination_id = d.id
   LEFT JOIN pg_catalog.pg_replication_slots s
          ON s.slot_name = p.slot_name
         AND s.database = pg_catalog.current_database()
@@ -650,8 +758,9 @@ pipeline AS (
                                           ELSE pg_catalog.pg_current_wal_lsn()
                                       END, s.restart_lsn) AS retained_wal_bytes,
            s.safe_wal_size,
-           p.max_retained_wal
+           d.max_retained_wal
       FROM replicant.pipelines p
+      LEFT JOIN replicant.destinations d ON d.pipeline_id OPERATOR(pg_catalog.=) p.id
       LEFT JOIN pg_catalog.pg_replication_slots s
              ON s.slot_name OPERATOR(pg_catalog.=) p.slot_name
             AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
@@ -692,6 +801,15 @@ GRANT SELECT ON replicant.metrics TO pg_monitor, replicant_admin;
 ALTER TABLE replicant.pipelines ADD COLUMN resync_losses integer NOT NULL DEFAULT 0;
 COMMENT ON COLUMN replicant.pipelines.resync_losses IS
     'API: Private. Slot losses in a row with no stream batch delivered in between (on_slot_loss => ''resync''); past 3 the pipeline halts.';
+
+-- ---- The sink options leave replicant.pipelines (the section
+-- "Destinations" above copied them): nothing reads them there any more.
+ALTER TABLE replicant.pipelines
+    DROP COLUMN sink_url, DROP COLUMN format, DROP COLUMN headers, DROP COLUMN secret,
+    DROP COLUMN secret_previous, DROP COLUMN secret_previous_until, DROP COLUMN ca_file,
+    DROP COLUMN batch_max_bytes, DROP COLUMN batch_max_transactions,
+    DROP COLUMN http_timeout_ms, DROP COLUMN connect_timeout_ms, DROP COLUMN create_tables,
+    DROP COLUMN max_retained_wal, DROP COLUMN on_slot_loss;
 
 -- ---- Privileges nobody granted on purpose (keep this section last: it
 -- covers every object made above).  Default privileges of the installing

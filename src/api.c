@@ -1,7 +1,8 @@
 /*
  * api.c
  *		SQL-callable management functions that make, change and remove a
- *		pipeline: create_pipeline, alter_pipeline and drop_pipeline.
+ *		pipeline: create_pipeline, alter_pipeline, alter_destination and
+ *		drop_pipeline.
  *
  * Every function validates all of its input before it changes anything,
  * and changes nothing when it fails: the options are read and checked by
@@ -52,6 +53,7 @@
 
 PG_FUNCTION_INFO_V1(replicant_create_pipeline);
 PG_FUNCTION_INFO_V1(replicant_alter_pipeline);
+PG_FUNCTION_INFO_V1(replicant_alter_destination);
 PG_FUNCTION_INFO_V1(replicant_drop_pipeline);
 
 /*
@@ -172,26 +174,34 @@ lock_pipeline_name(const char *name)
 					   0, ExclusiveLock);
 }
 
-/* A text column (a constant name) of pipeline id. */
+/*
+ * A text column (a constant name) of destination "destination" of pipeline
+ * id, which exists (NULL: the pipeline's only one); under the SQL objects
+ * of 0.2.0 and before, of the pipeline's row, which has the sink options.
+ */
 static char *
-pipeline_text(int32 id, const char *column)
+destination_text(int32 id, const char *destination, const char *column)
 {
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(id)};
+	Oid argtypes[2] = {INT4OID, TEXTOID};
+	Datum args[2] = {Int32GetDatum(id), destination ? CStringGetTextDatum(destination) : (Datum) 0};
+	const char *from;
+	int nargs = 1;
 
-	if (SPI_execute_with_args(psprintf("SELECT %s FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1",
-									   column),
-							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT ||
+	if (!replicant_destinations_exist())
+		from = "replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1";
+	else if (destination == NULL)
+		from = "replicant.destinations WHERE pipeline_id OPERATOR(pg_catalog.=) $1";
+	else
+	{
+		from = "replicant.destinations WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
+			   " AND name OPERATOR(pg_catalog.=) $2";
+		nargs = 2;
+	}
+	if (SPI_execute_with_args(psprintf("SELECT %s FROM %s", column, from),
+							  nargs, argtypes, args, NULL, true, 2) != SPI_OK_SELECT ||
 		SPI_processed != 1)
-		elog(ERROR, "could not read replicant.pipelines");
+		elog(ERROR, "could not read the options of pipeline %d", id);
 	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-}
-
-/* The format pipeline id delivers in. */
-static char *
-pipeline_format(int32 id)
-{
-	return pipeline_text(id, "format");
 }
 
 /* NATS destinations take the formats of changes, not ClickHouse's inserts. */
@@ -287,8 +297,35 @@ check_create_catalog(const char *name, const char *slot_name, Oid owner,
 }
 
 /*
- * Inserts the pipeline's row: every option create_pipeline has (nargs
- * arguments: 0.1.0's function lacks failover) gets its column.
+ * Inserts the pipeline's destination, with the sink options, once the
+ * pipeline's row is in.
+ */
+static void
+insert_destination(int32 pipeline_id, const ReplicantPipelineOptions *o, int nargs)
+{
+	StringInfoData sql;
+	StringInfoData params;
+	Oid types[REPLICANT_NUM_OPTION_PARAMS];
+	Datum values[REPLICANT_NUM_OPTION_PARAMS];
+	char nulls[REPLICANT_NUM_OPTION_PARAMS];
+
+	initStringInfo(&sql);
+	initStringInfo(&params);
+	appendStringInfoString(&sql, "INSERT INTO replicant.destinations (pipeline_id");
+	appendStringInfoString(&params, "$1");
+	replicant_pipeline_options_insert_sql(&sql, &params, nargs, REPLICANT_OPTIONS_DESTINATIONS);
+	replicant_pipeline_options_params(o, INT4OID, Int32GetDatum(pipeline_id), InvalidOid, types, values, nulls);
+	appendStringInfo(&sql, ") VALUES (%s)", params.data);
+	if (SPI_execute_with_args(sql.data, REPLICANT_NUM_OPTION_PARAMS, types, values, nulls,
+							  false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not insert into replicant.destinations");
+}
+
+/*
+ * Inserts the pipeline's row and its destination's: every option
+ * create_pipeline has (nargs arguments: 0.1.0's function lacks failover)
+ * gets its column, in the pipeline's row under the SQL objects of 0.2.0
+ * and before.
  */
 static int32
 insert_pipeline(const char *name, const char *slot_name, Oid owner, const ReplicantPipelineOptions *o,
@@ -301,12 +338,15 @@ insert_pipeline(const char *name, const char *slot_name, Oid owner, const Replic
 	char nulls[REPLICANT_NUM_OPTION_PARAMS + 1];
 	int nparams = REPLICANT_NUM_OPTION_PARAMS;
 	bool isnull;
+	bool destinations = replicant_destinations_exist();
+	int32 id;
 
 	initStringInfo(&sql);
 	initStringInfo(&params);
 	appendStringInfoString(&sql, "INSERT INTO replicant.pipelines (name, owner");
 	appendStringInfoString(&params, "$1, $2");
-	replicant_pipeline_options_insert_sql(&sql, &params, nargs);
+	replicant_pipeline_options_insert_sql(&sql, &params, nargs,
+										  destinations ? REPLICANT_OPTIONS_PIPELINES : REPLICANT_OPTIONS_BOTH);
 	replicant_pipeline_options_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
 	/* 0.1.0's and 0.2.0's rows have no slot_name: theirs is replicant_<name>. */
 	if (replicant_pipeline_has_column("slot_name"))
@@ -322,7 +362,10 @@ insert_pipeline(const char *name, const char *slot_name, Oid owner, const Replic
 	if (SPI_execute_with_args(sql.data, nparams, types, values, nulls,
 							  false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into replicant.pipelines");
-	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (destinations)
+		insert_destination(id, o, nargs);
+	return id;
 }
 
 /*
@@ -330,7 +373,7 @@ insert_pipeline(const char *name, const char *slot_name, Oid owner, const Replic
  *				   batch_max_transactions, http_timeout_ms, connect_timeout_ms,
  *				   headers, secret, snapshot_workers, messages, message_prefixes,
  *				   ca_file, failover, format, enabled, create_tables,
- *				   max_retained_wal)
+ *				   max_retained_wal, on_slot_loss, destination)
  *
  * With enabled => false the pipeline is created disabled: its slot (unless
  * an initial snapshot's worker makes it) keeps what commits from the call
@@ -355,7 +398,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 
 	name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
 	replicant_pipeline_check_name(name);
-	replicant_pipeline_options_parse(fcinfo, false, &o);
+	replicant_pipeline_options_parse(fcinfo, REPLICANT_CREATE_PIPELINE, &o);
 	snapshot = TextDatumGetCString(o.values[OPT_SNAPSHOT]);
 	check_create_owner(owner, &o);
 
@@ -390,9 +433,50 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/* Drops the trailing comma of a list of assignments. */
+static void
+end_assignments(StringInfo sql)
+{
+	Assert(sql->len > 0 && sql->data[sql->len - 1] == ',');
+	sql->data[--sql->len] = '\0';
+}
+
+/*
+ * Applies the sink options of an alter_pipeline or alter_destination call
+ * to the destination (destination NULL: the pipeline's only one).
+ */
+static void
+update_destination(int32 pipeline_id, const char *destination, const ReplicantPipelineOptions *o,
+				   int nargs, ReplicantOptionsCall call)
+{
+	StringInfoData sql;
+	Oid types[REPLICANT_NUM_OPTION_PARAMS + 1];
+	Datum values[REPLICANT_NUM_OPTION_PARAMS + 1];
+	char nulls[REPLICANT_NUM_OPTION_PARAMS + 1];
+	int nparams = REPLICANT_NUM_OPTION_PARAMS;
+
+	replicant_pipeline_options_params(o, INT4OID, Int32GetDatum(pipeline_id), InvalidOid, types, values, nulls);
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "UPDATE replicant.destinations SET");
+	replicant_pipeline_options_update_sql(&sql, nargs, call, REPLICANT_OPTIONS_DESTINATIONS);
+	end_assignments(&sql);
+	appendStringInfoString(&sql, " WHERE pipeline_id OPERATOR(pg_catalog.=) $1");
+	if (destination != NULL)
+	{
+		types[nparams] = TEXTOID;
+		values[nparams] = CStringGetTextDatum(destination);
+		nulls[nparams++] = ' ';
+		appendStringInfo(&sql, " AND name OPERATOR(pg_catalog.=) $%d", nparams);
+	}
+	if (SPI_execute_with_args(sql.data, nparams, types, values, nulls, false, 0) != SPI_OK_UPDATE ||
+		SPI_processed != 1)
+		elog(ERROR, "could not update the destination of pipeline %d", pipeline_id);
+}
+
 /*
  * Applies alter_pipeline's options to the (locked) row: those the function
- * has (nargs arguments: 0.1.0's lacks format, and its table the column).
+ * has (nargs arguments: 0.1.0's lacks format, and its table the column);
+ * the sink options to its only destination.
  */
 static void
 update_pipeline(const ReplicantPipelineRef *ref, const ReplicantPipelineOptions *o, int nargs)
@@ -401,6 +485,7 @@ update_pipeline(const ReplicantPipelineRef *ref, const ReplicantPipelineOptions 
 	Oid types[REPLICANT_NUM_OPTION_PARAMS];
 	Datum values[REPLICANT_NUM_OPTION_PARAMS];
 	char nulls[REPLICANT_NUM_OPTION_PARAMS];
+	bool destinations = replicant_destinations_exist();
 
 	replicant_pipeline_options_params(o, INT4OID, Int32GetDatum(ref->id), ref->owner, types, values, nulls);
 	/* What decoding delivers changes for what commits from now on only. */
@@ -420,28 +505,83 @@ update_pipeline(const ReplicantPipelineRef *ref, const ReplicantPipelineOptions 
 
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "UPDATE replicant.pipelines SET");
-	replicant_pipeline_options_update_sql(&sql, nargs);
+	replicant_pipeline_options_update_sql(&sql, nargs, REPLICANT_ALTER_PIPELINE,
+										  destinations ? REPLICANT_OPTIONS_PIPELINES : REPLICANT_OPTIONS_BOTH);
 	appendStringInfoString(&sql, " config_version = config_version OPERATOR(pg_catalog.+) 1"
 								 " WHERE id OPERATOR(pg_catalog.=) $1");
 	replicant_catalog_update_pipelines(sql.data, REPLICANT_NUM_OPTION_PARAMS, types, values, nulls);
+	if (destinations)
+		update_destination(ref->id, NULL, o, nargs, REPLICANT_ALTER_PIPELINE);
 }
 
 /*
- * alter_pipeline(name, publication, sink_url, batch_max_bytes,
- *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
- *				  headers, secret, clear_secret, messages, message_prefixes,
- *				  secret_previous_until, ca_file, format, create_tables,
- *				  max_retained_wal)
- *
- * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
- * every prefix, max_retained_wal => '-1' to no budget.  The old worker is stopped before this
- * returns; the next one starts once the caller commits, reads the new
- * configuration (config_version changes) and resumes from the checkpoint.
+ * The checks of alter_pipeline's and alter_destination's options against
+ * the catalogs; destination names the one whose options change.
  */
-Datum
-replicant_alter_pipeline(PG_FUNCTION_ARGS)
+static void
+check_alter_catalog(const ReplicantPipelineRef *ref, const char *destination,
+					const ReplicantPipelineOptions *o)
+{
+	ArrayType *pubs = o->given[OPT_PUBLICATION] ? DatumGetArrayTypeP(o->values[OPT_PUBLICATION]) :
+												  ref->publications;
+	char *format = NULL;
+
+	/* 0.1.0's table has no format column: read it only when a check needs it. */
+	if (o->given[OPT_FORMAT])
+		format = TextDatumGetCString(o->values[OPT_FORMAT]);
+	else if (o->given[OPT_SINK_URL] || o->given[OPT_CREATE_TABLES] || o->given[OPT_PUBLICATION])
+		format = destination_text(ref->id, destination, "format");
+
+	if (o->given[OPT_MESSAGES] && DatumGetBool(o->values[OPT_MESSAGES]))
+		replicant_pipeline_checks_owner_may_receive_messages(ref->owner);
+	if (o->given[OPT_HEADERS])
+		replicant_pipeline_options_check_headers(DatumGetJsonbP(o->values[OPT_HEADERS]));
+	if (o->given[OPT_SINK_URL] || o->given[OPT_FORMAT])
+		check_destination_format(o->given[OPT_SINK_URL] ? TextDatumGetCString(o->values[OPT_SINK_URL]) :
+														  destination_text(ref->id, destination, "sink_url"),
+								 format);
+	if (o->given[OPT_PUBLICATION])
+		replicant_pipeline_options_check_publications_exist(pubs);
+	if (o->given[OPT_FORMAT] && replicant_format_lookup(format)->whole_rows)
+		replicant_pipeline_checks_warn_toast_left_out(replicant_publication_published_tables(pubs, true),
+													  format);
+	if (o->given[OPT_CREATE_TABLES])
+		replicant_pipeline_checks_create_tables(DatumGetBool(o->values[OPT_CREATE_TABLES]), format);
+	if (o->given[OPT_FORMAT] || o->given[OPT_PUBLICATION])
+		replicant_pipeline_checks_targets_distinct(pubs, replicant_publication_published_tables(pubs, true),
+												   format);
+}
+
+/*
+ * Raises an error unless pipeline ref has a destination of this name
+ * (inside catalog access).
+ */
+static void
+check_destination_exists(const ReplicantPipelineRef *ref, const char *destination)
+{
+	Oid argtypes[2] = {INT4OID, TEXTOID};
+	Datum args[2] = {Int32GetDatum(ref->id), CStringGetTextDatum(destination)};
+
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.destinations"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
+							  2, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.destinations");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("destination \"%s\" of pipeline \"%s\" does not exist", destination, ref->name),
+				 errhint("replicant.pipeline_definitions() names each pipeline's destination.")));
+}
+
+/*
+ * alter_pipeline and alter_destination: checks everything, stops the worker
+ * where it leaves nothing to re-deliver, then applies the options.
+ */
+static void
+alter(FunctionCallInfo fcinfo, ReplicantOptionsCall call)
 {
 	char *name;
+	char *destination = NULL;
 	ReplicantPipelineOptions o;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
@@ -449,52 +589,77 @@ replicant_alter_pipeline(PG_FUNCTION_ARGS)
 	replicant_redact_statements();
 	name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
 	replicant_pipeline_check_name(name);
-	replicant_pipeline_options_parse(fcinfo, true, &o);
+	if (call == REPLICANT_ALTER_DESTINATION)
+	{
+		destination = replicant_pipeline_options_required_text(fcinfo, 1, "destination name");
+		replicant_check_name("destination", destination);
+	}
+	replicant_pipeline_options_parse(fcinfo, call, &o);
 
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, false);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
-	if (o.given[OPT_MESSAGES] && DatumGetBool(o.values[OPT_MESSAGES]))
-		replicant_pipeline_checks_owner_may_receive_messages(ref.owner);
-	if (o.given[OPT_HEADERS])
-		replicant_pipeline_options_check_headers(DatumGetJsonbP(o.values[OPT_HEADERS]));
-	if (o.given[OPT_SINK_URL] || o.given[OPT_FORMAT])
-		check_destination_format(o.given[OPT_SINK_URL] ? TextDatumGetCString(o.values[OPT_SINK_URL]) :
-														 pipeline_text(ref.id, "sink_url"),
-								 o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
-													   pipeline_format(ref.id));
-	if (o.given[OPT_PUBLICATION])
-		replicant_pipeline_options_check_publications_exist(DatumGetArrayTypeP(o.values[OPT_PUBLICATION]));
-	if (o.given[OPT_FORMAT] &&
-		replicant_format_lookup(TextDatumGetCString(o.values[OPT_FORMAT]))->whole_rows)
-		replicant_pipeline_checks_warn_toast_left_out(replicant_publication_published_tables(o.given[OPT_PUBLICATION] ?
-																								 DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
-																								 ref.publications,
-																							 true),
-													  TextDatumGetCString(o.values[OPT_FORMAT]));
-	if (o.given[OPT_CREATE_TABLES])
-		replicant_pipeline_checks_create_tables(DatumGetBool(o.values[OPT_CREATE_TABLES]),
-												o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
-																	  pipeline_format(ref.id));
-	if (o.given[OPT_FORMAT] || o.given[OPT_PUBLICATION])
-	{
-		ArrayType *pubs = o.given[OPT_PUBLICATION] ? DatumGetArrayTypeP(o.values[OPT_PUBLICATION]) :
-													 ref.publications;
-
-		replicant_pipeline_checks_targets_distinct(pubs, replicant_publication_published_tables(pubs, true),
-												   o.given[OPT_FORMAT] ? TextDatumGetCString(o.values[OPT_FORMAT]) :
-																		 pipeline_format(ref.id));
-	}
+	if (destination != NULL)
+		check_destination_exists(&ref, destination);
+	check_alter_catalog(&ref, destination, &o);
 	replicant_catalog_leave(&s);
 	replicant_api_xact_stop_worker_and_wait(ref.id);
 
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, true);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
-	update_pipeline(&ref, &o, PG_NARGS());
+	if (call == REPLICANT_ALTER_PIPELINE)
+		update_pipeline(&ref, &o, PG_NARGS());
+	else
+	{
+		Oid argtypes[1] = {INT4OID};
+		Datum args[1] = {Int32GetDatum(ref.id)};
+
+		check_destination_exists(&ref, destination);
+		update_destination(ref.id, destination, &o, PG_NARGS(), call);
+		replicant_catalog_update_pipelines("UPDATE replicant.pipelines SET config_version = config_version OPERATOR(pg_catalog.+) 1"
+										   " WHERE id OPERATOR(pg_catalog.=) $1",
+										   1, argtypes, args, NULL);
+	}
 	replicant_catalog_leave(&s);
 
 	replicant_shmem_request_sync_at_commit();
+}
+
+/*
+ * alter_pipeline(name, publication, sink_url, batch_max_bytes,
+ *				  batch_max_transactions, http_timeout_ms, connect_timeout_ms,
+ *				  headers, secret, clear_secret, messages, message_prefixes,
+ *				  secret_previous_until, ca_file, format, create_tables,
+ *				  max_retained_wal, on_slot_loss)
+ *
+ * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
+ * every prefix, max_retained_wal => '-1' to no budget.  A sink option
+ * changes the pipeline's destination, its only one in this version.  The
+ * old worker is stopped before this returns; the next one starts once the
+ * caller commits, reads the new configuration (config_version changes) and
+ * resumes from the checkpoint.
+ */
+Datum
+replicant_alter_pipeline(PG_FUNCTION_ARGS)
+{
+	alter(fcinfo, REPLICANT_ALTER_PIPELINE);
+	PG_RETURN_VOID();
+}
+
+/*
+ * alter_destination(pipeline, name, sink_url, batch_max_bytes,
+ *					 batch_max_transactions, http_timeout_ms,
+ *					 connect_timeout_ms, headers, secret, clear_secret,
+ *					 secret_previous_until, ca_file, format, create_tables,
+ *					 max_retained_wal, on_slot_loss)
+ *
+ * alter_pipeline's sink options, for the named destination.
+ */
+Datum
+replicant_alter_destination(PG_FUNCTION_ARGS)
+{
+	alter(fcinfo, REPLICANT_ALTER_DESTINATION);
 	PG_RETURN_VOID();
 }
 

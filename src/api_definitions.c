@@ -17,10 +17,81 @@
 PG_FUNCTION_INFO_V1(replicant_pipeline_definitions);
 
 /*
+ * The pipelines with their destinations' options, as "p": a pipeline's
+ * row with its destination's (one per pipeline in this version), or the
+ * row alone under 0.2.0's objects and before, which holds them.
+ */
+static const char *const with_destinations_sql =
+	"(SELECT q.name, q.owner, q.publications, q.snapshot, q.snapshot_workers, q.messages,"
+	"        q.message_prefixes, q.failover, q.enabled, d.name AS destination, d.sink_url,"
+	"        d.format, d.headers, d.secret, d.ca_file, d.batch_max_bytes,"
+	"        d.batch_max_transactions, d.http_timeout_ms, d.connect_timeout_ms,"
+	"        d.create_tables, d.max_retained_wal, d.on_slot_loss"
+	"   FROM replicant.pipelines q JOIN replicant.destinations d"
+	"     ON d.pipeline_id OPERATOR(pg_catalog.=) q.id)";
+
+/*
+ * The definitions query, around its source of pipelines: the
+ * create_pipeline call of each, then disable_pipeline for a disabled one.
+ * The options added by later versions are read through to_jsonb(p), which
+ * has them only once their columns exist.
+ */
+static const char *const definitions_head =
+	"SELECT d FROM ("
+	" SELECT p.name, 1 AS step, pg_catalog.format("
+	"  'SELECT replicant.create_pipeline(%L, %L::text[], %L, snapshot => %L,"
+	" batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
+	" connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
+	" snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
+	" ca_file => %L, failover => %s, format => %L%s%s%s);%s',"
+	"  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
+	"  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
+	"  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
+	"  CASE WHEN $1 THEN p.secret END,"
+	"  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
+	"  p.format,"
+	/* 0.2.0's table has no create_tables until ALTER EXTENSION UPDATE */
+	"  CASE WHEN (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool"
+	"   THEN ', create_tables => true' ELSE '' END,"
+	/* nor max_retained_wal, which is whole megabytes */
+	"  coalesce(', max_retained_wal => ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal("
+	"    ((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8"
+	"     OPERATOR(pg_catalog./) 1048576)::pg_catalog.text OPERATOR(pg_catalog.||) 'MB'), '')"
+	/* nor on_slot_loss */
+	"  OPERATOR(pg_catalog.||) CASE WHEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss'"
+	"   OPERATOR(pg_catalog.=) 'resync' THEN ', on_slot_loss => ''resync''' ELSE '' END,"
+	/* nor destinations: the one of a pipeline created before is "default" */
+	"  CASE WHEN coalesce(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'destination', 'default')"
+	"        OPERATOR(pg_catalog.<>) 'default'"
+	"   THEN ', destination => ' OPERATOR(pg_catalog.||)"
+	"        pg_catalog.quote_literal(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'destination')"
+	"   ELSE '' END,"
+	"  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
+	"                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
+	"   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"
+	"     CASE WHEN p.secret IS NOT NULL THEN 'secret' END,"
+	"     CASE WHEN p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb"
+	"      THEN 'headers ' OPERATOR(pg_catalog.||)"
+	"           (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(k), ', ' ORDER BY k)"
+	"              FROM pg_catalog.jsonb_object_keys(p.headers) k) END)"
+	"   ELSE '' END) AS d"
+	"   FROM ";
+
+static const char *const definitions_tail =
+	" p"
+	"  WHERE pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
+	" UNION ALL"
+	" SELECT p.name, 2, pg_catalog.format('SELECT replicant.disable_pipeline(%L);', p.name)"
+	"   FROM replicant.pipelines p"
+	"  WHERE NOT p.enabled AND pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
+	") q ORDER BY name, step";
+
+/*
  * pipeline_definitions(include_secrets) RETURNS SETOF text
  *
  * The create_pipeline calls (and disable_pipeline calls for disabled ones)
- * that recreate the caller's pipelines, for instance after pg_dump and
+ * that recreate the caller's pipelines (a destination not named "default"
+ * by its name), for instance after pg_dump and
  * pg_restore, which copy none of replicant's state.  Secrets and header
  * values are left out unless asked for; a comment at the end of the call
  * says what was left out.
@@ -55,45 +126,10 @@ replicant_pipeline_definitions(PG_FUNCTION_ARGS)
 	args[0] = BoolGetDatum(include_secrets);
 	replicant_catalog_enter(&s);
 	args[1] = ObjectIdGetDatum(s.saved_userid);
-	if (SPI_execute_with_args("SELECT d FROM ("
-							  " SELECT p.name, 1 AS step, pg_catalog.format("
-							  "  'SELECT replicant.create_pipeline(%L, %L::text[], %L, snapshot => %L,"
-							  " batch_max_bytes => %s, batch_max_transactions => %s, http_timeout_ms => %s,"
-							  " connect_timeout_ms => %s, headers => %L::jsonb, secret => %L,"
-							  " snapshot_workers => %s, messages => %s, message_prefixes => %L::text[],"
-							  " ca_file => %L, failover => %s, format => %L%s%s);%s',"
-							  "  p.name, p.publications, p.sink_url, p.snapshot, p.batch_max_bytes,"
-							  "  p.batch_max_transactions, p.http_timeout_ms, p.connect_timeout_ms,"
-							  "  CASE WHEN $1 THEN p.headers ELSE '{}'::jsonb END,"
-							  "  CASE WHEN $1 THEN p.secret END,"
-							  "  p.snapshot_workers, p.messages::text, p.message_prefixes, p.ca_file, p.failover::text,"
-							  "  p.format,"
-							  /* 0.2.0's table has no create_tables until ALTER EXTENSION UPDATE */
-							  "  CASE WHEN (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'create_tables')::pg_catalog.bool"
-							  "   THEN ', create_tables => true' ELSE '' END,"
-							  /* nor max_retained_wal, which is whole megabytes */
-							  "  coalesce(', max_retained_wal => ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal("
-							  "    ((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8"
-							  "     OPERATOR(pg_catalog./) 1048576)::pg_catalog.text OPERATOR(pg_catalog.||) 'MB'), '')"
-							  /* nor on_slot_loss */
-							  "  OPERATOR(pg_catalog.||) CASE WHEN pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss'"
-							  "   OPERATOR(pg_catalog.=) 'resync' THEN ', on_slot_loss => ''resync''' ELSE '' END,"
-							  "  CASE WHEN NOT $1 AND (p.secret IS NOT NULL"
-							  "                        OR p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb)"
-							  "   THEN ' -- left out: ' OPERATOR(pg_catalog.||) pg_catalog.concat_ws(', ',"
-							  "     CASE WHEN p.secret IS NOT NULL THEN 'secret' END,"
-							  "     CASE WHEN p.headers OPERATOR(pg_catalog.<>) '{}'::jsonb"
-							  "      THEN 'headers ' OPERATOR(pg_catalog.||)"
-							  "           (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(k), ', ' ORDER BY k)"
-							  "              FROM pg_catalog.jsonb_object_keys(p.headers) k) END)"
-							  "   ELSE '' END) AS d"
-							  "   FROM replicant.pipelines p"
-							  "  WHERE pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
-							  " UNION ALL"
-							  " SELECT p.name, 2, pg_catalog.format('SELECT replicant.disable_pipeline(%L);', p.name)"
-							  "   FROM replicant.pipelines p"
-							  "  WHERE NOT p.enabled AND pg_catalog.pg_has_role($2, p.owner, 'USAGE')"
-							  ") q ORDER BY name, step",
+	if (SPI_execute_with_args(psprintf("%s%s%s", definitions_head,
+									   replicant_destinations_exist() ? with_destinations_sql :
+																		"replicant.pipelines",
+									   definitions_tail),
 							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.pipelines");
 	for (i = 0; i < SPI_processed; i++)

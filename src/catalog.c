@@ -21,6 +21,7 @@
 #include "miscadmin.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -157,6 +158,12 @@ replicant_catalog_skipped_state(void)
 	/* From 0.3.0 on, for good: a version is never downgraded in place. */
 	state = "skipped";
 	return state;
+}
+
+bool
+replicant_destinations_exist(void)
+{
+	return OidIsValid(get_relname_relid("destinations", get_namespace_oid("replicant", false)));
 }
 
 void

@@ -57,6 +57,12 @@ extern void replicant_catalog_end(ReplicantCatalogAccess *access);
  */
 extern const char *replicant_catalog_skipped_state(void);
 
+/*
+ * Whether replicant.destinations exists: until ALTER EXTENSION replicant
+ * UPDATE brings 0.3.0's objects, replicant.pipelines holds the sink options.
+ */
+extern bool replicant_destinations_exist(void);
+
 /* Runs an UPDATE of replicant.pipelines (inside enter/leave); sql's parameters as SPI's. */
 extern void replicant_catalog_update_pipelines(const char *sql, int nargs, Oid *argtypes,
 											   Datum *args, const char *nulls);

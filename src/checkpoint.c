@@ -33,6 +33,7 @@
 
 #include "checkpoint.h"
 #include "fault.h"
+#include "catalog.h"
 #include "pipeline.h"
 #include "pruning.h"
 #include "publication.h"
@@ -91,11 +92,18 @@ checkpoint_commit(int32 pipeline_id, XLogRecPtr commit_lsn, XLogRecPtr end_lsn)
 		elog(ERROR, "could not write checkpoint of pipeline %d", pipeline_id);
 	if (SPI_processed == 0)
 	{
+		/* The row is its destination's (its only one); 0.2.0's have none. */
 		if (insert_plan == NULL)
-			insert_plan = prepare("INSERT INTO replicant.checkpoints"
-								  "       (pipeline_id, commit_lsn, end_lsn, updated_at)"
-								  " VALUES ($1, $2, $3, pg_catalog.now())");
-		if (SPI_execute_plan(insert_plan, args, NULL, false, 0) != SPI_OK_INSERT)
+			insert_plan = prepare(replicant_destinations_exist() ?
+									  "INSERT INTO replicant.checkpoints"
+									  "       (pipeline_id, destination_id, commit_lsn, end_lsn, updated_at)"
+									  " SELECT $1, d.id, $2, $3, pg_catalog.now() FROM replicant.destinations d"
+									  "  WHERE d.pipeline_id OPERATOR(pg_catalog.=) $1" :
+									  "INSERT INTO replicant.checkpoints"
+									  "       (pipeline_id, commit_lsn, end_lsn, updated_at)"
+									  " VALUES ($1, $2, $3, pg_catalog.now())");
+		if (SPI_execute_plan(insert_plan, args, NULL, false, 0) != SPI_OK_INSERT ||
+			SPI_processed != 1)
 			elog(ERROR, "could not write checkpoint of pipeline %d", pipeline_id);
 	}
 	replicant_publication_save_shapes(pipeline_id);

@@ -55,28 +55,33 @@ replicant_pin_worker_settings(void)
 }
 
 void
-replicant_pipeline_check_name(const char *name)
+replicant_check_name(const char *what, const char *name)
 {
 	const char *p;
 
 	if (name == NULL || name[0] == '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_NAME),
-				 errmsg("pipeline name must not be empty")));
+				 errmsg("%s name must not be empty", what)));
 	if (strlen(name) > REPLICANT_NAME_MAXLEN)
 		ereport(ERROR,
 				(errcode(ERRCODE_NAME_TOO_LONG),
-				 errmsg("pipeline name is too long"),
-				 errdetail("Pipeline names have at most %d characters.",
-						   REPLICANT_NAME_MAXLEN)));
+				 errmsg("%s name is too long", what),
+				 errdetail("Names have at most %d characters.", REPLICANT_NAME_MAXLEN)));
 	for (p = name; *p; p++)
 	{
 		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_NAME),
-					 errmsg("pipeline name contains an invalid character"),
-					 errhint("Pipeline names may contain only lower case letters, digits and underscores.")));
+					 errmsg("%s name contains an invalid character", what),
+					 errhint("Names may contain only lower case letters, digits and underscores.")));
 	}
+}
+
+void
+replicant_pipeline_check_name(const char *name)
+{
+	replicant_check_name("pipeline", name);
 }
 
 void

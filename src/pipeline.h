@@ -72,7 +72,11 @@ extern bool replicant_pipeline_has_column(const char *column);
 #define REPLICANT_MESSAGES_NEED_REPLICATION \
 	"pipeline owner must have the REPLICATION attribute to receive messages"
 
-/* Raises an error unless name matches [a-z0-9_]{1,48}. */
+/*
+ * Raises an error unless name matches [a-z0-9_]{1,48}; what ("pipeline",
+ * "destination") says what it names.
+ */
+extern void replicant_check_name(const char *what, const char *name);
 extern void replicant_pipeline_check_name(const char *name);
 
 /* Raises an error unless name is a plain identifier usable as a publication name. */

@@ -4,7 +4,9 @@
  *		and turned into the parameters of the statements that apply them.
  *
  * Adding an option: its id below, its parse function and its line in
- * pipeline_options.c's table (and its SQL argument and column).
+ * pipeline_options.c's table (and its SQL argument and column).  A sink
+ * option's column is in replicant.destinations (docs/destinations-design.md),
+ * or in replicant.pipelines under the SQL objects of 0.2.0 and before.
  */
 #ifndef REPLICANT_PIPELINE_OPTIONS_H
 #define REPLICANT_PIPELINE_OPTIONS_H
@@ -18,7 +20,7 @@
  * The options, in the order they are validated: their argument order, but
  * that alter_pipeline checks secret_previous_until, which needs the new
  * secret, last.  Option id is parameter REPLICANT_OPTION_PARAM(id) of the
- * statements on replicant.pipelines.
+ * statements that apply them.
  */
 typedef enum ReplicantPipelineOptionId
 {
@@ -42,9 +44,26 @@ typedef enum ReplicantPipelineOptionId
 	OPT_CREATE_TABLES,
 	OPT_MAX_RETAINED_WAL,
 	OPT_ON_SLOT_LOSS,
+	OPT_DESTINATION,
 	OPT_SECRET_PREVIOUS_UNTIL,
 	NUM_PIPELINE_OPTIONS
 } ReplicantPipelineOptionId;
+
+/* The functions that take options. */
+typedef enum ReplicantOptionsCall
+{
+	REPLICANT_CREATE_PIPELINE,
+	REPLICANT_ALTER_PIPELINE,
+	REPLICANT_ALTER_DESTINATION
+} ReplicantOptionsCall;
+
+/* The table a statement writes: which options' columns it sets. */
+typedef enum ReplicantOptionsTable
+{
+	REPLICANT_OPTIONS_PIPELINES,    /* the pipeline's own (decoding) options */
+	REPLICANT_OPTIONS_DESTINATIONS, /* the sink options */
+	REPLICANT_OPTIONS_BOTH          /* all: replicant.pipelines before 0.3.0's objects */
+} ReplicantOptionsTable;
 
 /* $1 is the pipeline (its name, or its id), $2 its owner, then the options. */
 #define REPLICANT_OPTION_PARAM(id) (3 + (id))
@@ -63,12 +82,13 @@ extern char *replicant_pipeline_options_required_text(FunctionCallInfo fcinfo, i
 
 /*
  * Reads and checks the options of a create_pipeline (every option but
- * those that take NULL is required) or alter_pipeline (NULL leaves it
- * unchanged) call, with the checks that need no catalog access.  Refuses
- * the first invalid option, in option id order.
+ * those that take NULL is required), alter_pipeline or alter_destination
+ * (NULL leaves it unchanged) call, with the checks that need no catalog
+ * access.  Refuses the first invalid option, in option id order.
  */
-extern void replicant_pipeline_options_parse(FunctionCallInfo fcinfo, bool alter,
+extern void replicant_pipeline_options_parse(FunctionCallInfo fcinfo, ReplicantOptionsCall call,
 											 ReplicantPipelineOptions *o);
+
 
 /* The checks of the headers option inside catalog access. */
 extern void replicant_pipeline_options_check_headers(Jsonb *headers);
@@ -77,7 +97,7 @@ extern void replicant_pipeline_options_check_headers(Jsonb *headers);
 extern void replicant_pipeline_options_check_publications_exist(ArrayType *pubs);
 
 /*
- * The SPI parameters of a statement on replicant.pipelines: $1 the
+ * The SPI parameters of a statement that applies options: $1 the
  * pipeline, $2 its owner, then every option (null when not given); the
  * arrays have REPLICANT_NUM_OPTION_PARAMS elements.
  */
@@ -87,14 +107,17 @@ extern void replicant_pipeline_options_params(const ReplicantPipelineOptions *o,
 
 /*
  * Appends ", column" to columns and ", $n" to params for each option the
- * create_pipeline function of nargs arguments has and that has a column.
+ * create_pipeline function of nargs arguments has and that has a column in
+ * table.
  */
-extern void replicant_pipeline_options_insert_sql(StringInfo columns, StringInfo params, int nargs);
+extern void replicant_pipeline_options_insert_sql(StringInfo columns, StringInfo params, int nargs,
+												  ReplicantOptionsTable table);
 
 /*
- * Appends " column = ...," for each option the alter_pipeline function of
- * nargs arguments has and that has a column: NULL keeps the column.
+ * Appends " column = ...," for each option the function call of nargs
+ * arguments has and that has a column in table: NULL keeps the column.
  */
-extern void replicant_pipeline_options_update_sql(StringInfo sql, int nargs);
+extern void replicant_pipeline_options_update_sql(StringInfo sql, int nargs, ReplicantOptionsCall call,
+												  ReplicantOptionsTable table);
 
 #endif /* REPLICANT_PIPELINE_OPTIONS_H */

@@ -378,9 +378,9 @@ foreach my $db ('defpriv', 'defpriv_old')
 	$node->safe_psql($db,
 		"SELECT replicant.create_pipeline('sec', 'p', 'http://127.0.0.1:9/', secret => '$SECRET',"
 		  . " headers => $HEADERS, enabled => false)");
-	my ($ret, $out, $err) = $node->psql($db, 'SET ROLE mon; SELECT secret, headers FROM replicant.pipelines');
+	my ($ret, $out, $err) = $node->psql($db, 'SET ROLE mon; SELECT secret, headers FROM replicant.destinations');
 	unlike($out, qr/\Q$MARK\E/, "default_privileges_global ($label): a pg_monitor member cannot read pipeline secrets");
-	like($err, qr/permission denied for table pipelines/, "... permission denied ($label)");
+	like($err, qr/permission denied for table destinations/, "... permission denied ($label)");
 	is($node->safe_psql($db, q{
 SELECT count(*) FROM pg_class c
  WHERE c.relnamespace = 'replicant'::regnamespace AND c.relkind IN ('r', 'p', 'S')

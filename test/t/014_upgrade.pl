@@ -96,6 +96,14 @@ COMMIT;
 			  . " FROM replicant.status s JOIN pg_replication_slots r USING (slot_name)"
 			  . " WHERE s.pipeline = '$pipeline'"),
 		"replicant_$pipeline $db true", "$from: the pipeline keeps its slot and status shows it");
+	# Its sink options are now those of its one destination, "default",
+	# whose checkpoint is the pipeline's (nothing is delivered twice below).
+	is($node->safe_psql($db,
+			"SELECT string_agg(d.name || ' ' || (d.sink_url = '$url') || ' ' || d.batch_max_transactions"
+			  . " || ' ' || (c.destination_id = d.id), ',')"
+			  . " FROM replicant.pipelines p JOIN replicant.destinations d ON d.pipeline_id = p.id"
+			  . " JOIN replicant.checkpoints c ON c.pipeline_id = p.id WHERE p.name = '$pipeline'"),
+		'default true 50 true', "$from: the pipeline has one destination, default, with its options and checkpoint");
 
 	ok($poll->("SELECT count(*) > $at_update + 300 FROM txn", 60),
 		"$from: the workload goes on after the update");
@@ -116,6 +124,9 @@ COMMIT;
 	ok(ReplicantTest::wait_until_synced($node, $db, $sink, [ 'kv', 'txn' ], 60),
 		"$from: the sink still equals the source");
 	is($sink->stats->{duplicate_transactions}, 0, "$from: nothing was delivered twice");
+	like($node->safe_psql($db, 'SELECT * FROM replicant.pipeline_definitions()'),
+		qr/^SELECT replicant\.create_pipeline\('$pipeline', '\{up_pub\}'::text\[\], '\Q$url\E', .*batch_max_transactions => 20,[^\n]*format => 'replicant'\);$/m,
+		"$from: pipeline_definitions() reads the destination");
 
 	# A pipeline created after the update gets a slot named with the
 	# database's OID, beside the old one.

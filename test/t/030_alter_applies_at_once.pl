@@ -99,6 +99,22 @@ is($node->safe_psql('postgres', "SELECT message_prefixes IS NULL FROM replicant.
 like(PostgreSQL::Test::Utils::slurp_file($node->logfile),
 	qr/replicant pipeline "p" stopped on request/, 'the old worker stopped cleanly');
 
+# ---- alter_destination: the sink options of the pipeline's destination ------
+# (its only one in this version) change as alter_pipeline changes them: what
+# commits after the call goes to the new sink, nothing before it does.
+my $other = ReplicantTest::start_sink(name => 'other');
+$node->safe_psql('postgres', "SELECT replicant.alter_destination('p', 'default', sink_url => '$other->{url}')");
+@out = split /\n/, $node->safe_psql('postgres', q{
+	INSERT INTO t (v) VALUES ('to the other sink');
+	SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 60000);
+});
+is($out[-1], 't', 'delivered after alter_destination');
+like($other->dump('public.t'), qr/to the other sink/, 'to the sink alter_destination named');
+unlike($other->dump('public.t'), qr/any prefix/, '... and nothing committed before the call');
+unlike($sink->dump('public.t'), qr/to the other sink/, '... and not to the old sink');
+$other->stop;
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('p', sink_url => '$sink->{url}')");
+
 # ---- alter_pipeline while a batch is not acknowledged -----------------------
 # Two ways the batch stays unacknowledged across the call: the sink applies
 # every request but answers after the client gave up (delay_ms above

@@ -41,7 +41,8 @@ is($sink->stats->{bad_signatures}, 0, 'a sink still on the old secret verifies t
 
 # The sink moves to the new secret, as the rotation allows.
 $sink->restart(secret => $node->safe_psql('postgres',
-	"SELECT secret FROM replicant.pipelines WHERE name = 'signed'"));
+	"SELECT d.secret FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id"
+	  . " WHERE p.name = 'signed'"));
 
 # pipeline_definitions: secrets and header values only when asked for.
 my $plain = ReplicantTest::start_sink(name => 'plain');
@@ -49,7 +50,7 @@ $node->safe_psql('postgres', qq{
 	SELECT replicant.create_pipeline('other', ARRAY['pub'], '$plain->{url}',
 	       batch_max_transactions => 77, headers => '{"X-Token": "tok-123"}',
 	       messages => true, message_prefixes => ARRAY['outbox', 'it''s'],
-	       max_retained_wal => '2GB');
+	       max_retained_wal => '2GB', destination => 'archive');
 	SELECT replicant.disable_pipeline('other');
 });
 my $without = $node->safe_psql('postgres', 'SELECT * FROM replicant.pipeline_definitions()');
@@ -58,12 +59,14 @@ like($without, qr/-- left out: secret$/m, 'and the definition says what was left
 like($without, qr/-- left out: headers "X-Token"$/m, '... header names included');
 my $with = $node->safe_psql('postgres', 'SELECT * FROM replicant.pipeline_definitions(include_secrets => true)');
 like($with, qr/tok-123/, 'include_secrets shows them');
-like($with, qr/'other'.*, max_retained_wal => '2048MB'\);/, 'and the WAL budget');
+like($with, qr/'other'.*, max_retained_wal => '2048MB', destination => 'archive'\);/,
+	'and the WAL budget, and the destination\'s name');
+unlike($with, qr/'signed'.*destination =>/, 'a destination named "default" goes unnamed');
 
-my $catalog = q{SELECT name, publications, sink_url, snapshot, enabled, batch_max_bytes,
+my $catalog = q{SELECT p.name, d.name, publications, sink_url, snapshot, enabled, batch_max_bytes,
 	batch_max_transactions, http_timeout_ms, connect_timeout_ms, headers, secret,
 	snapshot_workers, messages, message_prefixes, ca_file, max_retained_wal
-	FROM replicant.pipelines ORDER BY name};
+	FROM replicant.pipelines p JOIN replicant.destinations d ON d.pipeline_id = p.id ORDER BY p.name};
 my $before = $node->safe_psql('postgres', $catalog);
 
 # What pg_dump + pg_restore leave: the extension, no pipelines, no slots.

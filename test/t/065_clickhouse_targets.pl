@@ -98,7 +98,9 @@ pass('format replicant names tables with their schema: the pair is fine');
 ($ret, $stdout, $stderr) = $node->psql('postgres',
 	"SELECT replicant.alter_pipeline('plain', format => 'clickhouse')");
 isnt($ret, 0, 'alter_pipeline refuses switching such a pipeline to format clickhouse');
-is($node->safe_psql('postgres', "SELECT format FROM replicant.pipelines WHERE name = 'plain'"),
+is($node->safe_psql('postgres',
+		"SELECT d.format FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id"
+		  . " WHERE p.name = 'plain'"),
 	'replicant', '... and keeps its format');
 
 # Column lists: only the published columns get a target column.
