@@ -57,4 +57,33 @@ ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'v'", 60
 like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'v'"),
 	qr/the NATS stream takes subjects outside the pipeline's prefix/, 'the halt says why');
 is(scalar($nats->messages('V')), $before, 'nothing was published into it');
+
+# Snapshots and backfills check the stream before they publish too (review
+# rv-natsguard 3): their rows went into a stream taking other subjects, and
+# were retried for ever ("no responders") where no stream took the prefix.
+$nats->create_stream('X', 'xx.>');
+$node->safe_psql('postgres', q{
+	CREATE TABLE s (id int PRIMARY KEY, v text);
+	INSERT INTO s SELECT g, 'r' || g FROM generate_series(1, 20) g;
+	CREATE PUBLICATION spub FOR TABLE s;
+});
+my %snapshots = (
+	xs => [ $nats->url('X', 'subject_prefix=xx.p'),
+		qr/the NATS stream takes subjects outside the pipeline's prefix/ ],
+	qs => [ $nats->url('Q'), qr/the NATS stream does not take the pipeline's subjects/ ]);
+foreach my $name (sort keys %snapshots)
+{
+	my ($url, $reason) = @{ $snapshots{$name} };
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('$name', 'spub', '$url', snapshot => 'initial', "
+		  . "http_timeout_ms => 3000)");
+	ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = '$name'", 60),
+		"$name: an initial snapshot into such a stream halted")
+	  or diag($node->safe_psql('postgres', "SELECT state, retries, last_error FROM replicant.status"));
+	like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = '$name'"),
+		$reason, "$name: the halt says why, as for changes");
+}
+my @published = grep { ($_->{headers}{'Replicant-Pipeline'} // '') =~ /^(xs|qs)$/ }
+  map { $nats->messages($_) } qw(Q W V X);
+is(scalar(@published), 0, 'no message of theirs is in any stream');
 done_testing();
