@@ -133,6 +133,12 @@ nats_sink_fail_status(ReplicantSinkResult *result, const char *what, natsStatus 
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED, "NATS denied the pipeline a permission it needs");
 		return;
 	}
+	if (code == JSStreamNotMatchErr)
+	{
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
+					   "a NATS stream other than the pipeline's takes its subjects");
+		return;
+	}
 	if (code == JSStreamMessageExceedsMaximumErr)
 	{
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
@@ -354,6 +360,8 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	set_header(msg, "Replicant-Position", number);
 
 	jsPubOptions_Init(&po);
+	/* a stream other than the one checked refuses it (streams' subjects may change) */
+	po.ExpectStream = sink->url.stream;
 	if (chained && sink->last_seq > 0)
 		po.ExpectLastSeq = sink->last_seq;
 

@@ -177,9 +177,13 @@ extern bool nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_byt
 extern bool nats_sink_drain_acks(NatsSink *sink);
 
 /*
- * Asks the stream for its last sequence and this pipeline's last message
- * (sink_nats_stream.c).
+ * Checks that the stream takes the pipeline's subjects and nothing else
+ * writes it, its last sequence into *last_seq (unless NULL); false (result
+ * set) if not (sink_nats_stream.c).
  */
+extern bool nats_sink_check_stream(NatsSink *sink, uint64 *last_seq, ReplicantSinkResult *result);
+
+/* Checks the stream, asks it for its last sequence and this pipeline's last message. */
 extern bool nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result);
 
 /*

@@ -151,18 +151,21 @@ take_acked_mark(NatsSink *sink)
 }
 
 /*
- * The stream's last sequence and the last message of this pipeline, or
- * the last change it acknowledged when that is further.
+ * Reads the stream's configuration and state: false (result set) unless it
+ * takes the pipeline's subjects and nothing else writes it.  Every request
+ * checks it before it publishes anything: a snapshot's or backfill's too,
+ * whose reads are not chained but would otherwise go into a stream others
+ * write (or be retried for ever, "no responders", where no stream takes the
+ * prefix).  *last_seq (if last_seq is given) gets its last sequence.
  */
 bool
-nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
+nats_sink_check_stream(NatsSink *sink, uint64 *last_seq, ReplicantSinkResult *result)
 {
 	jsStreamInfo *si = NULL;
-	natsMsg *msg = NULL;
 	jsErrCode code = 0;
 	natsStatus s;
 	sigset_t old;
-	char *subject = psprintf("%s.>", sink->url.prefix);
+	const char *problem = NULL;
 
 	nats_sink_block_signals(&old);
 	s = js_GetStreamInfo(&si, sink->js, sink->url.stream, NULL, &code);
@@ -174,7 +177,8 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 		nats_sink_fail_status(result, "could not read the NATS stream's state", s, code);
 		return false;
 	}
-	sink->last_seq = si->State.LastSeq;
+	if (last_seq != NULL)
+		*last_seq = si->State.LastSeq;
 	/* what another stream of that name acknowledged says nothing of this one */
 	if (si->Created != sink->stream_created)
 	{
@@ -182,23 +186,34 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 		sink->stream_created = si->Created;
 	}
 	if (!stream_takes_prefix(si, sink->url.prefix))
-	{
-		jsStreamInfo_Destroy(si);
-		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
-					   "the NATS stream does not take the pipeline's subjects (<prefix>.>)");
-		return false;
-	}
-	if (!stream_is_exclusive(si, sink->url.prefix))
-	{
-		jsStreamInfo_Destroy(si);
-		nats_sink_fail(result, REPLICANT_SINK_REJECTED,
-					   "the NATS stream takes subjects outside the pipeline's prefix, or copies "
-					   "another stream: give the pipeline a stream of its own (subjects <prefix>.>)");
-		return false;
-	}
+		problem = "the NATS stream does not take the pipeline's subjects (<prefix>.>)";
+	else if (!stream_is_exclusive(si, sink->url.prefix))
+		problem = "the NATS stream takes subjects outside the pipeline's prefix, or copies "
+				  "another stream: give the pipeline a stream of its own (subjects <prefix>.>)";
 	jsStreamInfo_Destroy(si);
+	if (problem != NULL)
+	{
+		nats_sink_fail(result, REPLICANT_SINK_REJECTED, problem);
+		return false;
+	}
+	return true;
+}
 
-	code = 0;
+/*
+ * The stream's last sequence and the last message of this pipeline, or
+ * the last change it acknowledged when that is further.
+ */
+bool
+nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
+{
+	natsMsg *msg = NULL;
+	jsErrCode code = 0;
+	natsStatus s;
+	sigset_t old;
+	char *subject = psprintf("%s.>", sink->url.prefix);
+
+	if (!nats_sink_check_stream(sink, &sink->last_seq, result))
+		return false;
 	nats_sink_block_signals(&old);
 	s = js_GetLastMsg(&msg, sink->js, sink->url.stream, subject, NULL, &code);
 	nats_sink_restore_signals(&old);
