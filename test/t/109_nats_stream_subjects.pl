@@ -4,7 +4,10 @@
 # when it reads the stream's state, and halts with a value-free reason.
 # A stream that takes more than the prefix (v) halts too: another writer's
 # message there could take the place of a refused change in the chain of
-# expected sequences (review rv-natsce 1).
+# expected sequences (review rv-natsce 1).  Snapshots and backfills check
+# the same before they publish (review rv-natsguard 3), and a stream whose
+# server writes delete markers under the prefix halts too (rv-natsguard 1;
+# where nats-server and libnats know them).
 use strict;
 use warnings;
 use FindBin;
@@ -86,4 +89,28 @@ foreach my $name (sort keys %snapshots)
 my @published = grep { ($_->{headers}{'Replicant-Pipeline'} // '') =~ /^(xs|qs)$/ }
   map { $nats->messages($_) } qw(Q W V X);
 is(scalar(@published), 0, 'no message of theirs is in any stream');
+
+# A stream with subject delete markers (nats-server 2.11): the server itself
+# writes a marker on a subject whose last message it removes, under the
+# prefix (review rv-natsguard 1).  replicant sees the setting only through a
+# libnats that reads it (3.11 or later).
+SKIP:
+{
+	skip 'nats-server ' . Nats::server_version() . ' has no subject delete markers (2.11 or later)', 3
+	  if Nats::server_version() < 21100;
+	skip 'this libnats does not read subject_delete_marker_ttl (3.11 or later): README, Limitations', 3
+	  unless slurp_file('/usr/include/nats/nats.h') =~ /SubjectDeleteMarkerTTL/;
+	$nats->create_stream_config('D',
+		{ subjects => ['dd.p.>'], allow_msg_ttl => JSON::PP::true, subject_delete_marker_ttl => 60_000_000_000 });
+	$node->safe_psql('postgres',
+		"SELECT replicant.create_pipeline('d', 'pub', '" . $nats->url('D', 'subject_prefix=dd.p')
+		  . "', http_timeout_ms => 3000)");
+	$node->safe_psql('postgres', "INSERT INTO t VALUES (5, 'e')");
+	ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'd'", 60),
+		'a stream with subject delete markers: halted')
+	  or diag($node->safe_psql('postgres', "SELECT state, retries, last_error FROM replicant.status"));
+	like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'd'"),
+		qr/the NATS stream writes delete markers of its own/, 'the halt says why');
+	is(scalar($nats->messages('D')), 0, 'nothing was published into it');
+}
 done_testing();
