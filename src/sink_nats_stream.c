@@ -190,6 +190,17 @@ nats_sink_check_stream(NatsSink *sink, uint64 *last_seq, ReplicantSinkResult *re
 	else if (!stream_is_exclusive(si, sink->url.prefix))
 		problem = "the NATS stream takes subjects outside the pipeline's prefix, or copies "
 				  "another stream: give the pipeline a stream of its own (subjects <prefix>.>)";
+#if NATS_VERSION_NUMBER >= 0x030B00
+	/*
+	 * nats-server 2.11 writes a marker of its own on a subject whose last
+	 * message it removes (max_age, a delete, a purge): another writer under
+	 * the prefix.  An older libnats does not read the setting (README,
+	 * "Limitations").
+	 */
+	else if (si->Config != NULL && si->Config->SubjectDeleteMarkerTTL > 0)
+		problem = "the NATS stream writes delete markers of its own under the pipeline's "
+				  "prefix (subject_delete_marker_ttl): give the pipeline a stream without them";
+#endif
 	jsStreamInfo_Destroy(si);
 	if (problem != NULL)
 	{
