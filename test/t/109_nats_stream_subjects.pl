@@ -4,10 +4,11 @@
 # when it reads the stream's state, and halts with a value-free reason.
 # A stream that takes more than the prefix (v) halts too: another writer's
 # message there could take the place of a refused change in the chain of
-# expected sequences (review rv-natsce 1).  Snapshots and backfills check
-# the same before they publish (review rv-natsguard 3), and a stream whose
-# server writes delete markers under the prefix halts too (rv-natsguard 1;
-# where nats-server and libnats know them).
+# expected sequences (review rv-natsce 1), and so does one with sources
+# (m).  Snapshots and backfills check the same before they publish (review
+# rv-natsguard 3), and a stream whose server writes delete markers under
+# the prefix halts too (d; rv-natsguard 1, where nats-server and libnats
+# know them).
 use strict;
 use warnings;
 use FindBin;
@@ -89,6 +90,22 @@ foreach my $name (sort keys %snapshots)
 my @published = grep { ($_->{headers}{'Replicant-Pipeline'} // '') =~ /^(xs|qs)$/ }
   map { $nats->messages($_) } qw(Q W V X);
 is(scalar(@published), 0, 'no message of theirs is in any stream');
+
+# A stream copying another one (sources) halts the pipeline as well, before
+# it publishes (no test covered it).
+$nats->create_stream('E', 'ee.>');
+$nats->create_stream_config('M', { subjects => ['mm.p.>'], sources => [ { name => 'E' } ] });
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('m', 'pub', '" . $nats->url('M', 'subject_prefix=mm.p')
+	  . "', http_timeout_ms => 3000)");
+$node->safe_psql('postgres', "INSERT INTO t VALUES (4, 'd')");
+ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'm'", 60),
+	'a stream with sources: halted')
+  or diag($node->safe_psql('postgres', "SELECT state, retries, last_error FROM replicant.status"));
+like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'm'"),
+	qr/or copies another stream/, 'the halt says why');
+is(scalar(grep { ($_->{headers}{'Replicant-Pipeline'} // '') eq 'm' } $nats->messages('M')),
+	0, 'nothing was published into it');
 
 # A stream with subject delete markers (nats-server 2.11): the server itself
 # writes a marker on a subject whose last message it removes, under the
