@@ -240,6 +240,10 @@ subjects, sources, subject_delete_marker_ttl, ...; name, storage file and
 3 replicas unless given), created through the API itself, so that a
 configuration the tests' libnats does not know can be made.
 
+=item $nats->update_stream_config($name, \%config)
+
+The same for an existing stream: its whole new configuration.
+
 =item $nats->messages($stream)
 
 Every message of the stream, in stream order (see DESCRIPTION).
@@ -260,9 +264,17 @@ sub create_stream
 
 sub create_stream_config
 {
-	my ($self, $name, $config) = @_;
+	my ($self, $name, $config, $verb) = @_;
 	my %config = (name => $name, storage => 'file', num_replicas => 3, %$config);
-	$self->tool_ok('api', "\$JS.API.STREAM.CREATE.$name", JSON::PP->new->canonical->encode(\%config));
+	$self->tool_ok('api', "\$JS.API.STREAM." . ($verb // 'CREATE') . ".$name",
+		JSON::PP->new->canonical->encode(\%config));
+	return;
+}
+
+sub update_stream_config
+{
+	my ($self, $name, $config) = @_;
+	$self->create_stream_config($name, $config, 'UPDATE');
 	return;
 }
 

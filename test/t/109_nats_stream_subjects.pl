@@ -15,6 +15,7 @@ use FindBin;
 use lib "$FindBin::RealBin/..";
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(time usleep);
 use ReplicantTest;
 use Nats;
 
@@ -106,6 +107,29 @@ like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines W
 	qr/or copies another stream/, 'the halt says why');
 is(scalar(grep { ($_->{headers}{'Replicant-Pipeline'} // '') eq 'm' } $nats->messages('M')),
 	0, 'nothing was published into it');
+
+# A stream edited while the worker streams, its prefix now another
+# stream's: the worker checks the stream only when it reads its state, but
+# every message names the stream it is for (Nats-Expected-Stream), so the
+# other stream refuses the next change and the pipeline halts.
+$nats->create_stream('A', 'aa.p.>');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('a', 'pub', '" . $nats->url('A', 'subject_prefix=aa.p')
+	  . "', http_timeout_ms => 3000)");
+$node->safe_psql('postgres', "INSERT INTO t VALUES (6, 'f')");
+ok(poll("SELECT replicant.await_delivered('a', pg_current_wal_lsn(), 1000)", 120),
+	'a stream of its own: delivered');
+$nats->update_stream_config('A', { subjects => ['ab.>'], duplicate_window => 120_000_000_000 });
+$nats->create_stream('B', 'aa.p.>');
+my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+usleep(100_000) while $nats->leader('B') eq '' && time() < $deadline;
+$node->safe_psql('postgres', "INSERT INTO t VALUES (7, 'g')");
+ok(poll("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'a'", 60),
+	'its prefix taken by another stream: halted')
+  or diag($node->safe_psql('postgres', "SELECT state, retries, last_error FROM replicant.status"));
+like($node->safe_psql('postgres', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'a'"),
+	qr/a NATS stream other than the pipeline's takes its subjects/, 'the halt says why');
+is(scalar($nats->messages('B')), 0, 'the other stream holds none of its messages');
 
 # A stream with subject delete markers (nats-server 2.11): the server itself
 # writes a marker on a subject whose last message it removes, under the
