@@ -60,6 +60,7 @@ OBJS = \
 	src/sink_nats_body.o \
 	src/sink_nats_connect.o \
 	src/sink_nats_acks.o \
+	src/sink_nats_stream.o \
 	src/sink_nats_url.o \
 	src/transport.o \
 	src/transport_registry.o \

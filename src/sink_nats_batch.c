@@ -445,7 +445,11 @@ nats_sink_publish_body(NatsSink *sink, const char *id, ReplicantBody *body, Repl
 			}
 		}
 		else if (strcmp(key.data, "snapshot") == 0)
+		{
+			/* before the request's first read or marker: it comes before them */
 			ok = read_snapshot(sink, &reader, &snap) || parse_failed(&reader, result);
+			ok = ok && nats_sink_check_stream(sink, NULL, result);
+		}
 		else if (strcmp(key.data, "begin") == 0 || strcmp(key.data, "end") == 0)
 		{
 			StringInfo event = key.data[0] == 'b' ? &snap.begin_event : &snap.end_event;

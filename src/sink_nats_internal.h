@@ -2,8 +2,8 @@
  * sink_nats_internal.h
  *		What the NATS transport's files share: the transport's state, the
  *		calls sink_nats_batch.c (a rendered batch into messages) makes of
- *		sink_nats.c (the connection, publishing) and sink_nats_acks.c
- *		(acknowledgements).
+ *		sink_nats.c (the connection, publishing), sink_nats_stream.c (the
+ *		stream's state) and sink_nats_acks.c (acknowledgements).
  */
 #ifndef REPLICANT_SINK_NATS_INTERNAL_H
 #define REPLICANT_SINK_NATS_INTERNAL_H
@@ -176,7 +176,14 @@ extern bool nats_sink_wait_acks(NatsSink *sink, int64 max_pending, int64 max_byt
  */
 extern bool nats_sink_drain_acks(NatsSink *sink);
 
-/* Asks the stream for its last sequence and this pipeline's last message. */
+/*
+ * Checks that the stream takes the pipeline's subjects and nothing else
+ * writes it, its last sequence into *last_seq (unless NULL); false (result
+ * set) if not (sink_nats_stream.c).
+ */
+extern bool nats_sink_check_stream(NatsSink *sink, uint64 *last_seq, ReplicantSinkResult *result);
+
+/* Checks the stream, asks it for its last sequence and this pipeline's last message. */
 extern bool nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result);
 
 /*

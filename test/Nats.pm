@@ -67,9 +67,21 @@ sub server_binary
 Skips the test when nats-server or libnats (nats/nats.h) is missing; under
 CI=true (.ci/run installs both) that is a failure instead.
 
+=item server_version()
+
+nats-server's version as a number: 2.11.0 is 21100 (0 if unknown).
+
 =back
 
 =cut
+
+sub server_version
+{
+	my $binary = server_binary() or return 0;
+	my $out = `$binary --version`;
+	my ($major, $minor, $patch) = $out =~ /v(\d+)\.(\d+)\.(\d+)/ or return 0;
+	return $major * 10000 + $minor * 100 + $patch;
+}
 
 sub require_server
 {
@@ -221,6 +233,17 @@ sub wait_for_jetstream
 A file-backed stream of 3 replicas on $subjects; C<duplicates_ms> (default
 120000) is its duplicate window, C<max_msg_size> its message limit.
 
+=item $nats->create_stream_config($name, \%config)
+
+A stream of the given JetStream configuration (the API's JSON names:
+subjects, sources, subject_delete_marker_ttl, ...; name, storage file and
+3 replicas unless given), created through the API itself, so that a
+configuration the tests' libnats does not know can be made.
+
+=item $nats->update_stream_config($name, \%config)
+
+The same for an existing stream: its whole new configuration.
+
 =item $nats->messages($stream)
 
 Every message of the stream, in stream order (see DESCRIPTION).
@@ -236,6 +259,22 @@ sub create_stream
 	my ($self, $name, $subjects, %opts) = @_;
 	$self->tool_ok('create', $name, $subjects, 3, $opts{duplicates_ms} // 120000,
 		defined $opts{max_msg_size} ? ($opts{max_msg_size}) : ());
+	return;
+}
+
+sub create_stream_config
+{
+	my ($self, $name, $config, $verb) = @_;
+	my %config = (name => $name, storage => 'file', num_replicas => 3, %$config);
+	$self->tool_ok('api', "\$JS.API.STREAM." . ($verb // 'CREATE') . ".$name",
+		JSON::PP->new->canonical->encode(\%config));
+	return;
+}
+
+sub update_stream_config
+{
+	my ($self, $name, $config) = @_;
+	$self->create_stream_config($name, $config, 'UPDATE');
 	return;
 }
 

@@ -12,6 +12,10 @@
  *       and "time": the stream's store time, ns since the epoch
  *   nats_tool leader <servers> <stream>
  *   nats_tool purge <servers> <stream>
+ *   nats_tool api <servers> <subject> <json>
+ *       a JetStream API request (e.g. $JS.API.STREAM.CREATE.<stream> with a
+ *       configuration this library may not know); prints the answer, fails
+ *       when it is an error
  *   nats_tool delete <servers> <stream>
  *   nats_tool dumpraw <servers> <stream> <file>
  *       every message as "S <subject>", "H <name>\t<value>" lines, then
@@ -218,6 +222,26 @@ now_s(void)
 	return nats_NowInNanoSeconds() / 1e9;
 }
 
+/* A JetStream API request; the answer printed, an error answer a failure. */
+static void
+api(natsConnection *nc, const char *subject, const char *json)
+{
+	natsMsg *reply = NULL;
+	natsStatus s = natsConnection_RequestString(&reply, nc, subject, json, 10000);
+	const char *answer;
+
+	if (s != NATS_OK)
+		fail("request", s, 0);
+	answer = natsMsg_GetData(reply) ? natsMsg_GetData(reply) : "";
+	printf("%s\n", answer);
+	if (strstr(answer, "\"error\"") != NULL)
+	{
+		fprintf(stderr, "api %s: %s\n", subject, answer);
+		exit(1);
+	}
+	natsMsg_Destroy(reply);
+}
+
 /* Publishes dumpraw's records; "<count> <seconds>". */
 static void
 publish(jsCtx *js, const char *file)
@@ -319,6 +343,8 @@ main(int argc, char **argv)
 	}
 	else if (strcmp(argv[1], "publish") == 0 && argc >= 6)
 		publish(js, argv[4]);
+	else if (strcmp(argv[1], "api") == 0 && argc >= 5)
+		api(nc, argv[3], argv[4]);
 	else if (strcmp(argv[1], "leader") == 0)
 	{
 		s = js_GetStreamInfo(&si, js, argv[3], NULL, &code);
