@@ -193,7 +193,7 @@ nats_sink_check_stream(NatsSink *sink, uint64 *last_seq, ReplicantSinkResult *re
 #if NATS_VERSION_NUMBER >= 0x030B00
 	/*
 	 * nats-server 2.11 writes a marker of its own on a subject whose last
-	 * message it removes (max_age, a delete, a purge): another writer under
+	 * message ages out (max_age, or a message TTL): another writer under
 	 * the prefix.  An older libnats does not read the setting (README,
 	 * "Limitations").
 	 */
