@@ -10,6 +10,7 @@
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -60,26 +61,33 @@ static const char *const pipeline_row_sql =
 	"       p.headers"
 	"  FROM replicant.pipelines p WHERE p.id OPERATOR(pg_catalog.=) $1";
 
-/* Headers were validated when set; here they only need splitting. */
+/*
+ * Headers were validated when set (an object of string values); here they
+ * only need splitting, in C: a query would carry them as a parameter, which
+ * auto_explain logs with a worker's plans.
+ */
 static void
 read_headers(Datum headers, ReplicantDestination *d)
 {
-	Oid argtypes[1] = {JSONBOID};
-	Datum args[1] = {headers};
-	MemoryContext caller = CurrentMemoryContext;
-	uint64 i;
+	JsonbIterator *it = JsonbIteratorInit(&DatumGetJsonbP(headers)->root);
+	JsonbIteratorToken token;
+	JsonbValue v;
+	char *name = NULL;
 
-	if (SPI_execute_with_args("SELECT h.key, h.value FROM pg_catalog.jsonb_each_text($1) h ORDER BY h.key",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read headers of a destination of pipeline \"%s\"", d->pipeline_name);
-	MemoryContextSwitchTo(caller);
-	for (i = 0; i < SPI_processed; i++)
+	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
-		HeapTuple tuple = SPI_tuptable->vals[i];
-		TupleDesc desc = SPI_tuptable->tupdesc;
-
-		d->header_names = lappend(d->header_names, spi_text(tuple, desc, 1));
-		d->header_values = lappend(d->header_values, spi_text(tuple, desc, 2));
+		if (token == WJB_KEY)
+			name = pnstrdup(v.val.string.val, v.val.string.len);
+		else if (token == WJB_VALUE && name != NULL)
+		{
+			if (v.type != jbvString)
+				elog(ERROR, "a header of a destination of pipeline \"%s\" is not a string",
+					 d->pipeline_name);
+			d->header_names = lappend(d->header_names, name);
+			d->header_values = lappend(d->header_values,
+									   pnstrdup(v.val.string.val, v.val.string.len));
+			name = NULL;
+		}
 	}
 }
 
@@ -125,7 +133,6 @@ replicant_destination_load(int32 pipeline_id, const char *pipeline_name, MemoryC
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT ||
 		SPI_processed == 0)
 		elog(ERROR, "could not read the destinations of pipeline %d", pipeline_id);
-	/* read_headers runs queries of its own: keep these rows. */
 	rows = SPI_tuptable;
 	n = SPI_processed;
 	old = MemoryContextSwitchTo(mcxt);
@@ -135,7 +142,8 @@ replicant_destination_load(int32 pipeline_id, const char *pipeline_name, MemoryC
 		bool isnull;
 		Datum headers = SPI_getbinval(rows->vals[i], rows->tupdesc, 15, &isnull);
 
-		read_headers(headers, d);
+		if (!isnull)
+			read_headers(headers, d);
 		destinations = lappend(destinations, d);
 	}
 	MemoryContextSwitchTo(old);
