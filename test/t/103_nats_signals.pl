@@ -109,18 +109,26 @@ wait_for_acks('terminate');
 # messages) meets a paused cluster; the worker holds at most 256 messages
 # (8 MB) unacknowledged and waits.  Its growth includes the batch itself
 # (in memory up to replicant.batch_memory_limit), so the bound is loose.
+#
+# The cluster resumed, its nodes may elect the stream's leader again (on a
+# loaded machine they wake one after the other, past their election
+# timeouts), and a leader stepping down drops the publishes it had not
+# stored: their acknowledgements never come, and the worker publishes them
+# again once its acknowledgement timeout passes without one.  Ten minutes
+# (above) would outlast the wait below: 30 s here.
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('p', http_timeout_ms => 30000)");
 {
-	my $worker = worker_pid();
-	my $rss = sub {
-		my ($kb) = PostgreSQL::Test::Utils::slurp_file("/proc/$worker/status") =~ /^VmRSS:\s*(\d+)/m;
-		return $kb;
-	};
 	# A worker publishes the first change after it read the stream alone
 	# (the stream may hold it already): this one, so that the batch below
 	# goes out 256 at a time.
 	insert();
 	ok(poll("SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 1000)", 120),
 		'memory: the restarted worker published');
+	my $worker = worker_pid();
+	my $rss = sub {
+		my ($kb) = PostgreSQL::Test::Utils::slurp_file("/proc/$worker/status") =~ /^VmRSS:\s*(\d+)/m;
+		return $kb;
+	};
 	my $before = $rss->();
 	my $offset = -s $node->logfile;
 	$nats->pause_all;
