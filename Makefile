@@ -12,6 +12,7 @@ OBJS = \
 	src/launcher.o \
 	src/sync.o \
 	src/worker.o \
+	src/fanout.o \
 	src/runs.o \
 	src/catalog.o \
 	src/install.o \
@@ -25,7 +26,9 @@ OBJS = \
 	src/resync.o \
 	src/slot_health.o \
 	src/delivery.o \
+	src/delivery_set.o \
 	src/output_plugin.o \
+	src/render_target.o \
 	src/publication.o \
 	src/table_shape.o \
 	src/row_key.o \
@@ -70,11 +73,13 @@ OBJS = \
 	src/table_read.o \
 	src/signing.o \
 	src/checkpoint.o \
+	src/checkpoint_floor.o \
 	src/fault.o \
 	src/redact.o \
 	src/api.o \
 	src/api_xact.o \
 	src/api_run.o \
+	src/api_destination.o \
 	src/api_definitions.o \
 	src/status.o
 

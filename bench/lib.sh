@@ -200,8 +200,10 @@ BEGIN
 			SELECT worker_pid INTO pid FROM replicant.status WHERE pipeline = p_name;
 			IF pid IS NOT NULL THEN t_worker := clock_timestamp(); END IF;
 		END IF;
-		SELECT c.end_lsn INTO done_lsn FROM replicant.checkpoints c
-		  JOIN replicant.pipelines p ON p.id = c.pipeline_id WHERE p.name = p_name;
+		-- the floor: the lowest checkpoint of its destinations (none: 0/0)
+		SELECT min(coalesce(c.end_lsn, '0/0')) INTO done_lsn FROM replicant.destinations d
+		  JOIN replicant.pipelines p ON p.id = d.pipeline_id
+		  LEFT JOIN replicant.checkpoints c ON c.destination_id = d.id WHERE p.name = p_name;
 		EXIT WHEN done_lsn >= p_end;
 		COMMIT;
 		PERFORM pg_sleep(0.002);

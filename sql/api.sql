@@ -139,7 +139,7 @@ SELECT * FROM leftovers();
 SELECT replicant.create_pipeline('orders', ARRAY['p1', 'p2'], 'http://127.0.0.1:9/ingest',
     headers => '{"Authorization": "Bearer token-in-header"}', secret => 'whsec_c2VjcmV0');
 SELECT replicant.create_pipeline('orders', 'p1', 'http://127.0.0.1:9/');
-SELECT p.name, d.name AS destination, publications, sink_url, snapshot, enabled, halt_reason,
+SELECT p.name, d.name AS destination, publications, sink_url, snapshot, enabled, p.halt_reason,
        batch_max_bytes, batch_max_transactions, http_timeout_ms, connect_timeout_ms
   FROM replicant.pipelines p JOIN replicant.destinations d ON d.pipeline_id = p.id;
 SELECT * FROM leftovers();
@@ -184,7 +184,7 @@ SELECT publications, batch_max_transactions, config_version, secret IS NOT NULL 
 SELECT replicant.alter_pipeline('orders', clear_secret => true);
 SELECT secret IS NULL AS unsigned FROM replicant.destinations;
 
--- destinations: one per pipeline in this version, named at creation
+-- destinations: named at creation, changed one by one
 SELECT replicant.alter_destination('orders', 'nope', batch_max_transactions => 10);
 SELECT replicant.alter_destination('nope', 'default', batch_max_transactions => 10);
 SELECT replicant.alter_destination('orders', NULL, batch_max_transactions => 10);
@@ -212,6 +212,142 @@ SELECT http_timeout_ms, batch_max_transactions FROM replicant.destinations d
   JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'named';
 SELECT replicant.drop_pipeline('named');
 SELECT count(*) FROM replicant.destinations;
+
+-- several destinations (issue 34), on a disabled pipeline: no worker
+-- delivers meanwhile
+SELECT p.oid::regprocedure AS function, pg_get_function_arguments(p.oid) AS arguments,
+       has_function_privilege('replicant_admin', p.oid, 'EXECUTE') AS admin,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public
+  FROM pg_proc p
+ WHERE p.pronamespace = 'replicant'::regnamespace
+   AND p.proname IN ('add_destination', 'drop_destination', 'resume_pipeline')
+ ORDER BY 1;
+SELECT replicant.create_pipeline('fan', 'p1', 'http://127.0.0.1:9/a', enabled => false,
+    secret => 'whsec_c2VjcmV0', headers => '{"X-Token": "t"}');
+SELECT replicant.add_destination(NULL, 'b', 'http://127.0.0.1:9/b');
+SELECT replicant.add_destination('nope', 'b', 'http://127.0.0.1:9/b');
+SELECT replicant.add_destination('fan', NULL, 'http://127.0.0.1:9/b');
+SELECT replicant.add_destination('fan', '', 'http://127.0.0.1:9/b');
+SELECT replicant.add_destination('fan', 'Bad;Name', 'http://127.0.0.1:9/b');
+SELECT replicant.add_destination('fan', repeat('b', 49), 'http://127.0.0.1:9/b');
+SELECT replicant.add_destination('fan', 'default', 'http://127.0.0.1:9/b');
+SELECT replicant.add_destination('fan', 'b', NULL);
+SELECT replicant.add_destination('fan', 'b', 'ftp://127.0.0.1/');
+SELECT replicant.add_destination('fan', 'b', 'http://user:pw@127.0.0.1/');
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', format => 'bogus');
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', format => NULL);
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', batch_max_bytes => 0);
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', headers => '{"Host": "x"}');
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', secret => '');
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', create_tables => true);
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', max_retained_wal => '-1');
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', on_slot_loss => 'heal');
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', snapshot => 'bogus');
+\set VERBOSITY default
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', snapshot => 'initial');
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', snapshot => 'incremental');
+-- NATS beside another destination: their message ids and marks would collide
+SELECT replicant.add_destination('fan', 'b', 'nats://127.0.0.1:4222/S');
+\set VERBOSITY terse
+SELECT count(*) AS destinations_after_refusals FROM replicant.destinations d
+  JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'fan';
+
+-- a pipeline's destinations share one format (a backfill renders its rows once)
+SELECT replicant.add_destination('fan', 'search', 'http://127.0.0.1:9/b', format => 'cloudevents');
+-- an added destination starts at the WAL position of the call (its commit
+-- one below it: a commit record may start there); the oldest, which never
+-- delivered, still has no checkpoint
+SELECT pg_current_wal_insert_lsn() AS before_add \gset
+SELECT replicant.add_destination('fan', 'search', 'http://127.0.0.1:9/b', format => 'replicant',
+    batch_max_transactions => 7, secret => 'whsec_bmV3', headers => '{"X-B": "v"}',
+    max_retained_wal => '2GB', on_slot_loss => 'resync');
+SELECT replicant.add_destination('fan', 'cache', 'http://127.0.0.1:9/c');
+SELECT d.name, d.format, d.batch_max_transactions, d.secret IS NOT NULL AS signed, d.headers,
+       d.max_retained_wal, d.on_slot_loss, d.halt_reason, d.halt_lsn,
+       c.end_lsn - c.commit_lsn = 1 AS one_below, c.end_lsn >= :'before_add' AS after_call,
+       c.commit_lsn <= pg_current_wal_insert_lsn() AS before_now
+  FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id
+  LEFT JOIN replicant.checkpoints c ON c.destination_id = d.id
+ WHERE p.name = 'fan' ORDER BY d.id;
+SELECT replicant.add_destination('fan', 'search', 'http://127.0.0.1:9/d');
+\set VERBOSITY default
+SELECT replicant.add_destination('fan', 'relay', 'nats://127.0.0.1:4222/S');
+SELECT replicant.alter_destination('fan', 'cache', sink_url => 'nats://127.0.0.1:4222/S');
+SELECT replicant.alter_destination('fan', 'cache', format => 'cloudevents');
+-- alter_pipeline's sink options change the only destination: refused with several
+SELECT replicant.alter_pipeline('fan', http_timeout_ms => 1000);
+\set VERBOSITY terse
+SELECT replicant.alter_pipeline('fan', clear_secret => true);
+SELECT replicant.alter_pipeline('fan', sink_url => 'http://127.0.0.1:9/z');
+SELECT config_version AS version_before FROM replicant.pipelines WHERE name = 'fan' \gset
+SELECT replicant.alter_pipeline('fan', publication => ARRAY['p1', 'p2']);
+SELECT config_version > :version_before AS restarted, publications FROM replicant.pipelines WHERE name = 'fan';
+SELECT replicant.alter_destination('fan', 'cache', http_timeout_ms => 1000);
+SELECT name, http_timeout_ms FROM replicant.destinations
+ WHERE pipeline_id = (SELECT id FROM replicant.pipelines WHERE name = 'fan') ORDER BY id;
+
+-- a NATS destination stays alone
+SELECT replicant.create_pipeline('natsonly', 'p1', 'nats://127.0.0.1:4222/S', enabled => false);
+SELECT replicant.add_destination('natsonly', 'web', 'http://127.0.0.1:9/');
+SELECT replicant.drop_pipeline('natsonly');
+
+-- at most 16 destinations
+SELECT count(replicant.add_destination('fan', 'd' || g, 'http://127.0.0.1:9/')) FROM generate_series(4, 16) g;
+\set VERBOSITY default
+SELECT replicant.add_destination('fan', 'd17', 'http://127.0.0.1:9/');
+\set VERBOSITY terse
+SELECT replicant.drop_destination('fan', 'nope');
+SELECT replicant.drop_destination('nope', 'd4');
+SELECT replicant.drop_destination('fan', NULL);
+SELECT replicant.drop_destination('fan', 'Bad;Name');
+SELECT count(replicant.drop_destination('fan', 'd' || g)) FROM generate_series(4, 16) g;
+SELECT count(*) AS destinations, count(c.*) AS checkpoints FROM replicant.destinations d
+  LEFT JOIN replicant.checkpoints c ON c.destination_id = d.id
+ WHERE d.pipeline_id = (SELECT id FROM replicant.pipelines WHERE name = 'fan');
+
+-- halts of one destination: resume_pipeline(name, destination) clears its
+-- own, resume_pipeline(name) every one (the worker records them so)
+UPDATE replicant.destinations SET halt_reason = 'the sink refused a request', halt_lsn = '0/10'
+ WHERE name IN ('search', 'cache');
+SELECT replicant.await_delivered('fan', timeout_ms => 0);
+SELECT replicant.resume_pipeline('fan', 'nope');
+SELECT replicant.resume_pipeline('fan', 'Bad;Name');
+SELECT replicant.resume_pipeline('fan', 'default');
+SELECT replicant.resume_pipeline('fan', 'search');
+SELECT name, halt_reason, halt_lsn FROM replicant.destinations
+ WHERE pipeline_id = (SELECT id FROM replicant.pipelines WHERE name = 'fan') ORDER BY id;
+SELECT replicant.resume_pipeline('fan');
+SELECT count(*) AS halted FROM replicant.destinations WHERE halt_reason IS NOT NULL OR halt_lsn IS NOT NULL;
+SELECT replicant.resume_pipeline('fan', NULL);
+
+-- pipeline_definitions: create_pipeline with the oldest, add_destination for
+-- the others; dropping the oldest makes the next one create_pipeline's
+SELECT replicant.drop_destination('fan', 'default');
+SELECT d FROM replicant.pipeline_definitions() d WHERE d LIKE '%''fan''%';
+CREATE TEMP VIEW fan_now AS
+SELECT row_number() OVER (ORDER BY d.id) AS position, d.name, d.sink_url, d.format, d.headers,
+       d.secret, d.ca_file, d.batch_max_bytes, d.batch_max_transactions, d.http_timeout_ms,
+       d.connect_timeout_ms, d.create_tables, d.max_retained_wal, d.on_slot_loss, p.enabled,
+       p.publications
+  FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id
+ WHERE p.name = 'fan';
+CREATE TEMP TABLE fan_before AS SELECT * FROM fan_now;
+CREATE TEMP TABLE fan_definitions AS
+SELECT d FROM replicant.pipeline_definitions(true) d WHERE d LIKE '%''fan''%';
+SELECT replicant.drop_pipeline('fan');
+SELECT d FROM fan_definitions \gexec
+SELECT count(*) AS destinations, (SELECT count(*) FROM (TABLE fan_before EXCEPT TABLE fan_now
+                                                        UNION ALL
+                                                        (TABLE fan_now EXCEPT TABLE fan_before)) x) AS differences
+  FROM fan_now;
+-- the last destination stays: drop the pipeline instead
+SELECT replicant.drop_destination('fan', 'cache');
+\set VERBOSITY default
+SELECT replicant.drop_destination('fan', 'search');
+\set VERBOSITY terse
+SELECT replicant.drop_pipeline('fan');
+DROP VIEW fan_now;
+DROP TABLE fan_before, fan_definitions;
 
 -- backfills
 CREATE TABLE t2 (id int PRIMARY KEY);
@@ -268,6 +404,9 @@ SELECT replicant.create_pipeline('y', 'p1', 'http://127.0.0.1:9/');
 SELECT replicant.drop_pipeline('orders');
 SELECT replicant.retry_pipeline('orders');
 SELECT replicant.alter_destination('orders', 'default', batch_max_transactions => 10);
+SELECT replicant.add_destination('orders', 'b', 'http://127.0.0.1:9/');
+SELECT replicant.drop_destination('orders', 'default');
+SELECT replicant.resume_pipeline('orders', 'default');
 SELECT * FROM replicant.backfill_status;
 RESET ROLE;
 GRANT USAGE ON SCHEMA replicant TO replicant_nobody;
@@ -280,9 +419,9 @@ RESET ROLE;
 -- metrics: pg_monitor's members may read them
 GRANT pg_monitor TO replicant_nobody;
 SET ROLE replicant_nobody;
-SELECT metric, value >= 0 AS present FROM replicant.metrics
+SELECT metric, destination, value >= 0 AS present FROM replicant.metrics
  WHERE pipeline = 'orders' AND metric IN ('replicant_state', 'replicant_retained_wal_bytes')
- ORDER BY metric;
+ ORDER BY metric, destination;
 RESET ROLE;
 REVOKE pg_monitor FROM replicant_nobody;
 REVOKE USAGE ON SCHEMA replicant FROM replicant_nobody;

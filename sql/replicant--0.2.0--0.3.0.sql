@@ -453,9 +453,10 @@ COMMENT ON COLUMN replicant.pipelines.resync_reason IS
 -- Destinations (issue 34; docs/destinations-design.md): where a pipeline's
 -- changes go and how (the sink's URL, format, secret, headers, timeouts,
 -- batch limits, the slot budget) moves from replicant.pipelines, which keeps
--- what is decoded, to replicant.destinations.  In this version a pipeline
--- has exactly one destination: create_pipeline makes it ("default" unless
--- named), alter_pipeline and alter_destination change it.  Each existing
+-- what is decoded, to replicant.destinations.  create_pipeline makes a
+-- pipeline's first destination ("default" unless named), add_destination
+-- (the section "Several destinations" below) the others, up to 16;
+-- alter_destination changes one, alter_pipeline the only one.  Each existing
 -- pipeline gets its destination "default" here, with its options as they
 -- are; its checkpoint row becomes that destination's, with its LSNs, and
 -- "default" keeps every wire id: nothing is delivered twice.  A running
@@ -482,12 +483,15 @@ CREATE TABLE replicant.destinations (
     max_retained_wal        bigint CHECK (max_retained_wal OPERATOR(pg_catalog.>) 0),
     on_slot_loss            text NOT NULL DEFAULT 'halt'
         CHECK (on_slot_loss OPERATOR(pg_catalog.=) ANY ('{halt,resync}')),
+    -- a destination halted alone (its sink refused, its format cannot go on)
+    halt_reason             text,
+    halt_lsn                pg_lsn,
     created_at              timestamptz NOT NULL DEFAULT now(),
     UNIQUE (pipeline_id, name)
 );
 REVOKE ALL ON replicant.destinations FROM PUBLIC;
 COMMENT ON TABLE replicant.destinations IS
-    'API: Private. Where each pipeline delivers and how (one destination per pipeline in this version); holds secrets, never granted to PUBLIC.';
+    'API: Private. Where each pipeline delivers and how (up to 16 destinations per pipeline); holds secrets, never granted to PUBLIC.';
 INSERT INTO replicant.destinations
        (pipeline_id, name, sink_url, format, headers, secret, secret_previous,
         secret_previous_until, ca_file, batch_max_bytes, batch_max_transactions,
@@ -500,6 +504,10 @@ COMMENT ON COLUMN replicant.destinations.max_retained_wal IS
     'API: Private. Bytes of WAL the pipeline''s slot may retain for the destination before the worker gives it up; NULL: no budget.';
 COMMENT ON COLUMN replicant.destinations.on_slot_loss IS
     'API: Private. What a lost slot does: halt the pipeline, or resync it.';
+COMMENT ON COLUMN replicant.destinations.halt_reason IS
+    'API: Private. Why the destination alone halted (its sink refused a request, its format cannot render a change), value-free; NULL: not halted.  A halt of the pipeline''s is the pipeline''s row''s.';
+COMMENT ON COLUMN replicant.destinations.halt_lsn IS
+    'API: Private. The commit the destination halted at, or NULL.';
 
 -- A checkpoint is a destination's; pipeline_id stays (joins, the cascade).
 ALTER TABLE replicant.checkpoints ADD COLUMN destination_id integer
@@ -656,7 +664,9 @@ GRANT EXECUTE ON FUNCTION replicant.resync_pipeline(text) TO replicant_admin;
 -- replicant.status, as it is now: the slot the row names, and only if it is
 -- of this database and replicant's plugin; the sink URL as the reader may
 -- see it; when a pipeline waiting to retry tries again (issue 31); then,
--- added at the end, what the slot costs; and the resync states.
+-- added at the end, what the slot costs; and the resync states.  One row
+-- per pipeline however many destinations it has (issue 34): its
+-- checkpoint_lsn is their floor, a destination halted alone halts it.
 CREATE OR REPLACE VIEW replicant.status AS
 SELECT p.name AS pipeline,
        CASE
@@ -665,6 +675,7 @@ SELECT p.name AS pipeline,
            WHEN NOT p.enabled THEN 'disabled'
            WHEN p.resync_reason IS NOT NULL AND NOT p.resync_slot_dropped THEN 'resync_pending'
            WHEN p.resync_reason IS NOT NULL THEN 'resyncing'
+           WHEN d.halt_reason IS NOT NULL THEN 'halted'
            ELSE coalesce(w.state, 'starting')
        END AS state,
        p.slot_name COLLATE pg_catalog."default" AS slot_name,  -- as 0.2.0's column
@@ -677,7 +688,10 @@ SELECT p.name AS pipeline,
        coalesce(w.bytes_delivered, 0) AS bytes_delivered,
        coalesce(w.retries, 0) AS retries,
        coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
-       coalesce(p.halt_reason, p.resync_reason, w.last_error) AS last_error,
+       coalesce(p.halt_reason, p.resync_reason,
+                CASE WHEN d.n > 1 THEN 'destination "' || d.halted || '": ' || d.halt_reason
+                     ELSE d.halt_reason END,
+                w.last_error) AS last_error,
        w.worker_pid,
        replicant._sink_url(d.sink_url, p.owner) AS sink_url,
        w.sink_latency_ms,
@@ -699,8 +713,25 @@ SELECT p.name AS pipeline,
                              END AS current_lsn,
                              pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size'))
                                  AS max_slot_wal_keep_size) l
-  LEFT JOIN replicant.destinations d ON d.pipeline_id = p.id  -- its only one
-  LEFT JOIN replicant.checkpoints c ON c.destination_id = d.id
+  -- The destinations rolled up: the sink URL of the only one (NULL with
+  -- several), the smallest budget (the first to give its hold up, as in
+  -- replicant.metrics), the oldest halted one.
+  CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS n,
+                             CASE WHEN pg_catalog.count(*) = 1 THEN pg_catalog.min(dd.sink_url) END AS sink_url,
+                             pg_catalog.min(dd.max_retained_wal) AS max_retained_wal,
+                             (pg_catalog.array_agg(dd.name ORDER BY dd.id)
+                                  FILTER (WHERE dd.halt_reason IS NOT NULL))[1] AS halted,
+                             (pg_catalog.array_agg(dd.halt_reason ORDER BY dd.id)
+                                  FILTER (WHERE dd.halt_reason IS NOT NULL))[1] AS halt_reason
+                        FROM replicant.destinations dd
+                       WHERE dd.pipeline_id = p.id) d
+  -- The floor (checkpoint.c): the lowest checkpoint of the pipeline's
+  -- destinations, NULL while one has none.
+  LEFT JOIN LATERAL (SELECT f.commit_lsn, f.updated_at
+                       FROM replicant.destinations fd
+                       LEFT JOIN replicant.checkpoints f ON f.destination_id = fd.id
+                      WHERE fd.pipeline_id = p.id
+                      ORDER BY f.end_lsn NULLS FIRST LIMIT 1) c ON true
   LEFT JOIN pg_catalog.pg_replication_slots s
          ON s.slot_name = p.slot_name
         AND s.database = pg_catalog.current_database()
@@ -709,8 +740,9 @@ SELECT p.name AS pipeline,
                                  AS retained_wal_bytes) r
   LEFT JOIN replicant._worker_status_v2() w ON w.pipeline_id = p.id;
 
--- ---- Metrics (issue 35): replicant.metrics, one row per pipeline, metric
--- and label set, shaped for Prometheus (contrib/prometheus/queries.yaml
+-- ---- Metrics (issue 35): replicant.metrics, one row per pipeline, metric,
+-- label set and destination (issue 34: NULL on the pipeline's own metrics,
+-- the destination's name on its sink's), shaped for Prometheus (contrib/prometheus/queries.yaml
 -- maps it for postgres_exporter).  Counters and gauges of a running
 -- pipeline come from shared memory (_metrics()); the view adds what the
 -- catalog and pg_replication_slots know: the state of a pipeline no worker
@@ -724,7 +756,8 @@ CREATE FUNCTION replicant._metrics(
     OUT metric text,
     OUT status_class text,
     OUT le text,
-    OUT value double precision)
+    OUT value double precision,
+    OUT destination text)
 RETURNS SETOF record
 LANGUAGE C STRICT VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -739,16 +772,6 @@ CREATE VIEW replicant.metrics AS
 WITH live AS MATERIALIZED (SELECT * FROM replicant._metrics()),
 pipeline AS (
     SELECT p.name::pg_catalog.text AS pipeline,
-           CASE
-               WHEN pg_catalog.pg_is_in_recovery() THEN 7
-               WHEN p.halt_reason IS NOT NULL THEN 4
-               WHEN NOT p.enabled THEN 5
-               WHEN p.resync_reason IS NOT NULL AND NOT p.resync_slot_dropped THEN 6
-               WHEN p.resync_reason IS NOT NULL THEN 8
-               ELSE coalesce((SELECT l.value FROM live l
-                               WHERE l.pipeline OPERATOR(pg_catalog.=) p.name
-                                 AND l.metric OPERATOR(pg_catalog.=) 'replicant_state'), 0)
-           END AS state,
            pg_catalog.pg_wal_lsn_diff(CASE
                                           WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
                                           ELSE pg_catalog.pg_current_wal_lsn()
@@ -758,27 +781,51 @@ pipeline AS (
                                           ELSE pg_catalog.pg_current_wal_lsn()
                                       END, s.restart_lsn) AS retained_wal_bytes,
            s.safe_wal_size,
-           d.max_retained_wal
+           -- the smallest budget: the first destination to give its hold up
+           (SELECT pg_catalog.min(d.max_retained_wal) FROM replicant.destinations d
+             WHERE d.pipeline_id OPERATOR(pg_catalog.=) p.id) AS max_retained_wal
       FROM replicant.pipelines p
-      LEFT JOIN replicant.destinations d ON d.pipeline_id OPERATOR(pg_catalog.=) p.id
       LEFT JOIN pg_catalog.pg_replication_slots s
              ON s.slot_name OPERATOR(pg_catalog.=) p.slot_name
             AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
-            AND s.plugin OPERATOR(pg_catalog.=) 'replicant')
-SELECT l.pipeline, l.metric, l.status_class, l.le, NULL::pg_catalog.text AS table_name, l.value
+            AND s.plugin OPERATOR(pg_catalog.=) 'replicant'),
+-- A destination's state: its pipeline's where the catalog decides it,
+-- then its own halt, else what its sink's answers made it.  (No row of the
+-- pipeline's: each destination's state is a series of its own, which the
+-- alerts take one by one.)
+destination AS (
+    SELECT p.name::pg_catalog.text AS pipeline, d.name::pg_catalog.text AS destination,
+           CASE
+               WHEN pg_catalog.pg_is_in_recovery() THEN 7
+               WHEN p.halt_reason IS NOT NULL THEN 4
+               WHEN NOT p.enabled THEN 5
+               WHEN p.resync_reason IS NOT NULL AND NOT p.resync_slot_dropped THEN 6
+               WHEN p.resync_reason IS NOT NULL THEN 8
+               WHEN d.halt_reason IS NOT NULL THEN 4
+               ELSE coalesce((SELECT l.value FROM live l
+                               WHERE l.pipeline OPERATOR(pg_catalog.=) p.name
+                                 AND l.destination OPERATOR(pg_catalog.=) d.name
+                                 AND l.metric OPERATOR(pg_catalog.=) 'replicant_state'), 0)
+           END AS state
+      FROM replicant.pipelines p
+      JOIN replicant.destinations d ON d.pipeline_id OPERATOR(pg_catalog.=) p.id)
+SELECT l.pipeline, l.metric, l.status_class, l.le, NULL::pg_catalog.text AS table_name, l.value,
+       l.destination
   FROM live l
  WHERE l.metric OPERATOR(pg_catalog.<>) 'replicant_state'
 UNION ALL
-SELECT g.pipeline, m.metric, NULL, NULL, NULL, m.value
+SELECT e.pipeline, 'replicant_state', NULL, NULL, NULL, e.state::pg_catalog.float8, e.destination
+  FROM destination e
+UNION ALL
+SELECT g.pipeline, m.metric, NULL, NULL, NULL, m.value, NULL
   FROM pipeline g
- CROSS JOIN LATERAL (VALUES ('replicant_state', g.state::pg_catalog.float8),
-                            ('replicant_lag_bytes', g.lag_bytes::pg_catalog.float8),
+ CROSS JOIN LATERAL (VALUES ('replicant_lag_bytes', g.lag_bytes::pg_catalog.float8),
                             ('replicant_retained_wal_bytes', g.retained_wal_bytes::pg_catalog.float8),
                             ('replicant_safe_wal_size_bytes', g.safe_wal_size::pg_catalog.float8),
                             ('replicant_max_retained_wal_bytes', g.max_retained_wal::pg_catalog.float8)) m(metric, value)
  WHERE m.value IS NOT NULL
 UNION ALL
-SELECT b.pipeline::pg_catalog.text, m.metric, NULL, NULL, b.table_name, m.value
+SELECT b.pipeline::pg_catalog.text, m.metric, NULL, NULL, b.table_name, m.value, NULL
   FROM (SELECT s.pipeline, pg_catalog.format('%I.%I', n.nspname, c.relname) AS table_name,
                sum(s.rows_done) AS rows_done, sum(s.rows_estimate) AS rows_estimate
           FROM replicant.backfill_status s
@@ -790,7 +837,7 @@ SELECT b.pipeline::pg_catalog.text, m.metric, NULL, NULL, b.table_name, m.value
                             ('replicant_backfill_rows_estimated', b.rows_estimate::pg_catalog.float8)) m(metric, value)
  WHERE m.value IS NOT NULL;
 COMMENT ON VIEW replicant.metrics IS
-    'Counters and gauges per pipeline, metric and label set, for Prometheus (README, "Monitoring")';
+    'Counters and gauges per pipeline, metric, label set and destination, for Prometheus (README, "Monitoring")';
 REVOKE ALL ON replicant.metrics FROM PUBLIC;
 GRANT SELECT ON replicant.metrics TO pg_monitor, replicant_admin;
 
@@ -810,6 +857,162 @@ ALTER TABLE replicant.pipelines
     DROP COLUMN batch_max_bytes, DROP COLUMN batch_max_transactions,
     DROP COLUMN http_timeout_ms, DROP COLUMN connect_timeout_ms, DROP COLUMN create_tables,
     DROP COLUMN max_retained_wal, DROP COLUMN on_slot_loss;
+
+-- ---- Status per destination (issue 34; docs/destinations-design.md §1):
+-- replicant.status keeps one row per pipeline, its sink columns rolled up
+-- over the pipeline's destinations (_worker_status_v2() does that);
+-- destination_status has one row per destination with those columns, for
+-- whoever may read replicant.status.  Never the secret or the headers; the
+-- sink URL as status shows it.
+CREATE FUNCTION replicant._check_status_reader() RETURNS boolean
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_check_status_reader';
+COMMENT ON FUNCTION replicant._check_status_reader() IS
+    'API: Private. Raises an error unless the caller may read replicant.status';
+GRANT EXECUTE ON FUNCTION replicant._check_status_reader() TO PUBLIC;
+
+CREATE FUNCTION replicant._destination_status(
+    OUT pipeline_id integer,
+    OUT destination_id integer,
+    OUT state text,
+    OUT transactions_delivered bigint,
+    OUT changes_delivered bigint,
+    OUT batches_delivered bigint,
+    OUT bytes_delivered bigint,
+    OUT retries bigint,
+    OUT last_delivery_at timestamptz,
+    OUT last_error text,
+    OUT sink_latency_ms double precision,
+    OUT last_http_status integer,
+    OUT next_retry_at timestamptz)
+RETURNS SETOF record
+LANGUAGE C STRICT VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_destination_status';
+COMMENT ON FUNCTION replicant._destination_status() IS
+    'API: Private. Live state per destination behind replicant.destination_status, for readers of replicant.status';
+-- Run with the privileges of whoever reads the view; the function checks
+-- that the reader may SELECT replicant.status.
+GRANT EXECUTE ON FUNCTION replicant._destination_status() TO PUBLIC;
+
+-- behind_bytes: WAL from the destination's checkpoint to the furthest one
+-- of its pipeline's destinations, what it trails the others by (0 with
+-- one destination).  holds_slot: its checkpoint holds the slot's WAL, as
+-- every destination's does but while the pipeline resyncs or once its slot
+-- is gone or lost.
+CREATE VIEW replicant.destination_status AS
+SELECT p.name AS pipeline,
+       d.name AS destination,
+       CASE
+           WHEN pg_catalog.pg_is_in_recovery() THEN 'standby'
+           WHEN p.halt_reason IS NOT NULL THEN 'halted'
+           WHEN NOT p.enabled THEN 'disabled'
+           WHEN p.resync_reason IS NOT NULL AND NOT p.resync_slot_dropped THEN 'resync_pending'
+           WHEN p.resync_reason IS NOT NULL THEN 'resyncing'
+           WHEN d.halt_reason IS NOT NULL THEN 'halted'
+           ELSE coalesce(w.state, 'starting')
+       END AS state,
+       d.format,
+       c.commit_lsn AS checkpoint_lsn,
+       coalesce(w.transactions_delivered, 0) AS transactions_delivered,
+       coalesce(w.changes_delivered, 0) AS changes_delivered,
+       coalesce(w.batches_delivered, 0) AS batches_delivered,
+       coalesce(w.bytes_delivered, 0) AS bytes_delivered,
+       coalesce(w.retries, 0) AS retries,
+       coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
+       coalesce(p.halt_reason, p.resync_reason, d.halt_reason, w.last_error) AS last_error,
+       replicant._sink_url(d.sink_url, p.owner) AS sink_url,
+       w.sink_latency_ms,
+       w.last_http_status,
+       CASE WHEN p.halt_reason IS NULL AND d.halt_reason IS NULL AND p.enabled THEN w.next_retry_at END AS next_retry_at,
+       d.max_retained_wal,
+       pg_catalog.pg_wal_lsn_diff(
+           pg_catalog.max(c.end_lsn) OVER (PARTITION BY p.id),
+           c.end_lsn)::bigint AS behind_bytes,
+       (p.resync_reason IS NULL AND s.slot_name IS NOT NULL
+        AND s.wal_status IS DISTINCT FROM 'lost') AS holds_slot
+  FROM replicant.pipelines p
+  JOIN replicant.destinations d ON d.pipeline_id = p.id
+  LEFT JOIN replicant.checkpoints c ON c.destination_id = d.id
+  LEFT JOIN pg_catalog.pg_replication_slots s
+         ON s.slot_name = p.slot_name
+        AND s.database = pg_catalog.current_database()
+        AND s.plugin = 'replicant'
+  LEFT JOIN replicant._destination_status() w ON w.destination_id = d.id
+ WHERE replicant._check_status_reader();
+COMMENT ON VIEW replicant.destination_status IS
+    'One row per destination of a pipeline: its state, checkpoint, counters and sink, for whoever may read replicant.status';
+GRANT SELECT ON replicant.destination_status TO PUBLIC;
+
+-- Running workers' destinations get their names (the views above join by
+-- them) from a sync once this update commits.
+CREATE FUNCTION replicant._request_sync() RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_request_sync';
+COMMENT ON FUNCTION replicant._request_sync() IS
+    'API: Private. Has the database''s pipelines mirrored into shared memory again once the transaction commits';
+REVOKE ALL ON FUNCTION replicant._request_sync() FROM PUBLIC;
+SELECT replicant._request_sync();
+
+-- ---- Several destinations (issue 34; docs/destinations-design.md §1):
+-- add_destination and drop_destination; a destination halts alone
+-- (replicant.destinations.halt_reason, written by the worker) and
+-- resume_pipeline(name, destination) resumes it alone.  A new destination
+-- gets what commits after the call (its checkpoint is the WAL insert
+-- position once the worker stopped); snapshot => 'none' only in this
+-- version.
+CREATE FUNCTION replicant.add_destination(
+    pipeline                text,
+    name                    text,
+    sink_url                text,
+    format                  text DEFAULT 'replicant',
+    snapshot                text DEFAULT 'none',
+    batch_max_bytes         integer DEFAULT 8388608,
+    batch_max_transactions  integer DEFAULT 10000,
+    http_timeout_ms         integer DEFAULT 30000,
+    connect_timeout_ms      integer DEFAULT 5000,
+    headers                 jsonb DEFAULT '{}',
+    secret                  text DEFAULT NULL,
+    ca_file                 text DEFAULT NULL,
+    create_tables           boolean DEFAULT false,
+    max_retained_wal        text DEFAULT NULL,
+    on_slot_loss            text DEFAULT 'halt')
+RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_add_destination';
+COMMENT ON FUNCTION replicant.add_destination(text, text, text, text, text, integer, integer, integer, integer, jsonb, text, text, boolean, text, text) IS
+    'Adds a destination to a pipeline: it receives what commits after the call';
+
+CREATE FUNCTION replicant.drop_destination(pipeline text, name text) RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_drop_destination';
+COMMENT ON FUNCTION replicant.drop_destination(text, text) IS
+    'Removes a destination of a pipeline (not its last one) and its checkpoint';
+
+-- resume_pipeline gains the destination to resume alone (NULL: the pipeline
+-- and every destination, as before).
+DROP FUNCTION replicant.resume_pipeline(text);
+CREATE FUNCTION replicant.resume_pipeline(name text, destination text DEFAULT NULL) RETURNS void
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_resume_pipeline';
+COMMENT ON FUNCTION replicant.resume_pipeline(text, text) IS
+    'Clears a fail-closed halt of the pipeline, or of one of its destinations, once its cause is fixed';
+
+REVOKE ALL ON FUNCTION
+    replicant.add_destination(text, text, text, text, text, integer, integer, integer, integer, jsonb, text, text, boolean, text, text),
+    replicant.drop_destination(text, text),
+    replicant.resume_pipeline(text, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    replicant.add_destination(text, text, text, text, text, integer, integer, integer, integer, jsonb, text, text, boolean, text, text),
+    replicant.drop_destination(text, text),
+    replicant.resume_pipeline(text, text)
+TO replicant_admin;
 
 -- ---- Privileges nobody granted on purpose (keep this section last: it
 -- covers every object made above).  Default privileges of the installing

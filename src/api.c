@@ -2,7 +2,7 @@
  * api.c
  *		SQL-callable management functions that make, change and remove a
  *		pipeline: create_pipeline, alter_pipeline, alter_destination and
- *		drop_pipeline.
+ *		drop_pipeline (a pipeline's further destinations: api_destination.c).
  *
  * Every function validates all of its input before it changes anything,
  * and changes nothing when it fails: the options are read and checked by
@@ -33,12 +33,12 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
+#include "api_destination.h"
 #include "api_xact.h"
 #include "backfill_plan.h"
 #include "catalog.h"
 #include "fault.h"
 #include "format.h"
-#include "sink_nats_url.h"
 #include "pipeline.h"
 #include "pipeline_checks.h"
 #include "pipeline_options.h"
@@ -175,48 +175,6 @@ lock_pipeline_name(const char *name)
 }
 
 /*
- * A text column (a constant name) of destination "destination" of pipeline
- * id, which exists (NULL: the pipeline's only one); under the SQL objects
- * of 0.2.0 and before, of the pipeline's row, which has the sink options.
- */
-static char *
-destination_text(int32 id, const char *destination, const char *column)
-{
-	Oid argtypes[2] = {INT4OID, TEXTOID};
-	Datum args[2] = {Int32GetDatum(id), destination ? CStringGetTextDatum(destination) : (Datum) 0};
-	const char *from;
-	int nargs = 1;
-
-	if (!replicant_destinations_exist())
-		from = "replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1";
-	else if (destination == NULL)
-		from = "replicant.destinations WHERE pipeline_id OPERATOR(pg_catalog.=) $1";
-	else
-	{
-		from = "replicant.destinations WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
-			   " AND name OPERATOR(pg_catalog.=) $2";
-		nargs = 2;
-	}
-	if (SPI_execute_with_args(psprintf("SELECT %s FROM %s", column, from),
-							  nargs, argtypes, args, NULL, true, 2) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "could not read the options of pipeline %d", id);
-	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-}
-
-/* NATS destinations take the formats of changes, not ClickHouse's inserts. */
-static void
-check_destination_format(const char *url, const char *format)
-{
-	if (replicant_nats_url(url) && strcmp(format, "replicant") != 0 &&
-		strcmp(format, "cloudevents") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("format \"%s\" cannot be delivered to NATS", format),
-				 errhint("NATS destinations take format \"replicant\" or \"cloudevents\".")));
-}
-
-/*
  * Saves the shape of every published table as the pipeline starts, so that
  * a destructive change made before the table's first streamed change halts
  * the pipeline too (publication.c compares later versions with it).
@@ -263,8 +221,8 @@ check_create_catalog(const char *name, const char *slot_name, Oid owner,
 	List *tables;
 
 	replicant_pipeline_options_check_headers(DatumGetJsonbP(o->values[OPT_HEADERS]));
-	check_destination_format(TextDatumGetCString(o->values[OPT_SINK_URL]),
-							 o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
+	replicant_api_destination_check_format(TextDatumGetCString(o->values[OPT_SINK_URL]),
+										   o->given[OPT_FORMAT] ? TextDatumGetCString(o->values[OPT_FORMAT]) : "replicant");
 	replicant_pipeline_options_check_publications_exist(pubs);
 	tables = replicant_publication_published_tables(pubs, true);
 	replicant_pipeline_checks_owner_reads_tables(owner, tables);
@@ -297,31 +255,6 @@ check_create_catalog(const char *name, const char *slot_name, Oid owner,
 }
 
 /*
- * Inserts the pipeline's destination, with the sink options, once the
- * pipeline's row is in.
- */
-static void
-insert_destination(int32 pipeline_id, const ReplicantPipelineOptions *o, int nargs)
-{
-	StringInfoData sql;
-	StringInfoData params;
-	Oid types[REPLICANT_NUM_OPTION_PARAMS];
-	Datum values[REPLICANT_NUM_OPTION_PARAMS];
-	char nulls[REPLICANT_NUM_OPTION_PARAMS];
-
-	initStringInfo(&sql);
-	initStringInfo(&params);
-	appendStringInfoString(&sql, "INSERT INTO replicant.destinations (pipeline_id");
-	appendStringInfoString(&params, "$1");
-	replicant_pipeline_options_insert_sql(&sql, &params, nargs, REPLICANT_OPTIONS_DESTINATIONS);
-	replicant_pipeline_options_params(o, INT4OID, Int32GetDatum(pipeline_id), InvalidOid, types, values, nulls);
-	appendStringInfo(&sql, ") VALUES (%s)", params.data);
-	if (SPI_execute_with_args(sql.data, REPLICANT_NUM_OPTION_PARAMS, types, values, nulls,
-							  false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not insert into replicant.destinations");
-}
-
-/*
  * Inserts the pipeline's row and its destination's: every option
  * create_pipeline has (nargs arguments: 0.1.0's function lacks failover)
  * gets its column, in the pipeline's row under the SQL objects of 0.2.0
@@ -345,7 +278,7 @@ insert_pipeline(const char *name, const char *slot_name, Oid owner, const Replic
 	initStringInfo(&params);
 	appendStringInfoString(&sql, "INSERT INTO replicant.pipelines (name, owner");
 	appendStringInfoString(&params, "$1, $2");
-	replicant_pipeline_options_insert_sql(&sql, &params, nargs,
+	replicant_pipeline_options_insert_sql(&sql, &params, nargs, REPLICANT_CREATE_PIPELINE,
 										  destinations ? REPLICANT_OPTIONS_PIPELINES : REPLICANT_OPTIONS_BOTH);
 	replicant_pipeline_options_params(o, TEXTOID, CStringGetTextDatum(name), owner, types, values, nulls);
 	/* 0.1.0's and 0.2.0's rows have no slot_name: theirs is replicant_<name>. */
@@ -364,7 +297,7 @@ insert_pipeline(const char *name, const char *slot_name, Oid owner, const Replic
 		elog(ERROR, "could not insert into replicant.pipelines");
 	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (destinations)
-		insert_destination(id, o, nargs);
+		(void) replicant_api_destination_insert(id, o, nargs, REPLICANT_CREATE_PIPELINE);
 	return id;
 }
 
@@ -510,7 +443,7 @@ update_pipeline(const ReplicantPipelineRef *ref, const ReplicantPipelineOptions 
 	appendStringInfoString(&sql, " config_version = config_version OPERATOR(pg_catalog.+) 1"
 								 " WHERE id OPERATOR(pg_catalog.=) $1");
 	replicant_catalog_update_pipelines(sql.data, REPLICANT_NUM_OPTION_PARAMS, types, values, nulls);
-	if (destinations)
+	if (destinations && replicant_pipeline_options_sink_option_given(o) != NULL)
 		update_destination(ref->id, NULL, o, nargs, REPLICANT_ALTER_PIPELINE);
 }
 
@@ -525,21 +458,28 @@ check_alter_catalog(const ReplicantPipelineRef *ref, const char *destination,
 	ArrayType *pubs = o->given[OPT_PUBLICATION] ? DatumGetArrayTypeP(o->values[OPT_PUBLICATION]) :
 												  ref->publications;
 	char *format = NULL;
+	List *formats = NIL;
+	ListCell *lc;
 
 	/* 0.1.0's table has no format column: read it only when a check needs it. */
 	if (o->given[OPT_FORMAT])
 		format = TextDatumGetCString(o->values[OPT_FORMAT]);
-	else if (o->given[OPT_SINK_URL] || o->given[OPT_CREATE_TABLES] || o->given[OPT_PUBLICATION])
-		format = destination_text(ref->id, destination, "format");
+	else if (o->given[OPT_SINK_URL] || o->given[OPT_CREATE_TABLES])
+		format = replicant_api_destination_text(ref->id, destination, "format");
+	/* The formats the publications' tables will be delivered in. */
+	if (o->given[OPT_FORMAT])
+		formats = list_make1(format);
+	else if (o->given[OPT_PUBLICATION])
+		formats = replicant_api_destination_formats(ref->id, destination);
 
 	if (o->given[OPT_MESSAGES] && DatumGetBool(o->values[OPT_MESSAGES]))
 		replicant_pipeline_checks_owner_may_receive_messages(ref->owner);
 	if (o->given[OPT_HEADERS])
 		replicant_pipeline_options_check_headers(DatumGetJsonbP(o->values[OPT_HEADERS]));
 	if (o->given[OPT_SINK_URL] || o->given[OPT_FORMAT])
-		check_destination_format(o->given[OPT_SINK_URL] ? TextDatumGetCString(o->values[OPT_SINK_URL]) :
-														  destination_text(ref->id, destination, "sink_url"),
-								 format);
+		replicant_api_destination_check_format(o->given[OPT_SINK_URL] ? TextDatumGetCString(o->values[OPT_SINK_URL]) :
+																		replicant_api_destination_text(ref->id, destination, "sink_url"),
+											   format);
 	if (o->given[OPT_PUBLICATION])
 		replicant_pipeline_options_check_publications_exist(pubs);
 	if (o->given[OPT_FORMAT] && replicant_format_lookup(format)->whole_rows)
@@ -547,30 +487,31 @@ check_alter_catalog(const ReplicantPipelineRef *ref, const char *destination,
 													  format);
 	if (o->given[OPT_CREATE_TABLES])
 		replicant_pipeline_checks_create_tables(DatumGetBool(o->values[OPT_CREATE_TABLES]), format);
-	if (o->given[OPT_FORMAT] || o->given[OPT_PUBLICATION])
+	foreach(lc, formats)
 		replicant_pipeline_checks_targets_distinct(pubs, replicant_publication_published_tables(pubs, true),
-												   format);
+												   lfirst(lc));
 }
 
 /*
- * Raises an error unless pipeline ref has a destination of this name
- * (inside catalog access).
+ * The checks of alter_pipeline and alter_destination against the rows,
+ * again under the pipeline row's lock: the destination exists; a sink
+ * option of alter_pipeline needs a pipeline with one destination; a NATS
+ * URL, a destination without others.
  */
 static void
-check_destination_exists(const ReplicantPipelineRef *ref, const char *destination)
+check_alter_rows(const ReplicantPipelineRef *ref, const char *destination,
+				 const ReplicantPipelineOptions *o)
 {
-	Oid argtypes[2] = {INT4OID, TEXTOID};
-	Datum args[2] = {Int32GetDatum(ref->id), CStringGetTextDatum(destination)};
-
-	if (SPI_execute_with_args("SELECT 1 FROM replicant.destinations"
-							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
-							  2, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read replicant.destinations");
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("destination \"%s\" of pipeline \"%s\" does not exist", destination, ref->name),
-				 errhint("replicant.pipeline_definitions() names each pipeline's destination.")));
+	if (destination == NULL)
+	{
+		replicant_api_destination_check_only(ref, o);
+		return;
+	}
+	(void) replicant_api_destination_lookup(ref, destination, NULL);
+	if (o->given[OPT_SINK_URL])
+		replicant_api_destination_check_nats(ref, destination, TextDatumGetCString(o->values[OPT_SINK_URL]));
+	if (o->given[OPT_FORMAT])
+		replicant_api_destination_check_shared_format(ref, destination, TextDatumGetCString(o->values[OPT_FORMAT]));
 }
 
 /*
@@ -599,8 +540,7 @@ alter(FunctionCallInfo fcinfo, ReplicantOptionsCall call)
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, false);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
-	if (destination != NULL)
-		check_destination_exists(&ref, destination);
+	check_alter_rows(&ref, destination, &o);
 	check_alter_catalog(&ref, destination, &o);
 	replicant_catalog_leave(&s);
 	replicant_api_xact_stop_worker_and_wait(ref.id);
@@ -608,6 +548,7 @@ alter(FunctionCallInfo fcinfo, ReplicantOptionsCall call)
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, true);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
+	check_alter_rows(&ref, destination, &o);
 	if (call == REPLICANT_ALTER_PIPELINE)
 		update_pipeline(&ref, &o, PG_NARGS());
 	else
@@ -615,7 +556,6 @@ alter(FunctionCallInfo fcinfo, ReplicantOptionsCall call)
 		Oid argtypes[1] = {INT4OID};
 		Datum args[1] = {Int32GetDatum(ref.id)};
 
-		check_destination_exists(&ref, destination);
 		update_destination(ref.id, destination, &o, PG_NARGS(), call);
 		replicant_catalog_update_pipelines("UPDATE replicant.pipelines SET config_version = config_version OPERATOR(pg_catalog.+) 1"
 										   " WHERE id OPERATOR(pg_catalog.=) $1",
@@ -635,7 +575,7 @@ alter(FunctionCallInfo fcinfo, ReplicantOptionsCall call)
  *
  * NULL leaves an option unchanged; message_prefixes => '{}' goes back to
  * every prefix, max_retained_wal => '-1' to no budget.  A sink option
- * changes the pipeline's destination, its only one in this version.  The
+ * changes the pipeline's destination, and is refused when it has several.  The
  * old worker is stopped before this returns; the next one starts once the
  * caller commits, reads the new configuration (config_version changes) and
  * resumes from the checkpoint.

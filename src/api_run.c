@@ -1,7 +1,8 @@
 /*
  * api_run.c
  *		SQL management functions that start and stop what a pipeline
- *		delivers: enable, disable and resume it, plan and cancel backfills.
+ *		delivers: enable, disable and resume it (or one of its
+ *		destinations), plan and cancel backfills.
  *
  * Each takes effect once the caller commits: the launcher is asked to
  * re-read the database then, and a worker restarts on a new config_version.
@@ -15,6 +16,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
+#include "api_destination.h"
 #include "api_xact.h"
 #include "backfill_plan.h"
 #include "catalog.h"
@@ -45,19 +47,10 @@ set_state(FunctionCallInfo fcinfo, const char *assignment)
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, true);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
-	if (strncmp(assignment, "halt_reason = NULL", 18) == 0)
-	{
-		if (!ref.halted)
-			ereport(NOTICE,
-					(errmsg("pipeline \"%s\" is not halted", name)));
-		replicant_api_xact_resume_at_commit(ref.id);
-		/* exactly the halt's cause, for what committed up to now */
-		replicant_waiver_grant(ref.id);
-	}
 	args[0] = Int32GetDatum(ref.id);
 	replicant_catalog_update_pipelines(psprintf("UPDATE replicant.pipelines SET %s WHERE id OPERATOR(pg_catalog.=) $1", assignment),
 									   1, argtypes, args, NULL);
-	/* Enabled or resumed: a deliberate start owes nothing to past runs. */
+	/* Enabled: a deliberate start owes nothing to past runs. */
 	if (strncmp(assignment, "enabled = false", 15) != 0)
 		replicant_runs_start_over(ref.id);
 	replicant_catalog_leave(&s);
@@ -78,10 +71,107 @@ replicant_disable_pipeline(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * Clears the halts of the pipeline's destinations (destination_id's, or
+ * with 0 each one's); returns whether one was halted.
+ */
+static bool
+clear_destination_halts(int32 pipeline_id, int32 destination_id)
+{
+	Oid argtypes[2] = {INT4OID, INT4OID};
+	Datum args[2] = {Int32GetDatum(pipeline_id), Int32GetDatum(destination_id)};
+
+	if (!replicant_destinations_exist())
+		return false;
+	if (SPI_execute_with_args("UPDATE replicant.destinations SET halt_reason = NULL, halt_lsn = NULL"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1 AND halt_reason IS NOT NULL"
+							  "   AND ($2 OPERATOR(pg_catalog.=) 0 OR id OPERATOR(pg_catalog.=) $2)",
+							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update replicant.destinations");
+	return SPI_processed > 0;
+}
+
+/*
+ * The resume under the pipeline row's lock: the halts (the pipeline's and
+ * every destination's, or destination_id's alone) cleared; a cleared
+ * destination halt restarts the worker, whose successor brings the
+ * destination back from its checkpoint while the others skip what they
+ * have.
+ */
+static void
+resume_locked(const ReplicantPipelineRef *ref, const char *destination, int32 destination_id)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(ref->id)};
+	bool destination_halted = clear_destination_halts(ref->id, destination_id);
+
+	if (destination != NULL && !destination_halted)
+		ereport(NOTICE,
+				(errmsg("destination \"%s\" of pipeline \"%s\" is not halted", destination, ref->name)));
+	if (destination == NULL)
+	{
+		if (!ref->halted && !destination_halted)
+			ereport(NOTICE,
+					(errmsg("pipeline \"%s\" is not halted", ref->name)));
+		/* exactly the halt's cause, for what committed up to now */
+		replicant_waiver_grant(ref->id);
+		replicant_catalog_update_pipelines("UPDATE replicant.pipelines"
+										   "   SET halt_reason = NULL, resumed_lsn = pg_catalog.pg_current_wal_lsn(), halt_lsn = NULL"
+										   " WHERE id OPERATOR(pg_catalog.=) $1",
+										   1, argtypes, args, NULL);
+	}
+	if (destination_halted)
+		replicant_catalog_update_pipelines("UPDATE replicant.pipelines SET config_version = config_version OPERATOR(pg_catalog.+) 1"
+										   " WHERE id OPERATOR(pg_catalog.=) $1",
+										   1, argtypes, args, NULL);
+	replicant_api_xact_resume_at_commit(ref->id, destination_id);
+	/* A deliberate start owes nothing to past runs. */
+	replicant_runs_start_over(ref->id);
+}
+
+/*
+ * resume_pipeline(name, destination): clears the pipeline's halt and each
+ * destination's, or with a destination named, that destination's alone.
+ * A worker delivering to the pipeline's other destinations is stopped where
+ * it leaves nothing to re-deliver, and the next one starts at commit.
+ */
 Datum
 replicant_resume_pipeline(PG_FUNCTION_ARGS)
 {
-	set_state(fcinfo, "halt_reason = NULL, resumed_lsn = pg_catalog.pg_current_wal_lsn(), halt_lsn = NULL");
+	char *name = replicant_pipeline_options_required_text(fcinfo, 0, "pipeline name");
+	char *destination = NULL;
+	int32 destination_id = 0;
+	bool destination_halted;
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
+
+	replicant_pipeline_check_name(name);
+	/* 0.2.0's function has no destination argument */
+	if (PG_NARGS() > 1 && !PG_ARGISNULL(1))
+	{
+		destination = text_to_cstring(PG_GETARG_TEXT_PP(1));
+		replicant_check_name("destination", destination);
+	}
+
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, false);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
+	if (destination != NULL)
+		destination_id = replicant_api_destination_lookup(&ref, destination, &destination_halted);
+	else
+		destination_halted = (replicant_api_destination_halted(ref.id) != NULL);
+	replicant_catalog_leave(&s);
+	if (destination_halted && replicant_shmem_ready())
+		replicant_api_xact_stop_worker_and_wait(ref.id);
+
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
+	if (destination != NULL)
+		destination_id = replicant_api_destination_lookup(&ref, destination, NULL);
+	resume_locked(&ref, destination, destination_id);
+	replicant_catalog_leave(&s);
+	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
 }
 
@@ -140,6 +230,12 @@ replicant_resync_pipeline(PG_FUNCTION_ARGS)
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
 	args[0] = Int32GetDatum(ref.id);
 	refuse_dropping_messages(ref.id, name);
+	/* Its reads would go to one destination (docs/destinations-design.md §4 is to come). */
+	if (replicant_api_destination_count(ref.id) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("pipeline \"%s\" has several destinations, which a resync does not support yet", name),
+				 errhint("Drop the other destinations first, or resync from a pipeline of its own.")));
 	replicant_catalog_update_pipelines("UPDATE replicant.pipelines"
 									   "   SET resync_slot_dropped = false,"
 									   "       resync_reason = coalesce(resync_reason, 'requested'), resync_losses = 0,"
@@ -149,21 +245,9 @@ replicant_resync_pipeline(PG_FUNCTION_ARGS)
 									   1, argtypes, args, NULL);
 	replicant_runs_start_over(ref.id);
 	replicant_catalog_leave(&s);
-	replicant_api_xact_resume_at_commit(ref.id);
+	replicant_api_xact_resume_at_commit(ref.id, 0);
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
-}
-
-/* Makes the pipeline's worker restart, picking up new or cancelled backfills. */
-static void
-bump_config(int32 pipeline_id)
-{
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(pipeline_id)};
-
-	replicant_catalog_update_pipelines("UPDATE replicant.pipelines SET config_version = config_version OPERATOR(pg_catalog.+) 1"
-									   " WHERE id OPERATOR(pg_catalog.=) $1",
-									   1, argtypes, args, NULL);
 }
 
 /*
@@ -228,7 +312,7 @@ replicant_backfill(PG_FUNCTION_ARGS)
 				 errhint("Cancel it with replicant.cancel_backfill() first.")));
 
 	id = replicant_backfill_plan(ref.id, ref.owner, relid, mode);
-	bump_config(ref.id);
+	replicant_catalog_bump_config(ref.id);
 	replicant_catalog_leave(&s);
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_INT64(id);
@@ -279,7 +363,7 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 							  " WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not cancel the backfill");
-	bump_config(ref.id);
+	replicant_catalog_bump_config(ref.id);
 	replicant_catalog_leave(&s);
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();

@@ -3,8 +3,8 @@
  *		What a management function leaves to its transaction's end: the slot
  *		create_pipeline created is made permanent at commit, the workers
  *		alter_pipeline and drop_pipeline stopped may run again after an
- *		abort, and the halts resume_pipeline lifted are cleared in shared
- *		memory at commit.
+ *		abort, and the halts resume_pipeline lifted (a pipeline's, or one
+ *		destination's) are cleared in shared memory at commit.
  *
  * Rules kept with other files: docs/internals.md §4 (one content per
  * commit_lsn: replicant_api_xact_stop_worker_and_wait).
@@ -35,7 +35,18 @@ static List *dropping_pipelines = NIL;
 
 static void clear_dropping(void);
 
-/* Pipelines resumed in this transaction (in TopMemoryContext). */
+/* The pipelines whose worker this transaction stopped to change them (likewise). */
+static List *held_pipelines = NIL;
+
+static void release_held(void);
+
+/* What this transaction resumed (in TopMemoryContext). */
+typedef struct Resumed
+{
+	int32 pipeline_id;
+	int32 destination_id; /* 0: each of the pipeline's */
+} Resumed;
+
 static List *resumed_at_commit = NIL;
 
 /*
@@ -52,12 +63,17 @@ clear_resumed_halts(void)
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	foreach(lc, resumed_at_commit)
 	{
-		ReplicantPipelineSlot *slot = replicant_shmem_find(MyDatabaseId, lfirst_int(lc));
+		Resumed *resumed = lfirst(lc);
+		ReplicantPipelineSlot *slot = replicant_shmem_find(MyDatabaseId, resumed->pipeline_id);
 
-		if (slot && slot->state == REPLICANT_STATE_HALTED)
+		for (int i = 0; slot && i < replicant_shmem_ndestinations(slot); i++)
 		{
-			slot->state = REPLICANT_STATE_STARTING;
-			slot->last_error[0] = '\0';
+			if (slot->destinations[i].state == REPLICANT_STATE_HALTED &&
+				(resumed->destination_id == 0 || slot->destinations[i].id == resumed->destination_id))
+			{
+				slot->destinations[i].state = REPLICANT_STATE_STARTING;
+				slot->destinations[i].last_error[0] = '\0';
+			}
 		}
 	}
 	LWLockRelease(replicant_shmem->lock);
@@ -77,6 +93,14 @@ api_xact_callback(XactEvent event, void *arg)
 			if (slot_created_in_xact)
 				ReplicationSlotPersist();
 			break;
+		case XACT_EVENT_PRE_PREPARE:
+			/* What is left to the transaction's end is this backend's, not a prepared one's. */
+			if (slot_created_in_xact || dropping_pipelines != NIL || held_pipelines != NIL ||
+				resumed_at_commit != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that created, changed or dropped a replicant pipeline")));
+			break;
 		case XACT_EVENT_COMMIT:
 			if (slot_created_in_xact && MyReplicationSlot != NULL)
 				ReplicationSlotRelease();
@@ -84,19 +108,23 @@ api_xact_callback(XactEvent event, void *arg)
 			resync_on_abort = false;
 			list_free(dropping_pipelines);
 			dropping_pipelines = NIL;
+			if (held_pipelines != NIL)
+				release_held();
 			if (resumed_at_commit != NIL)
 				clear_resumed_halts();
-			list_free(resumed_at_commit);
+			list_free_deep(resumed_at_commit);
 			resumed_at_commit = NIL;
 			break;
 		case XACT_EVENT_ABORT:
-			list_free(resumed_at_commit);
+			list_free_deep(resumed_at_commit);
 			resumed_at_commit = NIL;
 			slot_created_in_xact = false;
 			if (dropping_pipelines != NIL)
 				clear_dropping();
 			list_free(dropping_pipelines);
 			dropping_pipelines = NIL;
+			if (held_pipelines != NIL)
+				release_held();
 			if (resync_on_abort)
 				replicant_shmem_request_sync(MyDatabaseId);
 			resync_on_abort = false;
@@ -141,16 +169,24 @@ replicant_api_xact_create_slot(const char *slot_name, bool failover)
  * Asks the pipeline's worker to stop where it leaves nothing to re-deliver
  * (everything acknowledged checkpointed, nothing in flight) and waits until
  * it has exited, so that whatever commits after the caller returns is
- * handled by a worker that reads the caller's changes.  Until the sync at
- * commit (or at abort) restores runnable, the launcher starts no other.  A
- * worker reading an initial snapshot, whose progress is durable per shard,
- * is terminated instead.
+ * handled by a worker that reads the caller's changes.  Until this
+ * transaction ends the slot stays held: no worker starts, not even one a
+ * sync of the rows as they were before the change made runnable (review
+ * rv-dest7sql: such a worker streamed past an added destination's
+ * checkpoint without it); the end releases it and a sync follows.  A worker
+ * reading an initial snapshot, whose progress is durable per shard, is
+ * terminated instead.
  */
 void
 replicant_api_xact_stop_worker_and_wait(int32 pipeline_id)
 {
+	MemoryContext old;
+
 	resync_on_abort = true;
 	register_xact_callback();
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	held_pipelines = lappend_int(held_pipelines, pipeline_id);
+	MemoryContextSwitchTo(old);
 	for (;;)
 	{
 		ReplicantPipelineSlot *slot;
@@ -162,11 +198,12 @@ replicant_api_xact_stop_worker_and_wait(int32 pipeline_id)
 		if (slot)
 		{
 			slot->runnable = false;
+			slot->held = true;
 			pid = slot->pid;
 			if (pid != 0)
 			{
 				slot->stop_requested = true;
-				snapshotting = (slot->state == REPLICANT_STATE_SNAPSHOTTING);
+				snapshotting = (replicant_shmem_state(slot, NULL) == REPLICANT_STATE_SNAPSHOTTING);
 				if (slot->latch)
 					SetLatch(slot->latch);
 			}
@@ -215,6 +252,26 @@ replicant_api_xact_stop_worker_for_drop(int32 pipeline_id)
 		kill(pid, SIGTERM);
 }
 
+/* The transaction ended: the pipelines it held may run again, once a sync says so. */
+static void
+release_held(void)
+{
+	ListCell *lc;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	foreach(lc, held_pipelines)
+	{
+		ReplicantPipelineSlot *slot = replicant_shmem_find(MyDatabaseId, lfirst_int(lc));
+
+		if (slot)
+			slot->held = false;
+	}
+	LWLockRelease(replicant_shmem->lock);
+	list_free(held_pipelines);
+	held_pipelines = NIL;
+	replicant_shmem_request_sync(MyDatabaseId);
+}
+
 /* drop_pipeline failed: the pipelines it was dropping may run again. */
 static void
 clear_dropping(void)
@@ -233,12 +290,15 @@ clear_dropping(void)
 }
 
 void
-replicant_api_xact_resume_at_commit(int32 pipeline_id)
+replicant_api_xact_resume_at_commit(int32 pipeline_id, int32 destination_id)
 {
+	Resumed *resumed = MemoryContextAlloc(TopMemoryContext, sizeof(Resumed));
 	MemoryContext old;
 
 	register_xact_callback();
+	resumed->pipeline_id = pipeline_id;
+	resumed->destination_id = destination_id;
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	resumed_at_commit = lappend_int(resumed_at_commit, pipeline_id);
+	resumed_at_commit = lappend(resumed_at_commit, resumed);
 	MemoryContextSwitchTo(old);
 }

@@ -26,7 +26,10 @@ extern void replicant_api_xact_stop_worker_and_wait(int32 pipeline_id);
  */
 extern void replicant_api_xact_stop_worker_for_drop(int32 pipeline_id);
 
-/* The pipeline's halt is cleared in shared memory once the caller commits. */
-extern void replicant_api_xact_resume_at_commit(int32 pipeline_id);
+/*
+ * The halt of the pipeline's destination destination_id (0: of each of its
+ * destinations) is cleared in shared memory once the caller commits.
+ */
+extern void replicant_api_xact_resume_at_commit(int32 pipeline_id, int32 destination_id);
 
 #endif /* REPLICANT_API_XACT_H */

@@ -398,7 +398,7 @@ static void
 read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 		  const char *query, Snapshot snapshot, ReplicantPipeline *pipeline, bool *last)
 {
-	ReplicantDestination *destination = replicant_pipeline_only_destination(pipeline);
+	ReplicantDestination *destination = replicant_pipeline_first_destination(pipeline);
 	const ReplicantFormat *format = replicant_format_of(destination);
 	int max_bytes = destination->batch_max_bytes;
 	ReplicantBackfill *b = chunk->backfill;

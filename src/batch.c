@@ -8,7 +8,9 @@
  * body is the format's prefix, that range, and its suffix.  That makes
  * splitting a batch after a 413 free.  The store lives in memory up to
  * replicant.batch_memory_limit and moves to a temporary file beyond it, so a
- * transaction of any size is delivered in bounded memory.
+ * transaction of any size is delivered in bounded memory.  A render
+ * target's batches form a queue: the one being filled and the sealed ones
+ * its destinations' cursors have not passed yet.
  *
  * Rules kept with other files: docs/internals.md §4 (one content per
  * commit_lsn), §6 (memory bounds).
@@ -60,6 +62,138 @@ replicant_batch_reset(ReplicantBatch *batch)
 	batch->file_length = 0;
 	batch->ntxns = 0;
 	batch->in_txn = false;
+}
+
+/* Gives back what batch holds: its memory, its spill file. */
+static void
+batch_free(ReplicantBatch *batch)
+{
+	if (batch->file >= 0)
+		FileClose(batch->file);
+	pfree(batch->mem.data);
+	pfree(batch->txns);
+	pfree((char *) batch->separator);
+	pfree(batch);
+}
+
+ReplicantBatchQueue *
+replicant_batch_queue_create(const char *separator)
+{
+	ReplicantBatchQueue *queue = palloc0(sizeof(ReplicantBatchQueue));
+
+	queue->separator = pstrdup(separator);
+	return queue;
+}
+
+ReplicantBatch *
+replicant_batch_queue_filling(ReplicantBatchQueue *queue)
+{
+	if (queue->filling != NULL)
+		return queue->filling;
+	if (queue->spare != NULL)
+	{
+		queue->filling = queue->spare;
+		queue->spare = NULL;
+	}
+	else
+	{
+		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(queue));
+
+		queue->filling = replicant_batch_create(queue->separator);
+		MemoryContextSwitchTo(old);
+	}
+	/* Commit order holds across the queue's batches, not just within one. */
+	queue->filling->last_commit_lsn = queue->last_commit_lsn;
+	return queue->filling;
+}
+
+uint64
+replicant_batch_queue_filling_size(ReplicantBatchQueue *queue)
+{
+	return queue->filling ? replicant_batch_size(queue->filling) : 0;
+}
+
+int
+replicant_batch_queue_filling_txns(ReplicantBatchQueue *queue)
+{
+	return queue->filling ? queue->filling->ntxns : 0;
+}
+
+void
+replicant_batch_queue_seal(ReplicantBatchQueue *queue)
+{
+	MemoryContext old;
+
+	if (queue->filling == NULL || queue->filling->ntxns == 0)
+		return;
+	Assert(!queue->filling->in_txn);
+	old = MemoryContextSwitchTo(GetMemoryChunkContext(queue));
+	queue->sealed = lappend(queue->sealed, queue->filling);
+	MemoryContextSwitchTo(old);
+	queue->last_commit_lsn = queue->filling->last_commit_lsn;
+	queue->filling = NULL;
+}
+
+/* Whether cursor passed the sealed batch numbered number, of ntxns transactions. */
+static bool
+cursor_passed(const ReplicantBatchCursor *cursor, uint64 number, int ntxns)
+{
+	return cursor->batch > number || (cursor->batch == number && cursor->txn >= ntxns);
+}
+
+ReplicantBatch *
+replicant_batch_queue_next(ReplicantBatchQueue *queue, ReplicantBatchCursor *cursor,
+						   int *first, int *last)
+{
+	ReplicantBatch *batch;
+
+	/* A batch is freed only once every cursor passed it. */
+	Assert(cursor->batch >= queue->first_number);
+	if (cursor->batch - queue->first_number >= (uint64) list_length(queue->sealed))
+		return NULL;
+	batch = list_nth(queue->sealed, (int) (cursor->batch - queue->first_number));
+	Assert(cursor->txn < batch->ntxns);
+	*first = cursor->txn;
+	*last = batch->ntxns - 1;
+	return batch;
+}
+
+void
+replicant_batch_queue_passed(ReplicantBatchQueue *queue, ReplicantBatchCursor *cursor, int txn)
+{
+	ReplicantBatch *batch = list_nth(queue->sealed, (int) (cursor->batch - queue->first_number));
+
+	Assert(txn >= cursor->txn && txn < batch->ntxns);
+	cursor->txn = txn + 1;
+	if (cursor->txn == batch->ntxns)
+	{
+		cursor->batch++;
+		cursor->txn = 0;
+	}
+}
+
+void
+replicant_batch_queue_release(ReplicantBatchQueue *queue, const ReplicantBatchCursor *cursors,
+							  int ncursors)
+{
+	while (queue->sealed != NIL)
+	{
+		ReplicantBatch *oldest = linitial(queue->sealed);
+		int i;
+
+		for (i = 0; i < ncursors; i++)
+			if (!cursor_passed(&cursors[i], queue->first_number, oldest->ntxns))
+				return;
+		queue->sealed = list_delete_first(queue->sealed);
+		queue->first_number++;
+		if (queue->spare == NULL)
+		{
+			replicant_batch_reset(oldest);
+			queue->spare = oldest;
+		}
+		else
+			batch_free(oldest);
+	}
 }
 
 static uint64
@@ -146,8 +280,8 @@ replicant_batch_begin_txn(ReplicantBatch *batch, XLogRecPtr commit_lsn, Timestam
 
 	/*
 	 * Transactions are stored in commit order, each once for the life of the
-	 * batch (the worker's): a commit_lsn is rendered once, so it has one
-	 * content however often the request holding it is sent.
+	 * batch's queue (the worker's): a commit_lsn is rendered once per format,
+	 * so it has one content however often the request holding it is sent.
 	 */
 	Assert(commit_lsn > batch->last_commit_lsn);
 	batch->memory_limit = (size_t) replicant_batch_memory_limit_kb * 1024;

@@ -2,7 +2,8 @@
  * batch.h
  *		Change batches: the stored bytes of complete transactions, rendered
  *		by a format (format.h), held in memory up to
- *		replicant.batch_memory_limit and spilled to a temporary file beyond it.
+ *		replicant.batch_memory_limit and spilled to a temporary file beyond it;
+ *		a render target's queue of them.
  */
 #ifndef REPLICANT_BATCH_H
 #define REPLICANT_BATCH_H
@@ -10,6 +11,7 @@
 #include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
 #include "storage/fd.h"
 
 /*
@@ -61,7 +63,7 @@ typedef struct ReplicantBatch
 	int ntxns;
 	int maxtxns;
 
-	/* The last transaction stored, whatever was delivered and reset since. */
+	/* The last transaction stored in it or its queue's earlier batches. */
 	XLogRecPtr last_commit_lsn;
 
 	/* The transaction being appended, if any. */
@@ -83,6 +85,61 @@ typedef struct ReplicantBatch
 /* separator: what the format writes between two transactions or changes. */
 extern ReplicantBatch *replicant_batch_create(const char *separator);
 extern void replicant_batch_reset(ReplicantBatch *batch);
+
+/*
+ * A render target's batches (docs/destinations-design.md §3.3): the one
+ * decoding fills, and the sealed ones, oldest first, that a destination
+ * still has to pass.  Batches are numbered in the order they were sealed;
+ * a destination's cursor is (batch, transaction), and a batch is freed once
+ * every cursor passed it.  A freed batch is kept, reset, for the next one
+ * to fill, so a destination that sends each batch before decoding goes on
+ * holds one batch, as the worker always did.
+ */
+typedef struct ReplicantBatchQueue
+{
+	const char *separator;
+	ReplicantBatch *filling;    /* or NULL: none begun since the last seal */
+	List *sealed;               /* of ReplicantBatch *, oldest first */
+	uint64 first_number;        /* the number of sealed's oldest */
+	ReplicantBatch *spare;      /* freed, reset, or NULL */
+	XLogRecPtr last_commit_lsn; /* the last transaction any of them stored */
+} ReplicantBatchQueue;
+
+/* Where a destination is in a queue: its next transaction to send. */
+typedef struct ReplicantBatchCursor
+{
+	uint64 batch; /* the batch's number */
+	int txn;      /* within it */
+} ReplicantBatchCursor;
+
+extern ReplicantBatchQueue *replicant_batch_queue_create(const char *separator);
+
+/* The batch decoding appends to (a new one after a seal). */
+extern ReplicantBatch *replicant_batch_queue_filling(ReplicantBatchQueue *queue);
+
+/* Bytes and transactions of the batch being filled (0 when none). */
+extern uint64 replicant_batch_queue_filling_size(ReplicantBatchQueue *queue);
+extern int replicant_batch_queue_filling_txns(ReplicantBatchQueue *queue);
+
+/* Ends the filling batch, if it holds a transaction: from now on it is sent. */
+extern void replicant_batch_queue_seal(ReplicantBatchQueue *queue);
+
+/*
+ * The sealed batch holding cursor's next transaction, with *first that
+ * transaction and *last the batch's last; NULL when the cursor passed every
+ * sealed batch.
+ */
+extern ReplicantBatch *replicant_batch_queue_next(ReplicantBatchQueue *queue,
+												  ReplicantBatchCursor *cursor,
+												  int *first, int *last);
+
+/* Moves cursor past transaction txn of the batch next() returned. */
+extern void replicant_batch_queue_passed(ReplicantBatchQueue *queue,
+										 ReplicantBatchCursor *cursor, int txn);
+
+/* Frees the sealed batches that all ncursors cursors passed. */
+extern void replicant_batch_queue_release(ReplicantBatchQueue *queue,
+										  const ReplicantBatchCursor *cursors, int ncursors);
 
 /*
  * A transaction is its head (the format's begin_txn), its changes (each a

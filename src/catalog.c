@@ -173,3 +173,14 @@ replicant_catalog_update_pipelines(const char *sql, int nargs, Oid *argtypes, Da
 	if (SPI_execute_with_args(sql, nargs, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update replicant.pipelines");
 }
+
+void
+replicant_catalog_bump_config(int32 pipeline_id)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
+
+	replicant_catalog_update_pipelines("UPDATE replicant.pipelines SET config_version = config_version OPERATOR(pg_catalog.+) 1"
+									   " WHERE id OPERATOR(pg_catalog.=) $1",
+									   1, argtypes, args, NULL);
+}

@@ -67,4 +67,10 @@ extern bool replicant_destinations_exist(void);
 extern void replicant_catalog_update_pipelines(const char *sql, int nargs, Oid *argtypes,
 											   Datum *args, const char *nulls);
 
+/*
+ * Makes the pipeline's worker restart once the caller commits, with what the
+ * caller changed (its config_version moves on; inside enter/leave).
+ */
+extern void replicant_catalog_bump_config(int32 pipeline_id);
+
 #endif /* REPLICANT_CATALOG_H */

@@ -9,18 +9,28 @@
 #include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 
+#include "destination.h"
+#include "pipeline.h"
 #include "shmem.h"
 
 /*
- * Records that the sink acknowledged every transaction up to commit_lsn
+ * Takes the committed checkpoints of pipeline's destinations as loaded;
+ * once per process, before anything is acknowledged.
+ */
+extern void replicant_checkpoint_track(const ReplicantPipeline *pipeline);
+
+/*
+ * Records that destination's sink acknowledged every transaction up to commit_lsn
  * (whose commit record ends at end_lsn), at now.  Commits the checkpoint
  * row at once when replicant.checkpoint_interval is 0 or has passed since
  * the last commit, when the acknowledged transactions brought a table shape
  * not saved yet, or when await_delivered() is waiting; otherwise it stays
- * pending until replicant_checkpoint_commit_pending().  Returns true when
- * it committed.  Must be called outside a transaction.
+ * pending until replicant_checkpoint_commit_pending().  A commit writes
+ * every destination's pending row.  Returns true when it committed.  Must
+ * be called outside a transaction.
  */
-extern bool replicant_checkpoint_acknowledged(ReplicantPipelineSlot *slot, int32 pipeline_id,
+extern bool replicant_checkpoint_acknowledged(ReplicantPipelineSlot *slot,
+											  const ReplicantDestination *destination,
 											  XLogRecPtr commit_lsn, XLogRecPtr end_lsn,
 											  TimestampTz now);
 
@@ -30,7 +40,7 @@ extern bool replicant_checkpoint_acknowledged(ReplicantPipelineSlot *slot, int32
  */
 extern bool replicant_checkpoint_commit_pending(void);
 
-/* Whether an acknowledged request waits for its checkpoint. */
+/* Whether an acknowledged request of any destination waits for its checkpoint. */
 extern bool replicant_checkpoint_is_pending(void);
 
 /*
@@ -39,8 +49,11 @@ extern bool replicant_checkpoint_is_pending(void);
  */
 extern long replicant_checkpoint_due_in(ReplicantPipelineSlot *slot, TimestampTz now);
 
-/* The end_lsn of the last checkpoint this process committed, or invalid. */
-extern XLogRecPtr replicant_checkpoint_committed_end(void);
+/*
+ * The floor (checkpoint_floor.h) of what this process tracks: what the
+ * slot may be confirmed to, after the commit that wrote it.
+ */
+extern XLogRecPtr replicant_checkpoint_floor(void);
 
 /*
  * Flushes the WAL of everything this process committed, if not flushed yet.

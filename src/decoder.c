@@ -5,8 +5,9 @@
  * This is what pg_logical_slot_get_changes() does, without SQL and without
  * a walsender: acquire the slot, create a decoding context once, then read
  * WAL records and hand them to the reorder buffer, which calls our output
- * plugin for each committed transaction.  Reading stops at the end of
- * flushed WAL or when the batch is full; the next call continues from the
+ * plugin for each committed transaction, which it renders into a render
+ * target per format (output_plugin.h).  Reading stops at the end of
+ * flushed WAL or when a target's batch is full; the next call continues from the
  * same reader position, so nothing is decoded twice.
  *
  * Where flushed WAL ends is looked up again whenever the reader gets
@@ -37,6 +38,7 @@
 #include "output_plugin.h"
 #include "plugin_gate.h"
 #include "publication.h"
+#include "render_target.h"
 #include "slot.h"
 #include "slot_health.h"
 #include "slot_position.h"
@@ -69,14 +71,80 @@ struct ReplicantDecoder
 	ReplicantSlotPosition position;
 };
 
+/*
+ * One render target per format among the destinations not halted, in
+ * their order; whether one of them names its targets after the table
+ * alone.
+ */
+static List *
+create_targets(ReplicantPipeline *pipeline, bool *schemaless_names)
+{
+	List *targets = NIL;
+	ListCell *lc;
+
+	*schemaless_names = false;
+	foreach(lc, pipeline->destinations)
+	{
+		const ReplicantFormat *format = replicant_format_of(lfirst(lc));
+		ListCell *lt;
+		bool found = ((ReplicantDestination *) lfirst(lc))->halt_reason != NULL;
+
+		foreach(lt, targets)
+			found |= ((ReplicantRenderTarget *) lfirst(lt))->format == format;
+		if (found)
+			continue;
+		targets = lappend(targets, replicant_render_target_create(format));
+		*schemaless_names |= format->schemaless_target != NULL;
+	}
+	return targets;
+}
+
+/*
+ * Commits at or below the lowest checkpoint of the destinations not halted
+ * were delivered to each of them (a halted one gets nothing); the fan-out
+ * skips, for each, what its own checkpoint covers.
+ */
+static XLogRecPtr
+lowest_delivered(ReplicantPipeline *pipeline)
+{
+	XLogRecPtr lowest = InvalidXLogRecPtr;
+	bool any = false;
+	ListCell *lc;
+
+	foreach(lc, pipeline->destinations)
+	{
+		ReplicantDestination *destination = lfirst(lc);
+
+		if (destination->halt_reason != NULL)
+			continue;
+		if (!any || destination->checkpoint_commit_lsn < lowest)
+			lowest = destination->checkpoint_commit_lsn;
+		any = true;
+	}
+	return lowest;
+}
+
+/* The highest checkpoint of the destinations: below it decoding went back for one. */
+static XLogRecPtr
+highest_delivered(ReplicantPipeline *pipeline)
+{
+	XLogRecPtr highest = InvalidXLogRecPtr;
+	ListCell *lc;
+
+	foreach(lc, pipeline->destinations)
+		highest = Max(highest, ((ReplicantDestination *) lfirst(lc))->checkpoint_commit_lsn);
+	return highest;
+}
+
 ReplicantDecoder *
-replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
-						char **halt_reason, char **halt_cause, bool *slot_lost)
+replicant_decoder_start(ReplicantPipeline *pipeline, char **halt_reason, char **halt_cause,
+						bool *slot_lost)
 {
 	char *slot_name = pipeline->slot_name;
 	MemoryContext caller_context = CurrentMemoryContext;
 	MemoryContext decoder_context;
 	ReplicantDecoder *decoder;
+	bool schemaless_names;
 
 	*halt_reason = NULL;
 	*halt_cause = NULL;
@@ -109,17 +177,16 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 										 REPLICANT_LOCAL_WAL_ROUTINE, NULL, NULL, NULL);
 	replicant_plugin_gate_open(false);
 	decoder->state = replicant_output_state(decoder->ctx);
-	decoder->state->batch = batch;
-	decoder->state->format = replicant_format_of(replicant_pipeline_only_destination(pipeline));
+	decoder->state->targets = create_targets(pipeline, &schemaless_names);
 	decoder->state->pipeline_name = pipeline->name;
-	decoder->state->skip_upto = pipeline->checkpoint_commit_lsn;
+	decoder->state->skip_upto = lowest_delivered(pipeline);
 	decoder->state->epochs = pipeline->epochs;
 	decoder->state->waivers = pipeline->waivers;
 	decoder->confirmed = MyReplicationSlot->data.confirmed_flush;
 	decoder->caches_normal = true; /* the pipeline was loaded with them */
 	decoder->last_save = GetCurrentTimestamp();
 
-	replicant_publication_init(pipeline->owner, decoder->state->format->schemaless_target);
+	replicant_publication_init(pipeline->owner, schemaless_names, highest_delivered(pipeline));
 
 	/* Transactions committing after confirmed_flush began at restart_lsn. */
 	XLogBeginRead(decoder->ctx->reader, MyReplicationSlot->data.restart_lsn);
@@ -136,10 +203,21 @@ replicant_decoder_start(ReplicantPipeline *pipeline, ReplicantBatch *batch,
 	return *halt_reason ? NULL : decoder;
 }
 
+/* Whether a target's filling batch reached a limit, or (max_txns 1) holds a transaction. */
 static bool
-batch_full(ReplicantBatch *batch, int max_txns, uint64 max_bytes)
+batch_full(ReplicantDecodingState *state, int max_txns, uint64 max_bytes)
 {
-	return batch->ntxns >= max_txns || replicant_batch_size(batch) >= max_bytes;
+	ListCell *lc;
+
+	foreach(lc, state->targets)
+	{
+		ReplicantBatchQueue *queue = ((ReplicantRenderTarget *) lfirst(lc))->queue;
+
+		if (replicant_batch_queue_filling_txns(queue) >= max_txns ||
+			replicant_batch_queue_filling_size(queue) >= max_bytes)
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -231,14 +309,14 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 			InvalidateCatalogSnapshot();
 			CurrentResourceOwner = read_owner;
 			MemoryContextSwitchTo(decoder->context);
-			if (decoder->state->batch->ntxns > 0)
+			if (batch_full(decoder->state, 1, PG_UINT64_MAX))
 				replicant_fault("decode");
 
 			/* A SIGTERM ends the read: the caller exits once it checkpointed. */
 			if (ProcDiePending || decoder->state->halt_reason != NULL ||
 				(decoder->state->chunk && decoder->state->chunk->complete) ||
 				decoder->state->pending_messages != NIL ||
-				batch_full(decoder->state->batch, max_txns, max_bytes))
+				batch_full(decoder->state, max_txns, max_bytes))
 			{
 				at_end = false;
 				break;
@@ -327,6 +405,27 @@ replicant_decoder_confirm(ReplicantDecoder *decoder, XLogRecPtr lsn)
 		confirm_recorded(decoder, allowed);
 	/* Past it in memory only, over the pipeline's own records alone. */
 	replicant_slot_position_confirm_own(&decoder->position, decoder->confirmed, lsn);
+}
+
+void
+replicant_decoder_seal(ReplicantDecoder *decoder)
+{
+	ListCell *lc;
+
+	foreach(lc, decoder->state->targets)
+		replicant_batch_queue_seal(((ReplicantRenderTarget *) lfirst(lc))->queue);
+}
+
+ReplicantRenderTarget *
+replicant_decoder_target(ReplicantDecoder *decoder, const ReplicantDestination *destination)
+{
+	const ReplicantFormat *format = replicant_format_of(destination);
+	ListCell *lc;
+
+	foreach(lc, decoder->state->targets)
+		if (((ReplicantRenderTarget *) lfirst(lc))->format == format)
+			return lfirst(lc);
+	elog(ERROR, "no render target for format \"%s\"", format->name);
 }
 
 const char *

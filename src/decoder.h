@@ -24,14 +24,14 @@ typedef struct ReplicantDecoder ReplicantDecoder;
  * transaction.
  */
 extern ReplicantDecoder *replicant_decoder_start(ReplicantPipeline *pipeline,
-												 ReplicantBatch *batch,
 												 char **halt_reason,
 												 char **halt_cause,
 												 bool *slot_lost);
 
 /*
- * Decodes flushed WAL into the batch until the end of flushed WAL, a halt,
- * or the batch holding max_txns transactions or max_bytes bytes.  WAL
+ * Decodes flushed WAL into each render target's filling batch until the
+ * end of flushed WAL, a halt, or a filling batch holding max_txns
+ * transactions or max_bytes bytes.  WAL
  * flushed while it reads is read too, for linger_ms at most (0: only what
  * was flushed when it began).  Returns true when it stopped at the end of
  * flushed WAL.
@@ -46,6 +46,13 @@ extern bool replicant_decoder_read(ReplicantDecoder *decoder, int max_txns,
  * Checkpoint transactions touch only replicant's own tables and need not.
  */
 extern void replicant_decoder_before_normal_access(ReplicantDecoder *decoder);
+
+/* Ends each target's filling batch: what decoding rendered is sent from here on. */
+extern void replicant_decoder_seal(ReplicantDecoder *decoder);
+
+/* The render target of destination's format: its batches, and whether it halted. */
+extern struct ReplicantRenderTarget *replicant_decoder_target(ReplicantDecoder *decoder,
+															  const ReplicantDestination *destination);
 
 /* Position up to which WAL has been read. */
 extern XLogRecPtr replicant_decoder_read_upto(ReplicantDecoder *decoder);

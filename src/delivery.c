@@ -175,10 +175,10 @@ backoff_ms(int attempt, const ReplicantSinkResult *result)
 }
 
 static void
-set_next_retry_at(ReplicantPipelineSlot *slot, TimestampTz at)
+set_next_retry_at(ReplicantDestinationSlot *place, TimestampTz at)
 {
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot->next_retry_at = at;
+	place->next_retry_at = at;
 	LWLockRelease(replicant_shmem->lock);
 }
 
@@ -201,158 +201,116 @@ replicant_delivery_check_slot(ReplicantPipelineSlot *slot)
 	replicant_delivery_halt(slot, replicant_slot_health_watched(), reason);
 }
 
-/*
- * Waits for a retry's time, shown in replicant.status meanwhile; ends early
- * when retry_pipeline() asks for an attempt now or the worker is to stop.
- * As replicant_delivery_sleep_until, commits' latch wake-ups do not end it.
- * The slot's WAL keeps growing meanwhile: its budget is checked each time.
- */
-static void
-sleep_before_retry(ReplicantPipelineSlot *slot, TimestampTz deadline)
-{
-	uint32 requests = pg_atomic_read_u32(&slot->retry_requests);
-
-	set_next_retry_at(slot, deadline);
-	for (;;)
-	{
-		int64 left_us = deadline - GetCurrentTimestamp();
-
-		if (left_us <= 0 || stop_requested(slot) ||
-			pg_atomic_read_u32(&slot->retry_requests) != requests)
-			break;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min((left_us + 999) / 1000, RETRY_REQUEST_POLL_MS), PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		replicant_delivery_check_for_interrupts(slot);
-		replicant_delivery_reload_config();
-		replicant_delivery_check_slot(slot);
-	}
-	set_next_retry_at(slot, 0);
-}
-
 /* Keeps the last HTTP status and a ring of request durations for status. */
 static void
-note_answer(ReplicantPipelineSlot *slot, const ReplicantSinkResult *result)
+note_answer(ReplicantDestinationSlot *destination, const ReplicantSinkResult *result)
 {
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot->last_http_status = (int) result->http_status;
-	slot->latency_ms[slot->nlatency % REPLICANT_LATENCY_SAMPLES] = (float4) result->elapsed_ms;
-	slot->nlatency++;
+	destination->last_http_status = (int) result->http_status;
+	destination->latency_ms[destination->nlatency % REPLICANT_LATENCY_SAMPLES] = (float4) result->elapsed_ms;
+	destination->nlatency++;
 	LWLockRelease(replicant_shmem->lock);
 }
 
 static void
-note_retry(ReplicantPipelineSlot *slot, const ReplicantSinkResult *result)
+note_retry(ReplicantDestinationSlot *destination, const ReplicantSinkResult *result)
 {
 	const char *error = result->error;
 
 	replicant_slot_health_sink_failed();
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot->retries++;
-	replicant_metrics_retry(slot, result->http_status);
-	slot->state = REPLICANT_STATE_RETRYING;
-	snprintf(slot->last_error, sizeof(slot->last_error), "sink unavailable: %s", error);
+	destination->retries++;
+	replicant_metrics_retry(destination, result->http_status);
+	destination->state = REPLICANT_STATE_RETRYING;
+	snprintf(destination->last_error, sizeof(destination->last_error), "sink unavailable: %s", error);
 	LWLockRelease(replicant_shmem->lock);
 }
 
-/*
- * Takes the answer to the first attempt in *result, and POSTs body again
- * until the sink gives one that is not retried.
- */
-static void
-retry_until_answered(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
-					 const char *webhook_id, ReplicantBody *body,
-					 ReplicantSinkResult *result)
+bool
+replicant_delivery_answered(ReplicantPipelineSlot *slot, ReplicantDestinationSlot *place,
+							ReplicantRetryState *retry, const ReplicantSinkResult *result)
 {
-	int attempt = 0;
-	TimestampTz first_failure = 0;
-	TimestampTz last_logged = 0;
+	TimestampTz now;
+	TimestampTz deadline;
 
-	for (;;)
+	/* A request that a SIGTERM cut short is no answer of the sink's. */
+	if (result->outcome != REPLICANT_SINK_OK)
+		replicant_delivery_check_for_interrupts(slot);
+	note_answer(place, result);
+	now = GetCurrentTimestamp();
+	if (result->outcome != REPLICANT_SINK_RETRY)
 	{
-		TimestampTz now;
-
-		if (attempt > 0)
-			replicant_transport_send(sink, webhook_id, body, result);
-		/* A request that a SIGTERM cut short is no answer of the sink's. */
-		if (result->outcome != REPLICANT_SINK_OK)
-			replicant_delivery_check_for_interrupts(slot);
-		note_answer(slot, result);
-		now = GetCurrentTimestamp();
-		if (result->outcome != REPLICANT_SINK_RETRY)
+		if (retry->attempt > 0)
 		{
-			if (attempt > 0)
-			{
-				ereport(LOG,
-						(errmsg("replicant pipeline \"%s\" reached its sink again after %d failed attempts in %ld s",
-								slot->name, attempt,
-								TimestampDifferenceMilliseconds(first_failure, now) / 1000)));
-				replicant_log_state(slot->name, "recovered", "attempts", psprintf("%d", attempt),
-									"seconds", psprintf("%ld", TimestampDifferenceMilliseconds(first_failure, now) / 1000),
-									REPLICANT_LOG_END);
-			}
-			return;
-		}
-		note_retry(slot, result);
-
-		/* What an operator tails the log for: the start, then a reminder. */
-		if (attempt == 0)
-		{
-			/* While the sink is away, what it acknowledged is checkpointed. */
-			(void) replicant_checkpoint_commit_pending();
-			first_failure = last_logged = now;
 			ereport(LOG,
-					(errmsg("replicant pipeline \"%s\" could not deliver to its sink, retrying: %s",
-							slot->name, result->error)));
-			replicant_log_state(slot->name, "retrying", "cause", "sink",
-								"status_class", replicant_metrics_status_class(result->http_status),
+					(errmsg("replicant pipeline \"%s\" reached its sink again after %d failed attempts in %ld s",
+							slot->name, retry->attempt,
+							TimestampDifferenceMilliseconds(retry->first_failure, now) / 1000)));
+			replicant_log_state(slot->name, "recovered", "attempts", psprintf("%d", retry->attempt),
+								"seconds", psprintf("%ld", TimestampDifferenceMilliseconds(retry->first_failure, now) / 1000),
 								REPLICANT_LOG_END);
 		}
-		else if (TimestampDifferenceExceeds(last_logged, now, RETRY_LOG_INTERVAL_MS))
-		{
-			last_logged = now;
-			ereport(LOG,
-					(errmsg("replicant pipeline \"%s\" still retrying after %d failed attempts in %ld s: %s",
-							slot->name, attempt + 1,
-							TimestampDifferenceMilliseconds(first_failure, now) / 1000,
-							result->error)));
-		}
-
-		/* Not acknowledged: stopping here leaves nothing to re-deliver. */
-		replicant_delivery_stop_if_requested(slot);
-		sleep_before_retry(slot, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															 backoff_ms(attempt++, result)));
-		replicant_delivery_stop_if_requested(slot);
+		memset(retry, 0, sizeof(*retry));
+		return true;
 	}
+	note_retry(place, result);
+
+	/* What an operator tails the log for: the start, then a reminder. */
+	if (retry->attempt == 0)
+	{
+		/* While the sink is away, what it acknowledged is checkpointed. */
+		(void) replicant_checkpoint_commit_pending();
+		retry->first_failure = retry->last_logged = now;
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" could not deliver to its sink, retrying: %s",
+						slot->name, result->error)));
+		replicant_log_state(slot->name, "retrying", "cause", "sink",
+							"status_class", replicant_metrics_status_class(result->http_status),
+							REPLICANT_LOG_END);
+	}
+	else if (TimestampDifferenceExceeds(retry->last_logged, now, RETRY_LOG_INTERVAL_MS))
+	{
+		retry->last_logged = now;
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" still retrying after %d failed attempts in %ld s: %s",
+						slot->name, retry->attempt + 1,
+						TimestampDifferenceMilliseconds(retry->first_failure, now) / 1000,
+						result->error)));
+	}
+
+	/* Not acknowledged: stopping here leaves nothing to re-deliver. */
+	replicant_delivery_stop_if_requested(slot);
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										   backoff_ms(retry->attempt++, result));
+	retry->next_attempt_at = deadline;
+	retry->retry_requests = pg_atomic_read_u32(&slot->retry_requests);
+	set_next_retry_at(place, deadline);
+	return false;
 }
 
-void
-replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
-						const char *webhook_id, ReplicantBody *body,
-						ReplicantSinkResult *result)
+bool
+replicant_delivery_retry_due(ReplicantPipelineSlot *slot, ReplicantDestinationSlot *place,
+							 ReplicantRetryState *retry)
 {
-	replicant_delivery_check_for_interrupts(slot);
-	replicant_fault("deliver");
-	replicant_checkpoint_make_durable();
-	replicant_transport_send(sink, webhook_id, body, result);
-	retry_until_answered(slot, sink, webhook_id, body, result);
+	if (retry->next_attempt_at == 0)
+		return true;
+	if (GetCurrentTimestamp() < retry->next_attempt_at && !stop_requested(slot) &&
+		pg_atomic_read_u32(&slot->retry_requests) == retry->retry_requests)
+		return false;
+	retry->next_attempt_at = 0;
+	set_next_retry_at(place, 0);
+	replicant_delivery_stop_if_requested(slot);
+	return true;
 }
 
-void
-replicant_delivery_post_start(ReplicantTransport *sink, const char *webhook_id,
-							  ReplicantBody *body)
+long
+replicant_delivery_retry_wait_ms(const ReplicantRetryState *retry)
 {
-	replicant_checkpoint_make_durable();
-	replicant_transport_start(sink, webhook_id, body);
-}
+	int64 left_us = retry->next_attempt_at - GetCurrentTimestamp();
 
-void
-replicant_delivery_post_finish(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
-							   const char *webhook_id, ReplicantBody *body,
-							   ReplicantSinkResult *result)
-{
-	replicant_transport_finish(sink, result);
-	retry_until_answered(slot, sink, webhook_id, body, result);
+	if (left_us <= 0)
+		return 0;
+	return (long) Min((left_us + 999) / 1000, RETRY_REQUEST_POLL_MS);
 }
 
 /*
@@ -414,8 +372,12 @@ replicant_delivery_fail(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 	strlcpy(slot->failure, reason, sizeof(slot->failure));
 	if (slot->runnable)
 	{
-		slot->state = REPLICANT_STATE_RETRYING;
-		strlcpy(slot->last_error, reason, sizeof(slot->last_error));
+		/* The worker's failure shows on each destination it stops. */
+		for (int i = 0; i < replicant_shmem_ndestinations(slot); i++)
+		{
+			slot->destinations[i].state = REPLICANT_STATE_RETRYING;
+			strlcpy(slot->destinations[i].last_error, reason, sizeof(slot->destinations[i].last_error));
+		}
 	}
 	LWLockRelease(replicant_shmem->lock);
 	ReThrowError(edata);
@@ -493,10 +455,19 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->runnable = false;
-	slot->metrics.disabled_by_sink = true;
-	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
+	replicant_shmem_only_destination(slot)->metrics.disabled_by_sink = true;
+	strlcpy(replicant_shmem_only_destination(slot)->last_error, reason, REPLICANT_ERROR_LEN);
 	LWLockRelease(replicant_shmem->lock);
 	proc_exit(0);
+}
+
+char *
+replicant_delivery_refusal(const ReplicantSinkResult *result, const char *what,
+						   const char *context)
+{
+	if (result->outcome == REPLICANT_SINK_GONE)
+		return psprintf("sink answered HTTP 410 Gone to %s%s", what, context);
+	return psprintf("sink rejected %s: %s%s", what, result->error, context);
 }
 
 void
@@ -505,10 +476,8 @@ replicant_delivery_refused(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 						   const char *context)
 {
 	if (result->outcome == REPLICANT_SINK_GONE)
-		disable(slot, pipeline, psprintf("sink answered HTTP 410 Gone to %s%s", what, context));
-	replicant_delivery_halt(slot, pipeline,
-							psprintf("sink rejected %s: %s%s", what,
-									 result->error, context));
+		disable(slot, pipeline, replicant_delivery_refusal(result, what, context));
+	replicant_delivery_halt(slot, pipeline, replicant_delivery_refusal(result, what, context));
 }
 
 void
@@ -547,11 +516,8 @@ replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 	replicant_log_state(pipeline->name, "halted", "reason", reason, REPLICANT_LOG_END);
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	if (slot->state != REPLICANT_STATE_HALTED)
-		slot->metrics.halts++;
-	slot->state = REPLICANT_STATE_HALTED;
+	replicant_shmem_halt_destinations(slot, reason);
 	slot->runnable = false;
-	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
 	LWLockRelease(replicant_shmem->lock);
 	proc_exit(0);
 }

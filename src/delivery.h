@@ -16,25 +16,47 @@
 extern ReplicantTransport *replicant_delivery_sink(const ReplicantDestination *destination);
 
 /*
- * POSTs body until the sink gives an answer that is not retried (2xx, 413,
- * 410, or a rejection); retried failures show as state "retrying" with a
- * growing retry count in slot.  Answers interrupts while it waits.
+ * One destination's retries of the request it is sending (delivery_set.c
+ * runs them): how many attempts failed, since when, and when the next one
+ * is due (0: none is waited for).  Zeroed, it is a request's first attempt.
  */
-extern void replicant_delivery_post(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
-									const char *webhook_id, ReplicantBody *body,
-									ReplicantSinkResult *result);
+typedef struct ReplicantRetryState
+{
+	int attempt;
+	TimestampTz first_failure;
+	TimestampTz last_logged;
+	TimestampTz next_attempt_at;
+	uint32 retry_requests; /* slot's count of retry_pipeline() calls at the failure */
+} ReplicantRetryState;
 
 /*
- * replicant_delivery_post() in two steps, the first attempt overlapped with
- * the caller's work (see replicant_transport_start()): _start() sends, and
- * _finish() waits for its answer and retries as replicant_delivery_post()
- * does.  webhook_id and body must stay unchanged in between.
+ * Takes an attempt's answer for the destination at place of slot: true when it is
+ * final (2xx, 413, 410, a rejection) for the caller to act on; false when
+ * it is retried, the failure counted, shown and logged as today's retries
+ * are, and the next attempt due at retry->next_attempt_at.  Exits when the
+ * worker was asked to stop, or a SIGTERM cut the request short: call with
+ * no other request in flight.
  */
-extern void replicant_delivery_post_start(ReplicantTransport *sink, const char *webhook_id,
-										  ReplicantBody *body);
-extern void replicant_delivery_post_finish(ReplicantPipelineSlot *slot, ReplicantTransport *sink,
-										   const char *webhook_id, ReplicantBody *body,
-										   ReplicantSinkResult *result);
+extern bool replicant_delivery_answered(ReplicantPipelineSlot *slot,
+										ReplicantDestinationSlot *place,
+										ReplicantRetryState *retry,
+										const ReplicantSinkResult *result);
+
+/*
+ * Whether the next attempt may start: its time came, retry_pipeline()
+ * asked for it, or none is waited for.  When the worker was asked to stop
+ * it exits instead (call with no request in flight).
+ */
+extern bool replicant_delivery_retry_due(ReplicantPipelineSlot *slot,
+										 ReplicantDestinationSlot *place,
+										 ReplicantRetryState *retry);
+
+/*
+ * How long a wait may last before replicant_delivery_retry_due() is asked
+ * again: until the attempt is due, but short enough to see a
+ * retry_pipeline() of a process whose latch it cannot set.
+ */
+extern long replicant_delivery_retry_wait_ms(const ReplicantRetryState *retry);
 
 /*
  * Halts the pipeline fail-closed: records the value-free reason in the
@@ -65,6 +87,10 @@ extern void replicant_delivery_refused(ReplicantPipelineSlot *slot,
 									   const ReplicantSinkResult *result,
 									   const char *what,
 									   const char *context);
+
+/* The reason replicant_delivery_refused() records, value-free. */
+extern char *replicant_delivery_refusal(const ReplicantSinkResult *result, const char *what,
+										const char *context);
 
 /*
  * Exits (code 0) if the slot's worker was asked to stop and the caller is

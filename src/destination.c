@@ -12,6 +12,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
+#include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 
 #include "catalog.h"
@@ -24,6 +25,15 @@ spi_text(HeapTuple tuple, TupleDesc desc, int col)
 	Datum d = SPI_getbinval(tuple, desc, col, &isnull);
 
 	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+static XLogRecPtr
+spi_lsn(HeapTuple tuple, TupleDesc desc, int col)
+{
+	bool isnull;
+	Datum d = SPI_getbinval(tuple, desc, col, &isnull);
+
+	return isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
 }
 
 static Datum
@@ -43,8 +53,11 @@ static const char *const destinations_sql =
 	"SELECT d.name, d.sink_url, d.batch_max_bytes, d.batch_max_transactions,"
 	"       d.http_timeout_ms, d.connect_timeout_ms, d.secret, d.secret_previous,"
 	"       d.secret_previous_until, d.ca_file, d.format, d.create_tables,"
-	"       COALESCE(d.max_retained_wal, 0), d.on_slot_loss, d.headers"
-	"  FROM replicant.destinations d WHERE d.pipeline_id OPERATOR(pg_catalog.=) $1 ORDER BY d.id";
+	"       COALESCE(d.max_retained_wal, 0), d.on_slot_loss, d.headers,"
+	"       d.id, c.commit_lsn, c.end_lsn, d.halt_reason"
+	"  FROM replicant.destinations d"
+	"  LEFT JOIN replicant.checkpoints c ON c.destination_id OPERATOR(pg_catalog.=) d.id"
+	" WHERE d.pipeline_id OPERATOR(pg_catalog.=) $1 ORDER BY d.id";
 
 static const char *const pipeline_row_sql =
 	"SELECT '" REPLICANT_DEFAULT_DESTINATION "', p.sink_url, p.batch_max_bytes, p.batch_max_transactions,"
@@ -58,8 +71,10 @@ static const char *const pipeline_row_sql =
 	"       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8, 0),"
 	/* nor on_slot_loss */
 	"       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss', 'halt'),"
-	"       p.headers"
-	"  FROM replicant.pipelines p WHERE p.id OPERATOR(pg_catalog.=) $1";
+	"       p.headers, 0, c.commit_lsn, c.end_lsn, NULL::pg_catalog.text"
+	"  FROM replicant.pipelines p"
+	"  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
+	" WHERE p.id OPERATOR(pg_catalog.=) $1";
 
 /*
  * Headers were validated when set (an object of string values); here they
@@ -115,6 +130,10 @@ destination_from_row(HeapTuple tuple, TupleDesc desc, const char *pipeline_name)
 	d->create_tables = DatumGetBool(spi_datum(tuple, desc, 12));
 	d->max_retained_wal = DatumGetInt64(spi_datum(tuple, desc, 13));
 	d->on_slot_loss_resync = strcmp(spi_text(tuple, desc, 14), "resync") == 0;
+	d->id = DatumGetInt32(spi_datum(tuple, desc, 16));
+	d->checkpoint_commit_lsn = spi_lsn(tuple, desc, 17);
+	d->checkpoint_end_lsn = spi_lsn(tuple, desc, 18);
+	d->halt_reason = spi_text(tuple, desc, 19);
 	return d;
 }
 
@@ -148,4 +167,28 @@ replicant_destination_load(int32 pipeline_id, const char *pipeline_name, MemoryC
 	}
 	MemoryContextSwitchTo(old);
 	return destinations;
+}
+
+bool
+replicant_destination_record_halt(const ReplicantDestination *destination, const char *reason,
+								  XLogRecPtr lsn)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[3] = {INT4OID, TEXTOID, PG_LSNOID};
+	Datum args[3];
+	char nulls[3] = {' ', ' ', ' '};
+	bool recorded;
+
+	args[0] = Int32GetDatum(destination->id);
+	args[1] = CStringGetTextDatum(reason);
+	args[2] = LSNGetDatum(lsn);
+	nulls[2] = XLogRecPtrIsInvalid(lsn) ? 'n' : ' ';
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("UPDATE replicant.destinations SET halt_reason = $2, halt_lsn = $3"
+							  " WHERE id OPERATOR(pg_catalog.=) $1 AND halt_reason IS NULL",
+							  3, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record halt of destination %d", destination->id);
+	recorded = SPI_processed > 0;
+	replicant_catalog_end(&access);
+	return recorded;
 }

@@ -11,6 +11,7 @@
 #ifndef REPLICANT_DESTINATION_H
 #define REPLICANT_DESTINATION_H
 
+#include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 
@@ -19,6 +20,7 @@
 
 typedef struct ReplicantDestination
 {
+	int32 id; /* its row's; 0 under 0.2.0's objects (no replicant.destinations) */
 	char *name;
 	char *pipeline_name; /* for messages */
 	char *sink_url;
@@ -33,9 +35,12 @@ typedef struct ReplicantDestination
 	int batch_max_transactions;
 	int http_timeout_ms;
 	int connect_timeout_ms;
-	bool create_tables;       /* create missing ClickHouse targets at start */
-	int64 max_retained_wal;   /* bytes the slot may retain for it; 0: no budget */
-	bool on_slot_loss_resync; /* on_slot_loss => 'resync' */
+	bool create_tables;               /* create missing ClickHouse targets at start */
+	int64 max_retained_wal;           /* bytes the slot may retain for it; 0: no budget */
+	bool on_slot_loss_resync;         /* on_slot_loss => 'resync' */
+	char *halt_reason;                /* halted alone: why; NULL: it is delivered to */
+	XLogRecPtr checkpoint_commit_lsn; /* its committed checkpoint as loaded, or 0 */
+	XLogRecPtr checkpoint_end_lsn;
 } ReplicantDestination;
 
 /*
@@ -46,5 +51,13 @@ typedef struct ReplicantDestination
  */
 extern List *replicant_destination_load(int32 pipeline_id, const char *pipeline_name,
 										MemoryContext mcxt);
+
+/*
+ * Records that destination halted alone, for reason (value-free), at the
+ * commit lsn (or invalid); false when it was halted already.  In its own
+ * transaction: the caller is outside one.
+ */
+extern bool replicant_destination_record_halt(const ReplicantDestination *destination,
+											  const char *reason, XLogRecPtr lsn);
 
 #endif /* REPLICANT_DESTINATION_H */

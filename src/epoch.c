@@ -24,6 +24,7 @@
 #include "executor/spi.h"
 #include "utils/lsyscache.h"
 
+#include "checkpoint_floor.h"
 #include "epoch.h"
 
 const ReplicantEpoch *
@@ -75,11 +76,11 @@ replicant_epoch_record(int32 pipeline_id)
 							  "   FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1"
 							  " ON CONFLICT (pipeline_id, until_lsn) DO NOTHING",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_INSERT ||
-		SPI_execute_with_args("DELETE FROM replicant.pipeline_epochs e"
-							  " USING replicant.checkpoints c"
-							  " WHERE e.pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "   AND c.pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "   AND e.until_lsn OPERATOR(pg_catalog.<=) c.commit_lsn",
+		SPI_execute_with_args(psprintf("DELETE FROM replicant.pipeline_epochs e"
+									   " USING %s c"
+									   " WHERE e.pipeline_id OPERATOR(pg_catalog.=) $1"
+									   "   AND e.until_lsn OPERATOR(pg_catalog.<=) c.commit_lsn",
+									   replicant_checkpoint_floor_sql()),
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not record the options pipeline %d had", pipeline_id);
 }

@@ -106,7 +106,7 @@ stop_worker(ReplicantPipelineSlot *slot, LaunchedWorker *w)
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	cooperative = slot->in_use && slot->generation == w->generation &&
 				  slot->pid != 0 && slot->latch != NULL &&
-				  slot->state != REPLICANT_STATE_SNAPSHOTTING;
+				  replicant_shmem_state(slot, NULL) != REPLICANT_STATE_SNAPSHOTTING;
 	/* Terminated or not, the stop is ours: it ends quietly (stop_signal.c). */
 	if (slot->in_use && slot->generation == w->generation)
 		slot->stop_requested = true;
@@ -576,10 +576,15 @@ launch_worker(int slot_index, LaunchedWorker *w,
 		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 		if (replicant_shmem->slots[slot_index].generation == copy->generation)
 		{
-			replicant_shmem->slots[slot_index].state = REPLICANT_STATE_RETRYING;
-			snprintf(replicant_shmem->slots[slot_index].last_error, REPLICANT_ERROR_LEN,
-					 "cannot start the pipeline worker: out of background worker slots (max_worker_processes = %d)",
-					 max_worker_processes);
+			ReplicantPipelineSlot *slot = &replicant_shmem->slots[slot_index];
+
+			for (int i = 0; i < replicant_shmem_ndestinations(slot); i++)
+			{
+				slot->destinations[i].state = REPLICANT_STATE_RETRYING;
+				snprintf(slot->destinations[i].last_error, REPLICANT_ERROR_LEN,
+						 "cannot start the pipeline worker: out of background worker slots (max_worker_processes = %d)",
+						 max_worker_processes);
+			}
 		}
 		LWLockRelease(replicant_shmem->lock);
 		ereport(WARNING,
@@ -623,7 +628,7 @@ reconcile_workers(void)
 			LWLockRelease(replicant_shmem->lock);
 		}
 		running = (w->handle != NULL);
-		wanted = copy.in_use && copy.runnable && !copy.dropping;
+		wanted = copy.in_use && copy.runnable && !copy.dropping && !copy.held;
 
 		/* Enabled or resumed: a deliberate start owes nothing to past failures. */
 		if (wanted && !w->wanted)

@@ -1,6 +1,7 @@
 /*
  * metrics.c
- *		A pipeline's counters and gauges in shared memory, and
+ *		A pipeline's and its destinations' counters and gauges in shared
+ *		memory, and
  *		replicant._metrics(), the live half of replicant.metrics (the view
  *		adds what the catalog and pg_replication_slots know: lag in bytes,
  *		retained WAL, backfill progress, the state of a stopped pipeline).
@@ -43,26 +44,27 @@ replicant_metrics_status_class(long http_status)
 }
 
 void
-replicant_metrics_retry(ReplicantPipelineSlot *slot, long http_status)
+replicant_metrics_retry(ReplicantDestinationSlot *destination, long http_status)
 {
 	int index = (http_status < 100 || http_status > 599) ? 0 : (int) (http_status / 100);
 
-	slot->metrics.retries[index]++;
+	destination->metrics.retries[index]++;
 }
 
 void
-replicant_metrics_pending(ReplicantPipelineSlot *slot, const ReplicantBatch *batch, int first)
+replicant_metrics_pending(ReplicantDestinationSlot *destination, const ReplicantBatch *batch,
+						  int first)
 {
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot->metrics.oldest_pending_commit = first < batch->ntxns ? batch->txns[first].commit_time : 0;
+	destination->metrics.oldest_pending_commit = first < batch->ntxns ? batch->txns[first].commit_time : 0;
 	LWLockRelease(replicant_shmem->lock);
 }
 
 void
-replicant_metrics_acknowledged(ReplicantPipelineSlot *slot, const ReplicantBatch *batch,
+replicant_metrics_acknowledged(ReplicantDestinationSlot *destination, const ReplicantBatch *batch,
 							   int first, int last, TimestampTz now)
 {
-	ReplicantMetrics *m = &slot->metrics;
+	ReplicantMetrics *m = &destination->metrics;
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	for (int t = first; t <= last; t++)
@@ -87,7 +89,7 @@ replicant_metrics_progressed(ReplicantPipelineSlot *slot)
 	TimestampTz at = GetCurrentTimestamp();
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot->metrics.last_progress = at;
+	slot->last_progress = at;
 	LWLockRelease(replicant_shmem->lock);
 }
 
@@ -119,14 +121,15 @@ typedef struct MetricsOut
 {
 	ReturnSetInfo *rsinfo;
 	const char *pipeline;
+	const char *destination; /* NULL: a metric of the pipeline's */
 } MetricsOut;
 
-/* One row: pipeline, metric, status_class, le, value. */
+/* One row: pipeline, metric, status_class, le, value, destination. */
 static void
 put(MetricsOut *out, const char *metric, const char *status_class, const char *le, double value)
 {
-	Datum values[5];
-	bool nulls[5] = {0};
+	Datum values[6];
+	bool nulls[6] = {0};
 
 	values[0] = CStringGetTextDatum(out->pipeline);
 	values[1] = CStringGetTextDatum(metric);
@@ -135,6 +138,8 @@ put(MetricsOut *out, const char *metric, const char *status_class, const char *l
 	values[3] = le ? CStringGetTextDatum(le) : (Datum) 0;
 	nulls[3] = (le == NULL);
 	values[4] = Float8GetDatum(value);
+	values[5] = out->destination ? CStringGetTextDatum(out->destination) : (Datum) 0;
+	nulls[5] = (out->destination == NULL);
 	tuplestore_putvalues(out->rsinfo->setResult, out->rsinfo->setDesc, values, nulls);
 }
 
@@ -144,33 +149,36 @@ epoch_seconds(TimestampTz t)
 	return (t - SetEpochTimestamp()) / 1000000.0;
 }
 
-/* One slot's rows, read under the lock; at: the time lag_seconds counts to. */
+/*
+ * One destination's rows, read under the lock; at: the time lag_seconds
+ * counts to.  A destination not mirrored yet (0.2.0's objects, until a
+ * sync after the update) shows none.
+ */
 static void
-put_slot(MetricsOut *out, const ReplicantPipelineSlot *slot, TimestampTz at)
+put_destination(MetricsOut *out, const ReplicantDestinationSlot *destination, TimestampTz at)
 {
-	const ReplicantMetrics *m = &slot->metrics;
+	const ReplicantMetrics *m = &destination->metrics;
 	uint64 cumulative = 0;
 	int i;
 
-	put(out, "replicant_transactions_delivered_total", NULL, NULL, slot->transactions_delivered);
-	put(out, "replicant_changes_delivered_total", NULL, NULL, slot->changes_delivered);
-	put(out, "replicant_batches_delivered_total", NULL, NULL, slot->batches_delivered);
-	put(out, "replicant_bytes_delivered_total", NULL, NULL, slot->bytes_delivered);
+	if (destination->name[0] == '\0')
+		return;
+	out->destination = destination->name;
+	put(out, "replicant_transactions_delivered_total", NULL, NULL, destination->transactions_delivered);
+	put(out, "replicant_changes_delivered_total", NULL, NULL, destination->changes_delivered);
+	put(out, "replicant_batches_delivered_total", NULL, NULL, destination->batches_delivered);
+	put(out, "replicant_bytes_delivered_total", NULL, NULL, destination->bytes_delivered);
 	put(out, "replicant_messages_delivered_total", NULL, NULL, m->messages_delivered);
 	for (i = 0; i < REPLICANT_RETRY_CLASSES; i++)
 		put(out, "replicant_retries_total", retry_classes[i], NULL, m->retries[i]);
 	put(out, "replicant_halts_total", NULL, NULL, m->halts);
-	put(out, "replicant_worker_starts_total", NULL, NULL, m->worker_starts);
 	put(out, "replicant_disabled_by_sink", NULL, NULL, m->disabled_by_sink ? 1 : 0);
-	put(out, "replicant_state", NULL, NULL, state_number(slot->state));
+	put(out, "replicant_state", NULL, NULL, state_number(destination->state));
 	put(out, "replicant_lag_seconds", NULL, NULL,
 		m->oldest_pending_commit == 0 ? 0 : Max(0, at - m->oldest_pending_commit) / 1000000.0);
-	if (slot->last_delivery_at != 0)
+	if (destination->last_delivery_at != 0)
 		put(out, "replicant_last_delivery_timestamp_seconds", NULL, NULL,
-			epoch_seconds(slot->last_delivery_at));
-	if (m->last_progress != 0)
-		put(out, "replicant_last_progress_timestamp_seconds", NULL, NULL,
-			epoch_seconds(m->last_progress));
+			epoch_seconds(destination->last_delivery_at));
 	for (i = 0; i <= REPLICANT_LATENCY_BUCKETS; i++)
 	{
 		cumulative += m->latency_buckets[i];
@@ -180,9 +188,22 @@ put_slot(MetricsOut *out, const ReplicantPipelineSlot *slot, TimestampTz at)
 	put(out, "replicant_delivery_latency_seconds_count", NULL, NULL, m->latency_count);
 }
 
+/* The pipeline's own rows (destination NULL), then each destination's. */
+static void
+put_slot(MetricsOut *out, const ReplicantPipelineSlot *slot, TimestampTz at)
+{
+	out->destination = NULL;
+	put(out, "replicant_worker_starts_total", NULL, NULL, slot->worker_starts);
+	if (slot->last_progress != 0)
+		put(out, "replicant_last_progress_timestamp_seconds", NULL, NULL,
+			epoch_seconds(slot->last_progress));
+	for (int i = 0; i < replicant_shmem_ndestinations(slot); i++)
+		put_destination(out, &slot->destinations[i], at);
+}
+
 /*
  * replicant._metrics(): the live metrics of this database's pipelines, one
- * row per pipeline, metric and label set.  Executable by PUBLIC, since the
+ * row per pipeline, metric, label set and destination.  Executable by PUBLIC, since the
  * view runs it with the privileges of whoever reads it: the view's own
  * privilege (pg_monitor, replicant_admin) is the gate.
  */
@@ -193,7 +214,7 @@ replicant_metrics(PG_FUNCTION_ARGS)
 	Oid nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
 	Oid viewid = get_relname_relid("metrics", nspid);
 	TimestampTz at = GetCurrentTimestamp();
-	MetricsOut out = {rsinfo, NULL};
+	MetricsOut out = {rsinfo, NULL, NULL};
 
 	if (!OidIsValid(viewid) || pg_class_aclcheck(viewid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
 		ereport(ERROR,

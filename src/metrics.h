@@ -12,10 +12,11 @@
 #include "shmem.h"
 
 /*
- * Counts a retry of the sink's; the caller holds the shared memory lock
- * exclusively (the update rides on the lock the slot's other counters take).
+ * Counts a retry of the destination's sink; the caller holds the shared
+ * memory lock exclusively (the update rides on the lock the destination's
+ * other counters take).
  */
-extern void replicant_metrics_retry(ReplicantPipelineSlot *slot, long http_status);
+extern void replicant_metrics_retry(ReplicantDestinationSlot *destination, long http_status);
 
 /*
  * These take the lock themselves.  pending: transaction first of the batch
@@ -24,10 +25,11 @@ extern void replicant_metrics_retry(ReplicantPipelineSlot *slot, long http_statu
  * transactions [first, last] at now; counts their commit-to-acknowledgement
  * times, and the next one is pending.
  */
-extern void replicant_metrics_pending(ReplicantPipelineSlot *slot, const ReplicantBatch *batch,
-									  int first);
-extern void replicant_metrics_acknowledged(ReplicantPipelineSlot *slot, const ReplicantBatch *batch,
-										   int first, int last, TimestampTz now);
+extern void replicant_metrics_pending(ReplicantDestinationSlot *destination,
+									  const ReplicantBatch *batch, int first);
+extern void replicant_metrics_acknowledged(ReplicantDestinationSlot *destination,
+										   const ReplicantBatch *batch, int first, int last,
+										   TimestampTz now);
 
 /* The streaming worker made progress now (replicant_last_progress_timestamp_seconds). */
 extern void replicant_metrics_progressed(ReplicantPipelineSlot *slot);

@@ -6,16 +6,18 @@
  * in commit order, while the pipeline worker drives decoding (decoder.c).
  * The plugin decides what the publications deliver (publication.c),
  * describes each change as a record (change.h) whose rows the encoder
- * encodes (encoder.c), and has the pipeline's format render it (format.h)
- * straight into the worker's batch (batch.c); it knows neither the wire
- * format nor HTTP.  The transaction header is
+ * encodes (encoder.c) once, and has each render target's format render it
+ * (format.h) straight into the target's filling batch (batch.c); it knows
+ * neither the wire format nor HTTP.  The transaction header is
  * deferred to the first delivered change, so transactions that touch no
  * published table (including the worker's own checkpoint writes) produce
  * nothing.
  *
  * Nothing here may raise an error for a condition that must halt the
  * pipeline: it records a value-free reason instead and delivers nothing
- * more, and the worker halts once the record has been processed.
+ * more, and the worker halts once the record has been processed.  A
+ * condition of one format (whole rows, targets named without the schema)
+ * halts only its target; decoding halts once every target has.
  *
  * Rules kept with other files: docs/internals.md §4 (one content per
  * commit_lsn), §8 (errors: halt or retry).
@@ -37,6 +39,7 @@
 #include "plugin_gate.h"
 #include "publication.h"
 #include "pubfilter.h"
+#include "render_target.h"
 #include "shmem.h"
 #include "waiver.h"
 
@@ -75,7 +78,6 @@ replicant_startup(LogicalDecodingContext *ctx, OutputPluginOptions *options,
 												  "replicant change",
 												  ALLOCSET_DEFAULT_SIZES);
 	state->rows = create_rows(ctx->context);
-	state->txn_messages.data = NULL;
 	ctx->output_plugin_private = state;
 }
 
@@ -90,14 +92,7 @@ replicant_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 
 	state->txn_open = false;
-	if (state->txn_messages.data && state->txn_messages.maxlen > ROWS_KEEP_BYTES)
-	{
-		/* What one large message grew is not kept for the next transaction. */
-		pfree(state->txn_messages.data);
-		state->txn_messages.data = NULL;
-	}
-	if (state->txn_messages.data)
-		resetStringInfo(&state->txn_messages);
+	replicant_render_begin(state->targets);
 }
 
 /* Whether a change of txn must be looked at; opens the transaction lazily. */
@@ -120,39 +115,68 @@ static void
 open_txn(ReplicantDecodingState *state, ReorderBufferTXN *txn)
 {
 	ReplicantTxn record;
-	StringInfo head;
 
 	if (state->txn_open)
 		return;
 	describe_txn(&record, txn);
-	/* a header is a few numbers and names: rendered in place */
-	head = replicant_batch_begin_txn(state->batch, txn->final_lsn, record.commit_time, 256);
-	state->format->begin_txn(head, state->pipeline_name, &record);
+	replicant_render_begin_txn(state->targets, state->pipeline_name, &record);
 	state->txn_open = true;
 	state->txn_changes = 0;
 }
 
 /*
- * Halts at txn's commit for reason: delivers nothing more.  A resume then
- * accepts cause (waiver.h) for the commits up to it, or nothing when cause
- * is NULL.
+ * Halts target at txn's commit for reason: it gets nothing more, and loses
+ * that transaction only.  Once every target halted, decoding halts: a
+ * resume then accepts cause (waiver.h) for the commits up to it, or nothing
+ * when cause is NULL.
  */
 static void
-halt_at(ReplicantDecodingState *state, ReorderBufferTXN *txn, const char *reason,
-		const char *cause)
+halt_at(ReplicantDecodingState *state, ReplicantRenderTarget *target,
+		ReorderBufferTXN *txn, const char *reason, const char *cause)
 {
 	MemoryContext context = GetMemoryChunkContext(state);
 
-	if (state->halt_reason != NULL)
+	if (state->halt_reason != NULL ||
+		!replicant_render_halt(state->targets, target, txn->final_lsn, state->txn_open, reason))
 		return;
 	state->halt_reason = MemoryContextStrdup(context, reason);
 	state->halt_cause = cause ? MemoryContextStrdup(context, cause) : NULL;
 	state->halt_lsn = txn->final_lsn;
-	if (state->txn_open)
-		replicant_batch_discard_txn(state->batch);
 	state->txn_open = false;
 	list_free_deep(state->pending_messages);
 	state->pending_messages = NIL;
+}
+
+/* Halts every target: a condition of decoding, whatever the format. */
+static void
+halt_all_at(ReplicantDecodingState *state, ReorderBufferTXN *txn, const char *reason,
+			const char *cause)
+{
+	ListCell *lc;
+
+	foreach(lc, state->targets)
+		halt_at(state, lfirst(lc), txn, reason, cause);
+}
+
+/*
+ * An update left TOASTed columns unchanged, and its old row does not have
+ * them: a format that needs every column can neither leave them out nor
+ * know their values.  Halts the targets of such formats.
+ */
+static void
+halt_whole_row_targets(ReplicantDecodingState *state, ReorderBufferTXN *txn,
+					   Relation relation)
+{
+	ListCell *lc;
+
+	foreach(lc, state->targets)
+	{
+		ReplicantRenderTarget *target = lfirst(lc);
+
+		if (target->format->whole_rows)
+			halt_at(state, target, txn, psprintf("update of table \"%s\" left TOASTed columns unchanged, and the table's replica identity does not log them (the clickhouse format needs ALTER TABLE ... REPLICA IDENTITY FULL)", RelationGetRelationName(relation)),
+					NULL);
+	}
 }
 
 /* Whether a resume accepted cause for txn's commit. */
@@ -176,6 +200,7 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 	char *cause;
 
 	replicant_publication_use_epoch(replicant_epoch_at(state->epochs, txn->final_lsn));
+	replicant_publication_decoding(txn->final_lsn);
 	info = replicant_publication_relinfo(rel);
 	if (info->own)
 		return NULL;
@@ -183,12 +208,31 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 	missing = replicant_publication_missing(txn->final_lsn, state->waivers, &cause);
 	if (missing)
 	{
-		halt_at(state, txn, missing, cause);
+		halt_all_at(state, txn, missing, cause);
 		return NULL;
 	}
 	/* Only in publications alter_pipeline added after this commit. */
 	if (info->published && txn->final_lsn < info->published_from)
 		return NULL;
+	/*
+	 * Only a format that names its targets after the table alone halts on
+	 * two tables of one name; ahead of the privileges, as the lookup is.
+	 */
+	if (info->name_shared_with)
+	{
+		ListCell *lc;
+
+		foreach(lc, state->targets)
+		{
+			ReplicantRenderTarget *target = lfirst(lc);
+			const char *kind = target->format->schemaless_target;
+
+			if (kind)
+				halt_at(state, target, txn, replicant_publication_name_clash(info, kind), NULL);
+		}
+		if (state->halt_reason)
+			return NULL;
+	}
 	if (info->halt_reason)
 	{
 		/* Privileges: a resume accepts them once the owner may read the table. */
@@ -197,7 +241,7 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 					NULL;
 		if (!info->halt_resumable || !waived(state, txn, cause))
 		{
-			halt_at(state, txn, info->halt_reason, cause);
+			halt_all_at(state, txn, info->halt_reason, cause);
 			return NULL;
 		}
 	}
@@ -206,7 +250,7 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 		cause = replicant_waiver_shape_cause(RelationGetRelid(rel), info->schema_target);
 		if (!waived(state, txn, cause))
 		{
-			halt_at(state, txn, info->schema_change, cause);
+			halt_all_at(state, txn, info->schema_change, cause);
 			return NULL;
 		}
 		/* Resumed past a change into exactly this shape: take it. */
@@ -253,16 +297,6 @@ encode_old(StringInfo out, ReplicantRelInfo *info, TupleDesc desc,
 		appendStringInfoString(out, "null");
 }
 
-/* Puts chunk rows, as read, into the batch before the change superseding them. */
-static void
-keep_rows(ReplicantDecodingState *state, List *changes)
-{
-	ListCell *lc;
-
-	foreach(lc, changes)
-		replicant_batch_add_change(state->batch, lfirst(lc), strlen(lfirst(lc)));
-}
-
 /*
  * A colliding change supersedes the chunk's rows with its old and its new
  * key: the chunk may have read either version, and the stream's is at
@@ -270,8 +304,7 @@ keep_rows(ReplicantDecodingState *state, List *changes)
  * keeps the row it updates: the row as read goes into the batch first, so
  * a sink that never saw the row still gets those columns.  The columns are
  * the update's too: it did not change them, and any later change to them
- * comes after it in the stream (a whole-row format's update carries them
- * itself, so the caller does not ask).  A table without a key has no way to tell
+ * comes after it in the stream.  A table without a key has no way to tell
  * its rows apart: nothing is dropped (duplicates, never loss).
  */
 static void
@@ -295,7 +328,7 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 		encode_key(&key, info, desc, old_values, old_nulls);
 		dropped = replicant_chunk_drop_key(chunk, key.data, key.len);
 		if (unchanged_toast)
-			keep_rows(state, dropped);
+			replicant_render_kept_rows(state->targets, dropped);
 	}
 	if (new_values)
 	{
@@ -303,7 +336,7 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 		encode_key(&key, info, desc, new_values, new_nulls);
 		dropped = replicant_chunk_drop_key(chunk, key.data, key.len);
 		if (unchanged_toast && old_values == NULL)
-			keep_rows(state, dropped);
+			replicant_render_kept_rows(state->targets, dropped);
 	}
 }
 
@@ -406,26 +439,6 @@ describe_change(ReplicantChange *record, EncodedRows *rows, ReplicantOp op,
 }
 
 /*
- * About how many bytes a format renders record in: its rows and a little
- * framing (names, op, envelope).  Only the batch's decision to spill uses it.
- */
-static size_t
-length_hint(const ReplicantChange *record)
-{
-	size_t len = 256;
-
-	if (record->key)
-		len += record->key->len;
-	if (record->new_row)
-		len += record->new_row->len;
-	if (record->old_row)
-		len += record->old_row->len;
-	if (record->unchanged)
-		len += record->unchanged->len;
-	return len;
-}
-
-/*
  * The row filters' verdict on a change (pubfilter.c); halts when the change
  * cannot be delivered whole.  An error while evaluating a filter is turned
  * into a halt by the worker (in_row_filter names the cause).
@@ -446,7 +459,7 @@ filter_change(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 										 new_values, new_nulls, &reason);
 	state->in_row_filter = false;
 	if (reason)
-		halt_at(state, txn, reason, NULL);
+		halt_all_at(state, txn, reason, NULL);
 	return deliver;
 }
 
@@ -527,20 +540,16 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	open_txn(state, txn);
 	describe_change(&record, rows, op, state, txn, info, desc,
 					new_values, new_nulls, old_values, old_nulls);
-	if (state->format->whole_rows && op == REPLICANT_OP_UPDATE &&
-		rows->unchanged.len > 0 && record.old_row == NULL)
+	if (op == REPLICANT_OP_UPDATE && rows->unchanged.len > 0 && record.old_row == NULL)
 	{
-		/* the format cannot leave the columns out, nor knows their values */
-		halt_at(state, txn, psprintf("update of table \"%s\" left TOASTed columns unchanged, and the table's replica identity does not log them (the clickhouse format needs ALTER TABLE ... REPLICA IDENTITY FULL)", RelationGetRelationName(relation)),
-				NULL);
-		goto done;
+		halt_whole_row_targets(state, txn, relation);
+		if (state->halt_reason)
+			goto done;
 	}
-	/* before the change: rows it keeps go into the batch ahead of it */
+	/* before the change: rows it keeps go into the batches ahead of it */
 	drop_from_chunk(state, txn, info, relation, new_values, new_nulls, old_values, old_nulls,
-					op == REPLICANT_OP_UPDATE && rows->unchanged.len > 0 &&
-						!state->format->whole_rows);
-	state->format->change(replicant_batch_begin_change(state->batch, length_hint(&record)),
-						  state->pipeline_name, &record);
+					op == REPLICANT_OP_UPDATE && rows->unchanged.len > 0);
+	replicant_render_change(state->targets, state->pipeline_name, &record);
 
 done:
 	replicant_shmem_enter_phase(REPLICANT_PHASE_DECODE);
@@ -585,8 +594,7 @@ replicant_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 		record.relation = &info->relation;
 		record.txn = &txn_record;
 		record.index = state->txn_changes++;
-		state->format->change(replicant_batch_begin_change(state->batch, length_hint(&record)),
-							  state->pipeline_name, &record);
+		replicant_render_change(state->targets, state->pipeline_name, &record);
 		delivered = lappend_oid(delivered, RelationGetRelid(relations[i]));
 		if (replicant_chunk_collides(state->chunk, RelationGetRelid(relations[i]), txn->xid))
 			replicant_chunk_drop_all(state->chunk);
@@ -608,18 +616,11 @@ replicant_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 {
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 	ReplicantTxn record;
-	bool messages = state->txn_messages.data && state->txn_messages.len > 0;
-	StringInfo tail;
 
 	if (!state->txn_open)
 		return;
 	describe_txn(&record, txn);
-	tail = replicant_batch_begin_tail(state->batch,
-									  64 + (messages ? state->txn_messages.len : 0));
-	state->format->end_txn(tail, state->pipeline_name, &record,
-						   state->batch->txn_nchanges,
-						   messages ? state->txn_messages.data : NULL);
-	replicant_batch_end_txn(state->batch, txn->end_lsn);
+	replicant_render_end_txn(state->targets, state->pipeline_name, &record, txn->end_lsn);
 	state->txn_open = false;
 }
 
@@ -661,9 +662,9 @@ copy_message(XLogRecPtr lsn, const char *prefix, Size size, const char *content)
 }
 
 /*
- * Renders a transactional message into its transaction's messages, which
- * live as long as the decoding state; what the format allocates meanwhile
- * goes with the per-change context.
+ * Renders a transactional message into each target's messages of its
+ * transaction; what the format allocates meanwhile goes with the
+ * per-change context.
  */
 static void
 add_txn_message(ReplicantDecodingState *state, ReorderBufferTXN *txn,
@@ -671,17 +672,9 @@ add_txn_message(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 {
 	MemoryContext old;
 
-	if (state->txn_messages.data == NULL)
-	{
-		old = MemoryContextSwitchTo(GetMemoryChunkContext(state));
-		initStringInfo(&state->txn_messages);
-		MemoryContextSwitchTo(old);
-	}
 	old = MemoryContextSwitchTo(state->change_context);
 	open_txn(state, txn);
-	if (state->txn_messages.len > 0)
-		appendStringInfoString(&state->txn_messages, state->format->separator);
-	state->format->message(&state->txn_messages, state->pipeline_name, record);
+	replicant_render_message(state->targets, state->pipeline_name, record);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
 }

@@ -2,7 +2,7 @@
  * output_plugin.h
  *		replicant's logical decoding output plugin.  It lives in the same
  *		library as the workers and is only driven by a pipeline worker, which
- *		attaches a batch for it to fill.
+ *		gives it a render target per format to fill batches of.
  */
 #ifndef REPLICANT_OUTPUT_PLUGIN_H
 #define REPLICANT_OUTPUT_PLUGIN_H
@@ -15,11 +15,10 @@
 
 typedef struct ReplicantDecodingState
 {
-	ReplicantBatch *batch;         /* where transactions go */
-	const ReplicantFormat *format; /* what the batch holds them in */
+	List *targets; /* of ReplicantRenderTarget *, one per format (render_target.h) */
 	const char *pipeline_name;
 	XLogRecPtr skip_upto;            /* commits at or below were delivered */
-	char *halt_reason;               /* set: stop, deliver nothing more */
+	char *halt_reason;               /* set once every target halted: stop */
 	XLogRecPtr halt_lsn;             /* commit LSN of the change that halted, if any */
 	char *halt_cause;                /* what resuming that halt accepts (waiver.h), or NULL */
 	List *epochs;                    /* the pipeline's options by commit (epoch.h) */
@@ -29,12 +28,11 @@ typedef struct ReplicantDecodingState
 	ReplicantChunk *chunk;           /* incremental backfill chunk, or NULL */
 
 	/* pg_logical_emit_message() delivery (the epoch's messages, message_prefixes) */
-	StringInfoData txn_messages; /* the open transaction's, rendered, separated */
-	List *pending_messages;      /* non-transactional, of ReplicantMessage *,
-									 * each allocated as one chunk */
+	List *pending_messages; /* non-transactional, of ReplicantMessage *,
+							 * each allocated as one chunk */
 
 	/* Per transaction */
-	bool txn_open;     /* header written (deferred to 1st change) */
+	bool txn_open;     /* header written into the targets (deferred to 1st change) */
 	int64 txn_changes; /* decoded changes delivered so far */
 
 	MemoryContext change_context; /* reset after every change */

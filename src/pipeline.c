@@ -18,7 +18,9 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/pg_lsn.h"
+#include "utils/snapmgr.h"
 
+#include "checkpoint_floor.h"
 #include "destination.h"
 #include "guc_pin.h"
 #include "pipeline.h"
@@ -258,7 +260,7 @@ read_pipeline_row(int32 id)
 								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_slot_dropped')::pg_catalog.bool, false),"
 								  "       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'resync_losses')::pg_catalog.int4, 0)"
 								  "  FROM replicant.pipelines p"
-								  "  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
+								  "  LEFT JOIN %s c ON true"
 								  " WHERE p.id OPERATOR(pg_catalog.=) $1",
 								  replicant_pipeline_has_column("publication_lsns") ?
 									  "p.publication_lsns" :
@@ -266,7 +268,8 @@ read_pipeline_row(int32 id)
 								  replicant_pipeline_slot_name_sql(),
 								  replicant_pipeline_has_column("event_id_key") ?
 									  "p.event_id_key" :
-									  "NULL::pg_catalog.bytea"),
+									  "NULL::pg_catalog.bytea",
+								  replicant_checkpoint_floor_sql()),
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pipeline %d", id);
 	return SPI_processed > 0;
@@ -371,13 +374,31 @@ load_epochs(ReplicantPipeline *p, MemoryContext mcxt)
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * Waits for the lock on replicant.pipelines, then replaces the caller's
+ * snapshot: ALTER EXTENSION UPDATE rewrites the table, and a snapshot taken
+ * before the update committed sees no row in the new file (the pipeline
+ * would look dropped), nor would columns looked up before the lock include
+ * the ones it adds.  False: the table is gone (DROP EXTENSION).
+ */
+static bool
+wait_for_pipelines(void)
+{
+	if (!OidIsValid(RangeVarGetRelidExtended(makeRangeVar("replicant", "pipelines", -1),
+											 AccessShareLock, RVR_MISSING_OK, NULL, NULL)))
+		return false;
+	PopActiveSnapshot();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	return true;
+}
+
 ReplicantPipeline *
 replicant_pipeline_load(int32 id, MemoryContext mcxt)
 {
 	ReplicantPipeline *p;
 	MemoryContext old;
 
-	if (!read_pipeline_row(id))
+	if (!wait_for_pipelines() || !read_pipeline_row(id))
 		return NULL;
 	old = MemoryContextSwitchTo(mcxt);
 	p = pipeline_from_row(id, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
@@ -393,6 +414,28 @@ replicant_pipeline_only_destination(const ReplicantPipeline *pipeline)
 {
 	Assert(list_length(pipeline->destinations) == 1);
 	return linitial(pipeline->destinations);
+}
+
+ReplicantDestination *
+replicant_pipeline_first_destination(const ReplicantPipeline *pipeline)
+{
+	return linitial(pipeline->destinations);
+}
+
+int64
+replicant_pipeline_wal_budget(const ReplicantPipeline *pipeline)
+{
+	int64 budget = 0;
+	ListCell *lc;
+
+	foreach(lc, pipeline->destinations)
+	{
+		int64 own = ((ReplicantDestination *) lfirst(lc))->max_retained_wal;
+
+		if (own > 0 && (budget == 0 || own < budget))
+			budget = own;
+	}
+	return budget;
 }
 
 bool

@@ -35,7 +35,7 @@ typedef struct ReplicantPipeline
 	bool resync_slot_dropped;         /* the old slot is gone: a slot is the resync's */
 	int32 resync_losses;              /* slot losses in a row, no batch streamed since */
 	bool resync_ended;                /* this process ended a resync (slot_health.c) */
-	XLogRecPtr checkpoint_commit_lsn; /* last acknowledged commit, or 0 */
+	XLogRecPtr checkpoint_commit_lsn; /* the floor's commit (checkpoint.h), or 0 */
 	XLogRecPtr checkpoint_end_lsn;
 	/* keys the ids of reads (change.h); random per process under 0.2.0's objects */
 	uint8 event_id_key[REPLICANT_READ_ID_KEY_LEN];
@@ -125,16 +125,29 @@ extern ReplicantPipelineRef replicant_pipeline_lookup(const char *name, bool loc
 extern void replicant_pipeline_check_owner(const ReplicantPipelineRef *ref, Oid userid);
 
 /*
- * Loads a pipeline and its checkpoint (inside replicant_catalog_begin/end);
- * the result is allocated in mcxt.  Returns NULL if it no longer exists.
+ * Loads a pipeline and its checkpoint (inside replicant_catalog_begin/end,
+ * as the first access of that transaction: it waits for the lock on
+ * replicant.pipelines and then replaces the transaction's snapshot); the
+ * result is allocated in mcxt.  Returns NULL if it no longer exists.
  */
 extern ReplicantPipeline *replicant_pipeline_load(int32 id, MemoryContext mcxt);
 
 /*
- * The pipeline's one destination: what each reader of a sink option sends
- * to until the pipeline worker sends to several (docs/destinations-design.md).
+ * The pipeline's one destination: what an initial snapshot and a resync
+ * send to, which only a pipeline of one destination runs
+ * (docs/destinations-design.md §4 is still to come).
  */
 extern ReplicantDestination *replicant_pipeline_only_destination(const ReplicantPipeline *pipeline);
+
+/*
+ * Its oldest destination, whose format every destination shares while a
+ * backfill renders its rows once (add_destination and alter_destination
+ * keep it so).
+ */
+extern ReplicantDestination *replicant_pipeline_first_destination(const ReplicantPipeline *pipeline);
+
+/* The smallest max_retained_wal of its destinations; 0: none has one. */
+extern int64 replicant_pipeline_wal_budget(const ReplicantPipeline *pipeline);
 
 /*
  * Records a fail-closed halt (inside replicant_catalog_begin/end): lsn, if

@@ -1,9 +1,9 @@
 /*
  * pipeline_options.c
- *		The options of create_pipeline, alter_pipeline and alter_destination:
- *		each read and checked by its own function, as pipeline_options[]
- *		lists them, into the parameters of the INSERTs and UPDATEs that api.c
- *		runs.
+ *		The options of create_pipeline, alter_pipeline, add_destination and
+ *		alter_destination: each read and checked by its own function, as
+ *		pipeline_options[] lists them, into the parameters of the INSERTs
+ *		and UPDATEs that api.c and api_destination.c run.
  *
  * Messages never echo a sink URL, a header value or a secret.
  */
@@ -53,6 +53,7 @@ typedef struct PipelineOption
 	int create_arg;      /* position in create_pipeline(); -1: none */
 	int alter_arg;       /* position in alter_pipeline(); -1: none */
 	int destination_arg; /* position in alter_destination(); -1: none */
+	int add_arg;         /* position in add_destination(); -1: none */
 	bool create_null_ok; /* create_pipeline takes NULL (alter always does) */
 	ParseOption parse;   /* NULL: the argument as is */
 	AssignOption assign; /* NULL: coalesce($n, column) */
@@ -522,32 +523,32 @@ parse_destination(FunctionCallInfo fcinfo, int argno, bool alter, const Replican
 
 /* The defaults are the SQL functions' DEFAULT clauses. */
 static const PipelineOption pipeline_options[NUM_PIPELINE_OPTIONS] = {
-	[OPT_PUBLICATION] = {"publication", "publications", false, TEXTARRAYOID, 0, 0, 1, 1, -1, false, parse_publication, NULL},
-	[OPT_SINK_URL] = {"sink_url", "sink_url", true, TEXTOID, 0, 0, 2, 2, 2, false, parse_sink_url, NULL},
-	[OPT_SNAPSHOT] = {"snapshot", "snapshot", false, TEXTOID, 0, 0, 3, -1, -1, false, parse_snapshot, NULL},
-	[OPT_BATCH_MAX_BYTES] = {"batch_max_bytes", "batch_max_bytes", true, INT4OID, 1024, 1024 * 1024 * 1024, 4, 3, 3, false, NULL, NULL},
-	[OPT_BATCH_MAX_TRANSACTIONS] = {"batch_max_transactions", "batch_max_transactions", true, INT4OID, 1, 1000000, 5, 4, 4, false, NULL, NULL},
-	[OPT_HTTP_TIMEOUT_MS] = {"http_timeout_ms", "http_timeout_ms", true, INT4OID, 100, 3600000, 6, 5, 5, false, NULL, NULL},
-	[OPT_CONNECT_TIMEOUT_MS] = {"connect_timeout_ms", "connect_timeout_ms", true, INT4OID, 100, 600000, 7, 6, 6, false, NULL, NULL},
-	[OPT_HEADERS] = {"headers", "headers", true, JSONBOID, 0, 0, 8, 7, 7, false, parse_headers, NULL},
-	[OPT_SECRET] = {"secret", "secret", true, TEXTOID, 0, 0, 9, 8, 8, true, parse_secret, assign_secret},
-	[OPT_CLEAR_SECRET] = {"clear_secret", NULL, true, BOOLOID, 0, 0, -1, 9, 9, false, parse_clear_secret, NULL},
-	[OPT_SNAPSHOT_WORKERS] = {"snapshot_workers", "snapshot_workers", false, INT4OID, 1, 16, 10, -1, -1, false, NULL, NULL},
-	[OPT_MESSAGES] = {"messages", "messages", false, BOOLOID, 0, 0, 11, 10, -1, false, NULL, NULL},
-	[OPT_MESSAGE_PREFIXES] = {"message_prefixes", "message_prefixes", false, TEXTARRAYOID, 0, 0, 12, 11, -1, true, parse_message_prefixes, assign_message_prefixes},
-	[OPT_CA_FILE] = {"ca_file", "ca_file", true, TEXTOID, 0, 0, 13, 13, 11, true, parse_ca_file, NULL},
+	[OPT_PUBLICATION] = {"publication", "publications", false, TEXTARRAYOID, 0, 0, 1, 1, -1, -1, false, parse_publication, NULL},
+	[OPT_SINK_URL] = {"sink_url", "sink_url", true, TEXTOID, 0, 0, 2, 2, 2, 2, false, parse_sink_url, NULL},
+	[OPT_SNAPSHOT] = {"snapshot", "snapshot", false, TEXTOID, 0, 0, 3, -1, -1, 4, false, parse_snapshot, NULL},
+	[OPT_BATCH_MAX_BYTES] = {"batch_max_bytes", "batch_max_bytes", true, INT4OID, 1024, 1024 * 1024 * 1024, 4, 3, 3, 5, false, NULL, NULL},
+	[OPT_BATCH_MAX_TRANSACTIONS] = {"batch_max_transactions", "batch_max_transactions", true, INT4OID, 1, 1000000, 5, 4, 4, 6, false, NULL, NULL},
+	[OPT_HTTP_TIMEOUT_MS] = {"http_timeout_ms", "http_timeout_ms", true, INT4OID, 100, 3600000, 6, 5, 5, 7, false, NULL, NULL},
+	[OPT_CONNECT_TIMEOUT_MS] = {"connect_timeout_ms", "connect_timeout_ms", true, INT4OID, 100, 600000, 7, 6, 6, 8, false, NULL, NULL},
+	[OPT_HEADERS] = {"headers", "headers", true, JSONBOID, 0, 0, 8, 7, 7, 9, false, parse_headers, NULL},
+	[OPT_SECRET] = {"secret", "secret", true, TEXTOID, 0, 0, 9, 8, 8, 10, true, parse_secret, assign_secret},
+	[OPT_CLEAR_SECRET] = {"clear_secret", NULL, true, BOOLOID, 0, 0, -1, 9, 9, -1, false, parse_clear_secret, NULL},
+	[OPT_SNAPSHOT_WORKERS] = {"snapshot_workers", "snapshot_workers", false, INT4OID, 1, 16, 10, -1, -1, -1, false, NULL, NULL},
+	[OPT_MESSAGES] = {"messages", "messages", false, BOOLOID, 0, 0, 11, 10, -1, -1, false, NULL, NULL},
+	[OPT_MESSAGE_PREFIXES] = {"message_prefixes", "message_prefixes", false, TEXTARRAYOID, 0, 0, 12, 11, -1, -1, true, parse_message_prefixes, assign_message_prefixes},
+	[OPT_CA_FILE] = {"ca_file", "ca_file", true, TEXTOID, 0, 0, 13, 13, 11, 11, true, parse_ca_file, NULL},
 	/* 0.1.0's SQL function, before ALTER EXTENSION UPDATE, has no failover. */
-	[OPT_FAILOVER] = {"failover", "failover", false, BOOLOID, 0, 0, 14, -1, -1, false, parse_failover, NULL},
+	[OPT_FAILOVER] = {"failover", "failover", false, BOOLOID, 0, 0, 14, -1, -1, -1, false, parse_failover, NULL},
 	/* Nor has either function format. */
-	[OPT_FORMAT] = {"format", "format", true, TEXTOID, 0, 0, 15, 14, 12, false, parse_format, NULL},
+	[OPT_FORMAT] = {"format", "format", true, TEXTOID, 0, 0, 15, 14, 12, 3, false, parse_format, NULL},
 	/* 0.3.0's: created disabled; format clickhouse creates missing targets. */
-	[OPT_ENABLED] = {"enabled", "enabled", false, BOOLOID, 0, 0, 16, -1, -1, false, NULL, NULL},
-	[OPT_CREATE_TABLES] = {"create_tables", "create_tables", true, BOOLOID, 0, 0, 17, 15, 13, false, NULL, NULL},
-	[OPT_MAX_RETAINED_WAL] = {"max_retained_wal", "max_retained_wal", true, INT8OID, 0, 0, 18, 16, 14, true, parse_max_retained_wal, assign_max_retained_wal},
-	[OPT_ON_SLOT_LOSS] = {"on_slot_loss", "on_slot_loss", true, TEXTOID, 0, 0, 19, 17, 15, false, parse_on_slot_loss, NULL},
+	[OPT_ENABLED] = {"enabled", "enabled", false, BOOLOID, 0, 0, 16, -1, -1, -1, false, NULL, NULL},
+	[OPT_CREATE_TABLES] = {"create_tables", "create_tables", true, BOOLOID, 0, 0, 17, 15, 13, 12, false, NULL, NULL},
+	[OPT_MAX_RETAINED_WAL] = {"max_retained_wal", "max_retained_wal", true, INT8OID, 0, 0, 18, 16, 14, 13, true, parse_max_retained_wal, assign_max_retained_wal},
+	[OPT_ON_SLOT_LOSS] = {"on_slot_loss", "on_slot_loss", true, TEXTOID, 0, 0, 19, 17, 15, 14, false, parse_on_slot_loss, NULL},
 	/* The name of the pipeline's destination (issue 34). */
-	[OPT_DESTINATION] = {"destination", "name", true, TEXTOID, 0, 0, 20, -1, -1, false, parse_destination, NULL},
-	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", true, TIMESTAMPTZOID, 0, 0, -1, 12, 10, true, parse_secret_previous_until, assign_secret_previous_until},
+	[OPT_DESTINATION] = {"destination", "name", true, TEXTOID, 0, 0, 20, -1, -1, 1, false, parse_destination, NULL},
+	[OPT_SECRET_PREVIOUS_UNTIL] = {"secret_previous_until", "secret_previous_until", true, TIMESTAMPTZOID, 0, 0, -1, 12, 10, -1, true, parse_secret_previous_until, assign_secret_previous_until},
 };
 
 static int
@@ -561,6 +562,8 @@ option_arg(const PipelineOption *opt, ReplicantOptionsCall call)
 			return opt->alter_arg;
 		case REPLICANT_ALTER_DESTINATION:
 			return opt->destination_arg;
+		case REPLICANT_ADD_DESTINATION:
+			return opt->add_arg;
 	}
 	return -1;
 }
@@ -576,7 +579,7 @@ void
 replicant_pipeline_options_parse(FunctionCallInfo fcinfo, ReplicantOptionsCall call,
 								 ReplicantPipelineOptions *o)
 {
-	bool alter = (call != REPLICANT_CREATE_PIPELINE);
+	bool alter = (call == REPLICANT_ALTER_PIPELINE || call == REPLICANT_ALTER_DESTINATION);
 	int id;
 
 	memset(o, 0, sizeof(*o));
@@ -626,15 +629,16 @@ replicant_pipeline_options_params(const ReplicantPipelineOptions *o, Oid pipelin
 
 void
 replicant_pipeline_options_insert_sql(StringInfo columns, StringInfo params, int nargs,
-									  ReplicantOptionsTable table)
+									  ReplicantOptionsCall call, ReplicantOptionsTable table)
 {
 	int id;
 
 	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
 	{
 		const PipelineOption *opt = &pipeline_options[id];
+		int argno = option_arg(opt, call);
 
-		if (opt->create_arg < 0 || opt->create_arg >= nargs || !option_in_table(opt, table))
+		if (argno < 0 || argno >= nargs || !option_in_table(opt, table))
 			continue;
 		appendStringInfo(columns, ", %s", opt->column);
 		appendStringInfo(params, ", $%d", REPLICANT_OPTION_PARAM(id));
@@ -660,4 +664,19 @@ replicant_pipeline_options_update_sql(StringInfo sql, int nargs, ReplicantOption
 		else
 			appendStringInfo(sql, " %s = coalesce($%d, %s),", opt->column, n, opt->column);
 	}
+}
+
+const char *
+replicant_pipeline_options_sink_option_given(const ReplicantPipelineOptions *o)
+{
+	int id;
+
+	for (id = 0; id < NUM_PIPELINE_OPTIONS; id++)
+	{
+		/* clear_secret => false, its default, changes nothing */
+		if (pipeline_options[id].sink && o->given[id] &&
+			(id != OPT_CLEAR_SECRET || DatumGetBool(o->values[id])))
+			return pipeline_options[id].name;
+	}
+	return NULL;
 }

@@ -54,7 +54,8 @@ typedef enum ReplicantOptionsCall
 {
 	REPLICANT_CREATE_PIPELINE,
 	REPLICANT_ALTER_PIPELINE,
-	REPLICANT_ALTER_DESTINATION
+	REPLICANT_ALTER_DESTINATION,
+	REPLICANT_ADD_DESTINATION
 } ReplicantOptionsCall;
 
 /* The table a statement writes: which options' columns it sets. */
@@ -81,9 +82,9 @@ extern char *replicant_pipeline_options_required_text(FunctionCallInfo fcinfo, i
 													  const char *argname);
 
 /*
- * Reads and checks the options of a create_pipeline (every option but
- * those that take NULL is required), alter_pipeline or alter_destination
- * (NULL leaves it unchanged) call, with the checks that need no catalog
+ * Reads and checks the options of a create_pipeline or add_destination
+ * (every option but those that take NULL is required), alter_pipeline or
+ * alter_destination (NULL leaves it unchanged) call, with the checks that need no catalog
  * access.  Refuses the first invalid option, in option id order.
  */
 extern void replicant_pipeline_options_parse(FunctionCallInfo fcinfo, ReplicantOptionsCall call,
@@ -107,11 +108,11 @@ extern void replicant_pipeline_options_params(const ReplicantPipelineOptions *o,
 
 /*
  * Appends ", column" to columns and ", $n" to params for each option the
- * create_pipeline function of nargs arguments has and that has a column in
- * table.
+ * create_pipeline or add_destination function (call) of nargs arguments
+ * has and that has a column in table.
  */
 extern void replicant_pipeline_options_insert_sql(StringInfo columns, StringInfo params, int nargs,
-												  ReplicantOptionsTable table);
+												  ReplicantOptionsCall call, ReplicantOptionsTable table);
 
 /*
  * Appends " column = ...," for each option the function call of nargs
@@ -119,5 +120,11 @@ extern void replicant_pipeline_options_insert_sql(StringInfo columns, StringInfo
  */
 extern void replicant_pipeline_options_update_sql(StringInfo sql, int nargs, ReplicantOptionsCall call,
 												  ReplicantOptionsTable table);
+
+/*
+ * The name of the first sink option (a destination's) the call changes, or
+ * NULL when it changes none.
+ */
+extern const char *replicant_pipeline_options_sink_option_given(const ReplicantPipelineOptions *o);
 
 #endif /* REPLICANT_PIPELINE_OPTIONS_H */

@@ -87,8 +87,8 @@ typedef struct MissingPublication
 
 static List *publications_missing = NIL;
 static Oid replicant_namespace = InvalidOid;
-/* What the format calls a target named after its table alone, or NULL. */
-static const char *schemaless_target = NULL;
+/* Whether a render target's format names its targets after the table alone. */
+static bool names_without_schema = false;
 
 static HTAB *relinfo_hash = NULL;
 /* The entry returned last: runs of changes to one table are the rule. */
@@ -121,6 +121,14 @@ static uint64 relation_changes = 0;
 
 /* Whether a shape was seen that the next checkpoint must save. */
 static bool shapes_unsaved = false;
+
+/*
+ * The commit being decoded, and the highest one a destination was
+ * delivered: commits at or below it are decoded again only for a
+ * destination behind another (fanout.c).
+ */
+static XLogRecPtr decoding_commit = InvalidXLogRecPtr;
+static XLogRecPtr shapes_passed_upto = InvalidXLogRecPtr;
 
 static void
 invalidate_all_relinfo(void)
@@ -187,11 +195,12 @@ membership_callback(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 void
-replicant_publication_init(Oid owner, const char *target_kind)
+replicant_publication_init(Oid owner, bool schemaless_names, XLogRecPtr passed_upto)
 {
 	HASHCTL ctl;
 
 	Assert(relinfo_hash == NULL);
+	shapes_passed_upto = passed_upto;
 	publication_context = AllocSetContextCreate(CacheMemoryContext,
 												"replicant publications",
 												ALLOCSET_SMALL_SIZES);
@@ -199,7 +208,7 @@ replicant_publication_init(Oid owner, const char *target_kind)
 	relinfo_context = AllocSetContextCreate(CacheMemoryContext, "replicant relation info",
 											ALLOCSET_DEFAULT_SIZES);
 	pipeline_owner = owner;
-	schemaless_target = target_kind;
+	names_without_schema = schemaless_names;
 
 	ctl.keysize = sizeof(Oid);
 	ctl.entrysize = sizeof(ReplicantRelInfo);
@@ -258,6 +267,12 @@ replicant_publication_use_epoch(const ReplicantEpoch *options)
 	publication_changes++;
 	publications_valid = false;
 	invalidate_all_relinfo();
+}
+
+void
+replicant_publication_decoding(XLogRecPtr commit_lsn)
+{
+	decoding_commit = commit_lsn;
 }
 
 /* The epoch's publications as the historic catalog has them; the rest are missing. */
@@ -488,7 +503,13 @@ check_schema(ReplicantRelInfo *entry, Relation rel)
 	replicant_row_key_identity(rel, &own_key, &whole_row, &identity_full);
 	now = replicant_table_shape(rel, own_key);
 	baseline = entry->fingerprint ? entry->fingerprint : replicant_table_shape_saved(entry->relid);
-	if (baseline != NULL)
+	/*
+	 * A commit some destination was delivered already, decoded again for
+	 * one behind it: it was checked when first decoded (a halt on it was
+	 * resumed for the pipeline), and the shape saved since may be a later
+	 * one.  Its shape is taken as it is.
+	 */
+	if (baseline != NULL && decoding_commit > shapes_passed_upto)
 		change = replicant_table_shape_change(baseline, now, RelationGetRelationName(rel));
 	clear_schema_change(entry);
 	if (change)
@@ -587,10 +608,10 @@ pipeline_publishes(Relation rel)
 }
 
 /*
- * Where the format names targets without the schema: a value-free reason
- * when a table of another schema with target's name is delivered too (its
- * rows would share the target), else NULL.  Asked of the catalog, not of
- * the changes seen so far, so a pair holds whichever table changes.
+ * For a format that names targets without the schema: the schema of a
+ * table of target's name that is delivered too (its rows would share the
+ * target), else NULL.  Asked of the catalog, not of the changes seen so
+ * far, so a pair holds whichever table changes.
  */
 static char *
 target_taken(Relation rel, Relation target)
@@ -618,10 +639,7 @@ target_taken(Relation rel, Relation target)
 			continue;
 		other_rel = RelationIdGetRelation(other->oid);
 		if (RelationIsValid(other_rel) && pipeline_publishes(other_rel))
-			reason = psprintf("tables \"%s.%s\" and \"%s.%s\" both go to %s `%s` (targets are named without the schema): publish only one of them",
-							  get_namespace_name(RelationGetNamespace(target)), name,
-							  get_namespace_name(other->relnamespace), name,
-							  schemaless_target, name);
+			reason = MemoryContextStrdup(relinfo_context, get_namespace_name(other->relnamespace));
 		if (RelationIsValid(other_rel))
 			RelationClose(other_rel);
 	}
@@ -658,8 +676,8 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 									 replicant_row_key_logged(rel, target, entry->filter->columns));
 	if (entry->filter->conflict && entry->halt_reason == NULL)
 		entry->halt_reason = pstrdup(entry->filter->conflict);
-	if (schemaless_target && entry->halt_reason == NULL)
-		entry->halt_reason = target_taken(rel, target);
+	if (names_without_schema && entry->halt_reason == NULL)
+		entry->name_shared_with = target_taken(rel, target);
 	replicant_partition_root_close(target, rel);
 }
 
@@ -677,6 +695,17 @@ release_relinfo(ReplicantRelInfo *entry)
 		pfree(entry->relation.table);
 	if (entry->halt_reason)
 		pfree(entry->halt_reason);
+	if (entry->name_shared_with)
+		pfree(entry->name_shared_with);
+}
+
+char *
+replicant_publication_name_clash(const ReplicantRelInfo *info, const char *target_kind)
+{
+	return psprintf("tables \"%s.%s\" and \"%s.%s\" both go to %s `%s` (targets are named without the schema): publish only one of them",
+					info->relation.schema, info->relation.table,
+					info->name_shared_with, info->relation.table,
+					target_kind, info->relation.table);
 }
 
 /* Removes relid's entry from the cache, shape and all. */

@@ -70,6 +70,13 @@ typedef struct ReplicantRelInfo
 	bool own;            /* one of replicant's own tables */
 
 	/*
+	 * The schema of another delivered table of the delivered relation's
+	 * name, or NULL; looked up only when a format names its targets after
+	 * the table alone, where their rows would share a target: it halts.
+	 */
+	char *name_shared_with;
+
+	/*
 	 * Live column names and replica identity as accepted last (the
 	 * baseline survives restarts in replicant.table_shapes); a later
 	 * version that dropped (or renamed) a column or changed the identity
@@ -84,11 +91,21 @@ typedef struct ReplicantRelInfo
 
 /*
  * Prepares the cache for a pipeline whose worker acts for owner.
- * target_kind: what the format calls its targets when it names them after
- * the table alone (two delivered tables of one name then halt), or NULL.
- * Call once per process, before decoding starts.
+ * schemaless_names: a format it renders names its targets after the table
+ * alone (name_shared_with is then looked up).  passed_upto: the highest
+ * commit some destination of the pipeline was delivered (decoding may go
+ * back below it for another).  Call once per process, before decoding
+ * starts.
  */
-extern void replicant_publication_init(Oid owner, const char *target_kind);
+extern void replicant_publication_init(Oid owner, bool schemaless_names, XLogRecPtr passed_upto);
+
+/*
+ * The value-free reason a format that names its targets (target_kind,
+ * e.g. "ClickHouse table") after the table alone halts on info, whose
+ * name_shared_with is set.
+ */
+extern char *replicant_publication_name_clash(const ReplicantRelInfo *info,
+											  const char *target_kind);
 
 /*
  * The options (epoch.h) the commit about to be decoded goes by: its
@@ -97,6 +114,9 @@ extern void replicant_publication_init(Oid owner, const char *target_kind);
  * epoch must live as long as decoding.
  */
 extern void replicant_publication_use_epoch(const ReplicantEpoch *epoch);
+
+/* The commit about to be decoded: call before the functions below, for every commit. */
+extern void replicant_publication_decoding(XLogRecPtr commit_lsn);
 
 /*
  * Notes the tables the owner may not read now (needs SPI, outside

@@ -113,7 +113,9 @@ replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipelin
 	bool recorded;
 	bool looped;
 
-	if (!replicant_pipeline_only_destination(pipeline)->on_slot_loss_resync)
+	/* Several destinations resync one by one: not yet (destinations-design.md §4). */
+	if (list_length(pipeline->destinations) > 1 ||
+		!replicant_pipeline_only_destination(pipeline)->on_slot_loss_resync)
 		return (char *) reason;
 	if (IsTransactionState())
 		AbortCurrentTransaction();
@@ -130,7 +132,8 @@ replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipelin
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (recorded)
 	{
-		strlcpy(slot->last_error, reason, sizeof(slot->last_error));
+		for (int i = 0; i < replicant_shmem_ndestinations(slot); i++)
+			strlcpy(slot->destinations[i].last_error, reason, REPLICANT_ERROR_LEN);
 		/* Started again at once, and no failure of the pipeline's. */
 		slot->superseded = true;
 	}

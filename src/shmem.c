@@ -227,8 +227,62 @@ void
 replicant_shmem_set_state(ReplicantPipelineSlot *slot, ReplicantWorkerState state)
 {
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot->state = state;
+	replicant_shmem_set_state_locked(slot, state);
 	LWLockRelease(replicant_shmem->lock);
+}
+
+void
+replicant_shmem_set_state_locked(ReplicantPipelineSlot *slot, ReplicantWorkerState state)
+{
+	Assert(LWLockHeldByMeInMode(replicant_shmem->lock, LW_EXCLUSIVE));
+	for (int i = 0; i < replicant_shmem_ndestinations(slot); i++)
+		slot->destinations[i].state = state;
+}
+
+/* Worse states rank higher: the order replicant.status rolls states up in. */
+static int
+state_rank(ReplicantWorkerState state)
+{
+	switch (state)
+	{
+		case REPLICANT_STATE_HALTED:
+			return 4;
+		case REPLICANT_STATE_RETRYING:
+			return 3;
+		case REPLICANT_STATE_STARTING:
+			return 2;
+		case REPLICANT_STATE_SNAPSHOTTING:
+			return 1;
+		case REPLICANT_STATE_STREAMING:
+			return 0;
+	}
+	return 2;
+}
+
+ReplicantWorkerState
+replicant_shmem_state(const ReplicantPipelineSlot *slot, int *index)
+{
+	int worst = 0;
+
+	for (int i = 1; i < replicant_shmem_ndestinations(slot); i++)
+		if (state_rank(slot->destinations[i].state) > state_rank(slot->destinations[worst].state))
+			worst = i;
+	if (index)
+		*index = worst;
+	return slot->destinations[worst].state;
+}
+
+void
+replicant_shmem_reset_destination(ReplicantDestinationSlot *destination)
+{
+	int32 id = destination->id;
+	char name[NAMEDATALEN];
+
+	strlcpy(name, destination->name, sizeof(name));
+	memset(destination, 0, sizeof(*destination));
+	destination->id = id;
+	strlcpy(destination->name, name, sizeof(destination->name));
+	destination->state = REPLICANT_STATE_STARTING;
 }
 
 void
@@ -283,15 +337,63 @@ replicant_shmem_halt(ReplicantPipelineSlot *slot, const char *reason, bool recor
 	Assert(LWLockHeldByMeInMode(replicant_shmem->lock, LW_EXCLUSIVE));
 	Assert(reason != NULL && reason[0] != '\0');
 	slot->runnable = false;
-	if (slot->state != REPLICANT_STATE_HALTED)
-	{
-		slot->metrics.halts++;
+	if (replicant_shmem_state(slot, NULL) != REPLICANT_STATE_HALTED)
 		replicant_log_state(slot->name, "halted", "reason", reason, REPLICANT_LOG_END);
-	}
-	slot->state = REPLICANT_STATE_HALTED;
-	strlcpy(slot->last_error, reason, sizeof(slot->last_error));
+	replicant_shmem_halt_destinations(slot, reason);
 	if (record)
 		strlcpy(slot->halt_request, reason, sizeof(slot->halt_request));
+}
+
+void
+replicant_shmem_halt_destinations(ReplicantPipelineSlot *slot, const char *reason)
+{
+	Assert(LWLockHeldByMeInMode(replicant_shmem->lock, LW_EXCLUSIVE));
+	for (int i = 0; i < replicant_shmem_ndestinations(slot); i++)
+	{
+		ReplicantDestinationSlot *destination = &slot->destinations[i];
+
+		if (destination->state != REPLICANT_STATE_HALTED)
+			destination->metrics.halts++;
+		destination->state = REPLICANT_STATE_HALTED;
+		strlcpy(destination->last_error, reason, sizeof(destination->last_error));
+	}
+}
+
+void
+replicant_shmem_mirror_destinations(ReplicantPipelineSlot *slot, int n, const int32 *ids,
+									const char (*names)[NAMEDATALEN])
+{
+	int shown = replicant_shmem_ndestinations(slot);
+	int i;
+
+	Assert(LWLockHeldByMeInMode(replicant_shmem->lock, LW_EXCLUSIVE));
+	Assert(n > 0 && n <= REPLICANT_MAX_DESTINATIONS);
+	for (i = 0; i < n; i++)
+	{
+		ReplicantDestinationSlot *destination = &slot->destinations[i];
+
+		if (destination->id != 0 && destination->id != ids[i])
+			replicant_shmem_reset_destination(destination);
+		destination->id = ids[i];
+		strlcpy(destination->name, names[i], NAMEDATALEN);
+	}
+	for (; i < shown; i++)
+	{
+		slot->destinations[i].id = 0;
+		slot->destinations[i].name[0] = '\0';
+		replicant_shmem_reset_destination(&slot->destinations[i]);
+	}
+	slot->ndestinations = n;
+}
+
+ReplicantDestinationSlot *
+replicant_shmem_destination(ReplicantPipelineSlot *slot, int32 id)
+{
+	for (int i = 0; i < slot->ndestinations; i++)
+		if (slot->destinations[i].id == id)
+			return &slot->destinations[i];
+	/* 0.2.0's objects (id 0): index 0 stands for the pipeline's sink */
+	return &slot->destinations[0];
 }
 
 void

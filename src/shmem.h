@@ -21,26 +21,23 @@
 /* Retries by the sink's answer: no answer (transport), then 1xx ... 5xx. */
 #define REPLICANT_RETRY_CLASSES 6
 
+/* Destinations of one pipeline at most (docs/destinations-design.md). */
+#define REPLICANT_MAX_DESTINATIONS 16
+
 /*
- * Kept in the pipeline's slot, under the shared memory lock, like the
- * delivered counters beside it; zeroed when the slot is given to a
- * pipeline (sync.c), so that only a server restart (or dropping the
- * pipeline) resets them.
+ * A destination's metrics, kept in its place in the pipeline's slot, under
+ * the shared memory lock, like the delivered counters beside them; zeroed
+ * when the slot is given to a pipeline or the place to another destination
+ * (sync.c), so that only a server restart (or dropping the pipeline)
+ * resets them.
  */
 typedef struct ReplicantMetrics
 {
 	uint64 messages_delivered;
 	uint64 retries[REPLICANT_RETRY_CLASSES];
 	uint64 halts;
-	uint64 worker_starts;
 	/* Disabled by the sink's 410 Gone, until enabled again (not kept over a restart). */
 	bool disabled_by_sink;
-	/*
-	 * When the streaming worker last made progress: it started streaming,
-	 * the sink acknowledged a request, or decoding reached the end of WAL
-	 * with nothing to send; 0: never since the slot was made.
-	 */
-	TimestampTz last_progress;
 	/* Commit time of the oldest transaction decoded and not acknowledged; 0: none. */
 	TimestampTz oldest_pending_commit;
 	/* Transactions by commit-to-acknowledgement time (not cumulative; last: +Inf). */
@@ -103,6 +100,32 @@ typedef struct ReplicantWindowProgress
 	int64 rows;
 } ReplicantWindowProgress;
 
+/*
+ * What a pipeline shows per destination: its sink's answers and what they
+ * did.  A pipeline has one destination at run time today, index 0, which
+ * its processes write where they wrote the pipeline's slot before; id and
+ * name mirror replicant.destinations (sync.c; 0 and "" under 0.2.0's
+ * objects, before the update made that table).
+ */
+typedef struct ReplicantDestinationSlot
+{
+	int32 id;
+	char name[NAMEDATALEN];
+	ReplicantWorkerState state;
+	uint64 transactions_delivered;
+	uint64 changes_delivered;
+	uint64 batches_delivered;
+	uint64 bytes_delivered;
+	uint64 retries;
+	TimestampTz last_delivery_at;
+	char last_error[REPLICANT_ERROR_LEN];
+	TimestampTz next_retry_at;                    /* while a retry waits: its time; else 0 */
+	int last_http_status;                         /* 0: none yet, or no HTTP answer */
+	float4 latency_ms[REPLICANT_LATENCY_SAMPLES]; /* ring of request durations */
+	int nlatency;                                 /* requests recorded, ever */
+	ReplicantMetrics metrics;                     /* replicant.metrics (metrics.c) */
+} ReplicantDestinationSlot;
+
 typedef struct ReplicantPipelineSlot
 {
 	/* Catalog mirror, written by a database's sync worker. */
@@ -127,6 +150,14 @@ typedef struct ReplicantPipelineSlot
 	 * drop, which waits for the worker).
 	 */
 	bool dropping;
+	/*
+	 * Set by a management call that stopped the worker to change the
+	 * pipeline (add_destination, alter_pipeline, ...), until its
+	 * transaction ends: no worker may start meanwhile, whatever a sync
+	 * mirrors, or it would stream under the rows as they were before the
+	 * change (api_xact.c).
+	 */
+	bool held;
 	int32 config_version;
 	char name[NAMEDATALEN];
 
@@ -139,20 +170,18 @@ typedef struct ReplicantPipelineSlot
 	pg_atomic_uint32 nudged;         /* a commit set the latch since last reset */
 	pg_atomic_uint32 shard_failures; /* snapshot workers that exited on error */
 	pg_atomic_uint32 snapshot_stale; /* a table was rewritten after the snapshot */
-	ReplicantWorkerState state;
-	uint64 transactions_delivered;
-	uint64 changes_delivered;
-	uint64 batches_delivered;
-	uint64 bytes_delivered;
-	uint64 retries;
-	TimestampTz last_delivery_at;
-	char last_error[REPLICANT_ERROR_LEN];
-	TimestampTz next_retry_at;                    /* while a retry waits: its time; else 0 */
-	pg_atomic_uint32 retry_requests;              /* bumped by retry_pipeline(): retry now */
-	int last_http_status;                         /* 0: none yet, or no HTTP answer */
-	float4 latency_ms[REPLICANT_LATENCY_SAMPLES]; /* ring of request durations */
-	int nlatency;                                 /* requests recorded, ever */
-	ReplicantMetrics metrics;                     /* replicant.metrics (metrics.c) */
+	pg_atomic_uint32 retry_requests; /* bumped by retry_pipeline(): retry now */
+	uint64 worker_starts;            /* replicant_worker_starts_total */
+	/*
+	 * When the streaming worker last made progress: it started streaming,
+	 * the sink acknowledged a request, or decoding reached the end of WAL
+	 * with nothing to send; 0: never since the slot was made.
+	 */
+	TimestampTz last_progress;
+
+	/* The pipeline's destinations (mirrored: ndestinations, ids, names). */
+	int ndestinations;
+	ReplicantDestinationSlot destinations[REPLICANT_MAX_DESTINATIONS];
 
 	/*
 	 * Everything before delivered_upto was acknowledged by the sink or is
@@ -233,7 +262,57 @@ extern void replicant_shmem_request_sync_at_commit(void);
 /* Returns the slot of a pipeline, or NULL; the caller holds the lock. */
 extern ReplicantPipelineSlot *replicant_shmem_find(Oid dboid, int32 pipeline_id);
 
+/*
+ * Sets the state of each of the pipeline's destinations: one of the
+ * pipeline's own (starting, snapshotting, streaming); _locked: the caller
+ * holds the lock exclusively.
+ */
 extern void replicant_shmem_set_state(ReplicantPipelineSlot *slot, ReplicantWorkerState state);
+extern void replicant_shmem_set_state_locked(ReplicantPipelineSlot *slot, ReplicantWorkerState state);
+
+/* The destinations the slot shows: those mirrored, at least index 0. */
+static inline int
+replicant_shmem_ndestinations(const ReplicantPipelineSlot *slot)
+{
+	return Max(1, slot->ndestinations);
+}
+
+/*
+ * The destination a pipeline's processes write: its only one at run time
+ * (index 0) until a worker delivers to several.
+ */
+static inline ReplicantDestinationSlot *
+replicant_shmem_only_destination(ReplicantPipelineSlot *slot)
+{
+	return &slot->destinations[0];
+}
+
+/*
+ * The worst state of the pipeline's destinations (halted, retrying,
+ * starting, snapshotting, streaming), and the index of the first in it:
+ * what replicant.status shows for the pipeline.  The caller holds the lock.
+ */
+extern ReplicantWorkerState replicant_shmem_state(const ReplicantPipelineSlot *slot, int *index);
+
+/*
+ * Shows a pipeline's n destinations, by id and name, oldest first: a place
+ * another destination takes starts from zero; the one place shown before
+ * the update made replicant.destinations keeps its counters when it learns
+ * its id.  The caller holds the lock exclusively.
+ */
+extern void replicant_shmem_mirror_destinations(ReplicantPipelineSlot *slot, int n,
+												const int32 *ids,
+												const char (*names)[NAMEDATALEN]);
+
+/*
+ * The place of the destination of id among the slot's, which its worker
+ * mirrored as it started; index 0 under 0.2.0's objects (id 0).  The
+ * caller holds the lock.
+ */
+extern ReplicantDestinationSlot *replicant_shmem_destination(ReplicantPipelineSlot *slot, int32 id);
+
+/* Zeroes a destination's shown state and counters (a new pipeline, a new destination). */
+extern void replicant_shmem_reset_destination(ReplicantDestinationSlot *destination);
 
 extern const char *replicant_state_name(ReplicantWorkerState state);
 
@@ -255,6 +334,12 @@ extern const char *replicant_phase_name(ReplicantPhase phase);
  * restart.  The caller holds the lock.
  */
 extern void replicant_shmem_halt(ReplicantPipelineSlot *slot, const char *reason, bool record);
+
+/*
+ * Shows a halt of the pipeline's on each of its destinations (counted in
+ * their halts); the caller holds the lock exclusively.
+ */
+extern void replicant_shmem_halt_destinations(ReplicantPipelineSlot *slot, const char *reason);
 
 /* Counts a durable step of the slot's pipeline (see progress). */
 extern void replicant_shmem_note_progress(ReplicantPipelineSlot *slot);

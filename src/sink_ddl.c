@@ -45,7 +45,7 @@
 
 #include "catalog.h"
 #include "compat.h"
-#include "delivery.h"
+#include "delivery_set.h"
 #include "format_clickhouse.h"
 #include "partition_root.h"
 #include "pipeline.h"
@@ -422,7 +422,7 @@ replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeli
 		initStringInfo(&statement);
 		appendStringInfoString(&statement, target->ddl);
 		replicant_body_from_buffer(&body, &state, &statement);
-		replicant_delivery_post(slot, sink, psprintf("%s-create-%d", pipeline->name, i++),
+		replicant_delivery_post(slot, replicant_shmem_only_destination(slot), sink, psprintf("%s-create-%d", pipeline->name, i++),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
 			replicant_delivery_refused(slot, pipeline, &result, "table creation",

@@ -56,7 +56,6 @@ typedef struct SinkStarted
 	bool signing_failed; /* never sent: the body could not be read */
 	bool transfer_over;  /* libcurl finished it while pumped */
 	SinkAttempt attempt;
-	char *signature;      /* NULL when the sink signs nothing */
 	CURLMcode pump_error; /* what stopped pumping it */
 	instr_time started_at;
 } SinkStarted;
@@ -98,7 +97,7 @@ typedef struct HttpSink
 	/* freed on error exits */
 	struct curl_slist *headers;
 
-	SinkStarted started; /* http_start() to http_finish() */
+	SinkStarted started; /* from http_start() until it is answered */
 } HttpSink;
 
 
@@ -116,22 +115,22 @@ static int sink_prereq_cb(void *clientp, char *conn_primary_ip,
 						  char *conn_local_ip, int conn_primary_port,
 						  int conn_local_port);
 #endif
-static void http_send(ReplicantTransport *transport, const char *webhook_id,
-					  ReplicantBody *body, ReplicantSinkResult *result);
 static void http_start(ReplicantTransport *transport, const char *webhook_id,
 					   ReplicantBody *body);
 static void http_pump(ReplicantTransport *transport);
-static void http_finish(ReplicantTransport *transport, ReplicantSinkResult *result);
 static void http_cancel(ReplicantTransport *transport);
+static int http_wait_sources(ReplicantTransport *transport, ReplicantWaitSource *sources,
+							 long *timeout_ms);
+static bool http_poll(ReplicantTransport *transport, ReplicantSinkResult *result);
 static void http_classify_codes(ReplicantTransport *transport,
 								bool (*code_is_final)(int code));
 static void http_close(ReplicantTransport *transport);
 
 static const ReplicantTransportMethods http_methods = {
-	.send = http_send,
 	.start = http_start,
 	.pump = http_pump,
-	.finish = http_finish,
+	.wait_sources = http_wait_sources,
+	.poll = http_poll,
 	.cancel = http_cancel,
 	.classify_codes = http_classify_codes,
 	.close = http_close,
@@ -139,10 +138,8 @@ static const ReplicantTransportMethods http_methods = {
 
 static void sink_setopt_failed(const char *option, CURLcode code);
 static void sink_cancel(HttpSink *sink);
+static void sink_answer_started(HttpSink *sink, ReplicantSinkResult *result);
 static void sink_configure(HttpSink *sink);
-static void sink_attempt(HttpSink *sink, const char *webhook_id,
-						 int64 timestamp, const char *signature,
-						 ReplicantBody *body, SinkAttempt *attempt);
 
 /* ---- libcurl callbacks: no palloc, no ereport, no CHECK_FOR_INTERRUPTS ---- */
 
@@ -549,28 +546,6 @@ sink_detach(HttpSink *sink, bool clean)
 	sink->body = NULL;
 }
 
-/*
- * One HTTP exchange, with libcurl's per-request state cleaned up even when
- * an interrupt throws out of the wait loop.
- */
-static void
-sink_attempt(HttpSink *sink, const char *webhook_id, int64 timestamp,
-			 const char *signature, ReplicantBody *body, SinkAttempt *attempt)
-{
-	PG_TRY();
-	{
-		if (sink_attach(sink, webhook_id, timestamp, signature, body, attempt))
-			replicant_sink_loop_run(&sink->loop, sink->http_timeout_ms, body->length, attempt);
-	}
-	PG_CATCH();
-	{
-		sink_detach(sink, false);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	sink_detach(sink, attempt->code == CURLE_OK);
-}
-
 /* Classifies what the attempt came to into *result. */
 static void
 sink_classify_attempt(HttpSink *sink, SinkAttempt *attempt,
@@ -594,32 +569,6 @@ sink_classify_attempt(HttpSink *sink, SinkAttempt *attempt,
 	replicant_sink_answer_classify(&answer, &rules, time(NULL), result);
 }
 
-static void
-http_send(ReplicantTransport *transport, const char *webhook_id, ReplicantBody *body,
-		  ReplicantSinkResult *result)
-{
-	HttpSink *sink = (HttpSink *) transport;
-	int64 timestamp = (int64) time(NULL);
-	char *signature;
-	SinkAttempt attempt = {CURLE_OK, 0, false, false, 0.0};
-
-	if (!replicant_sink_http_sign(sink->secret, sink->secret_previous, sink->secret_previous_until,
-								  webhook_id, timestamp, body, &signature))
-	{
-		replicant_sink_answer_signing_failed(result);
-		return;
-	}
-
-	sink_attempt(sink, webhook_id, timestamp, signature, body, &attempt);
-	if (signature != NULL)
-		pfree(signature);
-
-	/* do not swallow a wakeup meant for the caller's own wait */
-	if (attempt.latch_was_set)
-		SetLatch(MyLatch);
-	sink_classify_attempt(sink, &attempt, result);
-}
-
 /* ---- a request overlapped with the caller's work ---- */
 
 static void
@@ -628,6 +577,7 @@ http_start(ReplicantTransport *transport, const char *webhook_id, ReplicantBody 
 	HttpSink *sink = (HttpSink *) transport;
 	SinkStarted *started = &sink->started;
 	int64 timestamp = (int64) time(NULL);
+	char *signature;
 	int running;
 
 	Assert(!started->active);
@@ -635,10 +585,9 @@ http_start(ReplicantTransport *transport, const char *webhook_id, ReplicantBody 
 	started->attempt.code = CURLE_OK;
 	started->pump_error = CURLM_OK;
 	INSTR_TIME_SET_CURRENT(started->started_at);
-	/* http_finish() reports a failure to sign */
+	/* its answer reports a failure to sign */
 	started->signing_failed = !replicant_sink_http_sign(sink->secret, sink->secret_previous, sink->secret_previous_until,
-														webhook_id, timestamp, body,
-														&started->signature);
+														webhook_id, timestamp, body, &signature);
 	started->active = true;
 	if (started->signing_failed)
 		return;
@@ -646,10 +595,12 @@ http_start(ReplicantTransport *transport, const char *webhook_id, ReplicantBody 
 	PG_TRY();
 	{
 		/* the first round: resolve, connect, send what the socket takes */
-		if (sink_attach(sink, webhook_id, timestamp, started->signature, body,
-						&started->attempt))
+		if (sink_attach(sink, webhook_id, timestamp, signature, body, &started->attempt))
+		{
 			started->pump_error = curl_multi_socket_action(sink->loop.multi, CURL_SOCKET_TIMEOUT,
 														   0, &running);
+			started->transfer_over = (running == 0);
+		}
 	}
 	PG_CATCH();
 	{
@@ -657,6 +608,9 @@ http_start(ReplicantTransport *transport, const char *webhook_id, ReplicantBody 
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	/* the headers hold a copy: freed here, as a send frees it */
+	if (signature != NULL)
+		pfree(signature);
 }
 
 static void
@@ -673,36 +627,17 @@ http_pump(ReplicantTransport *transport)
 	started->transfer_over = (running == 0);
 }
 
+/* Ends the started request, whose attempt is over, and classifies it. */
 static void
-http_finish(ReplicantTransport *transport, ReplicantSinkResult *result)
+sink_answer_started(HttpSink *sink, ReplicantSinkResult *result)
 {
-	HttpSink *sink = (HttpSink *) transport;
 	SinkStarted *started = &sink->started;
 	SinkAttempt *attempt = &started->attempt;
 	instr_time now;
 
-	Assert(started->active);
-	PG_TRY();
-	{
-		if (!sink->attached)
-			; /* never started: attempt->code says why */
-		else if (started->pump_error != CURLM_OK)
-		{
-			attempt->code = replicant_sink_loop_result_code(&sink->loop, started->pump_error, false);
-			curl_easy_getinfo(sink->loop.easy, CURLINFO_RESPONSE_CODE, &attempt->status);
-		}
-		else
-			replicant_sink_loop_run(&sink->loop, sink->http_timeout_ms, sink->body->length,
-									attempt);
-	}
-	PG_CATCH();
-	{
-		sink_cancel(sink);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	sink_cancel(sink);
-
+	/* as after a send, the wait set outlives a clean exchange */
+	sink_detach(sink, attempt->code == CURLE_OK);
+	started->active = false;
 	if (started->signing_failed)
 	{
 		replicant_sink_answer_signing_failed(result);
@@ -716,14 +651,71 @@ http_finish(ReplicantTransport *transport, ReplicantSinkResult *result)
 	sink_classify_attempt(sink, attempt, result);
 }
 
+/* Whether libcurl still works on the started request: not when it never left or is over. */
+static bool
+sink_started_running(HttpSink *sink)
+{
+	SinkStarted *started = &sink->started;
+
+	return sink->attached && !started->transfer_over && started->pump_error == CURLM_OK &&
+		   !sink->loop.socket_overflow;
+}
+
+static int
+http_wait_sources(ReplicantTransport *transport, ReplicantWaitSource *sources, long *timeout_ms)
+{
+	HttpSink *sink = (HttpSink *) transport;
+
+	Assert(sink->started.active);
+	if (!sink_started_running(sink))
+	{
+		*timeout_ms = 0;
+		return 0;
+	}
+	return replicant_sink_loop_wait_sources(&sink->loop, sources, timeout_ms);
+}
+
+static bool
+http_poll(ReplicantTransport *transport, ReplicantSinkResult *result)
+{
+	HttpSink *sink = (HttpSink *) transport;
+	SinkStarted *started = &sink->started;
+	SinkAttempt *attempt = &started->attempt;
+	volatile bool over = true;
+
+	Assert(started->active);
+	PG_TRY();
+	{
+		if (!sink->attached)
+			; /* never started: attempt->code says why */
+		else if (sink_started_running(sink))
+			over = replicant_sink_loop_poll(&sink->loop, sink->http_timeout_ms,
+											sink->body->length, started->started_at, attempt);
+		else
+		{
+			attempt->code = replicant_sink_loop_result_code(&sink->loop, started->pump_error,
+															false);
+			curl_easy_getinfo(sink->loop.easy, CURLINFO_RESPONSE_CODE, &attempt->status);
+		}
+	}
+	PG_CATCH();
+	{
+		sink_cancel(sink);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!over)
+		return false;
+	sink_answer_started(sink, result);
+	return true;
+}
+
 static void
 sink_cancel(HttpSink *sink)
 {
 	if (!sink->started.active)
 		return;
 	sink_detach(sink, false);
-	/* the signature lives in the caller's memory context, maybe gone by now */
-	sink->started.signature = NULL;
 	sink->started.active = false;
 }
 

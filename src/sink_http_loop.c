@@ -322,85 +322,6 @@ replicant_sink_loop_result_code(ReplicantSinkLoop *loop, CURLMcode mc, bool hard
 	return code;
 }
 
-/*
- * Drives the attached transfer to its end.  Each round waits on the latch,
- * postmaster death and libcurl's sockets, hands what fired to libcurl, and
- * only then, outside libcurl, answers interrupts.  A SIGTERM abandons the
- * transfer instead, so that the caller can commit what the sink
- * acknowledged before it exits (replicant_delivery_check_for_interrupts).
- */
-void
-replicant_sink_loop_run(ReplicantSinkLoop *loop, int http_timeout_ms, size_t body_length,
-						SinkAttempt *attempt)
-{
-	int running = 1;
-	bool abandoned = false;
-	instr_time start;
-	instr_time now;
-	CURLMcode mc;
-
-	INSTR_TIME_SET_CURRENT(start);
-
-	mc = curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-
-	while (mc == CURLM_OK && running > 0 && !loop->socket_overflow)
-	{
-		WaitEvent occurred[SINK_MAX_SOCKETS + 2];
-		int nfired;
-		bool latch_fired = false;
-
-		/* libcurl's timer ends the request; this only guards against a bug */
-		INSTR_TIME_SET_CURRENT(now);
-		INSTR_TIME_SUBTRACT(now, start);
-		if (http_timeout_ms > 0 &&
-			INSTR_TIME_GET_MILLISEC(now) >
-				(double) http_timeout_ms + SINK_DEADLINE_SLACK_MS)
-		{
-			attempt->hard_timeout = true;
-			break;
-		}
-
-		nfired = loop_wait(loop, loop_wait_ms(loop), occurred, lengthof(occurred));
-		mc = loop_dispatch(loop, occurred, nfired, &running, &latch_fired);
-
-		/*
-		 * The timer is non-repeating: forget it before telling libcurl, which
-		 * re-arms it from inside the call if it still needs one.
-		 */
-		if (mc == CURLM_OK &&
-			(loop_timer_remaining(loop) == 0 ||
-			 (!loop->timer_armed && loop->nsockets == 0 && nfired == 0)))
-		{
-			loop->timer_armed = false;
-			mc = curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0,
-										  &running);
-		}
-
-		if (latch_fired)
-		{
-			ResetLatch(MyLatch);
-			attempt->latch_was_set = true;
-		}
-		fault_after_send(loop, body_length);
-		if (ProcDiePending && running > 0)
-		{
-			abandoned = true;
-			break;
-		}
-		CHECK_FOR_INTERRUPTS();
-	}
-
-	if (abandoned)
-		attempt->code = CURLE_ABORTED_BY_CALLBACK;
-	else
-		attempt->code = replicant_sink_loop_result_code(loop, mc, attempt->hard_timeout);
-
-	INSTR_TIME_SET_CURRENT(now);
-	INSTR_TIME_SUBTRACT(now, start);
-	attempt->elapsed_ms = INSTR_TIME_GET_MILLISEC(now);
-	curl_easy_getinfo(loop->easy, CURLINFO_RESPONSE_CODE, &attempt->status);
-}
-
 CURLMcode
 replicant_sink_loop_pump(ReplicantSinkLoop *loop, SinkAttempt *attempt, int *running)
 {
@@ -413,7 +334,7 @@ replicant_sink_loop_pump(ReplicantSinkLoop *loop, SinkAttempt *attempt, int *run
 	mc = loop_dispatch(loop, occurred, nfired, running, &latch_fired);
 	if (mc == CURLM_OK && loop_timer_remaining(loop) == 0)
 	{
-		/* non-repeating, as in replicant_sink_loop_run() */
+		/* non-repeating: forget it before telling libcurl, which re-arms it */
 		loop->timer_armed = false;
 		mc = curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, running);
 	}
@@ -423,4 +344,54 @@ replicant_sink_loop_pump(ReplicantSinkLoop *loop, SinkAttempt *attempt, int *run
 		attempt->latch_was_set = true;
 	}
 	return mc;
+}
+
+int
+replicant_sink_loop_wait_sources(ReplicantSinkLoop *loop, ReplicantWaitSource *sources,
+								 long *timeout_ms)
+{
+	int n = 0;
+	int i;
+
+	for (i = 0; i < loop->nsockets && n < REPLICANT_MAX_WAIT_SOURCES; i++)
+	{
+		uint32 events = loop_socket_events(loop->sockets[i].what);
+
+		if (events == 0)
+			continue;
+		sources[n].fd = loop->sockets[i].fd;
+		sources[n].events = events;
+		n++;
+	}
+	*timeout_ms = loop_wait_ms(loop);
+	return n;
+}
+
+bool
+replicant_sink_loop_poll(ReplicantSinkLoop *loop, int http_timeout_ms, size_t body_length,
+						 instr_time started_at, SinkAttempt *attempt)
+{
+	int running = 1;
+	instr_time now;
+	CURLMcode mc;
+
+	mc = replicant_sink_loop_pump(loop, attempt, &running);
+
+	/* libcurl watches nothing and set no timer: ask it what it waits for */
+	if (mc == CURLM_OK && running > 0 && !loop->timer_armed && loop->nsockets == 0)
+		mc = curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	fault_after_send(loop, body_length);
+	if (mc == CURLM_OK && running > 0 && !loop->socket_overflow)
+	{
+		/* libcurl's timer ends the request; this only guards against a bug */
+		INSTR_TIME_SET_CURRENT(now);
+		INSTR_TIME_SUBTRACT(now, started_at);
+		if (http_timeout_ms <= 0 ||
+			INSTR_TIME_GET_MILLISEC(now) <= (double) http_timeout_ms + SINK_DEADLINE_SLACK_MS)
+			return false;
+		attempt->hard_timeout = true;
+	}
+	attempt->code = replicant_sink_loop_result_code(loop, mc, attempt->hard_timeout);
+	curl_easy_getinfo(loop->easy, CURLINFO_RESPONSE_CODE, &attempt->status);
+	return true;
 }

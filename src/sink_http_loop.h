@@ -13,6 +13,8 @@
 #include "portability/instr_time.h"
 #include "storage/latch.h"
 
+#include "transport.h"
+
 /*
  * One easy handle uses one or two sockets (two while happy eyeballs races
  * IPv4 and IPv6), plus the resolver's wakeup pipe; this is ample.
@@ -79,20 +81,31 @@ extern int replicant_sink_loop_socket_cb(CURL *easy, curl_socket_t fd, int what,
 extern int replicant_sink_loop_timer_cb(CURLM *multi, long timeout_ms, void *userp);
 
 /*
- * Drives the attached transfer of body_length bytes to its end, answering
- * interrupts between rounds, outside libcurl; http_timeout_ms (0: none)
- * bounds the wait as a safety net beyond libcurl's own timer.
- */
-extern void replicant_sink_loop_run(ReplicantSinkLoop *loop, int http_timeout_ms,
-									size_t body_length, SinkAttempt *attempt);
-
-/*
  * One round without waiting: hands libcurl what its sockets and its timer
  * have for it.  Sets *running to 0 once the transfer is over; notes in
  * attempt a latch it reset.  Answers no interrupts.
  */
 extern CURLMcode replicant_sink_loop_pump(ReplicantSinkLoop *loop, SinkAttempt *attempt,
 										  int *running);
+
+/*
+ * What the attached transfer waits on (see replicant_transport_wait_sources):
+ * the sockets libcurl asks for, and its timer (bounded, so that the safety
+ * deadline is checked).
+ */
+extern int replicant_sink_loop_wait_sources(ReplicantSinkLoop *loop, ReplicantWaitSource *sources,
+											long *timeout_ms);
+
+/*
+ * One round of the attached transfer without waiting, for a caller that
+ * waits on its sources itself: returns false while it runs, or sets
+ * attempt's code and status and returns true once it is over or the safety
+ * deadline (http_timeout_ms after started_at, and some) passed.  Answers no
+ * interrupts.
+ */
+extern bool replicant_sink_loop_poll(ReplicantSinkLoop *loop, int http_timeout_ms,
+									 size_t body_length, instr_time started_at,
+									 SinkAttempt *attempt);
 
 /* What the transfer came to, once the rounds are over. */
 extern CURLcode replicant_sink_loop_result_code(ReplicantSinkLoop *loop, CURLMcode mc,

@@ -494,6 +494,31 @@ nats_finish(ReplicantTransport *transport, ReplicantSinkResult *result)
 	sink->pending_body = NULL;
 }
 
+/*
+ * In a round (delivery_set.c) a NATS request is published and acknowledged
+ * as it is polled, by nats_finish(), which waits for it as nats_send() does,
+ * answering interrupts in its own wait: the round polls it at once.  Its
+ * wait source is the pipe that the acknowledgement handler and the connect
+ * thread write.
+ */
+static int
+nats_wait_sources(ReplicantTransport *transport, ReplicantWaitSource *sources, long *timeout_ms)
+{
+	NatsSink *sink = (NatsSink *) transport;
+
+	sources[0].fd = sink->pipe_fds[0];
+	sources[0].events = WL_SOCKET_READABLE;
+	*timeout_ms = 0;
+	return 1;
+}
+
+static bool
+nats_poll(ReplicantTransport *transport, ReplicantSinkResult *result)
+{
+	nats_finish(transport, result);
+	return true;
+}
+
 static void
 nats_cancel(ReplicantTransport *transport)
 {
@@ -522,10 +547,10 @@ nats_close(ReplicantTransport *transport)
 }
 
 static const ReplicantTransportMethods nats_methods = {
-	.send = nats_send,
 	.start = nats_start,
 	.pump = nats_pump,
-	.finish = nats_finish,
+	.wait_sources = nats_wait_sources,
+	.poll = nats_poll,
 	.cancel = nats_cancel,
 	.classify_codes = nats_classify_codes,
 	.close = nats_close,

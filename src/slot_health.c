@@ -172,7 +172,7 @@ safe_wal_size(XLogRecPtr restart_lsn, XLogRecPtr current)
 static void
 note_warning(uint64 retained, XLogRecPtr restart_lsn, XLogRecPtr current)
 {
-	int64 budget = replicant_pipeline_only_destination(watched)->max_retained_wal;
+	int64 budget = replicant_pipeline_wal_budget(watched);
 	bool near_budget = budget > 0 && retained * 5 > (uint64) budget * 4;
 	bool near_limit = false;
 	int64 safe = 0;
@@ -242,7 +242,7 @@ replicant_slot_health_check(void)
 	if (confirmed >= stream_began)
 		stream_began = InvalidXLogRecPtr;
 	unacknowledged = current > confirmed ? current - confirmed : 0;
-	budget = replicant_pipeline_only_destination(watched)->max_retained_wal;
+	budget = replicant_pipeline_wal_budget(watched);
 	if (budget > 0 && XLogRecPtrIsInvalid(stream_began) && retained > (uint64) budget && unacknowledged > (uint64) budget)
 		return psprintf("replication slot given up: it retained " UINT64_FORMAT " bytes of WAL, past the pipeline's max_retained_wal of " INT64_FORMAT,
 						retained, budget);

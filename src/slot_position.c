@@ -215,7 +215,7 @@ worth_recording(ReplicantSlotPosition *pos, XLogRecPtr lsn)
 XLogRecPtr
 replicant_slot_position_allow(ReplicantSlotPosition *pos, XLogRecPtr lsn)
 {
-	XLogRecPtr checkpointed = replicant_checkpoint_committed_end();
+	XLogRecPtr checkpointed = replicant_checkpoint_floor();
 	TimestampTz now;
 
 	if (!pos->kept)

@@ -49,7 +49,7 @@
 #include "batch.h"
 #include "catalog.h"
 #include "compat.h"
-#include "delivery.h"
+#include "delivery_set.h"
 #include "destination.h"
 #include "event_log.h"
 #include "fault.h"
@@ -143,7 +143,7 @@ post_snapshot_body(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 	replicant_format_of(replicant_pipeline_only_destination(pipeline))->snapshot_end(out);
 	replicant_body_from_buffer(&body, &state, out);
-	replicant_delivery_post(slot, sink, webhook_id, &body, &result);
+	replicant_delivery_post(slot, replicant_shmem_only_destination(slot), sink, webhook_id, &body, &result);
 	replicant_snapshot_note_answer(slot, pipeline, &result, nrows, out->len, relation);
 }
 
@@ -522,7 +522,7 @@ run_shard_workers(ReplicantPipelineSlot *slot, int slot_index,
 		 * count, a worker counted as stopped is never missed.
 		 */
 		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
-		stopped = (slot->state == REPLICANT_STATE_HALTED || !slot->runnable);
+		stopped = (replicant_shmem_state(slot, NULL) == REPLICANT_STATE_HALTED || !slot->runnable);
 		LWLockRelease(replicant_shmem->lock);
 		if (stopped)
 			proc_exit(0);
@@ -606,6 +606,10 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 
 	if (!snapshot_pending(pipeline, &planned_before))
 		return;
+	/* Reads go to one destination; add_destination and resync_pipeline refuse the rest. */
+	if (list_length(pipeline->destinations) > 1)
+		replicant_delivery_halt(slot, pipeline,
+								"an initial snapshot or a resync of a pipeline with several destinations is not supported");
 	replicant_shmem_set_state(slot, REPLICANT_STATE_SNAPSHOTTING);
 	replicant_log_state(pipeline->name, "snapshotting", REPLICANT_LOG_END);
 

@@ -41,7 +41,7 @@
 #include "catalog.h"
 #include "checkpoint.h"
 #include "compat.h"
-#include "delivery.h"
+#include "delivery_set.h"
 #include "destination.h"
 #include "encoder.h"
 #include "fault.h"
@@ -90,23 +90,25 @@ replicant_snapshot_note_answer(ReplicantPipelineSlot *slot, ReplicantPipeline *p
 							   const ReplicantSinkResult *result, int64 nrows, int bytes,
 							   const ReplicantRelation *relation)
 {
+	ReplicantDestinationSlot *destination = replicant_shmem_only_destination(slot);
+
 	if (result->outcome != REPLICANT_SINK_OK)
 		replicant_delivery_refused(slot, pipeline, result, "snapshot batch",
 								   psprintf(" (table \"%s\")", relation->table));
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	slot->batches_delivered++;
-	slot->changes_delivered += nrows;
-	slot->bytes_delivered += bytes;
+	destination->batches_delivered++;
+	destination->changes_delivered += nrows;
+	destination->bytes_delivered += bytes;
 	/* backfill_status counts them before the window's progress is recorded */
 	if (ShardNumber >= 0)
 		slot->window_progress[ShardNumber].rows += nrows;
-	slot->last_delivery_at = GetCurrentTimestamp();
-	if (slot->state == REPLICANT_STATE_RETRYING)
-		slot->state = REPLICANT_STATE_SNAPSHOTTING;
+	destination->last_delivery_at = GetCurrentTimestamp();
+	if (destination->state == REPLICANT_STATE_RETRYING)
+		destination->state = REPLICANT_STATE_SNAPSHOTTING;
 	/* Not over why another shard worker halted or disabled the pipeline. */
 	if (slot->runnable)
-		slot->last_error[0] = '\0';
+		destination->last_error[0] = '\0';
 	LWLockRelease(replicant_shmem->lock);
 }
 
@@ -701,7 +703,7 @@ shard_failed(ReplicantPipelineSlot *slot, uint32 generation,
 	AbortOutOfAnyTransaction();
 	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 	stopped = slot->generation != generation || !slot->runnable ||
-			  slot->state == REPLICANT_STATE_HALTED;
+			  replicant_shmem_state(slot, NULL) == REPLICANT_STATE_HALTED;
 	LWLockRelease(replicant_shmem->lock);
 	if (importing || stopped)
 	{

@@ -1,7 +1,9 @@
 /*
  * status.c
  *		replicant._worker_status(): the live half of replicant.status, read
- *		from shared memory.  The view joins it with the catalog and the slot.
+ *		from shared memory and rolled up over the pipeline's destinations;
+ *		replicant._destination_status(): that of replicant.destination_status,
+ *		per destination.  The views join them with the catalog and the slot.
  *		replicant._snapshot_progress(): the live half of
  *		replicant.backfill_status.
  */
@@ -22,12 +24,15 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "api_destination.h"
 #include "catalog.h"
 #include "compat.h"
 #include "pipeline.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(replicant_worker_status);
+PG_FUNCTION_INFO_V1(replicant_destination_status);
+PG_FUNCTION_INFO_V1(replicant_check_status_reader);
 PG_FUNCTION_INFO_V1(replicant_snapshot_progress);
 PG_FUNCTION_INFO_V1(replicant_await_delivered);
 PG_FUNCTION_INFO_V1(replicant_retry_pipeline);
@@ -48,15 +53,15 @@ float4_cmp(const void *a, const void *b)
  * most three decimals.
  */
 static double
-median_latency(ReplicantPipelineSlot *slot)
+median_latency(const ReplicantDestinationSlot *destination)
 {
 	float4 sorted[REPLICANT_LATENCY_SAMPLES];
-	int n = Min(slot->nlatency, REPLICANT_LATENCY_SAMPLES);
+	int n = Min(destination->nlatency, REPLICANT_LATENCY_SAMPLES);
 	double median;
 
 	if (n == 0)
 		return 0;
-	memcpy(sorted, slot->latency_ms, sizeof(float4) * n);
+	memcpy(sorted, destination->latency_ms, sizeof(float4) * n);
 	qsort(sorted, n, sizeof(float4), float4_cmp);
 	median = (n % 2) ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
 	return rint(median * 1000.0) / 1000.0;
@@ -84,6 +89,83 @@ check_can_read_view(FunctionCallInfo fcinfo, const char *view)
 		aclcheck_error(aclresult, OBJECT_VIEW, view);
 }
 
+/*
+ * The gate of replicant.destination_status (granted to PUBLIC) and of the
+ * function behind it: who may read replicant.status may read it.
+ */
+static void
+check_status_reader(FunctionCallInfo fcinfo)
+{
+	Oid nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	Oid viewid = get_relname_relid("status", nspid);
+
+	if (!OidIsValid(viewid) || pg_class_aclcheck(viewid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for view destination_status"),
+				 errhint("Who may SELECT from replicant.status may read it.")));
+}
+
+/*
+ * The live sink columns of one destination, or of several rolled up
+ * (replicant.status: the worst state and that destination's last error,
+ * named; sums and the latest delivery; the earliest retry; the sink's own
+ * answers only of a single one), from values[first] on.
+ */
+static void
+put_sink_columns(const ReplicantPipelineSlot *slot, int from, int count, Datum *values,
+				 bool *nulls)
+{
+	const ReplicantDestinationSlot *only = &slot->destinations[from];
+	uint64 transactions = 0, changes = 0, batches = 0, bytes = 0, retries = 0;
+	TimestampTz last_delivery_at = 0, next_retry_at = 0;
+	int worst;
+	ReplicantWorkerState state;
+	const ReplicantDestinationSlot *named;
+
+	if (count == 1)
+	{
+		worst = from;
+		state = only->state;
+	}
+	else
+		state = replicant_shmem_state(slot, &worst);
+	named = &slot->destinations[worst];
+	for (int i = from; i < from + count; i++)
+	{
+		const ReplicantDestinationSlot *d = &slot->destinations[i];
+
+		transactions += d->transactions_delivered;
+		changes += d->changes_delivered;
+		batches += d->batches_delivered;
+		bytes += d->bytes_delivered;
+		retries += d->retries;
+		last_delivery_at = Max(last_delivery_at, d->last_delivery_at);
+		if (d->next_retry_at != 0 && (next_retry_at == 0 || d->next_retry_at < next_retry_at))
+			next_retry_at = d->next_retry_at;
+	}
+	values[0] = CStringGetTextDatum(replicant_state_name(state));
+	values[1] = Int64GetDatum((int64) transactions);
+	values[2] = Int64GetDatum((int64) changes);
+	values[3] = Int64GetDatum((int64) batches);
+	values[4] = Int64GetDatum((int64) bytes);
+	values[5] = Int64GetDatum((int64) retries);
+	values[6] = TimestampTzGetDatum(last_delivery_at);
+	nulls[6] = (last_delivery_at == 0);
+	if (count == 1 || named->last_error[0] == '\0')
+		values[7] = CStringGetTextDatum(named->last_error);
+	else
+		values[7] = CStringGetTextDatum(psprintf("destination \"%s\": %s", named->name,
+												 named->last_error));
+	nulls[7] = (named->last_error[0] == '\0');
+	values[8] = Float8GetDatum(median_latency(only));
+	nulls[8] = (count > 1 || only->nlatency == 0);
+	values[9] = Int32GetDatum(only->last_http_status);
+	nulls[9] = (count > 1 || only->last_http_status == 0);
+	values[10] = TimestampTzGetDatum(next_retry_at);
+	nulls[10] = (next_retry_at == 0 || slot->pid == 0);
+}
+
 Datum
 replicant_worker_status(PG_FUNCTION_ARGS)
 {
@@ -109,29 +191,66 @@ replicant_worker_status(PG_FUNCTION_ARGS)
 
 		if (!slot->in_use || slot->dboid != MyDatabaseId)
 			continue;
+		/* pipeline_id, state, worker_pid, then the sink's columns but state */
+		put_sink_columns(slot, 0, replicant_shmem_ndestinations(slot), values + 2, nulls + 2);
 		values[0] = Int32GetDatum(slot->pipeline_id);
-		values[1] = CStringGetTextDatum(replicant_state_name(slot->state));
+		values[1] = values[2];
 		values[2] = Int32GetDatum(slot->pid);
 		nulls[2] = (slot->pid == 0);
-		values[3] = Int64GetDatum((int64) slot->transactions_delivered);
-		values[4] = Int64GetDatum((int64) slot->changes_delivered);
-		values[5] = Int64GetDatum((int64) slot->batches_delivered);
-		values[6] = Int64GetDatum((int64) slot->bytes_delivered);
-		values[7] = Int64GetDatum((int64) slot->retries);
-		values[8] = TimestampTzGetDatum(slot->last_delivery_at);
-		nulls[8] = (slot->last_delivery_at == 0);
-		values[9] = CStringGetTextDatum(slot->last_error);
-		nulls[9] = (slot->last_error[0] == '\0');
-		values[10] = Float8GetDatum(median_latency(slot));
-		nulls[10] = (slot->nlatency == 0);
-		values[11] = Int32GetDatum(slot->last_http_status);
-		nulls[11] = (slot->last_http_status == 0);
-		values[12] = TimestampTzGetDatum(slot->next_retry_at);
-		nulls[12] = (slot->next_retry_at == 0 || slot->pid == 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(replicant_shmem->lock);
 	PG_RETURN_VOID();
+}
+
+#define DESTINATION_STATUS_COLS 13
+
+/*
+ * replicant._destination_status(): per destination of this database's
+ * pipelines, the live half of replicant.destination_status: pipeline_id,
+ * destination_id, then the sink's columns as _worker_status() has them.
+ * A destination not mirrored yet (a sync after the update names it) shows
+ * none.  Executable by PUBLIC: its readers are replicant.status's.
+ */
+Datum
+replicant_destination_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	check_status_reader(fcinfo);
+	InitMaterializedSRF(fcinfo, 0);
+	if (!replicant_shmem_ready())
+		PG_RETURN_VOID();
+
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	for (int i = 0; i < replicant_max_pipelines; i++)
+	{
+		ReplicantPipelineSlot *slot = &replicant_shmem->slots[i];
+
+		if (!slot->in_use || slot->dboid != MyDatabaseId)
+			continue;
+		for (int d = 0; d < replicant_shmem_ndestinations(slot); d++)
+		{
+			Datum values[DESTINATION_STATUS_COLS];
+			bool nulls[DESTINATION_STATUS_COLS] = {0};
+
+			if (slot->destinations[d].id == 0)
+				continue;
+			values[0] = Int32GetDatum(slot->pipeline_id);
+			values[1] = Int32GetDatum(slot->destinations[d].id);
+			put_sink_columns(slot, d, 1, values + 2, nulls + 2);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	LWLockRelease(replicant_shmem->lock);
+	PG_RETURN_VOID();
+}
+
+Datum
+replicant_check_status_reader(PG_FUNCTION_ARGS)
+{
+	check_status_reader(fcinfo);
+	PG_RETURN_BOOL(true);
 }
 
 /*
@@ -192,7 +311,9 @@ replicant_retry_pipeline(PG_FUNCTION_ARGS)
 	slot = replicant_shmem_find(MyDatabaseId, ref.id);
 	if (slot != NULL && slot->pid != 0)
 	{
-		retrying = (slot->state == REPLICANT_STATE_RETRYING || slot->next_retry_at != 0);
+		for (int d = 0; d < replicant_shmem_ndestinations(slot); d++)
+			retrying |= (slot->destinations[d].state == REPLICANT_STATE_RETRYING ||
+						 slot->destinations[d].next_retry_at != 0);
 		pg_atomic_fetch_add_u32(&slot->retry_requests, 1);
 		if (slot->latch)
 			SetLatch(slot->latch);
@@ -250,30 +371,63 @@ replicant_snapshot_progress(PG_FUNCTION_ARGS)
 }
 
 /*
- * The pipeline's id and whether it is halted; errors if it does not exist or
- * the caller may not manage it (its progress is the owner's business).
+ * Names destination index of the slot in name when it halted alone (others
+ * are not halted), else leaves name empty: the pipeline's halt halts each.
+ * The caller holds the lock.
  */
-static int32
-lookup_pipeline_id(const char *name, bool *halted)
+static void
+halted_alone(const ReplicantPipelineSlot *slot, int index, char *name)
 {
-	ReplicantCatalogAccess access;
-	ReplicantPipelineRef ref;
-
-	replicant_catalog_enter(&access);
-	ref = replicant_pipeline_lookup(name, false);
-	replicant_pipeline_check_owner(&ref, access.saved_userid);
-	*halted = ref.halted;
-	replicant_catalog_leave(&access);
-	return ref.id;
+	for (int i = 0; i < replicant_shmem_ndestinations(slot); i++)
+	{
+		if (slot->destinations[i].state != REPLICANT_STATE_HALTED)
+		{
+			strlcpy(name, slot->destinations[index].name, NAMEDATALEN);
+			return;
+		}
+	}
 }
 
+/*
+ * A halted pipeline, or a halted destination of it (destination not NULL),
+ * delivers nothing past its halt: nothing to wait for.
+ */
 REPLICANT_NORETURN static void
-halted_error(const char *name)
+halted_error(const char *name, const char *destination)
 {
+	if (destination != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("destination \"%s\" of pipeline \"%s\" is halted", destination, name),
+				 errhint("See last_error in replicant.destination_status, fix the cause and call replicant.resume_pipeline(pipeline, destination).")));
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("pipeline \"%s\" is halted", name),
 			 errhint("See last_error in replicant.status, fix the cause and call replicant.resume_pipeline().")));
+}
+
+/*
+ * The pipeline's id; errors if it does not exist, the caller may not manage
+ * it (its progress is the owner's business), or it or a destination of it
+ * is halted.
+ */
+static int32
+lookup_pipeline_id(const char *name)
+{
+	ReplicantCatalogAccess access;
+	ReplicantPipelineRef ref;
+	char *halted_destination;
+
+	replicant_catalog_enter(&access);
+	ref = replicant_pipeline_lookup(name, false);
+	replicant_pipeline_check_owner(&ref, access.saved_userid);
+	halted_destination = replicant_api_destination_halted(ref.id);
+	if (ref.halted)
+		halted_error(name, NULL);
+	if (halted_destination != NULL)
+		halted_error(name, halted_destination);
+	replicant_catalog_leave(&access);
+	return ref.id;
 }
 
 /*
@@ -305,7 +459,8 @@ replicant_await_delivered(PG_FUNCTION_ARGS)
 	XLogRecPtr lsn;
 	int timeout_ms;
 	int32 pipeline_id;
-	bool halted;
+	bool halted = false;
+	char halted_destination[NAMEDATALEN] = "";
 	TimestampTz deadline;
 	bool reached = false;
 
@@ -325,9 +480,7 @@ replicant_await_delivered(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("replicant is not loaded through \"shared_preload_libraries\"")));
-	pipeline_id = lookup_pipeline_id(name, &halted);
-	if (halted)
-		halted_error(name);
+	pipeline_id = lookup_pipeline_id(name);
 
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	for (;;)
@@ -340,8 +493,12 @@ replicant_await_delivered(PG_FUNCTION_ARGS)
 		slot = replicant_shmem_find(MyDatabaseId, pipeline_id);
 		if (slot)
 		{
+			int worst;
+
 			reached = slot->delivered_upto >= lsn;
-			halted = slot->state == REPLICANT_STATE_HALTED;
+			halted = replicant_shmem_state(slot, &worst) == REPLICANT_STATE_HALTED;
+			if (halted)
+				halted_alone(slot, worst, halted_destination);
 			cv = &slot->delivered_cv;
 			/*
 			 * Someone waits: the worker commits a pending checkpoint now.
@@ -360,7 +517,7 @@ replicant_await_delivered(PG_FUNCTION_ARGS)
 		if (halted)
 		{
 			ConditionVariableCancelSleep();
-			halted_error(name);
+			halted_error(name, halted_destination[0] != '\0' ? halted_destination : NULL);
 		}
 		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (left <= 0)

@@ -14,8 +14,10 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type_d.h"
 #include "commands/extension.h"
+#include "storage/lmgr.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -45,6 +47,10 @@ typedef struct PipelineRow
 	Oid owner;
 	bool runnable;
 	int32 config_version;
+	/* Its destinations, by id (none under 0.2.0's objects). */
+	int ndestinations;
+	int32 destination_ids[REPLICANT_MAX_DESTINATIONS];
+	char destination_names[REPLICANT_MAX_DESTINATIONS][NAMEDATALEN];
 } PipelineRow;
 
 /*
@@ -136,13 +142,65 @@ record_halt_requests(void)
 	return requests;
 }
 
+/* Adds each pipeline's destinations, by id, to its row. */
+static void
+read_destination_rows(List *rows)
+{
+	if (SPI_execute("SELECT pipeline_id, id, name FROM replicant.destinations ORDER BY pipeline_id, id",
+					false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.destinations");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple tuple = SPI_tuptable->vals[i];
+		TupleDesc desc = SPI_tuptable->tupdesc;
+		bool isnull;
+		int32 pipeline_id = DatumGetInt32(SPI_getbinval(tuple, desc, 1, &isnull));
+		ListCell *lc;
+
+		foreach(lc, rows)
+		{
+			PipelineRow *row = lfirst(lc);
+
+			/* add_destination allows no more; a row past them is not shown */
+			if (row->id != pipeline_id || row->ndestinations == REPLICANT_MAX_DESTINATIONS)
+				continue;
+			row->destination_ids[row->ndestinations] =
+				DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
+			strlcpy(row->destination_names[row->ndestinations],
+					TextDatumGetCString(SPI_getbinval(tuple, desc, 3, &isnull)), NAMEDATALEN);
+			row->ndestinations++;
+		}
+	}
+}
+
+/* Shows a pipeline's destinations in its slot (shmem.h). */
+static void
+mirror_destinations(ReplicantPipelineSlot *slot, const PipelineRow *row)
+{
+	if (row->ndestinations == 0)
+		return; /* 0.2.0's objects: index 0 stands for the pipeline's sink */
+	replicant_shmem_mirror_destinations(slot, row->ndestinations, row->destination_ids,
+										row->destination_names);
+}
+
 static List *
 read_pipeline_rows(List **halts)
 {
 	List *rows = NIL;
 	MemoryContext old;
 	uint64 i;
+	Oid extension = get_extension_oid("replicant", true);
 
+	if (!OidIsValid(extension))
+		return NIL;
+	/*
+	 * DROP EXTENSION locks the extension before any of its tables; the sync
+	 * does the same before it reads them, so that the two never wait for
+	 * each other in a cycle (a sync holding replicant.pipelines and waiting
+	 * for replicant.destinations failed a DROP EXTENSION with a deadlock).
+	 * Dropped while it waited: nothing to read.
+	 */
+	LockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
 	if (!OidIsValid(get_extension_oid("replicant", true)))
 		return NIL;
 	replicant_catalog_check_schema();
@@ -175,6 +233,8 @@ read_pipeline_rows(List **halts)
 		rows = lappend(rows, row);
 		MemoryContextSwitchTo(old);
 	}
+	if (replicant_destinations_exist())
+		read_destination_rows(rows);
 	return rows;
 }
 
@@ -280,37 +340,38 @@ mirror_rows(List *rows, List *halts)
 			slot->pipeline_id = row->id;
 			slot->pid = 0;
 			slot->latch = NULL;
-			slot->state = REPLICANT_STATE_STARTING;
-			slot->transactions_delivered = 0;
-			slot->changes_delivered = 0;
-			slot->batches_delivered = 0;
-			slot->bytes_delivered = 0;
-			slot->retries = 0;
-			slot->last_delivery_at = 0;
-			slot->last_error[0] = '\0';
-			slot->last_http_status = 0;
-			slot->next_retry_at = 0;
-			slot->nlatency = 0;
-			memset(&slot->metrics, 0, sizeof(slot->metrics));
+			slot->ndestinations = 0;
+			for (i = 0; i < REPLICANT_MAX_DESTINATIONS; i++)
+			{
+				slot->destinations[i].id = 0;
+				slot->destinations[i].name[0] = '\0';
+				replicant_shmem_reset_destination(&slot->destinations[i]);
+			}
+			slot->worker_starts = 0;
+			slot->last_progress = 0;
 			slot->delivered_upto = InvalidXLogRecPtr;
 			slot->phase = REPLICANT_PHASE_STARTING;
 			slot->failure[0] = '\0';
 			slot->halt_request[0] = '\0';
-			slot->dropping = false;
+			slot->dropping = slot->held = false;
 		}
 		/* A halt the launcher asked for and no sync recorded yet stands. */
 		if (slot->halt_request[0] != '\0')
 			row->runnable = false;
-		/* Being dropped: the row shows until drop_pipeline commits. */
-		if (slot->dropping)
+		/* Being dropped or changed: the row shows as it was until that commits. */
+		if (slot->dropping || slot->held)
 			row->runnable = false;
 		if (row->runnable && !slot->runnable && slot->pid == 0)
 		{
 			/* Resumed or enabled: the old halt no longer describes it. */
-			slot->state = REPLICANT_STATE_STARTING;
-			slot->last_error[0] = '\0';
-			slot->metrics.disabled_by_sink = false;
+			for (i = 0; i < replicant_shmem_ndestinations(slot); i++)
+			{
+				slot->destinations[i].state = REPLICANT_STATE_STARTING;
+				slot->destinations[i].last_error[0] = '\0';
+				slot->destinations[i].metrics.disabled_by_sink = false;
+			}
 		}
+		mirror_destinations(slot, row);
 		strlcpy(slot->name, row->name, NAMEDATALEN);
 		slot->owner = row->owner;
 		slot->runnable = row->runnable;

@@ -9,13 +9,6 @@
 #include "transport.h"
 
 void
-replicant_transport_send(ReplicantTransport *transport, const char *id,
-						 ReplicantBody *body, ReplicantSinkResult *result)
-{
-	transport->methods->send(transport, id, body, result);
-}
-
-void
 replicant_transport_start(ReplicantTransport *transport, const char *id, ReplicantBody *body)
 {
 	transport->methods->start(transport, id, body);
@@ -27,10 +20,17 @@ replicant_transport_pump(ReplicantTransport *transport)
 	transport->methods->pump(transport);
 }
 
-void
-replicant_transport_finish(ReplicantTransport *transport, ReplicantSinkResult *result)
+int
+replicant_transport_wait_sources(ReplicantTransport *transport, ReplicantWaitSource *sources,
+								 long *timeout_ms)
 {
-	transport->methods->finish(transport, result);
+	return transport->methods->wait_sources(transport, sources, timeout_ms);
+}
+
+bool
+replicant_transport_poll(ReplicantTransport *transport, ReplicantSinkResult *result)
+{
+	return transport->methods->poll(transport, result);
 }
 
 void

@@ -61,16 +61,26 @@ typedef struct ReplicantSinkResult
 								 * to sink"; empty on REPLICANT_SINK_OK */
 } ReplicantSinkResult;
 
+/* A file descriptor a started request waits on, and for what (WL_SOCKET_*). */
+typedef struct ReplicantWaitSource
+{
+	pgsocket fd;
+	uint32 events;
+} ReplicantWaitSource;
+
+/* More than any transport waits on for one request. */
+#define REPLICANT_MAX_WAIT_SOURCES 16
+
 typedef struct ReplicantTransport ReplicantTransport;
 
 /* What a transport implements; see the functions below for each. */
 typedef struct ReplicantTransportMethods
 {
-	void (*send)(ReplicantTransport *transport, const char *id, ReplicantBody *body,
-				 ReplicantSinkResult *result);
 	void (*start)(ReplicantTransport *transport, const char *id, ReplicantBody *body);
 	void (*pump)(ReplicantTransport *transport);
-	void (*finish)(ReplicantTransport *transport, ReplicantSinkResult *result);
+	int (*wait_sources)(ReplicantTransport *transport, ReplicantWaitSource *sources,
+						long *timeout_ms);
+	bool (*poll)(ReplicantTransport *transport, ReplicantSinkResult *result);
 	void (*cancel)(ReplicantTransport *transport);
 	void (*classify_codes)(ReplicantTransport *transport, bool (*code_is_final)(int code));
 	void (*close)(ReplicantTransport *transport);
@@ -83,38 +93,38 @@ struct ReplicantTransport
 };
 
 /*
- * Sends one rendered batch, id being its idempotency key (webhook-id), and
- * classifies the answer into *result.  Waits on the process latch, answering
- * interrupts outside the library's frames, so SIGTERM stops it promptly.
- * Never raises an error for what the destination or the network did: that
- * is reported in *result.  A half-received acknowledgement is retried, never
- * taken as one.
- *
- * Interrupts: CHECK_FOR_INTERRUPTS may throw (ERROR in a backend, FATAL
- * after SIGTERM); the transport stays usable after an ERROR.  A latch set
- * while it was waiting is set again before returning, so the caller's own
- * wait does not miss it.
- */
-extern void replicant_transport_send(ReplicantTransport *transport, const char *id,
-									 ReplicantBody *body, ReplicantSinkResult *result);
-
-/*
- * The same send overlapped with the caller's work, one at a time per
- * transport: _start() sends what the connection takes without waiting,
- * _pump() (called between the caller's own steps) moves it on without
- * waiting, and _finish() waits for the answer and classifies it as _send()
- * does.  The body must stay unchanged until then.  Nothing of it answers
- * interrupts but _finish(), which may throw as _send() may; the caller
- * answers them between pumps, outside the library.  A caller that leaves by
- * an error between start and finish calls _cancel() (a no-op when nothing
- * is started), which drops the request and its connection.
+ * Sends one rendered batch, id being its idempotency key (webhook-id), one
+ * request at a time per transport, overlapped with the caller's work:
+ * _start() sends what the connection takes without waiting, _pump() (called
+ * between the caller's own steps) moves it on without waiting, and _poll()
+ * below tells when it is answered.  The body must stay unchanged until then.
+ * Whatever the destination or the network did is an outcome in *result,
+ * never an error; a half-received acknowledgement is retried, never taken
+ * as one.  A caller that leaves by an error between start and the answer
+ * calls _cancel() (a no-op when nothing is started), which drops the
+ * request and its connection.
  */
 extern void replicant_transport_start(ReplicantTransport *transport, const char *id,
 									  ReplicantBody *body);
 extern void replicant_transport_pump(ReplicantTransport *transport);
-extern void replicant_transport_finish(ReplicantTransport *transport,
-									   ReplicantSinkResult *result);
 extern void replicant_transport_cancel(ReplicantTransport *transport);
+
+/*
+ * For a caller that waits on several started requests at once
+ * (delivery_set.c): _wait_sources() fills sources (room for
+ * REPLICANT_MAX_WAIT_SOURCES) with what the started request waits on and
+ * returns how many, setting *timeout_ms to when it must be polled even if
+ * none fired (0: at once, -1: no limit).  _poll() does not wait: it moves
+ * the request on and returns false while it is not answered, or classifies
+ * the answer into *result and returns true (the request is over).  Neither
+ * answers interrupts (the caller does, between polls, outside the library),
+ * unless a transport's _poll() says otherwise (NATS: it waits for its
+ * acknowledgements and answers interrupts outside the library's frames; a
+ * latch set meanwhile is set again before it returns).
+ */
+extern int replicant_transport_wait_sources(ReplicantTransport *transport,
+											ReplicantWaitSource *sources, long *timeout_ms);
+extern bool replicant_transport_poll(ReplicantTransport *transport, ReplicantSinkResult *result);
 
 /*
  * Classifies the destination's error codes with code_is_final from now on,

@@ -25,6 +25,7 @@
 #include "utils/lsyscache.h"
 #include "utils/pg_lsn.h"
 
+#include "checkpoint_floor.h"
 #include "waiver.h"
 
 typedef struct Waiver
@@ -139,11 +140,11 @@ replicant_waiver_grant(int32 pipeline_id)
 							  "  WHERE id OPERATOR(pg_catalog.=) $1 AND halt_cause IS NOT NULL"
 							  " ON CONFLICT (pipeline_id, cause) DO UPDATE SET up_to = excluded.up_to",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_INSERT ||
-		SPI_execute_with_args("DELETE FROM replicant.resume_waivers w"
-							  " USING replicant.checkpoints c"
-							  " WHERE w.pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "   AND c.pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "   AND w.up_to OPERATOR(pg_catalog.<=) c.commit_lsn",
+		SPI_execute_with_args(psprintf("DELETE FROM replicant.resume_waivers w"
+									   " USING %s c"
+									   " WHERE w.pipeline_id OPERATOR(pg_catalog.=) $1"
+									   "   AND w.up_to OPERATOR(pg_catalog.<=) c.commit_lsn",
+									   replicant_checkpoint_floor_sql()),
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_DELETE ||
 		SPI_execute_with_args("UPDATE replicant.pipelines SET halt_cause = NULL"
 							  " WHERE id OPERATOR(pg_catalog.=) $1",

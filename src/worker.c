@@ -5,13 +5,14 @@
  * One worker per enabled pipeline, connected to the pipeline's database as
  * its owner.  Each cycle:
  *
- *	1. decode WAL into a batch (decoder.c, output_plugin.c) until the end of
- *	   flushed WAL or a batch limit;
- *	2. POST the batch (sink_http.c), retrying with backoff until a 2xx;
- *	3. record the acknowledgement, and commit the checkpoint row
+ *	1. decode WAL into a batch per format (decoder.c, output_plugin.c,
+ *	   render_target.c) until the end of flushed WAL or a batch limit;
+ *	2. send it to every destination side by side (fanout.c), each retrying
+ *	   with backoff until its sink takes it or refuses it;
+ *	3. record each acknowledgement, and commit the checkpoint rows
  *	   (checkpoint.c) if replicant.checkpoint_interval has passed since the
- *	   last one, else when it has;
- *	4. only then confirm the checkpoint's end to the slot (decoder.c);
+ *	   last commit, else when it has;
+ *	4. only then confirm the floor of the checkpoints to the slot;
  *	5. sleep on the latch until a commit in this database wakes it, unless
  *	   one already has.
  *
@@ -58,7 +59,6 @@
 
 #include "backfill.h"
 #include "backfill_plan.h"
-#include "batch.h"
 #include "chunk.h"
 #include "checkpoint.h"
 #include "decoder.h"
@@ -66,8 +66,8 @@
 #include "destination.h"
 #include "encoder.h"
 #include "event_log.h"
+#include "fanout.h"
 #include "fault.h"
-#include "format.h"
 #include "metrics.h"
 #include "pipeline.h"
 #include "plugin_gate.h"
@@ -81,7 +81,6 @@
 #include "snapshot.h"
 #include "stop_signal.h"
 #include "table_shape.h"
-#include "transport.h"
 #include "worker.h"
 
 /* Longest sleep when idle; commits wake the worker long before. */
@@ -118,20 +117,18 @@ typedef struct Worker
 	uint32 generation;           /* the slot's generation we were started for */
 	int slot_index;
 	ReplicantPipeline *pipeline;
-	ReplicantDestination *destination; /* the pipeline's only one, what sink sends to */
-	ReplicantBatch *batch;
 	ReplicantDecoder *decoder;
-	ReplicantTransport *sink;
+	ReplicantFanout *fanout;     /* its destinations, sent to (fanout.h) */
 	ReplicantBackfill *backfill; /* incremental backfill being read */
 	bool skips_pending;          /* a table skipped while unpublished may be
 								  * published again */
 	TimestampTz skip_check_at;   /* when to look at it again */
 	bool skip_check_due;         /* look whatever changed: a new skip */
 	uint64 skip_changes;         /* publication changes seen before the last look */
-	const char *chunk_table;     /* a chunk being delivered: its table */
-	XLogRecPtr start_lsn;        /* where streaming began, confirmed at the start */
 	int64 cpu_credit_us;         /* CPU budget left (see CPU_SHARE_DIVISOR) */
 	TimestampTz credit_at;       /* when cpu_credit_us was last brought up to date */
+	int batch_max_transactions;  /* the lowest of its destinations' */
+	int batch_max_bytes;
 } Worker;
 
 static void
@@ -162,7 +159,8 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (!slot->in_use || slot->generation != args->generation ||
-		!slot->runnable || slot->dropping || slot->config_version != args->config_version ||
+		!slot->runnable || slot->dropping || slot->held ||
+		slot->config_version != args->config_version ||
 		(slot->pid != 0 && slot->pid != MyProcPid))
 	{
 		if (slot->in_use && slot->generation == args->generation && slot->pid == 0 &&
@@ -173,16 +171,19 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 	}
 	slot->pid = MyProcPid;
 	slot->latch = MyLatch;
-	slot->state = REPLICANT_STATE_STARTING;
-	slot->last_error[0] = '\0';
+	for (int i = 0; i < replicant_shmem_ndestinations(slot); i++)
+	{
+		slot->destinations[i].state = REPLICANT_STATE_STARTING;
+		slot->destinations[i].last_error[0] = '\0';
+		slot->destinations[i].next_retry_at = 0;
+	}
 	slot->stop_requested = false;
 	slot->phase = REPLICANT_PHASE_STARTING;
-	slot->next_retry_at = 0;
 	slot->connected = false;
 	slot->interrupted = false;
 	slot->shard_interrupted = false;
 	slot->superseded = false;
-	slot->metrics.worker_starts++;
+	slot->worker_starts++;
 	LWLockRelease(replicant_shmem->lock);
 	replicant_log_state(slot->name, "started", REPLICANT_LOG_END);
 
@@ -198,35 +199,11 @@ worker_halt(Worker *w, const char *reason)
 	replicant_delivery_halt(w->slot, w->pipeline, reason);
 }
 
-/*
- * Confirms lsn to the slot (only ever after the checkpoint is committed) and
- * tells await_delivered() callers how far delivery has come.
- */
-static void
-confirm(Worker *w, XLogRecPtr lsn)
-{
-	replicant_decoder_confirm(w->decoder, lsn);
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	if (lsn > w->slot->delivered_upto)
-	{
-		w->slot->delivered_upto = lsn;
-		w->slot->progress++;
-	}
-	/* Under the lock: a caller still waiting asks again (status.c). */
-	pg_atomic_write_u32(&w->slot->checkpoint_wanted, 0);
-	LWLockRelease(replicant_shmem->lock);
-	ConditionVariableBroadcast(&w->slot->delivered_cv);
-	/* Past where this run began: it is no run without progress (runs.c). */
-	if (lsn > w->start_lsn)
-		replicant_runs_progressed(w->pipeline->id);
-}
-
-/* Commits the pending checkpoint, if any, and confirms it. */
+/* Commits the pending checkpoints, if any, and confirms the floor. */
 static void
 commit_pending(Worker *w)
 {
-	if (replicant_checkpoint_commit_pending())
-		confirm(w, replicant_checkpoint_committed_end());
+	replicant_fanout_commit_pending(w->fanout);
 }
 
 /*
@@ -239,7 +216,7 @@ commit_pending_if_possible(Worker *w)
 {
 	MemoryContext context = CurrentMemoryContext;
 
-	if (w->decoder == NULL || !replicant_checkpoint_is_pending())
+	if (w->fanout == NULL || !replicant_checkpoint_is_pending())
 		return;
 	PG_TRY();
 	{
@@ -262,192 +239,6 @@ check_output_plugin_allowed(Worker *w)
 		worker_halt(w, "\"output_plugin_libraries\" does not list \"replicant\"");
 }
 
-/* Counts an acknowledged request in replicant.status and replicant.metrics. */
-static void
-note_delivered(Worker *w, int64 transactions, int64 changes, int messages, size_t bytes,
-			   TimestampTz now)
-{
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	w->slot->metrics.messages_delivered += messages;
-	w->slot->transactions_delivered += transactions;
-	w->slot->changes_delivered += changes;
-	w->slot->batches_delivered++;
-	w->slot->bytes_delivered += bytes;
-	w->slot->last_delivery_at = now;
-	w->slot->metrics.last_progress = now;
-	w->slot->state = REPLICANT_STATE_STREAMING;
-	w->slot->last_error[0] = '\0';
-	LWLockRelease(replicant_shmem->lock);
-}
-
-/*
- * POSTs the format's requests for transactions [first, last] in order,
- * retrying each until the sink takes it or gives a final answer, which
- * result holds; adds the bytes sent to *bytes.  *target is what the last
- * request wrote to, when the format names it.
- */
-static void
-post_range(Worker *w, int first, int last, ReplicantSinkResult *result, size_t *bytes,
-		   const char **target)
-{
-	const ReplicantFormat *format = replicant_format_of(w->destination);
-	ReplicantRequest request;
-	int i;
-
-	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
-	replicant_metrics_pending(w->slot, w->batch, first);
-	/* A range the format makes no request of is delivered. */
-	result->outcome = REPLICANT_SINK_OK;
-	*target = NULL;
-	for (i = 0;; i++)
-	{
-		/* A format sets only what it has: target stays NULL for most. */
-		memset(&request, 0, sizeof(request));
-		if (!format->stream_request(w->pipeline->name, w->batch, first, last, i, &request))
-			break;
-		replicant_delivery_post(w->slot, w->sink, request.webhook_id, &request.body, result);
-		*target = request.target;
-		if (result->outcome != REPLICANT_SINK_OK)
-			return;
-		*bytes += request.body.length;
-	}
-}
-
-/*
- * Counts transactions [first, last], which the sink took, and checkpoints
- * them if the interval is up; the slot hears only of committed checkpoints.
- */
-static void
-acknowledged(Worker *w, int first, int last, size_t bytes)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	int64 changes = 0;
-	int i;
-
-	replicant_fault("after_ack");
-	for (i = first; i <= last; i++)
-		changes += w->batch->txns[i].nchanges;
-	note_delivered(w, last - first + 1, changes, 0, bytes, now);
-	replicant_metrics_acknowledged(w->slot, w->batch, first, last, now);
-	if (replicant_checkpoint_acknowledged(w->slot, w->pipeline->id,
-										  w->batch->txns[last].commit_lsn,
-										  w->batch->txns[last].end_lsn, now))
-		confirm(w, replicant_checkpoint_committed_end());
-	replicant_resync_streamed(w->pipeline);
-}
-
-/*
- * Delivers transactions [first, last] of the batch, retrying until the sink
- * takes them.  Returns the index of the last transaction delivered, which is
- * below last when a 413 made it split the range.
- */
-static int
-deliver_range(Worker *w, int first, int last)
-{
-	for (;;)
-	{
-		ReplicantSinkResult result;
-		size_t bytes = 0;
-		const char *target;
-
-		post_range(w, first, last, &result, &bytes, &target);
-
-		switch (result.outcome)
-		{
-			case REPLICANT_SINK_OK:
-				acknowledged(w, first, last, bytes);
-				return last;
-
-			case REPLICANT_SINK_RETRY:
-				pg_unreachable();
-
-			case REPLICANT_SINK_TOO_LARGE:
-				if (first == last)
-				{
-					commit_pending(w);
-					worker_halt(w, psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
-											LSN_FORMAT_ARGS(w->batch->txns[last].commit_lsn)));
-				}
-				last = first + (last - first) / 2;
-				break;
-
-			case REPLICANT_SINK_GONE:
-			case REPLICANT_SINK_REJECTED:
-				commit_pending(w);
-				replicant_delivery_refused(w->slot, w->pipeline, &result, "batch",
-										   psprintf(" (%s%s%scommit LSN %X/%X)",
-													target ? "table " : "", target ? target : "",
-													target ? ", " : "",
-													LSN_FORMAT_ARGS(w->batch->txns[last].commit_lsn)));
-		}
-	}
-}
-
-/*
- * Delivers what is left of a completed backfill chunk, at its high
- * watermark's place in the stream, in requests of at most batch_max_bytes
- * (a single larger row goes alone), and records the backfill's progress.
- * Each request's webhook-id is <pipeline>-b<backfill>-<position>-<low
- * watermark>-<part> (replicant_format_read_webhook_id): a chunk read again
- * after a restart, its parts cut elsewhere, reuses none of them.  A chunk
- * with no row left (the stream changed them all) sends nothing unless it
- * is the last, which carries the backfill's last marker.
- */
-static void
-deliver_chunk(Worker *w, ReplicantChunk *chunk)
-{
-	int rows = 0;
-	int next = 0;
-	int part = 0;
-	bool more = chunk->relation != NULL && (chunk->last || replicant_chunk_has_rows(chunk));
-	const ReplicantFormat *format = replicant_format_of(w->destination);
-	StringInfoData changes;
-	StringInfoData out;
-
-	initStringInfo(&changes);
-	initStringInfo(&out);
-	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
-	w->chunk_table = more ? chunk->relation->table : NULL;
-	while (more)
-	{
-		ReplicantMemoryBody state;
-		ReplicantBody body;
-		ReplicantSinkResult result;
-		int n;
-
-		/* The prefix's length, so that the whole body stays within bounds. */
-		resetStringInfo(&out);
-		format->snapshot_begin(&out, w->pipeline->name, chunk->relation,
-							   chunk->backfill->id, false, false, NULL);
-		resetStringInfo(&changes);
-		n = replicant_chunk_rows(chunk, &next, &changes,
-								 w->destination->batch_max_bytes - out.len - format->snapshot_end_len);
-		more = next < chunk->nrows;
-		resetStringInfo(&out);
-		format->snapshot_begin(&out, w->pipeline->name, chunk->relation,
-							   chunk->backfill->id,
-							   !chunk->backfill->first_sent && part == 0,
-							   chunk->last && !more, NULL);
-		appendBinaryStringInfo(&out, changes.data, changes.len);
-		format->snapshot_end(&out);
-		replicant_body_from_buffer(&body, &state, &out);
-		replicant_delivery_post(w->slot, w->sink,
-								replicant_format_read_webhook_id(w->pipeline->name, chunk->backfill->id,
-																 chunk->relfilenode, chunk->position,
-																 chunk->low_watermark, part++),
-								&body, &result);
-		if (result.outcome != REPLICANT_SINK_OK)
-			replicant_delivery_refused(w->slot, w->pipeline, &result, "backfill batch",
-									   psprintf(" (table \"%s\")", chunk->relation->table));
-		note_delivered(w, 0, n, 0, out.len, GetCurrentTimestamp());
-		rows += n;
-	}
-	replicant_backfill_record_chunk(chunk, rows);
-	replicant_shmem_note_progress(w->slot);
-	replicant_runs_progressed(w->pipeline->id);
-	w->chunk_table = NULL;
-}
-
 /*
  * Reads the next chunk of the backfill; halts when the owner may not read
  * the table whole.  An error while reading (a revoked privilege, a value
@@ -468,41 +259,40 @@ read_chunk(Worker *w)
 }
 
 /*
- * Delivers non-transactional messages, each in its own batch at its place
- * in the stream.  They have no commit_lsn, so no checkpoint moves: after a
- * crash they can arrive again (at-least-once).
+ * Decoding fills batches within the lowest limits of the destinations
+ * delivered to.  Halts when none is left (each halted alone, which the
+ * last one's halt prevents), or when they differ in format: a backfill's
+ * rows are rendered once (add_destination and alter_destination refuse
+ * it).  More than shared memory has places for is an error.
  */
 static void
-deliver_messages(Worker *w, List *messages)
+check_destinations(Worker *w)
 {
-	const ReplicantFormat *format = replicant_format_of(w->destination);
 	ListCell *lc;
+	bool any = false;
 
-	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
-	foreach(lc, messages)
+	if (list_length(w->pipeline->destinations) > REPLICANT_MAX_DESTINATIONS)
+		elog(ERROR, "pipeline \"%s\" has more than %d destinations",
+			 w->pipeline->name, REPLICANT_MAX_DESTINATIONS);
+	foreach(lc, w->pipeline->destinations)
 	{
-		ReplicantRequest request;
-		ReplicantSinkResult result;
+		ReplicantDestination *destination = lfirst(lc);
 
-		if (format->message_request == NULL)
+		if (strcmp(destination->format,
+				   replicant_pipeline_first_destination(w->pipeline)->format) != 0)
+			worker_halt(w, "the destinations of the pipeline differ in format, which this version does not support");
+
+		if (destination->halt_reason != NULL)
 			continue;
-
-		format->message_request(w->pipeline->name, lfirst(lc), &request);
-		replicant_delivery_post(w->slot, w->sink, request.webhook_id, &request.body, &result);
-		if (result.outcome != REPLICANT_SINK_OK)
-			replicant_delivery_refused(w->slot, w->pipeline, &result, "message batch", "");
-		note_delivered(w, 0, 0, 1, request.body.length, GetCurrentTimestamp());
+		w->batch_max_transactions = any ? Min(w->batch_max_transactions,
+											  destination->batch_max_transactions) :
+										  destination->batch_max_transactions;
+		w->batch_max_bytes = any ? Min(w->batch_max_bytes, destination->batch_max_bytes) :
+								   destination->batch_max_bytes;
+		any = true;
 	}
-}
-
-static void
-deliver_batch(Worker *w)
-{
-	int first = 0;
-
-	while (first < w->batch->ntxns)
-		first = deliver_range(w, first, w->batch->ntxns - 1) + 1;
-	replicant_batch_reset(w->batch);
+	if (!any)
+		worker_halt(w, "every destination of the pipeline is halted");
 }
 
 static void
@@ -527,14 +317,15 @@ load_pipeline(Worker *w, int32 pipeline_id)
 		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 		w->slot->runnable = false;
 		if (w->pipeline && w->pipeline->halt_reason)
-			w->slot->state = REPLICANT_STATE_HALTED;
+			replicant_shmem_set_state_locked(w->slot, REPLICANT_STATE_HALTED);
 		LWLockRelease(replicant_shmem->lock);
 		proc_exit(0);
 	}
 	/* The owner may have lost the attribute since create or alter. */
 	if (replicant_epoch_any_messages(w->pipeline->epochs) && !may_receive_messages)
 		worker_halt(w, REPLICANT_MESSAGES_NEED_REPLICATION);
-	w->destination = replicant_pipeline_only_destination(w->pipeline);
+	check_destinations(w);
+	replicant_checkpoint_track(w->pipeline);
 }
 
 /* Counts this run before anything that could crash (runs.c). */
@@ -558,7 +349,7 @@ failed_table(Worker *w, ReplicantPhase phase)
 		case REPLICANT_PHASE_BACKFILL_READ:
 			return w->backfill ? w->backfill->relname : NULL;
 		case REPLICANT_PHASE_DELIVER:
-			return w->chunk_table;
+			return replicant_fanout_chunk_table(w->fanout);
 		default:
 			return NULL;
 	}
@@ -668,16 +459,23 @@ start_streaming(Worker *w)
 	char *halt_cause;
 	bool slot_lost;
 	char *appname;
+	ListCell *lc;
 
 	appname = psprintf("replicant pipeline %s", w->pipeline->name);
 	SetConfigOption("application_name", appname, PGC_SUSET, PGC_S_OVERRIDE);
 	pgstat_report_appname(appname);
 
 	check_output_plugin_allowed(w);
-	if (w->destination->create_tables && strcmp(w->destination->format, "clickhouse") == 0)
+	foreach(lc, w->pipeline->destinations)
 	{
-		replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
-		replicant_sink_ddl_create(w->slot, w->pipeline, w->destination);
+		ReplicantDestination *destination = lfirst(lc);
+
+		if (destination->halt_reason == NULL && destination->create_tables &&
+			strcmp(destination->format, "clickhouse") == 0)
+		{
+			replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
+			replicant_sink_ddl_create(w->slot, w->pipeline, destination);
+		}
 	}
 	replicant_shmem_enter_phase(REPLICANT_PHASE_SNAPSHOT);
 	replicant_snapshot_initial(w->slot, w->slot_index, w->pipeline);
@@ -691,25 +489,21 @@ start_streaming(Worker *w)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	MemoryContextSwitchTo(TopMemoryContext);
-	w->batch = replicant_batch_create(replicant_format_of(w->destination)->separator);
-	w->decoder = replicant_decoder_start(w->pipeline, w->batch, &halt_reason, &halt_cause,
-										 &slot_lost);
+	w->decoder = replicant_decoder_start(w->pipeline, &halt_reason, &halt_cause, &slot_lost);
 	if (w->decoder == NULL && slot_lost)
 		halt_reason = replicant_resync_on_loss(w->slot, w->pipeline, halt_reason);
 	if (w->decoder == NULL)
 		replicant_delivery_halt_at(w->slot, w->pipeline, halt_reason, InvalidXLogRecPtr, halt_cause);
-	w->sink = replicant_delivery_sink(w->destination);
 	replicant_slot_health_watch(w->pipeline);
 
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" streaming from %X/%X",
 					w->pipeline->name, LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder)))));
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
+	w->fanout = replicant_fanout_create(w->slot, w->pipeline, w->decoder);
 	replicant_metrics_progressed(w->slot);
 	replicant_log_state(w->pipeline->name, "streaming", "lsn",
 						psprintf("%X/%X", LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder))), REPLICANT_LOG_END);
-	w->start_lsn = Max(replicant_decoder_confirmed(w->decoder), w->pipeline->checkpoint_end_lsn);
-	confirm(w, w->start_lsn);
 	w->backfill = replicant_backfill_next(w->pipeline->id);
 	w->skips_pending = true;
 	w->skip_check_due = true;
@@ -759,8 +553,9 @@ replan_skipped_if_due(Worker *w)
 }
 
 /*
- * Reads the backfill's next chunk when none is open and its retry time has
- * come; the decoder completes it at its high watermark.
+ * Reads the backfill's next chunk when none is open, its retry time has
+ * come and no destination is halted (it would miss the chunk's rows); the
+ * decoder completes it at its high watermark.
  */
 static void
 start_chunk_if_due(Worker *w)
@@ -768,7 +563,7 @@ start_chunk_if_due(Worker *w)
 	MemoryContext cycle_context = CurrentMemoryContext;
 
 	if (w->backfill == NULL || replicant_decoder_chunk(w->decoder) != NULL ||
-		GetCurrentTimestamp() < w->backfill->retry_at)
+		GetCurrentTimestamp() < w->backfill->retry_at || !replicant_fanout_all_delivered(w->fanout))
 		return;
 	MemoryContextSwitchTo(TopMemoryContext);
 	replicant_decoder_before_normal_access(w->decoder);
@@ -782,7 +577,7 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 {
 	bool last = chunk->last;
 
-	deliver_chunk(w, chunk);
+	replicant_fanout_deliver_chunk(w->fanout, chunk);
 	replicant_decoder_set_chunk(w->decoder, NULL);
 	replicant_chunk_free(chunk);
 	if (last)
@@ -827,8 +622,8 @@ stream_cycle(Worker *w, bool *delivered)
 		commit_pending(w);
 
 	replicant_shmem_enter_phase(REPLICANT_PHASE_DECODE);
-	at_end = replicant_decoder_read(w->decoder, w->destination->batch_max_transactions,
-									(uint64) w->destination->batch_max_bytes,
+	at_end = replicant_decoder_read(w->decoder, w->batch_max_transactions,
+									(uint64) w->batch_max_bytes,
 									replicant_batch_linger_ms);
 	if (replicant_decoder_halt_reason(w->decoder))
 	{
@@ -839,11 +634,10 @@ stream_cycle(Worker *w, bool *delivered)
 								   replicant_decoder_halt_cause(w->decoder));
 	}
 
-	if (w->batch->ntxns > 0)
-	{
-		deliver_batch(w);
+	/* What decoding rendered goes out now, as one batch. */
+	replicant_decoder_seal(w->decoder);
+	if (replicant_fanout_deliver_batches(w->fanout))
 		*delivered = true;
-	}
 	else if (at_end)
 		replicant_metrics_progressed(w->slot);
 
@@ -852,26 +646,38 @@ stream_cycle(Worker *w, bool *delivered)
 	if (messages != NIL)
 	{
 		commit_pending(w);
-		deliver_messages(w, messages);
+		replicant_fanout_deliver_messages(w->fanout, messages);
 		list_free_deep(messages);
 		return false;
 	}
 	chunk = replicant_decoder_chunk(w->decoder);
+	if (chunk && chunk->complete && !replicant_fanout_all_delivered(w->fanout))
+	{
+		/*
+		 * A destination halted while the chunk was open: it would miss its
+		 * rows, which no WAL holds.  Read again once every destination is
+		 * delivered to (the backfill's progress did not move).
+		 */
+		replicant_decoder_set_chunk(w->decoder, NULL);
+		replicant_chunk_free(chunk);
+		return false;
+	}
 	if (chunk && chunk->complete)
 	{
 		commit_pending(w);
 		finish_chunk(w, chunk);
 		return false;
 	}
-	if (w->batch->ntxns == 0 && at_end && !replicant_checkpoint_is_pending())
+	if (at_end && !replicant_checkpoint_is_pending() && replicant_fanout_all_delivered(w->fanout))
 	{
 		/*
-		 * Nothing published up to here: let the slot move on so quiet
-		 * pipelines never pin WAL.  Transactions still in progress are
-		 * safe, since decoding restarts at restart_lsn.  Never ahead of
-		 * a checkpoint still pending.
+		 * Nothing published up to here is unsent to any destination
+		 * (every one is delivered to and was sent it all) nor waits for
+		 * its checkpoint: let the slot move on so quiet pipelines never
+		 * pin WAL.  Transactions still in progress are safe, since
+		 * decoding restarts at restart_lsn.
 		 */
-		confirm(w, replicant_decoder_read_upto(w->decoder));
+		replicant_fanout_confirm(w->fanout, replicant_decoder_read_upto(w->decoder));
 	}
 
 	return at_end;

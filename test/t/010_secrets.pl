@@ -184,6 +184,13 @@ is($sink->stats->{bad_signatures}, 0, 'sec: no bad signature');
 call('alter_pipeline with the secret and headers',
 	"SELECT replicant.alter_pipeline('sec', secret => '$SECRET', headers => $HEADERS,"
 	  . " batch_max_transactions => 5)");
+call('add_destination that fails validation, with the secret and headers',
+	"SELECT replicant.add_destination('sec', 'second', '$url', secret => '$SECRET',"
+	  . " headers => $HEADERS, snapshot => 'initial')",
+	error => qr/an added destination cannot take snapshot "initial"/);
+call('add_destination with a bad name, with the secret',
+	"SELECT replicant.add_destination('sec', 'Second-1', '$url', secret => '$SECRET')",
+	error => qr/destination name contains an invalid character/);
 call('alter_pipeline that fails validation',
 	"SELECT replicant.alter_pipeline('sec', secret => '$SECRET', batch_max_bytes => 1)",
 	error => qr/batch_max_bytes must be between/);
@@ -238,6 +245,8 @@ GRANT SELECT ON sec_t TO maker, other;
 my %calls = (
 	create_pipeline => "replicant.create_pipeline('x', 'sec_pub', 'http://127.0.0.1:1/')",
 	alter_pipeline  => "replicant.alter_pipeline('sec', batch_max_transactions => 7)",
+	add_destination  => "replicant.add_destination('sec', 'second', 'http://127.0.0.1:1/')",
+	drop_destination => "replicant.drop_destination('sec', 'default')",
 	enable_pipeline  => "replicant.enable_pipeline('sec')",
 	disable_pipeline => "replicant.disable_pipeline('sec')",
 	resume_pipeline  => "replicant.resume_pipeline('sec')",
@@ -270,8 +279,8 @@ is($node->safe_psql('postgres', "SELECT pg_get_userbyid(owner) FROM replicant.pi
 	'maker', 'owned by that role');
 ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'makers'", 30),
 	'makers: streaming');
-foreach my $fn (qw(alter_pipeline enable_pipeline disable_pipeline resume_pipeline drop_pipeline backfill
-	await_delivered))
+foreach my $fn (qw(alter_pipeline add_destination drop_destination enable_pipeline disable_pipeline
+	resume_pipeline drop_pipeline backfill await_delivered))
 {
 	(my $sql = $calls{$fn}) =~ s/'sec'/'makers'/;
 	my ($ret, $out, $err) = $node->psql('postgres', "SET ROLE other;\nSELECT $sql");
@@ -397,12 +406,14 @@ SELECT count(*) FROM pg_class c
 	  if $db eq 'defpriv';
 	# The views keep a default grant (README, Security): "reporting", in no
 	# role of replicant's, holds SELECT on status and metrics (it still
-	# needs USAGE on the schema to read them).
+	# needs USAGE on the schema to read them); backfill_status and
+	# destination_status are PUBLIC's, each gated by a function on the
+	# reader's SELECT on status.
 	is($node->safe_psql($db,
 			"SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_class c"
 			  . " WHERE c.relnamespace = 'replicant'::regnamespace"
 			  . "   AND has_table_privilege('reporting', c.oid, 'SELECT')"),
-		'backfill_status,metrics,status',
+		'backfill_status,destination_status,metrics,status',
 		"default_privileges_views ($label): a default grantee keeps SELECT on the views, metrics included");
 	($ret, $out, $err) = $node->psql($db,
 		"SET ROLE watcher; SELECT state, sink_url FROM replicant.status WHERE pipeline = 'sec'");

@@ -115,6 +115,17 @@ COMMIT;
 	is($node->safe_psql($db,
 			"SELECT state || '/' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = '$pipeline'"),
 		'streaming/', "$from: the pipeline still streams, without an error");
+	# The worker started before the update: its destination's row shows
+	# what it delivered, as the pipeline's does (the update has the
+	# destination's name mirrored for it).
+	ok($poll->("SELECT d.destination = 'default' AND d.transactions_delivered > 0"
+			  . " AND (s.state, s.transactions_delivered, s.changes_delivered, s.batches_delivered,"
+			  . "      s.bytes_delivered, s.retries, s.checkpoint_lsn)"
+			  . "   = (d.state, d.transactions_delivered, d.changes_delivered, d.batches_delivered,"
+			  . "      d.bytes_delivered, d.retries, d.checkpoint_lsn)"
+			  . " FROM replicant.status s JOIN replicant.destination_status d USING (pipeline)"
+			  . " WHERE pipeline = '$pipeline'", 60),
+		"$from: destination_status shows the running worker's destination as status shows the pipeline");
 
 	# The management functions of the new version work on the old pipeline.
 	$node->safe_psql($db, "SELECT replicant.alter_pipeline('$pipeline', batch_max_transactions => 20)");

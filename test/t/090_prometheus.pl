@@ -132,6 +132,11 @@ foreach my $metric (qw(replicant_changes_delivered_total replicant_state replica
 }
 like($scrape, qr/^replicant_delivery_latency_seconds_bucket\{[^}]*le="\+Inf"/m, 'a: the +Inf bucket');
 like($scrape, qr/^replicant_retries_total\{[^}]*status_class="5xx"/m, 'a: retries by status_class');
+like($scrape, qr/^replicant_state\{[^}]*destination="default"/m, 'a: a sink\'s metrics name its destination');
+like($scrape, qr/^replicant_transactions_delivered_total\{[^}]*destination="default"/m,
+	'a: delivered counters name the destination');
+like($scrape, qr/^replicant_worker_starts_total\{(?![^}]*destination=)[^}]*\}/m,
+	'a: the pipeline\'s own metrics name no destination');
 unlike($scrape, qr/^pg_exporter_user_queries_load_error\{[^}]*\} 1/m, 'a: queries.yaml loads');
 like($scrape, qr/^pg_up(\{[^}]*\})? 1/m, 'a: the exporter reaches the server');
 

@@ -89,6 +89,20 @@ is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM (SELECT pipeline, metric, status_class, le, table_name FROM replicant.metrics
 	                       GROUP BY 1, 2, 3, 4, 5 HAVING count(*) > 1) d}),
 	0, 'a: one row per pipeline, metric and label set');
+# The pipeline's one destination: its row of destination_status and its
+# metrics count what status counts for the pipeline.
+ok(ReplicantTest::poll($node, q{
+	SELECT d.destination = 'default' AND s.transactions_delivered > 0
+	       AND (s.state, s.transactions_delivered, s.changes_delivered, s.batches_delivered,
+	            s.bytes_delivered, s.retries, s.last_http_status)
+	         = (d.state, d.transactions_delivered, d.changes_delivered, d.batches_delivered,
+	            d.bytes_delivered, d.retries, d.last_http_status)
+	       AND (SELECT value FROM replicant.metrics WHERE pipeline = 'p' AND destination = 'default'
+	             AND metric = 'replicant_transactions_delivered_total') = s.transactions_delivered
+	  FROM replicant.status s JOIN replicant.destination_status d USING (pipeline)}),
+	'a: destination_status and the destination\'s metrics count what status counts');
+is(metric('replicant_worker_starts_total', destination => 'default'), '',
+	'a: worker starts are the pipeline\'s, not a destination\'s');
 
 # (b) readers
 $node->safe_psql('postgres', q{
@@ -240,8 +254,14 @@ is($closing_halts->(), 1, 'g: the launcher halts it in shared memory');
 $node->safe_psql('postgres', q{
 ALTER SYSTEM SET replicant.fault_point = 'sync:error=42P01';
 SELECT pg_reload_conf();
-ALTER DATABASE closing ALLOW_CONNECTIONS true;
 });
+# pg_reload_conf() only signals the postmaster: a sync worker it starts
+# before it has read the file again runs without the fault, succeeds, and
+# lets the pipeline stream (and halt a second time).  A backend shows the
+# new value only after the postmaster read it.
+ok(ReplicantTest::poll($node, "SELECT current_setting('replicant.fault_point') = 'sync:error=42P01'"),
+	'g: the fault point is set');
+$node->safe_psql('postgres', 'ALTER DATABASE closing ALLOW_CONNECTIONS true');
 # A disabled pipeline's creation requests the database's sync.
 $node->safe_psql('closing', "SELECT replicant.create_pipeline('closing2', 'c_pub', '$sink->{url}', enabled => false)");
 ok(ReplicantTest::poll($node,

@@ -1,0 +1,81 @@
+/*
+ * api_destination.h
+ *		A pipeline's destinations as the management functions see them:
+ *		add_destination, drop_destination, and the checks and statements
+ *		that create_pipeline, alter_pipeline, alter_destination,
+ *		resume_pipeline and await_delivered share with them.
+ *
+ * All but the SQL-callable functions run inside replicant_catalog_enter/
+ * leave, under 0.3.0's SQL objects (replicant_destinations_exist()) unless
+ * they say otherwise.
+ */
+#ifndef REPLICANT_API_DESTINATION_H
+#define REPLICANT_API_DESTINATION_H
+
+#include "pipeline.h"
+#include "pipeline_options.h"
+
+/*
+ * A text column (a constant name) of destination "destination" of pipeline
+ * id, which exists (NULL: the pipeline's only one); under the SQL objects
+ * of 0.2.0 and before, of the pipeline's row, which has the sink options.
+ */
+extern char *replicant_api_destination_text(int32 pipeline_id, const char *destination,
+											const char *column);
+
+/*
+ * The formats of destination "destination" of pipeline id (NULL: of each
+ * of its destinations, distinct), as a List of char *.
+ */
+extern List *replicant_api_destination_formats(int32 pipeline_id, const char *destination);
+
+/* NATS destinations take the formats of changes, not ClickHouse's inserts. */
+extern void replicant_api_destination_check_format(const char *url, const char *format);
+
+/*
+ * The id of pipeline ref's destination of this name, and whether it is
+ * halted (halted may be NULL); raises an error when it has none.
+ */
+extern int32 replicant_api_destination_lookup(const ReplicantPipelineRef *ref, const char *destination,
+											  bool *halted);
+
+/* The name of the pipeline's oldest halted destination, or NULL (any objects). */
+extern char *replicant_api_destination_halted(int32 pipeline_id);
+
+/*
+ * alter_pipeline's sink options change the pipeline's only destination:
+ * raises an error when o changes one and the pipeline has several.
+ */
+extern void replicant_api_destination_check_only(const ReplicantPipelineRef *ref,
+												 const ReplicantPipelineOptions *o);
+
+/* How many destinations the pipeline has.  Inside the caller's catalog access. */
+extern int replicant_api_destination_count(int32 pipeline_id);
+
+/*
+ * A pipeline's destinations share one format (a backfill renders its rows
+ * once): raises an error unless that holds once destination "destination"
+ * (NULL: a new one) takes format.  Inside the caller's catalog access.
+ */
+extern void replicant_api_destination_check_shared_format(const ReplicantPipelineRef *ref,
+														  const char *destination,
+														  const char *format);
+
+/*
+ * A pipeline with several destinations has no NATS one (until NATS ids
+ * and marks name the destination, two would drop each other's messages):
+ * raises an error unless that holds once destination "destination" (NULL:
+ * a new one) delivers to url.
+ */
+extern void replicant_api_destination_check_nats(const ReplicantPipelineRef *ref,
+												 const char *destination, const char *url);
+
+/*
+ * Inserts a destination of the pipeline with the options of a
+ * create_pipeline or add_destination call (call, nargs arguments) and
+ * returns its id.
+ */
+extern int32 replicant_api_destination_insert(int32 pipeline_id, const ReplicantPipelineOptions *o,
+											  int nargs, ReplicantOptionsCall call);
+
+#endif /* REPLICANT_API_DESTINATION_H */

@@ -1,0 +1,595 @@
+/*
+ * fanout.c
+ *		Sends what decoding produced to every destination of the pipeline
+ *		side by side, and turns their acknowledgements into checkpoints and
+ *		the slot's confirmed position.
+ *
+ * Each destination that is not halted is an outlet: its transport, its
+ * render target (one per format, render_target.h), its cursor in that
+ * target's batches and the request it has in flight.  Sending goes in
+ * steps: every outlet with something left starts its next request, and a
+ * round (delivery_set.h) runs until each one has its final answer; so a
+ * destination that is slow or retrying holds the others back, one batch at
+ * a time, until it is answered or halts (a backlog that lets the others go
+ * on is docs/destinations-design.md §3.3's next step).  A destination gets
+ * its transactions in commit order and skips the commits its own
+ * checkpoint covers: after a restart decoding starts at the lowest one.
+ *
+ * A sink's refusal, or its format's halt, halts that destination alone,
+ * recorded in replicant.destinations, while the others go on; it keeps
+ * holding the slot at its checkpoint until resume_pipeline(pipeline,
+ * destination).  The last destination to halt halts the pipeline (with one
+ * destination: exactly as before there were several).
+ *
+ * Rules kept with other files: docs/internals.md §1 (checkpoint before
+ * confirm: the slot is confirmed to the floor, checkpoint.h), §11.
+ */
+#include "postgres.h"
+
+#include "storage/condition_variable.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "backfill.h"
+#include "batch.h"
+#include "checkpoint.h"
+#include "delivery.h"
+#include "delivery_set.h"
+#include "destination.h"
+#include "event_log.h"
+#include "fanout.h"
+#include "fault.h"
+#include "format.h"
+#include "metrics.h"
+#include "render_target.h"
+#include "resync.h"
+#include "runs.h"
+#include "transport.h"
+
+/* One destination being delivered to. */
+typedef struct Outlet
+{
+	ReplicantDestination *destination;
+	ReplicantDestinationSlot *place; /* what the slot shows of it */
+	ReplicantTransport *sink;
+	ReplicantRenderTarget *target;
+	const ReplicantFormat *format;
+	bool live;                   /* not halted */
+	ReplicantBatchCursor cursor; /* in its target's batches */
+	XLogRecPtr delivered_upto;   /* commits at or below it were delivered to it */
+
+	/* Transactions [first, last] of batch, being sent as request part. */
+	ReplicantBatch *batch;
+	int first;
+	int last;
+	int part;
+	size_t bytes;
+	ReplicantRequest request;
+	ReplicantDelivery delivery;
+} Outlet;
+
+struct ReplicantFanout
+{
+	ReplicantPipelineSlot *slot;
+	ReplicantPipeline *pipeline;
+	ReplicantDecoder *decoder;
+	XLogRecPtr start_lsn; /* confirmed as streaming began */
+	const char *chunk_table;
+	int noutlets;
+	Outlet outlets[REPLICANT_MAX_DESTINATIONS];
+};
+
+static int
+live_outlets(ReplicantFanout *f)
+{
+	int n = 0;
+
+	for (int i = 0; i < f->noutlets; i++)
+		n += f->outlets[i].live;
+	return n;
+}
+
+/*
+ * A destination's wire id: the format's, which begins with the pipeline's
+ * name, for "default"; <pipeline>.<destination> in its place for any
+ * other, so that destinations never share an id ('.' is in no pipeline's
+ * name).
+ */
+static char *
+wire_id(ReplicantFanout *f, Outlet *o, const char *id)
+{
+	size_t plen = strlen(f->pipeline->name);
+
+	if (strcmp(o->destination->name, REPLICANT_DEFAULT_DESTINATION) == 0)
+		return (char *) id;
+	Assert(strncmp(id, f->pipeline->name, plen) == 0);
+	return psprintf("%s.%s%s", f->pipeline->name, o->destination->name, id + plen);
+}
+
+ReplicantFanout *
+replicant_fanout_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+						ReplicantDecoder *decoder)
+{
+	ReplicantFanout *f = MemoryContextAllocZero(TopMemoryContext, sizeof(ReplicantFanout));
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	int32 ids[REPLICANT_MAX_DESTINATIONS];
+	char names[REPLICANT_MAX_DESTINATIONS][NAMEDATALEN];
+	int n = 0;
+	ListCell *lc;
+
+	f->slot = slot;
+	f->pipeline = pipeline;
+	f->decoder = decoder;
+	Assert(list_length(pipeline->destinations) <= REPLICANT_MAX_DESTINATIONS);
+	foreach(lc, pipeline->destinations)
+	{
+		ReplicantDestination *d = lfirst(lc);
+
+		ids[n] = d->id;
+		strlcpy(names[n], d->name, NAMEDATALEN);
+		n++;
+	}
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	/* Under 0.2.0's objects (id 0) the one place stands for the pipeline's sink. */
+	if (replicant_pipeline_first_destination(pipeline)->id != 0)
+		replicant_shmem_mirror_destinations(slot, n, ids, names);
+	foreach(lc, pipeline->destinations)
+	{
+		ReplicantDestination *d = lfirst(lc);
+		Outlet *o;
+
+		if (d->halt_reason != NULL)
+		{
+			ReplicantDestinationSlot *place = replicant_shmem_destination(slot, d->id);
+
+			place->state = REPLICANT_STATE_HALTED;
+			strlcpy(place->last_error, d->halt_reason, sizeof(place->last_error));
+			continue;
+		}
+		o = &f->outlets[f->noutlets++];
+		o->destination = d;
+		o->place = replicant_shmem_destination(slot, d->id);
+		o->live = true;
+		o->delivered_upto = d->checkpoint_commit_lsn;
+	}
+	LWLockRelease(replicant_shmem->lock);
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		Outlet *o = &f->outlets[i];
+
+		o->target = replicant_decoder_target(decoder, o->destination);
+		o->format = o->target->format;
+		o->sink = replicant_delivery_sink(o->destination);
+	}
+	MemoryContextSwitchTo(old);
+	f->start_lsn = Max(replicant_decoder_confirmed(decoder), pipeline->checkpoint_end_lsn);
+	replicant_fanout_confirm(f, f->start_lsn);
+	return f;
+}
+
+void
+replicant_fanout_confirm(ReplicantFanout *f, XLogRecPtr lsn)
+{
+	ReplicantPipelineSlot *slot = f->slot;
+
+	replicant_decoder_confirm(f->decoder, lsn);
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (lsn > slot->delivered_upto)
+	{
+		slot->delivered_upto = lsn;
+		slot->progress++;
+	}
+	/* Under the lock: a caller still waiting asks again (status.c). */
+	pg_atomic_write_u32(&slot->checkpoint_wanted, 0);
+	LWLockRelease(replicant_shmem->lock);
+	ConditionVariableBroadcast(&slot->delivered_cv);
+	/* Past where this run began: it is no run without progress (runs.c). */
+	if (lsn > f->start_lsn)
+		replicant_runs_progressed(f->pipeline->id);
+}
+
+/*
+ * After a checkpoint commit: the run made durable progress (a destination's
+ * checkpoint moved, whether or not the floor did: a halted destination
+ * holds it), and the floor is confirmed.
+ */
+static void
+checkpoint_committed(ReplicantFanout *f)
+{
+	XLogRecPtr floor = replicant_checkpoint_floor();
+
+	replicant_runs_progressed(f->pipeline->id);
+	if (!XLogRecPtrIsInvalid(floor))
+		replicant_fanout_confirm(f, floor);
+}
+
+void
+replicant_fanout_commit_pending(ReplicantFanout *f)
+{
+	if (replicant_checkpoint_commit_pending())
+		checkpoint_committed(f);
+}
+
+bool
+replicant_fanout_all_delivered(ReplicantFanout *f)
+{
+	return live_outlets(f) == list_length(f->pipeline->destinations);
+}
+
+/*
+ * Halts destination o alone, for reason (value-free), at the commit lsn:
+ * what the others acknowledged is committed first, and it holds the slot
+ * at its checkpoint from here on.  The last one halts the pipeline.
+ */
+static void
+halt_outlet(ReplicantFanout *f, Outlet *o, const char *reason, XLogRecPtr lsn)
+{
+	const char *name = o->destination->name;
+
+	replicant_fanout_commit_pending(f);
+	if (live_outlets(f) == 1)
+		replicant_delivery_halt_at(f->slot, f->pipeline, reason, lsn, NULL);
+	(void) replicant_destination_record_halt(o->destination, reason, lsn);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" destination \"%s\" halted: %s",
+					f->pipeline->name, name, reason),
+			 errhint("Fix the cause, then call replicant.resume_pipeline('%s', '%s').",
+					 f->pipeline->name, name)));
+	replicant_log_state(f->pipeline->name, "halted", "destination", name, "reason", reason,
+						REPLICANT_LOG_END);
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (o->place->state != REPLICANT_STATE_HALTED)
+		o->place->metrics.halts++;
+	o->place->state = REPLICANT_STATE_HALTED;
+	strlcpy(o->place->last_error, reason, sizeof(o->place->last_error));
+	LWLockRelease(replicant_shmem->lock);
+	o->live = false;
+	o->batch = NULL;
+	replicant_transport_close(o->sink);
+	o->sink = NULL;
+}
+
+/*
+ * A refusal: with one destination left the pipeline's (a 410 disables it),
+ * else o halts alone.
+ */
+static void
+refused(ReplicantFanout *f, Outlet *o, const ReplicantSinkResult *result, const char *what,
+		const char *context)
+{
+	replicant_fanout_commit_pending(f);
+	if (live_outlets(f) == 1)
+		replicant_delivery_refused(f->slot, f->pipeline, result, what, context);
+	halt_outlet(f, o, replicant_delivery_refusal(result, what, context), InvalidXLogRecPtr);
+}
+
+/* Counts an acknowledged request in replicant.status and replicant.metrics. */
+static void
+note_delivered(ReplicantFanout *f, Outlet *o, int64 transactions, int64 changes, int messages,
+			   size_t bytes, TimestampTz now)
+{
+	ReplicantDestinationSlot *place = o->place;
+
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	place->metrics.messages_delivered += messages;
+	place->transactions_delivered += transactions;
+	place->changes_delivered += changes;
+	place->batches_delivered++;
+	place->bytes_delivered += bytes;
+	place->last_delivery_at = now;
+	place->state = REPLICANT_STATE_STREAMING;
+	place->last_error[0] = '\0';
+	f->slot->last_progress = now;
+	LWLockRelease(replicant_shmem->lock);
+}
+
+/*
+ * Transactions [first, last] of o's batch were taken: counts them and
+ * checkpoints them if the interval is up; the slot hears only of committed
+ * checkpoints.
+ */
+static void
+acknowledged(ReplicantFanout *f, Outlet *o)
+{
+	ReplicantBatch *batch = o->batch;
+	TimestampTz now = GetCurrentTimestamp();
+	int64 changes = 0;
+
+	replicant_fault("after_ack");
+	for (int i = o->first; i <= o->last; i++)
+		changes += batch->txns[i].nchanges;
+	note_delivered(f, o, o->last - o->first + 1, changes, 0, o->bytes, now);
+	replicant_metrics_acknowledged(o->place, batch, o->first, o->last, now);
+	o->delivered_upto = batch->txns[o->last].commit_lsn;
+	if (replicant_checkpoint_acknowledged(f->slot, o->destination,
+										  batch->txns[o->last].commit_lsn,
+										  batch->txns[o->last].end_lsn, now))
+		checkpoint_committed(f);
+	replicant_resync_streamed(f->pipeline);
+	replicant_batch_queue_passed(o->target->queue, &o->cursor, o->last);
+	o->batch = NULL;
+}
+
+/*
+ * Starts o's next request, past what it has sent and what its checkpoint
+ * covers; false when it has sent every sealed batch.
+ */
+static bool
+start_next(ReplicantFanout *f, Outlet *o)
+{
+	for (;;)
+	{
+		if (o->batch == NULL)
+		{
+			o->batch = replicant_batch_queue_next(o->target->queue, &o->cursor,
+												  &o->first, &o->last);
+			if (o->batch == NULL)
+				return false;
+			while (o->first <= o->last &&
+				   o->batch->txns[o->first].commit_lsn <= o->delivered_upto)
+				o->first++;
+			if (o->first > o->last)
+			{
+				replicant_batch_queue_passed(o->target->queue, &o->cursor, o->last);
+				o->batch = NULL;
+				continue;
+			}
+			o->part = 0;
+			o->bytes = 0;
+			replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
+			replicant_metrics_pending(o->place, o->batch, o->first);
+		}
+		/* A format sets only what it has: target stays NULL for most. */
+		memset(&o->request, 0, sizeof(o->request));
+		if (o->format->stream_request(f->pipeline->name, o->batch, o->first, o->last, o->part,
+									  &o->request))
+		{
+			replicant_delivery_begin(&o->delivery, f->slot, o->sink,
+									 wire_id(f, o, o->request.webhook_id), &o->request.body);
+			o->delivery.place = o->place;
+			return true;
+		}
+		/* Every request of the range was taken (or the format makes none). */
+		acknowledged(f, o);
+	}
+}
+
+/* Acts on the final answer to o's request. */
+static void
+answered(ReplicantFanout *f, Outlet *o)
+{
+	const ReplicantSinkResult *result = &o->delivery.result;
+	XLogRecPtr commit_lsn = o->batch->txns[o->last].commit_lsn;
+	const char *target = o->request.target;
+
+	switch (result->outcome)
+	{
+		case REPLICANT_SINK_OK:
+			o->bytes += o->request.body.length;
+			o->part++;
+			return;
+
+		case REPLICANT_SINK_RETRY:
+			pg_unreachable();
+
+		case REPLICANT_SINK_TOO_LARGE:
+			if (o->first == o->last)
+			{
+				replicant_fanout_commit_pending(f);
+				halt_outlet(f, o,
+							psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
+									 LSN_FORMAT_ARGS(commit_lsn)),
+							InvalidXLogRecPtr);
+				return;
+			}
+			/* The first half again, from its first request. */
+			o->last = o->first + (o->last - o->first) / 2;
+			o->part = 0;
+			o->bytes = 0;
+			return;
+
+		case REPLICANT_SINK_GONE:
+		case REPLICANT_SINK_REJECTED:
+			refused(f, o, result, "batch",
+					psprintf(" (%s%s%scommit LSN %X/%X)",
+							 target ? "table " : "", target ? target : "",
+							 target ? ", " : "", LSN_FORMAT_ARGS(commit_lsn)));
+			return;
+	}
+}
+
+/*
+ * Halts the destinations whose render target halted (its format cannot go
+ * on), once they got what came before: the others go on.
+ */
+static void
+halt_with_targets(ReplicantFanout *f)
+{
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		Outlet *o = &f->outlets[i];
+
+		if (o->live && !replicant_render_live(o->target))
+			halt_outlet(f, o, o->target->halt_reason, o->target->halted_at);
+	}
+}
+
+/* Frees the batches every live destination of each target passed. */
+static void
+release_batches(ReplicantFanout *f)
+{
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		ReplicantRenderTarget *target = f->outlets[i].target;
+		ReplicantBatchCursor cursors[REPLICANT_MAX_DESTINATIONS];
+		int n = 0;
+		int j;
+
+		/* Each target once: at its first outlet. */
+		for (j = 0; j < i && f->outlets[j].target != target; j++)
+			;
+		if (j < i)
+			continue;
+		for (j = i; j < f->noutlets; j++)
+			if (f->outlets[j].target == target && f->outlets[j].live)
+				cursors[n++] = f->outlets[j].cursor;
+		replicant_batch_queue_release(target->queue, cursors, n);
+	}
+}
+
+bool
+replicant_fanout_deliver_batches(ReplicantFanout *f)
+{
+	bool any = false;
+
+	for (;;)
+	{
+		ReplicantDelivery *set[REPLICANT_MAX_DESTINATIONS];
+		Outlet *sending[REPLICANT_MAX_DESTINATIONS];
+		int n = 0;
+
+		for (int i = 0; i < f->noutlets; i++)
+		{
+			Outlet *o = &f->outlets[i];
+
+			if (o->live && start_next(f, o))
+			{
+				sending[n] = o;
+				set[n++] = &o->delivery;
+			}
+		}
+		if (n == 0)
+			break;
+		any = true;
+		replicant_delivery_set_run(set, n);
+		for (int i = 0; i < n; i++)
+			answered(f, sending[i]);
+	}
+	halt_with_targets(f);
+	release_batches(f);
+	return any;
+}
+
+void
+replicant_fanout_deliver_messages(ReplicantFanout *f, List *messages)
+{
+	ListCell *lc;
+
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
+	foreach(lc, messages)
+	{
+		for (int i = 0; i < f->noutlets; i++)
+		{
+			Outlet *o = &f->outlets[i];
+			ReplicantRequest request;
+			ReplicantSinkResult result;
+
+			/* Sent before: decoding went back for a destination behind this one. */
+			if (!o->live || o->format->message_request == NULL ||
+				((ReplicantMessage *) lfirst(lc))->lsn <= o->delivered_upto)
+				continue;
+			o->format->message_request(f->pipeline->name, lfirst(lc), &request);
+			replicant_delivery_post(f->slot, o->place, o->sink,
+									wire_id(f, o, request.webhook_id), &request.body, &result);
+			if (result.outcome != REPLICANT_SINK_OK)
+			{
+				refused(f, o, &result, "message batch", "");
+				continue;
+			}
+			note_delivered(f, o, 0, 0, 1, request.body.length, GetCurrentTimestamp());
+		}
+	}
+}
+
+/*
+ * Delivers what is left of a completed chunk to o, in requests of at most
+ * its batch_max_bytes (a single larger row goes alone).  Each request's
+ * id is <pipeline>-b<backfill>-<position>-<low watermark>-<part>
+ * (replicant_format_read_webhook_id): a chunk read again after a restart,
+ * its parts cut elsewhere, reuses none of them.  Returns the rows sent.
+ */
+static int
+deliver_chunk_to(ReplicantFanout *f, Outlet *o, ReplicantChunk *chunk, bool first_sent)
+{
+	int rows = 0;
+	int next = 0;
+	int part = 0;
+	bool more = chunk->last || replicant_chunk_has_rows(chunk);
+	StringInfoData changes;
+	StringInfoData out;
+
+	initStringInfo(&changes);
+	initStringInfo(&out);
+	while (more)
+	{
+		ReplicantMemoryBody state;
+		ReplicantBody body;
+		ReplicantSinkResult result;
+		int n;
+
+		/* The prefix's length, so that the whole body stays within bounds. */
+		resetStringInfo(&out);
+		o->format->snapshot_begin(&out, f->pipeline->name, chunk->relation,
+								  chunk->backfill->id, false, false, NULL);
+		resetStringInfo(&changes);
+		n = replicant_chunk_rows(chunk, &next, &changes,
+								 o->destination->batch_max_bytes - out.len - o->format->snapshot_end_len);
+		more = next < chunk->nrows;
+		resetStringInfo(&out);
+		o->format->snapshot_begin(&out, f->pipeline->name, chunk->relation,
+								  chunk->backfill->id, !first_sent && part == 0,
+								  chunk->last && !more, NULL);
+		appendBinaryStringInfo(&out, changes.data, changes.len);
+		o->format->snapshot_end(&out);
+		replicant_body_from_buffer(&body, &state, &out);
+		replicant_delivery_post(f->slot, o->place, o->sink,
+								wire_id(f, o,
+										replicant_format_read_webhook_id(f->pipeline->name,
+																		 chunk->backfill->id,
+																		 chunk->relfilenode,
+																		 chunk->position,
+																		 chunk->low_watermark,
+																		 part++)),
+								&body, &result);
+		/*
+		 * Rows read are in no WAL a destination could catch up from later:
+		 * a refusal halts the pipeline, and the chunk is read again, for
+		 * every destination, after the resume.
+		 */
+		if (result.outcome != REPLICANT_SINK_OK)
+		{
+			replicant_fanout_commit_pending(f);
+			replicant_delivery_refused(f->slot, f->pipeline, &result, "backfill batch",
+									   psprintf(" (table \"%s\")", chunk->relation->table));
+		}
+		note_delivered(f, o, 0, n, 0, out.len, GetCurrentTimestamp());
+		rows += n;
+	}
+	return rows;
+}
+
+void
+replicant_fanout_deliver_chunk(ReplicantFanout *f, ReplicantChunk *chunk)
+{
+	bool first_sent = chunk->backfill->first_sent;
+	int rows = 0;
+
+	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
+	if (chunk->relation != NULL)
+	{
+		f->chunk_table = chunk->relation->table;
+		for (int i = 0; i < f->noutlets; i++)
+			if (f->outlets[i].live)
+				rows = deliver_chunk_to(f, &f->outlets[i], chunk, first_sent);
+	}
+	replicant_backfill_record_chunk(chunk, rows);
+	replicant_shmem_note_progress(f->slot);
+	replicant_runs_progressed(f->pipeline->id);
+	f->chunk_table = NULL;
+}
+
+const char *
+replicant_fanout_chunk_table(ReplicantFanout *f)
+{
+	return f ? f->chunk_table : NULL;
+}

@@ -1,0 +1,68 @@
+/*
+ * fanout.h
+ *		What decoding produced, sent to every destination of the pipeline
+ *		side by side, and their acknowledgements turned into checkpoints and
+ *		the slot's confirmed position (docs/internals.md §11).
+ */
+#ifndef REPLICANT_FANOUT_H
+#define REPLICANT_FANOUT_H
+
+#include "access/xlogdefs.h"
+#include "nodes/pg_list.h"
+
+#include "chunk.h"
+#include "decoder.h"
+#include "pipeline.h"
+#include "shmem.h"
+
+typedef struct ReplicantFanout ReplicantFanout;
+
+/*
+ * Opens a transport to each destination of pipeline that is not halted
+ * and reads the batches of its format's render target; in
+ * TopMemoryContext.  The slot shows the destinations from here on, a
+ * halted one as halted.  Confirms where streaming begins.
+ */
+extern ReplicantFanout *replicant_fanout_create(ReplicantPipelineSlot *slot,
+												ReplicantPipeline *pipeline,
+												ReplicantDecoder *decoder);
+
+/*
+ * Confirms lsn to the slot (only ever after the checkpoints that cover it
+ * are committed) and tells await_delivered() how far delivery has come.
+ */
+extern void replicant_fanout_confirm(ReplicantFanout *fanout, XLogRecPtr lsn);
+
+/* Commits the pending checkpoints, if any, and confirms the floor. */
+extern void replicant_fanout_commit_pending(ReplicantFanout *fanout);
+
+/*
+ * Sends the sealed batches to each destination until every one passed
+ * them, one request per destination in flight at once; a destination
+ * refused halts alone while others go on, the last one halts the
+ * pipeline.  Returns whether anything was sent.
+ */
+extern bool replicant_fanout_deliver_batches(ReplicantFanout *fanout);
+
+/* Non-transactional messages, each alone, to every destination. */
+extern void replicant_fanout_deliver_messages(ReplicantFanout *fanout, List *messages);
+
+/*
+ * What is left of a completed backfill chunk, at its high watermark's
+ * place, to every destination (none may be halted: it would miss rows no
+ * WAL holds); records the backfill's progress.  A refusal halts the
+ * pipeline.
+ */
+extern void replicant_fanout_deliver_chunk(ReplicantFanout *fanout, ReplicantChunk *chunk);
+
+/* The table of the chunk being delivered, or NULL. */
+extern const char *replicant_fanout_chunk_table(ReplicantFanout *fanout);
+
+/*
+ * Whether every destination got everything decoded so far: none is halted
+ * (a halted one holds the slot at its checkpoint), so WAL read past the
+ * last delivered commit may be confirmed.
+ */
+extern bool replicant_fanout_all_delivered(ReplicantFanout *fanout);
+
+#endif /* REPLICANT_FANOUT_H */
