@@ -384,6 +384,15 @@ def build(r):
                 ratio_spread(r, f"s9.catchup_{k}_s", f"s9.catchup_{base}_s", "time ×"),
                 "(linear: N×, ÷ cores)", "")
         for k in counts:
+            if not r.reps(f"s9.dest_catchup_{k}_s"):
+                continue
+            add(t, f"catch-up of one pipeline of {k} destination(s) (issue #34)",
+                fmt(med(r.reps(f"s9.dest_catchup_{k}_s")), "s", 2),
+                f"{base} destination", fmt(med(r.reps(f"s9.dest_catchup_{base}_s")), "s", 2),
+                ratio_spread(r, f"s9.dest_catchup_{k}_s", f"s9.dest_catchup_{base}_s", "time ×"),
+                "≤ 1.5× at 8", met(med(ratios(r, f"s9.dest_catchup_{k}_s", f"s9.dest_catchup_{base}_s")), "<=", 1.5)
+                if k == "8" else "")
+        for k in counts:
             w = med(r.reps(f"s9.tps_{k}"))
             cpu = [1000 * c / x for c, x in zip_rounds(r, f"s9.cpu_{k}_s", f"s9.txns_{k}") if x]
             add(t, f"pgbench TPS with {k} pipeline(s) streaming", fmt(w, "tps"), "no pipeline",

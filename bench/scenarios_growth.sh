@@ -116,11 +116,19 @@ SQL
 #     graphs) of one separate catch-up, each sample attributed by
 #     bench/decode_share.py to WAL decoding (what N pipelines could share),
 #     replicant's encoding, its own transactions, HTTP, or the rest.
+# (d) Issue #34 (scenario 12's catch-up part): in the same rounds, beside
+#     the N pipelines, one pipeline of N destinations (the same sink, one
+#     format), timed until its floor passed the last commit.
 fanout_catchup_round() {
 	local r=$1 counts=("${@:2}") total=0 k i end last_end t0 list
 	for k in "${counts[@]}"; do total=$((total + k)); done
 	for k in "${counts[@]}"; do
 		pipelines_create_disabled "f${k}_" 1 "$k" fan_pub
+		pipelines_create_disabled "d${k}_" 1 1 fan_pub
+		for i in $(seq 2 "$k"); do
+			psql_b -c "SELECT replicant.add_destination('d${k}_1', 'd$i', 'http://127.0.0.1:$SINK_PORT/',
+				batch_max_bytes => $BATCH_BYTES, batch_max_transactions => $BATCH_TXNS)" >/dev/null
+		done
 	done
 	[ "$r" = 1 ] && [ "$S9_PERF" = 1 ] && pipelines_create_disabled fperf 1 1 fan_pub
 	q "SELECT pg_create_logical_replication_slot('bench_td1', 'test_decoding')" >/dev/null
@@ -142,6 +150,9 @@ fanout_catchup_round() {
 			pipeline_wait_acked "f${k}_$i" "$last_end" >/dev/null
 		done
 		record "s9.catchup_${k}_s.$r" "$(since "$t0")"
+		t0=$(now)
+		pipeline_catchup "d${k}_1" "$last_end" >/dev/null
+		record "s9.dest_catchup_${k}_s.$r" "$(since "$t0")"
 	done
 	if [ "$r" = 1 ] && [ "$S9_PERF" = 1 ]; then
 		decode_share_profile fperf1 "$last_end"
