@@ -422,6 +422,12 @@ def build(r):
                            ("decode", "encode", "txn", "http", "other")),
                  f"{fmt(r.num('s9.share_samples'), digits=0)} samples; decode = what N pipelines could share "
                  "(bench/decode_share.py; frames: bench/out/decode-share-s9-frames.txt)")
+        if r.num("s9.dshare_samples"):
+            info(t, "the catch-up CPU of one pipeline of the most destinations, by kind",
+                 ", ".join(f"{k} {r.get(f's9.dshare_{k}_pct')} %" for k in
+                           ("decode", "encode", "txn", "http", "other")),
+                 f"{fmt(r.num('s9.dshare_samples'), digits=0)} samples (frames: "
+                 "bench/out/decode-dshare-s9-frames.txt, top symbols: bench/out/decode-dshare-s9-top.txt)")
 
     # ---- scenario 10
     sizes = [x for x in (r.get("s10.sizes") or "").split(",") if x]

@@ -130,7 +130,14 @@ fanout_catchup_round() {
 				batch_max_bytes => $BATCH_BYTES, batch_max_transactions => $BATCH_TXNS)" >/dev/null
 		done
 	done
-	[ "$r" = 1 ] && [ "$S9_PERF" = 1 ] && pipelines_create_disabled fperf 1 1 fan_pub
+	if [ "$r" = 1 ] && [ "$S9_PERF" = 1 ]; then
+		pipelines_create_disabled fperf 1 1 fan_pub
+		pipelines_create_disabled dperf 1 1 fan_pub
+		for i in $(seq 2 "$S9_MAX"); do
+			psql_b -c "SELECT replicant.add_destination('dperf1', 'd$i', 'http://127.0.0.1:$SINK_PORT/',
+				batch_max_bytes => $BATCH_BYTES, batch_max_transactions => $BATCH_TXNS)" >/dev/null
+		done
+	fi
 	q "SELECT pg_create_logical_replication_slot('bench_td1', 'test_decoding')" >/dev/null
 	log "s9: round $r: workload of $S9_TXNS transactions behind $total pipelines"
 	PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -c 2 -j 2 -t $((S9_TXNS / 2)) -f "$WORK/small_fan.sql" >/dev/null 2>&1 ||
@@ -155,16 +162,19 @@ fanout_catchup_round() {
 		record "s9.dest_catchup_${k}_s.$r" "$(since "$t0")"
 	done
 	if [ "$r" = 1 ] && [ "$S9_PERF" = 1 ]; then
-		decode_share_profile fperf1 "$last_end"
+		decode_share_profile fperf1 "$last_end" share
+		decode_share_profile dperf1 "$last_end" dshare
 	fi
 	psql_b -c "SELECT replicant.drop_pipeline(name) FROM replicant.pipelines" >/dev/null
 	q "SELECT pg_drop_replication_slot('bench_td1')" >/dev/null
 }
 
-# decode_share_profile PIPELINE LAST_END: the profile of (c).
+# decode_share_profile PIPELINE LAST_END KEY: the profile of (c), recorded as
+# s9.KEY_*: "share" for a pipeline of one destination, "dshare" for one of
+# S9_MAX destinations (d), whose top frames show where the fan-out's time goes.
 decode_share_profile() {
-	local pid data="$WORK/perf-s9.data"
-	log "s9: perf profile of a separate 1-pipeline catch-up (decode share)"
+	local pid data="$WORK/perf-s9.data" key=$3
+	log "s9: perf profile of a separate catch-up of $1 (where its CPU goes)"
 	# Machine-wide from before the worker exists; reported for its pid.
 	perf record -e cpu-clock -F 1999 --call-graph dwarf,16384 -a -q -o "$data" >/dev/null 2>&1 &
 	local perf_pid=$!
@@ -175,12 +185,14 @@ decode_share_profile() {
 	wait "$perf_pid" 2>/dev/null || true
 	[ -n "$pid" ] || { log "s9: no worker pid for the profile"; return 0; }
 	perf script -i "$data" --pid "$pid" -F comm,pid,ip,sym,dso 2>/dev/null >"$WORK/perf-s9.script" || true
-	python3 "$BENCH_DIR/decode_share.py" "$WORK/perf-s9.script" "$OUTDIR/decode-share-s9-frames.txt" >"$WORK/decode_share.tsv" ||
-		log "s9: decode share: no profile"
+	python3 "$BENCH_DIR/decode_share.py" "$WORK/perf-s9.script" "$OUTDIR/decode-$key-s9-frames.txt" >"$WORK/decode_share.tsv" ||
+		log "s9: $key: no profile"
 	while IFS=$'\t' read -r k v; do
-		[ -n "$k" ] && record "s9.share_$k" "$v"
+		[ -n "$k" ] && record "s9.${key}_$k" "$v"
 	done <"$WORK/decode_share.tsv"
-	cp "$WORK/decode_share.tsv" "$OUTDIR/decode-share-s9.tsv" 2>/dev/null || true
+	perf report -i "$data" --pid "$pid" --no-children -g none --sort dso,sym --stdio 2>/dev/null |
+		grep -v '^#' | grep -v '^$' | head -60 >"$OUTDIR/decode-$key-s9-top.txt" || true
+	cp "$WORK/decode_share.tsv" "$OUTDIR/decode-$key-s9.tsv" 2>/dev/null || true
 	rm -f "$data"
 }
 
