@@ -61,17 +61,11 @@ replicant_fault_init(void)
 							   NULL, NULL, NULL);
 }
 
-/*
- * Waits until a reload makes replicant.fault_point stop naming point:hold.
- * The file is read again every second as well: a process started just
- * before a reload may have had SIGHUP ignored while it started, and would
- * otherwise hold for good (005, the full run of bb0884e).
- */
+/* Waits until a reload makes replicant.fault_point stop naming point:hold. */
 static void
 hold(const char *point)
 {
 	size_t len = strlen(point);
-	int waits = 0;
 
 	write_stderr("replicant: fault point \"%s\" reached, holding\n", point);
 	while (strncmp(replicant_fault_point, point, len) == 0 &&
@@ -82,8 +76,6 @@ hold(const char *point)
 		ResetLatch(MyLatch);
 		if (ProcDiePending)
 			proc_exit(1);
-		if (++waits % 10 == 0)
-			ConfigReloadPending = true;
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;

@@ -567,6 +567,7 @@ use strict;
 use warnings FATAL => 'all';
 
 use HTTP::Tiny;
+use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Utils;
@@ -624,6 +625,7 @@ sub _launch
 		usleep(50_000);
 	}
 	chomp($self->{port} = PostgreSQL::Test::Utils::slurp_file($self->{port_file}));
+	delete $self->{port_holder};
 	$self->{scheme} = defined $self->{tls_cert} ? 'https' : 'http';
 	$self->{url} = "$self->{scheme}://127.0.0.1:$self->{port}/ingest";
 	push @running, $self unless grep { $_ == $self } @running;
@@ -666,6 +668,18 @@ sub stop
 		kill 'KILL', $pid;
 		waitpid($pid, 0);
 	}
+	# Hold the port until a restart: a socket bound to it, not listening,
+	# refuses connections as a sink that is down does, and keeps another
+	# process's connection or port-0 bind from taking the port meanwhile
+	# (a restart then started elsewhere, and the pipeline's requests went
+	# to whatever had the old port).  The sink binds next to it
+	# (SO_REUSEADDR on both, neither listening yet); _launch lets it go.
+	$self->{port_holder} = IO::Socket::INET->new(
+		LocalAddr => '127.0.0.1',
+		LocalPort => $self->{port},
+		Proto     => 'tcp',
+		ReuseAddr => 1)
+	  if $self->{port};
 	return;
 }
 

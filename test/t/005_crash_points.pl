@@ -146,6 +146,23 @@ sub fault_point
 				  . " WHERE pipeline = 'crash'", 20);
 			$node->safe_psql('postgres',
 				"ALTER SYSTEM RESET replicant.fault_point;\nSELECT pg_reload_conf();");
+			# A worker forked before that reload reached the postmaster
+			# may have missed it (a background worker ignores SIGHUP until
+			# its handler is set) and hold for good: reload until every
+			# worker that held, but the terminated one, was released.
+			my ($holds, $released) = (0, 0);
+			my $until = time() + 60;
+			while (time() < $until)
+			{
+				my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);
+				$holds = () = $log =~ /fault point "\Q$point\E" reached, holding/g;
+				$released = () = $log =~ /fault point "\Q$point\E" released/g;
+				last if $holds - $released <= ($held ? 1 : 0);
+				$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+				usleep(200_000);
+			}
+			ok($holds - $released <= ($held ? 1 : 0),
+				"fault point $point: no worker holds after the reset ($holds held, $released released)");
 			ok($died, "fault point $point: the worker exited there");
 			return $died;
 		});
