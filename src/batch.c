@@ -374,15 +374,15 @@ replicant_batch_size(ReplicantBatch *batch)
  * raise errors: FileRead reports failures through its return value.
  */
 static uint64
-body_store_start(ReplicantBatch *batch)
+body_store_start(ReplicantBatchBody *body)
 {
-	return batch->txns[batch->body_first].offset;
+	return body->batch->txns[body->first].offset;
 }
 
 static uint64
-body_store_end(ReplicantBatch *batch)
+body_store_end(ReplicantBatchBody *body)
 {
-	ReplicantBatchTxn *last = &batch->txns[batch->body_last];
+	ReplicantBatchTxn *last = &body->batch->txns[body->last];
 
 	return last->offset + last->length;
 }
@@ -390,31 +390,32 @@ body_store_end(ReplicantBatch *batch)
 static void
 body_rewind(void *arg)
 {
-	((ReplicantBatch *) arg)->body_pos = 0;
+	((ReplicantBatchBody *) arg)->pos = 0;
 }
 
 static size_t
 body_read(void *arg, char *buf, size_t max)
 {
-	ReplicantBatch *batch = arg;
-	size_t prefix_len = batch->body_prefix->len;
-	size_t suffix_len = strlen(batch->body_suffix);
-	uint64 range_len = body_store_end(batch) - body_store_start(batch);
+	ReplicantBatchBody *body = arg;
+	ReplicantBatch *batch = body->batch;
+	size_t prefix_len = body->prefix->len;
+	size_t suffix_len = strlen(body->suffix);
+	uint64 range_len = body_store_end(body) - body_store_start(body);
 	size_t done = 0;
 
 	while (done < max)
 	{
-		uint64 pos = batch->body_pos;
+		uint64 pos = body->pos;
 		size_t n;
 
 		if (pos < prefix_len)
 		{
 			n = Min(max - done, prefix_len - pos);
-			memcpy(buf + done, batch->body_prefix->data + pos, n);
+			memcpy(buf + done, body->prefix->data + pos, n);
 		}
 		else if (pos < prefix_len + range_len)
 		{
-			uint64 store_pos = body_store_start(batch) + (pos - prefix_len);
+			uint64 store_pos = body_store_start(body) + (pos - prefix_len);
 			uint64 range_left = prefix_len + range_len - pos;
 
 			n = Min(max - done, range_left);
@@ -441,32 +442,32 @@ body_read(void *arg, char *buf, size_t max)
 			uint64 suffix_pos = pos - prefix_len - range_len;
 
 			n = Min(max - done, suffix_len - suffix_pos);
-			memcpy(buf + done, batch->body_suffix + suffix_pos, n);
+			memcpy(buf + done, body->suffix + suffix_pos, n);
 		}
 		else
 			break;
 		done += n;
-		batch->body_pos += n;
+		body->pos += n;
 	}
 	return done;
 }
 
 void
 replicant_batch_body(ReplicantBatch *batch, int first, int last,
-					 StringInfo prefix, const char *suffix, ReplicantBody *body)
+					 StringInfo prefix, const char *suffix, ReplicantBatchBody *state,
+					 ReplicantBody *body)
 {
 	Assert(first >= 0 && first <= last && last < batch->ntxns);
-	batch->body_first = first;
-	batch->body_last = last;
-	batch->body_pos = 0;
-	batch->body_prefix = prefix;
-	batch->body_suffix = suffix;
-	body->length = prefix->len +
-				   (body_store_end(batch) - body_store_start(batch)) +
-				   strlen(suffix);
+	state->batch = batch;
+	state->first = first;
+	state->last = last;
+	state->pos = 0;
+	state->prefix = prefix;
+	state->suffix = suffix;
+	body->length = prefix->len + (body_store_end(state) - body_store_start(state)) + strlen(suffix);
 	body->rewind = body_rewind;
 	body->read = body_read;
-	body->arg = batch;
+	body->arg = state;
 }
 
 static void

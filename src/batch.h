@@ -73,14 +73,22 @@ typedef struct ReplicantBatch
 #ifdef REPLICANT_MUTANTS
 	uint64 change_offset; /* where its last change starts (fault.h) */
 #endif
-
-	/* Body reader over transactions [body_first, body_last], framed. */
-	int body_first;
-	int body_last;
-	uint64 body_pos;
-	StringInfo body_prefix;
-	const char *body_suffix;
 } ReplicantBatch;
+
+/*
+ * A body over transactions [first, last] of a batch, framed by prefix and
+ * suffix, read at its own position: the destinations of one format send
+ * the same batch at once, each request reading its own range.
+ */
+typedef struct ReplicantBatchBody
+{
+	ReplicantBatch *batch;
+	int first;
+	int last;
+	uint64 pos;
+	StringInfo prefix;
+	const char *suffix;
+} ReplicantBatchBody;
 
 /* separator: what the format writes between two transactions or changes. */
 extern ReplicantBatch *replicant_batch_create(const char *separator);
@@ -161,11 +169,12 @@ extern void replicant_batch_discard_txn(ReplicantBatch *batch);
 extern uint64 replicant_batch_size(ReplicantBatch *batch);
 
 /*
- * Sets body up to read prefix, transactions [first, last] and suffix; both
- * must live as long as the body is read.
+ * Sets body up to read prefix, transactions [first, last] and suffix,
+ * through state; prefix, suffix and state must live as long as the body
+ * is read.
  */
 extern void replicant_batch_body(ReplicantBatch *batch, int first, int last,
 								 StringInfo prefix, const char *suffix,
-								 ReplicantBody *body);
+								 ReplicantBatchBody *state, ReplicantBody *body);
 
 #endif /* REPLICANT_BATCH_H */

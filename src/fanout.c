@@ -319,6 +319,8 @@ start_next(ReplicantFanout *f, Outlet *o)
 {
 	for (;;)
 	{
+		void *plan;
+
 		if (o->batch == NULL)
 		{
 			o->batch = replicant_batch_queue_next(o->target->queue, &o->cursor,
@@ -339,8 +341,13 @@ start_next(ReplicantFanout *f, Outlet *o)
 			replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
 			replicant_metrics_pending(o->place, o->batch, o->first);
 		}
-		/* A format sets only what it has: target stays NULL for most. */
+		/*
+		 * A format sets only what it has: target stays NULL for most; its
+		 * plan of the range stays from the range's first request on.
+		 */
+		plan = o->part > 0 ? o->request.plan : NULL;
 		memset(&o->request, 0, sizeof(o->request));
+		o->request.plan = plan;
 		if (o->format->stream_request(f->pipeline->name, o->batch, o->first, o->last, o->part,
 									  &o->request))
 		{

@@ -48,6 +48,13 @@ typedef struct ReplicantRequest
 	/* Storage the format may build the body (or its framing) in. */
 	StringInfoData buffer;
 	ReplicantMemoryBody memory;
+	ReplicantBatchBody range;
+	/*
+	 * The format's own, across the requests of one range: NULL at request
+	 * 0, and kept by the caller from there to the last (allocated in the
+	 * memory context current at request 0, which outlives them).
+	 */
+	void *plan;
 } ReplicantRequest;
 
 typedef struct ReplicantFormat

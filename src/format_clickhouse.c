@@ -66,6 +66,7 @@ typedef struct PlannedRequest
 typedef struct RecordReader
 {
 	ReplicantBody store; /* the batch's transactions, unframed */
+	ReplicantBatchBody range;
 	const char *target;
 	int segment;
 	int seen_truncates; /* of target so far */
@@ -88,9 +89,6 @@ typedef struct RowsBody
 	RecordReader reader;
 } RowsBody;
 
-static MemoryContext plan_context = NULL;
-static List *plan = NIL; /* of PlannedRequest, the current batch's */
-static RowsBody rows_body;
 
 void
 replicant_clickhouse_append_identifier(StringInfo out, const char *name)
@@ -430,7 +428,7 @@ reader_start(RecordReader *r, ReplicantBatch *batch, int first, int last,
 
 	if (empty.data == NULL)
 		initStringInfo(&empty);
-	replicant_batch_body(batch, first, last, &empty, "", &r->store);
+	replicant_batch_body(batch, first, last, &empty, "", &r->range, &r->store);
 	r->store.rewind(r->store.arg);
 	r->target = target;
 	r->segment = segment;
@@ -514,7 +512,7 @@ reader_read(RecordReader *r, char *out, size_t max)
 /* ---- planning and building requests ---- */
 
 static PlannedRequest *
-plan_find(const char *target, int segment)
+plan_find(List *plan, const char *target, int segment)
 {
 	ListCell *lc;
 
@@ -529,7 +527,7 @@ plan_find(const char *target, int segment)
 }
 
 static int
-plan_truncates(const char *target)
+plan_truncates(List *plan, const char *target)
 {
 	ListCell *lc;
 	int n = 0;
@@ -544,18 +542,13 @@ plan_truncates(const char *target)
 	return n;
 }
 
-static void
+/* The requests of transactions [first, last] of batch: a List of PlannedRequest. */
+static List *
 plan_batch(ReplicantBatch *batch, int first, int last)
 {
 	RecordReader *r = palloc(sizeof(RecordReader));
-	MemoryContext old;
+	List *plan = NIL;
 
-	if (plan_context == NULL)
-		plan_context = AllocSetContextCreate(TopMemoryContext, "replicant clickhouse plan",
-											 ALLOCSET_SMALL_SIZES);
-	MemoryContextReset(plan_context);
-	plan = NIL;
-	old = MemoryContextSwitchTo(plan_context);
 	reader_start(r, batch, first, last, NULL, 0);
 	for (;;)
 	{
@@ -572,8 +565,8 @@ plan_batch(ReplicantBatch *batch, int first, int last)
 			break;
 		tab = strchr(r->head, '\t');
 		target = pnstrdup(r->head + 1, tab - r->head - 1);
-		segment = plan_truncates(target);
-		if (r->head[0] == 'T' || (p = plan_find(target, segment)) == NULL)
+		segment = plan_truncates(plan, target);
+		if (r->head[0] == 'T' || (p = plan_find(plan, target, segment)) == NULL)
 		{
 			p = palloc0(sizeof(PlannedRequest));
 			p->target = target;
@@ -583,8 +576,8 @@ plan_batch(ReplicantBatch *batch, int first, int last)
 		}
 		p->length += r->payload_left;
 	}
-	MemoryContextSwitchTo(old);
 	pfree(r);
+	return plan;
 }
 
 static void
@@ -622,20 +615,23 @@ rows_body_read(void *arg, char *buf, size_t max)
 
 /*
  * The i-th planned request: a table's rows as an INSERT, or its TRUNCATE.
- * Named <pipeline>-<last commit LSN>-<i>.
+ * Named <pipeline>-<last commit LSN>-<i>.  The plan and the body's reader
+ * are the request's own: several destinations may send the batch at once.
  */
 static bool
 stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
 			   int i, ReplicantRequest *request)
 {
+	List *plan;
 	PlannedRequest *p;
+	RowsBody *rows_body;
 
 	if (i == 0)
-		plan_batch(batch, first, last);
+		request->plan = plan_batch(batch, first, last);
+	plan = request->plan;
 	if (i >= list_length(plan))
 		return false;
 	p = list_nth(plan, i);
-	memset(request, 0, sizeof(ReplicantRequest));
 	request->webhook_id = psprintf("%s-" UINT64_FORMAT "-%d", pipeline,
 								   (uint64) batch->txns[last].commit_lsn, i);
 	request->target = p->target;
@@ -646,21 +642,15 @@ stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
 		replicant_body_from_buffer(&request->body, &request->memory, &request->buffer);
 		return true;
 	}
-	if (rows_body.query.data == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-		initStringInfo(&rows_body.query);
-		MemoryContextSwitchTo(old);
-	}
-	resetStringInfo(&rows_body.query);
-	appendStringInfo(&rows_body.query, "INSERT INTO %s FORMAT JSONEachRow\n", p->target);
-	rows_body.pos = 0;
-	reader_start(&rows_body.reader, batch, first, last, p->target, p->segment);
-	request->body.length = rows_body.query.len + p->length;
+	rows_body = palloc(sizeof(RowsBody));
+	initStringInfo(&rows_body->query);
+	appendStringInfo(&rows_body->query, "INSERT INTO %s FORMAT JSONEachRow\n", p->target);
+	rows_body->pos = 0;
+	reader_start(&rows_body->reader, batch, first, last, p->target, p->segment);
+	request->body.length = rows_body->query.len + p->length;
 	request->body.rewind = rows_body_rewind;
 	request->body.read = rows_body_read;
-	request->body.arg = &rows_body;
+	request->body.arg = rows_body;
 	return true;
 }
 

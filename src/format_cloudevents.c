@@ -150,7 +150,7 @@ stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
 								   (uint64) batch->txns[last].commit_lsn);
 	initStringInfo(&request->buffer);
 	appendStringInfoChar(&request->buffer, '[');
-	replicant_batch_body(batch, first, last, &request->buffer, "]", &request->body);
+	replicant_batch_body(batch, first, last, &request->buffer, "]", &request->range, &request->body);
 	return true;
 }
 

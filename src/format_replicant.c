@@ -197,7 +197,8 @@ stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
 	initStringInfo(&request->buffer);
 	begin_body(&request->buffer, pipeline);
 	appendStringInfoString(&request->buffer, ",\"kind\":\"changes\",\"transactions\":[");
-	replicant_batch_body(batch, first, last, &request->buffer, body_end, &request->body);
+	replicant_batch_body(batch, first, last, &request->buffer, body_end, &request->range,
+						 &request->body);
 	return true;
 }
 
