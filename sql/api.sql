@@ -252,13 +252,12 @@ SELECT replicant.add_destination('fan', 'b', 'nats://127.0.0.1:4222/S');
 SELECT count(*) AS destinations_after_refusals FROM replicant.destinations d
   JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'fan';
 
--- a pipeline's destinations share one format (a backfill renders its rows once)
-SELECT replicant.add_destination('fan', 'search', 'http://127.0.0.1:9/b', format => 'cloudevents');
 -- an added destination starts at the WAL position of the call (its commit
 -- one below it: a commit record may start there); the oldest, which never
 -- delivered, still has no checkpoint
 SELECT pg_current_wal_insert_lsn() AS before_add \gset
-SELECT replicant.add_destination('fan', 'search', 'http://127.0.0.1:9/b', format => 'replicant',
+-- each destination has its own format
+SELECT replicant.add_destination('fan', 'search', 'http://127.0.0.1:9/b', format => 'cloudevents',
     batch_max_transactions => 7, secret => 'whsec_bmV3', headers => '{"X-B": "v"}',
     max_retained_wal => '2GB', on_slot_loss => 'resync');
 SELECT replicant.add_destination('fan', 'cache', 'http://127.0.0.1:9/c');
@@ -273,7 +272,7 @@ SELECT replicant.add_destination('fan', 'search', 'http://127.0.0.1:9/d');
 \set VERBOSITY default
 SELECT replicant.add_destination('fan', 'relay', 'nats://127.0.0.1:4222/S');
 SELECT replicant.alter_destination('fan', 'cache', sink_url => 'nats://127.0.0.1:4222/S');
-SELECT replicant.alter_destination('fan', 'cache', format => 'cloudevents');
+SELECT replicant.alter_destination('fan', 'cache', format => 'clickhouse');
 -- alter_pipeline's sink options change the only destination: refused with several
 SELECT replicant.alter_pipeline('fan', http_timeout_ms => 1000);
 \set VERBOSITY terse
@@ -283,7 +282,7 @@ SELECT config_version AS version_before FROM replicant.pipelines WHERE name = 'f
 SELECT replicant.alter_pipeline('fan', publication => ARRAY['p1', 'p2']);
 SELECT config_version > :version_before AS restarted, publications FROM replicant.pipelines WHERE name = 'fan';
 SELECT replicant.alter_destination('fan', 'cache', http_timeout_ms => 1000);
-SELECT name, http_timeout_ms FROM replicant.destinations
+SELECT name, format, http_timeout_ms FROM replicant.destinations
  WHERE pipeline_id = (SELECT id FROM replicant.pipelines WHERE name = 'fan') ORDER BY id;
 
 -- a NATS destination stays alone

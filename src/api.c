@@ -510,8 +510,6 @@ check_alter_rows(const ReplicantPipelineRef *ref, const char *destination,
 	(void) replicant_api_destination_lookup(ref, destination, NULL);
 	if (o->given[OPT_SINK_URL])
 		replicant_api_destination_check_nats(ref, destination, TextDatumGetCString(o->values[OPT_SINK_URL]));
-	if (o->given[OPT_FORMAT])
-		replicant_api_destination_check_shared_format(ref, destination, TextDatumGetCString(o->values[OPT_FORMAT]));
 }
 
 /*

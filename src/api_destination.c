@@ -168,28 +168,6 @@ replicant_api_destination_check_only(const ReplicantPipelineRef *ref, const Repl
 }
 
 void
-replicant_api_destination_check_shared_format(const ReplicantPipelineRef *ref,
-											  const char *destination, const char *format)
-{
-	Oid argtypes[3] = {INT4OID, TEXTOID, TEXTOID};
-	Datum args[3] = {Int32GetDatum(ref->id), destination ? CStringGetTextDatum(destination) : (Datum) 0,
-					 CStringGetTextDatum(format)};
-	char nulls[3] = {' ', destination ? ' ' : 'n', ' '};
-
-	if (SPI_execute_with_args("SELECT 1 FROM replicant.destinations"
-							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "   AND name IS DISTINCT FROM $2 AND format OPERATOR(pg_catalog.<>) $3",
-							  3, argtypes, args, nulls, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read replicant.destinations");
-	if (SPI_processed > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the destinations of pipeline \"%s\" must share one format", ref->name),
-				 errdetail("A backfill renders its rows once, in the pipeline's format."),
-				 errhint("Deliver another format from a pipeline of its own.")));
-}
-
-void
 replicant_api_destination_check_nats(const ReplicantPipelineRef *ref, const char *destination,
 									 const char *url)
 {
@@ -297,12 +275,11 @@ check_not_reading(const ReplicantPipelineRef *ref)
 
 /*
  * What add_destination checks against the rows (again under the pipeline
- * row's lock): a new name, room for one more, one format, no NATS beside
- * another, no snapshot or resync reading.
+ * row's lock): a new name, room for one more, no NATS beside another, no
+ * snapshot or resync reading.
  */
 static void
-check_addable(const ReplicantPipelineRef *ref, const char *destination, const char *url,
-			  const char *format)
+check_addable(const ReplicantPipelineRef *ref, const char *destination, const char *url)
 {
 	Oid argtypes[2] = {INT4OID, TEXTOID};
 	Datum args[2] = {Int32GetDatum(ref->id), CStringGetTextDatum(destination)};
@@ -323,7 +300,6 @@ check_addable(const ReplicantPipelineRef *ref, const char *destination, const ch
 						REPLICANT_MAX_DESTINATIONS),
 				 errhint("Deliver to further sinks from another pipeline.")));
 	replicant_api_destination_check_nats(ref, NULL, url);
-	replicant_api_destination_check_shared_format(ref, NULL, format);
 	check_not_reading(ref);
 }
 
@@ -397,7 +373,7 @@ replicant_add_destination(PG_FUNCTION_ARGS)
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, false);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
-	check_addable(&ref, destination, url, TextDatumGetCString(o.values[OPT_FORMAT]));
+	check_addable(&ref, destination, url);
 	check_add_catalog(&ref, &o);
 	replicant_catalog_leave(&s);
 	replicant_api_xact_stop_worker_and_wait(ref.id);
@@ -405,7 +381,7 @@ replicant_add_destination(PG_FUNCTION_ARGS)
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, true);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
-	check_addable(&ref, destination, url, TextDatumGetCString(o.values[OPT_FORMAT]));
+	check_addable(&ref, destination, url);
 	insert_checkpoint(ref.id, replicant_api_destination_insert(ref.id, &o, PG_NARGS(),
 															   REPLICANT_ADD_DESTINATION));
 	replicant_catalog_bump_config(ref.id);

@@ -53,15 +53,6 @@ extern void replicant_api_destination_check_only(const ReplicantPipelineRef *ref
 extern int replicant_api_destination_count(int32 pipeline_id);
 
 /*
- * A pipeline's destinations share one format (a backfill renders its rows
- * once): raises an error unless that holds once destination "destination"
- * (NULL: a new one) takes format.  Inside the caller's catalog access.
- */
-extern void replicant_api_destination_check_shared_format(const ReplicantPipelineRef *ref,
-														  const char *destination,
-														  const char *format);
-
-/*
  * A pipeline with several destinations has no NATS one (until NATS ids
  * and marks name the destination, two would drop each other's messages):
  * raises an error unless that holds once destination "destination" (NULL:

@@ -398,9 +398,9 @@ static void
 read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 		  const char *query, Snapshot snapshot, ReplicantPipeline *pipeline, bool *last)
 {
-	ReplicantDestination *destination = replicant_pipeline_first_destination(pipeline);
-	const ReplicantFormat *format = replicant_format_of(destination);
-	int max_bytes = destination->batch_max_bytes;
+	/* A keyset chunk's size, not a request's: each destination cuts its own. */
+	int max_bytes = replicant_pipeline_first_destination(pipeline)->batch_max_bytes;
+	bool read_ids = false;
 	ReplicantBackfill *b = chunk->backfill;
 	TupleDesc desc = RelationGetDescr(src->target);
 	Bitmapset *key_columns;
@@ -411,7 +411,7 @@ read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 	Oid types[INDEX_MAX_KEYS];
 	char nulls[INDEX_MAX_KEYS];
 	int nargs = chunk_args(b, args, types, nulls);
-	StringInfoData change;
+	StringInfoData *changes;
 	StringInfoData key;
 	StringInfoData new_row;
 	Datum *values = palloc(sizeof(Datum) * desc->natts);
@@ -425,7 +425,15 @@ read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 													  ALLOCSET_DEFAULT_SIZES);
 
 	replicant_row_key_delivered(src->rel, src->target, src->columns, &key_columns, &whole_row);
-	initStringInfo(&change);
+	/* Each row in every format its pipeline's destinations take. */
+	if (chunk->formats == NULL)
+		chunk->formats = replicant_formats_of(pipeline->destinations, chunk->context, &chunk->nformats);
+	changes = palloc(sizeof(StringInfoData) * chunk->nformats);
+	for (int f = 0; f < chunk->nformats; f++)
+	{
+		initStringInfo(&changes[f]);
+		read_ids |= chunk->formats[f]->read_ids;
+	}
 	initStringInfo(&key);
 	initStringInfo(&new_row);
 	chunk->relation = chunk_relation(chunk, src->target);
@@ -450,17 +458,20 @@ read_rows(ReplicantChunk *chunk, ChunkSource *src, ReplicantKeyOrder *order,
 									  values, isnull, key_columns, whole_row, src->columns);
 			record.backfill_id = b->id;
 			record.read_lsn = chunk->low_watermark;
-			if (format->read_ids)
+			if (read_ids)
 				replicant_change_set_read_id(&record, pipeline->event_id_key, desc, values, isnull,
 											 identity, b->relid, src->rel->rd_rel->relfilenode,
 											 row_position(SPI_tuptable->vals[i],
 														  SPI_tuptable->tupdesc, identity));
-			resetStringInfo(&change);
-			format->change(&change, pipeline->name, &record);
+			for (int f = 0; f < chunk->nformats; f++)
+			{
+				resetStringInfo(&changes[f]);
+				chunk->formats[f]->change(&changes[f], pipeline->name, &record);
+			}
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(row_context);
-			replicant_chunk_add_row(chunk, key.data, key.len, change.data, change.len);
-			bytes += change.len;
+			replicant_chunk_add_row(chunk, key.data, key.len, changes);
+			bytes += changes[0].len;
 			nread++;
 			full = keyset && bytes >= max_bytes;
 		}

@@ -64,7 +64,7 @@ key_hash(const char *key, int len)
 
 void
 replicant_chunk_add_row(ReplicantChunk *chunk, const char *key, int keylen,
-						const char *change, int len)
+						const StringInfoData *changes)
 {
 	KeyEntry *entry;
 	bool found;
@@ -78,7 +78,9 @@ replicant_chunk_add_row(ReplicantChunk *chunk, const char *key, int keylen,
 						  palloc(sizeof(ReplicantChunkRow) * 256);
 	row = &chunk->rows[chunk->nrows];
 	row->key = pnstrdup(key, keylen);
-	row->change = pnstrdup(change, len);
+	row->changes = palloc(sizeof(char *) * chunk->nformats);
+	for (int i = 0; i < chunk->nformats; i++)
+		row->changes[i] = pnstrdup(changes[i].data, changes[i].len);
 	row->dropped = false;
 	entry = hash_search(chunk->by_key, &h, HASH_ENTER, &found);
 	if (!found)
@@ -86,6 +88,23 @@ replicant_chunk_add_row(ReplicantChunk *chunk, const char *key, int keylen,
 	entry->rows = lappend_int(entry->rows, chunk->nrows);
 	chunk->nrows++;
 	MemoryContextSwitchTo(old);
+}
+
+/* The index of format among the chunk's; a format it lacks is a bug. */
+static int
+format_index(const ReplicantChunk *chunk, const struct ReplicantFormat *format)
+{
+	for (int i = 0; i < chunk->nformats; i++)
+		if (chunk->formats[i] == format)
+			return i;
+	elog(ERROR, "a backfill chunk holds no rows in the format asked for");
+}
+
+const char *
+replicant_chunk_row_change(const ReplicantChunk *chunk, const ReplicantChunkRow *row,
+						   const struct ReplicantFormat *format)
+{
+	return row->changes[format_index(chunk, format)];
 }
 
 XLogRecPtr
@@ -155,7 +174,7 @@ replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len)
 
 		if (row->dropped || strlen(row->key) != len || memcmp(row->key, key, len) != 0)
 			continue;
-		dropped = lappend(dropped, row->change);
+		dropped = lappend(dropped, row);
 		row->dropped = true;
 	}
 	return dropped;
@@ -182,8 +201,10 @@ replicant_chunk_has_rows(ReplicantChunk *chunk)
 }
 
 int
-replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out, int max_bytes)
+replicant_chunk_rows(ReplicantChunk *chunk, const struct ReplicantFormat *format, int *next,
+					 StringInfo out, int max_bytes)
 {
+	int f = format_index(chunk, format);
 	int n = 0;
 
 	for (; *next < chunk->nrows; (*next)++)
@@ -193,12 +214,12 @@ replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out, int max_b
 
 		if (row->dropped)
 			continue;
-		len = strlen(row->change);
+		len = strlen(row->changes[f]);
 		if (n > 0 && out->len + len + 3 > max_bytes)
 			break;
 		if (n++ > 0)
 			appendStringInfoChar(out, ',');
-		appendBinaryStringInfo(out, row->change, len);
+		appendBinaryStringInfo(out, row->changes[f], len);
 	}
 	return n;
 }

@@ -23,13 +23,14 @@
 #define REPLICANT_WATERMARK_PREFIX "replicant.watermark"
 
 struct ReplicantBackfill;
+struct ReplicantFormat;
 
 /* A row read into a chunk. */
 typedef struct ReplicantChunkRow
 {
-	char *key;    /* the key object's JSON */
-	char *change; /* the "read" change, as the format renders it */
-	bool dropped; /* the stream changed this key meanwhile */
+	char *key;      /* the key object's JSON */
+	char **changes; /* the "read" change, as each of the chunk's formats renders it */
+	bool dropped;   /* the stream changed this key meanwhile */
 } ReplicantChunkRow;
 
 /*
@@ -51,6 +52,8 @@ typedef struct ReplicantChunk
 	bool last; /* no rows beyond this chunk */
 	ReplicantChunkRow *rows;
 	int nrows;
+	const struct ReplicantFormat **formats; /* each row's renderings, in this order */
+	int nformats;
 	HTAB *by_key; /* key hash -> list of row indexes */
 	List *next_cursor_key;
 	int64 next_block;
@@ -78,9 +81,17 @@ extern void replicant_chunk_free(ReplicantChunk *chunk);
 /* Keeps the transactions snapshot sees, to tell which changes it missed. */
 extern void replicant_chunk_set_snapshot(ReplicantChunk *chunk, Snapshot snapshot);
 
-/* Adds a row read, with its key object's JSON and its "read" change. */
+/*
+ * Adds a row read, with its key object's JSON and its "read" change as
+ * each of the chunk's formats rendered it (changes[i] in formats[i]).
+ */
 extern void replicant_chunk_add_row(ReplicantChunk *chunk, const char *key, int keylen,
-									const char *change, int len);
+									const StringInfoData *changes);
+
+/* The row's "read" change as format renders it: one of the chunk's formats. */
+extern const char *replicant_chunk_row_change(const ReplicantChunk *chunk,
+											  const ReplicantChunkRow *row,
+											  const struct ReplicantFormat *format);
 
 /*
  * Writes the chunk's low or high watermark (a non-transactional logical
@@ -106,8 +117,8 @@ extern bool replicant_chunk_collides(ReplicantChunk *chunk, Oid relid, Transacti
 
 /*
  * Marks the chunk's rows with this key JSON as superseded by the stream.
- * Returns the "read" changes of the rows it marked (char *, living as long
- * as the chunk), for a caller that delivers them before the change.
+ * Returns the rows it marked (ReplicantChunkRow *, living as long as the
+ * chunk), for a caller that delivers them before the change.
  */
 extern List *replicant_chunk_drop_key(ReplicantChunk *chunk, const char *key, int len);
 
@@ -119,10 +130,11 @@ extern bool replicant_chunk_has_rows(ReplicantChunk *chunk);
 
 /*
  * Appends the chunk's remaining rows from *next on to out as
- * comma-separated changes, stopping before max_bytes unless out holds no
- * row yet; advances *next and returns how many rows it appended.
+ * comma-separated changes in format (one of the chunk's), stopping before
+ * max_bytes unless out holds no row yet; advances *next and returns how
+ * many rows it appended.
  */
-extern int replicant_chunk_rows(ReplicantChunk *chunk, int *next, StringInfo out,
-								int max_bytes);
+extern int replicant_chunk_rows(ReplicantChunk *chunk, const struct ReplicantFormat *format,
+								int *next, StringInfo out, int max_bytes);
 
 #endif /* REPLICANT_CHUNK_H */

@@ -539,7 +539,7 @@ deliver_chunk_to(ReplicantFanout *f, Outlet *o, ReplicantChunk *chunk, bool firs
 		o->format->snapshot_begin(&out, f->pipeline->name, chunk->relation,
 								  chunk->backfill->id, false, false, NULL);
 		resetStringInfo(&changes);
-		n = replicant_chunk_rows(chunk, &next, &changes,
+		n = replicant_chunk_rows(chunk, o->format, &next, &changes,
 								 o->destination->batch_max_bytes - out.len - o->format->snapshot_end_len);
 		more = next < chunk->nrows;
 		resetStringInfo(&out);

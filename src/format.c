@@ -73,3 +73,24 @@ replicant_format_of(const ReplicantDestination *destination)
 		return &replicant_format_cloudevents_nats;
 	return format;
 }
+
+const ReplicantFormat **
+replicant_formats_of(List *destinations, MemoryContext context, int *n)
+{
+	int max = Max(1, list_length(destinations));
+	const ReplicantFormat **formats = MemoryContextAlloc(context, sizeof(ReplicantFormat *) * max);
+	ListCell *lc;
+
+	*n = 0;
+	foreach(lc, destinations)
+	{
+		const ReplicantFormat *format = replicant_format_of(lfirst(lc));
+		int i;
+
+		for (i = 0; i < *n && formats[i] != format; i++)
+			;
+		if (i == *n)
+			formats[(*n)++] = format;
+	}
+	return formats;
+}

@@ -165,6 +165,13 @@ extern void replicant_format_check_name(const char *name);
 extern const ReplicantFormat *replicant_format_of(const ReplicantDestination *destination);
 
 /*
+ * The distinct formats of destinations (a List of ReplicantDestination), in
+ * their order, as an array allocated in context; *n gets their number.
+ */
+extern const ReplicantFormat **replicant_formats_of(List *destinations, MemoryContext context,
+													int *n);
+
+/*
  * The webhook-id of a request of snapshot or backfill rows,
  * <pipeline>-b<backfill_id>-<position>-<read>-<part>.  A read by blocks
  * (relfilenode valid) puts the table's file in the position,

@@ -328,7 +328,7 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 		encode_key(&key, info, desc, old_values, old_nulls);
 		dropped = replicant_chunk_drop_key(chunk, key.data, key.len);
 		if (unchanged_toast)
-			replicant_render_kept_rows(state->targets, dropped);
+			replicant_render_kept_rows(state->targets, chunk, dropped);
 	}
 	if (new_values)
 	{
@@ -336,7 +336,7 @@ drop_from_chunk(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 		encode_key(&key, info, desc, new_values, new_nulls);
 		dropped = replicant_chunk_drop_key(chunk, key.data, key.len);
 		if (unchanged_toast && old_values == NULL)
-			replicant_render_kept_rows(state->targets, dropped);
+			replicant_render_kept_rows(state->targets, chunk, dropped);
 	}
 }
 
@@ -540,7 +540,13 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	open_txn(state, txn);
 	describe_change(&record, rows, op, state, txn, info, desc,
 					new_values, new_nulls, old_values, old_nulls);
-	if (op == REPLICANT_OP_UPDATE && rows->unchanged.len > 0 && record.old_row == NULL)
+	/*
+	 * A whole-row format takes the unchanged columns from the old row, which
+	 * has them only under REPLICA IDENTITY FULL (an update of the key logs
+	 * the old key alone): without them its target halts, the others go on.
+	 */
+	if (op == REPLICANT_OP_UPDATE && rows->unchanged.len > 0 &&
+		(record.old_row == NULL || !info->identity_full))
 	{
 		halt_whole_row_targets(state, txn, relation);
 		if (state->halt_reason)

@@ -191,13 +191,9 @@ replicant_render_end_txn(List *targets, const char *pipeline, const ReplicantTxn
 	}
 }
 
-/*
- * The rows are rendered in the format of the destination the chunk is read
- * for, the only one a pipeline has (commit 8 of the design note reads
- * chunks per destination).
- */
+/* Each target takes the rows in its own format (the chunk holds them in each). */
 void
-replicant_render_kept_rows(List *targets, List *changes)
+replicant_render_kept_rows(List *targets, const ReplicantChunk *chunk, List *rows)
 {
 	ListCell *lc;
 	ListCell *lt;
@@ -209,7 +205,11 @@ replicant_render_kept_rows(List *targets, List *changes)
 		/* a whole-row format's update carries the columns itself */
 		if (!replicant_render_live(target) || target->format->whole_rows)
 			continue;
-		foreach(lc, changes)
-			replicant_batch_add_change(filling(target), lfirst(lc), strlen(lfirst(lc)));
+		foreach(lc, rows)
+		{
+			const char *change = replicant_chunk_row_change(chunk, lfirst(lc), target->format);
+
+			replicant_batch_add_change(filling(target), change, strlen(change));
+		}
 	}
 }

@@ -10,6 +10,7 @@
 
 #include "batch.h"
 #include "change.h"
+#include "chunk.h"
 #include "format.h"
 
 /*
@@ -59,10 +60,10 @@ extern void replicant_render_end_txn(List *targets, const char *pipeline,
 									 const ReplicantTxn *record, XLogRecPtr end_lsn);
 
 /*
- * Chunk rows as read (char *, rendered), ahead of the change superseding
- * them, into each live target whose format takes an update without some of
- * its columns.
+ * Chunk rows as read (ReplicantChunkRow *, rendered in each of the chunk's
+ * formats), ahead of the change superseding them, into each live target
+ * whose format takes an update without some of its columns.
  */
-extern void replicant_render_kept_rows(List *targets, List *changes);
+extern void replicant_render_kept_rows(List *targets, const ReplicantChunk *chunk, List *rows);
 
 #endif /* REPLICANT_RENDER_TARGET_H */

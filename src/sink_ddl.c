@@ -386,13 +386,14 @@ publications_array(ReplicantPipeline *pipeline)
 	return construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT);
 }
 
-void
+char *
 replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-						  const ReplicantDestination *destination)
+						  const ReplicantDestination *destination, bool alone)
 {
 	MemoryContext caller = CurrentMemoryContext;
 	List *targets;
 	ReplicantTransport *sink;
+	ReplicantDestinationSlot *place;
 	ListCell *lc;
 	int i = 0;
 
@@ -411,6 +412,9 @@ replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeli
 	/* A refused CREATE TABLE is met again: halt on all but a few codes. */
 	sink = replicant_delivery_sink(destination);
 	replicant_transport_classify_codes(sink, replicant_clickhouse_ddl_code_is_final);
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+	place = replicant_shmem_destination(slot, destination->id);
+	LWLockRelease(replicant_shmem->lock);
 	foreach(lc, targets)
 	{
 		ReplicantSinkTable *target = lfirst(lc);
@@ -422,11 +426,17 @@ replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeli
 		initStringInfo(&statement);
 		appendStringInfoString(&statement, target->ddl);
 		replicant_body_from_buffer(&body, &state, &statement);
-		replicant_delivery_post(slot, replicant_shmem_only_destination(slot), sink, psprintf("%s-create-%d", pipeline->name, i++),
+		replicant_delivery_post(slot, place, sink, psprintf("%s-create-%d", pipeline->name, i++),
 								&body, &result);
 		if (result.outcome != REPLICANT_SINK_OK)
-			replicant_delivery_refused(slot, pipeline, &result, "table creation",
-									   psprintf(" (table `%s`)", target->table));
+		{
+			char *context = psprintf(" (table `%s`)", target->table);
+
+			if (alone)
+				replicant_delivery_refused(slot, pipeline, &result, "table creation", context);
+			replicant_transport_close(sink);
+			return replicant_delivery_refusal(&result, "table creation", context);
+		}
 		pfree(statement.data);
 	}
 	replicant_transport_close(sink);
@@ -434,4 +444,5 @@ replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeli
 			(errmsg_plural("replicant pipeline \"%s\" made sure its %d ClickHouse table exists (CREATE TABLE IF NOT EXISTS)",
 						   "replicant pipeline \"%s\" made sure its %d ClickHouse tables exist (CREATE TABLE IF NOT EXISTS)",
 						   list_length(targets), pipeline->name, list_length(targets))));
+	return NULL;
 }

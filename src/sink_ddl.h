@@ -43,13 +43,16 @@ extern List *replicant_sink_ddl_key_columns(Relation leaf, Relation target, List
 
 /*
  * create_tables => true: runs CREATE TABLE IF NOT EXISTS for each target of
- * the pipeline against the destination's sink, before anything is delivered; an existing
- * table is left as it is.  Retries what fails without an answer as
- * deliveries do, and the few ClickHouse error codes that pass by
- * themselves; any other refusal halts the pipeline (or a 410 disables it).
- * Call in the pipeline worker, outside a transaction.
+ * the pipeline against the destination's sink, before anything is
+ * delivered; an existing table is left as it is.  Retries what fails
+ * without an answer as deliveries do, and the few ClickHouse error codes
+ * that pass by themselves.  Any other refusal halts the pipeline (a 410
+ * disables it) when the destination is its only live one (alone); else
+ * returns the refusal's value-free reason, for the caller to halt the
+ * destination alone.  NULL once every table exists.  Call in the pipeline
+ * worker, outside a transaction.
  */
-extern void replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
-									  const ReplicantDestination *destination);
+extern char *replicant_sink_ddl_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
+									   const ReplicantDestination *destination, bool alone);
 
 #endif /* REPLICANT_SINK_DDL_H */

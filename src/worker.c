@@ -261,9 +261,8 @@ read_chunk(Worker *w)
 /*
  * Decoding fills batches within the lowest limits of the destinations
  * delivered to.  Halts when none is left (each halted alone, which the
- * last one's halt prevents), or when they differ in format: a backfill's
- * rows are rendered once (add_destination and alter_destination refuse
- * it).  More than shared memory has places for is an error.
+ * last one's halt prevents).  More than shared memory has places for is
+ * an error.
  */
 static void
 check_destinations(Worker *w)
@@ -277,10 +276,6 @@ check_destinations(Worker *w)
 	foreach(lc, w->pipeline->destinations)
 	{
 		ReplicantDestination *destination = lfirst(lc);
-
-		if (strcmp(destination->format,
-				   replicant_pipeline_first_destination(w->pipeline)->format) != 0)
-			worker_halt(w, "the destinations of the pipeline differ in format, which this version does not support");
 
 		if (destination->halt_reason != NULL)
 			continue;
@@ -452,6 +447,46 @@ replicant_worker_main(Datum main_arg)
  * Takes what is left of the initial snapshot, then acquires the slot, the
  * batch and the sink, and picks the first incremental backfill to read.
  */
+static int
+live_destinations(Worker *w)
+{
+	ListCell *lc;
+	int n = 0;
+
+	foreach(lc, w->pipeline->destinations)
+		n += ((ReplicantDestination *) lfirst(lc))->halt_reason == NULL;
+	return n;
+}
+
+/*
+ * Halts a destination alone before streaming starts (its tables could not
+ * be made), recorded as the fan-out records its halts: decoding and the
+ * fan-out then leave it out, and it holds the slot at its checkpoint until
+ * resume_pipeline(pipeline, destination).
+ */
+static void
+halt_destination_at_start(Worker *w, ReplicantDestination *destination, char *reason)
+{
+	ReplicantDestinationSlot *place;
+
+	(void) replicant_destination_record_halt(destination, reason, InvalidXLogRecPtr);
+	destination->halt_reason = MemoryContextStrdup(TopMemoryContext, reason);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" destination \"%s\" halted: %s",
+					w->pipeline->name, destination->name, reason),
+			 errhint("Fix the cause, then call replicant.resume_pipeline('%s', '%s').",
+					 w->pipeline->name, destination->name)));
+	replicant_log_state(w->pipeline->name, "halted", "destination", destination->name,
+						"reason", reason, REPLICANT_LOG_END);
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	place = replicant_shmem_destination(w->slot, destination->id);
+	if (place->state != REPLICANT_STATE_HALTED)
+		place->metrics.halts++;
+	place->state = REPLICANT_STATE_HALTED;
+	strlcpy(place->last_error, reason, sizeof(place->last_error));
+	LWLockRelease(replicant_shmem->lock);
+}
+
 static void
 start_streaming(Worker *w)
 {
@@ -470,12 +505,16 @@ start_streaming(Worker *w)
 	{
 		ReplicantDestination *destination = lfirst(lc);
 
-		if (destination->halt_reason == NULL && destination->create_tables &&
-			strcmp(destination->format, "clickhouse") == 0)
-		{
-			replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
-			replicant_sink_ddl_create(w->slot, w->pipeline, destination);
-		}
+		char *refusal;
+
+		if (destination->halt_reason != NULL || !destination->create_tables ||
+			strcmp(destination->format, "clickhouse") != 0)
+			continue;
+		replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
+		refusal = replicant_sink_ddl_create(w->slot, w->pipeline, destination,
+											live_destinations(w) == 1);
+		if (refusal != NULL)
+			halt_destination_at_start(w, destination, refusal);
 	}
 	replicant_shmem_enter_phase(REPLICANT_PHASE_SNAPSHOT);
 	replicant_snapshot_initial(w->slot, w->slot_index, w->pipeline);

@@ -11,8 +11,9 @@
 # everything arrives.
 #
 # Without a fault point: a ClickHouse-format update that changes the key
-# and leaves a TOASTed column unchanged cannot be rendered (55000, raised
-# while encoding): it halts at once instead of restarting forever.
+# and leaves a TOASTed column unchanged cannot be rendered (its old row has
+# the key only): it halts at once, saying why, instead of restarting
+# forever.
 #
 # What others do to a worker is no failure of the pipeline's: a role that
 # may only signal the owner's processes (pg_signal_backend) terminates or
@@ -292,7 +293,11 @@ INSERT INTO ch_t VALUES (1, repeat('x', 10000));
 		"SELECT replicant.create_pipeline('ch', 'ch_pub', '$sink->{url}', format => 'clickhouse')");
 	ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'ch'"), 'clickhouse: streaming');
 	$node->safe_psql('postgres', 'UPDATE ch_t SET id = 2');
-	expect_halt('ch', 'encode', '55000', 0, $from, table => 'ch_t');
+	ok(poll("SELECT state = 'halted' AND worker_pid IS NULL FROM replicant.status WHERE pipeline = 'ch'"),
+		'clickhouse: halted');
+	like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'ch'"),
+		qr/^update of table "ch_t" left TOASTed columns unchanged, and the table's replica identity does not log them/,
+		'clickhouse: the reason says why, before the format is asked to render it');
 	is(log_count(qr/replicant pipeline "ch" streaming from/, $from), 1,
 		'clickhouse: the worker was not started again');
 }

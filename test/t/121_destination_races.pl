@@ -7,8 +7,8 @@
 #    slot past the new destination's checkpoint (the slot stays held until
 #    the transaction ends, api_xact.c).
 # 2. The checks made under the pipeline row's lock see what a concurrent
-#    call committed meanwhile: the limit of 16 destinations and the one
-#    format hold with two calls at once.
+#    call committed meanwhile: the limit of 16 destinations and a NATS
+#    destination alone hold with two calls at once.
 # 3. A transaction that changed a pipeline cannot be prepared: what its end
 #    must release (the held slot) belongs to this backend, not to a
 #    prepared transaction that commits later.
@@ -112,14 +112,14 @@ like($err, qr/cannot have more than 16 destinations/, 'the second add_destinatio
 is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'r'"), '16',
 	'at most 16 destinations');
 
-# The same with the format: alter_destination changes the only other one's
-# format while add_destination waits.
+# The same with NATS: alter_destination moves the only other one to NATS
+# while add_destination waits.
 $node->safe_psql('postgres', q{
 	SELECT replicant.create_pipeline('q', 'pub', 'http://127.0.0.1:9/qa', enabled => false);
 });
 $x = $node->background_psql('postgres');
 $x->query_safe('BEGIN');
-$x->query_safe("SELECT replicant.alter_destination('q', 'default', format => 'cloudevents')");
+$x->query_safe("SELECT replicant.alter_destination('q', 'default', sink_url => 'nats://127.0.0.1:9/S')");
 ($out, $err) = ('', '');
 $y = IPC::Run::start(
 	[ $node->installed_command('psql'), '-XAtq', '-d', $node->connstr('postgres'),
@@ -137,10 +137,10 @@ ok($waiting, 'add_destination waits for alter_destination\'s lock');
 $x->query_safe('COMMIT');
 $x->quit;
 $y->finish;
-like($err, qr/must share one format/, 'add_destination beside the altered one is refused');
+like($err, qr/cannot deliver to NATS beside another destination/, 'add_destination beside the altered one is refused');
 is($node->safe_psql('postgres',
-	"SELECT count(DISTINCT format) FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'q'"),
-	'1', 'the destinations of q share one format');
+	"SELECT count(*) FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'q'"),
+	'1', 'the NATS destination of q stays alone');
 
 # 3. PREPARE TRANSACTION after a change of a pipeline is refused.
 my ($ret, $stdout, $stderr) = $node->psql('postgres', qq{
