@@ -185,6 +185,7 @@ in_list(const char *list, const char *name, size_t len)
 static int
 append_unchanged(StringInfo out, const char *old_row, const char *unchanged)
 {
+	/* out NULL: counts only */
 	const char *p = old_row + 1;
 	int found = 0;
 
@@ -195,8 +196,11 @@ append_unchanged(StringInfo out, const char *old_row, const char *unchanged)
 
 		if (in_list(unchanged, p, name_end - p))
 		{
-			appendStringInfoChar(out, ',');
-			appendBinaryStringInfo(out, p, value_end - p);
+			if (out != NULL)
+			{
+				appendStringInfoChar(out, ',');
+				appendBinaryStringInfo(out, p, value_end - p);
+			}
 			found++;
 		}
 		p = *value_end == ',' ? value_end + 1 : value_end;
@@ -218,6 +222,16 @@ count_list(const char *list)
 			p++;
 	}
 	return n;
+}
+
+bool
+replicant_clickhouse_update_complete(const ReplicantChange *change)
+{
+	if (change->unchanged == NULL || change->unchanged->len == 0)
+		return true;
+	return change->old_row != NULL &&
+		   append_unchanged(NULL, change->old_row->data, change->unchanged->data) ==
+			   count_list(change->unchanged->data);
 }
 
 /*
@@ -574,6 +588,8 @@ plan_batch(ReplicantBatch *batch, int first, int last)
 			p->truncate = r->head[0] == 'T';
 			plan = lappend(plan, p);
 		}
+		else
+			pfree(target); /* a plan's memory is per table, not per row */
 		p->length += r->payload_left;
 	}
 	pfree(r);

@@ -9,6 +9,8 @@
 
 #include "lib/stringinfo.h"
 
+#include "change.h"
+
 /*
  * Appends name as a back-quoted ClickHouse identifier: ` and \ escaped by a
  * backslash, control characters as \t, \n, \r or \xHH, so that no name
@@ -27,6 +29,13 @@ extern void replicant_clickhouse_append_identifier(StringInfo out, const char *n
  * NOT EXISTS for as long as a detached table of the name stays detached.
  */
 extern bool replicant_clickhouse_ddl_code_is_final(int code);
+
+/*
+ * Whether an update carries every column the format writes: those it left
+ * unchanged (TOASTed) are in its old row, which has them under REPLICA
+ * IDENTITY FULL, or when they are part of a logged old key.
+ */
+extern bool replicant_clickhouse_update_complete(const ReplicantChange *change);
 
 /* The columns format 'clickhouse' adds to every target; a table's may not be named so. */
 #define REPLICANT_CLICKHOUSE_VERSION_COLUMN "_version"

@@ -34,6 +34,7 @@
 #include "encoder.h"
 #include "epoch.h"
 #include "fault.h"
+#include "format_clickhouse.h"
 #include "output_plugin.h"
 #include "partition_root.h"
 #include "plugin_gate.h"
@@ -541,12 +542,12 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	describe_change(&record, rows, op, state, txn, info, desc,
 					new_values, new_nulls, old_values, old_nulls);
 	/*
-	 * A whole-row format takes the unchanged columns from the old row, which
-	 * has them only under REPLICA IDENTITY FULL (an update of the key logs
-	 * the old key alone): without them its target halts, the others go on.
+	 * A whole-row format takes the unchanged columns from the old row (under
+	 * REPLICA IDENTITY FULL, or those of a logged old key; an update that
+	 * moved the key logs the key alone): without them its target halts, the
+	 * others go on.
 	 */
-	if (op == REPLICANT_OP_UPDATE && rows->unchanged.len > 0 &&
-		(record.old_row == NULL || !info->identity_full))
+	if (op == REPLICANT_OP_UPDATE && !replicant_clickhouse_update_complete(&record))
 	{
 		halt_whole_row_targets(state, txn, relation);
 		if (state->halt_reason)
