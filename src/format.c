@@ -78,7 +78,7 @@ const ReplicantFormat **
 replicant_formats_of(List *destinations, MemoryContext context, int *n)
 {
 	int max = Max(1, list_length(destinations));
-	const ReplicantFormat **formats = MemoryContextAlloc(context, sizeof(ReplicantFormat *) * max);
+	const ReplicantFormat **distinct = MemoryContextAlloc(context, sizeof(ReplicantFormat *) * max);
 	ListCell *lc;
 
 	*n = 0;
@@ -87,10 +87,10 @@ replicant_formats_of(List *destinations, MemoryContext context, int *n)
 		const ReplicantFormat *format = replicant_format_of(lfirst(lc));
 		int i;
 
-		for (i = 0; i < *n && formats[i] != format; i++)
+		for (i = 0; i < *n && distinct[i] != format; i++)
 			;
 		if (i == *n)
-			formats[(*n)++] = format;
+			distinct[(*n)++] = format;
 	}
-	return formats;
+	return distinct;
 }
