@@ -17,6 +17,8 @@
 
 #include "catalog.h"
 #include "destination.h"
+#include "event_log.h"
+#include "shmem.h"
 
 static char *
 spi_text(HeapTuple tuple, TupleDesc desc, int col)
@@ -191,4 +193,49 @@ replicant_destination_record_halt(const ReplicantDestination *destination, const
 	recorded = SPI_processed > 0;
 	replicant_catalog_end(&access);
 	return recorded;
+}
+
+void
+replicant_destination_halted(const char *pipeline_name, const ReplicantDestination *destination,
+							 ReplicantDestinationSlot *place, const char *reason, XLogRecPtr lsn)
+{
+	(void) replicant_destination_record_halt(destination, reason, lsn);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" destination \"%s\" halted: %s",
+					pipeline_name, destination->name, reason),
+			 errhint("Fix the cause, then call replicant.resume_pipeline('%s', '%s').",
+					 pipeline_name, destination->name)));
+	replicant_log_state(pipeline_name, "halted", "destination", destination->name, "reason", reason,
+						REPLICANT_LOG_END);
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (place->state != REPLICANT_STATE_HALTED)
+		place->metrics.halts++;
+	place->state = REPLICANT_STATE_HALTED;
+	strlcpy(place->last_error, reason, sizeof(place->last_error));
+	LWLockRelease(replicant_shmem->lock);
+}
+
+void
+replicant_destination_mirror(ReplicantPipelineSlot *slot, List *destinations)
+{
+	int32 ids[REPLICANT_MAX_DESTINATIONS];
+	char names[REPLICANT_MAX_DESTINATIONS][NAMEDATALEN];
+	int n = 0;
+	ListCell *lc;
+
+	Assert(list_length(destinations) <= REPLICANT_MAX_DESTINATIONS);
+	foreach(lc, destinations)
+	{
+		ReplicantDestination *d = lfirst(lc);
+
+		ids[n] = d->id;
+		strlcpy(names[n], d->name, NAMEDATALEN);
+		n++;
+	}
+	/* Under 0.2.0's objects (id 0) the one place stands for the pipeline's sink. */
+	if (n == 0 || ids[0] == 0)
+		return;
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	replicant_shmem_mirror_destinations(slot, n, ids, names);
+	LWLockRelease(replicant_shmem->lock);
 }

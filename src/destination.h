@@ -60,4 +60,24 @@ extern List *replicant_destination_load(int32 pipeline_id, const char *pipeline_
 extern bool replicant_destination_record_halt(const ReplicantDestination *destination,
 											  const char *reason, XLogRecPtr lsn);
 
+struct ReplicantDestinationSlot;
+struct ReplicantPipelineSlot;
+
+/*
+ * A destination halted alone, for reason (value-free), at the commit lsn
+ * (or invalid): recorded (above), logged with the hint to resume it, one
+ * event line, and shown on its place in shared memory.  The caller stops
+ * delivering to it.
+ */
+extern void replicant_destination_halted(const char *pipeline_name,
+										 const ReplicantDestination *destination,
+										 struct ReplicantDestinationSlot *place,
+										 const char *reason, XLogRecPtr lsn);
+
+/*
+ * Shows destinations (the pipeline's, in order) on the worker's slot in
+ * shared memory, before anything is counted or halted on their places.
+ */
+extern void replicant_destination_mirror(struct ReplicantPipelineSlot *slot, List *destinations);
+
 #endif /* REPLICANT_DESTINATION_H */

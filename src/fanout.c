@@ -112,27 +112,13 @@ replicant_fanout_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 {
 	ReplicantFanout *f = MemoryContextAllocZero(TopMemoryContext, sizeof(ReplicantFanout));
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-	int32 ids[REPLICANT_MAX_DESTINATIONS];
-	char names[REPLICANT_MAX_DESTINATIONS][NAMEDATALEN];
-	int n = 0;
 	ListCell *lc;
 
 	f->slot = slot;
 	f->pipeline = pipeline;
 	f->decoder = decoder;
-	Assert(list_length(pipeline->destinations) <= REPLICANT_MAX_DESTINATIONS);
-	foreach(lc, pipeline->destinations)
-	{
-		ReplicantDestination *d = lfirst(lc);
-
-		ids[n] = d->id;
-		strlcpy(names[n], d->name, NAMEDATALEN);
-		n++;
-	}
+	/* The worker mirrored the destinations' ids before it made their tables. */
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	/* Under 0.2.0's objects (id 0) the one place stands for the pipeline's sink. */
-	if (replicant_pipeline_first_destination(pipeline)->id != 0)
-		replicant_shmem_mirror_destinations(slot, n, ids, names);
 	foreach(lc, pipeline->destinations)
 	{
 		ReplicantDestination *d = lfirst(lc);
@@ -224,25 +210,10 @@ replicant_fanout_all_delivered(ReplicantFanout *f)
 static void
 halt_outlet(ReplicantFanout *f, Outlet *o, const char *reason, XLogRecPtr lsn)
 {
-	const char *name = o->destination->name;
-
 	replicant_fanout_commit_pending(f);
 	if (live_outlets(f) == 1)
 		replicant_delivery_halt_at(f->slot, f->pipeline, reason, lsn, NULL);
-	(void) replicant_destination_record_halt(o->destination, reason, lsn);
-	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" destination \"%s\" halted: %s",
-					f->pipeline->name, name, reason),
-			 errhint("Fix the cause, then call replicant.resume_pipeline('%s', '%s').",
-					 f->pipeline->name, name)));
-	replicant_log_state(f->pipeline->name, "halted", "destination", name, "reason", reason,
-						REPLICANT_LOG_END);
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	if (o->place->state != REPLICANT_STATE_HALTED)
-		o->place->metrics.halts++;
-	o->place->state = REPLICANT_STATE_HALTED;
-	strlcpy(o->place->last_error, reason, sizeof(o->place->last_error));
-	LWLockRelease(replicant_shmem->lock);
+	replicant_destination_halted(f->pipeline->name, o->destination, o->place, reason, lsn);
 	o->live = false;
 	o->batch = NULL;
 	replicant_transport_close(o->sink);

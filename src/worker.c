@@ -460,8 +460,8 @@ live_destinations(Worker *w)
 
 /*
  * Halts a destination alone before streaming starts (its tables could not
- * be made), recorded as the fan-out records its halts: decoding and the
- * fan-out then leave it out, and it holds the slot at its checkpoint until
+ * be made), as the fan-out halts one: decoding and the fan-out then leave
+ * it out, and it holds the slot at its checkpoint until
  * resume_pipeline(pipeline, destination).
  */
 static void
@@ -469,22 +469,11 @@ halt_destination_at_start(Worker *w, ReplicantDestination *destination, char *re
 {
 	ReplicantDestinationSlot *place;
 
-	(void) replicant_destination_record_halt(destination, reason, InvalidXLogRecPtr);
-	destination->halt_reason = MemoryContextStrdup(TopMemoryContext, reason);
-	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" destination \"%s\" halted: %s",
-					w->pipeline->name, destination->name, reason),
-			 errhint("Fix the cause, then call replicant.resume_pipeline('%s', '%s').",
-					 w->pipeline->name, destination->name)));
-	replicant_log_state(w->pipeline->name, "halted", "destination", destination->name,
-						"reason", reason, REPLICANT_LOG_END);
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 	place = replicant_shmem_destination(w->slot, destination->id);
-	if (place->state != REPLICANT_STATE_HALTED)
-		place->metrics.halts++;
-	place->state = REPLICANT_STATE_HALTED;
-	strlcpy(place->last_error, reason, sizeof(place->last_error));
 	LWLockRelease(replicant_shmem->lock);
+	replicant_destination_halted(w->pipeline->name, destination, place, reason, InvalidXLogRecPtr);
+	destination->halt_reason = MemoryContextStrdup(TopMemoryContext, reason);
 }
 
 static void
@@ -501,6 +490,7 @@ start_streaming(Worker *w)
 	pgstat_report_appname(appname);
 
 	check_output_plugin_allowed(w);
+	replicant_destination_mirror(w->slot, w->pipeline->destinations);
 	foreach(lc, w->pipeline->destinations)
 	{
 		ReplicantDestination *destination = lfirst(lc);
