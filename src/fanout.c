@@ -294,6 +294,15 @@ start_next(ReplicantFanout *f, Outlet *o)
 
 		if (o->batch == NULL)
 		{
+			const char *reason;
+			XLogRecPtr hole = replicant_render_hole_after(o->target, o->delivered_upto, &reason);
+
+			/* Its format left out a commit it lacks: what follows would skip it. */
+			if (hole != InvalidXLogRecPtr)
+			{
+				halt_outlet(f, o, reason, hole);
+				return false;
+			}
 			o->batch = replicant_batch_queue_next(o->target->queue, &o->cursor,
 												  &o->first, &o->last);
 			if (o->batch == NULL)

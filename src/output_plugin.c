@@ -93,7 +93,7 @@ replicant_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
 	ReplicantDecodingState *state = replicant_output_state(ctx);
 
 	state->txn_open = false;
-	replicant_render_begin(state->targets);
+	replicant_render_begin(state->targets, txn->final_lsn);
 }
 
 /* Whether a change of txn must be looked at; opens the transaction lazily. */
@@ -148,6 +148,18 @@ halt_at(ReplicantDecodingState *state, ReplicantRenderTarget *target,
 	state->pending_messages = NIL;
 }
 
+/*
+ * A condition of target's format at txn: a hole when some destination of
+ * target already has txn (render_target.h), else target halts.
+ */
+static void
+halt_format_at(ReplicantDecodingState *state, ReplicantRenderTarget *target,
+			   ReorderBufferTXN *txn, const char *reason)
+{
+	if (!replicant_render_hole(target, txn->final_lsn, reason))
+		halt_at(state, target, txn, reason, NULL);
+}
+
 /* Halts every target: a condition of decoding, whatever the format. */
 static void
 halt_all_at(ReplicantDecodingState *state, ReorderBufferTXN *txn, const char *reason,
@@ -174,9 +186,8 @@ halt_whole_row_targets(ReplicantDecodingState *state, ReorderBufferTXN *txn,
 	{
 		ReplicantRenderTarget *target = lfirst(lc);
 
-		if (target->format->whole_rows)
-			halt_at(state, target, txn, psprintf("update of table \"%s\" left TOASTed columns unchanged, and the table's replica identity does not log them (the clickhouse format needs ALTER TABLE ... REPLICA IDENTITY FULL)", RelationGetRelationName(relation)),
-					NULL);
+		if (target->format->whole_rows && replicant_render_takes(target))
+			halt_format_at(state, target, txn, psprintf("update of table \"%s\" left TOASTed columns unchanged, and the table's replica identity does not log them (the clickhouse format needs ALTER TABLE ... REPLICA IDENTITY FULL)", RelationGetRelationName(relation)));
 	}
 }
 
@@ -228,8 +239,8 @@ relinfo_or_halt(ReplicantDecodingState *state, ReorderBufferTXN *txn, Relation r
 			ReplicantRenderTarget *target = lfirst(lc);
 			const char *kind = target->format->schemaless_target;
 
-			if (kind)
-				halt_at(state, target, txn, replicant_publication_name_clash(info, kind), NULL);
+			if (kind && replicant_render_takes(target))
+				halt_format_at(state, target, txn, replicant_publication_name_clash(info, kind));
 		}
 		if (state->halt_reason)
 			return NULL;

@@ -40,6 +40,12 @@ replicant_render_live(const ReplicantRenderTarget *target)
 	return target->halted_at == InvalidXLogRecPtr;
 }
 
+bool
+replicant_render_takes(const ReplicantRenderTarget *target)
+{
+	return replicant_render_live(target) && !target->skipping;
+}
+
 static ReplicantBatch *
 filling(ReplicantRenderTarget *target)
 {
@@ -65,14 +71,44 @@ replicant_render_halt(List *targets, ReplicantRenderTarget *target, XLogRecPtr c
 	return true;
 }
 
+bool
+replicant_render_hole(ReplicantRenderTarget *target, XLogRecPtr commit_lsn, const char *reason)
+{
+	if (commit_lsn > target->reach || target->nholes == REPLICANT_RENDER_MAX_HOLES)
+		return false;
+	if (!replicant_render_takes(target))
+		return true;
+	replicant_batch_discard_txn(filling(target));
+	target->skipping = true;
+	target->hole_at[target->nholes] = commit_lsn;
+	target->hole_reason[target->nholes] = MemoryContextStrdup(GetMemoryChunkContext(target), reason);
+	target->nholes++;
+	return true;
+}
+
+XLogRecPtr
+replicant_render_hole_after(const ReplicantRenderTarget *target, XLogRecPtr lsn, const char **reason)
+{
+	/* Holes are made in commit order: the first above lsn is the lowest. */
+	for (int i = 0; i < target->nholes; i++)
+		if (target->hole_at[i] > lsn)
+		{
+			*reason = target->hole_reason[i];
+			return target->hole_at[i];
+		}
+	return InvalidXLogRecPtr;
+}
+
 void
-replicant_render_begin(List *targets)
+replicant_render_begin(List *targets, XLogRecPtr commit_lsn)
 {
 	ListCell *lc;
 
 	foreach(lc, targets)
 	{
 		ReplicantRenderTarget *target = lfirst(lc);
+
+		target->skipping = commit_lsn <= target->skip_upto;
 
 		if (target->txn_messages.data && target->txn_messages.maxlen > MESSAGES_KEEP_BYTES)
 		{
@@ -95,7 +131,7 @@ replicant_render_begin_txn(List *targets, const char *pipeline, const ReplicantT
 		ReplicantRenderTarget *target = lfirst(lc);
 		StringInfo head;
 
-		if (!replicant_render_live(target))
+		if (!replicant_render_takes(target))
 			continue;
 		/* a header is a few numbers and names: rendered in place */
 		head = replicant_batch_begin_txn(filling(target), record->commit_lsn,
@@ -133,7 +169,7 @@ replicant_render_change(List *targets, const char *pipeline, const ReplicantChan
 	{
 		ReplicantRenderTarget *target = lfirst(lc);
 
-		if (replicant_render_live(target))
+		if (replicant_render_takes(target))
 			target->format->change(replicant_batch_begin_change(filling(target),
 																length_hint(record)),
 								   pipeline, record);
@@ -153,7 +189,7 @@ replicant_render_message(List *targets, const char *pipeline, const ReplicantMes
 	{
 		ReplicantRenderTarget *target = lfirst(lc);
 
-		if (!replicant_render_live(target))
+		if (!replicant_render_takes(target))
 			continue;
 		if (target->txn_messages.data == NULL)
 		{
@@ -181,7 +217,7 @@ replicant_render_end_txn(List *targets, const char *pipeline, const ReplicantTxn
 		ReplicantBatch *batch;
 		StringInfo tail;
 
-		if (!replicant_render_live(target))
+		if (!replicant_render_takes(target))
 			continue;
 		batch = filling(target);
 		tail = replicant_batch_begin_tail(batch, 64 + (messages ? target->txn_messages.len : 0));
@@ -203,7 +239,7 @@ replicant_render_kept_rows(List *targets, const ReplicantChunk *chunk, List *row
 		ReplicantRenderTarget *target = lfirst(lt);
 
 		/* a whole-row format's update carries the columns itself */
-		if (!replicant_render_live(target) || target->format->whole_rows)
+		if (!replicant_render_takes(target) || target->format->whole_rows)
 			continue;
 		foreach(lc, rows)
 		{
