@@ -20,6 +20,9 @@
 
 #include <curl/curl.h>
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
@@ -48,6 +51,19 @@
  * which woke the sink.
  */
 #define SINK_UPLOAD_BUFFER (2 * 1024 * 1024)
+
+/*
+ * libcurl mallocs that buffer when a body starts and frees it when the
+ * transfer ends.  Under glibc's defaults the free hands the pages back to
+ * the kernel (the heap is trimmed past 2x the largest block it gave back),
+ * so the next request page-faults on every 4 kB it copies in: with 8
+ * destinations, a third of the worker's time (bench/RESULTS.md, scenario
+ * 9).  Blocks below SINK_HEAP_BLOCK_MAX come from the heap, and up to
+ * SINK_HEAP_KEPT of free heap is kept, enough for the upload buffers of a
+ * pipeline's 16 destinations: the next requests reuse the same pages.
+ */
+#define SINK_HEAP_BLOCK_MAX (2 * SINK_UPLOAD_BUFFER)
+#define SINK_HEAP_KEPT (20 * SINK_UPLOAD_BUFFER)
 
 /* A request started by http_start() and not finished yet: one at a time. */
 typedef struct SinkStarted
@@ -360,6 +376,10 @@ replicant_http_transport_open(const ReplicantSinkConfig *config)
 					(errcode(ERRCODE_SYSTEM_ERROR),
 					 errmsg("could not initialize libcurl")));
 		curl_initialized = true;
+#ifdef __GLIBC__
+		mallopt(M_MMAP_THRESHOLD, SINK_HEAP_BLOCK_MAX);
+		mallopt(M_TRIM_THRESHOLD, SINK_HEAP_KEPT);
+#endif
 	}
 
 	if (list_length(config->header_names) != list_length(config->header_values))
