@@ -400,6 +400,19 @@ def build(r):
                 "≥ 0.97×", met(med(ratios(r, f"s9.tps_{k}", "s9.tps_0", invert=False)), ">=", 0.97))
             info(t, f"{k} pipeline(s): summed worker CPU per 1,000 source txns",
                  fmt(1000 * med(cpu), "ms", 1) if cpu else "–", "user + system, /proc, all workers")
+        dk = f"d{counts[-1]}"
+        if r.reps(f"s9.tps_{dk}"):
+            add(t, f"pgbench TPS with one pipeline of {counts[-1]} destinations streaming (issue #34)",
+                fmt(med(r.reps(f"s9.tps_{dk}")), "tps"), "no pipeline", fmt(med(r.reps("s9.tps_0")), "tps"),
+                ratio_spread(r, f"s9.tps_{dk}", "s9.tps_0", "×", invert=False),
+                "≥ 0.9×", met(med(ratios(r, f"s9.tps_{dk}", "s9.tps_0", invert=False)), ">=", 0.9))
+            per_1k = lambda k: [1000 * c / x for c, x in zip_rounds(r, f"s9.cpu_{k}_s", f"s9.txns_{k}") if x]
+            dc, oc = per_1k(dk), per_1k(counts[0])
+            if dc and oc:
+                add(t, f"worker CPU per 1,000 source txns, one pipeline of {counts[-1]} destinations (issue #34)",
+                    fmt(1000 * med(dc), "ms", 1), f"{counts[0]} pipeline of 1 destination",
+                    fmt(1000 * med(oc), "ms", 1), fmt(med(dc) / med(oc), "×"),
+                    "≤ 2×", met(med(dc) / med(oc), "<=", 2))
         # Target 1 at pgbench's full rate: one pipeline's worker against
         # walsender + pg_recvlogical + wal2json v2, round by round.
         per_k = lambda k: {n: 1000 * c / x for n, (c, x) in

@@ -107,7 +107,8 @@ SQL
 #     the last commit (groups in alternating order over the rounds).
 # (b) Source overhead: pgbench TPC-B-like (scale 10, 2 clients,
 #     synchronous_commit off, -M prepared) in slices with 0, 1, 2, 4, 8
-#     pipelines streaming (enabled and caught up before the slice), forward
+#     pipelines streaming (enabled and caught up before the slice), and
+#     with one pipeline of the most destinations (issue #34), forward
 #     and backward order in alternate rounds; TPS and the summed CPU of the
 #     pipeline workers.  One more slice per round streams through
 #     pg_recvlogical + wal2json v2 instead: target 1's CPU anchor at
@@ -197,19 +198,26 @@ decode_share_profile() {
 }
 
 # fanout_overhead_slice K R: one slice of (b), pipelines o1..oK streaming,
-# the others disabled.  The workers' CPU is read once they have caught up
-# with the slice, so that what they do after it ends is counted too.
+# the others disabled; with K = dN, the one pipeline "od" of N destinations
+# (issue #34) streams instead.  The workers' CPU is read once they have
+# caught up with the slice, so that what they do after it ends is counted
+# too.
 fanout_overhead_slice() {
-	local k=$1 r=$2 i out cpu0=0 cpu1=0 end pids=()
-	for i in $(seq "$S9_MAX"); do
-		if [ "$i" -le "$k" ]; then
+	local k=$1 r=$2 i out cpu0=0 cpu1=0 end pids=() on=()
+	if [ "${k#d}" != "$k" ]; then
+		on=(od)
+	else
+		for i in $(seq "$k"); do on+=("o$i"); done
+	fi
+	for i in $(seq "$S9_MAX") d; do
+		if [[ " ${on[*]} " == *" o${i} "* ]]; then
 			q "SELECT replicant.enable_pipeline('o$i')" >/dev/null
 		else
 			q "SELECT replicant.disable_pipeline('o$i')" >/dev/null
 		fi
 	done
-	for i in $(seq "$S9_MAX"); do
-		if [ "$i" -le "$k" ]; then
+	for i in $(seq "$S9_MAX") d; do
+		if [[ " ${on[*]} " == *" o${i} "* ]]; then
 			pipeline_wait_state "o$i" streaming
 			wait_drained "o$i" "$(q "SELECT pg_current_wal_lsn()")" >/dev/null
 			pids+=("$(worker_pid "o$i")")
@@ -221,7 +229,7 @@ fanout_overhead_slice() {
 	out=$(PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -M prepared -c 2 -j 2 -T "$S9_SECS" 2>&1) ||
 		{ echo "$out" >&2; die "pgbench failed"; }
 	end=$(q "SELECT pg_current_wal_insert_lsn()")
-	for i in $(seq "$k"); do wait_drained "o$i" "$end" >/dev/null; done
+	for i in "${on[@]}"; do wait_drained "$i" "$end" >/dev/null; done
 	for i in "${pids[@]}"; do cpu1=$(calc "$cpu1 + $(proc_cpu_s "$i")"); done
 	record "s9.tps_${k}.$r" "$(pgbench_tps "$out")"
 	record "s9.txns_${k}.$r" "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")"
@@ -235,8 +243,8 @@ fanout_overhead_slice() {
 # slice's WAL.
 fanout_overhead_w2j() {
 	local r=$1 i out wspid rlpid cpu0 end
-	for i in $(seq "$S9_MAX"); do q "SELECT replicant.disable_pipeline('o$i')" >/dev/null; done
-	for i in $(seq "$S9_MAX"); do pipeline_wait_state "o$i" disabled; done
+	for i in $(seq "$S9_MAX") d; do q "SELECT replicant.disable_pipeline('o$i')" >/dev/null; done
+	for i in $(seq "$S9_MAX") d; do pipeline_wait_state "o$i" disabled; done
 	q "SELECT pg_create_logical_replication_slot('bench_s9w', 'wal2json')" >/dev/null
 	rm -f "$WORK/recvlogical.pid"
 	as_pg bash -c "echo \$\$ >'$WORK/recvlogical.pid'; exec '$BINDIR/pg_recvlogical' -h '$SOCKDIR' \
@@ -290,10 +298,17 @@ scenario_9() {
 	psql_b -c "ALTER TABLE pgbench_history REPLICA IDENTITY FULL" \
 		-c "CREATE PUBLICATION pgbench_pub FOR TABLE pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history"
 	pipelines_create_disabled o 1 "$S9_MAX" pgbench_pub
+	pipeline_create od pgbench_pub
+	pipeline_wait_state od streaming
+	pipeline_disable od
+	for i in $(seq 2 "$S9_MAX"); do
+		psql_b -c "SELECT replicant.add_destination('od', 'd$i', 'http://127.0.0.1:$SINK_PORT/',
+			batch_max_bytes => $BATCH_BYTES, batch_max_transactions => $BATCH_TXNS)" >/dev/null
+	done
 	PGB_OPTIONS="-c synchronous_commit=off" pgbench_b -n -M prepared -c 2 -j 2 -T 3 >/dev/null 2>&1
 	psql_b -c "VACUUM ANALYZE" -c "CHECKPOINT"
 	for r in $(seq "$ROUNDS"); do
-		order="0 w2j ${counts[*]}"
+		order="0 w2j ${counts[*]} d$S9_MAX"
 		[ $((r % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$order" | tac | paste -sd' ')
 		for k in $order; do
 			if [ "$k" = w2j ]; then
