@@ -72,43 +72,11 @@ struct ReplicantDecoder
 };
 
 /*
- * Commits at or below the lowest checkpoint of the destinations not halted
- * (of format, or all when NULL) were delivered to each of them (a halted
- * one gets nothing), those at or below the highest to one of them; the
- * fan-out skips, for each, what its own checkpoint covers.  highest may
- * be NULL.
- */
-static XLogRecPtr
-delivered_range(ReplicantPipeline *pipeline, const ReplicantFormat *format, XLogRecPtr *highest)
-{
-	XLogRecPtr lowest = InvalidXLogRecPtr;
-	XLogRecPtr most = InvalidXLogRecPtr;
-	bool any = false;
-	ListCell *lc;
-
-	foreach(lc, pipeline->destinations)
-	{
-		ReplicantDestination *destination = lfirst(lc);
-
-		if (destination->halt_reason != NULL ||
-			(format != NULL && replicant_format_of(destination) != format))
-			continue;
-		if (!any || destination->checkpoint_commit_lsn < lowest)
-			lowest = destination->checkpoint_commit_lsn;
-		most = Max(most, destination->checkpoint_commit_lsn);
-		any = true;
-	}
-	if (highest != NULL)
-		*highest = most;
-	return lowest;
-}
-
-/*
  * One render target per format among the destinations not halted, in
- * their order, each skipping what all its destinations have (so that a
- * commit decoded again for a destination behind is neither rendered nor
- * judged for a format whose destinations took it); whether one of them
- * names its targets after the table alone.
+ * their order, each knowing where its destinations are (so that a commit
+ * decoded again for a destination behind is neither rendered nor judged
+ * for a format whose destinations all have it); whether one of them names
+ * its targets after the table alone.
  */
 static List *
 create_targets(ReplicantPipeline *pipeline, bool *schemaless_names)
@@ -119,21 +87,50 @@ create_targets(ReplicantPipeline *pipeline, bool *schemaless_names)
 	*schemaless_names = false;
 	foreach(lc, pipeline->destinations)
 	{
-		const ReplicantFormat *format = replicant_format_of(lfirst(lc));
-		ReplicantRenderTarget *target;
+		ReplicantDestination *destination = lfirst(lc);
+		const ReplicantFormat *format = replicant_format_of(destination);
+		ReplicantRenderTarget *target = NULL;
 		ListCell *lt;
-		bool found = ((ReplicantDestination *) lfirst(lc))->halt_reason != NULL;
 
-		foreach(lt, targets)
-			found |= ((ReplicantRenderTarget *) lfirst(lt))->format == format;
-		if (found)
+		if (destination->halt_reason != NULL)
 			continue;
-		target = replicant_render_target_create(format);
-		target->skip_upto = delivered_range(pipeline, format, &target->reach);
-		targets = lappend(targets, target);
-		*schemaless_names |= format->schemaless_target != NULL;
+		foreach(lt, targets)
+			if (((ReplicantRenderTarget *) lfirst(lt))->format == format)
+				target = lfirst(lt);
+		if (target == NULL)
+		{
+			target = replicant_render_target_create(format);
+			targets = lappend(targets, target);
+			*schemaless_names |= format->schemaless_target != NULL;
+		}
+		replicant_render_mark(target, destination->id, destination->checkpoint_commit_lsn);
 	}
 	return targets;
+}
+
+/*
+ * Commits at or below the lowest checkpoint of the destinations not halted
+ * were delivered to each of them (a halted one gets nothing); the fan-out
+ * skips, for each, what its own checkpoint covers.
+ */
+static XLogRecPtr
+lowest_delivered(ReplicantPipeline *pipeline)
+{
+	XLogRecPtr lowest = InvalidXLogRecPtr;
+	bool any = false;
+	ListCell *lc;
+
+	foreach(lc, pipeline->destinations)
+	{
+		ReplicantDestination *destination = lfirst(lc);
+
+		if (destination->halt_reason != NULL)
+			continue;
+		if (!any || destination->checkpoint_commit_lsn < lowest)
+			lowest = destination->checkpoint_commit_lsn;
+		any = true;
+	}
+	return lowest;
 }
 
 /* The highest checkpoint of the destinations: below it decoding went back for one. */
@@ -191,7 +188,7 @@ replicant_decoder_start(ReplicantPipeline *pipeline, char **halt_reason, char **
 	decoder->state = replicant_output_state(decoder->ctx);
 	decoder->state->targets = create_targets(pipeline, &schemaless_names);
 	decoder->state->pipeline_name = pipeline->name;
-	decoder->state->skip_upto = delivered_range(pipeline, NULL, NULL);
+	decoder->state->skip_upto = lowest_delivered(pipeline);
 	decoder->state->epochs = pipeline->epochs;
 	decoder->state->waivers = pipeline->waivers;
 	decoder->confirmed = MyReplicationSlot->data.confirmed_flush;

@@ -46,6 +46,9 @@
 #include "runs.h"
 #include "transport.h"
 
+StaticAssertDecl(REPLICANT_RENDER_MAX_MARKS >= REPLICANT_MAX_DESTINATIONS,
+				 "a render target can have every destination of a pipeline");
+
 /* One destination being delivered to. */
 typedef struct Outlet
 {
@@ -57,6 +60,8 @@ typedef struct Outlet
 	bool live;                   /* not halted */
 	ReplicantBatchCursor cursor; /* in its target's batches */
 	XLogRecPtr delivered_upto;   /* commits at or below it were delivered to it */
+	bool at_hole;                /* it was sent all it can have below a hole
+								  * of its target, and halts there */
 
 	/* Transactions [first, last] of batch, being sent as request part. */
 	ReplicantBatch *batch;
@@ -295,27 +300,40 @@ start_next(ReplicantFanout *f, Outlet *o)
 		if (o->batch == NULL)
 		{
 			const char *reason;
-			XLogRecPtr hole = replicant_render_hole_after(o->target, o->delivered_upto, &reason);
+			XLogRecPtr hole = replicant_render_hole_of(o->target, o->destination->id, &reason);
 
-			/* Its format left out a commit it lacks: what follows would skip it. */
-			if (hole != InvalidXLogRecPtr)
-			{
-				halt_outlet(f, o, reason, hole);
-				return false;
-			}
 			o->batch = replicant_batch_queue_next(o->target->queue, &o->cursor,
 												  &o->first, &o->last);
+			if (o->batch != NULL)
+			{
+				while (o->first <= o->last &&
+					   o->batch->txns[o->first].commit_lsn <= o->delivered_upto)
+					o->first++;
+				if (o->first > o->last)
+				{
+					replicant_batch_queue_passed(o->target->queue, &o->cursor, o->last);
+					o->batch = NULL;
+					continue;
+				}
+			}
+			/*
+			 * Its format left out a commit it lacks (a hole): it gets what
+			 * commits below, never what follows, and halts between rounds.
+			 */
+			if (hole != InvalidXLogRecPtr)
+			{
+				while (o->batch != NULL && o->first <= o->last &&
+					   o->batch->txns[o->last].commit_lsn > hole)
+					o->last--;
+				if (o->batch == NULL || o->first > o->last)
+				{
+					o->batch = NULL;
+					o->at_hole = true;
+					return false;
+				}
+			}
 			if (o->batch == NULL)
 				return false;
-			while (o->first <= o->last &&
-				   o->batch->txns[o->first].commit_lsn <= o->delivered_upto)
-				o->first++;
-			if (o->first > o->last)
-			{
-				replicant_batch_queue_passed(o->target->queue, &o->cursor, o->last);
-				o->batch = NULL;
-				continue;
-			}
 			o->part = 0;
 			o->bytes = 0;
 			replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
@@ -401,6 +419,26 @@ halt_with_targets(ReplicantFanout *f)
 	}
 }
 
+/*
+ * Halts the destinations that got all they can below a hole of their
+ * target: between rounds, with no request of another in flight.
+ */
+static void
+halt_at_holes(ReplicantFanout *f)
+{
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		Outlet *o = &f->outlets[i];
+		const char *reason;
+		XLogRecPtr hole;
+
+		if (!o->live || !o->at_hole)
+			continue;
+		hole = replicant_render_hole_of(o->target, o->destination->id, &reason);
+		halt_outlet(f, o, reason, hole);
+	}
+}
+
 /* Frees the batches every live destination of each target passed. */
 static void
 release_batches(ReplicantFanout *f)
@@ -435,6 +473,7 @@ replicant_fanout_deliver_batches(ReplicantFanout *f)
 		Outlet *sending[REPLICANT_MAX_DESTINATIONS];
 		int n = 0;
 
+		halt_at_holes(f);
 		for (int i = 0; i < f->noutlets; i++)
 		{
 			Outlet *o = &f->outlets[i];
@@ -452,6 +491,7 @@ replicant_fanout_deliver_batches(ReplicantFanout *f)
 		for (int i = 0; i < n; i++)
 			answered(f, sending[i]);
 	}
+	halt_at_holes(f);
 	halt_with_targets(f);
 	release_batches(f);
 	return any;

@@ -71,30 +71,59 @@ replicant_render_halt(List *targets, ReplicantRenderTarget *target, XLogRecPtr c
 	return true;
 }
 
+void
+replicant_render_mark(ReplicantRenderTarget *target, int32 destination, XLogRecPtr position)
+{
+	ReplicantRenderMark *mark;
+
+	if (target->nmarks == REPLICANT_RENDER_MAX_MARKS)
+		elog(ERROR, "a render target has at most %d destinations", REPLICANT_RENDER_MAX_MARKS);
+	mark = &target->marks[target->nmarks];
+	mark->destination = destination;
+	mark->position = position;
+	mark->hole = InvalidXLogRecPtr;
+	mark->hole_reason = NULL;
+	if (target->nmarks == 0 || position < target->skip_upto)
+		target->skip_upto = position;
+	target->nmarks++;
+}
+
 bool
 replicant_render_hole(ReplicantRenderTarget *target, XLogRecPtr commit_lsn, const char *reason)
 {
-	if (commit_lsn > target->reach || target->nholes == REPLICANT_RENDER_MAX_HOLES)
+	char *kept = NULL;
+	bool someone_has_it = false;
+
+	Assert(replicant_render_takes(target));
+	for (int i = 0; i < target->nmarks; i++)
+		someone_has_it |= target->marks[i].position >= commit_lsn;
+	if (!someone_has_it)
 		return false;
-	if (!replicant_render_takes(target))
-		return true;
 	replicant_batch_discard_txn(filling(target));
 	target->skipping = true;
-	target->hole_at[target->nholes] = commit_lsn;
-	target->hole_reason[target->nholes] = MemoryContextStrdup(GetMemoryChunkContext(target), reason);
-	target->nholes++;
+	/* Each destination keeps its first hole only: it halts there. */
+	for (int i = 0; i < target->nmarks; i++)
+	{
+		ReplicantRenderMark *mark = &target->marks[i];
+
+		if (mark->position >= commit_lsn || mark->hole != InvalidXLogRecPtr)
+			continue;
+		if (kept == NULL)
+			kept = MemoryContextStrdup(GetMemoryChunkContext(target), reason);
+		mark->hole = commit_lsn;
+		mark->hole_reason = kept;
+	}
 	return true;
 }
 
 XLogRecPtr
-replicant_render_hole_after(const ReplicantRenderTarget *target, XLogRecPtr lsn, const char **reason)
+replicant_render_hole_of(const ReplicantRenderTarget *target, int32 destination, const char **reason)
 {
-	/* Holes are made in commit order: the first above lsn is the lowest. */
-	for (int i = 0; i < target->nholes; i++)
-		if (target->hole_at[i] > lsn)
+	for (int i = 0; i < target->nmarks; i++)
+		if (target->marks[i].destination == destination)
 		{
-			*reason = target->hole_reason[i];
-			return target->hole_at[i];
+			*reason = target->marks[i].hole_reason;
+			return target->marks[i].hole;
 		}
 	return InvalidXLogRecPtr;
 }

@@ -13,8 +13,20 @@
 #include "chunk.h"
 #include "format.h"
 
-/* Past this many holes a target halts instead (see replicant_render_hole). */
-#define REPLICANT_RENDER_MAX_HOLES 8
+/* A target's destinations: at most a pipeline's (REPLICANT_MAX_DESTINATIONS). */
+#define REPLICANT_RENDER_MAX_MARKS 16
+
+/*
+ * A destination of a target: what it had when decoding started, and the
+ * first commit above that the target left out (a hole), which it lacks.
+ */
+typedef struct ReplicantRenderMark
+{
+	int32 destination;   /* its id */
+	XLogRecPtr position; /* its checkpoint's commit_lsn */
+	XLogRecPtr hole;     /* invalid while none */
+	char *hole_reason;   /* why, value-free */
+} ReplicantRenderMark;
 
 /*
  * Rendered bytes name the pipeline, never the destination, so destinations
@@ -29,12 +41,10 @@ typedef struct ReplicantRenderTarget
 	char *halt_reason;          /* why, value-free; its destinations halt
 								  * with it when other targets go on */
 	XLogRecPtr skip_upto;       /* commits at or below it reached all its
-								  * destinations */
-	XLogRecPtr reach;           /* ... and at or below it, one of them */
+								  * destinations: the lowest position */
 	bool skipping;              /* it does not take the transaction decoded */
-	int nholes;                 /* commits it left out, below reach */
-	XLogRecPtr hole_at[REPLICANT_RENDER_MAX_HOLES];
-	char *hole_reason[REPLICANT_RENDER_MAX_HOLES];
+	int nmarks;
+	ReplicantRenderMark marks[REPLICANT_RENDER_MAX_MARKS];
 	StringInfoData txn_messages; /* the open transaction's messages, rendered,
 								  * separated */
 } ReplicantRenderTarget;
@@ -60,19 +70,28 @@ extern bool replicant_render_halt(List *targets, ReplicantRenderTarget *target,
 extern bool replicant_render_takes(const ReplicantRenderTarget *target);
 
 /*
+ * Adds a destination (id) to target, which had the commits at or below
+ * position (its checkpoint) when decoding started.
+ */
+extern void replicant_render_mark(ReplicantRenderTarget *target, int32 destination,
+								  XLogRecPtr position);
+
+/*
  * A condition of target's format met by the transaction committing at
- * commit_lsn, which some destination of target already has (decoding went
- * back for another): instead of halting them all, target leaves the
- * transaction out, a hole that halts (for reason) each destination of it
- * still below it, and goes on.  False when no destination has it, or past
- * REPLICANT_RENDER_MAX_HOLES: the caller halts target.
+ * commit_lsn, which target takes: when some destination of target already
+ * has it (decoding went back for another), target leaves the transaction
+ * out instead of halting, a hole for each destination below it, and goes
+ * on.  False when none has it: the caller halts target.
  */
 extern bool replicant_render_hole(ReplicantRenderTarget *target, XLogRecPtr commit_lsn,
 								  const char *reason);
 
-/* The lowest hole of target above lsn, and its reason; invalid when none. */
-extern XLogRecPtr replicant_render_hole_after(const ReplicantRenderTarget *target, XLogRecPtr lsn,
-											  const char **reason);
+/*
+ * The hole destination lacks (the first above its position), and its
+ * reason; invalid when none.  It may be sent only what commits below it.
+ */
+extern XLogRecPtr replicant_render_hole_of(const ReplicantRenderTarget *target, int32 destination,
+										   const char **reason);
 
 /*
  * A transaction committing at commit_lsn begins: forgets the last one's
