@@ -84,14 +84,31 @@ struct ReplicantFanout
 	Outlet outlets[REPLICANT_MAX_DESTINATIONS];
 };
 
+/* Whether o streams on: not halted, nor about to halt at a hole. */
+static bool
+streams(const Outlet *o)
+{
+	return o->live && !o->at_hole;
+}
+
 static int
 live_outlets(ReplicantFanout *f)
 {
 	int n = 0;
 
 	for (int i = 0; i < f->noutlets; i++)
-		n += f->outlets[i].live;
+		n += streams(&f->outlets[i]);
 	return n;
+}
+
+/* Whether a destination other than o streams on: else o's halt is the pipeline's. */
+static bool
+others_stream(ReplicantFanout *f, const Outlet *o)
+{
+	for (int i = 0; i < f->noutlets; i++)
+		if (&f->outlets[i] != o && streams(&f->outlets[i]))
+			return true;
+	return false;
 }
 
 /*
@@ -216,7 +233,7 @@ static void
 halt_outlet(ReplicantFanout *f, Outlet *o, const char *reason, XLogRecPtr lsn)
 {
 	replicant_fanout_commit_pending(f);
-	if (live_outlets(f) == 1)
+	if (!others_stream(f, o))
 		replicant_delivery_halt_at(f->slot, f->pipeline, reason, lsn, NULL);
 	replicant_destination_halted(f->pipeline->name, o->destination, o->place, reason, lsn);
 	o->live = false;
@@ -234,7 +251,7 @@ refused(ReplicantFanout *f, Outlet *o, const ReplicantSinkResult *result, const 
 		const char *context)
 {
 	replicant_fanout_commit_pending(f);
-	if (live_outlets(f) == 1)
+	if (!others_stream(f, o))
 		replicant_delivery_refused(f->slot, f->pipeline, result, what, context);
 	halt_outlet(f, o, replicant_delivery_refusal(result, what, context), InvalidXLogRecPtr);
 }
