@@ -1014,6 +1014,53 @@ GRANT EXECUTE ON FUNCTION
     replicant.resume_pipeline(text, text)
 TO replicant_admin;
 
+-- A backfill waits while a destination of its pipeline is halted (its rows
+-- are in no WAL that destination could catch up from): backfill_status
+-- says which, in waiting_for.
+CREATE OR REPLACE VIEW replicant.backfill_status AS
+SELECT b.id,
+       p.name AS pipeline,
+       b.relid::regclass AS relation,
+       b.mode,
+       b.state,
+       d.rows_done,
+       CASE
+           WHEN b.state = 'done' OR r.read_to_end THEN d.rows_done
+           WHEN b.state = 'running' THEN greatest(b.rows_estimate, d.rows_done)
+           ELSE b.rows_estimate
+       END AS rows_estimate,
+       CASE
+           WHEN b.state = 'done' OR r.read_to_end THEN 100.0
+           WHEN b.rows_estimate > 0 THEN least(99.9, round(100.0 * d.rows_done / b.rows_estimate, 1))
+           ELSE 0.0
+       END AS percent,
+       b.started_at,
+       b.finished_at,
+       CASE WHEN b.state IN ('planned', 'running') THEN
+           (SELECT pg_catalog.format('destination "%s" is halted', h.name)
+              FROM replicant.destinations h
+             WHERE h.pipeline_id OPERATOR(pg_catalog.=) b.pipeline_id AND h.halt_reason IS NOT NULL
+             ORDER BY h.name
+             LIMIT 1)
+       END AS waiting_for
+  FROM replicant.backfills b
+  JOIN replicant.pipelines p ON p.id = b.pipeline_id
+  LEFT JOIN (SELECT s.backfill_id, sum(l.rows_done)::bigint AS rows_done
+               FROM replicant._snapshot_progress() l
+               JOIN replicant.snapshot_shards s
+                 ON s.backfill_id = l.backfill_id AND s.shard = l.shard
+                AND s.next_block = l.next_block AND NOT s.done
+              GROUP BY s.backfill_id) w ON w.backfill_id = b.id
+  CROSS JOIN LATERAL (SELECT b.rows_done + coalesce(w.rows_done, 0) AS rows_done) d
+  CROSS JOIN LATERAL (
+      SELECT b.state = 'running' AND b.kind = 'initial'
+             AND EXISTS (SELECT FROM replicant.snapshot_shards s WHERE s.backfill_id = b.id)
+             AND NOT EXISTS (SELECT FROM replicant.snapshot_shards s
+                              WHERE s.backfill_id = b.id AND NOT s.done) AS read_to_end) r
+ WHERE replicant._check_progress_reader();
+COMMENT ON VIEW replicant.backfill_status IS
+    'One row per table read by a snapshot or backfill: mode, state, progress, and what it waits for';
+
 -- ---- Privileges nobody granted on purpose (keep this section last: it
 -- covers every object made above).  Default privileges of the installing
 -- role (ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO ..., global or

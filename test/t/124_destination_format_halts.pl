@@ -19,7 +19,8 @@
 # 5. nor when the destination behind has the same format: the update is a
 #    hole in that format's batches; the destination below it gets what
 #    commits before it, never what follows, and halts there alone, while
-#    the one past it goes on (both halted; review of 4).
+#    the one past it goes on (both halted; review of 4);
+# 6. a backfill waiting for a halted destination says which.
 use strict;
 use warnings;
 use FindBin;
@@ -94,7 +95,7 @@ is(dest('q', 'a', 'state'), 'streaming', '2: a streams on');
 # 3.
 SKIP:
 {
-	skip 'clickhouse-server is not installed', 22
+	skip 'clickhouse-server is not installed', 24
 	  unless defined ClickHouse::server_binary() || $ENV{CI};
 	my $ch = ClickHouse->start;
 	$ch->query_ok('CREATE DATABASE r');
@@ -207,6 +208,15 @@ SKIP:
 	is_deeply($ch->select_rows('SELECT id FROM t5y.v FINAL WHERE _deleted = 0 ORDER BY id'),
 		[ { id => 1 } ], '5: y got what came before the update, nothing after it');
 	is(dest('s5', 'b', 'state'), 'streaming', '5: b streams on');
+
+	# 6. A backfill waits while y is halted, and says so; it runs once y
+	# is dropped.
+	my $bf = $node->safe_psql('postgres', "SELECT replicant.backfill('s5', 'v')");
+	is($node->safe_psql('postgres', "SELECT state || ': ' || waiting_for FROM replicant.backfill_status WHERE id = $bf"),
+		'planned: destination "y" is halted', '6: the backfill waits for the halted destination, and says so');
+	$node->safe_psql('postgres', "SELECT replicant.drop_destination('s5', 'y')");
+	ok(poll("SELECT state = 'done' AND waiting_for IS NULL FROM replicant.backfill_status WHERE id = $bf", 120),
+		'6: without it the backfill runs to the end');
 }
 
 done_testing();
