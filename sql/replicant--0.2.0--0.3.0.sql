@@ -196,45 +196,6 @@ GRANT EXECUTE ON FUNCTION replicant._snapshot_progress() TO PUBLIC;
 COMMENT ON FUNCTION replicant._snapshot_progress() IS
     'API: Private. Live snapshot progress behind replicant.backfill_status, for readers of that view';
 
--- rows_done (and percent) add those rows while the shard's recorded
--- position is still the start of the window they come from.
-CREATE OR REPLACE VIEW replicant.backfill_status AS
-SELECT b.id,
-       p.name AS pipeline,
-       b.relid::regclass AS relation,
-       b.mode,
-       b.state,
-       d.rows_done,
-       CASE
-           WHEN b.state = 'done' OR r.read_to_end THEN d.rows_done
-           WHEN b.state = 'running' THEN greatest(b.rows_estimate, d.rows_done)
-           ELSE b.rows_estimate
-       END AS rows_estimate,
-       CASE
-           WHEN b.state = 'done' OR r.read_to_end THEN 100.0
-           WHEN b.rows_estimate > 0 THEN least(99.9, round(100.0 * d.rows_done / b.rows_estimate, 1))
-           ELSE 0.0
-       END AS percent,
-       b.started_at,
-       b.finished_at
-  FROM replicant.backfills b
-  JOIN replicant.pipelines p ON p.id = b.pipeline_id
-  LEFT JOIN (SELECT s.backfill_id, sum(l.rows_done)::bigint AS rows_done
-               FROM replicant._snapshot_progress() l
-               JOIN replicant.snapshot_shards s
-                 ON s.backfill_id = l.backfill_id AND s.shard = l.shard
-                AND s.next_block = l.next_block AND NOT s.done
-              GROUP BY s.backfill_id) w ON w.backfill_id = b.id
-  CROSS JOIN LATERAL (SELECT b.rows_done + coalesce(w.rows_done, 0) AS rows_done) d
-  CROSS JOIN LATERAL (
-      SELECT b.state = 'running' AND b.kind = 'initial'
-             AND EXISTS (SELECT FROM replicant.snapshot_shards s WHERE s.backfill_id = b.id)
-             AND NOT EXISTS (SELECT FROM replicant.snapshot_shards s
-                              WHERE s.backfill_id = b.id AND NOT s.done) AS read_to_end) r
- WHERE replicant._check_progress_reader();
-COMMENT ON VIEW replicant.backfill_status IS
-    'One row per table read by a snapshot or backfill: mode, state and progress';
-GRANT SELECT ON replicant.backfill_status TO PUBLIC;
 GRANT USAGE ON SCHEMA replicant TO pg_monitor;
 
 -- ---- Uninstall and reinstall (issue 31).  The schema replicant is the
@@ -740,6 +701,57 @@ SELECT p.name AS pipeline,
                                  AS retained_wal_bytes) r
   LEFT JOIN replicant._worker_status_v2() w ON w.pipeline_id = p.id;
 
+-- ---- Backfill progress (issue 31), with what a backfill waits for
+-- (issue 34): rows_done (and percent) add the rows of a snapshot window
+-- while the shard's recorded position is still the start of the window
+-- they come from; waiting_for names a halted destination of the pipeline
+-- (a backfill waits for it: its rows are in no WAL that destination could
+-- catch up from).
+CREATE OR REPLACE VIEW replicant.backfill_status AS
+SELECT b.id,
+       p.name AS pipeline,
+       b.relid::regclass AS relation,
+       b.mode,
+       b.state,
+       d.rows_done,
+       CASE
+           WHEN b.state = 'done' OR r.read_to_end THEN d.rows_done
+           WHEN b.state = 'running' THEN greatest(b.rows_estimate, d.rows_done)
+           ELSE b.rows_estimate
+       END AS rows_estimate,
+       CASE
+           WHEN b.state = 'done' OR r.read_to_end THEN 100.0
+           WHEN b.rows_estimate > 0 THEN least(99.9, round(100.0 * d.rows_done / b.rows_estimate, 1))
+           ELSE 0.0
+       END AS percent,
+       b.started_at,
+       b.finished_at,
+       CASE WHEN b.state IN ('planned', 'running') THEN
+           (SELECT pg_catalog.format('destination "%s" is halted', h.name)
+              FROM replicant.destinations h
+             WHERE h.pipeline_id OPERATOR(pg_catalog.=) b.pipeline_id AND h.halt_reason IS NOT NULL
+             ORDER BY h.name
+             LIMIT 1)
+       END AS waiting_for
+  FROM replicant.backfills b
+  JOIN replicant.pipelines p ON p.id = b.pipeline_id
+  LEFT JOIN (SELECT s.backfill_id, sum(l.rows_done)::bigint AS rows_done
+               FROM replicant._snapshot_progress() l
+               JOIN replicant.snapshot_shards s
+                 ON s.backfill_id = l.backfill_id AND s.shard = l.shard
+                AND s.next_block = l.next_block AND NOT s.done
+              GROUP BY s.backfill_id) w ON w.backfill_id = b.id
+  CROSS JOIN LATERAL (SELECT b.rows_done + coalesce(w.rows_done, 0) AS rows_done) d
+  CROSS JOIN LATERAL (
+      SELECT b.state = 'running' AND b.kind = 'initial'
+             AND EXISTS (SELECT FROM replicant.snapshot_shards s WHERE s.backfill_id = b.id)
+             AND NOT EXISTS (SELECT FROM replicant.snapshot_shards s
+                              WHERE s.backfill_id = b.id AND NOT s.done) AS read_to_end) r
+ WHERE replicant._check_progress_reader();
+COMMENT ON VIEW replicant.backfill_status IS
+    'One row per table read by a snapshot or backfill: mode, state, progress, and what it waits for';
+GRANT SELECT ON replicant.backfill_status TO PUBLIC;
+
 -- ---- Metrics (issue 35): replicant.metrics, one row per pipeline, metric,
 -- label set and destination (issue 34: NULL on the pipeline's own metrics,
 -- the destination's name on its sink's), shaped for Prometheus (contrib/prometheus/queries.yaml
@@ -1013,53 +1025,6 @@ GRANT EXECUTE ON FUNCTION
     replicant.drop_destination(text, text),
     replicant.resume_pipeline(text, text)
 TO replicant_admin;
-
--- A backfill waits while a destination of its pipeline is halted (its rows
--- are in no WAL that destination could catch up from): backfill_status
--- says which, in waiting_for.
-CREATE OR REPLACE VIEW replicant.backfill_status AS
-SELECT b.id,
-       p.name AS pipeline,
-       b.relid::regclass AS relation,
-       b.mode,
-       b.state,
-       d.rows_done,
-       CASE
-           WHEN b.state = 'done' OR r.read_to_end THEN d.rows_done
-           WHEN b.state = 'running' THEN greatest(b.rows_estimate, d.rows_done)
-           ELSE b.rows_estimate
-       END AS rows_estimate,
-       CASE
-           WHEN b.state = 'done' OR r.read_to_end THEN 100.0
-           WHEN b.rows_estimate > 0 THEN least(99.9, round(100.0 * d.rows_done / b.rows_estimate, 1))
-           ELSE 0.0
-       END AS percent,
-       b.started_at,
-       b.finished_at,
-       CASE WHEN b.state IN ('planned', 'running') THEN
-           (SELECT pg_catalog.format('destination "%s" is halted', h.name)
-              FROM replicant.destinations h
-             WHERE h.pipeline_id OPERATOR(pg_catalog.=) b.pipeline_id AND h.halt_reason IS NOT NULL
-             ORDER BY h.name
-             LIMIT 1)
-       END AS waiting_for
-  FROM replicant.backfills b
-  JOIN replicant.pipelines p ON p.id = b.pipeline_id
-  LEFT JOIN (SELECT s.backfill_id, sum(l.rows_done)::bigint AS rows_done
-               FROM replicant._snapshot_progress() l
-               JOIN replicant.snapshot_shards s
-                 ON s.backfill_id = l.backfill_id AND s.shard = l.shard
-                AND s.next_block = l.next_block AND NOT s.done
-              GROUP BY s.backfill_id) w ON w.backfill_id = b.id
-  CROSS JOIN LATERAL (SELECT b.rows_done + coalesce(w.rows_done, 0) AS rows_done) d
-  CROSS JOIN LATERAL (
-      SELECT b.state = 'running' AND b.kind = 'initial'
-             AND EXISTS (SELECT FROM replicant.snapshot_shards s WHERE s.backfill_id = b.id)
-             AND NOT EXISTS (SELECT FROM replicant.snapshot_shards s
-                              WHERE s.backfill_id = b.id AND NOT s.done) AS read_to_end) r
- WHERE replicant._check_progress_reader();
-COMMENT ON VIEW replicant.backfill_status IS
-    'One row per table read by a snapshot or backfill: mode, state, progress, and what it waits for';
 
 -- ---- Privileges nobody granted on purpose (keep this section last: it
 -- covers every object made above).  Default privileges of the installing
