@@ -245,7 +245,6 @@ SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', on_slot_los
 SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', snapshot => 'bogus');
 \set VERBOSITY default
 SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', snapshot => 'initial');
-SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', snapshot => 'incremental');
 -- NATS beside another destination: their message ids and marks would collide
 SELECT replicant.add_destination('fan', 'b', 'nats://127.0.0.1:4222/S');
 \set VERBOSITY terse

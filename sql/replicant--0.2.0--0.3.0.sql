@@ -481,8 +481,9 @@ ALTER TABLE replicant.checkpoints ADD PRIMARY KEY (destination_id);
 COMMENT ON TABLE replicant.checkpoints IS
     'API: Private. Last commit LSN acknowledged by the sink, per destination.';
 
--- The destination a backfill is read for; NULL: every destination of the
--- pipeline (in this version, its only one).
+-- The destination a backfill is read for (add_destination's snapshot =>
+-- 'incremental'), dropped with it; NULL: every destination of the
+-- pipeline.
 ALTER TABLE replicant.backfills ADD COLUMN destination_id integer
     REFERENCES replicant.destinations ON DELETE CASCADE;
 
@@ -701,12 +702,13 @@ SELECT p.name AS pipeline,
                                  AS retained_wal_bytes) r
   LEFT JOIN replicant._worker_status_v2() w ON w.pipeline_id = p.id;
 
--- ---- Backfill progress (issue 31), with what a backfill waits for
--- (issue 34): rows_done (and percent) add the rows of a snapshot window
--- while the shard's recorded position is still the start of the window
--- they come from; waiting_for names a halted destination of the pipeline
--- (a backfill waits for it: its rows are in no WAL that destination could
--- catch up from).
+-- ---- Backfill progress (issue 31), with whom a backfill is for and what
+-- it waits for (issue 34): rows_done (and percent) add the rows of a
+-- snapshot window while the shard's recorded position is still the start
+-- of the window they come from; destination is the one it is for (NULL:
+-- all); waiting_for names a halted destination of the pipeline (a backfill
+-- waits for it: its rows are in no WAL that destination could catch up
+-- from).
 CREATE OR REPLACE VIEW replicant.backfill_status AS
 SELECT b.id,
        p.name AS pipeline,
@@ -726,6 +728,8 @@ SELECT b.id,
        END AS percent,
        b.started_at,
        b.finished_at,
+       (SELECT h.name FROM replicant.destinations h
+         WHERE h.id OPERATOR(pg_catalog.=) b.destination_id) AS destination,
        CASE WHEN b.state IN ('planned', 'running') THEN
            (SELECT pg_catalog.format('destination "%s" is halted', h.name)
               FROM replicant.destinations h
@@ -973,8 +977,8 @@ SELECT replicant._request_sync();
 -- (replicant.destinations.halt_reason, written by the worker) and
 -- resume_pipeline(name, destination) resumes it alone.  A new destination
 -- gets what commits after the call (its checkpoint is the WAL insert
--- position once the worker stopped); snapshot => 'none' only in this
--- version.
+-- position once the worker stopped), and with snapshot => 'incremental' a
+-- backfill of every table for it alone.
 CREATE FUNCTION replicant.add_destination(
     pipeline                text,
     name                    text,
@@ -996,7 +1000,7 @@ LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'replicant_add_destination';
 COMMENT ON FUNCTION replicant.add_destination(text, text, text, text, text, integer, integer, integer, integer, jsonb, text, text, boolean, text, text) IS
-    'Adds a destination to a pipeline: it receives what commits after the call';
+    'Adds a destination to a pipeline: it receives what commits after the call (snapshot => ''incremental'': and every table''s rows)';
 
 CREATE FUNCTION replicant.drop_destination(pipeline text, name text) RETURNS void
 LANGUAGE C VOLATILE

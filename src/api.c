@@ -358,7 +358,7 @@ replicant_create_pipeline(PG_FUNCTION_ARGS)
 
 		/* An incremental backfill of every table the publications deliver. */
 		foreach(lc, tables)
-			(void) replicant_backfill_plan(pipeline_id, owner, lfirst_oid(lc), "auto");
+			(void) replicant_backfill_plan(pipeline_id, 0, owner, lfirst_oid(lc), "auto");
 	}
 	replicant_catalog_leave(&s);
 

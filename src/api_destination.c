@@ -23,6 +23,7 @@
 
 #include "api_destination.h"
 #include "api_xact.h"
+#include "backfill_plan.h"
 #include "catalog.h"
 #include "format.h"
 #include "pipeline_checks.h"
@@ -222,9 +223,9 @@ check_ready(void)
 }
 
 /*
- * snapshot => 'none' only: an added destination gets what commits after
- * the call; 'incremental' (a backfill for it alone) comes with a later
- * commit of issue 34.
+ * An added destination gets what commits after the call, and with
+ * snapshot => 'incremental' a backfill of every table for it alone;
+ * 'initial' needs a slot created with the snapshot.
  */
 static void
 check_added_snapshot(const char *snapshot)
@@ -235,11 +236,20 @@ check_added_snapshot(const char *snapshot)
 				 errmsg("an added destination cannot take snapshot \"initial\""),
 				 errdetail("An exported snapshot exists only where a replication slot is created."),
 				 errhint("Use snapshot => 'incremental'.")));
-	if (strcmp(snapshot, "incremental") == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("snapshot \"incremental\" for an added destination is not supported yet"),
-				 errhint("Add it with snapshot => 'none': it receives what commits after the call.")));
+}
+
+/*
+ * snapshot => 'incremental': a backfill of every table the publications
+ * deliver, for the destination alone (the others have the rows), planned
+ * as backfill() plans one (mode 'auto', read as the pipeline's owner).
+ */
+static void
+plan_backfills(const ReplicantPipelineRef *ref, int32 destination_id)
+{
+	ListCell *lc;
+
+	foreach(lc, replicant_publication_published_tables(ref->publications, true))
+		(void) replicant_backfill_plan(ref->id, destination_id, ref->owner, lfirst_oid(lc), "auto");
 }
 
 /*
@@ -348,8 +358,9 @@ insert_checkpoint(int32 pipeline_id, int32 destination_id)
  *				   create_tables, max_retained_wal, on_slot_loss)
  *
  * The new destination receives every transaction whose commit record is
- * written after its worker stopped, in this call; the others go on from
- * their checkpoints.
+ * written after its worker stopped, in this call, and with snapshot =>
+ * 'incremental' every table's rows; the others go on from their
+ * checkpoints.
  */
 Datum
 replicant_add_destination(PG_FUNCTION_ARGS)
@@ -357,6 +368,8 @@ replicant_add_destination(PG_FUNCTION_ARGS)
 	char *name;
 	char *destination;
 	char *url;
+	char *snapshot;
+	int32 destination_id;
 	ReplicantPipelineOptions o;
 	ReplicantPipelineRef ref;
 	ReplicantCatalogAccess s;
@@ -367,7 +380,8 @@ replicant_add_destination(PG_FUNCTION_ARGS)
 	replicant_pipeline_options_parse(fcinfo, REPLICANT_ADD_DESTINATION, &o);
 	destination = TextDatumGetCString(o.values[OPT_DESTINATION]);
 	url = TextDatumGetCString(o.values[OPT_SINK_URL]);
-	check_added_snapshot(TextDatumGetCString(o.values[OPT_SNAPSHOT]));
+	snapshot = TextDatumGetCString(o.values[OPT_SNAPSHOT]);
+	check_added_snapshot(snapshot);
 	check_ready();
 
 	replicant_catalog_enter(&s);
@@ -382,8 +396,11 @@ replicant_add_destination(PG_FUNCTION_ARGS)
 	ref = replicant_pipeline_lookup(name, true);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
 	check_addable(&ref, destination, url);
-	insert_checkpoint(ref.id, replicant_api_destination_insert(ref.id, &o, PG_NARGS(),
-															   REPLICANT_ADD_DESTINATION));
+	destination_id = replicant_api_destination_insert(ref.id, &o, PG_NARGS(),
+													  REPLICANT_ADD_DESTINATION);
+	insert_checkpoint(ref.id, destination_id);
+	if (strcmp(snapshot, "incremental") == 0)
+		plan_backfills(&ref, destination_id);
 	replicant_catalog_bump_config(ref.id);
 	replicant_catalog_leave(&s);
 

@@ -311,7 +311,7 @@ replicant_backfill(PG_FUNCTION_ARGS)
 				 errmsg("a backfill of this table is already in progress in pipeline \"%s\"", name),
 				 errhint("Cancel it with replicant.cancel_backfill() first.")));
 
-	id = replicant_backfill_plan(ref.id, ref.owner, relid, mode);
+	id = replicant_backfill_plan(ref.id, 0, ref.owner, relid, mode);
 	replicant_catalog_bump_config(ref.id);
 	replicant_catalog_leave(&s);
 	replicant_shmem_request_sync_at_commit();

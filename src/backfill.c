@@ -109,7 +109,7 @@ replicant_backfill_next(int32 pipeline_id)
 
 	replicant_catalog_begin(&access);
 	if (SPI_execute_with_args("SELECT id, relid, mode, relfilenode, cursor_key, next_block,"
-							  "       bounds, next_range, first_sent, rows_done"
+							  "       bounds, next_range, first_sent, rows_done, destination_id"
 							  "  FROM replicant.backfills"
 							  " WHERE pipeline_id = $1 AND kind = 'incremental'"
 							  "   AND state IN ('planned', 'running')"
@@ -140,6 +140,8 @@ replicant_backfill_next(int32 pipeline_id)
 		b->next_range = DatumGetInt32(SPI_getbinval(t, d, 8, &isnull));
 		b->first_sent = DatumGetBool(SPI_getbinval(t, d, 9, &isnull));
 		b->rows_done = DatumGetInt64(SPI_getbinval(t, d, 10, &isnull));
+		v = SPI_getbinval(t, d, 11, &isnull);
+		b->destination_id = isnull ? 0 : DatumGetInt32(v);
 		MemoryContextSwitchTo(old);
 	}
 	replicant_catalog_end(&access);

@@ -18,6 +18,7 @@
 typedef struct ReplicantBackfill
 {
 	int64 id;
+	int32 destination_id; /* the one it is for; 0: every destination */
 	Oid relid;
 	char relname[NAMEDATALEN]; /* for messages */
 	char *mode;                /* keyset | bitmap | ctid */

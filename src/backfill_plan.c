@@ -273,11 +273,12 @@ plan_as_table_owner(Oid owner, Oid relid, const char *requested_mode, int64 *est
 }
 
 int64
-replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *requested_mode)
+replicant_backfill_plan(int32 pipeline_id, int32 destination_id, Oid owner, Oid relid,
+						const char *requested_mode)
 {
-	Oid types[6] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID};
-	Datum values[6];
-	char nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Oid types[7] = {INT4OID, OIDOID, TEXTOID, INT8OID, OIDOID, TEXTARRAYOID, INT4OID};
+	Datum values[7];
+	char nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int64 estimate;
 	Oid relfilenode;
 	Datum bounds;
@@ -293,10 +294,13 @@ replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid, const char *req
 	values[4] = ObjectIdGetDatum(relfilenode);
 	values[5] = bounds;
 	nulls[5] = bounds ? ' ' : 'n';
+	values[6] = Int32GetDatum(destination_id);
+	nulls[6] = destination_id != 0 ? ' ' : 'n';
 	if (SPI_execute_with_args("INSERT INTO replicant.backfills"
-							  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds)"
-							  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6) RETURNING id",
-							  6, types, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+							  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds,"
+							  "  destination_id)"
+							  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6, $7) RETURNING id",
+							  7, types, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not plan the backfill");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
@@ -322,49 +326,65 @@ published_now(ReplicantPipeline *pipeline, Relation rel)
 	return published;
 }
 
+/* A skipped backfill's table, and whom it was for. */
+typedef struct SkippedTable
+{
+	Oid relid;
+	int32 destination_id; /* 0: every destination */
+} SkippedTable;
+
 /*
- * The tables whose last backfill or initial snapshot in the pipeline was
- * skipped, oldest first, in the SPI connection's memory.  Needs SPI.
+ * The skipped backfills and initial snapshots of the pipeline that no later
+ * backfill of their table for the same destinations replaced (one for a
+ * single destination does not replace one for all), oldest first, in the
+ * SPI connection's memory.  Needs SPI.
  */
 static List *
 skipped_tables(int32 pipeline_id)
 {
 	Oid argtypes[1] = {INT4OID};
 	Datum args[1] = {Int32GetDatum(pipeline_id)};
-	List *relids = NIL;
+	List *skipped = NIL;
 	uint64 i;
 
-	if (SPI_execute_with_args("SELECT b.relid FROM replicant.backfills b"
+	if (SPI_execute_with_args("SELECT b.relid, coalesce(b.destination_id, 0) FROM replicant.backfills b"
 							  " WHERE b.pipeline_id OPERATOR(pg_catalog.=) $1"
 							  "   AND b.state OPERATOR(pg_catalog.=) 'skipped'"
 							  "   AND NOT EXISTS (SELECT 1 FROM replicant.backfills l"
 							  "                    WHERE l.pipeline_id OPERATOR(pg_catalog.=) b.pipeline_id"
 							  "                      AND l.relid OPERATOR(pg_catalog.=) b.relid"
-							  "                      AND l.id OPERATOR(pg_catalog.>) b.id)"
+							  "                      AND l.id OPERATOR(pg_catalog.>) b.id"
+							  "                      AND (l.destination_id IS NULL OR"
+							  "                           l.destination_id OPERATOR(pg_catalog.=) b.destination_id))"
 							  " ORDER BY b.id",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read backfills");
 	for (i = 0; i < SPI_processed; i++)
 	{
+		SkippedTable *table = palloc(sizeof(SkippedTable));
 		bool isnull;
 
-		relids = lappend_oid(relids,
-							 DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-															SPI_tuptable->tupdesc, 1, &isnull)));
+		table->relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+													  SPI_tuptable->tupdesc, 1, &isnull));
+		table->destination_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 2, &isnull));
+		skipped = lappend(skipped, table);
 	}
-	return relids;
+	return skipped;
 }
 
 /*
- * Plans a backfill of relid again, from its start, when a publication
- * publishes it again (setting *planned); returns whether it is still
+ * Plans a backfill of the table again, from its start and for the same
+ * destinations, when a publication publishes it again (setting *planned);
+ * returns whether it is still
  * skipped.  Sets *refused (in mcxt) when the pipeline's owner may not read
  * the table it would plan.
  */
 static bool
-replan_if_published(ReplicantPipeline *pipeline, Oid relid, bool *planned,
+replan_if_published(ReplicantPipeline *pipeline, const SkippedTable *table, bool *planned,
 					char **refused, MemoryContext mcxt)
 {
+	Oid relid = table->relid;
 	Relation rel;
 	char *name;
 
@@ -388,7 +408,7 @@ replan_if_published(ReplicantPipeline *pipeline, Oid relid, bool *planned,
 		*refused = MemoryContextStrdup(mcxt, *refused);
 		return false;
 	}
-	(void) replicant_backfill_plan(pipeline->id, pipeline->owner, relid, "auto");
+	(void) replicant_backfill_plan(pipeline->id, table->destination_id, pipeline->owner, relid, "auto");
 	*planned = true;
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" backfills table \"%s\" again from its start",
@@ -417,8 +437,7 @@ replicant_backfill_replan_skipped(ReplicantPipeline *pipeline, bool *planned,
 	{
 		foreach(lc, skipped_tables(pipeline->id))
 		{
-			skipped |= replan_if_published(pipeline, lfirst_oid(lc), planned,
-										   halt_reason, caller);
+			skipped |= replan_if_published(pipeline, lfirst(lc), planned, halt_reason, caller);
 			if (*halt_reason)
 				break;
 		}

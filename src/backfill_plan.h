@@ -10,12 +10,13 @@
 #include "pipeline.h"
 
 /*
- * Plans a backfill of relid for the pipeline (needs SPI, as replicant's
- * catalog access); returns its id.  An error when owner may not read the
- * table whole.  The table is read (the router's sample, bitmap ranges) as
- * its own owner, restricted (table_read.h).
+ * Plans a backfill of relid for the pipeline's destination destination_id
+ * alone, or (0) for each of them (needs SPI, as replicant's catalog
+ * access); returns its id.  An error when owner may not read the table
+ * whole.  The table is read (the router's sample, bitmap ranges) as its
+ * own owner, restricted (table_read.h).
  */
-extern int64 replicant_backfill_plan(int32 pipeline_id, Oid owner, Oid relid,
+extern int64 replicant_backfill_plan(int32 pipeline_id, int32 destination_id, Oid owner, Oid relid,
 									 const char *requested_mode);
 
 /*

@@ -550,12 +550,13 @@ replicant_fanout_deliver_messages(ReplicantFanout *f, List *messages)
  * its batch_max_bytes (a single larger row goes alone).  Each request's
  * id is <pipeline>-b<backfill>-<position>-<low watermark>-<part>
  * (replicant_format_read_webhook_id): a chunk read again after a restart,
- * its parts cut elsewhere, reuses none of them.  Returns the rows sent.
+ * its parts cut elsewhere, reuses none of them.  Sets *rows to the rows
+ * sent; false when o refused them and halted alone.
  */
-static int
-deliver_chunk_to(ReplicantFanout *f, Outlet *o, ReplicantChunk *chunk, bool first_sent)
+static bool
+deliver_chunk_to(ReplicantFanout *f, Outlet *o, ReplicantChunk *chunk, bool first_sent,
+				 int *rows)
 {
-	int rows = 0;
 	int next = 0;
 	int part = 0;
 	bool more = chunk->last || replicant_chunk_has_rows(chunk);
@@ -597,36 +598,52 @@ deliver_chunk_to(ReplicantFanout *f, Outlet *o, ReplicantChunk *chunk, bool firs
 								&body, &result);
 		/*
 		 * Rows read are in no WAL a destination could catch up from later:
-		 * a refusal halts the pipeline, and the chunk is read again, for
-		 * every destination, after the resume.
+		 * the chunk is read again after the resume.  A refusal of a
+		 * backfill for every destination halts the pipeline; of one for o
+		 * alone (added with a snapshot), o alone, and the backfill's
+		 * progress does not move.
 		 */
 		if (result.outcome != REPLICANT_SINK_OK)
 		{
+			char *context = psprintf(" (table \"%s\")", chunk->relation->table);
+
+			if (chunk->backfill->destination_id != 0)
+			{
+				refused(f, o, &result, "backfill batch", context);
+				return false;
+			}
 			replicant_fanout_commit_pending(f);
-			replicant_delivery_refused(f->slot, f->pipeline, &result, "backfill batch",
-									   psprintf(" (table \"%s\")", chunk->relation->table));
+			replicant_delivery_refused(f->slot, f->pipeline, &result, "backfill batch", context);
 		}
 		note_delivered(f, o, 0, n, 0, out.len, GetCurrentTimestamp());
-		rows += n;
+		*rows += n;
 	}
-	return rows;
+	return true;
 }
 
 void
 replicant_fanout_deliver_chunk(ReplicantFanout *f, ReplicantChunk *chunk)
 {
 	bool first_sent = chunk->backfill->first_sent;
+	bool reached = true;
 	int rows = 0;
 
 	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
 	if (chunk->relation != NULL)
 	{
+		int32 only = chunk->backfill->destination_id;
+
 		f->chunk_table = chunk->relation->table;
+		/* A backfill for one destination (added with a snapshot) goes to it alone. */
 		for (int i = 0; i < f->noutlets; i++)
-			if (f->outlets[i].live)
-				rows = deliver_chunk_to(f, &f->outlets[i], chunk, first_sent);
+			if (f->outlets[i].live && (only == 0 || f->outlets[i].destination->id == only))
+			{
+				rows = 0;
+				reached &= deliver_chunk_to(f, &f->outlets[i], chunk, first_sent, &rows);
+			}
 	}
-	replicant_backfill_record_chunk(chunk, rows);
+	if (reached)
+		replicant_backfill_record_chunk(chunk, rows);
 	replicant_shmem_note_progress(f->slot);
 	replicant_runs_progressed(f->pipeline->id);
 	f->chunk_table = NULL;
