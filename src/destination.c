@@ -223,6 +223,9 @@ replicant_destination_mirror(ReplicantPipelineSlot *slot, List *destinations)
 	int n = 0;
 	ListCell *lc;
 
+	/* Under 0.2.0's objects (id 0) the one place stands for the pipeline's sink. */
+	if (destinations == NIL || ((ReplicantDestination *) linitial(destinations))->id == 0)
+		return;
 	Assert(list_length(destinations) <= REPLICANT_MAX_DESTINATIONS);
 	foreach(lc, destinations)
 	{
@@ -232,9 +235,6 @@ replicant_destination_mirror(ReplicantPipelineSlot *slot, List *destinations)
 		strlcpy(names[n], d->name, NAMEDATALEN);
 		n++;
 	}
-	/* Under 0.2.0's objects (id 0) the one place stands for the pipeline's sink. */
-	if (n == 0 || ids[0] == 0)
-		return;
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	replicant_shmem_mirror_destinations(slot, n, ids, names);
 	LWLockRelease(replicant_shmem->lock);
