@@ -108,12 +108,20 @@ replicant_backfill_next(int32 pipeline_id)
 	MemoryContext caller = CurrentMemoryContext;
 
 	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args("SELECT id, relid, mode, relfilenode, cursor_key, next_block,"
-							  "       bounds, next_range, first_sent, rows_done, destination_id"
-							  "  FROM replicant.backfills"
-							  " WHERE pipeline_id = $1 AND kind = 'incremental'"
-							  "   AND state IN ('planned', 'running')"
-							  " ORDER BY id LIMIT 1",
+	/* replicant.backfills.destination_id comes with 0.3.0's objects. */
+	if (SPI_execute_with_args(replicant_destinations_exist() ?
+								  "SELECT id, relid, mode, relfilenode, cursor_key, next_block,"
+								  "       bounds, next_range, first_sent, rows_done, destination_id"
+								  "  FROM replicant.backfills"
+								  " WHERE pipeline_id = $1 AND kind = 'incremental'"
+								  "   AND state IN ('planned', 'running')"
+								  " ORDER BY id LIMIT 1" :
+								  "SELECT id, relid, mode, relfilenode, cursor_key, next_block,"
+								  "       bounds, next_range, first_sent, rows_done, NULL::integer"
+								  "  FROM replicant.backfills"
+								  " WHERE pipeline_id = $1 AND kind = 'incremental'"
+								  "   AND state IN ('planned', 'running')"
+								  " ORDER BY id LIMIT 1",
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read backfills");
 	if (SPI_processed > 0)

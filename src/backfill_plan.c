@@ -296,11 +296,18 @@ replicant_backfill_plan(int32 pipeline_id, int32 destination_id, Oid owner, Oid 
 	nulls[5] = bounds ? ' ' : 'n';
 	values[6] = Int32GetDatum(destination_id);
 	nulls[6] = destination_id != 0 ? ' ' : 'n';
-	if (SPI_execute_with_args("INSERT INTO replicant.backfills"
-							  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds,"
-							  "  destination_id)"
-							  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6, $7) RETURNING id",
-							  7, types, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+	/* replicant.backfills.destination_id comes with 0.3.0's objects. */
+	Assert(destination_id == 0 || replicant_destinations_exist());
+	if (SPI_execute_with_args(replicant_destinations_exist() ?
+								  "INSERT INTO replicant.backfills"
+								  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds,"
+								  "  destination_id)"
+								  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6, $7) RETURNING id" :
+								  "INSERT INTO replicant.backfills"
+								  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds)"
+								  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6) RETURNING id",
+							  replicant_destinations_exist() ? 7 : 6, types, values, nulls, false, 1) !=
+		SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not plan the backfill");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
