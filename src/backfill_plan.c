@@ -284,6 +284,7 @@ replicant_backfill_plan(int32 pipeline_id, int32 destination_id, Oid owner, Oid 
 	Datum bounds;
 	char *mode;
 	bool isnull;
+	bool with_destinations = replicant_destinations_exist();
 
 	/* Only the plan's row is written with the caller's raised rights. */
 	mode = plan_as_table_owner(owner, relid, requested_mode, &estimate, &relfilenode, &bounds);
@@ -297,8 +298,8 @@ replicant_backfill_plan(int32 pipeline_id, int32 destination_id, Oid owner, Oid 
 	values[6] = Int32GetDatum(destination_id);
 	nulls[6] = destination_id != 0 ? ' ' : 'n';
 	/* replicant.backfills.destination_id comes with 0.3.0's objects. */
-	Assert(destination_id == 0 || replicant_destinations_exist());
-	if (SPI_execute_with_args(replicant_destinations_exist() ?
+	Assert(destination_id == 0 || with_destinations);
+	if (SPI_execute_with_args(with_destinations ?
 								  "INSERT INTO replicant.backfills"
 								  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds,"
 								  "  destination_id)"
@@ -306,7 +307,7 @@ replicant_backfill_plan(int32 pipeline_id, int32 destination_id, Oid owner, Oid 
 								  "INSERT INTO replicant.backfills"
 								  " (pipeline_id, relid, kind, mode, rows_estimate, relfilenode, bounds)"
 								  " VALUES ($1, $2, 'incremental', $3, $4, $5, $6) RETURNING id",
-							  replicant_destinations_exist() ? 7 : 6, types, values, nulls, false, 1) !=
+							  with_destinations ? 7 : 6, types, values, nulls, false, 1) !=
 		SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not plan the backfill");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
