@@ -158,6 +158,23 @@ replicant_batch_queue_next(ReplicantBatchQueue *queue, ReplicantBatchCursor *cur
 	return batch;
 }
 
+bool
+replicant_batch_queue_has_next(const ReplicantBatchQueue *queue, const ReplicantBatchCursor *cursor)
+{
+	return cursor->batch - queue->first_number < (uint64) list_length(queue->sealed);
+}
+
+uint64
+replicant_batch_queue_sealed_size(const ReplicantBatchQueue *queue)
+{
+	uint64 size = 0;
+	ListCell *lc;
+
+	foreach(lc, queue->sealed)
+		size += replicant_batch_size(lfirst(lc));
+	return size;
+}
+
 void
 replicant_batch_queue_passed(ReplicantBatchQueue *queue, ReplicantBatchCursor *cursor, int txn)
 {

@@ -145,6 +145,13 @@ extern ReplicantBatch *replicant_batch_queue_next(ReplicantBatchQueue *queue,
 extern void replicant_batch_queue_passed(ReplicantBatchQueue *queue,
 										 ReplicantBatchCursor *cursor, int txn);
 
+/* Whether cursor has a sealed batch's transaction left to send. */
+extern bool replicant_batch_queue_has_next(const ReplicantBatchQueue *queue,
+										   const ReplicantBatchCursor *cursor);
+
+/* The bytes the sealed batches hold, in memory or spilled. */
+extern uint64 replicant_batch_queue_sealed_size(const ReplicantBatchQueue *queue);
+
 /* Frees the sealed batches that all ncursors cursors passed. */
 extern void replicant_batch_queue_release(ReplicantBatchQueue *queue,
 										  const ReplicantBatchCursor *cursors, int ncursors);

@@ -289,13 +289,20 @@ replicant_delivery_answered(ReplicantPipelineSlot *slot, ReplicantDestinationSlo
 }
 
 bool
+replicant_delivery_retry_waiting(ReplicantPipelineSlot *slot, const ReplicantRetryState *retry)
+{
+	return retry->next_attempt_at != 0 && GetCurrentTimestamp() < retry->next_attempt_at &&
+		   !stop_requested(slot) &&
+		   pg_atomic_read_u32(&slot->retry_requests) == retry->retry_requests;
+}
+
+bool
 replicant_delivery_retry_due(ReplicantPipelineSlot *slot, ReplicantDestinationSlot *place,
 							 ReplicantRetryState *retry)
 {
 	if (retry->next_attempt_at == 0)
 		return true;
-	if (GetCurrentTimestamp() < retry->next_attempt_at && !stop_requested(slot) &&
-		pg_atomic_read_u32(&slot->retry_requests) == retry->retry_requests)
+	if (replicant_delivery_retry_waiting(slot, retry))
 		return false;
 	retry->next_attempt_at = 0;
 	set_next_retry_at(place, 0);

@@ -52,6 +52,13 @@ extern bool replicant_delivery_retry_due(ReplicantPipelineSlot *slot,
 										 ReplicantRetryState *retry);
 
 /*
+ * Whether an attempt waits for its time: replicant_delivery_retry_due()
+ * would say no.  Changes nothing.
+ */
+extern bool replicant_delivery_retry_waiting(ReplicantPipelineSlot *slot,
+											 const ReplicantRetryState *retry);
+
+/*
  * How long a wait may last before replicant_delivery_retry_due() is asked
  * again: until the attempt is due, but short enough to see a
  * retry_pipeline() of a process whose latch it cannot set.

@@ -6,14 +6,24 @@
  *
  * Each destination that is not halted is an outlet: its transport, its
  * render target (one per format, render_target.h), its cursor in that
- * target's batches and the request it has in flight.  Sending goes in
- * steps: every outlet with something left starts its next request, and a
- * round (delivery_set.h) runs until each one has its final answer; so a
- * destination that is slow or retrying holds the others back, one batch at
- * a time, until it is answered or halts (a backlog that lets the others go
- * on is docs/destinations-design.md §3.3's next step).  A destination gets
- * its transactions in commit order and skips the commits its own
- * checkpoint covers: after a restart decoding starts at the lowest one.
+ * target's batches and the request it has in flight or waits to retry.
+ * Sending goes in steps: every outlet with something left starts its next
+ * request, and a round (delivery_set.h) runs until each request started
+ * has its answer.  A destination gets its transactions in commit order and
+ * skips the commits its own checkpoint covers: after a restart decoding
+ * starts at the lowest one.
+ *
+ * A slow sink paces the others one request at a time; a retrying one does
+ * not (docs/destinations-design.md §3.3).  While another destination
+ * streams, decoding goes on and the batches its cursor has not passed are
+ * kept for it, up to replicant.destination_backlog.  Past that, or when
+ * everything must be sent first (a message, a backfill chunk), it is left
+ * behind (detached): its batches go, its checkpoint holds the slot, and
+ * the request it waits to retry, copied, is retried alone as the probe of
+ * its sink.  Once the sink takes it the destination is "behind", and when
+ * the others have sent all they have the worker starts again (a rewind):
+ * the next one decodes from the lowest checkpoint and the others skip what
+ * theirs cover.
  *
  * A sink's refusal, or its format's halt, halts that destination alone,
  * recorded in replicant.destinations, while the others go on; it keeps
@@ -42,6 +52,7 @@
 #include "format.h"
 #include "metrics.h"
 #include "render_target.h"
+#include "replicant.h"
 #include "resync.h"
 #include "runs.h"
 #include "transport.h"
@@ -58,7 +69,9 @@ typedef struct Outlet
 	ReplicantRenderTarget *target;
 	const ReplicantFormat *format;
 	bool live;                   /* not halted */
-	ReplicantBatchCursor cursor; /* in its target's batches */
+	bool attached;               /* sent each batch as decoded: not left behind */
+	bool behind;                 /* left behind, and its sink took the probe */
+	ReplicantBatchCursor cursor; /* in its target's batches, while attached */
 	XLogRecPtr delivered_upto;   /* commits at or below it were delivered to it */
 	bool at_hole;                /* it was sent all it can have below a hole
 								  * of its target, and halts there */
@@ -71,6 +84,10 @@ typedef struct Outlet
 	size_t bytes;
 	ReplicantRequest request;
 	ReplicantDelivery delivery;
+	bool sending;           /* delivery holds a request: in a round or waiting to retry */
+	MemoryContext context;  /* the range's requests, from one round to the next */
+	XLogRecPtr probe_lsn;   /* left behind: the last commit of the request kept */
+	ReplicantMemoryBody probe_body;
 } Outlet;
 
 struct ReplicantFanout
@@ -158,6 +175,7 @@ replicant_fanout_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 		o->destination = d;
 		o->place = replicant_shmem_destination(slot, d->id);
 		o->live = true;
+		o->attached = true;
 		o->delivered_upto = d->checkpoint_commit_lsn;
 	}
 	LWLockRelease(replicant_shmem->lock);
@@ -168,6 +186,8 @@ replicant_fanout_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 		o->target = replicant_decoder_target(decoder, o->destination);
 		o->format = o->target->format;
 		o->sink = replicant_delivery_sink(o->destination);
+		o->context = AllocSetContextCreate(TopMemoryContext, "replicant outlet",
+										   ALLOCSET_DEFAULT_SIZES);
 	}
 	MemoryContextSwitchTo(old);
 	f->start_lsn = Max(replicant_decoder_confirmed(decoder), pipeline->checkpoint_end_lsn);
@@ -219,9 +239,85 @@ replicant_fanout_commit_pending(ReplicantFanout *f)
 }
 
 bool
-replicant_fanout_all_delivered(ReplicantFanout *f)
+replicant_fanout_all_attached(ReplicantFanout *f)
 {
+	for (int i = 0; i < f->noutlets; i++)
+		if (!f->outlets[i].attached)
+			return false;
 	return live_outlets(f) == list_length(f->pipeline->destinations);
+}
+
+/* Whether o was sent every batch sealed so far. */
+static bool
+sent_all(const Outlet *o)
+{
+	return !o->sending && !replicant_batch_queue_has_next(o->target->queue, &o->cursor);
+}
+
+bool
+replicant_fanout_all_sent(ReplicantFanout *f)
+{
+	if (!replicant_fanout_all_attached(f))
+		return false;
+	for (int i = 0; i < f->noutlets; i++)
+		if (!sent_all(&f->outlets[i]))
+			return false;
+	return true;
+}
+
+bool
+replicant_fanout_rejoin_due(ReplicantFanout *f)
+{
+	bool behind = false;
+
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		Outlet *o = &f->outlets[i];
+
+		if (!o->live)
+			continue;
+		if (o->attached && !sent_all(o))
+			return false;
+		behind |= o->behind;
+	}
+	return behind;
+}
+
+long
+replicant_fanout_retry_wait_ms(ReplicantFanout *f)
+{
+	long wait = -1;
+
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		Outlet *o = &f->outlets[i];
+		long t;
+
+		if (!o->live || !o->sending)
+			continue;
+		t = replicant_delivery_retry_wait_ms(&o->delivery.retry);
+		if (wait < 0 || t < wait)
+			wait = t;
+	}
+	return wait;
+}
+
+void
+replicant_fanout_note_rewind(ReplicantFanout *f)
+{
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		Outlet *o = &f->outlets[i];
+
+		if (!o->live || o->attached)
+			continue;
+		LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+		o->place->metrics.rewinds++;
+		LWLockRelease(replicant_shmem->lock);
+		replicant_log_state(f->pipeline->name, "rejoined", "destination", o->destination->name,
+							"from", psprintf("%X/%X", LSN_FORMAT_ARGS(o->delivered_upto)),
+							REPLICANT_LOG_END);
+	}
 }
 
 /*
@@ -237,6 +333,7 @@ halt_outlet(ReplicantFanout *f, Outlet *o, const char *reason, XLogRecPtr lsn)
 		replicant_delivery_halt_at(f->slot, f->pipeline, reason, lsn, NULL);
 	replicant_destination_halted(f->pipeline->name, o->destination, o->place, reason, lsn);
 	o->live = false;
+	o->sending = false;
 	o->batch = NULL;
 	replicant_transport_close(o->sink);
 	o->sink = NULL;
@@ -313,12 +410,16 @@ start_next(ReplicantFanout *f, Outlet *o)
 	for (;;)
 	{
 		void *plan;
+		MemoryContext old;
+		bool made;
+		const char *id = NULL;
 
 		if (o->batch == NULL)
 		{
 			const char *reason;
 			XLogRecPtr hole = replicant_render_hole_of(o->target, o->destination->id, &reason);
 
+			MemoryContextReset(o->context);
 			o->batch = replicant_batch_queue_next(o->target->queue, &o->cursor,
 												  &o->first, &o->last);
 			if (o->batch != NULL)
@@ -358,17 +459,24 @@ start_next(ReplicantFanout *f, Outlet *o)
 		}
 		/*
 		 * A format sets only what it has: target stays NULL for most; its
-		 * plan of the range stays from the range's first request on.
+		 * plan of the range stays from the range's first request on.  The
+		 * request may wait for its retry over several of the worker's
+		 * cycles: it lives in o's context.
 		 */
+		old = MemoryContextSwitchTo(o->context);
 		plan = o->part > 0 ? o->request.plan : NULL;
 		memset(&o->request, 0, sizeof(o->request));
 		o->request.plan = plan;
-		if (o->format->stream_request(f->pipeline->name, o->batch, o->first, o->last, o->part,
-									  &o->request))
+		made = o->format->stream_request(f->pipeline->name, o->batch, o->first, o->last, o->part,
+										 &o->request);
+		if (made)
+			id = wire_id(f, o, o->request.webhook_id);
+		MemoryContextSwitchTo(old);
+		if (made)
 		{
-			replicant_delivery_begin(&o->delivery, f->slot, o->sink,
-									 wire_id(f, o, o->request.webhook_id), &o->request.body);
+			replicant_delivery_begin(&o->delivery, f->slot, o->sink, id, &o->request.body);
 			o->delivery.place = o->place;
+			o->sending = true;
 			return true;
 		}
 		/* Every request of the range was taken (or the format makes none). */
@@ -421,8 +529,131 @@ answered(ReplicantFanout *f, Outlet *o)
 }
 
 /*
+ * Acts on the sink's final answer to the probe of o, left behind: a
+ * refusal is one (it would come again after the rewind); anything else
+ * says the sink answers, and o waits to be caught up.
+ */
+static void
+probe_answered(ReplicantFanout *f, Outlet *o)
+{
+	const ReplicantSinkResult *result = &o->delivery.result;
+
+	if (result->outcome == REPLICANT_SINK_GONE || result->outcome == REPLICANT_SINK_REJECTED)
+	{
+		refused(f, o, result, "batch", psprintf(" (commit LSN %X/%X)", LSN_FORMAT_ARGS(o->probe_lsn)));
+		return;
+	}
+	o->behind = true;
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	o->place->state = REPLICANT_STATE_BEHIND;
+	o->place->last_error[0] = '\0';
+	LWLockRelease(replicant_shmem->lock);
+	replicant_log_state(f->pipeline->name, "behind", "destination", o->destination->name,
+						REPLICANT_LOG_END);
+}
+
+/* Whether o waits for its request's next attempt to come due. */
+static bool
+waiting(ReplicantFanout *f, const Outlet *o)
+{
+	return o->sending && !o->delivery.in_flight &&
+		   replicant_delivery_retry_waiting(f->slot, &o->delivery.retry);
+}
+
+/* Whether a destination other than o gets batches and is not waiting to retry. */
+static bool
+others_move(ReplicantFanout *f, const Outlet *o)
+{
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		const Outlet *p = &f->outlets[i];
+
+		if (p != o && streams(p) && p->attached && !waiting(f, p))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Whether decoding may go on while o, attached, waits to retry: another
+ * destination moves, nothing must be sent to all first (drain), and its
+ * target keeps at most replicant.destination_backlog for it.
+ */
+static bool
+may_wait_apart(ReplicantFanout *f, const Outlet *o, bool drain)
+{
+	return !drain && others_move(f, o) &&
+		   replicant_batch_queue_sealed_size(o->target->queue) <=
+		   (uint64) replicant_destination_backlog_kb * 1024;
+}
+
+/*
+ * Leaves o behind: the batches it has not passed are no longer kept for
+ * it, and the request it waits to retry is copied to be retried alone as
+ * the probe of its sink.  False when that request is too large to copy (a
+ * transaction past twice its batch_max_bytes): o stays, and holds the
+ * others as before.
+ */
+static bool
+leave_behind(ReplicantFanout *f, Outlet *o)
+{
+	ReplicantBody *body = &o->request.body;
+	StringInfo copy;
+	MemoryContext old;
+
+	if (body->length > 2 * (size_t) o->destination->batch_max_bytes)
+		return false;
+	old = MemoryContextSwitchTo(o->context);
+	copy = makeStringInfo();
+	enlargeStringInfo(copy, (int) body->length);
+	body->rewind(body->arg);
+	while (copy->len < (int) body->length)
+	{
+		size_t n = body->read(body->arg, copy->data + copy->len, body->length - copy->len);
+
+		if (n == (size_t) -1 || n == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not read a batch of pipeline \"%s\"", f->pipeline->name)));
+		copy->len += (int) n;
+	}
+	copy->data[copy->len] = '\0';
+	replicant_body_from_buffer(body, &o->probe_body, copy);
+	MemoryContextSwitchTo(old);
+
+	o->probe_lsn = o->batch->txns[o->last].commit_lsn;
+	o->batch = NULL;
+	o->attached = false;
+	replicant_log_state(f->pipeline->name, "detached", "destination", o->destination->name,
+						"checkpoint", psprintf("%X/%X", LSN_FORMAT_ARGS(o->delivered_upto)),
+						REPLICANT_LOG_END);
+	return true;
+}
+
+/*
+ * Leaves behind each attached destination that waits to retry while
+ * others move, when decoding may not go on with it; whether it left any.
+ */
+static bool
+leave_laggards_behind(ReplicantFanout *f, bool drain)
+{
+	bool left = false;
+
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		Outlet *o = &f->outlets[i];
+
+		if (o->live && o->attached && waiting(f, o) && others_move(f, o) &&
+			!may_wait_apart(f, o, drain))
+			left |= leave_behind(f, o);
+	}
+	return left;
+}
+
+/*
  * Halts the destinations whose render target halted (its format cannot go
- * on), once they got what came before: the others go on.
+ * on), once they got what came before: the others go on.  One left behind
+ * meets the halt again after the rewind.
  */
 static void
 halt_with_targets(ReplicantFanout *f)
@@ -431,7 +662,7 @@ halt_with_targets(ReplicantFanout *f)
 	{
 		Outlet *o = &f->outlets[i];
 
-		if (o->live && !replicant_render_live(o->target))
+		if (o->live && o->attached && sent_all(o) && !replicant_render_live(o->target))
 			halt_outlet(f, o, o->target->halt_reason, o->target->halted_at);
 	}
 }
@@ -456,7 +687,7 @@ halt_at_holes(ReplicantFanout *f)
 	}
 }
 
-/* Frees the batches every live destination of each target passed. */
+/* Frees the batches every attached destination of each target passed. */
 static void
 release_batches(ReplicantFanout *f)
 {
@@ -473,14 +704,14 @@ release_batches(ReplicantFanout *f)
 		if (j < i)
 			continue;
 		for (j = i; j < f->noutlets; j++)
-			if (f->outlets[j].target == target && f->outlets[j].live)
+			if (f->outlets[j].target == target && f->outlets[j].live && f->outlets[j].attached)
 				cursors[n++] = f->outlets[j].cursor;
 		replicant_batch_queue_release(target->queue, cursors, n);
 	}
 }
 
 bool
-replicant_fanout_deliver_batches(ReplicantFanout *f)
+replicant_fanout_deliver_batches(ReplicantFanout *f, bool drain)
 {
 	bool any = false;
 
@@ -489,24 +720,49 @@ replicant_fanout_deliver_batches(ReplicantFanout *f)
 		ReplicantDelivery *set[REPLICANT_MAX_DESTINATIONS];
 		Outlet *sending[REPLICANT_MAX_DESTINATIONS];
 		int n = 0;
+		bool moves = false;
+		bool holds = false;
 
 		halt_at_holes(f);
 		for (int i = 0; i < f->noutlets; i++)
 		{
 			Outlet *o = &f->outlets[i];
 
-			if (o->live && start_next(f, o))
-			{
-				sending[n] = o;
-				set[n++] = &o->delivery;
-			}
+			if (!o->live || !(o->sending || (o->attached && start_next(f, o))))
+				continue;
+			sending[n] = o;
+			set[n++] = &o->delivery;
+			if (!waiting(f, o))
+				moves = true;
+			else if (o->attached && !may_wait_apart(f, o, drain))
+				holds = true;
 		}
-		if (n == 0)
-			break;
+		/*
+		 * Only retries are left, none due: decoding goes on unless one
+		 * holds it (then it waits for the first to come due, as with one
+		 * destination), or a laggard can be left behind.
+		 */
+		if (!moves)
+		{
+			if (holds && leave_laggards_behind(f, drain))
+				continue;
+			if (!holds)
+				break;
+		}
 		any = true;
-		replicant_delivery_set_run(set, n);
+		replicant_delivery_set_round(set, n);
 		for (int i = 0; i < n; i++)
-			answered(f, sending[i]);
+		{
+			Outlet *o = sending[i];
+
+			if (!o->delivery.answered)
+				continue;
+			o->sending = false;
+			if (o->attached)
+				answered(f, o);
+			else
+				probe_answered(f, o);
+		}
 	}
 	halt_at_holes(f);
 	halt_with_targets(f);
@@ -529,7 +785,7 @@ replicant_fanout_deliver_messages(ReplicantFanout *f, List *messages)
 			ReplicantSinkResult result;
 
 			/* Sent before: decoding went back for a destination behind this one. */
-			if (!o->live || o->format->message_request == NULL ||
+			if (!o->live || !o->attached || o->format->message_request == NULL ||
 				((ReplicantMessage *) lfirst(lc))->lsn <= o->delivered_upto)
 				continue;
 			o->format->message_request(f->pipeline->name, lfirst(lc), &request);
@@ -636,7 +892,8 @@ replicant_fanout_deliver_chunk(ReplicantFanout *f, ReplicantChunk *chunk)
 		f->chunk_table = chunk->relation->table;
 		/* A backfill for one destination (added with a snapshot) goes to it alone. */
 		for (int i = 0; i < f->noutlets; i++)
-			if (f->outlets[i].live && (only == 0 || f->outlets[i].destination->id == only))
+			if (f->outlets[i].live && f->outlets[i].attached &&
+				(only == 0 || f->outlets[i].destination->id == only))
 			{
 				rows = 0;
 				reached &= deliver_chunk_to(f, &f->outlets[i], chunk, first_sent, &rows);

@@ -37,12 +37,15 @@ extern void replicant_fanout_confirm(ReplicantFanout *fanout, XLogRecPtr lsn);
 extern void replicant_fanout_commit_pending(ReplicantFanout *fanout);
 
 /*
- * Sends the sealed batches to each destination until every one passed
- * them, one request per destination in flight at once; a destination
- * refused halts alone while others go on, the last one halts the
- * pipeline.  Returns whether anything was sent.
+ * Sends the sealed batches to each destination, one request per
+ * destination in flight at once; a destination refused halts alone while
+ * others go on, the last one halts the pipeline.  One waiting to retry
+ * while others stream is sent its batches later, within
+ * replicant.destination_backlog, else left behind; with drain, every
+ * destination not left behind was sent them all on return (a message or a
+ * chunk follows).  Returns whether a request was sent.
  */
-extern bool replicant_fanout_deliver_batches(ReplicantFanout *fanout);
+extern bool replicant_fanout_deliver_batches(ReplicantFanout *fanout, bool drain);
 
 /* Non-transactional messages, each alone, to every destination. */
 extern void replicant_fanout_deliver_messages(ReplicantFanout *fanout, List *messages);
@@ -59,10 +62,28 @@ extern void replicant_fanout_deliver_chunk(ReplicantFanout *fanout, ReplicantChu
 extern const char *replicant_fanout_chunk_table(ReplicantFanout *fanout);
 
 /*
- * Whether every destination got everything decoded so far: none is halted
- * (a halted one holds the slot at its checkpoint), so WAL read past the
- * last delivered commit may be confirmed.
+ * Whether every destination gets each change as decoded: none is halted
+ * or left behind (a backfill chunk may be read).
  */
-extern bool replicant_fanout_all_delivered(ReplicantFanout *fanout);
+extern bool replicant_fanout_all_attached(ReplicantFanout *fanout);
+
+/*
+ * Whether every destination got everything decoded so far: all are
+ * attached and were sent every batch, so WAL read past the last delivered
+ * commit may be confirmed.
+ */
+extern bool replicant_fanout_all_sent(ReplicantFanout *fanout);
+
+/*
+ * Whether the worker should start again to catch up a destination left
+ * behind: its sink took the probe, and every other was sent all it has.
+ */
+extern bool replicant_fanout_rejoin_due(ReplicantFanout *fanout);
+
+/* Counts and logs the rewind of each destination left behind. */
+extern void replicant_fanout_note_rewind(ReplicantFanout *fanout);
+
+/* How long the worker may sleep before a retry comes due; -1: none waits. */
+extern long replicant_fanout_retry_wait_ms(ReplicantFanout *fanout);
 
 #endif /* REPLICANT_FANOUT_H */

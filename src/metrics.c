@@ -95,8 +95,8 @@ replicant_metrics_progressed(ReplicantPipelineSlot *slot)
 
 /*
  * The number replicant_state shows (README, "Monitoring"): 0 starting,
- * 1 snapshotting, 2 streaming, 3 retrying, 4 halted; the view adds 5
- * disabled and 7 standby; 6 is resync_pending's.
+ * 1 snapshotting, 2 streaming, 3 retrying, 4 halted, 9 behind; the view
+ * adds 5 disabled and 7 standby; 6 is resync_pending's, 8 resyncing's.
  */
 static int
 state_number(ReplicantWorkerState state)
@@ -113,6 +113,8 @@ state_number(ReplicantWorkerState state)
 			return 3;
 		case REPLICANT_STATE_HALTED:
 			return 4;
+		case REPLICANT_STATE_BEHIND:
+			return 9;
 	}
 	return 0;
 }
@@ -172,6 +174,7 @@ put_destination(MetricsOut *out, const ReplicantDestinationSlot *destination, Ti
 	for (i = 0; i < REPLICANT_RETRY_CLASSES; i++)
 		put(out, "replicant_retries_total", retry_classes[i], NULL, m->retries[i]);
 	put(out, "replicant_halts_total", NULL, NULL, m->halts);
+	put(out, "replicant_rewinds_total", NULL, NULL, m->rewinds);
 	put(out, "replicant_disabled_by_sink", NULL, NULL, m->disabled_by_sink ? 1 : 0);
 	put(out, "replicant_state", NULL, NULL, state_number(destination->state));
 	put(out, "replicant_lag_seconds", NULL, NULL,

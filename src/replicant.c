@@ -13,6 +13,7 @@
 
 int replicant_max_pipelines = 16;
 int replicant_batch_memory_limit_kb = 16384;
+int replicant_destination_backlog_kb = 65536;
 int replicant_batch_linger_ms = 5;
 int replicant_checkpoint_interval_ms = 50;
 
@@ -31,6 +32,13 @@ replicant_define_settings(void)
 							NULL,
 							&replicant_batch_memory_limit_kb,
 							16384, 64, MAX_KILOBYTES,
+							PGC_SIGHUP, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("replicant.destination_backlog",
+							"Most decoded batches a pipeline keeps for a destination whose sink is retrying while its others stream.",
+							"Past it, that destination is left behind: the others go on, it keeps retrying one request, and once its sink takes it the worker starts again from its checkpoint to catch it up. Batches past replicant.batch_memory_limit are spilled to a temporary file.",
+							&replicant_destination_backlog_kb,
+							65536, 64, MAX_KILOBYTES,
 							PGC_SIGHUP, GUC_UNIT_KB,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("replicant.batch_linger",

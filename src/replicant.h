@@ -22,6 +22,7 @@
 
 /* GUCs */
 extern int replicant_max_pipelines;
+extern int replicant_destination_backlog_kb;
 extern int replicant_batch_memory_limit_kb;
 extern int replicant_batch_linger_ms;
 extern int replicant_checkpoint_interval_ms;

@@ -246,8 +246,10 @@ state_rank(ReplicantWorkerState state)
 	switch (state)
 	{
 		case REPLICANT_STATE_HALTED:
-			return 4;
+			return 5;
 		case REPLICANT_STATE_RETRYING:
+			return 4;
+		case REPLICANT_STATE_BEHIND:
 			return 3;
 		case REPLICANT_STATE_STARTING:
 			return 2;
@@ -419,6 +421,8 @@ replicant_state_name(ReplicantWorkerState state)
 			return "retrying";
 		case REPLICANT_STATE_HALTED:
 			return "halted";
+		case REPLICANT_STATE_BEHIND:
+			return "behind";
 	}
 	return "starting";
 }

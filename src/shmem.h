@@ -36,6 +36,8 @@ typedef struct ReplicantMetrics
 	uint64 messages_delivered;
 	uint64 retries[REPLICANT_RETRY_CLASSES];
 	uint64 halts;
+	/* Times the worker started again to catch it up after it fell behind (fanout.c). */
+	uint64 rewinds;
 	/* Disabled by the sink's 410 Gone, until enabled again (not kept over a restart). */
 	bool disabled_by_sink;
 	/* Commit time of the oldest transaction decoded and not acknowledged; 0: none. */
@@ -52,7 +54,8 @@ typedef enum ReplicantWorkerState
 	REPLICANT_STATE_SNAPSHOTTING,
 	REPLICANT_STATE_STREAMING,
 	REPLICANT_STATE_RETRYING,
-	REPLICANT_STATE_HALTED
+	REPLICANT_STATE_HALTED,
+	REPLICANT_STATE_BEHIND /* left behind, its sink answering: waits to catch up */
 } ReplicantWorkerState;
 
 /*

@@ -592,7 +592,7 @@ start_chunk_if_due(Worker *w)
 	MemoryContext cycle_context = CurrentMemoryContext;
 
 	if (w->backfill == NULL || replicant_decoder_chunk(w->decoder) != NULL ||
-		GetCurrentTimestamp() < w->backfill->retry_at || !replicant_fanout_all_delivered(w->fanout))
+		GetCurrentTimestamp() < w->backfill->retry_at || !replicant_fanout_all_attached(w->fanout))
 		return;
 	MemoryContextSwitchTo(TopMemoryContext);
 	replicant_decoder_before_normal_access(w->decoder);
@@ -618,6 +618,24 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 		replicant_decoder_before_normal_access(w->decoder);
 		w->backfill = replicant_backfill_next(w->pipeline->id);
 	}
+}
+
+/*
+ * A destination left behind answers again and the others were sent all
+ * they have: the worker commits their checkpoints and exits for an
+ * immediate restart, which decodes from the lowest checkpoint (the left
+ * one's) with every destination attached, each skipping what its own
+ * checkpoint covers.
+ */
+REPLICANT_NORETURN static void
+restart_to_rejoin(Worker *w)
+{
+	commit_pending(w);
+	replicant_fanout_note_rewind(w->fanout);
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	w->slot->superseded = true;
+	LWLockRelease(replicant_shmem->lock);
+	proc_exit(0);
 }
 
 /*
@@ -663,15 +681,19 @@ stream_cycle(Worker *w, bool *delivered)
 								   replicant_decoder_halt_cause(w->decoder));
 	}
 
-	/* What decoding rendered goes out now, as one batch. */
+	/*
+	 * What decoding rendered goes out now, as one batch; all of it before
+	 * messages and chunks, which go at their place, after a checkpoint that
+	 * covers what came before.
+	 */
 	replicant_decoder_seal(w->decoder);
-	if (replicant_fanout_deliver_batches(w->fanout))
+	messages = replicant_decoder_take_messages(w->decoder);
+	chunk = replicant_decoder_chunk(w->decoder);
+	if (replicant_fanout_deliver_batches(w->fanout, messages != NIL || (chunk && chunk->complete)))
 		*delivered = true;
 	else if (at_end)
 		replicant_metrics_progressed(w->slot);
 
-	/* Messages and chunks go at their place: after a checkpoint that covers what came before. */
-	messages = replicant_decoder_take_messages(w->decoder);
 	if (messages != NIL)
 	{
 		commit_pending(w);
@@ -679,13 +701,13 @@ stream_cycle(Worker *w, bool *delivered)
 		list_free_deep(messages);
 		return false;
 	}
-	chunk = replicant_decoder_chunk(w->decoder);
-	if (chunk && chunk->complete && !replicant_fanout_all_delivered(w->fanout))
+	if (chunk && chunk->complete && !replicant_fanout_all_attached(w->fanout))
 	{
 		/*
-		 * A destination halted while the chunk was open: it would miss its
-		 * rows, which no WAL holds.  Read again once every destination is
-		 * delivered to (the backfill's progress did not move).
+		 * A destination halted or was left behind while the chunk was
+		 * open: it would miss its rows, which no WAL holds.  Read again
+		 * once every destination is attached (the backfill's progress did
+		 * not move).
 		 */
 		replicant_decoder_set_chunk(w->decoder, NULL);
 		replicant_chunk_free(chunk);
@@ -697,7 +719,9 @@ stream_cycle(Worker *w, bool *delivered)
 		finish_chunk(w, chunk);
 		return false;
 	}
-	if (at_end && !replicant_checkpoint_is_pending() && replicant_fanout_all_delivered(w->fanout))
+	if (at_end && replicant_fanout_rejoin_due(w->fanout))
+		restart_to_rejoin(w);
+	if (at_end && !replicant_checkpoint_is_pending() && replicant_fanout_all_sent(w->fanout))
 	{
 		/*
 		 * Nothing published up to here is unsent to any destination
@@ -721,6 +745,7 @@ static void
 wait_for_wal(Worker *w)
 {
 	long timeout = IDLE_TIMEOUT_MS;
+	long retry;
 
 	if (pg_atomic_read_u32(&w->slot->nudged) != 0)
 		return;
@@ -728,6 +753,9 @@ wait_for_wal(Worker *w)
 		timeout = FLUSH_WAIT_MS;
 	if (replicant_checkpoint_is_pending())
 		timeout = Min(timeout, replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()));
+	retry = replicant_fanout_retry_wait_ms(w->fanout);
+	if (retry >= 0)
+		timeout = Min(timeout, retry);
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 timeout, PG_WAIT_EXTENSION);
 }
