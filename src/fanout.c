@@ -601,7 +601,8 @@ leave_behind(ReplicantFanout *f, Outlet *o)
 	StringInfo copy;
 	MemoryContext old;
 
-	if (body->length > 2 * (size_t) o->destination->batch_max_bytes)
+	if (body->length > 2 * (size_t) o->destination->batch_max_bytes ||
+		body->length >= MaxAllocSize / 2)
 		return false;
 	old = MemoryContextSwitchTo(o->context);
 	copy = makeStringInfo();

@@ -48,6 +48,10 @@ mut '(replicant_retained_wal_bytes + replicant_safe_wal_size_bytes) > 0.8' '(rep
 mut $'safe_wal_size_bytes) > 0.8\n        for: 1m' $'safe_wal_size_bytes) > 0.8\n        for: 0m' "WalBudget: for 1m -> 0m"
 mut 'changes(replicant_backfill_rows_done[10m]) == 0' 'changes(replicant_backfill_rows_done[5m]) == 0' "BackfillStalled: window 10m -> 5m"
 mut 'and replicant_backfill_rows_done offset 10m' 'and replicant_backfill_rows_done' "BackfillStalled: no age condition"
+mut 'expr: replicant_state == 9' 'expr: replicant_state >= 3' "DestinationBehind: == 9 -> >= 3 (pages on retrying)"
+mut $'replicant_state == 9\n        for: 15m' $'replicant_state == 9\n        for: 5m' "DestinationBehind: for 15m -> 5m"
+mut 'increase(replicant_rewinds_total[1h]) > 3' 'increase(replicant_rewinds_total[1h]) > 2' "Rewinding: > 3 -> > 2"
+mut 'increase(replicant_rewinds_total[1h]) > 3' 'increase(replicant_rewinds_total[1h]) > 5' "Rewinding: > 3 -> > 5"
 if [ "$survived" -ne 0 ]; then
 	echo "mutants.sh: $survived broken rule(s) pass replicant-alerts.test.yml" >&2
 	exit 1
