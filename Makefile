@@ -13,6 +13,8 @@ OBJS = \
 	src/sync.o \
 	src/worker.o \
 	src/fanout.o \
+	src/fanout_outlet.o \
+	src/fanout_laggard.o \
 	src/runs.o \
 	src/catalog.o \
 	src/install.o \

@@ -119,6 +119,14 @@ replicant_batch_queue_filling_txns(ReplicantBatchQueue *queue)
 	return queue->filling ? queue->filling->ntxns : 0;
 }
 
+/* What a sealed batch takes: its buffers, its bookkeeping and its spill file. */
+static uint64
+batch_footprint(const ReplicantBatch *batch)
+{
+	return sizeof(ReplicantBatch) + sizeof(ListCell) + batch->mem.maxlen +
+		   sizeof(ReplicantBatchTxn) * batch->maxtxns + batch->file_length;
+}
+
 void
 replicant_batch_queue_seal(ReplicantBatchQueue *queue)
 {
@@ -129,6 +137,8 @@ replicant_batch_queue_seal(ReplicantBatchQueue *queue)
 	Assert(!queue->filling->in_txn);
 	old = MemoryContextSwitchTo(GetMemoryChunkContext(queue));
 	queue->sealed = lappend(queue->sealed, queue->filling);
+	queue->filling->footprint = batch_footprint(queue->filling);
+	queue->sealed_footprint += queue->filling->footprint;
 	MemoryContextSwitchTo(old);
 	queue->last_commit_lsn = queue->filling->last_commit_lsn;
 	queue->filling = NULL;
@@ -165,14 +175,9 @@ replicant_batch_queue_has_next(const ReplicantBatchQueue *queue, const Replicant
 }
 
 uint64
-replicant_batch_queue_sealed_size(const ReplicantBatchQueue *queue)
+replicant_batch_queue_footprint(const ReplicantBatchQueue *queue)
 {
-	uint64 size = 0;
-	ListCell *lc;
-
-	foreach(lc, queue->sealed)
-		size += replicant_batch_size(lfirst(lc));
-	return size;
+	return queue->sealed_footprint;
 }
 
 void
@@ -202,6 +207,7 @@ replicant_batch_queue_release(ReplicantBatchQueue *queue, const ReplicantBatchCu
 			if (!cursor_passed(&cursors[i], queue->first_number, oldest->ntxns))
 				return;
 		queue->sealed = list_delete_first(queue->sealed);
+		queue->sealed_footprint -= oldest->footprint;
 		queue->first_number++;
 		if (queue->spare == NULL)
 		{

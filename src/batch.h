@@ -63,6 +63,8 @@ typedef struct ReplicantBatch
 	int ntxns;
 	int maxtxns;
 
+	uint64 footprint; /* once sealed, what it takes (batch.c) */
+
 	/* The last transaction stored in it or its queue's earlier batches. */
 	XLogRecPtr last_commit_lsn;
 
@@ -109,6 +111,7 @@ typedef struct ReplicantBatchQueue
 	ReplicantBatch *filling;    /* or NULL: none begun since the last seal */
 	List *sealed;               /* of ReplicantBatch *, oldest first */
 	uint64 first_number;        /* the number of sealed's oldest */
+	uint64 sealed_footprint;    /* what sealed takes, replicant_batch_queue_footprint() */
 	ReplicantBatch *spare;      /* freed, reset, or NULL */
 	XLogRecPtr last_commit_lsn; /* the last transaction any of them stored */
 } ReplicantBatchQueue;
@@ -149,8 +152,11 @@ extern void replicant_batch_queue_passed(ReplicantBatchQueue *queue,
 extern bool replicant_batch_queue_has_next(const ReplicantBatchQueue *queue,
 										   const ReplicantBatchCursor *cursor);
 
-/* The bytes the sealed batches hold, in memory or spilled. */
-extern uint64 replicant_batch_queue_sealed_size(const ReplicantBatchQueue *queue);
+/*
+ * What the sealed batches take, in memory (their buffers and bookkeeping)
+ * and spilled: the bound replicant.destination_backlog applies to.
+ */
+extern uint64 replicant_batch_queue_footprint(const ReplicantBatchQueue *queue);
 
 /* Frees the sealed batches that all ncursors cursors passed. */
 extern void replicant_batch_queue_release(ReplicantBatchQueue *queue,

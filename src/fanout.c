@@ -13,17 +13,9 @@
  * skips the commits its own checkpoint covers: after a restart decoding
  * starts at the lowest one.
  *
- * A slow sink paces the others one request at a time; a retrying one does
- * not (docs/destinations-design.md §3.3).  While another destination
- * streams, decoding goes on and the batches its cursor has not passed are
- * kept for it, up to replicant.destination_backlog.  Past that, or when
- * everything must be sent first (a message, a backfill chunk), it is left
- * behind (detached): its batches go, its checkpoint holds the slot, and
- * the request it waits to retry, copied, is retried alone as the probe of
- * its sink.  Once the sink takes it the destination is "behind", and when
- * the others have sent all they have the worker starts again (a rewind):
- * the next one decodes from the lowest checkpoint and the others skip what
- * theirs cover.
+ * A slow sink paces the others one request at a time; one that keeps
+ * failing does not, within replicant.destination_backlog, and past it is
+ * left behind and brought back by a rewind (fanout_laggard.c).
  *
  * A sink's refusal, or its format's halt, halts that destination alone,
  * recorded in replicant.destinations, while the others go on; it keeps
@@ -36,7 +28,6 @@
  */
 #include "postgres.h"
 
-#include "storage/condition_variable.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -48,102 +39,18 @@
 #include "destination.h"
 #include "event_log.h"
 #include "fanout.h"
+#include "fanout_laggard.h"
+#include "fanout_outlet.h"
 #include "fault.h"
 #include "format.h"
 #include "metrics.h"
 #include "render_target.h"
-#include "replicant.h"
 #include "resync.h"
 #include "runs.h"
 #include "transport.h"
 
 StaticAssertDecl(REPLICANT_RENDER_MAX_MARKS >= REPLICANT_MAX_DESTINATIONS,
 				 "a render target can have every destination of a pipeline");
-
-/* One destination being delivered to. */
-typedef struct Outlet
-{
-	ReplicantDestination *destination;
-	ReplicantDestinationSlot *place; /* what the slot shows of it */
-	ReplicantTransport *sink;
-	ReplicantRenderTarget *target;
-	const ReplicantFormat *format;
-	bool live;                   /* not halted */
-	bool attached;               /* sent each batch as decoded: not left behind */
-	bool behind;                 /* left behind, and its sink took the probe */
-	ReplicantBatchCursor cursor; /* in its target's batches, while attached */
-	XLogRecPtr delivered_upto;   /* commits at or below it were delivered to it */
-	bool at_hole;                /* it was sent all it can have below a hole
-								  * of its target, and halts there */
-
-	/* Transactions [first, last] of batch, being sent as request part. */
-	ReplicantBatch *batch;
-	int first;
-	int last;
-	int part;
-	size_t bytes;
-	ReplicantRequest request;
-	ReplicantDelivery delivery;
-	bool sending;           /* delivery holds a request: in a round or waiting to retry */
-	MemoryContext context;  /* the range's requests, from one round to the next */
-	XLogRecPtr probe_lsn;   /* left behind: the last commit of the request kept */
-	ReplicantMemoryBody probe_body;
-} Outlet;
-
-struct ReplicantFanout
-{
-	ReplicantPipelineSlot *slot;
-	ReplicantPipeline *pipeline;
-	ReplicantDecoder *decoder;
-	XLogRecPtr start_lsn; /* confirmed as streaming began */
-	const char *chunk_table;
-	int noutlets;
-	Outlet outlets[REPLICANT_MAX_DESTINATIONS];
-};
-
-/* Whether o streams on: not halted, nor about to halt at a hole. */
-static bool
-streams(const Outlet *o)
-{
-	return o->live && !o->at_hole;
-}
-
-static int
-live_outlets(ReplicantFanout *f)
-{
-	int n = 0;
-
-	for (int i = 0; i < f->noutlets; i++)
-		n += streams(&f->outlets[i]);
-	return n;
-}
-
-/* Whether a destination other than o streams on: else o's halt is the pipeline's. */
-static bool
-others_stream(ReplicantFanout *f, const Outlet *o)
-{
-	for (int i = 0; i < f->noutlets; i++)
-		if (&f->outlets[i] != o && streams(&f->outlets[i]))
-			return true;
-	return false;
-}
-
-/*
- * A destination's wire id: the format's, which begins with the pipeline's
- * name, for "default"; <pipeline>.<destination> in its place for any
- * other, so that destinations never share an id ('.' is in no pipeline's
- * name).
- */
-static char *
-wire_id(ReplicantFanout *f, Outlet *o, const char *id)
-{
-	size_t plen = strlen(f->pipeline->name);
-
-	if (strcmp(o->destination->name, REPLICANT_DEFAULT_DESTINATION) == 0)
-		return (char *) id;
-	Assert(strncmp(id, f->pipeline->name, plen) == 0);
-	return psprintf("%s.%s%s", f->pipeline->name, o->destination->name, id + plen);
-}
 
 ReplicantFanout *
 replicant_fanout_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
@@ -191,51 +98,8 @@ replicant_fanout_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 	}
 	MemoryContextSwitchTo(old);
 	f->start_lsn = Max(replicant_decoder_confirmed(decoder), pipeline->checkpoint_end_lsn);
-	replicant_fanout_confirm(f, f->start_lsn);
+	replicant_outlet_confirm(f, f->start_lsn);
 	return f;
-}
-
-void
-replicant_fanout_confirm(ReplicantFanout *f, XLogRecPtr lsn)
-{
-	ReplicantPipelineSlot *slot = f->slot;
-
-	replicant_decoder_confirm(f->decoder, lsn);
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	if (lsn > slot->delivered_upto)
-	{
-		slot->delivered_upto = lsn;
-		slot->progress++;
-	}
-	/* Under the lock: a caller still waiting asks again (status.c). */
-	pg_atomic_write_u32(&slot->checkpoint_wanted, 0);
-	LWLockRelease(replicant_shmem->lock);
-	ConditionVariableBroadcast(&slot->delivered_cv);
-	/* Past where this run began: it is no run without progress (runs.c). */
-	if (lsn > f->start_lsn)
-		replicant_runs_progressed(f->pipeline->id);
-}
-
-/*
- * After a checkpoint commit: the run made durable progress (a destination's
- * checkpoint moved, whether or not the floor did: a halted destination
- * holds it), and the floor is confirmed.
- */
-static void
-checkpoint_committed(ReplicantFanout *f)
-{
-	XLogRecPtr floor = replicant_checkpoint_floor();
-
-	replicant_runs_progressed(f->pipeline->id);
-	if (!XLogRecPtrIsInvalid(floor))
-		replicant_fanout_confirm(f, floor);
-}
-
-void
-replicant_fanout_commit_pending(ReplicantFanout *f)
-{
-	if (replicant_checkpoint_commit_pending())
-		checkpoint_committed(f);
 }
 
 bool
@@ -244,14 +108,7 @@ replicant_fanout_all_attached(ReplicantFanout *f)
 	for (int i = 0; i < f->noutlets; i++)
 		if (!f->outlets[i].attached)
 			return false;
-	return live_outlets(f) == list_length(f->pipeline->destinations);
-}
-
-/* Whether o was sent every batch sealed so far. */
-static bool
-sent_all(const Outlet *o)
-{
-	return !o->sending && !replicant_batch_queue_has_next(o->target->queue, &o->cursor);
+	return replicant_fanout_live_outlets(f) == list_length(f->pipeline->destinations);
 }
 
 bool
@@ -260,9 +117,21 @@ replicant_fanout_all_sent(ReplicantFanout *f)
 	if (!replicant_fanout_all_attached(f))
 		return false;
 	for (int i = 0; i < f->noutlets; i++)
-		if (!sent_all(&f->outlets[i]))
+		if (!replicant_outlet_sent_all(&f->outlets[i]))
 			return false;
 	return true;
+}
+
+void
+replicant_fanout_confirm(ReplicantFanout *f, XLogRecPtr lsn)
+{
+	replicant_outlet_confirm(f, lsn);
+}
+
+void
+replicant_fanout_commit_pending(ReplicantFanout *f)
+{
+	replicant_outlet_commit_pending(f);
 }
 
 bool
@@ -274,9 +143,14 @@ replicant_fanout_rejoin_due(ReplicantFanout *f)
 	{
 		Outlet *o = &f->outlets[i];
 
+		/*
+		 * One waiting to retry is sent its batches again after the
+		 * restart (its checkpoint holds them): it does not keep the one
+		 * behind waiting for as long as its sink fails.
+		 */
 		if (!o->live)
 			continue;
-		if (o->attached && !sent_all(o))
+		if (o->attached && !replicant_outlet_sent_all(o) && !replicant_outlet_waiting(f, o))
 			return false;
 		behind |= o->behind;
 	}
@@ -321,59 +195,6 @@ replicant_fanout_note_rewind(ReplicantFanout *f)
 }
 
 /*
- * Halts destination o alone, for reason (value-free), at the commit lsn:
- * what the others acknowledged is committed first, and it holds the slot
- * at its checkpoint from here on.  The last one halts the pipeline.
- */
-static void
-halt_outlet(ReplicantFanout *f, Outlet *o, const char *reason, XLogRecPtr lsn)
-{
-	replicant_fanout_commit_pending(f);
-	if (!others_stream(f, o))
-		replicant_delivery_halt_at(f->slot, f->pipeline, reason, lsn, NULL);
-	replicant_destination_halted(f->pipeline->name, o->destination, o->place, reason, lsn);
-	o->live = false;
-	o->sending = false;
-	o->batch = NULL;
-	replicant_transport_close(o->sink);
-	o->sink = NULL;
-}
-
-/*
- * A refusal: with one destination left the pipeline's (a 410 disables it),
- * else o halts alone.
- */
-static void
-refused(ReplicantFanout *f, Outlet *o, const ReplicantSinkResult *result, const char *what,
-		const char *context)
-{
-	replicant_fanout_commit_pending(f);
-	if (!others_stream(f, o))
-		replicant_delivery_refused(f->slot, f->pipeline, result, what, context);
-	halt_outlet(f, o, replicant_delivery_refusal(result, what, context), InvalidXLogRecPtr);
-}
-
-/* Counts an acknowledged request in replicant.status and replicant.metrics. */
-static void
-note_delivered(ReplicantFanout *f, Outlet *o, int64 transactions, int64 changes, int messages,
-			   size_t bytes, TimestampTz now)
-{
-	ReplicantDestinationSlot *place = o->place;
-
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	place->metrics.messages_delivered += messages;
-	place->transactions_delivered += transactions;
-	place->changes_delivered += changes;
-	place->batches_delivered++;
-	place->bytes_delivered += bytes;
-	place->last_delivery_at = now;
-	place->state = REPLICANT_STATE_STREAMING;
-	place->last_error[0] = '\0';
-	f->slot->last_progress = now;
-	LWLockRelease(replicant_shmem->lock);
-}
-
-/*
  * Transactions [first, last] of o's batch were taken: counts them and
  * checkpoints them if the interval is up; the slot hears only of committed
  * checkpoints.
@@ -388,13 +209,13 @@ acknowledged(ReplicantFanout *f, Outlet *o)
 	replicant_fault("after_ack");
 	for (int i = o->first; i <= o->last; i++)
 		changes += batch->txns[i].nchanges;
-	note_delivered(f, o, o->last - o->first + 1, changes, 0, o->bytes, now);
+	replicant_outlet_note_delivered(f, o, o->last - o->first + 1, changes, 0, o->bytes, now);
 	replicant_metrics_acknowledged(o->place, batch, o->first, o->last, now);
 	o->delivered_upto = batch->txns[o->last].commit_lsn;
 	if (replicant_checkpoint_acknowledged(f->slot, o->destination,
 										  batch->txns[o->last].commit_lsn,
 										  batch->txns[o->last].end_lsn, now))
-		checkpoint_committed(f);
+		replicant_fanout_checkpoint_committed(f);
 	replicant_resync_streamed(f->pipeline);
 	replicant_batch_queue_passed(o->target->queue, &o->cursor, o->last);
 	o->batch = NULL;
@@ -470,7 +291,7 @@ start_next(ReplicantFanout *f, Outlet *o)
 		made = o->format->stream_request(f->pipeline->name, o->batch, o->first, o->last, o->part,
 										 &o->request);
 		if (made)
-			id = wire_id(f, o, o->request.webhook_id);
+			id = replicant_outlet_wire_id(f, o, o->request.webhook_id);
 		MemoryContextSwitchTo(old);
 		if (made)
 		{
@@ -484,13 +305,30 @@ start_next(ReplicantFanout *f, Outlet *o)
 	}
 }
 
-/* Acts on the final answer to o's request. */
+/* Acts on the final answer to o's request of a message. */
+static void
+message_answered(ReplicantFanout *f, Outlet *o)
+{
+	if (o->delivery.result.outcome != REPLICANT_SINK_OK)
+		replicant_outlet_refused(f, o, &o->delivery.result, "message batch", "");
+	else
+		replicant_outlet_note_delivered(f, o, 0, 0, 1, o->request.body.length, GetCurrentTimestamp());
+}
+
+/* Acts on the final answer to o's request (of a range of o->batch, or a message). */
 static void
 answered(ReplicantFanout *f, Outlet *o)
 {
 	const ReplicantSinkResult *result = &o->delivery.result;
-	XLogRecPtr commit_lsn = o->batch->txns[o->last].commit_lsn;
+	XLogRecPtr commit_lsn;
 	const char *target = o->request.target;
+
+	if (o->batch == NULL)
+	{
+		message_answered(f, o);
+		return;
+	}
+	commit_lsn = o->batch->txns[o->last].commit_lsn;
 
 	switch (result->outcome)
 	{
@@ -505,11 +343,11 @@ answered(ReplicantFanout *f, Outlet *o)
 		case REPLICANT_SINK_TOO_LARGE:
 			if (o->first == o->last)
 			{
-				replicant_fanout_commit_pending(f);
-				halt_outlet(f, o,
-							psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
-									 LSN_FORMAT_ARGS(commit_lsn)),
-							InvalidXLogRecPtr);
+				replicant_outlet_commit_pending(f);
+				replicant_outlet_halt(f, o,
+									  psprintf("sink rejected batch: HTTP 413 for a single transaction (commit LSN %X/%X)",
+											   LSN_FORMAT_ARGS(commit_lsn)),
+									  InvalidXLogRecPtr);
 				return;
 			}
 			/* The first half again, from its first request. */
@@ -520,135 +358,12 @@ answered(ReplicantFanout *f, Outlet *o)
 
 		case REPLICANT_SINK_GONE:
 		case REPLICANT_SINK_REJECTED:
-			refused(f, o, result, "batch",
-					psprintf(" (%s%s%scommit LSN %X/%X)",
-							 target ? "table " : "", target ? target : "",
-							 target ? ", " : "", LSN_FORMAT_ARGS(commit_lsn)));
+			replicant_outlet_refused(f, o, result, "batch",
+									 psprintf(" (%s%s%scommit LSN %X/%X)",
+											  target ? "table " : "", target ? target : "",
+											  target ? ", " : "", LSN_FORMAT_ARGS(commit_lsn)));
 			return;
 	}
-}
-
-/*
- * Acts on the sink's final answer to the probe of o, left behind: a
- * refusal is one (it would come again after the rewind); anything else
- * says the sink answers, and o waits to be caught up.
- */
-static void
-probe_answered(ReplicantFanout *f, Outlet *o)
-{
-	const ReplicantSinkResult *result = &o->delivery.result;
-
-	if (result->outcome == REPLICANT_SINK_GONE || result->outcome == REPLICANT_SINK_REJECTED)
-	{
-		refused(f, o, result, "batch", psprintf(" (commit LSN %X/%X)", LSN_FORMAT_ARGS(o->probe_lsn)));
-		return;
-	}
-	o->behind = true;
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	o->place->state = REPLICANT_STATE_BEHIND;
-	o->place->last_error[0] = '\0';
-	LWLockRelease(replicant_shmem->lock);
-	replicant_log_state(f->pipeline->name, "behind", "destination", o->destination->name,
-						REPLICANT_LOG_END);
-}
-
-/* Whether o waits for its request's next attempt to come due. */
-static bool
-waiting(ReplicantFanout *f, const Outlet *o)
-{
-	return o->sending && !o->delivery.in_flight &&
-		   replicant_delivery_retry_waiting(f->slot, &o->delivery.retry);
-}
-
-/* Whether a destination other than o gets batches and is not waiting to retry. */
-static bool
-others_move(ReplicantFanout *f, const Outlet *o)
-{
-	for (int i = 0; i < f->noutlets; i++)
-	{
-		const Outlet *p = &f->outlets[i];
-
-		if (p != o && streams(p) && p->attached && !waiting(f, p))
-			return true;
-	}
-	return false;
-}
-
-/*
- * Whether decoding may go on while o, attached, waits to retry: another
- * destination moves, nothing must be sent to all first (drain), and its
- * target keeps at most replicant.destination_backlog for it.
- */
-static bool
-may_wait_apart(ReplicantFanout *f, const Outlet *o, bool drain)
-{
-	return !drain && others_move(f, o) &&
-		   replicant_batch_queue_sealed_size(o->target->queue) <=
-		   (uint64) replicant_destination_backlog_kb * 1024;
-}
-
-/*
- * Leaves o behind: the batches it has not passed are no longer kept for
- * it, and the request it waits to retry is copied to be retried alone as
- * the probe of its sink.  False when that request is too large to copy (a
- * transaction past twice its batch_max_bytes): o stays, and holds the
- * others as before.
- */
-static bool
-leave_behind(ReplicantFanout *f, Outlet *o)
-{
-	ReplicantBody *body = &o->request.body;
-	StringInfo copy;
-	MemoryContext old;
-
-	if (body->length > 2 * (size_t) o->destination->batch_max_bytes ||
-		body->length >= MaxAllocSize / 2)
-		return false;
-	old = MemoryContextSwitchTo(o->context);
-	copy = makeStringInfo();
-	enlargeStringInfo(copy, (int) body->length);
-	body->rewind(body->arg);
-	while (copy->len < (int) body->length)
-	{
-		size_t n = body->read(body->arg, copy->data + copy->len, body->length - copy->len);
-
-		if (n == (size_t) -1 || n == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("could not read a batch of pipeline \"%s\"", f->pipeline->name)));
-		copy->len += (int) n;
-	}
-	copy->data[copy->len] = '\0';
-	replicant_body_from_buffer(body, &o->probe_body, copy);
-	MemoryContextSwitchTo(old);
-
-	o->probe_lsn = o->batch->txns[o->last].commit_lsn;
-	o->batch = NULL;
-	o->attached = false;
-	replicant_log_state(f->pipeline->name, "detached", "destination", o->destination->name,
-						"checkpoint", psprintf("%X/%X", LSN_FORMAT_ARGS(o->delivered_upto)),
-						REPLICANT_LOG_END);
-	return true;
-}
-
-/*
- * Leaves behind each attached destination that waits to retry while
- * others move, when decoding may not go on with it; whether it left any.
- */
-static bool
-leave_laggards_behind(ReplicantFanout *f, bool drain)
-{
-	bool left = false;
-
-	for (int i = 0; i < f->noutlets; i++)
-	{
-		Outlet *o = &f->outlets[i];
-
-		if (o->live && o->attached && waiting(f, o) && others_move(f, o) &&
-			!may_wait_apart(f, o, drain))
-			left |= leave_behind(f, o);
-	}
-	return left;
 }
 
 /*
@@ -663,8 +378,8 @@ halt_with_targets(ReplicantFanout *f)
 	{
 		Outlet *o = &f->outlets[i];
 
-		if (o->live && o->attached && sent_all(o) && !replicant_render_live(o->target))
-			halt_outlet(f, o, o->target->halt_reason, o->target->halted_at);
+		if (o->live && o->attached && replicant_outlet_sent_all(o) && !replicant_render_live(o->target))
+			replicant_outlet_halt(f, o, o->target->halt_reason, o->target->halted_at);
 	}
 }
 
@@ -684,7 +399,7 @@ halt_at_holes(ReplicantFanout *f)
 		if (!o->live || !o->at_hole)
 			continue;
 		hole = replicant_render_hole_of(o->target, o->destination->id, &reason);
-		halt_outlet(f, o, reason, hole);
+		replicant_outlet_halt(f, o, reason, hole);
 	}
 }
 
@@ -711,8 +426,14 @@ release_batches(ReplicantFanout *f)
 	}
 }
 
-bool
-replicant_fanout_deliver_batches(ReplicantFanout *f, bool drain)
+/*
+ * Sends each destination's requests in rounds: those begun (a message's),
+ * and the next range of sealed batches of each attached one, until none is
+ * left but retries that may wait (see deliver_batches), or with drain
+ * none; whether a round ran.
+ */
+static bool
+send_rounds(ReplicantFanout *f, bool drain)
 {
 	bool any = false;
 
@@ -733,9 +454,9 @@ replicant_fanout_deliver_batches(ReplicantFanout *f, bool drain)
 				continue;
 			sending[n] = o;
 			set[n++] = &o->delivery;
-			if (!waiting(f, o))
+			if (!replicant_outlet_waiting(f, o))
 				moves = true;
-			else if (o->attached && !may_wait_apart(f, o, drain))
+			else if (o->attached && !replicant_laggard_may_wait_apart(f, o, drain))
 				holds = true;
 		}
 		/*
@@ -745,7 +466,7 @@ replicant_fanout_deliver_batches(ReplicantFanout *f, bool drain)
 		 */
 		if (!moves)
 		{
-			if (holds && leave_laggards_behind(f, drain))
+			if (holds && replicant_laggard_leave_behind(f, drain))
 				continue;
 			if (!holds)
 				break;
@@ -762,9 +483,17 @@ replicant_fanout_deliver_batches(ReplicantFanout *f, bool drain)
 			if (o->attached)
 				answered(f, o);
 			else
-				probe_answered(f, o);
+				replicant_laggard_probe_answered(f, o);
 		}
 	}
+	return any;
+}
+
+bool
+replicant_fanout_deliver_batches(ReplicantFanout *f, bool drain)
+{
+	bool any = send_rounds(f, drain);
+
 	halt_at_holes(f);
 	halt_with_targets(f);
 	release_batches(f);
@@ -779,26 +508,33 @@ replicant_fanout_deliver_messages(ReplicantFanout *f, List *messages)
 	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
 	foreach(lc, messages)
 	{
+		ReplicantMessage *message = lfirst(lc);
+
 		for (int i = 0; i < f->noutlets; i++)
 		{
 			Outlet *o = &f->outlets[i];
-			ReplicantRequest request;
-			ReplicantSinkResult result;
+			MemoryContext old;
+			const char *id;
 
 			/* Sent before: decoding went back for a destination behind this one. */
 			if (!o->live || !o->attached || o->format->message_request == NULL ||
-				((ReplicantMessage *) lfirst(lc))->lsn <= o->delivered_upto)
+				message->lsn <= o->delivered_upto)
 				continue;
-			o->format->message_request(f->pipeline->name, lfirst(lc), &request);
-			replicant_delivery_post(f->slot, o->place, o->sink,
-									wire_id(f, o, request.webhook_id), &request.body, &result);
-			if (result.outcome != REPLICANT_SINK_OK)
-			{
-				refused(f, o, &result, "message batch", "");
-				continue;
-			}
-			note_delivered(f, o, 0, 0, 1, request.body.length, GetCurrentTimestamp());
+			/* Every batch before it was sent (the worker drained). */
+			Assert(!o->sending && o->batch == NULL);
+			MemoryContextReset(o->context);
+			old = MemoryContextSwitchTo(o->context);
+			memset(&o->request, 0, sizeof(o->request));
+			o->format->message_request(f->pipeline->name, message, &o->request);
+			id = replicant_outlet_wire_id(f, o, o->request.webhook_id);
+			MemoryContextSwitchTo(old);
+			o->bytes = 0;
+			replicant_delivery_begin(&o->delivery, f->slot, o->sink, id, &o->request.body);
+			o->delivery.place = o->place;
+			o->sending = true;
 		}
+		/* Each destination takes it, refuses it or is left behind before the next. */
+		(void) send_rounds(f, true);
 	}
 }
 
@@ -845,13 +581,13 @@ deliver_chunk_to(ReplicantFanout *f, Outlet *o, ReplicantChunk *chunk, bool firs
 		o->format->snapshot_end(&out);
 		replicant_body_from_buffer(&body, &state, &out);
 		replicant_delivery_post(f->slot, o->place, o->sink,
-								wire_id(f, o,
-										replicant_format_read_webhook_id(f->pipeline->name,
-																		 chunk->backfill->id,
-																		 chunk->relfilenode,
-																		 chunk->position,
-																		 chunk->low_watermark,
-																		 part++)),
+								replicant_outlet_wire_id(f, o,
+														 replicant_format_read_webhook_id(f->pipeline->name,
+																						  chunk->backfill->id,
+																						  chunk->relfilenode,
+																						  chunk->position,
+																						  chunk->low_watermark,
+																						  part++)),
 								&body, &result);
 		/*
 		 * Rows read are in no WAL a destination could catch up from later:
@@ -866,13 +602,13 @@ deliver_chunk_to(ReplicantFanout *f, Outlet *o, ReplicantChunk *chunk, bool firs
 
 			if (chunk->backfill->destination_id != 0)
 			{
-				refused(f, o, &result, "backfill batch", context);
+				replicant_outlet_refused(f, o, &result, "backfill batch", context);
 				return false;
 			}
-			replicant_fanout_commit_pending(f);
+			replicant_outlet_commit_pending(f);
 			replicant_delivery_refused(f->slot, f->pipeline, &result, "backfill batch", context);
 		}
-		note_delivered(f, o, 0, n, 0, out.len, GetCurrentTimestamp());
+		replicant_outlet_note_delivered(f, o, 0, n, 0, out.len, GetCurrentTimestamp());
 		*rows += n;
 	}
 	return true;

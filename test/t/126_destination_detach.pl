@@ -51,11 +51,11 @@ sub ids_in
 	return join(',', sort { $a <=> $b } map { /"id":\s*(\d+)/ ? $1 : () } split /\n/, $sink->dump('public.t'));
 }
 
-# Polls until the sink holds ids 1 .. $n.
+# Polls until the sink holds ids $from (default 1) .. $n.
 sub has_all
 {
-	my ($sink) = @_;
-	my $want = join(',', 1 .. $n);
+	my ($sink, $from) = @_;
+	my $want = join(',', ($from // 1) .. $n);
 	for (1 .. 600)
 	{
 		return 1 if ids_in($sink) eq $want;
@@ -137,6 +137,11 @@ is(metric('replicant_rewinds_total', 'default'), '0', 'none for a');
 ok(worker_starts() > $starts, 'the worker started again to catch b up');
 $node->wait_for_log(qr/event=behind pipeline=p destination=b/, $offset);
 $node->wait_for_log(qr/event=rejoined pipeline=p destination=b /, $offset);
+my $log = substr(PostgreSQL::Test::Utils::slurp_file($node->logfile), $offset);
+my ($left_at) = $log =~ /event=detached pipeline=p destination=b checkpoint=(\S+)/;
+my ($rejoined_from) = $log =~ /event=rejoined pipeline=p destination=b from=(\S+)/;
+is($node->safe_psql('postgres', "SELECT '$rejoined_from'::pg_lsn > '$left_at'::pg_lsn"), 't',
+	'the probe taken moved b past the request it retried: the rewind starts after it');
 insert(5);
 ok(has_all($sink_a) && has_all($sink_b), 'both stream after the rewind');
 is($sink_a->stats->{duplicate_transactions}, $a_dups, 'a was sent nothing twice by the rewind');
@@ -173,5 +178,35 @@ ok(has_all($sink_b), 'b has everything after the crash and its sink\'s recovery'
 is(notes($sink_b), 1, 'b got the message once');
 is(notes($sink_a), 1, 'a got it once');
 ok(applied_once($sink_a) && applied_once($sink_b), 'no commit applied twice by either');
+
+# 5. b behind while c, attached, waits to retry within the backlog: b is
+# caught up without waiting for c's sink (review of 557662a, finding 3).
+my $sink_c = ReplicantTest::start_sink(name => 'sink_c');
+$node->safe_psql('postgres', "SELECT replicant.add_destination('p', 'c', '$sink_c->{url}', batch_max_transactions => 10)");
+my $c_from = $n;
+insert(2);
+ok(has_all($sink_a) && has_all($sink_b), 'a and b stream after c was added');
+ok(poll("SELECT bool_and(state = 'streaming') FROM replicant.destination_status WHERE pipeline = 'p'", 60),
+	'all three are streaming');
+my $rewinds = metric('replicant_rewinds_total', 'b');
+$offset = -s $node->logfile;
+$sink_b->control({ fail_status => 503 });
+insert(2);
+$node->safe_psql('postgres', "SELECT pg_logical_emit_message(false, 'note', 'second')");
+$node->wait_for_log(qr/event=detached pipeline=p destination=b /, $offset);
+$sink_c->control({ fail_status => 503 });
+insert(2);
+ok(poll("SELECT state = 'retrying' FROM replicant.destination_status WHERE pipeline = 'p' AND destination = 'c'", 60),
+	'c retries');
+$sink_b->control({ clear => 1 });
+ok(has_all($sink_b), 'b catches up while c still fails');
+ok(poll("SELECT value = $rewinds + 1 FROM replicant.metrics WHERE pipeline = 'p' AND metric = 'replicant_rewinds_total' AND destination = 'b'", 60),
+	'by a rewind');
+is(state_of('c'), 'retrying', 'c still retrying');
+$sink_c->control({ clear => 1 });
+ok(has_all($sink_c, $c_from + 1), 'c catches up with everything after its add');
+ok(poll("SELECT bool_and(state = 'streaming') FROM replicant.destination_status WHERE pipeline = 'p'", 60),
+	'all three stream again');
+ok(applied_once($sink_a) && applied_once($sink_b) && applied_once($sink_c), 'no commit applied twice by any');
 
 done_testing();
