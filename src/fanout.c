@@ -429,11 +429,11 @@ release_batches(ReplicantFanout *f)
 /*
  * Sends each destination's requests in rounds: those begun (a message's),
  * and the next range of sealed batches of each attached one, until none is
- * left but retries that may wait (see deliver_batches), or with drain
- * none; whether a round ran.
+ * left but retries that may wait (see deliver_batches); with probes, the
+ * requests of destinations left behind too.  Whether a round ran.
  */
 static bool
-send_rounds(ReplicantFanout *f, bool drain)
+send_rounds(ReplicantFanout *f, bool probes)
 {
 	bool any = false;
 
@@ -450,13 +450,14 @@ send_rounds(ReplicantFanout *f, bool drain)
 		{
 			Outlet *o = &f->outlets[i];
 
-			if (!o->live || !(o->sending || (o->attached && start_next(f, o))))
+			if (!o->live || (!o->attached && !probes) ||
+				!(o->sending || (o->attached && start_next(f, o))))
 				continue;
 			sending[n] = o;
 			set[n++] = &o->delivery;
 			if (!replicant_outlet_waiting(f, o))
 				moves = true;
-			else if (o->attached && !replicant_laggard_may_wait_apart(f, o, drain))
+			else if (o->attached && !replicant_laggard_may_wait_apart(f, o))
 				holds = true;
 		}
 		/*
@@ -466,7 +467,7 @@ send_rounds(ReplicantFanout *f, bool drain)
 		 */
 		if (!moves)
 		{
-			if (holds && replicant_laggard_leave_behind(f, drain))
+			if (holds && replicant_laggard_leave_behind(f))
 				continue;
 			if (!holds)
 				break;
@@ -490,9 +491,16 @@ send_rounds(ReplicantFanout *f, bool drain)
 }
 
 bool
-replicant_fanout_deliver_batches(ReplicantFanout *f, bool drain)
+replicant_fanout_deliver_batches(ReplicantFanout *f, List *messages, ReplicantChunk *chunk)
 {
-	bool any = send_rounds(f, drain);
+	bool any;
+
+	f->drain_messages_upto = messages != NIL ? ((ReplicantMessage *) llast(messages))->lsn : InvalidXLogRecPtr;
+	f->drain_chunk = chunk != NULL;
+	f->drain_chunk_only = chunk != NULL ? chunk->backfill->destination_id : 0;
+	any = send_rounds(f, true);
+	f->drain_messages_upto = InvalidXLogRecPtr;
+	f->drain_chunk = false;
 
 	halt_at_holes(f);
 	halt_with_targets(f);
@@ -533,8 +541,13 @@ replicant_fanout_deliver_messages(ReplicantFanout *f, List *messages)
 			o->delivery.place = o->place;
 			o->sending = true;
 		}
-		/* Each destination takes it, refuses it or is left behind before the next. */
-		(void) send_rounds(f, true);
+		/*
+		 * Each destination takes it, refuses it or is left behind before
+		 * the next; a probe waits for the next batches' rounds.
+		 */
+		f->drain_messages_upto = message->lsn;
+		(void) send_rounds(f, false);
+		f->drain_messages_upto = InvalidXLogRecPtr;
 	}
 }
 

@@ -41,11 +41,13 @@ extern void replicant_fanout_commit_pending(ReplicantFanout *fanout);
  * destination in flight at once; a destination refused halts alone while
  * others go on, the last one halts the pipeline.  One waiting to retry
  * while others stream is sent its batches later, within
- * replicant.destination_backlog, else left behind; with drain, every
- * destination not left behind was sent them all on return (a message or a
- * chunk follows).  Returns whether a request was sent.
+ * replicant.destination_backlog, else left behind.  Every destination
+ * that messages (non-NIL: they follow) or a completed chunk (non-NULL)
+ * go to was sent them all on return, or left behind.  Returns whether a
+ * request was sent.
  */
-extern bool replicant_fanout_deliver_batches(ReplicantFanout *fanout, bool drain);
+extern bool replicant_fanout_deliver_batches(ReplicantFanout *fanout, List *messages,
+											 ReplicantChunk *chunk);
 
 /* Non-transactional messages, each alone, to every destination. */
 extern void replicant_fanout_deliver_messages(ReplicantFanout *fanout, List *messages);

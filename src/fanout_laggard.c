@@ -80,15 +80,10 @@ others_move(struct ReplicantFanout *f, const Outlet *o)
 	return false;
 }
 
-/*
- * Whether decoding may go on while o, attached, waits to retry: another
- * destination moves, nothing must be sent to all first (drain), and its
- * target keeps at most replicant.destination_backlog for it.
- */
 bool
-replicant_laggard_may_wait_apart(struct ReplicantFanout *f, const Outlet *o, bool drain)
+replicant_laggard_may_wait_apart(struct ReplicantFanout *f, const Outlet *o)
 {
-	return !drain && others_move(f, o) &&
+	return !replicant_outlet_must_drain(f, o) && others_move(f, o) &&
 		   replicant_batch_queue_footprint(o->target->queue) <=
 			   (uint64) replicant_destination_backlog_kb * 1024;
 }
@@ -151,12 +146,8 @@ leave_behind(struct ReplicantFanout *f, Outlet *o)
 	return true;
 }
 
-/*
- * Leaves behind each attached destination that waits to retry while
- * others move, when decoding may not go on with it; whether it left any.
- */
 bool
-replicant_laggard_leave_behind(struct ReplicantFanout *f, bool drain)
+replicant_laggard_leave_behind(struct ReplicantFanout *f)
 {
 	bool left = false;
 
@@ -165,7 +156,7 @@ replicant_laggard_leave_behind(struct ReplicantFanout *f, bool drain)
 		Outlet *o = &f->outlets[i];
 
 		if (o->live && o->attached && replicant_outlet_waiting(f, o) && others_move(f, o) &&
-			!replicant_laggard_may_wait_apart(f, o, drain))
+			!replicant_laggard_may_wait_apart(f, o))
 			left |= leave_behind(f, o);
 	}
 	return left;

@@ -113,6 +113,14 @@ replicant_outlet_sent_all(const Outlet *o)
 
 /* Whether o waits for its request's next attempt to come due. */
 bool
+replicant_outlet_must_drain(struct ReplicantFanout *f, const Outlet *o)
+{
+	if (f->drain_chunk && (f->drain_chunk_only == 0 || f->drain_chunk_only == o->destination->id))
+		return true;
+	return o->format->message_request != NULL && f->drain_messages_upto > o->delivered_upto;
+}
+
+bool
 replicant_outlet_waiting(struct ReplicantFanout *f, const Outlet *o)
 {
 	return o->sending && !o->delivery.in_flight &&

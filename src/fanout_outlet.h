@@ -59,6 +59,10 @@ struct ReplicantFanout
 	ReplicantDecoder *decoder;
 	XLogRecPtr start_lsn; /* confirmed as streaming began */
 	const char *chunk_table;
+	/* What follows the batches being sent: who must be sent them all first. */
+	XLogRecPtr drain_messages_upto; /* the last message's, or invalid */
+	bool drain_chunk;               /* a completed chunk */
+	int32 drain_chunk_only;         /* its only destination, 0: all */
 	int noutlets;
 	Outlet outlets[REPLICANT_MAX_DESTINATIONS];
 };
@@ -74,6 +78,11 @@ extern char *replicant_outlet_wire_id(struct ReplicantFanout *f, Outlet *o, cons
 extern void replicant_fanout_checkpoint_committed(struct ReplicantFanout *f);
 /* Whether o was sent every batch sealed so far. */
 extern bool replicant_outlet_sent_all(const Outlet *o);
+/*
+ * Whether o must be sent every batch before the worker goes on: a message
+ * or a chunk that goes to it follows them.
+ */
+extern bool replicant_outlet_must_drain(struct ReplicantFanout *f, const Outlet *o);
 /* Whether o waits for its request's next attempt to come due. */
 extern bool replicant_outlet_waiting(struct ReplicantFanout *f, const Outlet *o);
 /* Halts o alone (the last one: the pipeline), for a value-free reason. */

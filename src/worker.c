@@ -689,7 +689,8 @@ stream_cycle(Worker *w, bool *delivered)
 	replicant_decoder_seal(w->decoder);
 	messages = replicant_decoder_take_messages(w->decoder);
 	chunk = replicant_decoder_chunk(w->decoder);
-	if (replicant_fanout_deliver_batches(w->fanout, messages != NIL || (chunk && chunk->complete)))
+	if (replicant_fanout_deliver_batches(w->fanout, messages,
+										 chunk && chunk->complete ? chunk : NULL))
 		*delivered = true;
 	else if (at_end)
 		replicant_metrics_progressed(w->slot);

@@ -209,4 +209,22 @@ ok(poll("SELECT bool_and(state = 'streaming') FROM replicant.destination_status 
 	'all three stream again');
 ok(applied_once($sink_a) && applied_once($sink_b) && applied_once($sink_c), 'no commit applied twice by any');
 
+# 6. A message does not leave behind a destination it does not go to (a
+# ClickHouse-format one, whose format has no messages) while it retries
+# (review of 4611cbb, finding 2).
+my $sink_d = ReplicantTest::start_sink(name => 'sink_d', fail_status => 503);
+$node->safe_psql('postgres',
+	"SELECT replicant.add_destination('p', 'd', '$sink_d->{url}', format => 'clickhouse')");
+insert(2);
+ok(poll("SELECT state = 'retrying' FROM replicant.destination_status WHERE pipeline = 'p' AND destination = 'd'", 60),
+	'd retries');
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT pg_logical_emit_message(false, 'note', 'third')");
+insert(2);
+ok(has_all($sink_a), 'a streams past the message');
+is(notes($sink_a), 3, 'a got the message (its third)');
+unlike(substr(PostgreSQL::Test::Utils::slurp_file($node->logfile), $offset), qr/event=detached pipeline=p destination=d /,
+	'd was not left behind for a message it does not get');
+is(state_of('d'), 'retrying', 'd still retries, attached');
+
 done_testing();
