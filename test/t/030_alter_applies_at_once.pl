@@ -166,6 +166,12 @@ CREATE PUBLICATION pub_lb_$name FOR TABLE lb_$name;
 	# the call must all come again after it.
 	my $variant = sub {
 		my ($label, $sql, $pattern, $options) = @_;
+		# What committed before (the last variant's rows after its call) is
+		# delivered first: else the fault catches that batch, and its retries,
+		# never this variant's, are what the sink keeps.
+		ok(ReplicantTest::poll($node,
+				"SELECT replicant.await_delivered('$name', pg_current_wal_lsn(), 60000)", 90),
+			"$name, $label: what came before is delivered");
 		my $start = scalar(@{ $late->bodies });
 		$late->control($fault_on);
 		$node->safe_psql('postgres', $sql);
