@@ -447,6 +447,8 @@ CREATE TABLE replicant.destinations (
     -- a destination halted alone (its sink refused, its format cannot go on)
     halt_reason             text,
     halt_lsn                pg_lsn,
+    -- it gave its hold on the slot up (past its max_retained_wal)
+    slot_released           boolean NOT NULL DEFAULT false,
     created_at              timestamptz NOT NULL DEFAULT now(),
     UNIQUE (pipeline_id, name)
 );
@@ -469,6 +471,8 @@ COMMENT ON COLUMN replicant.destinations.halt_reason IS
     'API: Private. Why the destination alone halted (its sink refused a request, its format cannot render a change), value-free; NULL: not halted.  A halt of the pipeline''s is the pipeline''s row''s.';
 COMMENT ON COLUMN replicant.destinations.halt_lsn IS
     'API: Private. The commit the destination halted at, or NULL.';
+COMMENT ON COLUMN replicant.destinations.slot_released IS
+    'API: Private. The destination gave its hold on the slot up, past its max_retained_wal while others held it: it is halted for good, and its checkpoint no longer counts in the floor.';
 
 -- A checkpoint is a destination's; pipeline_id stays (joins, the cascade).
 ALTER TABLE replicant.checkpoints ADD COLUMN destination_id integer
@@ -680,19 +684,20 @@ SELECT p.name AS pipeline,
   -- replicant.metrics), the oldest halted one.
   CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS n,
                              CASE WHEN pg_catalog.count(*) = 1 THEN pg_catalog.min(dd.sink_url) END AS sink_url,
-                             pg_catalog.min(dd.max_retained_wal) AS max_retained_wal,
+                             pg_catalog.min(dd.max_retained_wal) FILTER (WHERE NOT dd.slot_released)
+                                 AS max_retained_wal,
                              (pg_catalog.array_agg(dd.name ORDER BY dd.id)
                                   FILTER (WHERE dd.halt_reason IS NOT NULL))[1] AS halted,
                              (pg_catalog.array_agg(dd.halt_reason ORDER BY dd.id)
                                   FILTER (WHERE dd.halt_reason IS NOT NULL))[1] AS halt_reason
                         FROM replicant.destinations dd
                        WHERE dd.pipeline_id = p.id) d
-  -- The floor (checkpoint.c): the lowest checkpoint of the pipeline's
-  -- destinations, NULL while one has none.
+  -- The floor (checkpoint_floor.c): the lowest checkpoint of the
+  -- pipeline's destinations that hold the slot, NULL while one has none.
   LEFT JOIN LATERAL (SELECT f.commit_lsn, f.updated_at
                        FROM replicant.destinations fd
                        LEFT JOIN replicant.checkpoints f ON f.destination_id = fd.id
-                      WHERE fd.pipeline_id = p.id
+                      WHERE fd.pipeline_id = p.id AND NOT fd.slot_released
                       ORDER BY f.end_lsn NULLS FIRST LIMIT 1) c ON true
   LEFT JOIN pg_catalog.pg_replication_slots s
          ON s.slot_name = p.slot_name
@@ -734,6 +739,7 @@ SELECT b.id,
            (SELECT pg_catalog.format('destination "%s" is halted', h.name)
               FROM replicant.destinations h
              WHERE h.pipeline_id OPERATOR(pg_catalog.=) b.pipeline_id AND h.halt_reason IS NOT NULL
+               AND NOT h.slot_released
              ORDER BY h.name
              LIMIT 1)
        END AS waiting_for
@@ -799,7 +805,7 @@ pipeline AS (
            s.safe_wal_size,
            -- the smallest budget: the first destination to give its hold up
            (SELECT pg_catalog.min(d.max_retained_wal) FROM replicant.destinations d
-             WHERE d.pipeline_id OPERATOR(pg_catalog.=) p.id) AS max_retained_wal
+             WHERE d.pipeline_id OPERATOR(pg_catalog.=) p.id AND NOT d.slot_released) AS max_retained_wal
       FROM replicant.pipelines p
       LEFT JOIN pg_catalog.pg_replication_slots s
              ON s.slot_name OPERATOR(pg_catalog.=) p.slot_name
@@ -915,7 +921,8 @@ GRANT EXECUTE ON FUNCTION replicant._destination_status() TO PUBLIC;
 -- behind_bytes: WAL from the destination's checkpoint to the furthest one
 -- of its pipeline's destinations, what it trails the others by (0 with
 -- one destination).  holds_slot: its checkpoint holds the slot's WAL, as
--- every destination's does but while the pipeline resyncs or once its slot
+-- every destination's does but one that gave its hold up (past its
+-- max_retained_wal), and none while the pipeline resyncs or once its slot
 -- is gone or lost.
 CREATE VIEW replicant.destination_status AS
 SELECT p.name AS pipeline,
@@ -946,7 +953,7 @@ SELECT p.name AS pipeline,
        pg_catalog.pg_wal_lsn_diff(
            pg_catalog.max(c.end_lsn) OVER (PARTITION BY p.id),
            c.end_lsn)::bigint AS behind_bytes,
-       (p.resync_reason IS NULL AND s.slot_name IS NOT NULL
+       (NOT d.slot_released AND p.resync_reason IS NULL AND s.slot_name IS NOT NULL
         AND s.wal_status IS DISTINCT FROM 'lost') AS holds_slot
   FROM replicant.pipelines p
   JOIN replicant.destinations d ON d.pipeline_id = p.id

@@ -120,10 +120,32 @@ replicant_api_destination_halted(int32 pipeline_id)
 		return NULL;
 	if (SPI_execute_with_args("SELECT name FROM replicant.destinations"
 							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1 AND halt_reason IS NOT NULL"
+							  "   AND NOT slot_released"
 							  " ORDER BY id LIMIT 1",
 							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read replicant.destinations");
 	return SPI_processed == 0 ? NULL : SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
+void
+replicant_api_destination_check_resumable(const ReplicantPipelineRef *ref, const char *destination,
+										  int32 destination_id)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(destination_id)};
+	bool isnull;
+
+	if (SPI_execute_with_args("SELECT slot_released FROM replicant.destinations WHERE id OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read replicant.destinations");
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("destination \"%s\" of pipeline \"%s\" gave its hold on the replication slot up", destination,
+						ref->name),
+				 errdetail("It fell more than its max_retained_wal behind; the changes it missed are no longer kept."),
+				 errhint("Drop it with replicant.drop_destination() and add it again, with snapshot => 'incremental' to an emptied sink.")));
 }
 
 /* The sink URL of each destination of the pipeline but "except" (NULL: none). */

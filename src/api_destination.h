@@ -39,8 +39,16 @@ extern void replicant_api_destination_check_format(const char *url, const char *
 extern int32 replicant_api_destination_lookup(const ReplicantPipelineRef *ref, const char *destination,
 											  bool *halted);
 
-/* The name of the pipeline's oldest halted destination, or NULL (any objects). */
+/*
+ * The name of the pipeline's oldest halted destination, or NULL (any
+ * objects); one that gave its hold on the slot up is never resumed, and
+ * counts as none.
+ */
 extern char *replicant_api_destination_halted(int32 pipeline_id);
+
+/* Refuses a resume of a destination that gave its hold on the slot up. */
+extern void replicant_api_destination_check_resumable(const ReplicantPipelineRef *ref, const char *destination,
+													  int32 destination_id);
 
 /*
  * alter_pipeline's sink options change the pipeline's only destination:

@@ -85,6 +85,7 @@ clear_destination_halts(int32 pipeline_id, int32 destination_id)
 		return false;
 	if (SPI_execute_with_args("UPDATE replicant.destinations SET halt_reason = NULL, halt_lsn = NULL"
 							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1 AND halt_reason IS NOT NULL"
+							  "   AND NOT slot_released"
 							  "   AND ($2 OPERATOR(pg_catalog.=) 0 OR id OPERATOR(pg_catalog.=) $2)",
 							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update replicant.destinations");
@@ -157,7 +158,10 @@ replicant_resume_pipeline(PG_FUNCTION_ARGS)
 	ref = replicant_pipeline_lookup(name, false);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
 	if (destination != NULL)
+	{
 		destination_id = replicant_api_destination_lookup(&ref, destination, &destination_halted);
+		replicant_api_destination_check_resumable(&ref, destination, destination_id);
+	}
 	else
 		destination_halted = (replicant_api_destination_halted(ref.id) != NULL);
 	replicant_catalog_leave(&s);
@@ -168,7 +172,10 @@ replicant_resume_pipeline(PG_FUNCTION_ARGS)
 	ref = replicant_pipeline_lookup(name, true);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
 	if (destination != NULL)
+	{
 		destination_id = replicant_api_destination_lookup(&ref, destination, NULL);
+		replicant_api_destination_check_resumable(&ref, destination, destination_id);
+	}
 	resume_locked(&ref, destination, destination_id);
 	replicant_catalog_leave(&s);
 	replicant_shmem_request_sync_at_commit();

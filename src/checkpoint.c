@@ -55,6 +55,7 @@ typedef struct Tracked
 	XLogRecPtr pending_commit_lsn;
 	XLogRecPtr pending_end_lsn;
 	XLogRecPtr committed_end; /* the row's end_lsn as committed, or invalid */
+	bool holds_slot;          /* counts in the floor: its hold not given up */
 	/* The last commit its sink acknowledged, in this process. */
 	XLogRecPtr last_acknowledged;
 } Tracked;
@@ -85,7 +86,22 @@ replicant_checkpoint_track(const ReplicantPipeline *pipeline)
 		memset(t, 0, sizeof(Tracked));
 		t->destination_id = d->id;
 		t->committed_end = d->checkpoint_end_lsn;
+		t->holds_slot = !d->slot_released;
 	}
+}
+
+/* The floor of ends (one per tracked destination) over those holding the slot. */
+static XLogRecPtr
+holding_floor(const XLogRecPtr *ends)
+{
+	XLogRecPtr holding[REPLICANT_MAX_DESTINATIONS];
+	int n = 0;
+	int i;
+
+	for (i = 0; i < ntracked; i++)
+		if (tracked[i].holds_slot)
+			holding[n++] = ends[i];
+	return replicant_checkpoint_floor_of(holding, n);
 }
 
 static Tracked *
@@ -241,7 +257,7 @@ checkpoint_commit(void)
 		if (tracked[i].pending && tracked[i].destination_id == 0)
 			write_pipeline_row(&tracked[i]);
 	replicant_publication_save_shapes(tracked_pipeline_id);
-	replicant_pruning_checkpoint(tracked_pipeline_id, replicant_checkpoint_floor_of(ends, ntracked));
+	replicant_pruning_checkpoint(tracked_pipeline_id, holding_floor(ends));
 	replicant_catalog_end(&access);
 
 	for (i = 0; i < ntracked; i++)
@@ -320,7 +336,13 @@ replicant_checkpoint_floor(void)
 
 	for (i = 0; i < ntracked; i++)
 		ends[i] = tracked[i].committed_end;
-	return replicant_checkpoint_floor_of(ends, ntracked);
+	return holding_floor(ends);
+}
+
+XLogRecPtr
+replicant_checkpoint_committed_end(const ReplicantDestination *destination)
+{
+	return find_tracked(destination)->committed_end;
 }
 
 void

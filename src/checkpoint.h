@@ -55,6 +55,9 @@ extern long replicant_checkpoint_due_in(ReplicantPipelineSlot *slot, TimestampTz
  */
 extern XLogRecPtr replicant_checkpoint_floor(void);
 
+/* Where destination's committed checkpoint ends, in this process; invalid: none. */
+extern XLogRecPtr replicant_checkpoint_committed_end(const ReplicantDestination *destination);
+
 /*
  * Flushes the WAL of everything this process committed, if not flushed yet.
  * The streaming worker commits asynchronously and calls it before every

@@ -182,13 +182,18 @@ set_next_retry_at(ReplicantDestinationSlot *place, TimestampTz at)
 	LWLockRelease(replicant_shmem->lock);
 }
 
-void
-replicant_delivery_check_slot(ReplicantPipelineSlot *slot)
+bool
+replicant_delivery_check_slot(ReplicantPipelineSlot *slot, bool *release)
 {
-	char *reason = replicant_slot_health_check();
+	char *reason = replicant_slot_health_check(release);
 
 	if (reason == NULL)
-		return;
+	{
+		for (int i = 0; i < REPLICANT_MAX_DESTINATIONS; i++)
+			if (release[i])
+				return true;
+		return false;
+	}
 	if (IsTransactionState())
 		AbortCurrentTransaction();
 

@@ -156,11 +156,13 @@ REPLICANT_NORETURN extern void replicant_delivery_fail(ReplicantPipelineSlot *sl
 													   ErrorData *edata, const char *reason);
 
 /*
- * Past the pipeline's max_retained_wal (slot_health.h), gives the slot this
- * process streams from up and halts with the reason (does not return);
- * otherwise notes the WAL it retains, for the warning.
+ * Past the max_retained_wal of every destination holding the slot
+ * (slot_health.h), gives the slot this process streams from up and halts
+ * with the reason (does not return); otherwise notes the WAL it retains,
+ * for the warning, and returns whether a destination is past its own
+ * budget alone: release[i] is set for the i-th of the pipeline's.
  */
-extern void replicant_delivery_check_slot(ReplicantPipelineSlot *slot);
+extern bool replicant_delivery_check_slot(ReplicantPipelineSlot *slot, bool *release);
 
 /* Handles a pending SIGHUP. */
 extern void replicant_delivery_reload_config(void);

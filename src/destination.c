@@ -56,7 +56,7 @@ static const char *const destinations_sql =
 	"       d.http_timeout_ms, d.connect_timeout_ms, d.secret, d.secret_previous,"
 	"       d.secret_previous_until, d.ca_file, d.format, d.create_tables,"
 	"       COALESCE(d.max_retained_wal, 0), d.on_slot_loss, d.headers,"
-	"       d.id, c.commit_lsn, c.end_lsn, d.halt_reason"
+	"       d.id, c.commit_lsn, c.end_lsn, d.halt_reason, d.slot_released"
 	"  FROM replicant.destinations d"
 	"  LEFT JOIN replicant.checkpoints c ON c.destination_id OPERATOR(pg_catalog.=) d.id"
 	" WHERE d.pipeline_id OPERATOR(pg_catalog.=) $1 ORDER BY d.id";
@@ -73,7 +73,7 @@ static const char *const pipeline_row_sql =
 	"       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8, 0),"
 	/* nor on_slot_loss */
 	"       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss', 'halt'),"
-	"       p.headers, 0, c.commit_lsn, c.end_lsn, NULL::pg_catalog.text"
+	"       p.headers, 0, c.commit_lsn, c.end_lsn, NULL::pg_catalog.text, false"
 	"  FROM replicant.pipelines p"
 	"  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 	" WHERE p.id OPERATOR(pg_catalog.=) $1";
@@ -136,6 +136,7 @@ destination_from_row(HeapTuple tuple, TupleDesc desc, const char *pipeline_name)
 	d->checkpoint_commit_lsn = spi_lsn(tuple, desc, 17);
 	d->checkpoint_end_lsn = spi_lsn(tuple, desc, 18);
 	d->halt_reason = spi_text(tuple, desc, 19);
+	d->slot_released = DatumGetBool(spi_datum(tuple, desc, 20));
 	return d;
 }
 
@@ -212,6 +213,41 @@ replicant_destination_halted(const char *pipeline_name, const ReplicantDestinati
 		place->metrics.halts++;
 	place->state = REPLICANT_STATE_HALTED;
 	strlcpy(place->last_error, reason, sizeof(place->last_error));
+	LWLockRelease(replicant_shmem->lock);
+}
+
+void
+replicant_destination_release(const char *pipeline_name, const ReplicantDestination *destination,
+							  ReplicantDestinationSlot *place, const char *reason)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[2] = {INT4OID, TEXTOID};
+	Datum args[2];
+
+	args[0] = Int32GetDatum(destination->id);
+	args[1] = CStringGetTextDatum(reason);
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("UPDATE replicant.destinations"
+							  "   SET slot_released = true, halt_reason = coalesce(halt_reason, $2)"
+							  " WHERE id OPERATOR(pg_catalog.=) $1",
+							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE ||
+		SPI_processed != 1)
+		elog(ERROR, "could not record that destination %d gave its hold on the slot up", destination->id);
+	replicant_catalog_end(&access);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" destination \"%s\" gives its hold on the replication slot up: %s",
+					pipeline_name, destination->name, reason),
+			 errhint("The changes it missed are no longer kept for it: drop it with replicant.drop_destination('%s', '%s'), "
+					 "then add it again, with snapshot => 'incremental' to an emptied sink.",
+					 pipeline_name, destination->name)));
+	replicant_log_state(pipeline_name, "slot_released", "destination", destination->name, "reason", reason,
+						REPLICANT_LOG_END);
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	if (place->state != REPLICANT_STATE_HALTED && destination->halt_reason == NULL)
+		place->metrics.halts++;
+	place->state = REPLICANT_STATE_HALTED;
+	strlcpy(place->last_error, destination->halt_reason ? destination->halt_reason : reason,
+			sizeof(place->last_error));
 	LWLockRelease(replicant_shmem->lock);
 }
 

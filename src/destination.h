@@ -39,6 +39,7 @@ typedef struct ReplicantDestination
 	int64 max_retained_wal;           /* bytes the slot may retain for it; 0: no budget */
 	bool on_slot_loss_resync;         /* on_slot_loss => 'resync' */
 	char *halt_reason;                /* halted alone: why; NULL: it is delivered to */
+	bool slot_released;               /* gave its hold on the slot up: halted for good */
 	XLogRecPtr checkpoint_commit_lsn; /* its committed checkpoint as loaded, or 0 */
 	XLogRecPtr checkpoint_end_lsn;
 } ReplicantDestination;
@@ -73,6 +74,17 @@ extern void replicant_destination_halted(const char *pipeline_name,
 										 const ReplicantDestination *destination,
 										 struct ReplicantDestinationSlot *place,
 										 const char *reason, XLogRecPtr lsn);
+
+/*
+ * A destination past its own max_retained_wal gives its hold on the slot
+ * up, for reason (value-free): recorded as halted for good (a halt it had
+ * keeps its reason) with its checkpoint out of the floor, logged, one
+ * event line, and shown on its place.  The caller restarts without it.
+ */
+extern void replicant_destination_release(const char *pipeline_name,
+										  const ReplicantDestination *destination,
+										  struct ReplicantDestinationSlot *place,
+										  const char *reason);
 
 /*
  * Shows destinations (the pipeline's, in order) on the worker's slot in

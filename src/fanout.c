@@ -105,10 +105,16 @@ replicant_fanout_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 bool
 replicant_fanout_all_attached(ReplicantFanout *f)
 {
+	ListCell *lc;
+	int holding = 0;
+
 	for (int i = 0; i < f->noutlets; i++)
 		if (!f->outlets[i].attached)
 			return false;
-	return replicant_fanout_live_outlets(f) == list_length(f->pipeline->destinations);
+	/* One that gave its hold on the slot up is gone for good: nothing waits for it. */
+	foreach(lc, f->pipeline->destinations)
+		holding += !((ReplicantDestination *) lfirst(lc))->slot_released;
+	return replicant_fanout_live_outlets(f) == holding;
 }
 
 bool

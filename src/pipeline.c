@@ -430,7 +430,8 @@ replicant_pipeline_wal_budget(const ReplicantPipeline *pipeline)
 
 	foreach(lc, pipeline->destinations)
 	{
-		int64 own = ((ReplicantDestination *) lfirst(lc))->max_retained_wal;
+		const ReplicantDestination *d = lfirst(lc);
+		int64 own = d->slot_released ? 0 : d->max_retained_wal;
 
 		if (own > 0 && (budget == 0 || own < budget))
 			budget = own;

@@ -146,7 +146,7 @@ extern ReplicantDestination *replicant_pipeline_only_destination(const Replicant
  */
 extern ReplicantDestination *replicant_pipeline_first_destination(const ReplicantPipeline *pipeline);
 
-/* The smallest max_retained_wal of its destinations; 0: none has one. */
+/* The smallest max_retained_wal of its destinations holding the slot; 0: none has one. */
 extern int64 replicant_pipeline_wal_budget(const ReplicantPipeline *pipeline);
 
 /*

@@ -19,6 +19,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "checkpoint.h"
 #include "compat.h"
 #include "destination.h"
 #include "slot.h"
@@ -200,7 +201,7 @@ note_warning(uint64 retained, XLogRecPtr restart_lsn, XLogRecPtr current)
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" retains " UINT64_FORMAT " bytes of WAL in its replication slot, over 80%% of its max_retained_wal of " INT64_FORMAT,
 						watched->name, retained, budget),
-				 errhint("Past max_retained_wal, with its sink that far behind, the slot is given up and the pipeline halts (or resyncs, with on_slot_loss => 'resync'): make its sink catch up, end long transactions, or raise the budget with replicant.alter_pipeline.")));
+				 errhint("Past max_retained_wal, with its sink that far behind, a destination gives its hold on the slot up and halts; when it is the last one holding it, the slot is given up and the pipeline halts (or resyncs, with on_slot_loss => 'resync'): make its sink catch up, end long transactions, or raise the budget with replicant.alter_pipeline or replicant.alter_destination.")));
 	if (near_limit)
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" retains " UINT64_FORMAT " bytes of WAL in its replication slot, " INT64_FORMAT " bytes before max_slot_wal_keep_size invalidates it",
@@ -209,26 +210,50 @@ note_warning(uint64 retained, XLogRecPtr restart_lsn, XLogRecPtr current)
 }
 
 /*
- * The slot is given up only when its sink is that far behind too: the WAL
- * from the slot's confirmed position on is what the sink has not
- * acknowledged.  A caught-up slot can retain more (its restart_lsn waits for
- * the next running-transactions record, and cannot pass the oldest
- * transaction in progress, in any database, whoever runs it); that is no
- * doing of the sink's, so it only warns.  Nor is the WAL written while a
- * resync read the tables, until the stream confirmed past it (stream_began).
+ * Whether destination d, holding the slot, is past its own budget: the
+ * slot retains more than its max_retained_wal, and so much is unacknowledged
+ * by its sink, from its committed checkpoint (or the slot's confirmed
+ * position, if further: a quiet pipeline's slot is confirmed past the last
+ * commit).  *behind is that WAL.
+ */
+static bool
+past_budget(const ReplicantDestination *d, uint64 retained, XLogRecPtr confirmed,
+			XLogRecPtr current, uint64 *behind)
+{
+	XLogRecPtr from = Max(confirmed, replicant_checkpoint_committed_end(d));
+
+	*behind = current > from ? current - from : 0;
+	return d->max_retained_wal > 0 && retained > (uint64) d->max_retained_wal &&
+		   *behind > (uint64) d->max_retained_wal;
+}
+
+/*
+ * A destination gives its hold up only when its sink is that far behind
+ * too.  A caught-up slot can retain more (its restart_lsn waits for the
+ * next running-transactions record, and cannot pass the oldest transaction
+ * in progress, in any database, whoever runs it); that is no doing of the
+ * sink's, so it only warns.  Nor is the WAL written while a resync read
+ * the tables, until the stream confirmed past it (stream_began).  With
+ * every destination holding the slot past its budget (one destination:
+ * past it) the slot is given up; otherwise each one past its own gives its
+ * hold up alone (docs/destinations-design.md §4).
  */
 char *
-replicant_slot_health_check(void)
+replicant_slot_health_check(bool *release)
 {
 	XLogRecPtr restart_lsn;
 	XLogRecPtr confirmed;
 	XLogRecPtr current;
 	uint64 retained;
-	uint64 unacknowledged;
-	int64 budget;
+	int holding = 0;
+	int past = 0;
+	int i = 0;
+	ListCell *lc;
 
+	memset(release, 0, sizeof(bool) * REPLICANT_MAX_DESTINATIONS);
 	if (watched == NULL || MyReplicationSlot == NULL)
 		return NULL;
+	Assert(list_length(watched->destinations) <= REPLICANT_MAX_DESTINATIONS);
 	SpinLockAcquire(&MyReplicationSlot->mutex);
 	restart_lsn = MyReplicationSlot->data.restart_lsn;
 	confirmed = MyReplicationSlot->data.confirmed_flush;
@@ -241,13 +266,45 @@ replicant_slot_health_check(void)
 	retained = current > restart_lsn ? current - restart_lsn : 0;
 	if (confirmed >= stream_began)
 		stream_began = InvalidXLogRecPtr;
-	unacknowledged = current > confirmed ? current - confirmed : 0;
-	budget = replicant_pipeline_wal_budget(watched);
-	if (budget > 0 && XLogRecPtrIsInvalid(stream_began) && retained > (uint64) budget && unacknowledged > (uint64) budget)
+	foreach(lc, watched->destinations)
+	{
+		const ReplicantDestination *d = lfirst(lc);
+		uint64 behind;
+
+		if (!d->slot_released)
+		{
+			holding++;
+			if (XLogRecPtrIsInvalid(stream_began) && past_budget(d, retained, confirmed, current, &behind))
+			{
+				release[i] = true;
+				past++;
+			}
+		}
+		i++;
+	}
+	if (past > 0 && past == holding)
+	{
+		memset(release, 0, sizeof(bool) * REPLICANT_MAX_DESTINATIONS);
 		return psprintf("replication slot given up: it retained " UINT64_FORMAT " bytes of WAL, past the pipeline's max_retained_wal of " INT64_FORMAT,
-						retained, budget);
+						retained, replicant_pipeline_wal_budget(watched));
+	}
 	note_warning(retained, restart_lsn, current);
 	return NULL;
+}
+
+char *
+replicant_slot_health_release_reason(const ReplicantDestination *destination)
+{
+	XLogRecPtr confirmed;
+	uint64 behind;
+
+	Assert(MyReplicationSlot != NULL);
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	confirmed = MyReplicationSlot->data.confirmed_flush;
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	(void) past_budget(destination, 0, confirmed, GetXLogWriteRecPtr(), &behind);
+	return psprintf("replication slot given up for this destination: its sink is " UINT64_FORMAT " bytes of WAL behind, past its max_retained_wal of " INT64_FORMAT,
+					behind, destination->max_retained_wal);
 }
 
 void

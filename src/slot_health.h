@@ -6,6 +6,7 @@
 #ifndef REPLICANT_SLOT_HEALTH_H
 #define REPLICANT_SLOT_HEALTH_H
 
+#include "destination.h"
 #include "pipeline.h"
 
 /* What the reason of a missing slot ends with: the remedy, without a resync. */
@@ -39,11 +40,18 @@ extern ReplicantPipeline *replicant_slot_health_watched(void);
 /*
  * Looks at the WAL the watched slot retains: logs a warning (once, then
  * every few minutes while it lasts) when it passes 80 % of the budget or
- * safe_wal_size falls under 20 % of max_slot_wal_keep_size, and returns the
- * value-free reason to give the slot up when it passes the budget; NULL
- * otherwise, and when nothing is watched.  Cheap: two spinlocks.
+ * safe_wal_size falls under 20 % of max_slot_wal_keep_size.  Returns the
+ * value-free reason to give the slot up when every destination holding it
+ * is past its own max_retained_wal; otherwise NULL (also when nothing is
+ * watched), with release[i] set for the i-th destination of the pipeline
+ * when it alone is past its budget and gives its hold up (release has
+ * REPLICANT_MAX_DESTINATIONS places, each one set).  Cheap: two
+ * spinlocks and a look at each destination's checkpoint.
  */
-extern char *replicant_slot_health_check(void);
+extern char *replicant_slot_health_check(bool *release);
+
+/* Why destination gives its hold up (value-free), as the check found it. */
+extern char *replicant_slot_health_release_reason(const ReplicantDestination *destination);
 
 /*
  * The sink failed a request (retried): after a resync, the slot may be

@@ -1,0 +1,221 @@
+# A destination's WAL budget is its own (issue #34 item 2,
+# docs/destinations-design.md §4): a destination whose sink is more than
+# its max_retained_wal behind, while the slot retains that much, gives its
+# hold on the slot up and halts alone; the others stream on and the slot
+# moves past its checkpoint.  A resume cannot bring it back (the WAL it
+# missed is gone); a killed worker does not either.  A destination halted
+# for another cause gives its hold up the same way, keeping its reason.
+# When every destination holding the slot is past its budget, the slot is
+# given up and the pipeline halts, as with one destination.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ReplicantTest;
+
+my $node = ReplicantTest::new_node('dest_budget',
+	initdb_extra => ['--wal-segsize=1'],
+	conf => "restart_after_crash = on\nreplicant.checkpoint_interval = 0\n"
+	  . "max_wal_size = 32MB\nmin_wal_size = 4MB");
+my $sink_a = ReplicantTest::start_sink(name => 'sink_a');
+my $sink_b = ReplicantTest::start_sink(name => 'sink_b');
+my $sink_c = ReplicantTest::start_sink(name => 'sink_c');
+my $budget = 4 * 1024 * 1024;
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION replicant;
+	CREATE TABLE t (id int PRIMARY KEY, v text);
+	CREATE PUBLICATION pub FOR TABLE t;
+	CREATE TABLE filler (id serial PRIMARY KEY, v text);
+});
+$node->safe_psql('postgres', "SELECT replicant.create_pipeline('p', 'pub', '$sink_a->{url}')");
+$node->safe_psql('postgres',
+	"SELECT replicant.add_destination('p', 'b', '$sink_b->{url}', max_retained_wal => '4MB',"
+	  . " http_timeout_ms => 2000, connect_timeout_ms => 500)");
+$node->safe_psql('postgres',
+	"SELECT replicant.add_destination('p', 'c', '$sink_c->{url}', max_retained_wal => '6MB')");
+
+sub poll { return ReplicantTest::poll($node, @_); }
+
+sub dest
+{
+	my ($d, $column) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT $column FROM replicant.destination_status WHERE pipeline = 'p' AND destination = '$d'");
+}
+
+sub checkpoint_end
+{
+	my ($d) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT c.end_lsn FROM replicant.checkpoints c JOIN replicant.destinations d ON d.id = c.destination_id"
+		  . " WHERE d.name = '$d'");
+}
+
+my $n = 0;
+sub insert
+{
+	my ($count) = @_;
+	my $sql = '';
+	for (1 .. $count)
+	{
+		$n++;
+		$sql .= "INSERT INTO t VALUES ($n, 'v$n');\n";
+	}
+	$node->safe_psql('postgres', $sql);
+}
+
+sub ids_in
+{
+	my ($sink) = @_;
+	return join(',', sort { $a <=> $b } map { /"id":\s*(\d+)/ ? $1 : () } split /\n/, $sink->dump('public.t'));
+}
+
+sub has_all
+{
+	my ($sink) = @_;
+	my $want = join(',', 1 .. $n);
+	for (1 .. 600)
+	{
+		return 1 if ids_in($sink) eq $want;
+		select(undef, undef, undef, 0.2);
+	}
+	diag("$sink->{name} has " . ids_in($sink));
+	return 0;
+}
+
+# One more 1 MB WAL segment per round, with a published row that the
+# default destination gets before the next round (so the worker has looked
+# at the slot since), until $done (a query) is true; at most 60 rounds.
+sub write_wal_until
+{
+	my ($done, $sink) = @_;
+	for (1 .. 60)
+	{
+		return 1 if $node->safe_psql('postgres', $done) eq 't';
+		insert(1);
+		$node->safe_psql('postgres', "INSERT INTO filler (v) VALUES ('x'); SELECT pg_switch_wal();");
+		has_all($sink // $sink_a) or return 0;
+	}
+	return poll($done, 30);
+}
+
+my $slot = ReplicantTest::slot_name($node, 'postgres', 'p');
+
+insert(5);
+ok(has_all($sink_a) && has_all($sink_b) && has_all($sink_c), 'three destinations stream');
+is(dest('b', 'holds_slot'), 't', 'b holds the slot');
+
+# ---- 1. b's sink is down: past its budget, b gives its hold up alone ----
+my $offset = -s $node->logfile;
+$sink_b->control({ fail_status => 503 });
+insert(3);
+ok(poll("SELECT state = 'retrying' FROM replicant.destination_status WHERE pipeline = 'p' AND destination = 'b'", 60),
+	'b is retrying');
+my $b_end = checkpoint_end('b');
+ok(write_wal_until("SELECT state = 'halted' FROM replicant.destination_status"
+		  . " WHERE pipeline = 'p' AND destination = 'b'"),
+	'b halts once it is past its budget');
+like(dest('b', 'last_error'),
+	qr/^replication slot given up for this destination: its sink is \d+ bytes of WAL behind, past its max_retained_wal of $budget$/,
+	'its reason says why, without a value');
+is(dest('b', 'holds_slot'), 'f', 'b no longer holds the slot');
+is(dest('default', 'holds_slot') . dest('c', 'holds_slot'), 'tt', 'the others do');
+$node->wait_for_log(qr/event=slot_released pipeline=p destination=b /, $offset);
+ok(1, 'the release is logged as an event');
+insert(5);
+ok(has_all($sink_a) && has_all($sink_c), 'the others get every transaction');
+is(dest('default', 'state') . ',' . dest('c', 'state'), 'streaming,streaming', 'and stream on');
+ok(poll("SELECT confirmed_flush_lsn > '$b_end' FROM pg_replication_slots WHERE slot_name = '$slot'", 60),
+	"the slot moves past b's checkpoint");
+# restart_lsn follows at the next running-transactions record decoded past
+# the confirmed position: a checkpoint writes one, a commit gets it decoded.
+my $freed = 0;
+for (1 .. 60)
+{
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	insert(1);
+	has_all($sink_a) or last;
+	$freed = $node->safe_psql('postgres', "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) < $budget"
+		  . " FROM pg_replication_slots WHERE slot_name = '$slot'") eq 't' and last;
+}
+ok($freed, 'and retains less than the budget again');
+is($node->safe_psql('postgres', "SELECT max_retained_wal FROM replicant.status WHERE pipeline = 'p'"),
+	6 * 1024 * 1024, "status's budget is the smallest of the destinations holding the slot");
+
+# A resume cannot bring it back: what it missed is no longer kept.
+$sink_b->control({ clear => 1 });
+my ($rc, $out, $err) = $node->psql('postgres', "SELECT replicant.resume_pipeline('p', 'b')");
+isnt($rc, 0, 'resume_pipeline(p, b) is refused');
+like($err, qr/destination "b" of pipeline "p" gave its hold on the replication slot up/, 'with the reason');
+like($err, qr/HINT:.*drop_destination/, 'and the way out');
+$node->psql('postgres', "SELECT replicant.resume_pipeline('p')");
+is(dest('b', 'state'), 'halted', 'resuming the pipeline leaves b halted');
+
+# Nor does a killed worker.
+my $b_deliveries = scalar @{ $sink_b->txlog };
+my $pid = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
+kill 'KILL', $pid;
+$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 'the server did not come back';
+insert(3);
+ok(has_all($sink_a) && has_all($sink_c), 'after a crash, the others get every transaction');
+is(dest('b', 'state') . dest('b', 'holds_slot'), 'halted' . 'f', 'b stays released');
+is(scalar @{ $sink_b->txlog }, $b_deliveries, "b's sink gets nothing more");
+
+# ---- 2. c, halted by its sink's refusal, gives its hold up too -------------
+$offset = -s $node->logfile;
+$sink_c->control({ fail_status => 400 });
+insert(1);
+ok(poll("SELECT state = 'halted' FROM replicant.destination_status WHERE pipeline = 'p' AND destination = 'c'", 60),
+	'c halts on a 400');
+my $c_reason = dest('c', 'last_error');
+my $c_end = checkpoint_end('c');
+is(dest('c', 'holds_slot'), 't', 'halted, c still holds the slot');
+ok(write_wal_until("SELECT NOT holds_slot FROM replicant.destination_status"
+		  . " WHERE pipeline = 'p' AND destination = 'c'"),
+	'past its budget, c gives its hold up');
+is(dest('c', 'last_error'), $c_reason, 'keeping the reason it halted for');
+$node->wait_for_log(qr/event=slot_released pipeline=p destination=c /, $offset);
+ok(1, "c's release is logged");
+insert(2);
+ok(has_all($sink_a), 'the default destination gets every transaction');
+ok(poll("SELECT confirmed_flush_lsn > '$c_end' FROM pg_replication_slots WHERE slot_name = '$slot'", 60),
+	"the slot moves past c's checkpoint");
+is(dest('default', 'state'), 'streaming', 'default streams on');
+is($node->safe_psql('postgres', "SELECT max_retained_wal IS NULL FROM replicant.status WHERE pipeline = 'p'"),
+	't', 'no destination holding the slot has a budget now');
+ok(poll("SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 60000)", 90),
+	'await_delivered waits for the destinations holding the slot only');
+
+# ---- 3. every destination holding the slot past its budget: the slot goes --
+$node->safe_psql('postgres', q{
+	CREATE TABLE u (id int PRIMARY KEY, v text);
+	CREATE PUBLICATION upub FOR TABLE u;
+});
+my $sink_d = ReplicantTest::start_sink(name => 'sink_d');
+my $sink_e = ReplicantTest::start_sink(name => 'sink_e');
+$node->safe_psql('postgres',
+	"SELECT replicant.create_pipeline('q', 'upub', '$sink_d->{url}', max_retained_wal => '4MB',"
+	  . " http_timeout_ms => 2000, connect_timeout_ms => 500)");
+$node->safe_psql('postgres',
+	"SELECT replicant.add_destination('q', 'e', '$sink_e->{url}', max_retained_wal => '6MB',"
+	  . " http_timeout_ms => 2000, connect_timeout_ms => 500)");
+my $q_slot = ReplicantTest::slot_name($node, 'postgres', 'q');
+$node->safe_psql('postgres', "INSERT INTO u VALUES (1, 'x')");
+ok(poll("SELECT replicant.await_delivered('q', pg_current_wal_lsn(), 60000)", 90), 'q delivers');
+$sink_d->control({ fail_status => 503 });
+$sink_e->control({ fail_status => 503 });
+$node->safe_psql('postgres', "INSERT INTO u VALUES (2, 'x')");
+ok(write_wal_until("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'q'"),
+	'q halts once both its destinations are past their budgets');
+like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'q'"),
+	qr/^replication slot given up: it retained \d+ bytes of WAL, past the pipeline's max_retained_wal of \d+$/,
+	'the slot was given up for the pipeline');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$q_slot'"),
+	'0', "q's slot is gone");
+insert(2);
+ok(has_all($sink_a), 'p streams on');
+
+done_testing();
