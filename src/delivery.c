@@ -182,20 +182,67 @@ set_next_retry_at(ReplicantDestinationSlot *place, TimestampTz at)
 	LWLockRelease(replicant_shmem->lock);
 }
 
-bool
-replicant_delivery_check_slot(ReplicantPipelineSlot *slot, bool *release)
+/* Whether the check found a destination past its own budget alone. */
+static bool
+any_released(const bool *release)
 {
+	for (int i = 0; i < REPLICANT_MAX_DESTINATIONS; i++)
+		if (release[i])
+			return true;
+	return false;
+}
+
+/*
+ * The destinations flagged in release give their hold on the slot up, and
+ * the process exits for an immediate restart (superseded: no failure of
+ * the pipeline's), whose worker leaves them out.
+ */
+REPLICANT_NORETURN static void
+release_destinations(ReplicantPipelineSlot *slot, const bool *release)
+{
+	ReplicantPipeline *pipeline = replicant_slot_health_watched();
+	ListCell *lc;
+	int i = 0;
+
+	foreach(lc, pipeline->destinations)
+	{
+		ReplicantDestination *destination = lfirst(lc);
+		ReplicantDestinationSlot *place;
+
+		if (!release[i++])
+			continue;
+		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
+		place = replicant_shmem_destination(slot, destination->id);
+		LWLockRelease(replicant_shmem->lock);
+		replicant_destination_release(pipeline->name, destination, place,
+									  replicant_slot_health_release_reason(destination));
+	}
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	slot->superseded = true;
+	LWLockRelease(replicant_shmem->lock);
+	proc_exit(0);
+}
+
+void
+replicant_delivery_check_slot(ReplicantPipelineSlot *slot)
+{
+	bool release[REPLICANT_MAX_DESTINATIONS];
 	char *reason = replicant_slot_health_check(release);
 
-	if (reason == NULL)
-	{
-		for (int i = 0; i < REPLICANT_MAX_DESTINATIONS; i++)
-			if (release[i])
-				return true;
-		return false;
-	}
+	if (reason == NULL && !any_released(release))
+		return;
 	if (IsTransactionState())
 		AbortCurrentTransaction();
+	if (reason == NULL)
+	{
+		/* Measured again from what is acknowledged: one that caught up meanwhile stays. */
+		(void) replicant_checkpoint_commit_pending();
+		reason = replicant_slot_health_check(release);
+		if (reason == NULL && !any_released(release))
+			return;
+		if (reason == NULL)
+			release_destinations(slot, release);
+	}
 
 	/*
 	 * The slot first: a crash before the halt is on record leaves a pipeline

@@ -158,11 +158,13 @@ REPLICANT_NORETURN extern void replicant_delivery_fail(ReplicantPipelineSlot *sl
 /*
  * Past the max_retained_wal of every destination holding the slot
  * (slot_health.h), gives the slot this process streams from up and halts
- * with the reason (does not return); otherwise notes the WAL it retains,
- * for the warning, and returns whether a destination is past its own
- * budget alone: release[i] is set for the i-th of the pipeline's.
+ * with the reason; past some destinations' own, commits what the sinks
+ * acknowledged, and those still past give their hold up
+ * (replicant_destination_release) before the process exits for an
+ * immediate restart without them.  Neither returns.  Otherwise notes the
+ * WAL the slot retains, for the warning.  Nothing may be in flight.
  */
-extern bool replicant_delivery_check_slot(ReplicantPipelineSlot *slot, bool *release);
+extern void replicant_delivery_check_slot(ReplicantPipelineSlot *slot);
 
 /* Handles a pending SIGHUP. */
 extern void replicant_delivery_reload_config(void);

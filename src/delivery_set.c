@@ -140,7 +140,6 @@ wait_once(ReplicantDelivery *const *set, int n, bool *latch_was_set)
 	int nsources = 0;
 	long timeout = -1;
 	bool in_flight = false;
-	bool release[REPLICANT_MAX_DESTINATIONS];
 	int i;
 
 	for (i = 0; i < n; i++)
@@ -190,8 +189,7 @@ wait_once(ReplicantDelivery *const *set, int n, bool *latch_was_set)
 	{
 		replicant_delivery_check_for_interrupts(slot);
 		replicant_delivery_reload_config();
-		/* A destination past its own budget alone gives its hold up between rounds (worker.c). */
-		(void) replicant_delivery_check_slot(slot, release);
+		replicant_delivery_check_slot(slot);
 	}
 }
 

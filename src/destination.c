@@ -137,6 +137,9 @@ destination_from_row(HeapTuple tuple, TupleDesc desc, const char *pipeline_name)
 	d->checkpoint_end_lsn = spi_lsn(tuple, desc, 18);
 	d->halt_reason = spi_text(tuple, desc, 19);
 	d->slot_released = DatumGetBool(spi_datum(tuple, desc, 20));
+	/* Never delivered to again, whatever clears its halt. */
+	if (d->slot_released && d->halt_reason == NULL)
+		d->halt_reason = pstrdup("replication slot given up for this destination");
 	return d;
 }
 
@@ -231,7 +234,12 @@ replicant_destination_release(const char *pipeline_name, const ReplicantDestinat
 							  "   SET slot_released = true, halt_reason = coalesce(halt_reason, $2)"
 							  " WHERE id OPERATOR(pg_catalog.=) $1",
 							  2, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE ||
-		SPI_processed != 1)
+		SPI_processed != 1 ||
+		/* its own backfills would be read for no one */
+		SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
+							  " WHERE destination_id OPERATOR(pg_catalog.=) $1"
+							  "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running,skipped}')",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record that destination %d gave its hold on the slot up", destination->id);
 	replicant_catalog_end(&access);
 	ereport(LOG,
@@ -246,6 +254,7 @@ replicant_destination_release(const char *pipeline_name, const ReplicantDestinat
 	if (place->state != REPLICANT_STATE_HALTED && destination->halt_reason == NULL)
 		place->metrics.halts++;
 	place->state = REPLICANT_STATE_HALTED;
+	place->slot_released = true;
 	strlcpy(place->last_error, destination->halt_reason ? destination->halt_reason : reason,
 			sizeof(place->last_error));
 	LWLockRelease(replicant_shmem->lock);

@@ -75,6 +75,7 @@ replicant_fanout_create(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline
 			ReplicantDestinationSlot *place = replicant_shmem_destination(slot, d->id);
 
 			place->state = REPLICANT_STATE_HALTED;
+			place->slot_released = d->slot_released;
 			strlcpy(place->last_error, d->halt_reason, sizeof(place->last_error));
 			continue;
 		}

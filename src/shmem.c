@@ -264,10 +264,15 @@ state_rank(ReplicantWorkerState state)
 ReplicantWorkerState
 replicant_shmem_state(const ReplicantPipelineSlot *slot, int *index)
 {
+	int n = replicant_shmem_ndestinations(slot);
 	int worst = 0;
 
-	for (int i = 1; i < replicant_shmem_ndestinations(slot); i++)
-		if (state_rank(slot->destinations[i].state) > state_rank(slot->destinations[worst].state))
+	/* One that gave its hold on the slot up is gone for good: the others' state is the pipeline's. */
+	while (worst < n - 1 && slot->destinations[worst].slot_released)
+		worst++;
+	for (int i = worst + 1; i < n; i++)
+		if (!slot->destinations[i].slot_released &&
+			state_rank(slot->destinations[i].state) > state_rank(slot->destinations[worst].state))
 			worst = i;
 	if (index)
 		*index = worst;

@@ -115,6 +115,7 @@ typedef struct ReplicantDestinationSlot
 	int32 id;
 	char name[NAMEDATALEN];
 	ReplicantWorkerState state;
+	bool slot_released; /* gave its hold on the slot up: out of the roll-up */
 	uint64 transactions_delivered;
 	uint64 changes_delivered;
 	uint64 batches_delivered;

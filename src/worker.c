@@ -620,16 +620,6 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 	}
 }
 
-/* Exits for an immediate restart, which is no failure of the pipeline's. */
-REPLICANT_NORETURN static void
-restart_at_once(Worker *w)
-{
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
-	w->slot->superseded = true;
-	LWLockRelease(replicant_shmem->lock);
-	proc_exit(0);
-}
-
 /*
  * A destination left behind answers again and the others were sent all
  * they have: the worker commits their checkpoints and exits for an
@@ -642,37 +632,12 @@ restart_to_rejoin(Worker *w)
 {
 	commit_pending(w);
 	replicant_fanout_note_rewind(w->fanout);
-	restart_at_once(w);
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	w->slot->superseded = true;
+	LWLockRelease(replicant_shmem->lock);
+	proc_exit(0);
 }
 
-/*
- * Destinations past their own max_retained_wal give their hold on the slot
- * up (slot_health.c): what the others were acknowledged is committed, each
- * one is recorded as halted for good, and the worker starts again at once
- * without them, the floor above their checkpoints.
- */
-REPLICANT_NORETURN static void
-release_destinations(Worker *w, const bool *release)
-{
-	ListCell *lc;
-	int i = 0;
-
-	commit_pending(w);
-	foreach(lc, w->pipeline->destinations)
-	{
-		ReplicantDestination *destination = lfirst(lc);
-		ReplicantDestinationSlot *place;
-
-		if (!release[i++])
-			continue;
-		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
-		place = replicant_shmem_destination(w->slot, destination->id);
-		LWLockRelease(replicant_shmem->lock);
-		replicant_destination_release(w->pipeline->name, destination, place,
-									  replicant_slot_health_release_reason(destination));
-	}
-	restart_at_once(w);
-}
 
 /*
  * One cycle: reads a backfill chunk if one is due, decodes, and delivers
@@ -686,7 +651,6 @@ stream_cycle(Worker *w, bool *delivered)
 	bool at_end;
 	List *messages;
 	ReplicantChunk *chunk;
-	bool release[REPLICANT_MAX_DESTINATIONS];
 
 	*delivered = false;
 
@@ -700,8 +664,7 @@ stream_cycle(Worker *w, bool *delivered)
 	replicant_delivery_check_for_interrupts(w->slot);
 	replicant_delivery_stop_if_requested(w->slot);
 	replicant_delivery_reload_config();
-	if (replicant_delivery_check_slot(w->slot, release))
-		release_destinations(w, release);
+	replicant_delivery_check_slot(w->slot);
 	if (replicant_checkpoint_is_pending() &&
 		replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()) == 0)
 		commit_pending(w);

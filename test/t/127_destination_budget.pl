@@ -86,20 +86,21 @@ sub has_all
 	return 0;
 }
 
-# One more 1 MB WAL segment per round, with a published row that the
-# default destination gets before the next round (so the worker has looked
-# at the slot since), until $done (a query) is true; at most 60 rounds.
+# One more 1 MB WAL segment per round, with a published row that a
+# streaming destination gets before the next round (so the worker has
+# looked at the slot since: $pace, by default p's row to the default
+# destination), until $done (a query) is true; at most 60 rounds.
 sub write_wal_until
 {
-	my ($done, $sink) = @_;
+	my ($done, $pace) = @_;
+	$pace //= sub { insert(1); return has_all($sink_a); };
 	for (1 .. 60)
 	{
 		return 1 if $node->safe_psql('postgres', $done) eq 't';
-		insert(1);
 		$node->safe_psql('postgres', "INSERT INTO filler (v) VALUES ('x'); SELECT pg_switch_wal();");
-		has_all($sink // $sink_a) or return 0;
+		$pace->() or return 0;
 	}
-	return poll($done, 30);
+	return poll($done, 60);
 }
 
 my $slot = ReplicantTest::slot_name($node, 'postgres', 'p');
@@ -144,6 +145,9 @@ for (1 .. 60)
 ok($freed, 'and retains less than the budget again');
 is($node->safe_psql('postgres', "SELECT max_retained_wal FROM replicant.status WHERE pipeline = 'p'"),
 	6 * 1024 * 1024, "status's budget is the smallest of the destinations holding the slot");
+insert(1);
+is($node->safe_psql('postgres', "SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 60000)"),
+	't', 'await_delivered waits for the destinations holding the slot only');
 
 # A resume cannot bring it back: what it missed is no longer kept.
 $sink_b->control({ clear => 1 });
@@ -161,6 +165,8 @@ kill 'KILL', $pid;
 $node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 'the server did not come back';
 insert(3);
 ok(has_all($sink_a) && has_all($sink_c), 'after a crash, the others get every transaction');
+insert(1);
+ok(has_all($sink_a) && has_all($sink_c), 'and what commits next');
 is(dest('b', 'state') . dest('b', 'holds_slot'), 'halted' . 'f', 'b stays released');
 is(scalar @{ $sink_b->txlog }, $b_deliveries, "b's sink gets nothing more");
 
@@ -186,10 +192,13 @@ ok(poll("SELECT confirmed_flush_lsn > '$c_end' FROM pg_replication_slots WHERE s
 is(dest('default', 'state'), 'streaming', 'default streams on');
 is($node->safe_psql('postgres', "SELECT max_retained_wal IS NULL FROM replicant.status WHERE pipeline = 'p'"),
 	't', 'no destination holding the slot has a budget now');
-ok(poll("SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 60000)", 90),
-	'await_delivered waits for the destinations holding the slot only');
+insert(1);
+is($node->safe_psql('postgres', "SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 60000)"),
+	't', 'and with c released too');
 
-# ---- 3. every destination holding the slot past its budget: the slot goes --
+# ---- 3. the last destination holding the slot past its budget: the slot goes
+# q: d (4MB) down, e (6MB) streaming: d gives its hold up; then e is down
+# too, and past its own budget the slot is given up for the pipeline.
 $node->safe_psql('postgres', q{
 	CREATE TABLE u (id int PRIMARY KEY, v text);
 	CREATE PUBLICATION upub FOR TABLE u;
@@ -203,16 +212,37 @@ $node->safe_psql('postgres',
 	"SELECT replicant.add_destination('q', 'e', '$sink_e->{url}', max_retained_wal => '6MB',"
 	  . " http_timeout_ms => 2000, connect_timeout_ms => 500)");
 my $q_slot = ReplicantTest::slot_name($node, 'postgres', 'q');
-$node->safe_psql('postgres', "INSERT INTO u VALUES (1, 'x')");
-ok(poll("SELECT replicant.await_delivered('q', pg_current_wal_lsn(), 60000)", 90), 'q delivers');
+my $u = 0;
+my $pace_e = sub {
+	$u++;
+	$node->safe_psql('postgres', "INSERT INTO u VALUES ($u, 'x')");
+	for (1 .. 600)
+	{
+		return 1 if scalar(() = $sink_e->dump('public.u') =~ /"id"/g) == $u;
+		select(undef, undef, undef, 0.2);
+	}
+	return 0;
+};
+ok($pace_e->(), 'q delivers');
+$offset = -s $node->logfile;
 $sink_d->control({ fail_status => 503 });
+ok(write_wal_until("SELECT NOT holds_slot FROM replicant.destination_status WHERE pipeline = 'q' AND destination = 'default'",
+		$pace_e),
+	"q's default destination gives its hold up past its 4MB");
+$node->wait_for_log(qr/event=slot_released pipeline=q destination=default /, $offset);
+ok(1, 'logged');
+is($node->safe_psql('postgres', "SELECT state FROM replicant.destination_status WHERE pipeline = 'q' AND destination = 'e'"),
+	'streaming', 'e streams on');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$q_slot'"),
+	'1', "q's slot stays");
 $sink_e->control({ fail_status => 503 });
-$node->safe_psql('postgres', "INSERT INTO u VALUES (2, 'x')");
-ok(write_wal_until("SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'q'"),
-	'q halts once both its destinations are past their budgets');
+$node->safe_psql('postgres', "INSERT INTO u VALUES (1000000, 'x')");
+ok(write_wal_until("SELECT state = 'halted' AND last_error ~ 'past the pipeline''s max_retained_wal'"
+		  . " FROM replicant.status WHERE pipeline = 'q'"),
+	'once e, the last one holding the slot, is past its 6MB, q halts');
 like($node->safe_psql('postgres', "SELECT last_error FROM replicant.status WHERE pipeline = 'q'"),
-	qr/^replication slot given up: it retained \d+ bytes of WAL, past the pipeline's max_retained_wal of \d+$/,
-	'the slot was given up for the pipeline');
+	qr/^replication slot given up: it retained \d+ bytes of WAL, past the pipeline's max_retained_wal of 6291456$/,
+	'the slot was given up for the pipeline, past the budget of the destinations holding it');
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$q_slot'"),
 	'0', "q's slot is gone");
 insert(2);
