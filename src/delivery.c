@@ -70,8 +70,8 @@ replicant_delivery_reload_config(void)
 	}
 }
 
-static bool
-stop_requested(ReplicantPipelineSlot *slot)
+bool
+replicant_delivery_stop_is_requested(ReplicantPipelineSlot *slot)
 {
 	bool requested;
 
@@ -84,7 +84,7 @@ stop_requested(ReplicantPipelineSlot *slot)
 void
 replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot)
 {
-	if (!stop_requested(slot))
+	if (!replicant_delivery_stop_is_requested(slot))
 		return;
 	if (IsTransactionState())
 		AbortCurrentTransaction();
@@ -145,7 +145,7 @@ replicant_delivery_sleep_until(ReplicantPipelineSlot *slot, TimestampTz deadline
 	{
 		int64 left_us = deadline - GetCurrentTimestamp();
 
-		if (left_us <= 0 || stop_requested(slot))
+		if (left_us <= 0 || replicant_delivery_stop_is_requested(slot))
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 (long) ((left_us + 999) / 1000), PG_WAIT_EXTENSION);
@@ -344,7 +344,7 @@ bool
 replicant_delivery_retry_waiting(ReplicantPipelineSlot *slot, const ReplicantRetryState *retry)
 {
 	return retry->next_attempt_at != 0 && GetCurrentTimestamp() < retry->next_attempt_at &&
-		   !stop_requested(slot) &&
+		   !replicant_delivery_stop_is_requested(slot) &&
 		   pg_atomic_read_u32(&slot->retry_requests) == retry->retry_requests;
 }
 

@@ -107,6 +107,9 @@ extern char *replicant_delivery_refusal(const ReplicantSinkResult *result, const
  */
 extern void replicant_delivery_stop_if_requested(ReplicantPipelineSlot *slot);
 
+/* Whether the slot's worker was asked to stop, and the caller is that worker. */
+extern bool replicant_delivery_stop_is_requested(ReplicantPipelineSlot *slot);
+
 /*
  * CHECK_FOR_INTERRUPTS for a worker that may hold acknowledged, uncommitted
  * progress: a SIGTERM (a shutdown, pg_terminate_backend, a stop replicant
@@ -161,8 +164,9 @@ REPLICANT_NORETURN extern void replicant_delivery_fail(ReplicantPipelineSlot *sl
  * with the reason; past some destinations' own, commits what the sinks
  * acknowledged, and those still past give their hold up
  * (replicant_destination_release) before the process exits for an
- * immediate restart without them.  Neither returns.  Otherwise notes the
- * WAL the slot retains, for the warning.  Nothing may be in flight.
+ * immediate restart without them.  Neither returns (a request still in
+ * flight is dropped: sent again after the restart, at least once).
+ * Otherwise notes the WAL the slot retains, for the warning.
  */
 extern void replicant_delivery_check_slot(ReplicantPipelineSlot *slot);
 

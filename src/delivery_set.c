@@ -214,9 +214,23 @@ retry_came_due(ReplicantDelivery *const *set, int n)
 	return !pending;
 }
 
-/* The round, without the cleanup after an error. */
+/* Whether a delivery not in flight has its next attempt due: a later round starts it. */
+static bool
+attempt_due(ReplicantDelivery *const *set, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!set[i]->answered && !set[i]->in_flight &&
+			replicant_delivery_retry_due(set[i]->slot, set[i]->place, &set[i]->retry))
+			return true;
+	return false;
+}
+
+/*
+ * The round, without the cleanup after an error.  first: it ends as soon
+ * as one request in flight has an answer, or an attempt is due.
+ */
 static void
-run_round(ReplicantDelivery *const *set, int n, bool *latch_was_set)
+run_round(ReplicantDelivery *const *set, int n, bool first, bool *latch_was_set)
 {
 	bool started = false;
 	int i;
@@ -235,20 +249,27 @@ run_round(ReplicantDelivery *const *set, int n, bool *latch_was_set)
 	for (;;)
 	{
 		bool in_flight = false;
+		bool came = false;
 
 		for (i = 0; i < n; i++)
 		{
+			bool was_in_flight = set[i]->in_flight;
+
 			poll_delivery(set[i]);
 			in_flight = in_flight || set[i]->in_flight;
+			came = came || (was_in_flight && !set[i]->in_flight);
 		}
 		if (!in_flight && (started || retry_came_due(set, n)))
+			break;
+		if (first && (came || attempt_due(set, n)))
 			break;
 		wait_once(set, n, latch_was_set);
 	}
 }
 
-void
-replicant_delivery_set_round(ReplicantDelivery *const *set, int n)
+/* A round; first: until the first answer (run_round). */
+static void
+round_of(ReplicantDelivery *const *set, int n, bool first)
 {
 	bool latch_was_set = false;
 
@@ -257,7 +278,7 @@ replicant_delivery_set_round(ReplicantDelivery *const *set, int n)
 	Assert(InterruptHoldoffCount == 0 && CritSectionCount == 0);
 	PG_TRY();
 	{
-		run_round(set, n, &latch_was_set);
+		run_round(set, n, first, &latch_was_set);
 	}
 	PG_CATCH();
 	{
@@ -267,6 +288,74 @@ replicant_delivery_set_round(ReplicantDelivery *const *set, int n)
 	PG_END_TRY();
 
 	/* do not swallow a wakeup meant for the caller's own wait */
+	if (latch_was_set)
+		SetLatch(MyLatch);
+}
+
+void
+replicant_delivery_set_round(ReplicantDelivery *const *set, int n)
+{
+	round_of(set, n, false);
+}
+
+void
+replicant_delivery_set_round_first(ReplicantDelivery *const *set, int n)
+{
+	round_of(set, n, true);
+}
+
+bool
+replicant_delivery_set_poll(ReplicantDelivery *const *set, int n)
+{
+	volatile bool came = false;
+
+	Assert(InterruptHoldoffCount == 0 && CritSectionCount == 0);
+	PG_TRY();
+	{
+		for (int i = 0; i < n; i++)
+		{
+			ReplicantDelivery *d = set[i];
+
+			if (!d->answered && !d->in_flight && replicant_delivery_retry_due(d->slot, d->place, &d->retry))
+			{
+				replicant_transport_start(d->sink, d->webhook_id, d->body);
+				d->in_flight = true;
+			}
+			if (!d->in_flight)
+				continue;
+			poll_delivery(d);
+			came = came || !d->in_flight;
+		}
+	}
+	PG_CATCH();
+	{
+		cancel_all(set, n);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	return came;
+}
+
+void
+replicant_delivery_set_wait(ReplicantDelivery *const *set, int n, long timeout)
+{
+	ReplicantWaitSource *sources = palloc(sizeof(ReplicantWaitSource) * (n + 1) * REPLICANT_MAX_WAIT_SOURCES);
+	int nsources = 0;
+	bool latch_was_set = false;
+
+	for (int i = 0; i < n; i++)
+	{
+		long t = -1;
+
+		if (!set[i]->in_flight)
+			continue;
+		nsources += replicant_transport_wait_sources(set[i]->sink, sources + nsources, &t);
+		if (t >= 0 && (timeout < 0 || t < timeout))
+			timeout = t;
+	}
+	wait_on(sources, nsources, timeout, &latch_was_set);
+	pfree(sources);
+	/* the caller's cycle resets it, and looks at what woke it */
 	if (latch_was_set)
 		SetLatch(MyLatch);
 }

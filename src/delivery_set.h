@@ -51,6 +51,29 @@ extern void replicant_delivery_started(ReplicantDelivery *delivery, ReplicantPip
  */
 extern void replicant_delivery_set_round(ReplicantDelivery *const *set, int n);
 
+/*
+ * The same round, but it ends as soon as one request in flight has an
+ * answer (its own final answer, or a retried one) or a delivery's next
+ * attempt is due: the others stay in flight, for a later round to poll.
+ */
+extern void replicant_delivery_set_round_first(ReplicantDelivery *const *set, int n);
+
+/*
+ * Starts every attempt of the set that is due and polls the requests in
+ * flight once, without waiting; whether one had an answer (final, or
+ * retried).
+ */
+extern bool replicant_delivery_set_poll(ReplicantDelivery *const *set, int n);
+
+/*
+ * Waits up to timeout ms (-1: no limit) on the latch, postmaster death and
+ * the wait sources of the set's requests in flight (n may be 0), without
+ * polling them:
+ * the worker's rest between cycles while a slow sink's request is out.  A
+ * latch set meanwhile stays set.
+ */
+extern void replicant_delivery_set_wait(ReplicantDelivery *const *set, int n, long timeout);
+
 /* Rounds until every delivery of the set has its final answer. */
 extern void replicant_delivery_set_run(ReplicantDelivery *const *set, int n);
 

@@ -8,14 +8,15 @@
  * render target (one per format, render_target.h), its cursor in that
  * target's batches and the request it has in flight or waits to retry.
  * Sending goes in steps: every outlet with something left starts its next
- * request, and a round (delivery_set.h) runs until each request started
- * has its answer.  A destination gets its transactions in commit order and
- * skips the commits its own checkpoint covers: after a restart decoding
- * starts at the lowest one.
+ * request, and a round (delivery_set.h) runs until the first answer.  A
+ * destination gets its transactions in commit order (one request out at a
+ * time) and skips the commits its own checkpoint covers: after a restart
+ * decoding starts at the lowest one.
  *
- * A slow sink paces the others one request at a time; one that keeps
- * failing does not, within replicant.destination_backlog, and past it is
- * left behind and brought back by a rewind (fanout_laggard.c).
+ * A slow sink's request stays out while the others go on, and one that
+ * keeps failing waits apart, both within replicant.destination_backlog;
+ * past it a failing one is left behind and brought back by a rewind
+ * (fanout_laggard.c), and the worker waits for a slow one's answer.
  *
  * A sink's refusal, or its format's halt, halts that destination alone,
  * recorded in replicant.destinations, while the others go on; it keeps
@@ -28,8 +29,11 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
+#include "storage/latch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "backfill.h"
 #include "batch.h"
@@ -174,7 +178,7 @@ replicant_fanout_retry_wait_ms(ReplicantFanout *f)
 		Outlet *o = &f->outlets[i];
 		long t;
 
-		if (!o->live || !o->sending)
+		if (!o->live || !o->sending || o->delivery.in_flight)
 			continue;
 		t = replicant_delivery_retry_wait_ms(&o->delivery.retry);
 		if (wait < 0 || t < wait)
@@ -392,7 +396,8 @@ halt_with_targets(ReplicantFanout *f)
 
 /*
  * Halts the destinations that got all they can below a hole of their
- * target: between rounds, with no request of another in flight.
+ * target: between rounds (another's request may be out; the last one's
+ * halt, the pipeline's, drops it: sent again at least once).
  */
 static void
 halt_at_holes(ReplicantFanout *f)
@@ -434,10 +439,42 @@ release_batches(ReplicantFanout *f)
 }
 
 /*
+ * Whether o's request, begun or in flight, may stay out while the worker
+ * goes on (polled by later rounds, waited for between cycles): a probe's
+ * always, an attached destination's while it may wait apart (its batches
+ * within the backlog, another streaming, nothing that must follow them).
+ */
+static bool
+may_stay_out(ReplicantFanout *f, const Outlet *o)
+{
+	return !o->attached || replicant_laggard_may_wait_apart(f, o);
+}
+
+/* Acts on the answers a round brought: each of those sent is answered or not yet. */
+static void
+take_answers(ReplicantFanout *f, Outlet **sending, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		Outlet *o = sending[i];
+
+		if (!o->delivery.answered)
+			continue;
+		o->sending = false;
+		if (o->attached)
+			answered(f, o);
+		else
+			replicant_laggard_probe_answered(f, o);
+	}
+}
+
+/*
  * Sends each destination's requests in rounds: those begun (a message's),
  * and the next range of sealed batches of each attached one, until none is
- * left but retries that may wait (see deliver_batches); with probes, the
- * requests of destinations left behind too.  Whether a round ran.
+ * left but retries that may wait and requests that may stay in flight
+ * (see deliver_batches); with probes, the requests of destinations left
+ * behind too.  A round ends at the first answer, so that a slow sink's
+ * request does not hold the others'.  Whether a round ran.
  */
 static bool
 send_rounds(ReplicantFanout *f, bool probes)
@@ -462,39 +499,91 @@ send_rounds(ReplicantFanout *f, bool probes)
 				continue;
 			sending[n] = o;
 			set[n++] = &o->delivery;
-			if (!replicant_outlet_waiting(f, o))
+			if (replicant_outlet_waiting(f, o))
+			{
+				if (o->attached && !replicant_laggard_may_wait_apart(f, o))
+					holds = true;
+			}
+			else if (!may_stay_out(f, o))
 				moves = true;
-			else if (o->attached && !replicant_laggard_may_wait_apart(f, o))
-				holds = true;
 		}
 		/*
-		 * Only retries are left, none due: decoding goes on unless one
-		 * holds it (then it waits for the first to come due, as with one
-		 * destination), or a laggard can be left behind.
+		 * Only retries none due and requests that may stay out are left:
+		 * decoding goes on unless a retry holds it (then it waits for the
+		 * first to come due, as with one destination), or a laggard can be
+		 * left behind.  What may stay out is started or polled first,
+		 * without waiting: an answer taken may free more to send.
 		 */
 		if (!moves)
 		{
 			if (holds && replicant_laggard_leave_behind(f))
 				continue;
+			if (!holds && replicant_delivery_set_poll(set, n))
+			{
+				any = true;
+				take_answers(f, sending, n);
+				continue;
+			}
 			if (!holds)
 				break;
 		}
 		any = true;
-		replicant_delivery_set_round(set, n);
-		for (int i = 0; i < n; i++)
-		{
-			Outlet *o = sending[i];
-
-			if (!o->delivery.answered)
-				continue;
-			o->sending = false;
-			if (o->attached)
-				answered(f, o);
-			else
-				replicant_laggard_probe_answered(f, o);
-		}
+		replicant_delivery_set_round_first(set, n);
+		take_answers(f, sending, n);
 	}
 	return any;
+}
+
+/* The requests in flight: their deliveries in set, their outlets in sending; how many. */
+static int
+in_flight(ReplicantFanout *f, ReplicantDelivery **set, Outlet **sending)
+{
+	int n = 0;
+
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		Outlet *o = &f->outlets[i];
+
+		if (o->live && o->sending && o->delivery.in_flight)
+		{
+			sending[n] = o;
+			set[n++] = &o->delivery;
+		}
+	}
+	return n;
+}
+
+void
+replicant_fanout_wait(ReplicantFanout *f, long timeout)
+{
+	ReplicantDelivery *set[REPLICANT_MAX_DESTINATIONS];
+	Outlet *sending[REPLICANT_MAX_DESTINATIONS];
+
+	int n = in_flight(f, set, sending);
+
+	if (n > 0)
+		replicant_delivery_set_wait(set, n, timeout);
+	else
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout,
+						 PG_WAIT_EXTENSION);
+}
+
+void
+replicant_fanout_settle(ReplicantFanout *f)
+{
+	ReplicantDelivery *set[REPLICANT_MAX_DESTINATIONS];
+	Outlet *sending[REPLICANT_MAX_DESTINATIONS];
+	int n;
+
+	while ((n = in_flight(f, set, sending)) > 0)
+	{
+		replicant_delivery_set_round(set, n);
+		take_answers(f, sending, n);
+		/* A range whose last request was taken is acknowledged; the next request is not sent. */
+		for (int i = 0; i < n; i++)
+			if (sending[i]->attached && sending[i]->live && !sending[i]->sending && sending[i]->batch != NULL)
+				(void) start_next(f, sending[i]);
+	}
 }
 
 bool

@@ -85,6 +85,19 @@ extern bool replicant_fanout_rejoin_due(ReplicantFanout *fanout);
 /* Counts and logs the rewind of each destination left behind. */
 extern void replicant_fanout_note_rewind(ReplicantFanout *fanout);
 
+/*
+ * The worker's rest between cycles, up to timeout ms: until its latch is
+ * set, or a request still in flight (a slow sink's) has news.
+ */
+extern void replicant_fanout_wait(ReplicantFanout *fanout, long timeout);
+
+/*
+ * Before the worker stops on request: each request still in flight gets
+ * its answer, and a range whose last request was taken is acknowledged,
+ * so that the stop leaves nothing acknowledged to re-deliver.
+ */
+extern void replicant_fanout_settle(ReplicantFanout *fanout);
+
 /* How long the worker may sleep before a retry comes due; -1: none waits. */
 extern long replicant_fanout_retry_wait_ms(ReplicantFanout *fanout);
 

@@ -725,7 +725,18 @@ http_poll(ReplicantTransport *transport, ReplicantSinkResult *result)
 	}
 	PG_END_TRY();
 	if (!over)
+	{
+		/*
+		 * A request may stay out across the worker's cycles: a wakeup
+		 * the poll took is the caller's, not kept until the answer.
+		 */
+		if (attempt->latch_was_set)
+		{
+			attempt->latch_was_set = false;
+			SetLatch(MyLatch);
+		}
 		return false;
+	}
 	sink_answer_started(sink, result);
 	return true;
 }

@@ -662,6 +662,8 @@ stream_cycle(Worker *w, bool *delivered)
 	pg_atomic_write_u32(&w->slot->nudged, 0);
 	ResetLatch(MyLatch);
 	replicant_delivery_check_for_interrupts(w->slot);
+	if (replicant_delivery_stop_is_requested(w->slot))
+		replicant_fanout_settle(w->fanout);
 	replicant_delivery_stop_if_requested(w->slot);
 	replicant_delivery_reload_config();
 	replicant_delivery_check_slot(w->slot);
@@ -758,8 +760,7 @@ wait_for_wal(Worker *w)
 	retry = replicant_fanout_retry_wait_ms(w->fanout);
 	if (retry >= 0)
 		timeout = Min(timeout, retry);
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 timeout, PG_WAIT_EXTENSION);
+	replicant_fanout_wait(w->fanout, timeout);
 }
 
 /* The CPU time this process has used, in microseconds. */
