@@ -496,7 +496,7 @@ check_alter_catalog(const ReplicantPipelineRef *ref, const char *destination,
  * The checks of alter_pipeline and alter_destination against the rows,
  * again under the pipeline row's lock: the destination exists; a sink
  * option of alter_pipeline needs a pipeline with one destination; a NATS
- * URL, a destination without others.
+ * URL, a stream no other destination of the pipeline has.
  */
 static void
 check_alter_rows(const ReplicantPipelineRef *ref, const char *destination,

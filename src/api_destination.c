@@ -190,23 +190,45 @@ replicant_api_destination_check_only(const ReplicantPipelineRef *ref, const Repl
 				 errhint("Change one destination's with replicant.alter_destination(pipeline, name, ...).")));
 }
 
+/* Whether two NATS URLs name one stream of one set of servers. */
+static bool
+same_nats_stream(const char *a, const char *b)
+{
+	NatsUrl ua;
+	NatsUrl ub;
+
+	if (replicant_nats_parse_url(a, &ua) != NULL || replicant_nats_parse_url(b, &ub) != NULL ||
+		strcmp(ua.stream, ub.stream) != 0 || ua.nservers != ub.nservers)
+		return false;
+	for (int i = 0; i < ua.nservers; i++)
+		if (strcmp(ua.servers[i], ub.servers[i]) != 0)
+			return false;
+	return true;
+}
+
+/*
+ * Two NATS destinations of a pipeline cannot share a stream: each needs
+ * one that takes its subjects alone (sink_nats_stream.c), and with one
+ * prefix their marks would be each other's.  Destinations other than
+ * "default" write ids and a default prefix of their own, so NATS goes
+ * beside any other destination.
+ */
 void
 replicant_api_destination_check_nats(const ReplicantPipelineRef *ref, const char *destination,
 									 const char *url)
 {
-	List *urls = lappend(other_urls(ref->id, destination), (char *) url);
 	ListCell *lc;
 
-	if (list_length(urls) < 2)
+	if (!replicant_nats_url(url))
 		return;
-	foreach(lc, urls)
+	foreach(lc, other_urls(ref->id, destination))
 	{
-		if (replicant_nats_url(lfirst(lc)))
+		if (replicant_nats_url(lfirst(lc)) && same_nats_stream(lfirst(lc), url))
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("pipeline \"%s\" cannot deliver to NATS beside another destination", ref->name),
-					 errdetail("Its destinations would share NATS message ids and marks, and drop each other's messages."),
-					 errhint("Deliver to NATS from a pipeline of its own.")));
+					 errmsg("pipeline \"%s\" has another destination on this NATS stream", ref->name),
+					 errdetail("Each NATS destination needs a stream of its own, whose subjects are its prefix's."),
+					 errhint("Give each destination its own stream (subjects <prefix>.>).")));
 	}
 }
 

@@ -61,10 +61,9 @@ extern void replicant_api_destination_check_only(const ReplicantPipelineRef *ref
 extern int replicant_api_destination_count(int32 pipeline_id);
 
 /*
- * A pipeline with several destinations has no NATS one (until NATS ids
- * and marks name the destination, two would drop each other's messages):
- * raises an error unless that holds once destination "destination" (NULL:
- * a new one) delivers to url.
+ * No two NATS destinations of a pipeline share a stream: raises an error
+ * unless that holds once destination "destination" (NULL: a new one)
+ * delivers to url.
  */
 extern void replicant_api_destination_check_nats(const ReplicantPipelineRef *ref,
 												 const char *destination, const char *url);

@@ -347,6 +347,8 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	if (sink->content_type)
 		set_header(msg, "Content-Type", sink->content_type);
 	set_header(msg, "Replicant-Pipeline", sink->pipeline);
+	if (sink->destination != NULL)
+		set_header(msg, "Replicant-Destination", sink->destination);
 	set_header(msg, "Replicant-Source", sink->source);
 	set_header(msg, "Replicant-Kind", kind_names[kind]);
 	if (kind == NATS_CHANGE || kind == NATS_MESSAGE)
@@ -608,6 +610,7 @@ replicant_nats_transport_open(const ReplicantSinkConfig *config)
 		sink->url_problem = problem;
 	sink->ca_file = config->ca_file ? pstrdup(config->ca_file) : NULL;
 	sink->content_type = config->content_type ? pstrdup(config->content_type) : NULL;
+	sink->destination = config->destination ? pstrdup(config->destination) : NULL;
 	sink->source = psprintf(UINT64_FORMAT "/%u", GetSystemIdentifier(), MyDatabaseId);
 	sink->ack_timeout_ms = config->http_timeout_ms > 0 ? config->http_timeout_ms : NATS_DEFAULT_ACK_TIMEOUT_MS;
 	if (pipe(sink->pipe_fds) != 0 ||

@@ -215,7 +215,7 @@ publish_stream_item(NatsSink *sink, NatsKind kind, uint64 lsn, uint64 xid,
 		nats_sink_fail(result, REPLICANT_SINK_REJECTED, "could not read the rendered batch");
 		return false;
 	}
-	id = psprintf("%s:" UINT64_FORMAT ":" UINT64_FORMAT, sink->pipeline, lsn, position);
+	id = psprintf("%s:" UINT64_FORMAT ":" UINT64_FORMAT, sink->id_name, lsn, position);
 	ok = nats_sink_publish(sink, kind, id, lsn, xid, position, true, result);
 	pfree(id);
 	if (ok)
@@ -399,8 +399,19 @@ set_pipeline(NatsSink *sink, const char *name)
 		return;
 	old = MemoryContextSwitchTo(sink->context);
 	sink->pipeline = pstrdup(name);
-	if (sink->url.prefix[0] == '\0')
+	/*
+	 * Another destination of the pipeline than "default" writes ids and a
+	 * default prefix of its own ('.' and '-' are in no pipeline name), so
+	 * that destinations never take each other's messages for their mark.
+	 */
+	if (sink->destination == NULL)
+		sink->id_name = sink->pipeline;
+	else
+		sink->id_name = psprintf("%s.%s", name, sink->destination);
+	if (sink->url.prefix[0] == '\0' && sink->destination == NULL)
 		snprintf(sink->url.prefix, sizeof(sink->url.prefix), "replicant.%s", name);
+	else if (sink->url.prefix[0] == '\0')
+		snprintf(sink->url.prefix, sizeof(sink->url.prefix), "replicant.%s-%s", name, sink->destination);
 	MemoryContextSwitchTo(old);
 }
 

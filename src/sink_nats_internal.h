@@ -98,9 +98,11 @@ typedef struct NatsSink
 	uint64 mark_pos;
 
 	char *pipeline;
-	char *source;    /* <system identifier>/<database oid>: Replicant-Source */
-	char *buf;       /* NATS_BODY_BUFFER: the batch */
-	char *inner_buf; /* NATS_BODY_BUFFER: one change, read again */
+	char *destination; /* Replicant-Destination; NULL for "default" */
+	char *id_name;     /* what its stream ids begin with: <pipeline>[.<destination>] */
+	char *source;      /* <system identifier>/<database oid>: Replicant-Source */
+	char *buf;         /* NATS_BODY_BUFFER: the batch */
+	char *inner_buf;   /* NATS_BODY_BUFFER: one change, read again */
 	StringInfoData subject;
 	StringInfoData data;
 	StringInfoData scratch;

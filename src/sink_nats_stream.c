@@ -14,18 +14,20 @@
 #include "sink_nats_internal.h"
 
 /*
- * Takes the last message under the prefix as this pipeline's mark; false
- * when another pipeline, or a pipeline of the same name in another
- * database or on another server, wrote it (Replicant-Source and
- * Replicant-Pipeline): its position says nothing of this pipeline's.
+ * Takes the last message under the prefix as this destination's mark;
+ * false when another pipeline, another destination of it, or a pipeline of
+ * the same name in another database or on another server, wrote it
+ * (Replicant-Source, Replicant-Pipeline, Replicant-Destination, absent for
+ * "default"): its position says nothing of this destination's.
  */
 static bool
 learn_mark(NatsSink *sink, natsMsg *msg)
 {
 	const char *source = NULL;
 	const char *pipeline = NULL;
+	const char *destination = NULL;
 	const char *id = NULL;
-	size_t plen = strlen(sink->pipeline);
+	size_t plen = strlen(sink->id_name);
 	unsigned long long lsn,
 		pos;
 
@@ -34,9 +36,14 @@ learn_mark(NatsSink *sink, natsMsg *msg)
 		natsMsgHeader_Get(msg, "Replicant-Pipeline", &pipeline) != NATS_OK || pipeline == NULL ||
 		strcmp(pipeline, sink->pipeline) != 0)
 		return false;
-	/* <pipeline>:<lsn>:<position>; reads and markers have other ids */
+	if (natsMsgHeader_Get(msg, "Replicant-Destination", &destination) != NATS_OK)
+		destination = NULL;
+	if ((destination == NULL) != (sink->destination == NULL) ||
+		(destination != NULL && strcmp(destination, sink->destination) != 0))
+		return false;
+	/* <pipeline>[.<destination>]:<lsn>:<position>; reads and markers have other ids */
 	if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != NULL &&
-		strncmp(id, sink->pipeline, plen) == 0 && id[plen] == ':' &&
+		strncmp(id, sink->id_name, plen) == 0 && id[plen] == ':' &&
 		sscanf(id + plen + 1, "%llu:%llu", &lsn, &pos) == 2)
 	{
 		sink->have_mark = true;

@@ -38,6 +38,7 @@ typedef struct ReplicantSinkConfig
 	const char *ca_file;             /* PEM CA bundle; NULL: the system CAs */
 	const char *content_type;        /* of every body, as the format says */
 	bool (*code_is_final)(int code); /* as the format says, or NULL */
+	const char *destination;         /* its name; NULL for "default", whose ids are the pipeline's */
 } ReplicantSinkConfig;
 
 typedef enum ReplicantSinkOutcome

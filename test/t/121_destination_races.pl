@@ -112,8 +112,8 @@ like($err, qr/cannot have more than 16 destinations/, 'the second add_destinatio
 is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'r'"), '16',
 	'at most 16 destinations');
 
-# The same with NATS: alter_destination moves the only other one to NATS
-# while add_destination waits.
+# The same with NATS: alter_destination moves the only other one to a NATS
+# stream while add_destination, for the same stream, waits.
 $node->safe_psql('postgres', q{
 	SELECT replicant.create_pipeline('q', 'pub', 'http://127.0.0.1:9/qa', enabled => false);
 });
@@ -123,7 +123,7 @@ $x->query_safe("SELECT replicant.alter_destination('q', 'default', sink_url => '
 ($out, $err) = ('', '');
 $y = IPC::Run::start(
 	[ $node->installed_command('psql'), '-XAtq', '-d', $node->connstr('postgres'),
-	  '-c', "SELECT replicant.add_destination('q', 'y', 'http://127.0.0.1:9/qy')" ],
+	  '-c', "SELECT replicant.add_destination('q', 'y', 'nats://127.0.0.1:9/S')" ],
 	'>', \$out, '2>', \$err);
 $waiting = 0;
 for (1 .. 200)
@@ -137,7 +137,8 @@ ok($waiting, 'add_destination waits for alter_destination\'s lock');
 $x->query_safe('COMMIT');
 $x->quit;
 $y->finish;
-like($err, qr/cannot deliver to NATS beside another destination/, 'add_destination beside the altered one is refused');
+like($err, qr/pipeline "q" has another destination on this NATS stream/,
+	'add_destination on the stream of the altered one is refused');
 is($node->safe_psql('postgres',
 	"SELECT count(*) FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'q'"),
 	'1', 'the NATS destination of q stays alone');
