@@ -129,6 +129,7 @@ leave_behind(struct ReplicantFanout *f, Outlet *o)
 	{
 		memset(&next, 0, sizeof(next));
 		next.plan = o->request.plan;
+		next.destination = o->request.destination;
 		o->probe_ends_range = !o->format->stream_request(f->pipeline->name, o->batch, o->first,
 														 o->last, o->part + 1, &next);
 		o->probe_txn = o->batch->txns[o->last];

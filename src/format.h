@@ -42,8 +42,9 @@ typedef struct ReplicantResync
 /* One HTTP request made by a format. */
 typedef struct ReplicantRequest
 {
-	char *webhook_id;   /* stable across retries of this request */
-	const char *target; /* what it writes to, for a refusal; or NULL */
+	char *webhook_id;        /* stable across retries of this request */
+	const char *target;      /* what it writes to, for a refusal; or NULL */
+	const char *destination; /* set by the caller: its name, NULL for "default" */
 	ReplicantBody body;
 	/* Storage the format may build the body (or its framing) in. */
 	StringInfoData buffer;
@@ -140,9 +141,9 @@ typedef struct ReplicantFormat
 	 * changes, then snapshot_end.  snapshot_end_len is how many bytes
 	 * snapshot_end appends, for callers that keep a body within a limit.
 	 * resync: NULL, or on the first and last markers of a resync's reads
-	 * what the sink is told of it.
+	 * what the sink is told of it.  destination: as in ReplicantRequest.
 	 */
-	void (*snapshot_begin)(StringInfo out, const char *pipeline,
+	void (*snapshot_begin)(StringInfo out, const char *pipeline, const char *destination,
 						   const ReplicantRelation *relation,
 						   int64 backfill_id, bool first, bool last,
 						   const ReplicantResync *resync);

@@ -709,8 +709,9 @@ append_sweep(StringInfo out, const ReplicantRelation *relation, const ReplicantR
  * keeps its rows, and receives the resync's copies too.
  */
 static void
-snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
-			   int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
+snapshot_begin(StringInfo out, const char *pipeline, const char *destination,
+			   const ReplicantRelation *relation, int64 backfill_id, bool first, bool last,
+			   const ReplicantResync *resync)
 {
 	if (last && resync != NULL && resync->key != NIL && !XLogRecPtrIsInvalid(resync->lost_to))
 	{

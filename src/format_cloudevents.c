@@ -182,8 +182,9 @@ snapshot_marker(StringInfo out, const char *type, const char *pipeline,
  * it and moves it behind the rows.
  */
 static void
-snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
-			   int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
+snapshot_begin(StringInfo out, const char *pipeline, const char *destination,
+			   const ReplicantRelation *relation, int64 backfill_id, bool first, bool last,
+			   const ReplicantResync *resync)
 {
 	appendStringInfoChar(out, '[');
 	if (last)
@@ -312,8 +313,9 @@ nats_begin_body(StringInfo out, const char *pipeline, const char *kind)
 
 /* "begin" and "end": the events the transport publishes as the markers. */
 static void
-nats_snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
-					int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
+nats_snapshot_begin(StringInfo out, const char *pipeline, const char *destination,
+					const ReplicantRelation *relation, int64 backfill_id, bool first, bool last,
+					const ReplicantResync *resync)
 {
 	nats_begin_body(out, pipeline, "snapshot");
 	appendStringInfoString(out, ",\"snapshot\":");

@@ -38,12 +38,21 @@ static const struct
 #define append_literal(out, literal) \
 	replicant_append_bytes(out, literal, sizeof(literal) - 1)
 
-/* {"pipeline":"<name>", */
+/*
+ * {"pipeline":"<name>"[,"destination":"<name>"]: a destination other than
+ * "default" says so, so that a receiver taking several keys its watermark
+ * by both (docs/sink-protocol.md).
+ */
 static void
-begin_body(StringInfo out, const char *pipeline)
+begin_body(StringInfo out, const char *pipeline, const char *destination)
 {
 	appendStringInfoString(out, "{\"pipeline\":");
 	replicant_encode_string(out, pipeline);
+	if (destination != NULL)
+	{
+		appendStringInfoString(out, ",\"destination\":");
+		replicant_encode_string(out, destination);
+	}
 }
 
 static void
@@ -195,7 +204,7 @@ stream_request(const char *pipeline, ReplicantBatch *batch, int first, int last,
 	request->webhook_id = psprintf("%s-" UINT64_FORMAT, pipeline,
 								   (uint64) batch->txns[last].commit_lsn);
 	initStringInfo(&request->buffer);
-	begin_body(&request->buffer, pipeline);
+	begin_body(&request->buffer, pipeline, request->destination);
 	appendStringInfoString(&request->buffer, ",\"kind\":\"changes\",\"transactions\":[");
 	replicant_batch_body(batch, first, last, &request->buffer, body_end, &request->range,
 						 &request->body);
@@ -242,10 +251,11 @@ replicant_format_append_snapshot(StringInfo out, const ReplicantRelation *relati
 }
 
 static void
-snapshot_begin(StringInfo out, const char *pipeline, const ReplicantRelation *relation,
-			   int64 backfill_id, bool first, bool last, const ReplicantResync *resync)
+snapshot_begin(StringInfo out, const char *pipeline, const char *destination,
+			   const ReplicantRelation *relation, int64 backfill_id, bool first, bool last,
+			   const ReplicantResync *resync)
 {
-	begin_body(out, pipeline);
+	begin_body(out, pipeline, destination);
 	appendStringInfoString(out, ",\"kind\":\"snapshot\",\"snapshot\":");
 	replicant_format_append_snapshot(out, relation, backfill_id, first, last, resync);
 	appendStringInfoString(out, ",\"changes\":[");
@@ -264,7 +274,7 @@ message_request(const char *pipeline, const ReplicantMessage *message,
 {
 	request->webhook_id = psprintf("%s-m" UINT64_FORMAT, pipeline, (uint64) message->lsn);
 	initStringInfo(&request->buffer);
-	begin_body(&request->buffer, pipeline);
+	begin_body(&request->buffer, pipeline, request->destination);
 	appendStringInfoString(&request->buffer, ",\"kind\":\"message\",\"message\":");
 	render_message(&request->buffer, pipeline, message);
 	appendStringInfoChar(&request->buffer, '}');

@@ -78,10 +78,13 @@ replicant_snapshot_start_body(StringInfo out, ReplicantPipeline *pipeline,
 							  int64 backfill_id, bool first, bool last,
 							  const ReplicantResync *resync)
 {
-	const ReplicantFormat *format = replicant_format_of(replicant_pipeline_only_destination(pipeline));
+	const ReplicantDestination *destination = replicant_pipeline_only_destination(pipeline);
+	const ReplicantFormat *format = replicant_format_of(destination);
 
 	resetStringInfo(out);
-	format->snapshot_begin(out, pipeline->name, relation, backfill_id, first, last, resync);
+	format->snapshot_begin(out, pipeline->name,
+						   strcmp(destination->name, REPLICANT_DEFAULT_DESTINATION) == 0 ? NULL : destination->name,
+						   relation, backfill_id, first, last, resync);
 }
 
 /* Halts, naming relation, on anything but a 2xx; counts a delivered body. */

@@ -6,7 +6,8 @@ docs/internals.md, sections 1 and 5):
 
   * verify the Standard Webhooks signature (when a secret is configured);
   * apply a batch and raise the pipeline's watermark in ONE local transaction,
-    skipping every transaction whose commit_lsn <= the stored watermark.
+    skipping every transaction whose commit_lsn <= the stored watermark (one
+    watermark per pipeline and "destination", when a body names one);
     replicant re-delivers at most one batch after a crash, so with this rule
     each source transaction takes effect exactly once ("effect-once");
   * answer 2xx only after that transaction has committed.
@@ -263,6 +264,9 @@ def reset_watermark(db, pipeline, resync, counts):
 def apply_batch(db, batch, webhook_id, arrival):
     """Applies one batch; the caller wraps it in a single SQLite transaction."""
     pipeline, kind = batch.get("pipeline"), batch.get("kind")
+    # A pipeline's destinations other than "default" say so: each has its
+    # own watermark and resync marks (the name holds no ".").
+    stream = pipeline + "." + batch["destination"] if batch.get("destination") else pipeline
     counts = dict(requests=1, batches_applied=1, transactions_applied=0,
                   duplicate_transactions=0, changes_applied=0, resyncs_swept=0,
                   rows_swept=0, watermark_resets=0)
@@ -271,7 +275,7 @@ def apply_batch(db, batch, webhook_id, arrival):
     lsns = []
     if kind == "changes":
         found = db.execute("SELECT commit_lsn FROM watermarks WHERE pipeline=?",
-                           (pipeline,)).fetchone()
+                           (stream,)).fetchone()
         watermark = found[0] if found else -1
         for txn in batch["transactions"]:
             lsn = int(txn["commit_lsn"])
@@ -292,18 +296,18 @@ def apply_batch(db, batch, webhook_id, arrival):
             watermark = lsn
         db.execute("INSERT INTO watermarks VALUES (?, ?) ON CONFLICT (pipeline) "
                    "DO UPDATE SET commit_lsn = excluded.commit_lsn",
-                   (pipeline, watermark))
+                   (stream, watermark))
     elif kind == "snapshot":
         # Reads carry no LSN: upserting them like inserts is idempotent.
         snapshot = batch.get("snapshot") or {}
         if snapshot.get("resync") and snapshot.get("first"):
-            resync_marker(db, pipeline, snapshot, seq, counts, "first")
+            resync_marker(db, stream, snapshot, seq, counts, "first")
         for change in batch["changes"]:
             apply_change(db, change, seq)
         counts["changes_applied"] += len(batch["changes"])
         if snapshot.get("resync") and snapshot.get("last"):
-            resync_marker(db, pipeline, snapshot, seq, counts, "last")
-            reset_watermark(db, pipeline, snapshot["resync"], counts)
+            resync_marker(db, stream, snapshot, seq, counts, "last")
+            reset_watermark(db, stream, snapshot["resync"], counts)
     elif kind == "message":   # non-transactional logical messages
         for m in batch.get("messages") or [batch["message"]]:
             store_message(db, pipeline, m, 0)
