@@ -190,20 +190,29 @@ replicant_api_destination_check_only(const ReplicantPipelineRef *ref, const Repl
 				 errhint("Change one destination's with replicant.alter_destination(pipeline, name, ...).")));
 }
 
-/* Whether two NATS URLs name one stream of one set of servers. */
+/*
+ * Whether two NATS URLs may name one stream: the same stream name on
+ * servers in common (host names compared without case), or one explicit
+ * subject_prefix.  A host known by two names is caught only at run time,
+ * by the stream and mark checks (sink_nats_stream.c).
+ */
 static bool
-same_nats_stream(const char *a, const char *b)
+may_share_nats_stream(const char *a, const char *b)
 {
 	NatsUrl ua;
 	NatsUrl ub;
 
-	if (replicant_nats_parse_url(a, &ua) != NULL || replicant_nats_parse_url(b, &ub) != NULL ||
-		strcmp(ua.stream, ub.stream) != 0 || ua.nservers != ub.nservers)
+	if (replicant_nats_parse_url(a, &ua) != NULL || replicant_nats_parse_url(b, &ub) != NULL)
+		return false;
+	if (ua.prefix[0] != '\0' && strcmp(ua.prefix, ub.prefix) == 0)
+		return true;
+	if (strcmp(ua.stream, ub.stream) != 0)
 		return false;
 	for (int i = 0; i < ua.nservers; i++)
-		if (strcmp(ua.servers[i], ub.servers[i]) != 0)
-			return false;
-	return true;
+		for (int j = 0; j < ub.nservers; j++)
+			if (pg_strcasecmp(ua.servers[i], ub.servers[j]) == 0)
+				return true;
+	return false;
 }
 
 /*
@@ -223,11 +232,11 @@ replicant_api_destination_check_nats(const ReplicantPipelineRef *ref, const char
 		return;
 	foreach(lc, other_urls(ref->id, destination))
 	{
-		if (replicant_nats_url(lfirst(lc)) && same_nats_stream(lfirst(lc), url))
+		if (replicant_nats_url(lfirst(lc)) && may_share_nats_stream(lfirst(lc), url))
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("pipeline \"%s\" has another destination on this NATS stream", ref->name),
-					 errdetail("Each NATS destination needs a stream of its own, whose subjects are its prefix's."),
+					 errdetail("Each NATS destination needs a stream and a subject prefix of its own."),
 					 errhint("Give each destination its own stream (subjects <prefix>.>).")));
 	}
 }

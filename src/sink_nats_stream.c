@@ -245,7 +245,7 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 		{
 			nats_sink_fail(result, REPLICANT_SINK_REJECTED,
 						   "the last message under the NATS subject prefix was written by another "
-						   "pipeline or database: give each pipeline its own subject_prefix");
+						   "pipeline, destination or database: give each its own subject_prefix");
 			return false;
 		}
 	}

@@ -51,7 +51,7 @@ $node->safe_psql('db2', "INSERT INTO t VALUES (100, 'db2')");
 ok(poll('db2', "SELECT state = 'halted' FROM replicant.status WHERE pipeline = 'p'", 120),
 	'db2: halts, the last message under its prefix is db1\'s');
 like($node->safe_psql('db2', "SELECT halt_reason FROM replicant.pipelines WHERE name = 'p'"),
-	qr/last message under the NATS subject prefix was written by another pipeline or database/,
+	qr/last message under the NATS subject prefix was written by another pipeline, destination or database/,
 	'db2: the halt says why');
 
 # db1 resumes

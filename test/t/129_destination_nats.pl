@@ -42,6 +42,11 @@ my ($ret, $out, $err) = $node->psql('postgres',
 like($err, qr/pipeline "p" has another destination on this NATS stream/,
 	'a second NATS destination on one stream is refused');
 unlike($err, qr/127\.0\.0\.1/, 'without quoting the URL');
+# The same stream through one server of the three, by alter_destination.
+my $one = "nats://127.0.0.1:$nats->{nodes}[1]{port}/N";
+($ret, $out, $err) = $node->psql('postgres', "SELECT replicant.alter_destination('p', 'h', sink_url => '$one')");
+like($err, qr/pipeline "p" has another destination on this NATS stream/,
+	'and through a server in common, by alter_destination');
 
 my $txns = 0;
 srand(129);
@@ -112,6 +117,34 @@ ok(stream_synced('D') && stream_synced('N'), 'and so do both streams');
 check_stream('D', 'p', 'replicant.p', '<none>', 'default after the crash');
 check_stream('N', 'p.n', 'replicant.p-n', 'n', 'n after the crash');
 
+# n's own mark: with checkpoints held back, what n's sink acknowledged
+# beyond its checkpoint is decoded again after a crash; past the stream's
+# duplicate window (2 s) only the mark keeps it out of the stream twice.
+$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.checkpoint_interval = '1h'");
+$node->reload;
+my $beyond = 0;
+for (1 .. 30)
+{
+	workload(1);
+	stream_synced('N') or last;
+	my $checkpoint = $node->safe_psql('postgres',
+		"SELECT (c.commit_lsn - '0/0')::numeric FROM replicant.checkpoints c"
+		  . " JOIN replicant.destinations d ON d.id = c.destination_id WHERE d.name = 'n'");
+	my ($in_stream) = sort { $b <=> $a } map { $_->{headers}{'Replicant-Commit-Lsn'} // 0 } $nats->messages('N');
+	$beyond = 1, last if $in_stream > $checkpoint;
+}
+ok($beyond, "n's stream holds changes beyond n's checkpoint");
+sleep(3);    # their ids leave the duplicate window
+$pid = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
+kill 'KILL', $pid;
+$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'the server did not come back after the crash';
+$node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.checkpoint_interval");
+$node->reload;
+workload(5);
+ok(stream_synced('N') && stream_synced('D'), 'both streams equal the source again');
+check_stream('N', 'p.n', 'replicant.p-n', 'n', "n, decoded again past its checkpoint");
+
 # Another destination's message last under n's prefix: n halts alone (it
 # cannot know where it is in the stream), the others stream on.
 $node->safe_psql('postgres', "SELECT replicant.drop_destination('p', 'n')");
@@ -119,7 +152,7 @@ $node->safe_psql('postgres',
 	"SELECT replicant.add_destination('p', 'n2', '" . $nats->url('N', 'subject_prefix=replicant.p-n') . "')");
 workload(5);
 ok(ReplicantTest::poll($node,
-		"SELECT state = 'halted' AND last_error ~ 'written by another pipeline or database'"
+		"SELECT state = 'halted' AND last_error ~ 'written by another pipeline, destination or database'"
 		  . " FROM replicant.destination_status WHERE pipeline = 'p' AND destination = 'n2'", 90),
 	"n2, whose prefix's last message is n's, halts");
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['t']), 'h streams on');
