@@ -340,9 +340,13 @@ publish_marker(NatsSink *sink, NatsSnapshot *snap, const char *id, const char *w
 	resetStringInfo(&sink->data);
 	if (event->len > 0)
 		appendBinaryStringInfo(&sink->data, event->data, event->len);
-	else
+	else if (sink->destination == NULL)
 		appendStringInfo(&sink->data, "{\"pipeline\":\"%s\",\"kind\":\"snapshot\",\"snapshot\":%s}",
 						 sink->pipeline, snap->raw.data);
+	else
+		appendStringInfo(&sink->data,
+						 "{\"pipeline\":\"%s\",\"destination\":\"%s\",\"kind\":\"snapshot\",\"snapshot\":%s}",
+						 sink->pipeline, sink->destination, snap->raw.data);
 	ok = nats_sink_publish(sink, NATS_MARKER, marker_id, 0, 0, 0, false, result) &&
 		 nats_sink_wait_acks(sink, 0, 0, result);
 	pfree(marker_id);

@@ -535,6 +535,12 @@ argument, returns the current settings (GET /_control).
 The stored rows of C<schema.table> (all tables, each line prefixed by
 C<schema.table >, when omitted) as sorted canonical JSON lines.
 
+=item $sink->ids($table), $sink->has_ids($table, $from, $to)
+
+The C<id> values of the table's rows the sink holds, sorted and
+comma-separated; whether it comes to hold exactly C<$from .. $to> (polled up
+to 120 s, with a diag of what it has otherwise).
+
 =item $sink->deliveries($table)
 
 A hash of the stored rows of C<schema.table>: canonical key JSON (for a
@@ -720,6 +726,25 @@ sub dump
 	my ($self, $table) = @_;
 	return ReplicantTest::run_sink_script(
 		[ 'dump', '--db', $self->{db}, defined $table ? ('--table', $table) : () ]);
+}
+
+sub ids
+{
+	my ($self, $table) = @_;
+	return join(',', sort { $a <=> $b } map { /"id":\s*(\d+)/ ? $1 : () } split /\n/, $self->dump($table));
+}
+
+sub has_ids
+{
+	my ($self, $table, $from, $to) = @_;
+	my $want = join(',', $from .. $to);
+	for (1 .. 600)
+	{
+		return 1 if $self->ids($table) eq $want;
+		Time::HiRes::usleep(200_000);
+	}
+	Test::More::diag("$self->{name} has " . $self->ids($table));
+	return 0;
 }
 
 sub deliveries

@@ -67,24 +67,7 @@ sub insert
 	$node->safe_psql('postgres', $sql);
 }
 
-sub ids_in
-{
-	my ($sink) = @_;
-	return join(',', sort { $a <=> $b } map { /"id":\s*(\d+)/ ? $1 : () } split /\n/, $sink->dump('public.t'));
-}
-
-sub has_all
-{
-	my ($sink) = @_;
-	my $want = join(',', 1 .. $n);
-	for (1 .. 600)
-	{
-		return 1 if ids_in($sink) eq $want;
-		select(undef, undef, undef, 0.2);
-	}
-	diag("$sink->{name} has " . ids_in($sink));
-	return 0;
-}
+sub has_all { return $_[0]->has_ids('public.t', 1, $n); }
 
 # One more 1 MB WAL segment per round, with a published row that a
 # streaming destination gets before the next round (so the worker has

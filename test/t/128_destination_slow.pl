@@ -42,24 +42,8 @@ sub insert
 	$node->safe_psql('postgres', $sql);
 }
 
-sub ids_in
-{
-	my ($sink) = @_;
-	return join(',', sort { $a <=> $b } map { /"id":\s*(\d+)/ ? $1 : () } split /\n/, $sink->dump('public.t'));
-}
-
-sub has_all
-{
-	my ($sink) = @_;
-	my $want = join(',', 1 .. $n);
-	for (1 .. 600)
-	{
-		return 1 if ids_in($sink) eq $want;
-		select(undef, undef, undef, 0.2);
-	}
-	diag("$sink->{name} has " . ids_in($sink));
-	return 0;
-}
+sub ids_in { return $_[0]->ids('public.t'); }
+sub has_all { return $_[0]->has_ids('public.t', 1, $n); }
 
 # Transactions the sink was sent again (its watermark skipped them).
 sub duplicates { return $_[0]->stats->{duplicate_transactions}; }

@@ -158,4 +158,20 @@ ok(ReplicantTest::poll($node,
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['t']), 'h streams on');
 ok(stream_synced('D'), 'and so does the default destination');
 
+# A NATS destination added with a backfill of its own: its reads and the
+# snapshot markers are in its stream, the markers naming it.
+$node->safe_psql('postgres', "SELECT replicant.drop_destination('p', 'n2')");
+$nats->create_stream('K', 'replicant.p-k.>', duplicates_ms => 2000);
+$node->safe_psql('postgres',
+	"SELECT replicant.add_destination('p', 'k', '" . $nats->url('K') . "', snapshot => 'incremental')");
+workload(3);
+ok(ReplicantTest::poll($node,
+		"SELECT state = 'done' FROM replicant.backfill_status WHERE pipeline = 'p' AND destination = 'k'", 90),
+	"k's backfill is done");
+ok(stream_synced('K'), "k's stream equals the source");
+my @markers = grep { ($_->{headers}{'Replicant-Kind'} // '') eq 'marker' } $nats->messages('K');
+ok(@markers >= 2, 'the first and last markers are in the stream');
+is(scalar(grep { ($_->{json}{destination} // '') ne 'k' || $_->{headers}{'Replicant-Destination'} ne 'k' } @markers),
+	0, 'the markers name the destination');
+
 done_testing();
