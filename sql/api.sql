@@ -245,8 +245,6 @@ SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', on_slot_los
 SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', snapshot => 'bogus');
 \set VERBOSITY default
 SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/b', snapshot => 'initial');
--- NATS beside another destination: their message ids and marks would collide
-SELECT replicant.add_destination('fan', 'b', 'nats://127.0.0.1:4222/S');
 \set VERBOSITY terse
 SELECT count(*) AS destinations_after_refusals FROM replicant.destinations d
   JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'fan';
@@ -269,8 +267,14 @@ SELECT d.name, d.format, d.batch_max_transactions, d.secret IS NOT NULL AS signe
  WHERE p.name = 'fan' ORDER BY d.id;
 SELECT replicant.add_destination('fan', 'search', 'http://127.0.0.1:9/d');
 \set VERBOSITY default
+-- NATS beside other destinations; two on one stream (or one explicit prefix) refused
 SELECT replicant.add_destination('fan', 'relay', 'nats://127.0.0.1:4222/S');
+SELECT replicant.add_destination('fan', 'relay2', 'nats://127.0.0.1:4223,127.0.0.1:4222/S');
 SELECT replicant.alter_destination('fan', 'cache', sink_url => 'nats://127.0.0.1:4222/S');
+SELECT replicant.add_destination('fan', 'relay2', 'nats://127.0.0.1:4223/T?subject_prefix=a.b');
+SELECT replicant.add_destination('fan', 'relay3', 'nats://127.0.0.1:4224/U?subject_prefix=a.b');
+SELECT replicant.drop_destination('fan', 'relay');
+SELECT replicant.drop_destination('fan', 'relay2');
 SELECT replicant.alter_destination('fan', 'cache', format => 'clickhouse');
 -- alter_pipeline's sink options change the only destination: refused with several
 SELECT replicant.alter_pipeline('fan', http_timeout_ms => 1000);
@@ -284,7 +288,7 @@ SELECT replicant.alter_destination('fan', 'cache', http_timeout_ms => 1000);
 SELECT name, format, http_timeout_ms FROM replicant.destinations
  WHERE pipeline_id = (SELECT id FROM replicant.pipelines WHERE name = 'fan') ORDER BY id;
 
--- a NATS destination stays alone
+-- a NATS destination takes others beside it
 SELECT replicant.create_pipeline('natsonly', 'p1', 'nats://127.0.0.1:4222/S', enabled => false);
 SELECT replicant.add_destination('natsonly', 'web', 'http://127.0.0.1:9/');
 SELECT replicant.drop_pipeline('natsonly');
