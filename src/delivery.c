@@ -459,8 +459,7 @@ replicant_delivery_sink(const ReplicantDestination *destination)
 	config.ca_file = destination->ca_file;
 	config.content_type = format->content_type;
 	config.code_is_final = format->code_is_final;
-	if (strcmp(destination->name, REPLICANT_DEFAULT_DESTINATION) != 0)
-		config.destination = destination->name;
+	config.destination = replicant_destination_label(destination);
 	return replicant_transport_open(&config);
 }
 

@@ -219,6 +219,12 @@ replicant_destination_halted(const char *pipeline_name, const ReplicantDestinati
 	LWLockRelease(replicant_shmem->lock);
 }
 
+const char *
+replicant_destination_label(const ReplicantDestination *destination)
+{
+	return strcmp(destination->name, REPLICANT_DEFAULT_DESTINATION) == 0 ? NULL : destination->name;
+}
+
 void
 replicant_destination_release(const char *pipeline_name, const ReplicantDestination *destination,
 							  ReplicantDestinationSlot *place, const char *reason)

@@ -87,6 +87,12 @@ extern void replicant_destination_release(const char *pipeline_name,
 										  const char *reason);
 
 /*
+ * What the wire names the destination by (bodies, NATS ids and headers):
+ * its name, or NULL for "default", whose wire is the pipeline's alone.
+ */
+extern const char *replicant_destination_label(const ReplicantDestination *destination);
+
+/*
  * Shows destinations (the pipeline's, in order) on the worker's slot in
  * shared memory, before anything is counted or halted on their places.
  */

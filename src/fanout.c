@@ -299,7 +299,7 @@ start_next(ReplicantFanout *f, Outlet *o)
 		plan = o->part > 0 ? o->request.plan : NULL;
 		memset(&o->request, 0, sizeof(o->request));
 		o->request.plan = plan;
-		o->request.destination = replicant_outlet_destination_label(o);
+		o->request.destination = replicant_destination_label(o->destination);
 		made = o->format->stream_request(f->pipeline->name, o->batch, o->first, o->last, o->part,
 										 &o->request);
 		if (made)
@@ -630,7 +630,7 @@ replicant_fanout_deliver_messages(ReplicantFanout *f, List *messages)
 			MemoryContextReset(o->context);
 			old = MemoryContextSwitchTo(o->context);
 			memset(&o->request, 0, sizeof(o->request));
-			o->request.destination = replicant_outlet_destination_label(o);
+			o->request.destination = replicant_destination_label(o->destination);
 			o->format->message_request(f->pipeline->name, message, &o->request);
 			id = replicant_outlet_wire_id(f, o, o->request.webhook_id);
 			MemoryContextSwitchTo(old);
@@ -678,14 +678,14 @@ deliver_chunk_to(ReplicantFanout *f, Outlet *o, ReplicantChunk *chunk, bool firs
 
 		/* The prefix's length, so that the whole body stays within bounds. */
 		resetStringInfo(&out);
-		o->format->snapshot_begin(&out, f->pipeline->name, replicant_outlet_destination_label(o),
+		o->format->snapshot_begin(&out, f->pipeline->name, replicant_destination_label(o->destination),
 								  chunk->relation, chunk->backfill->id, false, false, NULL);
 		resetStringInfo(&changes);
 		n = replicant_chunk_rows(chunk, o->format, &next, &changes,
 								 o->destination->batch_max_bytes - out.len - o->format->snapshot_end_len);
 		more = next < chunk->nrows;
 		resetStringInfo(&out);
-		o->format->snapshot_begin(&out, f->pipeline->name, replicant_outlet_destination_label(o),
+		o->format->snapshot_begin(&out, f->pipeline->name, replicant_destination_label(o->destination),
 								  chunk->relation, chunk->backfill->id, !first_sent && part == 0,
 								  chunk->last && !more, NULL);
 		appendBinaryStringInfo(&out, changes.data, changes.len);

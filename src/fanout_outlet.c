@@ -44,12 +44,6 @@ replicant_outlet_others_stream(struct ReplicantFanout *f, const Outlet *o)
 	return false;
 }
 
-const char *
-replicant_outlet_destination_label(const Outlet *o)
-{
-	return strcmp(o->destination->name, REPLICANT_DEFAULT_DESTINATION) == 0 ? NULL : o->destination->name;
-}
-
 /*
  * A destination's wire id: the format's, which begins with the pipeline's
  * name, for "default"; <pipeline>.<destination> in its place for any

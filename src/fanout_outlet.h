@@ -72,8 +72,6 @@ extern bool replicant_outlet_streams(const Outlet *o);
 extern int replicant_fanout_live_outlets(struct ReplicantFanout *f);
 /* Whether a destination other than o streams on: else o's halt is the pipeline's. */
 extern bool replicant_outlet_others_stream(struct ReplicantFanout *f, const Outlet *o);
-/* What o's bodies name it by: its name, or NULL for "default" (ReplicantRequest). */
-extern const char *replicant_outlet_destination_label(const Outlet *o);
 /* The id o sends a request of the format's id under: destinations never share one. */
 extern char *replicant_outlet_wire_id(struct ReplicantFanout *f, Outlet *o, const char *id);
 /* After a checkpoint commit: the run progressed, and the floor is confirmed. */

@@ -210,21 +210,28 @@ note_warning(uint64 retained, XLogRecPtr restart_lsn, XLogRecPtr current)
 }
 
 /*
- * Whether destination d, holding the slot, is past its own budget: the
- * slot retains more than its max_retained_wal, and so much is unacknowledged
- * by its sink, from its committed checkpoint (or the slot's confirmed
- * position, if further: a quiet pipeline's slot is confirmed past the last
- * commit).  *behind is that WAL.
+ * The WAL destination d's sink has not acknowledged: from its committed
+ * checkpoint (or the slot's confirmed position, if further: a quiet
+ * pipeline's slot is confirmed past the last commit) to current.
  */
-static bool
-past_budget(const ReplicantDestination *d, uint64 retained, XLogRecPtr confirmed,
-			XLogRecPtr current, uint64 *behind)
+static uint64
+wal_behind(const ReplicantDestination *d, XLogRecPtr confirmed, XLogRecPtr current)
 {
 	XLogRecPtr from = Max(confirmed, replicant_checkpoint_committed_end(d));
 
-	*behind = current > from ? current - from : 0;
+	return current > from ? current - from : 0;
+}
+
+/*
+ * Whether destination d, holding the slot, is past its own budget: the
+ * slot retains more than its max_retained_wal, and so much is unacknowledged
+ * by its sink.
+ */
+static bool
+past_budget(const ReplicantDestination *d, uint64 retained, XLogRecPtr confirmed, XLogRecPtr current)
+{
 	return d->max_retained_wal > 0 && retained > (uint64) d->max_retained_wal &&
-		   *behind > (uint64) d->max_retained_wal;
+		   wal_behind(d, confirmed, current) > (uint64) d->max_retained_wal;
 }
 
 /*
@@ -269,12 +276,11 @@ replicant_slot_health_check(bool *release)
 	foreach(lc, watched->destinations)
 	{
 		const ReplicantDestination *d = lfirst(lc);
-		uint64 behind;
 
 		if (!d->slot_released)
 		{
 			holding++;
-			if (XLogRecPtrIsInvalid(stream_began) && past_budget(d, retained, confirmed, current, &behind))
+			if (XLogRecPtrIsInvalid(stream_began) && past_budget(d, retained, confirmed, current))
 			{
 				release[i] = true;
 				past++;
@@ -296,15 +302,13 @@ char *
 replicant_slot_health_release_reason(const ReplicantDestination *destination)
 {
 	XLogRecPtr confirmed;
-	uint64 behind;
 
 	Assert(MyReplicationSlot != NULL);
 	SpinLockAcquire(&MyReplicationSlot->mutex);
 	confirmed = MyReplicationSlot->data.confirmed_flush;
 	SpinLockRelease(&MyReplicationSlot->mutex);
-	(void) past_budget(destination, 0, confirmed, GetXLogWriteRecPtr(), &behind);
 	return psprintf("replication slot given up for this destination: its sink is " UINT64_FORMAT " bytes of WAL behind, past its max_retained_wal of " INT64_FORMAT,
-					behind, destination->max_retained_wal);
+					wal_behind(destination, confirmed, GetXLogWriteRecPtr()), destination->max_retained_wal);
 }
 
 void

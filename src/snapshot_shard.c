@@ -83,7 +83,7 @@ replicant_snapshot_start_body(StringInfo out, ReplicantPipeline *pipeline,
 
 	resetStringInfo(out);
 	format->snapshot_begin(out, pipeline->name,
-						   strcmp(destination->name, REPLICANT_DEFAULT_DESTINATION) == 0 ? NULL : destination->name,
+						   replicant_destination_label(destination),
 						   relation, backfill_id, first, last, resync);
 }
 
