@@ -14,6 +14,7 @@ OBJS = \
 	src/worker.o \
 	src/fanout.o \
 	src/fanout_outlet.o \
+	src/fanout_reads.o \
 	src/fanout_laggard.o \
 	src/runs.o \
 	src/catalog.o \
@@ -26,6 +27,8 @@ OBJS = \
 	src/slot.o \
 	src/slot_position.o \
 	src/resync.o \
+	src/resync_table.o \
+	src/destination_resync.o \
 	src/slot_health.o \
 	src/delivery.o \
 	src/delivery_set.o \

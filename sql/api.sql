@@ -288,6 +288,21 @@ SELECT replicant.alter_destination('fan', 'cache', http_timeout_ms => 1000);
 SELECT name, format, http_timeout_ms FROM replicant.destinations
  WHERE pipeline_id = (SELECT id FROM replicant.pipelines WHERE name = 'fan') ORDER BY id;
 
+-- one destination resyncs alone: its checkpoint moves to the WAL position
+-- of the call and every published table is planned for it; the pipeline's
+-- own resync is refused with several destinations
+SELECT replicant.resync_pipeline('fan', 'nope');
+SELECT replicant.resync_pipeline('fan', 'Bad;Name');
+SELECT replicant.resync_pipeline('fan');
+SELECT pg_current_wal_insert_lsn() AS before_resync \gset
+SELECT replicant.resync_pipeline('fan', 'cache');
+SELECT d.name, d.resync_reason, d.resync_losses, d.halt_reason, d.slot_released,
+       c.commit_lsn = d.resync_lost_to AS checkpoint_moved, c.end_lsn >= :'before_resync' AS after_call,
+       (SELECT count(*) FROM replicant.backfills b
+         WHERE b.destination_id = d.id AND b.state = 'planned' AND NOT b.first_sent) AS tables_planned
+  FROM replicant.destinations d JOIN replicant.checkpoints c ON c.destination_id = d.id
+ WHERE d.name = 'cache';
+
 -- a NATS destination takes others beside it
 SELECT replicant.create_pipeline('natsonly', 'p1', 'nats://127.0.0.1:4222/S', enabled => false);
 SELECT replicant.add_destination('natsonly', 'web', 'http://127.0.0.1:9/');

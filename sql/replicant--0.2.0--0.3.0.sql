@@ -449,6 +449,14 @@ CREATE TABLE replicant.destinations (
     halt_lsn                pg_lsn,
     -- it gave its hold on the slot up (past its max_retained_wal)
     slot_released           boolean NOT NULL DEFAULT false,
+    -- a resync of this destination alone under way (reason; NULL: none),
+    -- from its checkpoint's commit before it to where it streams again,
+    -- and the resyncs in a row that on_slot_loss => 'resync' started
+    resync_reason           text,
+    resync_lost_from        pg_lsn,
+    resync_lost_to          pg_lsn,
+    resync_losses           integer NOT NULL DEFAULT 0,
+    resync_backfill_from    bigint,
     created_at              timestamptz NOT NULL DEFAULT now(),
     UNIQUE (pipeline_id, name)
 );
@@ -472,7 +480,17 @@ COMMENT ON COLUMN replicant.destinations.halt_reason IS
 COMMENT ON COLUMN replicant.destinations.halt_lsn IS
     'API: Private. The commit the destination halted at, or NULL.';
 COMMENT ON COLUMN replicant.destinations.slot_released IS
-    'API: Private. The destination gave its hold on the slot up, past its max_retained_wal while others held it: it is halted for good, and its checkpoint no longer counts in the floor.';
+    'API: Private. The destination gave its hold on the slot up, past its max_retained_wal while others held it: it is halted for good (until resync_pipeline(pipeline, destination)), and its checkpoint no longer counts in the floor.';
+COMMENT ON COLUMN replicant.destinations.resync_reason IS
+    'API: Private. Why the destination alone reads every table again beside the stream (value-free, "requested" for resync_pipeline); NULL: no such resync under way.';
+COMMENT ON COLUMN replicant.destinations.resync_lost_from IS
+    'API: Private. The commit of the destination''s checkpoint when its resync began (NULL: none delivered).';
+COMMENT ON COLUMN replicant.destinations.resync_lost_to IS
+    'API: Private. Where the destination streams again: commits after it are streamed, those before it are read.';
+COMMENT ON COLUMN replicant.destinations.resync_backfill_from IS
+    'API: Private. The lowest replicant.backfills id its resync''s reads can have: its backfills from there on are the resync''s.';
+COMMENT ON COLUMN replicant.destinations.resync_losses IS
+    'API: Private. Resyncs in a row that on_slot_loss => ''resync'' started without one finishing; past 3 the destination gives its hold up for good.';
 
 -- A checkpoint is a destination's; pipeline_id stays (joins, the cascade).
 ALTER TABLE replicant.checkpoints ADD COLUMN destination_id integer
@@ -618,14 +636,16 @@ COMMENT ON FUNCTION replicant.alter_destination(text, text, text, integer, integ
 REVOKE ALL ON FUNCTION replicant.alter_destination(text, text, text, integer, integer, integer, integer, jsonb, text, boolean, timestamptz, text, text, boolean, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION replicant.alter_destination(text, text, text, integer, integer, integer, integer, jsonb, text, boolean, timestamptz, text, text, boolean, text, text) TO replicant_admin;
 
-CREATE FUNCTION replicant.resync_pipeline(name text) RETURNS void
+-- With a destination, that destination alone reads every table again
+-- beside the stream, from the WAL insert position on (issue 34).
+CREATE FUNCTION replicant.resync_pipeline(name text, destination text DEFAULT NULL) RETURNS void
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'replicant_resync_pipeline';
-COMMENT ON FUNCTION replicant.resync_pipeline(text) IS
-    'Reads every published table again under a new slot, and has the sink sweep the rows it did not read';
-REVOKE ALL ON FUNCTION replicant.resync_pipeline(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION replicant.resync_pipeline(text) TO replicant_admin;
+COMMENT ON FUNCTION replicant.resync_pipeline(text, text) IS
+    'Reads every published table again (under a new slot, or for one destination beside the stream), and has the sink sweep the rows it did not read';
+REVOKE ALL ON FUNCTION replicant.resync_pipeline(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION replicant.resync_pipeline(text, text) TO replicant_admin;
 
 -- replicant.status, as it is now: the slot the row names, and only if it is
 -- of this database and replicant's plugin; the sink URL as the reader may
@@ -934,6 +954,7 @@ SELECT p.name AS pipeline,
            WHEN p.resync_reason IS NOT NULL AND NOT p.resync_slot_dropped THEN 'resync_pending'
            WHEN p.resync_reason IS NOT NULL THEN 'resyncing'
            WHEN d.halt_reason IS NOT NULL THEN 'halted'
+           WHEN d.resync_reason IS NOT NULL THEN 'resyncing'
            ELSE coalesce(w.state, 'starting')
        END AS state,
        d.format,
@@ -944,7 +965,7 @@ SELECT p.name AS pipeline,
        coalesce(w.bytes_delivered, 0) AS bytes_delivered,
        coalesce(w.retries, 0) AS retries,
        coalesce(w.last_delivery_at, c.updated_at) AS last_delivery_at,
-       coalesce(p.halt_reason, p.resync_reason, d.halt_reason, w.last_error) AS last_error,
+       coalesce(p.halt_reason, p.resync_reason, d.halt_reason, w.last_error, d.resync_reason) AS last_error,
        replicant._sink_url(d.sink_url, p.owner) AS sink_url,
        w.sink_latency_ms,
        w.last_http_status,

@@ -1,7 +1,8 @@
 /*
  * api_destination.c
  *		SQL-callable management functions of a pipeline's destinations:
- *		add_destination and drop_destination; and the checks and statements
+ *		add_destination, drop_destination and the resync of one; and the
+ *		checks and statements
  *		on destination rows that api.c, api_run.c and status.c share.
  *
  * Each validates everything before it changes anything, then stops the
@@ -25,6 +26,7 @@
 #include "api_xact.h"
 #include "backfill_plan.h"
 #include "catalog.h"
+#include "destination_resync.h"
 #include "format.h"
 #include "pipeline_checks.h"
 #include "publication.h"
@@ -145,7 +147,8 @@ replicant_api_destination_check_resumable(const ReplicantPipelineRef *ref, const
 				 errmsg("destination \"%s\" of pipeline \"%s\" gave its hold on the replication slot up", destination,
 						ref->name),
 				 errdetail("It fell more than its max_retained_wal behind; the changes it missed are no longer kept."),
-				 errhint("Drop it with replicant.drop_destination() and add it again, with snapshot => 'incremental' to an emptied sink.")));
+				 errhint("Resync it: replicant.resync_pipeline('%s', '%s') reads every table again for it.", ref->name,
+						 destination)));
 }
 
 /* The sink URL of each destination of the pipeline but "except" (NULL: none). */
@@ -515,4 +518,65 @@ replicant_drop_destination(PG_FUNCTION_ARGS)
 
 	replicant_shmem_request_sync_at_commit();
 	PG_RETURN_VOID();
+}
+
+/*
+ * What resync_pipeline(pipeline, destination) checks against the rows
+ * (again under the pipeline row's lock): no snapshot or resync of the
+ * pipeline reading, and no logical message its checkpoint still holds
+ * for it that the jump to the insert position would skip.
+ */
+static void
+check_resyncable(const ReplicantPipelineRef *ref, const char *destination, int32 destination_id)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(destination_id)};
+
+	check_not_reading(ref);
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.destinations d, replicant.pipelines p"
+							  " WHERE d.id OPERATOR(pg_catalog.=) $1 AND p.id OPERATOR(pg_catalog.=) d.pipeline_id"
+							  "   AND p.messages AND NOT d.slot_released",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.destinations");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("destination \"%s\" of pipeline \"%s\" still holds logical messages in the replication slot",
+						destination, ref->name),
+				 errdetail("A resync of one destination streams from the current WAL position on; the messages before it would never reach it."),
+				 errhint("Let it deliver what the slot holds for it first, or turn the pipeline's messages off with replicant.alter_pipeline(name, messages => false).")));
+}
+
+void
+replicant_api_destination_resync(const char *name, const char *destination)
+{
+	ReplicantPipelineRef ref;
+	ReplicantCatalogAccess s;
+	int32 destination_id;
+	char *refused;
+
+	check_ready();
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, false);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
+	destination_id = replicant_api_destination_lookup(&ref, destination, NULL);
+	check_resyncable(&ref, destination, destination_id);
+	replicant_catalog_leave(&s);
+	replicant_api_xact_stop_worker_and_wait(ref.id);
+
+	replicant_catalog_enter(&s);
+	ref = replicant_pipeline_lookup(name, true);
+	replicant_pipeline_check_owner(&ref, s.saved_userid);
+	destination_id = replicant_api_destination_lookup(&ref, destination, NULL);
+	check_resyncable(&ref, destination, destination_id);
+	refused = replicant_destination_resync_begin(ref.id, destination_id, ref.owner, ref.publications, "requested",
+												 false);
+	if (refused != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("destination \"%s\" of pipeline \"%s\" cannot resync: %s", destination, ref.name, refused)));
+	replicant_catalog_bump_config(ref.id);
+	replicant_catalog_leave(&s);
+	replicant_api_xact_resume_at_commit(ref.id, destination_id);
+	replicant_shmem_request_sync_at_commit();
 }

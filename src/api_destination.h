@@ -76,4 +76,12 @@ extern void replicant_api_destination_check_nats(const ReplicantPipelineRef *ref
 extern int32 replicant_api_destination_insert(int32 pipeline_id, const ReplicantPipelineOptions *o,
 											  int nargs, ReplicantOptionsCall call);
 
+/*
+ * resync_pipeline(name, destination): the destination resyncs alone
+ * (destination_resync.h), its halt or release of the slot cleared; its
+ * worker is stopped where it leaves nothing to re-deliver, and the next one
+ * starts at commit.
+ */
+extern void replicant_api_destination_resync(const char *name, const char *destination);
+
 #endif /* REPLICANT_API_DESTINATION_H */

@@ -183,12 +183,6 @@ replicant_resume_pipeline(PG_FUNCTION_ARGS)
 }
 
 /*
- * resync_pipeline(name): the pipeline resyncs (resync.c) as after a slot
- * loss, whatever on_slot_loss says; a halt is cleared, since the resync
- * replaces the slot and what it held.  The worker starts again for it (a
- * new config_version).  A resync under way goes on.
- */
-/*
  * A resync drops the old slot: the logical messages it still holds are
  * never delivered (a resync reads tables, not messages).  After a loss that
  * is the loss's doing; on request, with a slot that still works, it would be
@@ -217,6 +211,14 @@ refuse_dropping_messages(int32 pipeline_id, const char *name)
 				 errhint("Let the pipeline deliver what its slot holds first, or turn its messages off with replicant.alter_pipeline(name, messages => false).")));
 }
 
+/*
+ * resync_pipeline(name, destination): the pipeline resyncs (resync.c) as
+ * after a slot loss, whatever on_slot_loss says; a halt is cleared, since
+ * the resync replaces the slot and what it held.  The worker starts again
+ * for it (a new config_version).  A resync under way goes on.  With a
+ * destination named, that destination alone resyncs beside the stream
+ * (api_destination.c).
+ */
 Datum
 replicant_resync_pipeline(PG_FUNCTION_ARGS)
 {
@@ -232,6 +234,14 @@ replicant_resync_pipeline(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("replicant.resync_pipeline() needs the SQL objects of replicant 0.3.0"),
 				 errhint("Run ALTER EXTENSION replicant UPDATE.")));
+	if (PG_NARGS() > 1 && !PG_ARGISNULL(1))
+	{
+		char *destination = text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+		replicant_check_name("destination", destination);
+		replicant_api_destination_resync(name, destination);
+		PG_RETURN_VOID();
+	}
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, true);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
@@ -242,7 +252,7 @@ replicant_resync_pipeline(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("pipeline \"%s\" has several destinations, which a resync does not support yet", name),
-				 errhint("Drop the other destinations first, or resync from a pipeline of its own.")));
+				 errhint("Resync each destination alone: replicant.resync_pipeline(name, destination).")));
 	replicant_catalog_update_pipelines("UPDATE replicant.pipelines"
 									   "   SET resync_slot_dropped = false,"
 									   "       resync_reason = coalesce(resync_reason, 'requested'), resync_losses = 0,"

@@ -860,3 +860,17 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 	replicant_catalog_end(&access);
 	MemoryContextSwitchTo(caller);
 }
+
+void
+replicant_backfill_record_first_sent(int64 id)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[1] = {INT8OID};
+	Datum args[1] = {Int64GetDatum(id)};
+
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("UPDATE replicant.backfills SET first_sent = true WHERE id OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record backfill " INT64_FORMAT, id);
+	replicant_catalog_end(&access);
+}

@@ -133,7 +133,11 @@ lowest_delivered(ReplicantPipeline *pipeline)
 	return lowest;
 }
 
-/* The highest checkpoint of the destinations: below it decoding went back for one. */
+/*
+ * The highest checkpoint of the destinations: below it decoding went back
+ * for one.  Not one resyncing alone: its checkpoint was moved, not
+ * delivered to, so the commits below it were never checked.
+ */
 static XLogRecPtr
 highest_delivered(ReplicantPipeline *pipeline)
 {
@@ -141,7 +145,12 @@ highest_delivered(ReplicantPipeline *pipeline)
 	ListCell *lc;
 
 	foreach(lc, pipeline->destinations)
-		highest = Max(highest, ((ReplicantDestination *) lfirst(lc))->checkpoint_commit_lsn);
+	{
+		ReplicantDestination *d = lfirst(lc);
+
+		if (d->resync_reason == NULL)
+			highest = Max(highest, d->checkpoint_commit_lsn);
+	}
 	return highest;
 }
 

@@ -37,6 +37,7 @@
 #include "checkpoint.h"
 #include "compat.h"
 #include "delivery.h"
+#include "destination_resync.h"
 #include "event_log.h"
 #include "fault.h"
 #include "format.h"
@@ -209,13 +210,18 @@ release_destinations(ReplicantPipelineSlot *slot, const bool *release)
 		ReplicantDestination *destination = lfirst(lc);
 		ReplicantDestinationSlot *place;
 
+		char *reason;
+
 		if (!release[i++])
+			continue;
+		reason = replicant_slot_health_release_reason(destination);
+		if (destination->on_slot_loss_resync &&
+			(reason = replicant_destination_resync_on_loss(pipeline, destination, reason)) == NULL)
 			continue;
 		LWLockAcquire(replicant_shmem->lock, LW_SHARED);
 		place = replicant_shmem_destination(slot, destination->id);
 		LWLockRelease(replicant_shmem->lock);
-		replicant_destination_release(pipeline->name, destination, place,
-									  replicant_slot_health_release_reason(destination));
+		replicant_destination_release(pipeline->name, destination, place, reason);
 	}
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->superseded = true;

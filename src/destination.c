@@ -56,7 +56,9 @@ static const char *const destinations_sql =
 	"       d.http_timeout_ms, d.connect_timeout_ms, d.secret, d.secret_previous,"
 	"       d.secret_previous_until, d.ca_file, d.format, d.create_tables,"
 	"       COALESCE(d.max_retained_wal, 0), d.on_slot_loss, d.headers,"
-	"       d.id, c.commit_lsn, c.end_lsn, d.halt_reason, d.slot_released"
+	"       d.id, c.commit_lsn, c.end_lsn, d.halt_reason, d.slot_released,"
+	"       d.resync_reason, d.resync_lost_from, d.resync_lost_to, d.resync_losses,"
+	"       coalesce(d.resync_backfill_from, 0)"
 	"  FROM replicant.destinations d"
 	"  LEFT JOIN replicant.checkpoints c ON c.destination_id OPERATOR(pg_catalog.=) d.id"
 	" WHERE d.pipeline_id OPERATOR(pg_catalog.=) $1 ORDER BY d.id";
@@ -73,7 +75,8 @@ static const char *const pipeline_row_sql =
 	"       COALESCE((pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'max_retained_wal')::pg_catalog.int8, 0),"
 	/* nor on_slot_loss */
 	"       COALESCE(pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'on_slot_loss', 'halt'),"
-	"       p.headers, 0, c.commit_lsn, c.end_lsn, NULL::pg_catalog.text, false"
+	"       p.headers, 0, c.commit_lsn, c.end_lsn, NULL::pg_catalog.text, false,"
+	"       NULL::pg_catalog.text, NULL::pg_catalog.pg_lsn, NULL::pg_catalog.pg_lsn, 0, 0::pg_catalog.int8"
 	"  FROM replicant.pipelines p"
 	"  LEFT JOIN replicant.checkpoints c ON c.pipeline_id OPERATOR(pg_catalog.=) p.id"
 	" WHERE p.id OPERATOR(pg_catalog.=) $1";
@@ -137,6 +140,11 @@ destination_from_row(HeapTuple tuple, TupleDesc desc, const char *pipeline_name)
 	d->checkpoint_end_lsn = spi_lsn(tuple, desc, 18);
 	d->halt_reason = spi_text(tuple, desc, 19);
 	d->slot_released = DatumGetBool(spi_datum(tuple, desc, 20));
+	d->resync_reason = spi_text(tuple, desc, 21);
+	d->resync_lost_from = spi_lsn(tuple, desc, 22);
+	d->resync_lost_to = spi_lsn(tuple, desc, 23);
+	d->resync_losses = DatumGetInt32(spi_datum(tuple, desc, 24));
+	d->resync_backfill_from = DatumGetInt64(spi_datum(tuple, desc, 25));
 	/* Never delivered to again, whatever clears its halt. */
 	if (d->slot_released && d->halt_reason == NULL)
 		d->halt_reason = pstrdup("replication slot given up for this destination");
@@ -251,8 +259,7 @@ replicant_destination_release(const char *pipeline_name, const ReplicantDestinat
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" destination \"%s\" gives its hold on the replication slot up: %s",
 					pipeline_name, destination->name, reason),
-			 errhint("The changes it missed are no longer kept for it: drop it with replicant.drop_destination('%s', '%s'), "
-					 "then add it again, with snapshot => 'incremental' to an emptied sink.",
+			 errhint("The changes it missed are no longer kept for it: replicant.resync_pipeline('%s', '%s') reads every table again for it.",
 					 pipeline_name, destination->name)));
 	replicant_log_state(pipeline_name, "slot_released", "destination", destination->name, "reason", reason,
 						REPLICANT_LOG_END);

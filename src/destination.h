@@ -42,6 +42,12 @@ typedef struct ReplicantDestination
 	bool slot_released;               /* gave its hold on the slot up: halted for good */
 	XLogRecPtr checkpoint_commit_lsn; /* its committed checkpoint as loaded, or 0 */
 	XLogRecPtr checkpoint_end_lsn;
+	/* a resync of this destination alone under way (destination_resync.h) */
+	char *resync_reason;         /* why (value-free); NULL: none */
+	XLogRecPtr resync_lost_from; /* its checkpoint's commit before it, or 0 */
+	XLogRecPtr resync_lost_to;   /* commits after it are streamed, not read */
+	int resync_losses;           /* resyncs in a row on_slot_loss started */
+	int64 resync_backfill_from;  /* its reads are its backfills from this id on */
 } ReplicantDestination;
 
 /*

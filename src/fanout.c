@@ -35,7 +35,6 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "backfill.h"
 #include "batch.h"
 #include "checkpoint.h"
 #include "delivery.h"
@@ -50,7 +49,6 @@
 #include "metrics.h"
 #include "render_target.h"
 #include "resync.h"
-#include "runs.h"
 #include "transport.h"
 
 StaticAssertDecl(REPLICANT_RENDER_MAX_MARKS >= REPLICANT_MAX_DESTINATIONS,
@@ -587,22 +585,38 @@ replicant_fanout_settle(ReplicantFanout *f)
 	}
 }
 
-bool
-replicant_fanout_deliver_batches(ReplicantFanout *f, List *messages, ReplicantChunk *chunk)
+/*
+ * Sends the batches; those destinations the drain_ fields name are sent
+ * all of them (or halt, or are left behind) before it returns.
+ */
+static bool
+send_batches(ReplicantFanout *f)
 {
-	bool any;
+	bool any = send_rounds(f, true);
 
-	f->drain_messages_upto = messages != NIL ? ((ReplicantMessage *) llast(messages))->lsn : InvalidXLogRecPtr;
-	f->drain_chunk = chunk != NULL;
-	f->drain_chunk_only = chunk != NULL ? chunk->backfill->destination_id : 0;
-	any = send_rounds(f, true);
 	f->drain_messages_upto = InvalidXLogRecPtr;
 	f->drain_chunk = false;
-
 	halt_at_holes(f);
 	halt_with_targets(f);
 	release_batches(f);
 	return any;
+}
+
+bool
+replicant_fanout_deliver_batches(ReplicantFanout *f, List *messages, ReplicantChunk *chunk)
+{
+	f->drain_messages_upto = messages != NIL ? ((ReplicantMessage *) llast(messages))->lsn : InvalidXLogRecPtr;
+	f->drain_chunk = chunk != NULL;
+	f->drain_chunk_only = chunk != NULL ? chunk->backfill->destination_id : 0;
+	return send_batches(f);
+}
+
+void
+replicant_fanout_drain_for_read(ReplicantFanout *f, int32 destination_id)
+{
+	f->drain_chunk = true;
+	f->drain_chunk_only = destination_id;
+	(void) send_batches(f);
 }
 
 void
@@ -647,115 +661,4 @@ replicant_fanout_deliver_messages(ReplicantFanout *f, List *messages)
 		(void) send_rounds(f, false);
 		f->drain_messages_upto = InvalidXLogRecPtr;
 	}
-}
-
-/*
- * Delivers what is left of a completed chunk to o, in requests of at most
- * its batch_max_bytes (a single larger row goes alone).  Each request's
- * id is <pipeline>-b<backfill>-<position>-<low watermark>-<part>
- * (replicant_format_read_webhook_id): a chunk read again after a restart,
- * its parts cut elsewhere, reuses none of them.  Sets *rows to the rows
- * sent; false when o refused them and halted alone.
- */
-static bool
-deliver_chunk_to(ReplicantFanout *f, Outlet *o, ReplicantChunk *chunk, bool first_sent,
-				 int *rows)
-{
-	int next = 0;
-	int part = 0;
-	bool more = chunk->last || replicant_chunk_has_rows(chunk);
-	StringInfoData changes;
-	StringInfoData out;
-
-	initStringInfo(&changes);
-	initStringInfo(&out);
-	while (more)
-	{
-		ReplicantMemoryBody state;
-		ReplicantBody body;
-		ReplicantSinkResult result;
-		int n;
-
-		/* The prefix's length, so that the whole body stays within bounds. */
-		resetStringInfo(&out);
-		o->format->snapshot_begin(&out, f->pipeline->name, replicant_destination_label(o->destination),
-								  chunk->relation, chunk->backfill->id, false, false, NULL);
-		resetStringInfo(&changes);
-		n = replicant_chunk_rows(chunk, o->format, &next, &changes,
-								 o->destination->batch_max_bytes - out.len - o->format->snapshot_end_len);
-		more = next < chunk->nrows;
-		resetStringInfo(&out);
-		o->format->snapshot_begin(&out, f->pipeline->name, replicant_destination_label(o->destination),
-								  chunk->relation, chunk->backfill->id, !first_sent && part == 0,
-								  chunk->last && !more, NULL);
-		appendBinaryStringInfo(&out, changes.data, changes.len);
-		o->format->snapshot_end(&out);
-		replicant_body_from_buffer(&body, &state, &out);
-		replicant_delivery_post(f->slot, o->place, o->sink,
-								replicant_outlet_wire_id(f, o,
-														 replicant_format_read_webhook_id(f->pipeline->name,
-																						  chunk->backfill->id,
-																						  chunk->relfilenode,
-																						  chunk->position,
-																						  chunk->low_watermark,
-																						  part++)),
-								&body, &result);
-		/*
-		 * Rows read are in no WAL a destination could catch up from later:
-		 * the chunk is read again after the resume.  A refusal of a
-		 * backfill for every destination halts the pipeline; of one for o
-		 * alone (added with a snapshot), o alone, and the backfill's
-		 * progress does not move.
-		 */
-		if (result.outcome != REPLICANT_SINK_OK)
-		{
-			char *context = psprintf(" (table \"%s\")", chunk->relation->table);
-
-			if (chunk->backfill->destination_id != 0)
-			{
-				replicant_outlet_refused(f, o, &result, "backfill batch", context);
-				return false;
-			}
-			replicant_outlet_commit_pending(f);
-			replicant_delivery_refused(f->slot, f->pipeline, &result, "backfill batch", context);
-		}
-		replicant_outlet_note_delivered(f, o, 0, n, 0, out.len, GetCurrentTimestamp());
-		*rows += n;
-	}
-	return true;
-}
-
-void
-replicant_fanout_deliver_chunk(ReplicantFanout *f, ReplicantChunk *chunk)
-{
-	bool first_sent = chunk->backfill->first_sent;
-	bool reached = true;
-	int rows = 0;
-
-	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
-	if (chunk->relation != NULL)
-	{
-		int32 only = chunk->backfill->destination_id;
-
-		f->chunk_table = chunk->relation->table;
-		/* A backfill for one destination (added with a snapshot) goes to it alone. */
-		for (int i = 0; i < f->noutlets; i++)
-			if (f->outlets[i].live && f->outlets[i].attached &&
-				(only == 0 || f->outlets[i].destination->id == only))
-			{
-				rows = 0;
-				reached &= deliver_chunk_to(f, &f->outlets[i], chunk, first_sent, &rows);
-			}
-	}
-	if (reached)
-		replicant_backfill_record_chunk(chunk, rows);
-	replicant_shmem_note_progress(f->slot);
-	replicant_runs_progressed(f->pipeline->id);
-	f->chunk_table = NULL;
-}
-
-const char *
-replicant_fanout_chunk_table(ReplicantFanout *f)
-{
-	return f ? f->chunk_table : NULL;
 }

@@ -10,6 +10,7 @@
 #include "access/xlogdefs.h"
 #include "nodes/pg_list.h"
 
+#include "backfill.h"
 #include "chunk.h"
 #include "decoder.h"
 #include "pipeline.h"
@@ -62,6 +63,23 @@ extern void replicant_fanout_deliver_chunk(ReplicantFanout *fanout, ReplicantChu
 
 /* The table of the chunk being delivered, or NULL. */
 extern const char *replicant_fanout_chunk_table(ReplicantFanout *fanout);
+
+/*
+ * Before the first chunk of backfill b opens, when b is a read of a
+ * destination's resync (destination_resync.h): sends that destination
+ * every batch so far, then the first marker of every read of its resync
+ * that has not had one, each recorded once sent.  False when one did not
+ * go (the destination halted, was left behind, or its sink failed: b's
+ * retry_at says when to try again): no chunk of b may open then.
+ */
+extern bool replicant_fanout_send_resync_first(ReplicantFanout *fanout, ReplicantBackfill *b);
+
+/*
+ * Each destination resyncing whose reads are all done is sent the last
+ * markers of its reads and its resync ends; called when the worker starts
+ * streaming and after a backfill's last chunk.
+ */
+extern void replicant_fanout_end_resyncs(ReplicantFanout *fanout);
 
 /*
  * Whether every destination gets each change as decoded: none is halted

@@ -61,6 +61,16 @@ replicant_outlet_wire_id(struct ReplicantFanout *f, Outlet *o, const char *id)
 	return psprintf("%s.%s%s", f->pipeline->name, o->destination->name, id + plen);
 }
 
+/* Whether a destination resyncs alone: it has not been delivered what came before. */
+static bool
+any_resyncing(struct ReplicantFanout *f)
+{
+	for (int i = 0; i < f->noutlets; i++)
+		if (f->outlets[i].live && f->outlets[i].destination->resync_reason != NULL)
+			return true;
+	return false;
+}
+
 void
 replicant_outlet_confirm(struct ReplicantFanout *f, XLogRecPtr lsn)
 {
@@ -70,7 +80,9 @@ replicant_outlet_confirm(struct ReplicantFanout *f, XLogRecPtr lsn)
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (lsn > slot->delivered_upto)
 	{
-		slot->delivered_upto = lsn;
+		/* await_delivered waits for a resync's reads too. */
+		if (!any_resyncing(f))
+			slot->delivered_upto = lsn;
 		slot->progress++;
 	}
 	/* Under the lock: a caller still waiting asks again (status.c). */

@@ -2,7 +2,8 @@
  * fanout_outlet.h
  *		The fan-out's state, shared by the files that make it up (not a
  *		public interface: fanout.h is, which names it ReplicantFanout):
- *		fanout.c sends batches and reads, fanout_outlet.c keeps each
+ *		fanout.c sends batches and messages, fanout_reads.c backfill chunks
+ *		and a resync's markers, fanout_outlet.c keeps each
  *		destination's acknowledgements and halts, fanout_laggard.c leaves
  *		a failing destination behind.
  */
@@ -49,7 +50,8 @@ typedef struct Outlet
 	ReplicantBatchTxn probe_txn;    /* the last transaction of its range */
 	int64 probe_txns;               /* transactions and changes of that range */
 	int64 probe_changes;
-	bool probe_ends_range; /* its last request: taken, the range is */
+	bool probe_ends_range;            /* its last request: taken, the range is */
+	ReplicantRetryState marker_retry; /* a resync's first markers' retries */
 } Outlet;
 
 struct ReplicantFanout
@@ -94,6 +96,12 @@ extern void replicant_outlet_refused(struct ReplicantFanout *f, Outlet *o, const
 extern void replicant_outlet_note_delivered(struct ReplicantFanout *f, Outlet *o, int64 transactions,
 											int64 changes, int messages, size_t bytes, TimestampTz now);
 
+/*
+ * Sends destination_id (0: every destination) every batch sealed so far,
+ * before a read that goes to it (fanout_reads.c); it may halt or be left
+ * behind instead.
+ */
+extern void replicant_fanout_drain_for_read(struct ReplicantFanout *f, int32 destination_id);
 /* Confirms lsn to the slot, as replicant_fanout_confirm(). */
 extern void replicant_outlet_confirm(struct ReplicantFanout *f, XLogRecPtr lsn);
 /* Commits the pending checkpoints, if any, and confirms the floor. */

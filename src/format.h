@@ -36,7 +36,8 @@ typedef struct ReplicantResync
 	XLogRecPtr lost_from;
 	XLogRecPtr lost_to;
 	List *key;
-	bool sweep; /* the table's publications publish delete and truncate */
+	bool sweep;         /* the table's publications publish delete and truncate */
+	bool beside_stream; /* one destination's: its stream goes on, the slot stays */
 } ReplicantResync;
 
 /* One HTTP request made by a format. */

@@ -230,7 +230,11 @@ replicant_format_append_resync(StringInfo out, const ReplicantResync *resync)
 	append_lsn(out, resync->lost_from);
 	appendStringInfoString(out, ",\"lost_to\":");
 	append_lsn(out, resync->lost_to);
-	appendStringInfo(out, ",\"sweep\":%s}", resync->sweep ? "true" : "false");
+	appendStringInfo(out, ",\"sweep\":%s", resync->sweep ? "true" : "false");
+	/* One destination's resync: its watermark stays (docs/sink-protocol.md). */
+	if (resync->beside_stream)
+		appendStringInfoString(out, ",\"beside_stream\":true");
+	appendStringInfoChar(out, '}');
 }
 
 void

@@ -26,7 +26,6 @@
 #include "postgres.h"
 
 #include "access/relation.h"
-#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
@@ -54,9 +53,8 @@
 #include "event_log.h"
 #include "fault.h"
 #include "format.h"
-#include "partition_root.h"
 #include "resync.h"
-#include "sink_ddl.h"
+#include "resync_table.h"
 #include "slot.h"
 #include "snapshot.h"
 #include "snapshot_plan.h"
@@ -67,69 +65,6 @@
 /*
  * Markers: the snapshot batches without rows that open and close a table
  */
-
-/*
- * The names a planned table's rows are delivered under, in mcxt: its
- * root's when published via the partition root; table is NULL once the
- * table was dropped.  With key, also the key columns of what it is
- * delivered as (sink_ddl.h), for a resync's sweep.
- */
-static void
-delivered_names(ReplicantRelation *relation, List **key, Oid relid, List *publications,
-				MemoryContext mcxt)
-{
-	Relation rel;
-	Relation target;
-	MemoryContext old;
-
-	replicant_partition_lock_ancestors(relid, AccessShareLock);
-	rel = try_table_open(relid, AccessShareLock);
-	relation->schema = relation->table = NULL;
-	if (rel == NULL)
-		return;
-	target = replicant_partition_root_open_for_read(rel, publications, AccessShareLock);
-	old = MemoryContextSwitchTo(mcxt);
-	relation->schema = get_namespace_name(RelationGetNamespace(target));
-	relation->table = pstrdup(RelationGetRelationName(target));
-	if (key != NULL)
-		*key = replicant_sink_ddl_key_columns(rel, target, publications);
-	MemoryContextSwitchTo(old);
-	if (target != rel)
-		table_close(target, AccessShareLock);
-	table_close(rel, AccessShareLock);
-}
-
-/*
- * Whether the publications delete what a resync's sweep would remove from
- * the table delivered as relation: rows deleted or truncated while no slot
- * kept the changes.  A sweep where they publish no delete or no truncate
- * would delete at the sink what they chose to keep there.
- */
-static bool
-publishes_removals(const ReplicantRelation *relation, List *publications)
-{
-	Oid argtypes[3] = {TEXTARRAYOID, TEXTOID, TEXTOID};
-	Datum args[3];
-	Datum *pubs = palloc(sizeof(Datum) * list_length(publications));
-	ListCell *lc;
-	int n = 0;
-	bool isnull;
-
-	foreach(lc, publications)
-		pubs[n++] = CStringGetTextDatum(lfirst(lc));
-	args[0] = PointerGetDatum(construct_array(pubs, n, TEXTOID, -1, false, TYPALIGN_INT));
-	args[1] = CStringGetTextDatum(relation->schema);
-	args[2] = CStringGetTextDatum(relation->table);
-	if (SPI_execute_with_args("SELECT coalesce(bool_or(p.pubdelete) AND bool_or(p.pubtruncate), false)"
-							  "  FROM pg_catalog.pg_publication p"
-							  "  JOIN pg_catalog.pg_publication_tables t ON t.pubname OPERATOR(pg_catalog.=) p.pubname"
-							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1)"
-							  "   AND t.schemaname OPERATOR(pg_catalog.=) $2 AND t.tablename OPERATOR(pg_catalog.=) $3",
-							  3, argtypes, args, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "could not read the actions of the publications");
-	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
 
 /* POSTs a snapshot body of relation; halts, naming it, on anything but a 2xx. */
 static void
@@ -196,15 +131,15 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 
 		ids[i] = replicant_snapshot_plan_int8(i, 1);
 		/* A table dropped since planning has nothing left to deliver. */
-		delivered_names(&relations[i], sweeps ? &keys[i] : NULL, relid, pipeline->publications,
-						caller);
+		replicant_resync_delivered_names(&relations[i], sweeps ? &keys[i] : NULL, relid, pipeline->publications,
+										 caller);
 	}
 	resyncs = MemoryContextAllocZero(caller, sizeof(ReplicantResync) * (n + 1));
 	for (i = 0; i < n && resync != NULL; i++)
 	{
 		resyncs[i] = *resync;
 		resyncs[i].sweep = relations[i].table != NULL &&
-						   publishes_removals(&relations[i], pipeline->publications);
+						   replicant_resync_sweeps(&relations[i], pipeline->publications);
 	}
 	replicant_catalog_end(&access);
 

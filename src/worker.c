@@ -533,6 +533,8 @@ start_streaming(Worker *w)
 	replicant_metrics_progressed(w->slot);
 	replicant_log_state(w->pipeline->name, "streaming", "lsn",
 						psprintf("%X/%X", LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder))), REPLICANT_LOG_END);
+	/* One whose reads were done before a restart, or that had none to do. */
+	replicant_fanout_end_resyncs(w->fanout);
 	w->backfill = replicant_backfill_next(w->pipeline->id);
 	w->skips_pending = true;
 	w->skip_check_due = true;
@@ -596,7 +598,9 @@ start_chunk_if_due(Worker *w)
 		return;
 	MemoryContextSwitchTo(TopMemoryContext);
 	replicant_decoder_before_normal_access(w->decoder);
-	replicant_decoder_set_chunk(w->decoder, read_chunk(w));
+	/* A destination's resync marks its table before the first window opens. */
+	if (replicant_fanout_send_resync_first(w->fanout, w->backfill))
+		replicant_decoder_set_chunk(w->decoder, read_chunk(w));
 	MemoryContextSwitchTo(cycle_context);
 }
 
@@ -611,6 +615,12 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 	replicant_chunk_free(chunk);
 	if (last)
 	{
+		/* A destination's resync whose reads are done ends (its markers read the catalogs). */
+		if (w->backfill->destination_id != 0)
+		{
+			replicant_decoder_before_normal_access(w->decoder);
+			replicant_fanout_end_resyncs(w->fanout);
+		}
 		w->skips_pending |= w->backfill->skipped;
 		w->skip_check_due |= w->backfill->skipped;
 		pfree(w->backfill);

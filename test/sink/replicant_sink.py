@@ -250,7 +250,9 @@ def reset_watermark(db, pipeline, resync, counts):
     lost_to on every "last" of the resync: the first one resets, the others
     (and a "last" sent again) find nothing to do."""
     lost_to = resync.get("lost_to")
-    if lost_to is None:
+    # One destination's resync keeps the slot: the WAL did not go back, and
+    # the commits streamed beside its reads are above lost_to.
+    if lost_to is None or resync.get("beside_stream"):
         return
     lost_to = pg_lsn(lost_to)
     found = db.execute("SELECT commit_lsn FROM watermarks WHERE pipeline=?",

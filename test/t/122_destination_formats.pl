@@ -721,6 +721,39 @@ is($node->safe_psql('postgres',
 	'a streaming, b streaming, ch streaming', 'every destination streams');
 phase('compared');
 
+# ---- ch resyncs alone (resync_pipeline(p, ch)) while the workload writes:
+# every table is read again for it beside a's and b's stream, and its last
+# markers sweep (by version) what it holds that was not read or streamed
+# again: here a row the source never had.  Not in a table whose
+# publication publishes no delete: there the sink keeps deleted rows.
+$node->safe_psql('postgres', q{
+	CREATE TABLE keep (id int PRIMARY KEY, v text);
+	CREATE PUBLICATION keeppub FOR TABLE keep WITH (publish = 'insert, update');
+});
+$node->safe_psql('postgres', "SELECT replicant.alter_pipeline('p', publication => ARRAY['pub', 'keeppub'])");
+$node->safe_psql('postgres', "INSERT INTO keep VALUES (1, 'kept'), (2, 'x'); DELETE FROM keep WHERE id = 1");
+ok(delivered(), 'keep is delivered');
+is($ch->select_rows('SELECT count() AS n FROM replica.keep FINAL WHERE _deleted = 0')->[0]{n},
+	2, 'ClickHouse keeps the row its publication does not delete');
+$ch->query_ok("INSERT INTO replica.acct (id, owner, balance, note, _version, _deleted)"
+	  . " SELECT 987654321, owner, balance, note, 1, 0 FROM replica.acct FINAL WHERE _deleted = 0 LIMIT 1");
+is($ch->select_rows('SELECT count() AS n FROM replica.acct FINAL WHERE _deleted = 0 AND id = 987654321')->[0]{n},
+	1, 'ClickHouse holds a row the source does not');
+my $resync_writes = start_segment(60);
+$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('p', 'ch')");
+ok(finish_segment($resync_writes), 'the workload writes while ch resyncs');
+ok(poll("SELECT resync_reason IS NULL FROM replicant.destinations WHERE name = 'ch'"), "ch's resync ends");
+ok(dest_state_is('ch', 'streaming'), 'and ch streams');
+converges('acct', [ map { [ $_, $_, $_ ] } qw(id owner balance note) ], 'id');
+converges('item', [ map { [ $_, $_, $_ ] } qw(a b qty label) ], 'a, b');
+converges('doc', [ (map { [ $_, $_, $_ ] } qw(id rev title)), [ 'body_md5', 'md5(body)', 'lower(hex(MD5(body)))' ] ], 'id');
+converges('txns', [ map { [ $_, $_, $_ ] } qw(id xid seg) ], 'id');
+is($ch->select_rows('SELECT count() AS n FROM replica.keep FINAL WHERE _deleted = 0')->[0]{n},
+	2, 'the resync swept nothing of keep');
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_a, [ map { "public.$_" } @TABLES ], 120),
+	'a streamed on beside it');
+phase('ch resynced');
+
 $node->stop;
 $ch->stop;
 done_testing();

@@ -27,7 +27,11 @@ my $budget = 4 * 1024 * 1024;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION replicant;
 	CREATE TABLE t (id int PRIMARY KEY, v text);
-	CREATE PUBLICATION pub FOR TABLE t;
+	CREATE TABLE w (id int PRIMARY KEY, v text);
+	CREATE TABLE pt (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+	CREATE TABLE pt1 PARTITION OF pt FOR VALUES FROM (0) TO (100);
+	CREATE TABLE pt2 PARTITION OF pt FOR VALUES FROM (100) TO (200);
+	CREATE PUBLICATION pub FOR TABLE t, w, pt WITH (publish_via_partition_root = true);
 	CREATE TABLE filler (id serial PRIMARY KEY, v text);
 });
 $node->safe_psql('postgres', "SELECT replicant.create_pipeline('p', 'pub', '$sink_a->{url}')");
@@ -36,6 +40,9 @@ $node->safe_psql('postgres',
 	  . " http_timeout_ms => 2000, connect_timeout_ms => 500)");
 $node->safe_psql('postgres',
 	"SELECT replicant.add_destination('p', 'c', '$sink_c->{url}', max_retained_wal => '6MB')");
+
+$node->safe_psql('postgres', "INSERT INTO w SELECT g, 'w' || g FROM generate_series(1, 10) g;"
+	  . " INSERT INTO pt SELECT g, 'p' || g FROM generate_series(1, 10) g UNION ALL SELECT g, 'p' || g FROM generate_series(101, 110) g");
 
 sub poll { return ReplicantTest::poll($node, @_); }
 
@@ -137,7 +144,7 @@ $sink_b->control({ clear => 1 });
 my ($rc, $out, $err) = $node->psql('postgres', "SELECT replicant.resume_pipeline('p', 'b')");
 isnt($rc, 0, 'resume_pipeline(p, b) is refused');
 like($err, qr/destination "b" of pipeline "p" gave its hold on the replication slot up/, 'with the reason');
-like($err, qr/HINT:.*drop_destination/, 'and the way out');
+like($err, qr/HINT:.*resync_pipeline\('p', 'b'\)/, 'and the way out');
 $node->psql('postgres', "SELECT replicant.resume_pipeline('p')");
 is(dest('b', 'state'), 'halted', 'resuming the pipeline leaves b halted');
 
@@ -152,6 +159,70 @@ insert(1);
 ok(has_all($sink_a) && has_all($sink_c), 'and what commits next');
 is(dest('b', 'state') . dest('b', 'holds_slot'), 'halted' . 'f', 'b stays released');
 is(scalar @{ $sink_b->txlog }, $b_deliveries, "b's sink gets nothing more");
+
+# ---- 1b. resync_pipeline(p, b) brings b back --------------------------------
+# b streams again from the WAL insert position while every table is read
+# again for it alone, beside the others' stream; the first and last markers
+# of its reads carry the resync, and its sink sweeps the rows it was not
+# sent again: those deleted while it was away.  pt's two partitions are
+# read as two tables delivered under one name: every first marker goes
+# before any read and every last after all of them, or one partition's
+# sweep would remove the other's rows.
+$node->safe_psql('postgres', "DELETE FROM w WHERE id <= 3; UPDATE w SET v = 'changed' WHERE id = 4;"
+	  . " INSERT INTO w VALUES (11, 'w11'); DELETE FROM pt WHERE id = 105");
+insert(2);
+ok(has_all($sink_a) && has_all($sink_c), 'the others get the changes b misses');
+is($sink_b->stats->{rows_swept}, 0, "b's sink swept nothing yet");
+my $a_duplicates = $sink_a->stats->{duplicate_transactions};
+# t's first chunk for b is held in its window (its low watermark written)
+# while one of its rows is updated: the stream sends b the update after the
+# table's first marker, so its sink keeps the row; the chunk drops it.
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'backfill_window:hold'; SELECT pg_reload_conf()");
+$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('p', 'b')");
+$node->wait_for_log(qr/fault point "backfill_window" reached, holding/, $offset);
+$node->safe_psql('postgres', "UPDATE t SET v = 'in the window' WHERE id = 2");
+$node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf()");
+is(dest('b', 'holds_slot'), 't', 'b holds the slot again');
+insert(3);
+$node->safe_psql('postgres', "UPDATE w SET v = 'during' WHERE id = 5; INSERT INTO w VALUES (12, 'w12')");
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_b, [ 'public.t', 'public.w', 'public.pt' ], 120),
+	"b's sink equals the source: every table read again");
+ok(poll("SELECT state = 'streaming' FROM replicant.destination_status WHERE pipeline = 'p' AND destination = 'b'", 60),
+	'and its resync ends');
+$node->wait_for_log(qr/event=resync_ended pipeline=p destination=b/, $offset);
+ok(1, 'logged as an event');
+is($sink_b->stats->{rows_swept}, 4, 'its sink swept exactly the four rows deleted while it was away');
+is($sink_b->stats->{resyncs_swept}, 4, 'once per table read (each partition)');
+is($sink_b->stats->{watermark_resets}, 0, 'and kept its watermark: the stream went on beside the reads');
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_a, [ 'public.t', 'public.w', 'public.pt' ], 60)
+	  && ReplicantTest::wait_until_synced($node, 'postgres', $sink_c, [ 'public.t', 'public.w', 'public.pt' ], 60),
+	'the others stream on beside it');
+is($sink_a->stats->{duplicate_transactions}, $a_duplicates, 'and get nothing twice');
+is($node->safe_psql('postgres', "SELECT count(*) FROM replicant.backfills b JOIN replicant.destinations d"
+	  . " ON d.id = b.destination_id WHERE d.name = 'b' AND b.state = 'done'"), '4', "b's reads are four backfills, done");
+
+# ---- 1c. with on_slot_loss => 'resync', b resyncs alone past its budget ----
+$node->safe_psql('postgres', "SELECT replicant.alter_destination('p', 'b', on_slot_loss => 'resync')");
+ok(has_all($sink_b), 'b streams after the change');
+$offset = -s $node->logfile;
+$sink_b->control({ fail_status => 503 });
+insert(1);
+$node->safe_psql('postgres', "DELETE FROM w WHERE id = 6");
+ok(write_wal_until("SELECT count(*) = 1 FROM replicant.destinations WHERE name = 'b' AND resync_reason IS NOT NULL"),
+	'past its budget, b resyncs instead of giving its hold up');
+$node->wait_for_log(qr/event=resync_began pipeline=p destination=b reason=/, $offset);
+ok(1, 'logged as an event');
+is(dest('b', 'holds_slot'), 't', 'it holds the slot from where it streams again');
+$sink_b->control({ clear => 1 });
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_b, [ 'public.t', 'public.w', 'public.pt' ], 120),
+	"once its sink answers, b's sink equals the source");
+ok(poll("SELECT state = 'streaming' FROM replicant.destination_status WHERE pipeline = 'p' AND destination = 'b'", 60),
+	'and b streams');
+is($sink_b->stats->{rows_swept}, 5, 'the row deleted while it fell behind is swept');
+is($node->safe_psql('postgres', "SELECT resync_losses FROM replicant.destinations WHERE name = 'b'"),
+	'0', 'a finished resync starts the count of resyncs in a row over');
+$node->safe_psql('postgres', "SELECT replicant.alter_destination('p', 'b', on_slot_loss => 'halt')");
 
 # ---- 2. c, halted by its sink's refusal, gives its hold up too -------------
 $offset = -s $node->logfile;
@@ -173,8 +244,8 @@ ok(has_all($sink_a), 'the default destination gets every transaction');
 ok(poll("SELECT confirmed_flush_lsn > '$c_end' FROM pg_replication_slots WHERE slot_name = '$slot'", 60),
 	"the slot moves past c's checkpoint");
 is(dest('default', 'state'), 'streaming', 'default streams on');
-is($node->safe_psql('postgres', "SELECT max_retained_wal IS NULL FROM replicant.status WHERE pipeline = 'p'"),
-	't', 'no destination holding the slot has a budget now');
+is($node->safe_psql('postgres', "SELECT max_retained_wal FROM replicant.status WHERE pipeline = 'p'"),
+	$budget, "c's budget left the floor's; b's, back since its resync, is in it");
 insert(1);
 is($node->safe_psql('postgres', "SELECT replicant.await_delivered('p', pg_current_wal_lsn(), 60000)"),
 	't', 'and with c released too');

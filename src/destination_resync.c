@@ -1,0 +1,237 @@
+/*
+ * destination_resync.c
+ *		A destination resyncs alone, beside the stream of the others.
+ *
+ * The pipeline's resync (resync.c) drops the slot and reads every table
+ * under a new one's exported snapshot, the stream stopped.  A destination
+ * cannot: the slot is the others'.  So it does what an added destination
+ * with snapshot => 'incremental' does (api_destination.c): it streams
+ * again from the WAL insert position, and every table is backfilled for
+ * it alone by the watermark protocol (docs/internals.md §2).  What a
+ * resync adds is the sweep: the first and last markers of those backfills
+ * carry the resync, the first one sent on its own before the table's first
+ * chunk opens its window, the last one after its last chunk's rows.  A
+ * row the sink holds that was neither read nor changed by the stream after
+ * the first is gone at the source: every row alive at the last was read
+ * by a chunk, or changed by a commit the stream delivers after the window
+ * the chunk dropped it in, and that window opened after the first.
+ *
+ * In the ClickHouse format the sweep is by version: commits streamed to
+ * the destination are above lost_to (its checkpoint's commit), and chunk
+ * reads carry their low watermark, above it too.
+ *
+ * Rules kept with other files: docs/internals.md §2 (the watermark
+ * protocol), §10 (the resync), §11 (several destinations).
+ */
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "access/table.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/pg_lsn.h"
+#include "utils/rel.h"
+
+#include "backfill_plan.h"
+#include "catalog.h"
+#include "destination_resync.h"
+#include "event_log.h"
+#include "partition_root.h"
+#include "publication.h"
+#include "resync.h"
+#include "table_read.h"
+
+/*
+ * The tables the publications deliver, or NIL with *refused set when owner
+ * may not read one of them whole: nothing is planned then.
+ */
+static List *
+tables_to_read(ArrayType *publications, Oid owner, char **refused)
+{
+	List *tables = replicant_publication_published_tables(publications, true);
+	ListCell *lc;
+
+	*refused = NULL;
+	foreach(lc, tables)
+	{
+		Oid relid = lfirst_oid(lc);
+		Relation rel;
+
+		replicant_partition_lock_ancestors(relid, AccessShareLock);
+		rel = try_table_open(relid, AccessShareLock);
+		if (rel == NULL)
+			continue;
+		*refused = replicant_table_read_denied(rel, owner);
+		table_close(rel, AccessShareLock);
+		if (*refused != NULL)
+			return NIL;
+	}
+	return tables;
+}
+
+char *
+replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid owner,
+								   ArrayType *publications, const char *reason, bool on_loss)
+{
+	Oid argtypes[4] = {INT4OID, TEXTOID, BOOLOID, INT4OID};
+	Datum args[4];
+	char *refused;
+	List *tables = tables_to_read(publications, owner, &refused);
+	ListCell *lc;
+
+	if (refused != NULL)
+		return refused;
+	args[0] = Int32GetDatum(destination_id);
+	args[1] = CStringGetTextDatum(reason);
+	args[2] = BoolGetDatum(on_loss);
+	args[3] = Int32GetDatum(pipeline_id);
+	/*
+	 * Its checkpoint becomes the insert position L (commit L - 1, as an
+	 * added destination's): every commit record written after it streams
+	 * to it, the reads cover the ones before.  lost_from is what its sink
+	 * had acknowledged before the first of resyncs in a row.
+	 */
+	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
+							  " WHERE destination_id OPERATOR(pg_catalog.=) $1"
+							  "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running,skipped}')",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE ||
+		SPI_execute_with_args("UPDATE replicant.destinations d"
+							  "   SET resync_reason = coalesce(d.resync_reason, $2),"
+							  "       resync_lost_from = CASE WHEN d.resync_reason IS NULL"
+							  "                               THEN (SELECT nullif(c.commit_lsn, '0/0'::pg_catalog.pg_lsn)"
+							  "                                       FROM replicant.checkpoints c"
+							  "                                      WHERE c.destination_id OPERATOR(pg_catalog.=) d.id)"
+							  "                               ELSE d.resync_lost_from END,"
+							  "       resync_lost_to = l OPERATOR(pg_catalog.-) 1::pg_catalog.numeric,"
+							  "       resync_losses = CASE WHEN $3 THEN d.resync_losses OPERATOR(pg_catalog.+) 1 ELSE 0 END,"
+							  "       slot_released = false, halt_reason = NULL, halt_lsn = NULL,"
+							  "       resync_backfill_from = (SELECT coalesce(pg_catalog.max(id), 0) OPERATOR(pg_catalog.+) 1"
+							  "                                 FROM replicant.backfills)"
+							  "  FROM pg_catalog.pg_current_wal_insert_lsn() l"
+							  " WHERE d.id OPERATOR(pg_catalog.=) $1",
+							  3, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE ||
+		SPI_processed != 1 ||
+		SPI_execute_with_args("INSERT INTO replicant.checkpoints"
+							  "   (pipeline_id, destination_id, commit_lsn, end_lsn, updated_at)"
+							  " SELECT $4, d.id, d.resync_lost_to,"
+							  "        d.resync_lost_to OPERATOR(pg_catalog.+) 1::pg_catalog.numeric, pg_catalog.now()"
+							  "   FROM replicant.destinations d WHERE d.id OPERATOR(pg_catalog.=) $1"
+							  " ON CONFLICT (destination_id) DO UPDATE"
+							  "    SET commit_lsn = excluded.commit_lsn, end_lsn = excluded.end_lsn,"
+							  "        updated_at = excluded.updated_at",
+							  4, argtypes, args, NULL, false, 0) != SPI_OK_INSERT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not record the resync of destination %d", destination_id);
+	foreach(lc, tables)
+		(void) replicant_backfill_plan(pipeline_id, destination_id, owner, lfirst_oid(lc), "auto");
+	return NULL;
+}
+
+char *
+replicant_destination_resync_on_loss(const ReplicantPipeline *pipeline, const ReplicantDestination *destination,
+									 const char *reason)
+{
+	ReplicantCatalogAccess access;
+	Datum *names = palloc(sizeof(Datum) * (list_length(pipeline->publications) + 1));
+	ListCell *lc;
+	char *refused;
+
+	if (destination->resync_losses >= REPLICANT_RESYNC_MAX_LOSSES)
+		return psprintf("%s; it resynced %d times in a row without reading every table (on_slot_loss => 'resync')",
+						reason, destination->resync_losses);
+	foreach(lc, pipeline->publications)
+		names[foreach_current_index(lc)] = CStringGetTextDatum(lfirst(lc));
+	/*
+	 * Planning reads the tables: not through catalog entries decoding
+	 * loaded under historic snapshots (the worker exits right after).
+	 */
+	InvalidateSystemCaches();
+	replicant_catalog_begin(&access);
+	refused = replicant_destination_resync_begin(pipeline->id, destination->id, pipeline->owner,
+												 construct_array(names, list_length(pipeline->publications), TEXTOID,
+																 -1, false, TYPALIGN_INT),
+												 reason, true);
+	replicant_catalog_end(&access);
+	if (refused != NULL)
+		return psprintf("%s; it cannot resync: %s", reason, refused);
+	replicant_log_state(pipeline->name, "resync_began", "destination", destination->name, "reason", reason,
+						REPLICANT_LOG_END);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" destination \"%s\" resyncs alone: %s",
+					pipeline->name, destination->name, reason),
+			 errdetail("It streams again from the current WAL position, and every published table is read again for it.")));
+	return NULL;
+}
+
+List *
+replicant_destination_resync_reads(const ReplicantDestination *destination, bool first)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[2] = {INT4OID, INT8OID};
+	Datum args[2] = {Int32GetDatum(destination->id), Int64GetDatum(destination->resync_backfill_from)};
+	List *reads = NIL;
+	MemoryContext caller = CurrentMemoryContext;
+
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args(first ?
+								  "SELECT id, relid FROM replicant.backfills"
+								  " WHERE destination_id OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.>=) $2"
+								  "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running}') AND NOT first_sent"
+								  " ORDER BY id" :
+								  "SELECT id, relid FROM replicant.backfills"
+								  " WHERE destination_id OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.>=) $2"
+								  "   AND state OPERATOR(pg_catalog.=) 'done'"
+								  "   AND NOT EXISTS (SELECT FROM replicant.backfills o"
+								  "                    WHERE o.destination_id OPERATOR(pg_catalog.=) $1"
+								  "                      AND o.state OPERATOR(pg_catalog.=) ANY ('{planned,running}'))"
+								  " ORDER BY id",
+							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the backfills of destination %d", destination->id);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(caller);
+		ReplicantResyncRead *read = palloc(sizeof(ReplicantResyncRead));
+		bool isnull;
+
+		read->backfill_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		read->relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		reads = lappend(reads, read);
+		MemoryContextSwitchTo(old);
+	}
+	replicant_catalog_end(&access);
+	return reads;
+}
+
+bool
+replicant_destination_resync_end(const ReplicantPipeline *pipeline, ReplicantDestination *destination)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(destination->id)};
+	bool ended;
+
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("UPDATE replicant.destinations d"
+							  "   SET resync_reason = NULL, resync_lost_from = NULL, resync_lost_to = NULL,"
+							  "       resync_losses = 0, resync_backfill_from = NULL"
+							  " WHERE d.id OPERATOR(pg_catalog.=) $1 AND d.resync_reason IS NOT NULL"
+							  "   AND NOT EXISTS (SELECT FROM replicant.backfills b"
+							  "                    WHERE b.destination_id OPERATOR(pg_catalog.=) d.id"
+							  "                      AND b.state OPERATOR(pg_catalog.=) ANY ('{planned,running}'))",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record the end of the resync of destination %d", destination->id);
+	ended = SPI_processed > 0;
+	replicant_catalog_end(&access);
+	if (!ended)
+		return false;
+	destination->resync_reason = NULL;
+	destination->resync_losses = 0;
+	replicant_log_state(pipeline->name, "resync_ended", "destination", destination->name, REPLICANT_LOG_END);
+	ereport(LOG,
+			(errmsg("replicant pipeline \"%s\" destination \"%s\" finished its resync: every table was read for it",
+					pipeline->name, destination->name)));
+	return true;
+}

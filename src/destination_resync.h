@@ -1,0 +1,69 @@
+/*
+ * destination_resync.h
+ *		One destination resyncs alone, beside the stream of the others:
+ *		on request (resync_pipeline(pipeline, destination)), or with its
+ *		on_slot_loss => 'resync' once it is past its own max_retained_wal
+ *		while others hold the slot.  Its checkpoint moves to the WAL insert
+ *		position (it streams again from there, as an added destination
+ *		does), every published table is backfilled for it alone, and the
+ *		first and last markers of those backfills carry the resync, so that
+ *		its sink sweeps what was not sent again (docs/sink-protocol.md,
+ *		"Resync").
+ */
+#ifndef REPLICANT_DESTINATION_RESYNC_H
+#define REPLICANT_DESTINATION_RESYNC_H
+
+#include "destination.h"
+#include "pipeline.h"
+#include "utils/array.h"
+
+/*
+ * Begins (or begins again) the resync of destination_id for reason
+ * (value-free; a resync under way keeps its first reason): its own
+ * backfills are cancelled and every table the publications (text[])
+ * deliver is planned anew for it, read as owner; its checkpoint becomes
+ * the WAL insert position and its halt, and a release of its hold on the
+ * slot, are cleared; on_loss counts the resync in resync_losses, else they
+ * start over.  Returns NULL, or, changing nothing, the value-free reason
+ * why the tables cannot be read (owner may not read one).  Inside
+ * replicant_catalog_begin/end or enter/leave, no worker delivering to it.
+ */
+extern char *replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid owner,
+												ArrayType *publications, const char *reason, bool on_loss);
+
+/*
+ * destination is past its own max_retained_wal (reason, value-free) while
+ * others hold the slot, with on_slot_loss => 'resync': it resyncs alone
+ * (recorded and logged), and NULL is returned; or, recording nothing, the
+ * reason to give its hold up with instead: after
+ * REPLICANT_RESYNC_MAX_LOSSES of its resyncs in a row that did not
+ * finish, or when its tables cannot be read.  Outside a transaction.
+ */
+extern char *replicant_destination_resync_on_loss(const ReplicantPipeline *pipeline,
+												  const ReplicantDestination *destination,
+												  const char *reason);
+
+/* A backfill of a destination's resync: the reads of one table for it. */
+typedef struct ReplicantResyncRead
+{
+	int64 backfill_id;
+	Oid relid;
+} ReplicantResyncRead;
+
+/*
+ * The reads of destination's resync (of ReplicantResyncRead *, in backfill
+ * order): with first, those not yet read whose first marker was not sent;
+ * else those read, once none is left to read (NIL until then).  Outside a
+ * transaction.
+ */
+extern List *replicant_destination_resync_reads(const ReplicantDestination *destination, bool first);
+
+/*
+ * Once none of its backfills is left to read (and the caller sent the last
+ * markers), destination's resync is over: recorded, cleared on
+ * destination, logged.  False when a read is left.  Outside a transaction.
+ */
+extern bool replicant_destination_resync_end(const ReplicantPipeline *pipeline,
+											 ReplicantDestination *destination);
+
+#endif /* REPLICANT_DESTINATION_RESYNC_H */
