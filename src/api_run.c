@@ -336,6 +336,33 @@ replicant_backfill(PG_FUNCTION_ARGS)
 }
 
 /* cancel_backfill(id): stops a planned or running backfill. */
+/*
+ * A read of a destination's resync cannot be cancelled alone: the resync
+ * would end without the table, its rows of the gap never read again.
+ */
+static void
+refuse_cancelling_resync_read(int64 id)
+{
+	Oid argtypes[1] = {INT8OID};
+	Datum args[1] = {Int64GetDatum(id)};
+
+	if (!replicant_destinations_exist())
+		return;
+	if (SPI_execute_with_args("SELECT d.name FROM replicant.backfills b"
+							  "  JOIN replicant.destinations d ON d.id OPERATOR(pg_catalog.=) b.destination_id"
+							  " WHERE b.id OPERATOR(pg_catalog.=) $1 AND d.resync_reason IS NOT NULL"
+							  "   AND b.id OPERATOR(pg_catalog.>=) d.resync_backfill_from",
+							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read backfills");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("backfill " INT64_FORMAT " reads a table for the resync of destination \"%s\"", id,
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+				 errdetail("Without it the resync would end with the table's rows not read again."),
+				 errhint("Let the resync finish, or drop the destination.")));
+}
+
 Datum
 replicant_cancel_backfill(PG_FUNCTION_ARGS)
 {
@@ -376,6 +403,7 @@ replicant_cancel_backfill(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("backfill " INT64_FORMAT " is already %s", id, state)));
+	refuse_cancelling_resync_read(id);
 	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
 							  " WHERE id OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)

@@ -94,9 +94,10 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 	 * to it, the reads cover the ones before.  lost_from is what its sink
 	 * had acknowledged before the first of resyncs in a row.
 	 */
+	/* A skipped one stays: its table is read for it once published again. */
 	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
 							  " WHERE destination_id OPERATOR(pg_catalog.=) $1"
-							  "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running,skipped}')",
+							  "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running}')",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE ||
 		SPI_execute_with_args("UPDATE replicant.destinations d"
 							  "   SET resync_reason = coalesce(d.resync_reason, $2),"
@@ -130,18 +131,19 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 	return NULL;
 }
 
-char *
-replicant_destination_resync_on_loss(const ReplicantPipeline *pipeline, const ReplicantDestination *destination,
-									 const char *reason)
+/*
+ * resync_begin for destination, from its pipeline's worker; returns NULL or
+ * why its tables cannot be read.
+ */
+static char *
+begin_in_worker(const ReplicantPipeline *pipeline, const ReplicantDestination *destination, const char *reason,
+				bool on_loss)
 {
 	ReplicantCatalogAccess access;
 	Datum *names = palloc(sizeof(Datum) * (list_length(pipeline->publications) + 1));
 	ListCell *lc;
 	char *refused;
 
-	if (destination->resync_losses >= REPLICANT_RESYNC_MAX_LOSSES)
-		return psprintf("%s; it resynced %d times in a row without reading every table (on_slot_loss => 'resync')",
-						reason, destination->resync_losses);
 	foreach(lc, pipeline->publications)
 		names[foreach_current_index(lc)] = CStringGetTextDatum(lfirst(lc));
 	/*
@@ -153,8 +155,21 @@ replicant_destination_resync_on_loss(const ReplicantPipeline *pipeline, const Re
 	refused = replicant_destination_resync_begin(pipeline->id, destination->id, pipeline->owner,
 												 construct_array(names, list_length(pipeline->publications), TEXTOID,
 																 -1, false, TYPALIGN_INT),
-												 reason, true);
+												 reason, on_loss);
 	replicant_catalog_end(&access);
+	return refused;
+}
+
+char *
+replicant_destination_resync_on_loss(const ReplicantPipeline *pipeline, const ReplicantDestination *destination,
+									 const char *reason)
+{
+	char *refused;
+
+	if (destination->resync_losses >= REPLICANT_RESYNC_MAX_LOSSES)
+		return psprintf("%s; it resynced %d times in a row without reading every table (on_slot_loss => 'resync')",
+						reason, destination->resync_losses);
+	refused = begin_in_worker(pipeline, destination, reason, true);
 	if (refused != NULL)
 		return psprintf("%s; it cannot resync: %s", reason, refused);
 	replicant_log_state(pipeline->name, "resync_began", "destination", destination->name, "reason", reason,
@@ -164,6 +179,37 @@ replicant_destination_resync_on_loss(const ReplicantPipeline *pipeline, const Re
 					pipeline->name, destination->name, reason),
 			 errdetail("It streams again from the current WAL position, and every published table is read again for it.")));
 	return NULL;
+}
+
+char *
+replicant_destination_resync_again(const ReplicantPipeline *pipeline, const ReplicantDestination *destination)
+{
+	char *refused = begin_in_worker(pipeline, destination, destination->resync_reason, false);
+
+	if (refused == NULL)
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" destination \"%s\" starts its resync over: a table was published again during it",
+						pipeline->name, destination->name)));
+	return refused;
+}
+
+bool
+replicant_destination_resync_marked(const ReplicantDestination *destination)
+{
+	ReplicantCatalogAccess access;
+	Oid argtypes[2] = {INT4OID, INT8OID};
+	Datum args[2] = {Int32GetDatum(destination->id), Int64GetDatum(destination->resync_backfill_from)};
+	bool marked;
+
+	replicant_catalog_begin(&access);
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.backfills"
+							  " WHERE destination_id OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.>=) $2"
+							  "   AND first_sent",
+							  2, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the backfills of destination %d", destination->id);
+	marked = SPI_processed > 0;
+	replicant_catalog_end(&access);
+	return marked;
 }
 
 List *
@@ -231,7 +277,7 @@ replicant_destination_resync_end(const ReplicantPipeline *pipeline, ReplicantDes
 	destination->resync_losses = 0;
 	replicant_log_state(pipeline->name, "resync_ended", "destination", destination->name, REPLICANT_LOG_END);
 	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" destination \"%s\" finished its resync: every table was read for it",
+			(errmsg("replicant pipeline \"%s\" destination \"%s\" finished its resync: every table published was read for it",
 					pipeline->name, destination->name)));
 	return true;
 }

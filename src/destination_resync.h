@@ -43,6 +43,21 @@ extern char *replicant_destination_resync_on_loss(const ReplicantPipeline *pipel
 												  const ReplicantDestination *destination,
 												  const char *reason);
 
+/*
+ * From the worker: destination's resync under way begins again (its
+ * reads cancelled and planned anew from a new checkpoint, its reason and
+ * lost_from kept), when a read was planned after others had begun (its
+ * table published again): one first marker after rows written under the
+ * same name would sweep them.  Returns NULL, or why its tables cannot be
+ * read (nothing changed).  Outside a transaction; the caller committed
+ * what was acknowledged, and exits for a restart.
+ */
+extern char *replicant_destination_resync_again(const ReplicantPipeline *pipeline,
+												const ReplicantDestination *destination);
+
+/* Whether a read of destination's resync had its first marker sent. */
+extern bool replicant_destination_resync_marked(const ReplicantDestination *destination);
+
 /* A backfill of a destination's resync: the reads of one table for it. */
 typedef struct ReplicantResyncRead
 {

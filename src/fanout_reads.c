@@ -16,6 +16,7 @@
  */
 #include "postgres.h"
 
+#include "storage/ipc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -35,7 +36,7 @@
  * What the first or last marker of a read of destination's resync (the
  * table relid) tells its sink, the names the table is delivered under in
  * *relation: NULL when the table was dropped since (its rows went with it,
- * its read is skipped).  lost_to on the last only, with the target's key
+ * its read is skipped) or is not published under that name now.  lost_to on the last only, with the target's key
  * columns for a format that sweeps by key, when the sink may sweep it.
  * Outside a transaction.
  */
@@ -49,12 +50,15 @@ resync_markers(const ReplicantPipeline *pipeline, const ReplicantDestination *de
 	bool sweep = false;
 	MemoryContext caller = CurrentMemoryContext;
 
+	bool published = false;
+
 	replicant_catalog_begin(&access);
 	replicant_resync_delivered_names(relation, last ? &key : NULL, relid, pipeline->publications, caller);
 	if (relation->table != NULL)
-		sweep = replicant_resync_sweeps(relation, pipeline->publications);
+		sweep = replicant_resync_sweeps(relation, pipeline->publications, &published);
 	replicant_catalog_end(&access);
-	if (relation->table == NULL)
+	/* Not delivered under that name now: its sink has no such target. */
+	if (relation->table == NULL || !published)
 		return NULL;
 	resync = palloc0(sizeof(ReplicantResync));
 	resync->reason = destination->resync_reason;
@@ -132,12 +136,36 @@ post_resync_marker(ReplicantFanout *f, Outlet *o, int64 backfill_id, const Repli
 	return true;
 }
 
+/*
+ * A read of o's resync planned after others had their first markers (its
+ * table published again meanwhile): the resync begins again and the
+ * worker exits for a restart; or, when its tables cannot be read, o halts.
+ */
+static void
+resync_again(ReplicantFanout *f, Outlet *o)
+{
+	char *refused;
+
+	replicant_outlet_commit_pending(f);
+	refused = replicant_destination_resync_again(f->pipeline, o->destination);
+	if (refused != NULL)
+	{
+		replicant_outlet_halt(f, o, refused, InvalidXLogRecPtr);
+		return;
+	}
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	f->slot->superseded = true;
+	LWLockRelease(replicant_shmem->lock);
+	proc_exit(0);
+}
+
 bool
 replicant_fanout_send_resync_first(ReplicantFanout *f, ReplicantBackfill *b)
 {
 	Outlet *o = b->destination_id != 0 && !b->first_sent ? outlet_of(f, b->destination_id) : NULL;
 	MemoryContext markers;
 	MemoryContext old;
+	List *reads;
 	ListCell *lc;
 	bool sent = true;
 
@@ -149,8 +177,18 @@ replicant_fanout_send_resync_first(ReplicantFanout *f, ReplicantBackfill *b)
 		return false;
 	markers = AllocSetContextCreate(CurrentMemoryContext, "replicant resync markers", ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(markers);
-	/* Every table's first before any of its reads: partitions share a name. */
-	foreach(lc, replicant_destination_resync_reads(o->destination, true))
+	/*
+	 * Every table's first before any of its reads: partitions share a
+	 * name.  A read planned since others were marked begins it again.
+	 */
+	reads = replicant_destination_resync_reads(o->destination, true);
+	if (reads != NIL && replicant_destination_resync_marked(o->destination))
+	{
+		resync_again(f, o);
+		reads = NIL;
+		sent = false;
+	}
+	foreach(lc, reads)
 	{
 		ReplicantResyncRead *read = lfirst(lc);
 		ReplicantRelation relation;

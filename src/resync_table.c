@@ -55,7 +55,7 @@ replicant_resync_delivered_names(ReplicantRelation *relation, List **key, Oid re
  * would delete at the sink what they chose to keep there.
  */
 bool
-replicant_resync_sweeps(const ReplicantRelation *relation, List *publications)
+replicant_resync_sweeps(const ReplicantRelation *relation, List *publications, bool *published)
 {
 	Oid argtypes[3] = {TEXTARRAYOID, TEXTOID, TEXTOID};
 	Datum args[3];
@@ -69,7 +69,7 @@ replicant_resync_sweeps(const ReplicantRelation *relation, List *publications)
 	args[0] = PointerGetDatum(construct_array(pubs, n, TEXTOID, -1, false, TYPALIGN_INT));
 	args[1] = CStringGetTextDatum(relation->schema);
 	args[2] = CStringGetTextDatum(relation->table);
-	if (SPI_execute_with_args("SELECT coalesce(bool_or(p.pubdelete) AND bool_or(p.pubtruncate), false)"
+	if (SPI_execute_with_args("SELECT coalesce(bool_or(p.pubdelete) AND bool_or(p.pubtruncate), false), count(*) > 0"
 							  "  FROM pg_catalog.pg_publication p"
 							  "  JOIN pg_catalog.pg_publication_tables t ON t.pubname OPERATOR(pg_catalog.=) p.pubname"
 							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1)"
@@ -77,5 +77,7 @@ replicant_resync_sweeps(const ReplicantRelation *relation, List *publications)
 							  3, argtypes, args, NULL, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read the actions of the publications");
+	if (published != NULL)
+		*published = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }

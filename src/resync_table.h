@@ -24,8 +24,10 @@ extern void replicant_resync_delivered_names(ReplicantRelation *relation, List *
 
 /*
  * Whether a resync's sweep of the table delivered as relation may remove
- * rows: the publications publish both delete and truncate.  Needs SPI.
+ * rows: the publications publish both delete and truncate; and in
+ * *published (unless NULL) whether one publishes it under that name at
+ * all.  Needs SPI.
  */
-extern bool replicant_resync_sweeps(const ReplicantRelation *relation, List *publications);
+extern bool replicant_resync_sweeps(const ReplicantRelation *relation, List *publications, bool *published);
 
 #endif /* REPLICANT_RESYNC_TABLE_H */

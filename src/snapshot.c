@@ -139,7 +139,7 @@ send_markers(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 	{
 		resyncs[i] = *resync;
 		resyncs[i].sweep = relations[i].table != NULL &&
-						   replicant_resync_sweeps(&relations[i], pipeline->publications);
+						   replicant_resync_sweeps(&relations[i], pipeline->publications, NULL);
 	}
 	replicant_catalog_end(&access);
 

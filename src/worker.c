@@ -596,11 +596,12 @@ start_chunk_if_due(Worker *w)
 	if (w->backfill == NULL || replicant_decoder_chunk(w->decoder) != NULL ||
 		GetCurrentTimestamp() < w->backfill->retry_at || !replicant_fanout_all_attached(w->fanout))
 		return;
-	MemoryContextSwitchTo(TopMemoryContext);
 	replicant_decoder_before_normal_access(w->decoder);
-	/* A destination's resync marks its table before the first window opens. */
-	if (replicant_fanout_send_resync_first(w->fanout, w->backfill))
-		replicant_decoder_set_chunk(w->decoder, read_chunk(w));
+	/* A destination's resync marks its tables before the first window opens. */
+	if (!replicant_fanout_send_resync_first(w->fanout, w->backfill))
+		return;
+	MemoryContextSwitchTo(TopMemoryContext);
+	replicant_decoder_set_chunk(w->decoder, read_chunk(w));
 	MemoryContextSwitchTo(cycle_context);
 }
 

@@ -182,6 +182,9 @@ $node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'backfill
 $node->safe_psql('postgres', "SELECT replicant.resync_pipeline('p', 'b')");
 $node->wait_for_log(qr/fault point "backfill_window" reached, holding/, $offset);
 $node->safe_psql('postgres', "UPDATE t SET v = 'in the window' WHERE id = 2");
+($rc, $out, $err) = $node->psql('postgres', "SELECT replicant.cancel_backfill(max(b.id)) FROM replicant.backfills b"
+	  . " JOIN replicant.destinations d ON d.id = b.destination_id WHERE d.name = 'b'");
+like($err, qr/backfill \d+ reads a table for the resync of destination "b"/, 'a read of the resync cannot be cancelled alone');
 $node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf()");
 is(dest('b', 'holds_slot'), 't', 'b holds the slot again');
 insert(3);
