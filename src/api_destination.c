@@ -570,7 +570,7 @@ replicant_api_destination_resync(const char *name, const char *destination)
 	destination_id = replicant_api_destination_lookup(&ref, destination, NULL);
 	check_resyncable(&ref, destination, destination_id);
 	refused = replicant_destination_resync_begin(ref.id, destination_id, ref.owner, ref.publications, "requested",
-												 false);
+												 REPLICANT_RESYNC_REQUESTED);
 	if (refused != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

@@ -326,7 +326,7 @@ replicant_backfill(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("a backfill of this table is already in progress in pipeline \"%s\"", name),
-				 errhint("Cancel it with replicant.cancel_backfill() first.")));
+				 errhint("Wait for it, or cancel it with replicant.cancel_backfill() first (a read of a destination's resync cannot be cancelled).")));
 
 	id = replicant_backfill_plan(ref.id, 0, ref.owner, relid, mode);
 	replicant_catalog_bump_config(ref.id);

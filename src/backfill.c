@@ -862,15 +862,20 @@ replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered)
 }
 
 void
-replicant_backfill_record_first_sent(int64 id)
+replicant_backfill_record_first_sent(const int64 *ids, int n)
 {
 	ReplicantCatalogAccess access;
-	Oid argtypes[1] = {INT8OID};
-	Datum args[1] = {Int64GetDatum(id)};
+	Oid argtypes[1] = {INT8ARRAYOID};
+	Datum *elems = palloc(sizeof(Datum) * (n + 1));
+	Datum args[1];
 
+	for (int i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(ids[i]);
+	args[0] = PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	replicant_catalog_begin(&access);
-	if (SPI_execute_with_args("UPDATE replicant.backfills SET first_sent = true WHERE id OPERATOR(pg_catalog.=) $1",
+	if (SPI_execute_with_args("UPDATE replicant.backfills SET first_sent = true"
+							  " WHERE id OPERATOR(pg_catalog.=) ANY ($1)",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not record backfill " INT64_FORMAT, id);
+		elog(ERROR, "could not record the first markers of backfills");
 	replicant_catalog_end(&access);
 }

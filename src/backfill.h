@@ -53,7 +53,7 @@ extern ReplicantChunk *replicant_backfill_read_chunk(ReplicantPipeline *pipeline
 /* Records that the chunk was delivered (own transaction). */
 extern void replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered);
 
-/* Records that backfill id's first marker was delivered on its own (own transaction). */
-extern void replicant_backfill_record_first_sent(int64 id);
+/* Records that the first markers of backfills ids[0..n) were delivered on their own (own transaction). */
+extern void replicant_backfill_record_first_sent(const int64 *ids, int n);
 
 #endif /* REPLICANT_BACKFILL_H */

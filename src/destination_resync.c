@@ -74,9 +74,9 @@ tables_to_read(ArrayType *publications, Oid owner, char **refused)
 
 char *
 replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid owner,
-								   ArrayType *publications, const char *reason, bool on_loss)
+								   ArrayType *publications, const char *reason, ReplicantResyncStart start)
 {
-	Oid argtypes[4] = {INT4OID, TEXTOID, BOOLOID, INT4OID};
+	Oid argtypes[4] = {INT4OID, TEXTOID, INT4OID, INT4OID};
 	Datum args[4];
 	char *refused;
 	List *tables = tables_to_read(publications, owner, &refused);
@@ -86,7 +86,9 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 		return refused;
 	args[0] = Int32GetDatum(destination_id);
 	args[1] = CStringGetTextDatum(reason);
-	args[2] = BoolGetDatum(on_loss);
+	/* resync_losses: -1 starts it over, 0 keeps it, 1 counts this one */
+	args[2] = Int32GetDatum(start == REPLICANT_RESYNC_ON_LOSS ? 1 : start == REPLICANT_RESYNC_AGAIN ? 0 :
+																									  -1);
 	args[3] = Int32GetDatum(pipeline_id);
 	/*
 	 * Its checkpoint becomes the insert position L (commit L - 1, as an
@@ -107,7 +109,8 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 							  "                                      WHERE c.destination_id OPERATOR(pg_catalog.=) d.id)"
 							  "                               ELSE d.resync_lost_from END,"
 							  "       resync_lost_to = l OPERATOR(pg_catalog.-) 1::pg_catalog.numeric,"
-							  "       resync_losses = CASE WHEN $3 THEN d.resync_losses OPERATOR(pg_catalog.+) 1 ELSE 0 END,"
+							  "       resync_losses = CASE WHEN $3 OPERATOR(pg_catalog.<) 0 THEN 0"
+							  "                            ELSE d.resync_losses OPERATOR(pg_catalog.+) $3 END,"
 							  "       slot_released = false, halt_reason = NULL, halt_lsn = NULL,"
 							  "       resync_backfill_from = (SELECT coalesce(pg_catalog.max(id), 0) OPERATOR(pg_catalog.+) 1"
 							  "                                 FROM replicant.backfills)"
@@ -137,7 +140,7 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
  */
 static char *
 begin_in_worker(const ReplicantPipeline *pipeline, const ReplicantDestination *destination, const char *reason,
-				bool on_loss)
+				ReplicantResyncStart start)
 {
 	ReplicantCatalogAccess access;
 	Datum *names = palloc(sizeof(Datum) * (list_length(pipeline->publications) + 1));
@@ -155,7 +158,7 @@ begin_in_worker(const ReplicantPipeline *pipeline, const ReplicantDestination *d
 	refused = replicant_destination_resync_begin(pipeline->id, destination->id, pipeline->owner,
 												 construct_array(names, list_length(pipeline->publications), TEXTOID,
 																 -1, false, TYPALIGN_INT),
-												 reason, on_loss);
+												 reason, start);
 	replicant_catalog_end(&access);
 	return refused;
 }
@@ -169,7 +172,7 @@ replicant_destination_resync_on_loss(const ReplicantPipeline *pipeline, const Re
 	if (destination->resync_losses >= REPLICANT_RESYNC_MAX_LOSSES)
 		return psprintf("%s; it resynced %d times in a row without reading every table (on_slot_loss => 'resync')",
 						reason, destination->resync_losses);
-	refused = begin_in_worker(pipeline, destination, reason, true);
+	refused = begin_in_worker(pipeline, destination, reason, REPLICANT_RESYNC_ON_LOSS);
 	if (refused != NULL)
 		return psprintf("%s; it cannot resync: %s", reason, refused);
 	replicant_log_state(pipeline->name, "resync_began", "destination", destination->name, "reason", reason,
@@ -184,7 +187,7 @@ replicant_destination_resync_on_loss(const ReplicantPipeline *pipeline, const Re
 char *
 replicant_destination_resync_again(const ReplicantPipeline *pipeline, const ReplicantDestination *destination)
 {
-	char *refused = begin_in_worker(pipeline, destination, destination->resync_reason, false);
+	char *refused = begin_in_worker(pipeline, destination, destination->resync_reason, REPLICANT_RESYNC_AGAIN);
 
 	if (refused == NULL)
 		ereport(LOG,

@@ -17,19 +17,27 @@
 #include "pipeline.h"
 #include "utils/array.h"
 
+/* What begins a resync of one destination: its count of resyncs in a row. */
+typedef enum ReplicantResyncStart
+{
+	REPLICANT_RESYNC_REQUESTED, /* resync_pipeline(): the count starts over */
+	REPLICANT_RESYNC_ON_LOSS,   /* past its budget: counted */
+	REPLICANT_RESYNC_AGAIN,     /* begun again mid-way: the count stays */
+} ReplicantResyncStart;
+
 /*
  * Begins (or begins again) the resync of destination_id for reason
  * (value-free; a resync under way keeps its first reason): its own
  * backfills are cancelled and every table the publications (text[])
  * deliver is planned anew for it, read as owner; its checkpoint becomes
  * the WAL insert position and its halt, and a release of its hold on the
- * slot, are cleared; on_loss counts the resync in resync_losses, else they
- * start over.  Returns NULL, or, changing nothing, the value-free reason
+ * slot, are cleared; start says what becomes of resync_losses.  Returns NULL, or, changing nothing, the value-free reason
  * why the tables cannot be read (owner may not read one).  Inside
  * replicant_catalog_begin/end or enter/leave, no worker delivering to it.
  */
 extern char *replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid owner,
-												ArrayType *publications, const char *reason, bool on_loss);
+												ArrayType *publications, const char *reason,
+												ReplicantResyncStart start);
 
 /*
  * destination is past its own max_retained_wal (reason, value-free) while

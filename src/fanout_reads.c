@@ -167,13 +167,16 @@ replicant_fanout_send_resync_first(ReplicantFanout *f, ReplicantBackfill *b)
 	MemoryContext old;
 	List *reads;
 	ListCell *lc;
+	int64 *sent_ids;
+	int nsent = 0;
 	bool sent = true;
 
 	if (o == NULL || !o->live || o->destination->resync_reason == NULL)
 		return true;
 	replicant_shmem_enter_phase(REPLICANT_PHASE_DELIVER);
 	replicant_fanout_drain_for_read(f, b->destination_id);
-	if (!o->live || !o->attached)
+	/* It may have halted, or been left behind, meanwhile. */
+	if (!replicant_outlet_streams(o) || !o->attached)
 		return false;
 	markers = AllocSetContextCreate(CurrentMemoryContext, "replicant resync markers", ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(markers);
@@ -188,21 +191,31 @@ replicant_fanout_send_resync_first(ReplicantFanout *f, ReplicantBackfill *b)
 		reads = NIL;
 		sent = false;
 	}
+	sent_ids = palloc(sizeof(int64) * (list_length(reads) + 1));
 	foreach(lc, reads)
 	{
 		ReplicantResyncRead *read = lfirst(lc);
 		ReplicantRelation relation;
 		ReplicantResync *resync = resync_markers(f->pipeline, o->destination, read->relid, &relation, false);
 
+		/* Not published under its name now: left unmarked (its read is skipped, or begins the resync again). */
+		if (resync == NULL && relation.table != NULL)
+			continue;
 		if (resync != NULL && !post_resync_marker(f, o, read->backfill_id, &relation, resync, false, &b->retry_at))
 		{
 			sent = false;
 			break;
 		}
-		replicant_backfill_record_first_sent(read->backfill_id);
-		if (read->backfill_id == b->id)
-			b->first_sent = true;
+		sent_ids[nsent++] = read->backfill_id;
 	}
+	/*
+	 * All at once: a read marked alone would be read before the others'
+	 * marks, and a read unmarked beside marked ones means a new one.
+	 */
+	if (sent && nsent > 0)
+		replicant_backfill_record_first_sent(sent_ids, nsent);
+	for (int i = 0; sent && i < nsent; i++)
+		b->first_sent |= sent_ids[i] == b->id;
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(markers);
 	return sent;

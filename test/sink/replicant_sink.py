@@ -364,7 +364,7 @@ def signature_ok(secret, headers, body):
 
 
 # ---- faults ----------------------------------------------------------------
-FAULT_DEFAULTS = dict(fail_status=None, fail_rate=1.0, fail_first=None,
+FAULT_DEFAULTS = dict(fail_status=None, fail_rate=1.0, fail_first=None, fail_skip=0,
                       retry_after=None, delay_ms=0, hang=False, reset=False,
                       redirect=None, max_body=None)
 
@@ -385,6 +385,7 @@ class Faults:
                 raise ValueError("unrecognized fault " + ", ".join(sorted(unknown)))
             self.settings.update(changes)
             self.failed = 0   # restarts the --fail-first count
+            self.passed = 0   # and the fail_skip count before it
 
     def show(self):
         with self.lock:
@@ -401,6 +402,9 @@ class Faults:
                     return word
             status = f["fail_status"] or (503 if f["fail_first"] else None)
             if f["fail_first"] is not None:
+                if self.passed < f["fail_skip"]:   # these pass first
+                    self.passed += 1
+                    return None
                 if status and self.failed < f["fail_first"]:
                     self.failed += 1
                     return status
@@ -637,6 +641,8 @@ def parser():
     s.add_argument("--fail-status", type=int, help="answer this status ...")
     s.add_argument("--fail-rate", type=float, default=1.0, help="... with this probability")
     s.add_argument("--fail-first", type=int, help="... or for the first N requests")
+    s.add_argument("--fail-skip", type=int, default=0,
+                   help="with --fail-first: let N requests pass before those")
     s.add_argument("--retry-after", help="Retry-After on fault answers (seconds or an HTTP-date)")
     s.add_argument("--delay-ms", type=int, default=0, help="wait before answering")
     s.add_argument("--hang", action="store_true", help="never answer")

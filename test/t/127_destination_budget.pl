@@ -177,8 +177,12 @@ my $a_duplicates = $sink_a->stats->{duplicate_transactions};
 # t's first chunk for b is held in its window (its low watermark written)
 # while one of its rows is updated: the stream sends b the update after the
 # table's first marker, so its sink keeps the row; the chunk drops it.
+# Its sink takes the first first marker and refuses the next one once: the
+# markers are recorded together, so no read is marked alone and the resync
+# goes on (a read left unmarked beside marked ones would begin it again).
 $offset = -s $node->logfile;
 $node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'backfill_window:hold'; SELECT pg_reload_conf()");
+$sink_b->control({ fail_status => 503, fail_first => 1, fail_skip => 1 });
 $node->safe_psql('postgres', "SELECT replicant.resync_pipeline('p', 'b')");
 $node->wait_for_log(qr/fault point "backfill_window" reached, holding/, $offset);
 $node->safe_psql('postgres', "UPDATE t SET v = 'in the window' WHERE id = 2");
@@ -187,6 +191,8 @@ $node->safe_psql('postgres', "UPDATE t SET v = 'in the window' WHERE id = 2");
 like($err, qr/backfill \d+ reads a table for the resync of destination "b"/, 'a read of the resync cannot be cancelled alone');
 $node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf()");
 is(dest('b', 'holds_slot'), 't', 'b holds the slot again');
+is($sink_b->control->{failed_so_far}, 1, "b's sink refused one request during the first markers");
+$sink_b->control({ clear => 1 });
 insert(3);
 $node->safe_psql('postgres', "UPDATE w SET v = 'during' WHERE id = 5; INSERT INTO w VALUES (12, 'w12')");
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_b, [ 'public.t', 'public.w', 'public.pt' ], 120),
@@ -195,6 +201,7 @@ ok(poll("SELECT state = 'streaming' FROM replicant.destination_status WHERE pipe
 	'and its resync ends');
 $node->wait_for_log(qr/event=resync_ended pipeline=p destination=b/, $offset);
 ok(1, 'logged as an event');
+unlike(slurp_file($node->logfile, $offset), qr/starts its resync over/, 'the refused marker did not begin the resync again');
 is($sink_b->stats->{rows_swept}, 4, 'its sink swept exactly the four rows deleted while it was away');
 is($sink_b->stats->{resyncs_swept}, 4, 'once per table read (each partition)');
 is($sink_b->stats->{watermark_resets}, 0, 'and kept its watermark: the stream went on beside the reads');
