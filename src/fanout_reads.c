@@ -6,10 +6,11 @@
  *		resync (destination_resync.h), each a request of its own.
  *
  * A chunk goes out after every batch before it was sent to its
- * destinations (the worker drains, fanout.c), and a resync's first marker
- * before its table's first chunk opens (section 2's window) after every
- * batch before it: so every change the stream sends the destination after
- * a window opened reaches its sink after the mark.
+ * destinations (the worker drains, fanout.c); a resync's first markers go
+ * after every batch before them and before the first chunk of its reads
+ * opens (section 2's window), so every change the stream sends the
+ * destination after a window opened reaches its sink after the marks; its
+ * last markers once all its reads are done.
  *
  * Rules kept with other files: docs/internals.md §2 (the watermark
  * protocol), §10 (the resync), §11 (several destinations).
@@ -21,24 +22,24 @@
 #include "utils/timestamp.h"
 
 #include "backfill.h"
+#include "catalog.h"
 #include "delivery.h"
 #include "delivery_set.h"
 #include "destination.h"
 #include "destination_resync.h"
-#include "catalog.h"
-#include "resync_table.h"
 #include "fanout.h"
 #include "fanout_outlet.h"
 #include "format.h"
+#include "resync_table.h"
 #include "runs.h"
 
 /*
  * What the first or last marker of a read of destination's resync (the
  * table relid) tells its sink, the names the table is delivered under in
  * *relation: NULL when the table was dropped since (its rows went with it,
- * its read is skipped) or is not published under that name now.  lost_to on the last only, with the target's key
- * columns for a format that sweeps by key, when the sink may sweep it.
- * Outside a transaction.
+ * its read is skipped) or is not published under that name now.  lost_to
+ * on the last only, with the target's key columns for a format that sweeps
+ * by key, when the sink may sweep it.  Outside a transaction.
  */
 static ReplicantResync *
 resync_markers(const ReplicantPipeline *pipeline, const ReplicantDestination *destination, Oid relid,
@@ -48,9 +49,8 @@ resync_markers(const ReplicantPipeline *pipeline, const ReplicantDestination *de
 	ReplicantResync *resync;
 	List *key = NIL;
 	bool sweep = false;
-	MemoryContext caller = CurrentMemoryContext;
-
 	bool published = false;
+	MemoryContext caller = CurrentMemoryContext;
 
 	replicant_catalog_begin(&access);
 	replicant_resync_delivered_names(relation, last ? &key : NULL, relid, pipeline->publications, caller);
