@@ -27,6 +27,7 @@ OBJS = \
 	src/slot.o \
 	src/slot_position.o \
 	src/resync.o \
+	src/resync_destinations.o \
 	src/resync_table.o \
 	src/destination_resync.o \
 	src/slot_health.o \

@@ -215,9 +215,10 @@ refuse_dropping_messages(int32 pipeline_id, const char *name)
  * resync_pipeline(name, destination): the pipeline resyncs (resync.c) as
  * after a slot loss, whatever on_slot_loss says; a halt is cleared, since
  * the resync replaces the slot and what it held.  The worker starts again
- * for it (a new config_version).  A resync under way goes on.  With a
- * destination named, that destination alone resyncs beside the stream
- * (api_destination.c).
+ * for it (a new config_version).  A resync under way goes on.  With
+ * several destinations each one then resyncs (resync_destinations.c).
+ * With a destination named, that destination alone resyncs beside the
+ * stream (api_destination.c).
  */
 Datum
 replicant_resync_pipeline(PG_FUNCTION_ARGS)
@@ -247,12 +248,6 @@ replicant_resync_pipeline(PG_FUNCTION_ARGS)
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
 	args[0] = Int32GetDatum(ref.id);
 	refuse_dropping_messages(ref.id, name);
-	/* Its reads would go to one destination (docs/destinations-design.md §4 is to come). */
-	if (replicant_api_destination_count(ref.id) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("pipeline \"%s\" has several destinations, which a resync does not support yet", name),
-				 errhint("Resync each destination alone: replicant.resync_pipeline(name, destination).")));
 	replicant_catalog_update_pipelines("UPDATE replicant.pipelines"
 									   "   SET resync_slot_dropped = false,"
 									   "       resync_reason = coalesce(resync_reason, 'requested'), resync_losses = 0,"

@@ -234,16 +234,13 @@ replicant_destination_label(const ReplicantDestination *destination)
 }
 
 void
-replicant_destination_release(const char *pipeline_name, const ReplicantDestination *destination,
-							  ReplicantDestinationSlot *place, const char *reason)
+replicant_destination_record_release(int32 destination_id, const char *reason)
 {
-	ReplicantCatalogAccess access;
 	Oid argtypes[2] = {INT4OID, TEXTOID};
 	Datum args[2];
 
-	args[0] = Int32GetDatum(destination->id);
+	args[0] = Int32GetDatum(destination_id);
 	args[1] = CStringGetTextDatum(reason);
-	replicant_catalog_begin(&access);
 	if (SPI_execute_with_args("UPDATE replicant.destinations"
 							  "   SET slot_released = true, halt_reason = coalesce(halt_reason, $2)"
 							  " WHERE id OPERATOR(pg_catalog.=) $1",
@@ -254,8 +251,13 @@ replicant_destination_release(const char *pipeline_name, const ReplicantDestinat
 							  " WHERE destination_id OPERATOR(pg_catalog.=) $1"
 							  "   AND state OPERATOR(pg_catalog.=) ANY ('{planned,running,skipped}')",
 							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not record that destination %d gave its hold on the slot up", destination->id);
-	replicant_catalog_end(&access);
+		elog(ERROR, "could not record that destination %d gave its hold on the slot up", destination_id);
+}
+
+void
+replicant_destination_log_release(const char *pipeline_name, const ReplicantDestination *destination,
+								  const char *reason)
+{
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" destination \"%s\" gives its hold on the replication slot up: %s",
 					pipeline_name, destination->name, reason),
@@ -263,6 +265,18 @@ replicant_destination_release(const char *pipeline_name, const ReplicantDestinat
 					 pipeline_name, destination->name)));
 	replicant_log_state(pipeline_name, "slot_released", "destination", destination->name, "reason", reason,
 						REPLICANT_LOG_END);
+}
+
+void
+replicant_destination_release(const char *pipeline_name, const ReplicantDestination *destination,
+							  ReplicantDestinationSlot *place, const char *reason)
+{
+	ReplicantCatalogAccess access;
+
+	replicant_catalog_begin(&access);
+	replicant_destination_record_release(destination->id, reason);
+	replicant_catalog_end(&access);
+	replicant_destination_log_release(pipeline_name, destination, reason);
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	if (place->state != REPLICANT_STATE_HALTED && destination->halt_reason == NULL)
 		place->metrics.halts++;

@@ -93,6 +93,15 @@ extern void replicant_destination_release(const char *pipeline_name,
 										  const char *reason);
 
 /*
+ * The two halves of a release for a caller that records it with more, in
+ * its own transaction (SPI, replicant's privileges), and then logs it.
+ */
+extern void replicant_destination_record_release(int32 destination_id, const char *reason);
+extern void replicant_destination_log_release(const char *pipeline_name,
+											  const ReplicantDestination *destination,
+											  const char *reason);
+
+/*
  * What the wire names the destination by (bodies, NATS ids and headers):
  * its name, or NULL for "default", whose wire is the pipeline's alone.
  */

@@ -134,6 +134,21 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 	return NULL;
 }
 
+char *
+replicant_destination_resync_begin_in(const ReplicantPipeline *pipeline, const ReplicantDestination *destination,
+									  const char *reason, ReplicantResyncStart start)
+{
+	Datum *names = palloc(sizeof(Datum) * (list_length(pipeline->publications) + 1));
+	ListCell *lc;
+
+	foreach(lc, pipeline->publications)
+		names[foreach_current_index(lc)] = CStringGetTextDatum(lfirst(lc));
+	return replicant_destination_resync_begin(pipeline->id, destination->id, pipeline->owner,
+											  construct_array(names, list_length(pipeline->publications), TEXTOID,
+															  -1, false, TYPALIGN_INT),
+											  reason, start);
+}
+
 /*
  * resync_begin for destination, from its pipeline's worker; returns NULL or
  * why its tables cannot be read.
@@ -143,22 +158,15 @@ begin_in_worker(const ReplicantPipeline *pipeline, const ReplicantDestination *d
 				ReplicantResyncStart start)
 {
 	ReplicantCatalogAccess access;
-	Datum *names = palloc(sizeof(Datum) * (list_length(pipeline->publications) + 1));
-	ListCell *lc;
 	char *refused;
 
-	foreach(lc, pipeline->publications)
-		names[foreach_current_index(lc)] = CStringGetTextDatum(lfirst(lc));
 	/*
 	 * Planning reads the tables: not through catalog entries decoding
 	 * loaded under historic snapshots (the worker exits right after).
 	 */
 	InvalidateSystemCaches();
 	replicant_catalog_begin(&access);
-	refused = replicant_destination_resync_begin(pipeline->id, destination->id, pipeline->owner,
-												 construct_array(names, list_length(pipeline->publications), TEXTOID,
-																 -1, false, TYPALIGN_INT),
-												 reason, start);
+	refused = replicant_destination_resync_begin_in(pipeline, destination, reason, start);
 	replicant_catalog_end(&access);
 	return refused;
 }

@@ -40,6 +40,14 @@ extern char *replicant_destination_resync_begin(int32 pipeline_id, int32 destina
 												ReplicantResyncStart start);
 
 /*
+ * replicant_destination_resync_begin from a worker, for destination of
+ * pipeline, in the caller's transaction (SPI, replicant's privileges).
+ */
+extern char *replicant_destination_resync_begin_in(const ReplicantPipeline *pipeline,
+												   const ReplicantDestination *destination,
+												   const char *reason, ReplicantResyncStart start);
+
+/*
  * destination is past its own max_retained_wal (reason, value-free) while
  * others hold the slot, with on_slot_loss => 'resync': it resyncs alone
  * (recorded and logged), and NULL is returned; or, recording nothing, the

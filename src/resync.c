@@ -106,6 +106,27 @@ record_loss(ReplicantPipeline *pipeline, const char *reason, bool *looped)
 	return recorded;
 }
 
+/*
+ * Whether a destination delivered to chose to resync after a slot loss
+ * (with several, each other one then gives its hold up: resync_destinations.c).
+ */
+static bool
+resync_chosen(const ReplicantPipeline *pipeline)
+{
+	ListCell *lc;
+
+	if (list_length(pipeline->destinations) == 1)
+		return replicant_pipeline_only_destination(pipeline)->on_slot_loss_resync;
+	foreach(lc, pipeline->destinations)
+	{
+		const ReplicantDestination *destination = lfirst(lc);
+
+		if (destination->on_slot_loss_resync && destination->halt_reason == NULL && !destination->slot_released)
+			return true;
+	}
+	return false;
+}
+
 char *
 replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 						 const char *reason)
@@ -113,9 +134,7 @@ replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipelin
 	bool recorded;
 	bool looped;
 
-	/* Several destinations resync one by one: not yet (destinations-design.md §4). */
-	if (list_length(pipeline->destinations) > 1 ||
-		!replicant_pipeline_only_destination(pipeline)->on_slot_loss_resync)
+	if (!resync_chosen(pipeline))
 		return (char *) reason;
 	if (IsTransactionState())
 		AbortCurrentTransaction();
@@ -146,7 +165,9 @@ replicant_resync_on_loss(ReplicantPipelineSlot *slot, ReplicantPipeline *pipelin
 		ereport(LOG,
 				(errmsg("replicant pipeline \"%s\" lost its replication slot and resyncs: %s",
 						pipeline->name, reason),
-				 errdetail("Once its sink answers, every published table is read again under a new slot's snapshot.")));
+				 errdetail(list_length(pipeline->destinations) > 1 ?
+							   "A new slot is made, and every published table is read again for each destination that chose to resync; the others halt." :
+							   "Once its sink answers, every published table is read again under a new slot's snapshot.")));
 	}
 	proc_exit(0);
 }
@@ -198,7 +219,7 @@ replicant_resync_drop_old_slot(ReplicantPipeline *pipeline)
 	replicant_log_state(pipeline->name, "resync_began", "reason", pipeline->resync_reason, "lost_from",
 						psprintf("%X/%X", LSN_FORMAT_ARGS(pipeline->resync_lost_from)), REPLICANT_LOG_END);
 	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" resyncs: its sink answered, what was left of its replication slot is dropped",
+			(errmsg("replicant pipeline \"%s\" resyncs: what was left of its replication slot is dropped",
 					pipeline->name)));
 	return NULL;
 }

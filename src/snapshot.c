@@ -54,6 +54,7 @@
 #include "fault.h"
 #include "format.h"
 #include "resync.h"
+#include "resync_destinations.h"
 #include "resync_table.h"
 #include "slot.h"
 #include "snapshot.h"
@@ -541,10 +542,12 @@ replicant_snapshot_initial(ReplicantPipelineSlot *slot, int slot_index,
 
 	if (!snapshot_pending(pipeline, &planned_before))
 		return;
-	/* Reads go to one destination; add_destination and resync_pipeline refuse the rest. */
+	/* Each destination reads for itself; add_destination refuses during an initial snapshot. */
 	if (list_length(pipeline->destinations) > 1)
 		replicant_delivery_halt(slot, pipeline,
-								"an initial snapshot or a resync of a pipeline with several destinations is not supported");
+								pipeline->resync_reason == NULL ?
+									"an initial snapshot of a pipeline with several destinations is not supported" :
+									replicant_resync_destinations(slot, pipeline));
 	replicant_shmem_set_state(slot, REPLICANT_STATE_SNAPSHOTTING);
 	replicant_log_state(pipeline->name, "snapshotting", REPLICANT_LOG_END);
 

@@ -312,4 +312,59 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE
 insert(2);
 ok(has_all($sink_a), 'p streams on');
 
+# ---- 4. the pipeline's resync with several destinations ---------------------
+# (a) resync_pipeline(q) once its slot is gone: a new slot is made and each
+# destination resyncs alone beside its stream, its halt and release
+# cleared; the rows deleted meanwhile are swept at both sinks.
+$node->safe_psql('postgres', "DELETE FROM u WHERE id IN (1, 2); UPDATE u SET v = 'y' WHERE id = 3");
+$sink_d->control({ clear => 1 });
+$sink_e->control({ clear => 1 });
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('q')");
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_d, ['public.u'], 120)
+	  && ReplicantTest::wait_until_synced($node, 'postgres', $sink_e, ['public.u'], 120),
+	"after resync_pipeline(q), both of q's sinks equal the source");
+ok(poll("SELECT bool_and(state = 'streaming' AND holds_slot) FROM replicant.destination_status WHERE pipeline = 'q'", 60),
+	'both stream and hold the new slot');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$q_slot'"),
+	'1', 'q has a slot again');
+is($sink_d->stats->{rows_swept} . ' ' . $sink_e->stats->{rows_swept}, '1 2',
+	'each sink swept the deleted rows it held (d had row 1 only, e rows 1 and 2)');
+$node->wait_for_log(qr/event=resync_ended pipeline=q destination=e/, $offset);
+like(slurp_file($node->logfile, $offset), qr/event=resync_began pipeline=q destination=default reason=requested/,
+	"each destination's resync is logged");
+sub q_streams
+{
+	$u++;
+	$node->safe_psql('postgres', "INSERT INTO u VALUES ($u, 'x')");
+	return ReplicantTest::wait_until_synced($node, 'postgres', $sink_e, ['public.u'], 60);
+}
+ok(q_streams(), 'q streams');
+
+# (b) the slot lost (dropped while q is disabled): e, with on_slot_loss =>
+# 'resync', resyncs alone from a new slot; the default destination, whose
+# on_slot_loss is 'halt', gives its hold up with the loss for its reason.
+$node->safe_psql('postgres', "SELECT replicant.alter_destination('q', 'e', on_slot_loss => 'resync')");
+ok(q_streams(), 'q streams after the change');
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('q')");
+ok(poll("SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'q'"), "q's worker is gone");
+$node->safe_psql('postgres', "SELECT pg_drop_replication_slot('$q_slot')");
+$node->safe_psql('postgres', "DELETE FROM u WHERE id = 3; INSERT INTO u VALUES (2000000, 'z')");
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('q')");
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_e, ['public.u'], 120),
+	"after the slot's loss, e's sink equals the source");
+ok(poll("SELECT state = 'streaming' FROM replicant.destination_status WHERE pipeline = 'q' AND destination = 'e'", 60),
+	'e streams');
+is($sink_e->stats->{rows_swept}, 3, 'the row deleted while the slot was lost is swept');
+is($node->safe_psql('postgres', "SELECT state || ' ' || holds_slot FROM replicant.destination_status"
+	  . " WHERE pipeline = 'q' AND destination = 'default'"), 'halted false', "q's default destination gave its hold up");
+like($node->safe_psql('postgres', "SELECT last_error FROM replicant.destination_status WHERE pipeline = 'q' AND destination = 'default'"),
+	qr/^replication slot "\Q$q_slot\E" does not exist/, 'for the slot loss');
+$node->wait_for_log(qr/event=slot_released pipeline=q destination=default /, $offset);
+like(slurp_file($node->logfile, $offset), qr/event=resync_began pipeline=q destination=e /, "e's resync is logged");
+is($node->safe_psql('postgres', "SELECT halt_reason IS NULL AND resync_reason IS NULL FROM replicant.pipelines WHERE name = 'q'"),
+	't', 'the pipeline itself is neither halted nor resyncing');
+ok(q_streams(), 'e gets what follows');
+
 done_testing();
