@@ -245,6 +245,27 @@ mem_sampler_stop() {
 	wait "$MEM_SAMPLER_PID" 2>/dev/null || true
 }
 
+# s3_profile TAG WHERE PSQL-ARGS...: runs psql (-c ... each its own
+# transaction) under a machine-wide perf recording whose report keeps the
+# processes pg_stat_activity shows WHERE.
+s3_profile() {
+	local tag=$1 where=$2 collector
+	shift 2
+	perf_start_system "$tag"
+	(
+		for _ in $(seq 3000); do
+			q "SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE $where"
+			sleep 0.1
+		done
+	) >"$WORK/$tag.pids" 2>/dev/null &
+	collector=$!
+	psql_b "$@" >/dev/null 2>&1
+	kill "$collector" 2>/dev/null || true
+	wait "$collector" 2>/dev/null || true
+	PERF_FILTER_PID=$(tr ',' '\n' <"$WORK/$tag.pids" | grep -E '^[0-9]+$' | sort -u | paste -sd, -)
+	perf_stop
+}
+
 scenario_3() {
 	local n=$S3_ROWS t0 half inner
 	log "== scenario 3: snapshot ($n rows)"
@@ -291,26 +312,20 @@ scenario_3() {
 	done
 	mem_sampler_stop
 	if [ "$PERF" = 1 ] && [ "$(q "SELECT count(*) FROM replicant.pipelines")" = 0 ]; then
-		# Whole-machine profile (shard workers, pipeline worker, sink) of
-		# a separate 2-worker snapshot; not timed.
-		log "s3: perf profile of a separate 2-worker snapshot (system-wide)"
-		perf_start_system s3-snapshot-2w
-		psql_b -c "SELECT replicant.create_pipeline('snapperf', 'snap_pub', 'http://127.0.0.1:$SINK_PORT/', snapshot => 'initial', snapshot_workers => 2)" >/dev/null
-		# The report keeps replicant's processes of this cluster only
-		# (pipeline worker and shard workers), collected while they run.
-		(
-			for _ in $(seq 3000); do
-				q "SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE backend_type LIKE 'replicant%'"
-				sleep 0.1
-			done
-		) >"$WORK/s3.pids" 2>/dev/null &
-		local collector=$!
-		psql_b -c "CALL bench_wait_snapshot('snapperf')" >/dev/null 2>&1
-		kill "$collector" 2>/dev/null || true
-		wait "$collector" 2>/dev/null || true
-		PERF_FILTER_PID=$(tr ',' '\n' <"$WORK/s3.pids" | grep -E '^[0-9]+$' | sort -u | paste -sd, -)
-		perf_stop
-		psql_b -c "SELECT replicant.drop_pipeline('snapperf')" >/dev/null
+		# Whole-machine profiles (shard workers, pipeline worker, sink) of
+		# a separate 1-worker and 2-worker snapshot, and of the COPY text
+		# it is compared with; not timed.  The reports keep this cluster's
+		# processes named by the WHERE clause, collected while they run.
+		local w
+		for w in 1 2; do
+			log "s3: perf profile of a separate ${w}-worker snapshot (system-wide)"
+			s3_profile "s3-snapshot-${w}w" "backend_type LIKE 'replicant%'" \
+				-c "SELECT replicant.create_pipeline('snapperf', 'snap_pub', 'http://127.0.0.1:$SINK_PORT/', snapshot => 'initial', snapshot_workers => $w)" \
+				-c "CALL bench_wait_snapshot('snapperf')"
+			psql_b -c "SELECT replicant.drop_pipeline('snapperf')" >/dev/null
+		done
+		log "s3: perf profile of COPY snap TO '/dev/null' (text)"
+		s3_profile s3-copy-text "query LIKE 'COPY snap TO%'" -c "COPY snap TO '/dev/null'"
 	fi
 
 	for r in $(seq "$REPS"); do
