@@ -513,6 +513,15 @@ replicant_drop_destination(PG_FUNCTION_ARGS)
 							  2, argtypes, args, NULL, false, 0) != SPI_OK_DELETE ||
 		SPI_processed != 1)
 		elog(ERROR, "could not delete from replicant.destinations");
+	/*
+	 * A pipeline's resync whose new slot may be made (resync_destinations.c)
+	 * starts over: with one destination left, it would otherwise resume an
+	 * initial snapshot that was never planned, from that slot.
+	 */
+	if (SPI_execute_with_args("UPDATE replicant.pipelines SET resync_slot_dropped = false"
+							  " WHERE id OPERATOR(pg_catalog.=) $1 AND resync_reason IS NOT NULL",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update replicant.pipelines");
 	replicant_catalog_bump_config(ref.id);
 	replicant_catalog_leave(&s);
 
@@ -570,7 +579,7 @@ replicant_api_destination_resync(const char *name, const char *destination)
 	destination_id = replicant_api_destination_lookup(&ref, destination, NULL);
 	check_resyncable(&ref, destination, destination_id);
 	refused = replicant_destination_resync_begin(ref.id, destination_id, ref.owner, ref.publications, "requested",
-												 REPLICANT_RESYNC_REQUESTED);
+												 REPLICANT_RESYNC_REQUESTED, InvalidXLogRecPtr);
 	if (refused != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

@@ -27,6 +27,8 @@
 
 #include "access/relation.h"
 #include "access/table.h"
+#include "access/timeline.h"
+#include "access/xlog.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -72,16 +74,58 @@ tables_to_read(ArrayType *publications, Oid owner, char **refused)
 	return tables;
 }
 
+/*
+ * A promoted standby writes WAL again from where its timeline began, and
+ * the old primary may have delivered commits above that: a sink holding
+ * them would take the new ones for re-deliveries, since a resync beside
+ * the stream keeps its watermark (docs/sink-protocol.md, "Resync").  So a
+ * destination whose checkpoint (none: 0) is below this timeline's start
+ * cannot resync: NULL, or why.
+ */
+static char *
+timeline_refusal(int32 destination_id)
+{
+	TimeLineID tli = GetWALInsertionTimeLine();
+	XLogRecPtr began;
+	XLogRecPtr end = InvalidXLogRecPtr;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(destination_id)};
+	bool isnull;
+
+	if (tli == 1)
+		return NULL;
+	began = ((TimeLineHistoryEntry *) linitial(readTimeLineHistory(tli)))->begin;
+	if (SPI_execute_with_args("SELECT end_lsn FROM replicant.checkpoints WHERE destination_id OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the checkpoint of destination %d", destination_id);
+	if (SPI_processed == 1)
+	{
+		Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		end = isnull ? InvalidXLogRecPtr : DatumGetLSN(d);
+	}
+	if (end >= began)
+		return NULL;
+	return psprintf("its checkpoint %X/%X is below %X/%X, where this server's timeline %u began (a promoted standby): "
+					"its sink may hold commits of the old primary above that, and would take the new ones for "
+					"re-deliveries (drop the destination and add it again, its sink emptied)",
+					LSN_FORMAT_ARGS(end), LSN_FORMAT_ARGS(began), tli);
+}
+
 char *
 replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid owner,
-								   ArrayType *publications, const char *reason, ReplicantResyncStart start)
+								   ArrayType *publications, const char *reason, ReplicantResyncStart start,
+								   XLogRecPtr from)
 {
-	Oid argtypes[4] = {INT4OID, TEXTOID, INT4OID, INT4OID};
-	Datum args[4];
+	Oid argtypes[5] = {INT4OID, TEXTOID, INT4OID, INT4OID, PG_LSNOID};
+	Datum args[5];
+	char nulls[5] = "    ";
 	char *refused;
 	List *tables = tables_to_read(publications, owner, &refused);
 	ListCell *lc;
 
+	if (refused == NULL)
+		refused = timeline_refusal(destination_id);
 	if (refused != NULL)
 		return refused;
 	args[0] = Int32GetDatum(destination_id);
@@ -90,11 +134,13 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 	args[2] = Int32GetDatum(start == REPLICANT_RESYNC_ON_LOSS ? 1 : start == REPLICANT_RESYNC_AGAIN ? 0 :
 																									  -1);
 	args[3] = Int32GetDatum(pipeline_id);
+	args[4] = LSNGetDatum(from);
+	nulls[4] = XLogRecPtrIsInvalid(from) ? 'n' : ' ';
 	/*
-	 * Its checkpoint becomes the insert position L (commit L - 1, as an
-	 * added destination's): every commit record written after it streams
-	 * to it, the reads cover the ones before.  lost_from is what its sink
-	 * had acknowledged before the first of resyncs in a row.
+	 * Its checkpoint becomes from, else the insert position, L (commit
+	 * L - 1, as an added destination's): every commit record written after
+	 * it streams to it, the reads cover the ones before.  lost_from is what
+	 * its sink had acknowledged before the first of resyncs in a row.
 	 */
 	/* A skipped one stays: its table is read for it once published again. */
 	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
@@ -108,15 +154,15 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 							  "                                       FROM replicant.checkpoints c"
 							  "                                      WHERE c.destination_id OPERATOR(pg_catalog.=) d.id)"
 							  "                               ELSE d.resync_lost_from END,"
-							  "       resync_lost_to = l OPERATOR(pg_catalog.-) 1::pg_catalog.numeric,"
+							  "       resync_lost_to = w.l OPERATOR(pg_catalog.-) 1::pg_catalog.numeric,"
 							  "       resync_losses = CASE WHEN $3 OPERATOR(pg_catalog.<) 0 THEN 0"
 							  "                            ELSE d.resync_losses OPERATOR(pg_catalog.+) $3 END,"
 							  "       slot_released = false, halt_reason = NULL, halt_lsn = NULL,"
 							  "       resync_backfill_from = (SELECT coalesce(pg_catalog.max(id), 0) OPERATOR(pg_catalog.+) 1"
 							  "                                 FROM replicant.backfills)"
-							  "  FROM pg_catalog.pg_current_wal_insert_lsn() l"
+							  "  FROM (SELECT coalesce($5, pg_catalog.pg_current_wal_insert_lsn()) AS l) w"
 							  " WHERE d.id OPERATOR(pg_catalog.=) $1",
-							  3, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE ||
+							  5, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE ||
 		SPI_processed != 1 ||
 		SPI_execute_with_args("INSERT INTO replicant.checkpoints"
 							  "   (pipeline_id, destination_id, commit_lsn, end_lsn, updated_at)"
@@ -136,7 +182,7 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 
 char *
 replicant_destination_resync_begin_in(const ReplicantPipeline *pipeline, const ReplicantDestination *destination,
-									  const char *reason, ReplicantResyncStart start)
+									  const char *reason, ReplicantResyncStart start, XLogRecPtr from)
 {
 	Datum *names = palloc(sizeof(Datum) * (list_length(pipeline->publications) + 1));
 	ListCell *lc;
@@ -146,7 +192,7 @@ replicant_destination_resync_begin_in(const ReplicantPipeline *pipeline, const R
 	return replicant_destination_resync_begin(pipeline->id, destination->id, pipeline->owner,
 											  construct_array(names, list_length(pipeline->publications), TEXTOID,
 															  -1, false, TYPALIGN_INT),
-											  reason, start);
+											  reason, start, from);
 }
 
 /*
@@ -166,7 +212,7 @@ begin_in_worker(const ReplicantPipeline *pipeline, const ReplicantDestination *d
 	 */
 	InvalidateSystemCaches();
 	replicant_catalog_begin(&access);
-	refused = replicant_destination_resync_begin_in(pipeline, destination, reason, start);
+	refused = replicant_destination_resync_begin_in(pipeline, destination, reason, start, InvalidXLogRecPtr);
 	replicant_catalog_end(&access);
 	return refused;
 }

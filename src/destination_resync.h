@@ -31,13 +31,16 @@ typedef enum ReplicantResyncStart
  * backfills are cancelled and every table the publications (text[])
  * deliver is planned anew for it, read as owner; its checkpoint becomes
  * the WAL insert position and its halt, and a release of its hold on the
- * slot, are cleared; start says what becomes of resync_losses.  Returns NULL, or, changing nothing, the value-free reason
- * why the tables cannot be read (owner may not read one).  Inside
+ * slot, are cleared; start says what becomes of resync_losses; it
+ * streams again from from (invalid: the WAL insert position).  Returns
+ * NULL, or, changing nothing, the value-free reason why it cannot resync:
+ * owner may not read a table whole, or its checkpoint is below where this
+ * server's timeline began (a promoted standby).  Inside
  * replicant_catalog_begin/end or enter/leave, no worker delivering to it.
  */
 extern char *replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid owner,
 												ArrayType *publications, const char *reason,
-												ReplicantResyncStart start);
+												ReplicantResyncStart start, XLogRecPtr from);
 
 /*
  * replicant_destination_resync_begin from a worker, for destination of
@@ -45,7 +48,8 @@ extern char *replicant_destination_resync_begin(int32 pipeline_id, int32 destina
  */
 extern char *replicant_destination_resync_begin_in(const ReplicantPipeline *pipeline,
 												   const ReplicantDestination *destination,
-												   const char *reason, ReplicantResyncStart start);
+												   const char *reason, ReplicantResyncStart start,
+												   XLogRecPtr from);
 
 /*
  * destination is past its own max_retained_wal (reason, value-free) while

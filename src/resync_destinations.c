@@ -15,13 +15,15 @@
  *	   (resync.c), unless a restart finds that done;
  *	2. the new slot is made, unless a restart finds it made (a slot of the
  *	   pipeline's name is the resync's once the old one was dropped);
- *	3. in one transaction, each destination that resyncs (every one on a
+ *	3. in one transaction, the pipeline's row locked and its resync found
+ *	   still the one whose old slot was dropped (a resync_pipeline() since
+ *	   starts it over), each destination that resyncs (every one on a
  *	   request; after a loss, those delivered to whose on_slot_loss is
- *	   'resync') begins its own resync, its checkpoint moved to the WAL
- *	   insert position, past the new slot's consistent point; each other
- *	   one gives its hold on the slot up, halted for good (its position
- *	   went with the old slot); the pipeline's resync ends and the new
- *	   slot's position is recorded (slot_position.h);
+ *	   'resync', unless 3 of their resyncs in a row did not finish) begins
+ *	   its own resync, its checkpoint moved to the new slot's consistent
+ *	   point; each other one gives its hold on the slot up, halted for good
+ *	   (its position went with the old slot); the pipeline's resync ends
+ *	   and the new slot's position is recorded (slot_position.h);
  *	4. the worker starts again, and streams.
  *
  * Nothing streams before step 3 commits: no destination is ever decoded
@@ -43,17 +45,30 @@
 #include "destination.h"
 #include "destination_resync.h"
 #include "event_log.h"
+#include "fault.h"
 #include "resync.h"
 #include "resync_destinations.h"
 #include "slot.h"
 #include "slot_position.h"
 
-/* Every destination on a request; after a loss, those that chose it and were delivered to. */
-static bool
-resyncs(const ReplicantPipeline *pipeline, const ReplicantDestination *destination)
+/*
+ * NULL when destination resyncs (every one on a request), else the reason
+ * it gives its hold up with: after a loss, it did not choose to resync, was
+ * halted, or began REPLICANT_RESYNC_MAX_LOSSES resyncs in a row that did
+ * not finish (its own count: the pipeline's restarts once the new slot's
+ * stream delivers, long before the reads are done).
+ */
+static char *
+release_reason(const ReplicantPipeline *pipeline, const ReplicantDestination *destination, bool requested)
 {
-	return pipeline->resync_losses == 0 ||
-		   (destination->on_slot_loss_resync && destination->halt_reason == NULL && !destination->slot_released);
+	if (requested)
+		return NULL;
+	if (!destination->on_slot_loss_resync || destination->halt_reason != NULL || destination->slot_released)
+		return pipeline->resync_reason;
+	if (destination->resync_losses >= REPLICANT_RESYNC_MAX_LOSSES)
+		return psprintf("%s; it resynced %d times in a row without reading every table (on_slot_loss => 'resync')",
+						pipeline->resync_reason, destination->resync_losses);
+	return NULL;
 }
 
 /* Makes the new slot unless it was made before a restart; NULL or why not. */
@@ -85,44 +100,77 @@ make_slot(const ReplicantPipeline *pipeline)
 }
 
 /*
- * Step 3: returns how many destinations resync; *refusal is why one could
- * not (its tables cannot be read), else NULL.  Begun resyncs and releases
- * are logged once the transaction committed.
+ * Whether the resync under way is still the one whose old slot this
+ * process dropped (a resync_pipeline() since clears resync_slot_dropped),
+ * the pipeline's row locked; *requested: by a call, not a loss (the call
+ * resets resync_losses).
+ */
+static bool
+lock_resync(int32 pipeline_id, bool *requested)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline_id)};
+	bool isnull;
+	bool dropped;
+
+	if (SPI_execute_with_args("SELECT resync_slot_dropped AND resync_reason IS NOT NULL, resync_losses"
+							  "  FROM replicant.pipelines WHERE id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read pipeline %d", pipeline_id);
+	dropped = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*requested = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) == 0;
+	return dropped;
+}
+
+/*
+ * Step 3: returns how many destinations resync (-1: a resync_pipeline()
+ * came meanwhile, nothing was done); *refusal is why one could not, else
+ * NULL.  Each streams from the new slot's consistent point, the decoding
+ * starts there.  Begun resyncs and releases are logged once committed.
  */
 static int
 begin_each(ReplicantPipeline *pipeline, char **refusal)
 {
 	ReplicantCatalogAccess access;
-	Oid argtypes[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(pipeline->id)};
-	ReplicantResyncStart start = pipeline->resync_losses == 0 ? REPLICANT_RESYNC_REQUESTED : REPLICANT_RESYNC_ON_LOSS;
+	XLogRecPtr from = replicant_slot_confirmed_flush(pipeline->slot_name);
+	bool requested;
 	List *began = NIL;
 	List *released = NIL;
 	List *reasons = NIL;
 	ListCell *lc;
 	ListCell *lr;
-	bool ended = false;
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(pipeline->id)};
 
 	*refusal = NULL;
 	replicant_catalog_begin(&access);
+	if (!lock_resync(pipeline->id, &requested))
+	{
+		replicant_catalog_end(&access);
+		return -1;
+	}
 	foreach(lc, pipeline->destinations)
 	{
 		ReplicantDestination *destination = lfirst(lc);
-		char *reason = pipeline->resync_reason;
+		char *reason = release_reason(pipeline, destination, requested);
 
-		if (resyncs(pipeline, destination))
+		if (reason == NULL)
 		{
-			char *refused = replicant_destination_resync_begin_in(pipeline, destination, reason, start);
+			char *refused = replicant_destination_resync_begin_in(pipeline, destination, pipeline->resync_reason,
+																  requested ? REPLICANT_RESYNC_REQUESTED :
+																			  REPLICANT_RESYNC_ON_LOSS,
+																  from);
 
 			if (refused == NULL)
 			{
 				began = lappend(began, destination);
 				continue;
 			}
-			reason = psprintf("%s; it cannot resync: %s", reason, refused);
-			if (*refusal == NULL)
-				*refusal = refused;
+			reason = psprintf("%s; it cannot resync: %s", pipeline->resync_reason, refused);
 		}
+		if (reason != pipeline->resync_reason && *refusal == NULL)
+			*refusal = reason;
 		replicant_destination_record_release(destination->id, reason);
 		if (!destination->slot_released)
 		{
@@ -130,17 +178,15 @@ begin_each(ReplicantPipeline *pipeline, char **refusal)
 			reasons = lappend(reasons, reason);
 		}
 	}
-	/* Unless a resync_pipeline() came meanwhile: it clears resync_slot_dropped. */
 	if (began != NIL)
 	{
 		if (SPI_execute_with_args("UPDATE replicant.pipelines SET resync_reason = NULL,"
 								  "       resync_lost_from = NULL, resync_slot_dropped = false"
-								  " WHERE id OPERATOR(pg_catalog.=) $1 AND resync_slot_dropped",
-								  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE)
+								  " WHERE id OPERATOR(pg_catalog.=) $1",
+								  1, argtypes, args, NULL, false, 0) != SPI_OK_UPDATE ||
+			SPI_processed != 1)
 			elog(ERROR, "could not record the end of the resync");
-		ended = SPI_processed > 0;
-		if (ended)
-			replicant_slot_position_create(pipeline->id, replicant_slot_confirmed_flush(pipeline->slot_name));
+		replicant_slot_position_create(pipeline->id, from);
 	}
 	replicant_catalog_end(&access);
 
@@ -150,10 +196,6 @@ begin_each(ReplicantPipeline *pipeline, char **refusal)
 		replicant_log_state(pipeline->name, "resync_began", "destination",
 							((ReplicantDestination *) lfirst(lc))->name, "reason", pipeline->resync_reason,
 							REPLICANT_LOG_END);
-	if (began != NIL && !ended)
-		ereport(LOG,
-				(errmsg("replicant pipeline \"%s\" starts its resync over: replicant.resync_pipeline() was called during it",
-						pipeline->name)));
 	return list_length(began);
 }
 
@@ -167,17 +209,23 @@ replicant_resync_destinations(ReplicantPipelineSlot *slot, ReplicantPipeline *pi
 		return refused;
 	if ((refused = make_slot(pipeline)) != NULL)
 		return refused;
+	replicant_fault("resync_slot_made");
 	resyncing = begin_each(pipeline, &refused);
 	if (resyncing == 0 && refused != NULL)
-		return psprintf("no destination of the pipeline can resync (once they can, call replicant.resync_pipeline(name)): %s",
+		return psprintf("no destination of the pipeline can resync (once one can, call replicant.resync_pipeline(name)): %s",
 						refused);
 	if (resyncing == 0)
 		return psprintf("no destination delivered to chose to resync after the slot was lost (on_slot_loss => 'resync'): %s",
 						pipeline->resync_reason);
-	ereport(LOG,
-			(errmsg("replicant pipeline \"%s\" replaced its replication slot: %d of its destinations resync",
-					pipeline->name, resyncing),
-			 errdetail("Each reads every published table again beside the new slot's stream.")));
+	if (resyncing < 0)
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" starts its resync over: replicant.resync_pipeline() was called during it",
+						pipeline->name)));
+	else
+		ereport(LOG,
+				(errmsg("replicant pipeline \"%s\" replaced its replication slot: %d of its destinations resync",
+						pipeline->name, resyncing),
+				 errdetail("Each reads every published table again beside the new slot's stream.")));
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->superseded = true;
 	LWLockRelease(replicant_shmem->lock);

@@ -31,6 +31,8 @@ SELECT pg_create_physical_replication_slot('standby1');
 SELECT replicant.create_pipeline('pro', 'pro_pub', '$sink->{url}', on_slot_loss => 'resync',
     http_timeout_ms => 2000, connect_timeout_ms => 500);
 INSERT INTO t SELECT g, '$MARK ' || g FROM generate_series(1, 300) g;
+SELECT replicant.create_pipeline('fan', 'pro_pub', 'http://127.0.0.1:9/', enabled => false);
+SELECT replicant.add_destination('fan', 'b', 'http://127.0.0.1:9/', on_slot_loss => 'resync');
 });
 my $slot = ReplicantTest::slot_name($primary, 'postgres', 'pro');
 
@@ -57,7 +59,7 @@ ok(ReplicantTest::poll($primary,
 		"SELECT state = 'retrying' FROM replicant.status WHERE pipeline = 'pro'"),
 	'the pipeline retries while its sink is down');
 $primary->wait_for_catchup('standby');
-is($standby->safe_psql('postgres', 'SELECT state FROM replicant.status'), 'standby',
+is($standby->safe_psql('postgres', "SELECT state FROM replicant.status WHERE pipeline = 'pro'"), 'standby',
 	'on the standby the pipeline is in state standby');
 is($standby->safe_psql('postgres',
 		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$slot'"),
@@ -93,6 +95,23 @@ cmp_ok($sink->stats->{rows_swept}, '>=', 100, 'the rows deleted while the sink w
 is($standby->safe_psql('postgres', "SELECT last_error IS NULL FROM replicant.status WHERE pipeline = 'pro'"),
 	't', 'no error after the resync');
 unlike(slurp_file($standby->logfile), qr/\Q$MARK\E/, 'no row value in the server log');
+
+# A pipeline of several destinations resyncs each beside the new slot's
+# stream, keeping its sink's watermark: after a promotion, a destination
+# whose checkpoint is below where the new timeline began may have a sink
+# holding the old primary's commits above the new WAL, so it cannot resync
+# (fail closed), neither on request nor after the slot's loss.
+my ($rc, $out, $err) = $standby->psql('postgres', "SELECT replicant.resync_pipeline('fan', 'b')");
+like($err, qr/destination "b" of pipeline "fan" cannot resync: its checkpoint \S+ is below \S+, where this server's timeline 2 began \(a promoted standby\)/,
+	"a destination's resync is refused below the new timeline");
+$standby->safe_psql('postgres', "SELECT replicant.enable_pipeline('fan')");
+ok( ReplicantTest::poll($standby,
+		"SELECT halt_reason ~ '^no destination of the pipeline can resync .*timeline 2 began' FROM replicant.pipelines WHERE name = 'fan'",
+		120),
+	'after the slot loss, the pipeline of several destinations halts instead of resyncing them');
+is($standby->safe_psql('postgres', "SELECT bool_and(slot_released) FROM replicant.destinations d"
+	  . " JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'fan'"),
+	't', 'its destinations gave their hold up');
 
 $standby->stop;
 done_testing();

@@ -341,6 +341,34 @@ sub q_streams
 }
 ok(q_streams(), 'q streams');
 
+# (a2) the worker dies once the new slot is made, before the destinations'
+# resyncs begin (fault point resync_slot_made), and e is dropped then: the
+# one destination left gets the pipeline's own resync, which drops that
+# slot again and reads every table, not a snapshot that was never planned
+# (which would start it at the new slot, past a row its sink refused).
+$sink_d->control({ fail_status => 503 });
+$u++;
+$node->safe_psql('postgres', "INSERT INTO u VALUES ($u, 'refused by d')");
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_e, ['public.u'], 60), 'e has the row d refuses');
+$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'resync_slot_made'; SELECT pg_reload_conf()");
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('q')");
+$node->wait_for_log(qr/fault point "resync_slot_made" reached, exiting/, $offset);
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('q')");
+ok(poll("SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'q'"), "q's worker is gone");
+$node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf()");
+$node->safe_psql('postgres', "SELECT replicant.drop_destination('q', 'e')");
+$sink_d->control({ clear => 1 });
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('q')");
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_d, ['public.u'], 120),
+	"with e dropped, q's sink equals the source");
+like(slurp_file($node->logfile, $offset), qr/event=resync_began pipeline=q reason=requested lost_from=/,
+	"the pipeline's resync dropped the slot made before and read the tables again");
+$node->safe_psql('postgres',
+	"SELECT replicant.add_destination('q', 'e', '$sink_e->{url}', max_retained_wal => '6MB',"
+	  . " http_timeout_ms => 2000, connect_timeout_ms => 500, snapshot => 'incremental')");
+
 # (b) the slot lost (dropped while q is disabled): e, with on_slot_loss =>
 # 'resync', resyncs alone from a new slot; the default destination, whose
 # on_slot_loss is 'halt', gives its hold up with the loss for its reason.
@@ -366,5 +394,20 @@ like(slurp_file($node->logfile, $offset), qr/event=resync_began pipeline=q desti
 is($node->safe_psql('postgres', "SELECT halt_reason IS NULL AND resync_reason IS NULL FROM replicant.pipelines WHERE name = 'q'"),
 	't', 'the pipeline itself is neither halted nor resyncing');
 ok(q_streams(), 'e gets what follows');
+
+# (c) no loop: a destination whose last 3 resyncs on a loss did not finish
+# gives its hold up at the next loss instead; with none left to resync,
+# the pipeline halts.
+$node->safe_psql('postgres', "UPDATE replicant.destinations SET resync_losses = 3 WHERE name = 'e'");
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('q')");
+ok(poll("SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'q'"), "q's worker is gone");
+$node->safe_psql('postgres', "SELECT pg_drop_replication_slot('$q_slot')");
+$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('q')");
+ok(poll("SELECT halt_reason ~ '^no destination of the pipeline can resync .*it resynced 3 times in a row'"
+		  . " FROM replicant.pipelines WHERE name = 'q'", 60),
+	'after 3 resyncs in a row, e gives its hold up and q halts');
+is($node->safe_psql('postgres', "SELECT string_agg(d.name || ' ' || d.slot_released, ', ' ORDER BY d.name)"
+	  . " FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'q'"),
+	'default true, e true', 'both gave their hold up');
 
 done_testing();
