@@ -271,7 +271,9 @@ my $sink_d = ReplicantTest::start_sink(name => 'sink_d');
 my $sink_e = ReplicantTest::start_sink(name => 'sink_e');
 $node->safe_psql('postgres',
 	"SELECT replicant.create_pipeline('q', 'upub', '$sink_d->{url}', max_retained_wal => '4MB',"
-	  . " http_timeout_ms => 2000, connect_timeout_ms => 500)");
+	  . " http_timeout_ms => 2000, connect_timeout_ms => 500, snapshot => 'initial')");
+# (the initial snapshot's plan, done, is what §4 (a2) must not resume)
+ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'q'", 60), "q's initial snapshot is done");
 $node->safe_psql('postgres',
 	"SELECT replicant.add_destination('q', 'e', '$sink_e->{url}', max_retained_wal => '6MB',"
 	  . " http_timeout_ms => 2000, connect_timeout_ms => 500)");
