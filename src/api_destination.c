@@ -177,6 +177,34 @@ replicant_api_destination_count(int32 pipeline_id)
 }
 
 void
+replicant_api_destination_check_resyncs(const ReplicantPipelineRef *ref)
+{
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(ref->id)};
+	SPITupleTable *rows;
+	uint64 n;
+
+	if (SPI_execute_with_args("SELECT id, name FROM replicant.destinations"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1 ORDER BY id",
+							  1, argtypes, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.destinations");
+	rows = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool isnull;
+		int32 id = DatumGetInt32(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
+		char *refused = replicant_destination_resync_refusal(id, ref->owner, ref->publications);
+
+		if (refused != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("destination \"%s\" of pipeline \"%s\" cannot resync: %s",
+							SPI_getvalue(rows->vals[i], rows->tupdesc, 2), ref->name, refused)));
+	}
+}
+
+void
 replicant_api_destination_check_only(const ReplicantPipelineRef *ref, const ReplicantPipelineOptions *o)
 {
 	const char *option = replicant_pipeline_options_sink_option_given(o);

@@ -61,6 +61,14 @@ extern void replicant_api_destination_check_only(const ReplicantPipelineRef *ref
 extern int replicant_api_destination_count(int32 pipeline_id);
 
 /*
+ * The pipeline's resync with several destinations resyncs each
+ * (resync_destinations.c): refused, before its slot goes, when one of
+ * them could not (its owner may not read a table, a promoted standby's
+ * timeline).
+ */
+extern void replicant_api_destination_check_resyncs(const ReplicantPipelineRef *ref);
+
+/*
  * No two NATS destinations of a pipeline share a stream: raises an error
  * unless that holds once destination "destination" (NULL: a new one)
  * delivers to url.

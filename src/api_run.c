@@ -248,6 +248,8 @@ replicant_resync_pipeline(PG_FUNCTION_ARGS)
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
 	args[0] = Int32GetDatum(ref.id);
 	refuse_dropping_messages(ref.id, name);
+	if (replicant_api_destination_count(ref.id) > 1)
+		replicant_api_destination_check_resyncs(&ref);
 	replicant_catalog_update_pipelines("UPDATE replicant.pipelines"
 									   "   SET resync_slot_dropped = false,"
 									   "       resync_reason = coalesce(resync_reason, 'requested'), resync_losses = 0,"

@@ -113,6 +113,15 @@ timeline_refusal(int32 destination_id)
 }
 
 char *
+replicant_destination_resync_refusal(int32 destination_id, Oid owner, ArrayType *publications)
+{
+	char *refused;
+
+	(void) tables_to_read(publications, owner, &refused);
+	return refused != NULL ? refused : timeline_refusal(destination_id);
+}
+
+char *
 replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid owner,
 								   ArrayType *publications, const char *reason, ReplicantResyncStart start,
 								   XLogRecPtr from)
@@ -137,10 +146,12 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 	args[4] = LSNGetDatum(from);
 	nulls[4] = XLogRecPtrIsInvalid(from) ? 'n' : ' ';
 	/*
-	 * Its checkpoint becomes from, else the insert position, L (commit
-	 * L - 1, as an added destination's): every commit record written after
-	 * it streams to it, the reads cover the ones before.  lost_from is what
-	 * its sink had acknowledged before the first of resyncs in a row.
+	 * Its checkpoint becomes from, else, begun again, where it is (what its
+	 * stream delivered stays delivered: no message in between is skipped),
+	 * else the insert position, L (commit L - 1, as an added
+	 * destination's): every commit record written after it streams to it,
+	 * the reads cover the ones before.  lost_from is what its sink had
+	 * acknowledged before the first of resyncs in a row.
 	 */
 	/* A skipped one stays: its table is read for it once published again. */
 	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
@@ -160,7 +171,11 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 							  "       slot_released = false, halt_reason = NULL, halt_lsn = NULL,"
 							  "       resync_backfill_from = (SELECT coalesce(pg_catalog.max(id), 0) OPERATOR(pg_catalog.+) 1"
 							  "                                 FROM replicant.backfills)"
-							  "  FROM (SELECT coalesce($5, pg_catalog.pg_current_wal_insert_lsn()) AS l) w"
+							  "  FROM (SELECT coalesce($5,"
+							  "                        CASE WHEN $3 OPERATOR(pg_catalog.=) 0"
+							  "                             THEN (SELECT c.end_lsn FROM replicant.checkpoints c"
+							  "                                    WHERE c.destination_id OPERATOR(pg_catalog.=) $1) END,"
+							  "                        pg_catalog.pg_current_wal_insert_lsn()) AS l) w"
 							  " WHERE d.id OPERATOR(pg_catalog.=) $1",
 							  5, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE ||
 		SPI_processed != 1 ||

@@ -32,7 +32,8 @@ typedef enum ReplicantResyncStart
  * deliver is planned anew for it, read as owner; its checkpoint becomes
  * the WAL insert position and its halt, and a release of its hold on the
  * slot, are cleared; start says what becomes of resync_losses; it
- * streams again from from (invalid: the WAL insert position).  Returns
+ * streams again from from (invalid: where it is when begun again, else
+ * the WAL insert position).  Returns
  * NULL, or, changing nothing, the value-free reason why it cannot resync:
  * owner may not read a table whole, or its checkpoint is below where this
  * server's timeline began (a promoted standby).  Inside
@@ -41,6 +42,9 @@ typedef enum ReplicantResyncStart
 extern char *replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid owner,
 												ArrayType *publications, const char *reason,
 												ReplicantResyncStart start, XLogRecPtr from);
+
+/* What replicant_destination_resync_begin would refuse, changing nothing. */
+extern char *replicant_destination_resync_refusal(int32 destination_id, Oid owner, ArrayType *publications);
 
 /*
  * replicant_destination_resync_begin from a worker, for destination of

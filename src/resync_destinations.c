@@ -124,9 +124,9 @@ lock_resync(int32 pipeline_id, bool *requested)
 }
 
 /*
- * Step 3: returns how many destinations resync (-1: a resync_pipeline()
- * came meanwhile, nothing was done); *refusal is why one could not, else
- * NULL.  Each streams from the new slot's consistent point, the decoding
+ * Step 3: returns how many destinations resync (0: none, and nothing was
+ * changed; -1: a resync_pipeline() came meanwhile, nothing was done);
+ * *refusal is why one could not, else NULL.  Each streams from the new slot's consistent point, the decoding
  * starts there.  Begun resyncs and releases are logged once committed.
  */
 static int
@@ -171,15 +171,14 @@ begin_each(ReplicantPipeline *pipeline, char **refusal)
 		}
 		if (reason != pipeline->resync_reason && *refusal == NULL)
 			*refusal = reason;
-		replicant_destination_record_release(destination->id, reason);
-		if (!destination->slot_released)
-		{
-			released = lappend(released, destination);
-			reasons = lappend(reasons, reason);
-		}
+		released = lappend(released, destination);
+		reasons = lappend(reasons, reason);
 	}
+	/* With none resyncing nothing changes: the pipeline halts, its resync recorded. */
 	if (began != NIL)
 	{
+		forboth(lc, released, lr, reasons)
+			replicant_destination_record_release(((ReplicantDestination *) lfirst(lc))->id, lfirst(lr));
 		if (SPI_execute_with_args("UPDATE replicant.pipelines SET resync_reason = NULL,"
 								  "       resync_lost_from = NULL, resync_slot_dropped = false"
 								  " WHERE id OPERATOR(pg_catalog.=) $1",
@@ -191,7 +190,10 @@ begin_each(ReplicantPipeline *pipeline, char **refusal)
 	replicant_catalog_end(&access);
 
 	forboth(lc, released, lr, reasons)
-		replicant_destination_log_release(pipeline->name, lfirst(lc), lfirst(lr));
+	{
+		if (began != NIL && !((ReplicantDestination *) lfirst(lc))->slot_released)
+			replicant_destination_log_release(pipeline->name, lfirst(lc), lfirst(lr));
+	}
 	foreach(lc, began)
 		replicant_log_state(pipeline->name, "resync_began", "destination",
 							((ReplicantDestination *) lfirst(lc))->name, "reason", pipeline->resync_reason,

@@ -261,8 +261,8 @@ read_chunk(Worker *w)
 /*
  * Decoding fills batches within the lowest limits of the destinations
  * delivered to.  Halts when none is left (each halted alone, which the
- * last one's halt prevents).  More than shared memory has places for is
- * an error.
+ * last one's halt prevents), unless a resync_pipeline() call is to resync
+ * them.  More than shared memory has places for is an error.
  */
 static void
 check_destinations(Worker *w)
@@ -286,7 +286,8 @@ check_destinations(Worker *w)
 								   destination->batch_max_bytes;
 		any = true;
 	}
-	if (!any)
+	/* A pipeline's resync on request resyncs halted ones too (resync_destinations.c). */
+	if (!any && !(w->pipeline->resync_reason != NULL && w->pipeline->resync_losses == 0))
 		worker_halt(w, "every destination of the pipeline is halted");
 }
 

@@ -410,6 +410,13 @@ ok(poll("SELECT halt_reason ~ '^no destination of the pipeline can resync .*it r
 	'after 3 resyncs in a row, e gives its hold up and q halts');
 is($node->safe_psql('postgres', "SELECT string_agg(d.name || ' ' || d.slot_released, ', ' ORDER BY d.name)"
 	  . " FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'q'"),
-	'default true, e true', 'both gave their hold up');
+	'default true, e false', 'with none resyncing, no destination changed');
+# A resync_pipeline() call resyncs them all, halted or released.
+$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('q')");
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_d, ['public.u'], 120)
+	  && ReplicantTest::wait_until_synced($node, 'postgres', $sink_e, ['public.u'], 120),
+	'after the halt, resync_pipeline(q) brings both back');
+ok(poll("SELECT bool_and(state = 'streaming' AND holds_slot) FROM replicant.destination_status WHERE pipeline = 'q'", 60),
+	'both stream and hold the slot');
 
 done_testing();
