@@ -16,9 +16,11 @@
  * by a chunk, or changed by a commit the stream delivers after the window
  * the chunk dropped it in, and that window opened after the first.
  *
- * In the ClickHouse format the sweep is by version: commits streamed to
- * the destination are above lost_to (its checkpoint's commit), and chunk
- * reads carry their low watermark, above it too.
+ * In the ClickHouse format the sweep is by version: chunk reads carry
+ * their low watermark, above lost_to, and so do the commits streamed to
+ * the destination from its checkpoint on (lost_to is that checkpoint's
+ * commit), but for a resync begun again, whose checkpoint stays below: a
+ * row such a commit wrote and that is still alive is read again above it.
  *
  * Rules kept with other files: docs/internals.md §2 (the watermark
  * protocol), §10 (the resync), §11 (several destinations).
@@ -146,12 +148,14 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 	args[4] = LSNGetDatum(from);
 	nulls[4] = XLogRecPtrIsInvalid(from) ? 'n' : ' ';
 	/*
-	 * Its checkpoint becomes from, else, begun again, where it is (what its
-	 * stream delivered stays delivered: no message in between is skipped),
-	 * else the insert position, L (commit L - 1, as an added
-	 * destination's): every commit record written after it streams to it,
-	 * the reads cover the ones before.  lost_from is what its sink had
-	 * acknowledged before the first of resyncs in a row.
+	 * Its checkpoint becomes from, else the insert position, L (commit
+	 * L - 1, as an added destination's): every commit record written after
+	 * it streams to it, the reads cover the ones before.  Begun again, its
+	 * checkpoint stays where its stream is (no message decoded since is
+	 * skipped) and only lost_to moves to L - 1: the rows read before have
+	 * lower ClickHouse versions, and are swept unless read again.  lost_from
+	 * is what its sink had acknowledged before the first of resyncs in a
+	 * row.
 	 */
 	/* A skipped one stays: its table is read for it once published again. */
 	if (SPI_execute_with_args("UPDATE replicant.backfills SET state = 'cancelled', finished_at = pg_catalog.now()"
@@ -171,24 +175,22 @@ replicant_destination_resync_begin(int32 pipeline_id, int32 destination_id, Oid 
 							  "       slot_released = false, halt_reason = NULL, halt_lsn = NULL,"
 							  "       resync_backfill_from = (SELECT coalesce(pg_catalog.max(id), 0) OPERATOR(pg_catalog.+) 1"
 							  "                                 FROM replicant.backfills)"
-							  "  FROM (SELECT coalesce($5,"
-							  "                        CASE WHEN $3 OPERATOR(pg_catalog.=) 0"
-							  "                             THEN (SELECT c.end_lsn FROM replicant.checkpoints c"
-							  "                                    WHERE c.destination_id OPERATOR(pg_catalog.=) $1) END,"
-							  "                        pg_catalog.pg_current_wal_insert_lsn()) AS l) w"
+							  "  FROM (SELECT coalesce($5, pg_catalog.pg_current_wal_insert_lsn()) AS l) w"
 							  " WHERE d.id OPERATOR(pg_catalog.=) $1",
 							  5, argtypes, args, nulls, false, 0) != SPI_OK_UPDATE ||
-		SPI_processed != 1 ||
-		SPI_execute_with_args("INSERT INTO replicant.checkpoints"
-							  "   (pipeline_id, destination_id, commit_lsn, end_lsn, updated_at)"
-							  " SELECT $4, d.id, d.resync_lost_to,"
-							  "        d.resync_lost_to OPERATOR(pg_catalog.+) 1::pg_catalog.numeric, pg_catalog.now()"
-							  "   FROM replicant.destinations d WHERE d.id OPERATOR(pg_catalog.=) $1"
-							  " ON CONFLICT (destination_id) DO UPDATE"
-							  "    SET commit_lsn = excluded.commit_lsn, end_lsn = excluded.end_lsn,"
-							  "        updated_at = excluded.updated_at",
-							  4, argtypes, args, NULL, false, 0) != SPI_OK_INSERT ||
 		SPI_processed != 1)
+		elog(ERROR, "could not record the resync of destination %d", destination_id);
+	if (start != REPLICANT_RESYNC_AGAIN &&
+		(SPI_execute_with_args("INSERT INTO replicant.checkpoints"
+							   "   (pipeline_id, destination_id, commit_lsn, end_lsn, updated_at)"
+							   " SELECT $4, d.id, d.resync_lost_to,"
+							   "        d.resync_lost_to OPERATOR(pg_catalog.+) 1::pg_catalog.numeric, pg_catalog.now()"
+							   "   FROM replicant.destinations d WHERE d.id OPERATOR(pg_catalog.=) $1"
+							   " ON CONFLICT (destination_id) DO UPDATE"
+							   "    SET commit_lsn = excluded.commit_lsn, end_lsn = excluded.end_lsn,"
+							   "        updated_at = excluded.updated_at",
+							   4, argtypes, args, NULL, false, 0) != SPI_OK_INSERT ||
+		 SPI_processed != 1))
 		elog(ERROR, "could not record the resync of destination %d", destination_id);
 	foreach(lc, tables)
 		(void) replicant_backfill_plan(pipeline_id, destination_id, owner, lfirst_oid(lc), "auto");

@@ -32,8 +32,8 @@ typedef enum ReplicantResyncStart
  * deliver is planned anew for it, read as owner; its checkpoint becomes
  * the WAL insert position and its halt, and a release of its hold on the
  * slot, are cleared; start says what becomes of resync_losses; it
- * streams again from from (invalid: where it is when begun again, else
- * the WAL insert position).  Returns
+ * streams again from from (invalid: the WAL insert position), unless
+ * begun again: then its checkpoint stays.  Returns
  * NULL, or, changing nothing, the value-free reason why it cannot resync:
  * owner may not read a table whole, or its checkpoint is below where this
  * server's timeline began (a promoted standby).  Inside

@@ -286,8 +286,9 @@ check_destinations(Worker *w)
 								   destination->batch_max_bytes;
 		any = true;
 	}
-	/* A pipeline's resync on request resyncs halted ones too (resync_destinations.c). */
-	if (!any && !(w->pipeline->resync_reason != NULL && w->pipeline->resync_losses == 0))
+	/* A resync_pipeline() of several resyncs halted ones too (resync_destinations.c). */
+	if (!any && !(list_length(w->pipeline->destinations) > 1 && w->pipeline->resync_reason != NULL &&
+				  w->pipeline->resync_losses == 0))
 		worker_halt(w, "every destination of the pipeline is halted");
 }
 
