@@ -233,6 +233,12 @@ replicant_destination_label(const ReplicantDestination *destination)
 	return strcmp(destination->name, REPLICANT_DEFAULT_DESTINATION) == 0 ? NULL : destination->name;
 }
 
+bool
+replicant_destination_resyncs_on_loss(const ReplicantDestination *destination)
+{
+	return destination->on_slot_loss_resync && destination->halt_reason == NULL && !destination->slot_released;
+}
+
 void
 replicant_destination_record_release(int32 destination_id, const char *reason)
 {

@@ -93,6 +93,13 @@ extern void replicant_destination_release(const char *pipeline_name,
 										  const char *reason);
 
 /*
+ * Whether destination resyncs after a loss of the slot: it chose to
+ * (on_slot_loss => 'resync') and is delivered to (neither halted nor
+ * released).
+ */
+extern bool replicant_destination_resyncs_on_loss(const ReplicantDestination *destination);
+
+/*
  * The two halves of a release for a caller that records it with more, in
  * its own transaction (SPI, replicant's privileges), and then logs it.
  */

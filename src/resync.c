@@ -119,9 +119,7 @@ resync_chosen(const ReplicantPipeline *pipeline)
 		return replicant_pipeline_only_destination(pipeline)->on_slot_loss_resync;
 	foreach(lc, pipeline->destinations)
 	{
-		const ReplicantDestination *destination = lfirst(lc);
-
-		if (destination->on_slot_loss_resync && destination->halt_reason == NULL && !destination->slot_released)
+		if (replicant_destination_resyncs_on_loss(lfirst(lc)))
 			return true;
 	}
 	return false;

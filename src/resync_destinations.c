@@ -63,7 +63,7 @@ release_reason(const ReplicantPipeline *pipeline, const ReplicantDestination *de
 {
 	if (requested)
 		return NULL;
-	if (!destination->on_slot_loss_resync || destination->halt_reason != NULL || destination->slot_released)
+	if (!replicant_destination_resyncs_on_loss(destination))
 		return pipeline->resync_reason;
 	if (destination->resync_losses >= REPLICANT_RESYNC_MAX_LOSSES)
 		return psprintf("%s; it resynced %d times in a row without reading every table (on_slot_loss => 'resync')",
@@ -189,9 +189,11 @@ begin_each(ReplicantPipeline *pipeline, char **refusal)
 	}
 	replicant_catalog_end(&access);
 
+	if (began == NIL)
+		return 0;
 	forboth(lc, released, lr, reasons)
 	{
-		if (began != NIL && !((ReplicantDestination *) lfirst(lc))->slot_released)
+		if (!((ReplicantDestination *) lfirst(lc))->slot_released)
 			replicant_destination_log_release(pipeline->name, lfirst(lc), lfirst(lr));
 	}
 	foreach(lc, began)

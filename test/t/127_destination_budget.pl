@@ -322,12 +322,19 @@ $node->safe_psql('postgres', "DELETE FROM u WHERE id IN (1, 2); UPDATE u SET v =
 $sink_d->control({ clear => 1 });
 $sink_e->control({ clear => 1 });
 $offset = -s $node->logfile;
-$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('q')");
-ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_d, ['public.u'], 120)
-	  && ReplicantTest::wait_until_synced($node, 'postgres', $sink_e, ['public.u'], 120),
-	"after resync_pipeline(q), both of q's sinks equal the source");
-ok(poll("SELECT bool_and(state = 'streaming' AND holds_slot) FROM replicant.destination_status WHERE pipeline = 'q'", 60),
-	'both stream and hold the new slot');
+# resync_pipeline(q): both of q's sinks end equal to the source, and both
+# destinations stream and hold the slot.
+sub resync_q
+{
+	my ($label) = @_;
+	$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('q')");
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_d, ['public.u'], 120)
+		  && ReplicantTest::wait_until_synced($node, 'postgres', $sink_e, ['public.u'], 120),
+		$label);
+	ok(poll("SELECT bool_and(state = 'streaming' AND holds_slot) FROM replicant.destination_status WHERE pipeline = 'q'", 60),
+		'both stream and hold the slot');
+}
+resync_q("after resync_pipeline(q), both of q's sinks equal the source");
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$q_slot'"),
 	'1', 'q has a slot again');
 is($sink_d->stats->{rows_swept} . ' ' . $sink_e->stats->{rows_swept}, '1 2',
@@ -412,11 +419,6 @@ is($node->safe_psql('postgres', "SELECT string_agg(d.name || ' ' || d.slot_relea
 	  . " FROM replicant.destinations d JOIN replicant.pipelines p ON p.id = d.pipeline_id WHERE p.name = 'q'"),
 	'default true, e false', 'with none resyncing, no destination changed');
 # A resync_pipeline() call resyncs them all, halted or released.
-$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('q')");
-ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_d, ['public.u'], 120)
-	  && ReplicantTest::wait_until_synced($node, 'postgres', $sink_e, ['public.u'], 120),
-	'after the halt, resync_pipeline(q) brings both back');
-ok(poll("SELECT bool_and(state = 'streaming' AND holds_slot) FROM replicant.destination_status WHERE pipeline = 'q'", 60),
-	'both stream and hold the slot');
+resync_q('after the halt, resync_pipeline(q) brings both back');
 
 done_testing();
