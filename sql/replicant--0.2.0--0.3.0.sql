@@ -1047,15 +1047,28 @@ AS 'MODULE_PATHNAME', 'replicant_resume_pipeline';
 COMMENT ON FUNCTION replicant.resume_pipeline(text, text) IS
     'Clears a fail-closed halt of the pipeline, or of one of its destinations, once its cause is fixed';
 
+-- backfill gains the destination to read the table for alone (NULL: every
+-- destination, as before).
+DROP FUNCTION replicant.backfill(text, regclass, text);
+CREATE FUNCTION replicant.backfill(pipeline text, relation regclass, mode text DEFAULT 'auto',
+                                   destination text DEFAULT NULL) RETURNS bigint
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'replicant_backfill';
+COMMENT ON FUNCTION replicant.backfill(text, regclass, text, text) IS
+    'Reads a published table''s rows into a streaming pipeline, beside the stream, for every destination or the one named; returns the backfill id';
+
 REVOKE ALL ON FUNCTION
     replicant.add_destination(text, text, text, text, text, integer, integer, integer, integer, jsonb, text, text, boolean, text, text),
     replicant.drop_destination(text, text),
-    replicant.resume_pipeline(text, text)
+    replicant.resume_pipeline(text, text),
+    replicant.backfill(text, regclass, text, text)
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     replicant.add_destination(text, text, text, text, text, integer, integer, integer, integer, jsonb, text, text, boolean, text, text),
     replicant.drop_destination(text, text),
-    replicant.resume_pipeline(text, text)
+    replicant.resume_pipeline(text, text),
+    replicant.backfill(text, regclass, text, text)
 TO replicant_admin;
 
 -- ---- Privileges nobody granted on purpose (keep this section last: it

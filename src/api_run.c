@@ -265,8 +265,9 @@ replicant_resync_pipeline(PG_FUNCTION_ARGS)
 }
 
 /*
- * backfill(pipeline, relation, mode): reads a published table's rows into a
- * streaming pipeline, beside the stream.  Returns the backfill's id.
+ * backfill(pipeline, relation, mode, destination): reads a published
+ * table's rows into a streaming pipeline, beside the stream, for every
+ * destination or the one named.  Returns the backfill's id.
  */
 Datum
 replicant_backfill(PG_FUNCTION_ARGS)
@@ -278,6 +279,7 @@ replicant_backfill(PG_FUNCTION_ARGS)
 	ReplicantCatalogAccess s;
 	Oid argtypes[2] = {OIDOID, INT4OID};
 	Datum args[2];
+	int32 destination_id = 0;
 	int64 id;
 
 	replicant_pipeline_check_name(name);
@@ -296,6 +298,14 @@ replicant_backfill(PG_FUNCTION_ARGS)
 	replicant_catalog_enter(&s);
 	ref = replicant_pipeline_lookup(name, true);
 	replicant_pipeline_check_owner(&ref, s.saved_userid);
+	/* A server whose extension is still 0.2.0 passes three arguments. */
+	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
+	{
+		char *destination = text_to_cstring(PG_GETARG_TEXT_PP(3));
+
+		replicant_check_name("destination", destination);
+		destination_id = replicant_api_destination_lookup(&ref, destination, NULL);
+	}
 
 	/* Only what the pipeline's publications deliver can be backfilled. */
 	if (!list_member_oid(replicant_publication_published_tables(ref.publications, true), relid) &&
@@ -325,7 +335,7 @@ replicant_backfill(PG_FUNCTION_ARGS)
 				 errmsg("a backfill of this table is already in progress in pipeline \"%s\"", name),
 				 errhint("Wait for it, or cancel it with replicant.cancel_backfill() first (a read of a destination's resync cannot be cancelled).")));
 
-	id = replicant_backfill_plan(ref.id, 0, ref.owner, relid, mode);
+	id = replicant_backfill_plan(ref.id, destination_id, ref.owner, relid, mode);
 	replicant_catalog_bump_config(ref.id);
 	replicant_catalog_leave(&s);
 	replicant_shmem_request_sync_at_commit();

@@ -4,7 +4,8 @@
 # backfill included; the destination already there gets no read of them;
 # a destination dropped at once takes its backfills with it; one whose sink
 # refuses its backfill halts alone (it halted the pipeline), its backfill
-# waits for it without moving, and runs to the end once it is resumed.
+# waits for it without moving, and runs to the end once it is resumed;
+# backfill(..., destination => name) reads a table for that one alone.
 use strict;
 use warnings;
 use FindBin;
@@ -105,5 +106,28 @@ ok(poll("SELECT count(*) = 2 AND bool_and(state = 'done') FROM replicant.backfil
 		180), "resumed, d's backfills run to the end");
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_d, [ 't', 'u' ], 120), 'd equals the source');
 is(reads($sink_a), $a_reads, 'a got no read of them');
+
+# e: a backfill of u for b alone: b gets each of its rows as a read once
+# more, a and d none.
+sub read_rows
+{
+	my ($sink) = @_;
+	my $rows = 0;
+	$rows += $_->{changes} foreach grep { $_->{kind} eq 'snapshot' } @{ $sink->stats->{accepted} };
+	return $rows;
+}
+my %before = (b => read_rows($sink_b), d => reads($sink_d));
+my $u_rows = $node->safe_psql('postgres', 'SELECT count(*) FROM u');
+$node->safe_psql('postgres', "SELECT replicant.backfill('p', 'u', destination => 'b')");
+ok(poll("SELECT state = 'done' AND destination = 'b' FROM replicant.backfill_status"
+		  . " WHERE id = (SELECT max(id) FROM replicant.backfill_status)", 180),
+	"b's backfill of u runs to the end");
+$node->safe_psql('postgres', "INSERT INTO t VALUES (5002, 'after the backfill of u')");
+foreach my $sink ($sink_a, $sink_b, $sink_d)
+{
+	ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, [ 't', 'u' ], 120), "$sink->{name} equals the source");
+}
+is(read_rows($sink_b) - $before{b}, $u_rows, "b got u's rows as reads");
+is(reads($sink_a) . ' ' . reads($sink_d), "$a_reads $before{d}", 'a and d got none');
 
 done_testing();
