@@ -13,8 +13,9 @@
  *
  *	1. what is left of the old slot goes, resync_slot_dropped recorded
  *	   (resync.c), unless a restart finds that done;
- *	2. the new slot is made, unless a restart finds it made (a slot of the
- *	   pipeline's name is the resync's once the old one was dropped);
+ *	2. the new slot is made, unless a restart finds it made and valid (a
+ *	   slot of the pipeline's name is the resync's once the old one was
+ *	   dropped; an invalidated one is dropped and made again);
  *	3. in one transaction, the pipeline's row locked and its resync found
  *	   still the one whose old slot was dropped (a resync_pipeline() since
  *	   starts it over), each destination that resyncs (every one on a
@@ -49,6 +50,7 @@
 #include "resync.h"
 #include "resync_destinations.h"
 #include "slot.h"
+#include "slot_health.h"
 #include "slot_position.h"
 
 /*
@@ -71,7 +73,26 @@ release_reason(const ReplicantPipeline *pipeline, const ReplicantDestination *de
 	return NULL;
 }
 
-/* Makes the new slot unless it was made before a restart; NULL or why not. */
+/* Whether the slot made before a restart is still valid (not invalidated). */
+static bool
+slot_valid(const char *name)
+{
+	bool valid;
+
+	StartTransactionCommand();
+	valid = replicant_slot_health_acquire(name) == NULL;
+	if (valid)
+		ReplicationSlotRelease();
+	CommitTransactionCommand();
+	return valid;
+}
+
+/*
+ * Makes the new slot unless one made before a restart is still valid: the
+ * server may have invalidated it meanwhile (a resync begun from it would
+ * find it lost at the next start, a request taken for a loss).  NULL or
+ * why not.
+ */
 static char *
 make_slot(const ReplicantPipeline *pipeline)
 {
@@ -80,7 +101,13 @@ make_slot(const ReplicantPipeline *pipeline)
 	switch (replicant_slot_owner(pipeline->slot_name))
 	{
 		case REPLICANT_SLOT_OURS:
-			return NULL;
+			if (slot_valid(pipeline->slot_name))
+				return NULL;
+			ereport(LOG,
+					(errmsg("replicant pipeline \"%s\" makes its new replication slot again: the one made before was lost",
+							pipeline->name)));
+			(void) replicant_slot_drop(pipeline->slot_name, false);
+			break;
 		case REPLICANT_SLOT_FOREIGN:
 			return replicant_slot_foreign_reason(pipeline->slot_name);
 		case REPLICANT_SLOT_MISSING:

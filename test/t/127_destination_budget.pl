@@ -342,6 +342,20 @@ is($sink_d->stats->{rows_swept} . ' ' . $sink_e->stats->{rows_swept}, '1 2',
 $node->wait_for_log(qr/event=resync_ended pipeline=q destination=e/, $offset);
 like(slurp_file($node->logfile, $offset), qr/event=resync_began pipeline=q destination=default reason=requested/,
 	"each destination's resync is logged");
+# One WAL segment at a time past q's inactive slot, until a checkpoint
+# invalidates it (max_slot_wal_keep_size).
+sub poll_until_lost
+{
+	foreach (1 .. 30)
+	{
+		$node->safe_psql('postgres', "INSERT INTO filler (v) VALUES ('x'); SELECT pg_switch_wal(); CHECKPOINT");
+		return 1
+		  if $node->safe_psql('postgres', "SELECT wal_status FROM pg_replication_slots WHERE slot_name = '$q_slot'")
+		  eq 'lost';
+	}
+	return 0;
+}
+
 sub q_streams
 {
 	$u++;
@@ -420,5 +434,30 @@ is($node->safe_psql('postgres', "SELECT string_agg(d.name || ' ' || d.slot_relea
 	'default true, e false', 'with none resyncing, no destination changed');
 # A resync_pipeline() call resyncs them all, halted or released.
 resync_q('after the halt, resync_pipeline(q) brings both back');
+
+# (d) the new slot, made before the worker died, is invalidated before the
+# destinations' resyncs begin: it is made again, and the request stays a
+# request (default, whose on_slot_loss is 'halt', resyncs too).
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('p')");
+$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'resync_slot_made'; SELECT pg_reload_conf()");
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('q')");
+$node->wait_for_log(qr/fault point "resync_slot_made" reached, exiting/, $offset);
+$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('q')");
+ok(poll("SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'q'"), "q's worker is gone");
+$node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point;"
+	  . " ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'; SELECT pg_reload_conf()");
+ok(poll_until_lost(), "q's new slot is invalidated");
+$node->safe_psql('postgres', "ALTER SYSTEM RESET max_slot_wal_keep_size; SELECT pg_reload_conf()");
+$node->safe_psql('postgres', "DELETE FROM u WHERE id = 4");
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('q')");
+ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_d, ['public.u'], 120)
+	  && ReplicantTest::wait_until_synced($node, 'postgres', $sink_e, ['public.u'], 120),
+	"with the slot made again, both of q's sinks equal the source");
+ok(poll("SELECT bool_and(state = 'streaming' AND holds_slot) FROM replicant.destination_status WHERE pipeline = 'q'", 60),
+	'both stream and hold the slot: the request was not taken for a loss');
+like(slurp_file($node->logfile, $offset), qr/makes its new replication slot again: the one made before was lost/,
+	'the lost slot was made again');
 
 done_testing();
