@@ -151,6 +151,27 @@ replicant_api_destination_check_resumable(const ReplicantPipelineRef *ref, const
 						 destination)));
 }
 
+int32
+replicant_api_destination_backfillable(const ReplicantPipelineRef *ref, const char *destination)
+{
+	int32 destination_id = replicant_api_destination_lookup(ref, destination, NULL);
+	Oid argtypes[1] = {INT4OID};
+	Datum args[1] = {Int32GetDatum(destination_id)};
+
+	replicant_api_destination_check_resumable(ref, destination, destination_id);
+	if (SPI_execute_with_args("SELECT 1 FROM replicant.destinations"
+							  " WHERE id OPERATOR(pg_catalog.=) $1 AND resync_reason IS NOT NULL",
+							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read replicant.destinations");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("destination \"%s\" of pipeline \"%s\" is resyncing", destination, ref->name),
+				 errdetail("Its resync reads every published table for it."),
+				 errhint("Wait for the resync to end (replicant.destination_status).")));
+	return destination_id;
+}
+
 /* The sink URL of each destination of the pipeline but "except" (NULL: none). */
 static List *
 other_urls(int32 pipeline_id, const char *except)

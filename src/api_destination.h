@@ -51,6 +51,14 @@ extern void replicant_api_destination_check_resumable(const ReplicantPipelineRef
 													  int32 destination_id);
 
 /*
+ * The id of pipeline ref's destination of this name, which a backfill may
+ * be planned for: raises an error when it has none, or when it gave its
+ * hold on the slot up or is resyncing (its resync reads every table, and a
+ * read planned beside it would begin it again).
+ */
+extern int32 replicant_api_destination_backfillable(const ReplicantPipelineRef *ref, const char *destination);
+
+/*
  * alter_pipeline's sink options change the pipeline's only destination:
  * raises an error when o changes one and the pipeline has several.
  */

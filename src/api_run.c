@@ -304,7 +304,7 @@ replicant_backfill(PG_FUNCTION_ARGS)
 		char *destination = text_to_cstring(PG_GETARG_TEXT_PP(3));
 
 		replicant_check_name("destination", destination);
-		destination_id = replicant_api_destination_lookup(&ref, destination, NULL);
+		destination_id = replicant_api_destination_backfillable(&ref, destination);
 	}
 
 	/* Only what the pipeline's publications deliver can be backfilled. */

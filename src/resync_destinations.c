@@ -73,18 +73,18 @@ release_reason(const ReplicantPipeline *pipeline, const ReplicantDestination *de
 	return NULL;
 }
 
-/* Whether the slot made before a restart is still valid (not invalidated). */
-static bool
-slot_valid(const char *name)
+/* NULL when the slot made before a restart is still usable, else why not. */
+static char *
+slot_lost_reason(const char *name)
 {
-	bool valid;
+	char *reason;
 
 	StartTransactionCommand();
-	valid = replicant_slot_health_acquire(name) == NULL;
-	if (valid)
+	reason = replicant_slot_health_acquire(name);
+	if (reason == NULL)
 		ReplicationSlotRelease();
 	CommitTransactionCommand();
-	return valid;
+	return reason;
 }
 
 /*
@@ -97,16 +97,18 @@ static char *
 make_slot(const ReplicantPipeline *pipeline)
 {
 	LogicalDecodingContext *ctx;
+	char *lost;
 
 	switch (replicant_slot_owner(pipeline->slot_name))
 	{
 		case REPLICANT_SLOT_OURS:
-			if (slot_valid(pipeline->slot_name))
+			if ((lost = slot_lost_reason(pipeline->slot_name)) == NULL)
 				return NULL;
+			if (replicant_slot_drop(pipeline->slot_name, false) == REPLICANT_SLOT_FOREIGN)
+				return replicant_slot_foreign_reason(pipeline->slot_name);
 			ereport(LOG,
-					(errmsg("replicant pipeline \"%s\" makes its new replication slot again: the one made before was lost",
-							pipeline->name)));
-			(void) replicant_slot_drop(pipeline->slot_name, false);
+					(errmsg("replicant pipeline \"%s\" makes its new replication slot again: %s",
+							pipeline->name, lost)));
 			break;
 		case REPLICANT_SLOT_FOREIGN:
 			return replicant_slot_foreign_reason(pipeline->slot_name);

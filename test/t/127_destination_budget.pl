@@ -147,6 +147,9 @@ like($err, qr/destination "b" of pipeline "p" gave its hold on the replication s
 like($err, qr/HINT:.*resync_pipeline\('p', 'b'\)/, 'and the way out');
 $node->psql('postgres', "SELECT replicant.resume_pipeline('p')");
 is(dest('b', 'state'), 'halted', 'resuming the pipeline leaves b halted');
+($rc, $out, $err) = $node->psql('postgres', "SELECT replicant.backfill('p', 't', destination => 'b')");
+like($err, qr/destination "b" of pipeline "p" gave its hold on the replication slot up/,
+	'a backfill for b alone is refused too (it would be done with nothing delivered)');
 
 # Nor does a killed worker.
 my $b_deliveries = scalar @{ $sink_b->txlog };
@@ -189,6 +192,8 @@ $node->safe_psql('postgres', "UPDATE t SET v = 'in the window' WHERE id = 2");
 ($rc, $out, $err) = $node->psql('postgres', "SELECT replicant.cancel_backfill(max(b.id)) FROM replicant.backfills b"
 	  . " JOIN replicant.destinations d ON d.id = b.destination_id WHERE d.name = 'b'");
 like($err, qr/backfill \d+ reads a table for the resync of destination "b"/, 'a read of the resync cannot be cancelled alone');
+($rc, $out, $err) = $node->psql('postgres', "SELECT replicant.backfill('p', 'w', destination => 'b')");
+like($err, qr/destination "b" of pipeline "p" is resyncing/, 'nor is a backfill for b planned beside its resync');
 $node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf()");
 is(dest('b', 'holds_slot'), 't', 'b holds the slot again');
 is($sink_b->control->{failed_so_far}, 1, "b's sink refused one request during the first markers");
@@ -457,7 +462,7 @@ ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_d, ['public.u'], 12
 	"with the slot made again, both of q's sinks equal the source");
 ok(poll("SELECT bool_and(state = 'streaming' AND holds_slot) FROM replicant.destination_status WHERE pipeline = 'q'", 60),
 	'both stream and hold the slot: the request was not taken for a loss');
-like(slurp_file($node->logfile, $offset), qr/makes its new replication slot again: the one made before was lost/,
+like(slurp_file($node->logfile, $offset), qr/makes its new replication slot again: replication slot "\Q$q_slot\E" was invalidated/,
 	'the lost slot was made again');
 
 done_testing();
