@@ -868,7 +868,7 @@ sub _start
 	$self->{timer} = IPC::Run::timeout(1);
 	$self->{handle} = IPC::Run::start(
 		[
-			$node->installed_command('psql'), '-XAtq',
+			$node->installed_command('psql'), '-XAtq', '-v', 'ON_ERROR_STOP=1',
 			'-d', $node->connstr($self->{dbname})
 		],
 		'<', \$self->{in}, '>', \$self->{out}, '2>', \$self->{err},
@@ -898,17 +898,22 @@ sub DESTROY
 	return;
 }
 
-# ---- safe_psql's plain reads ---------------------------------------------------
+# ---- safe_psql over a kept session ---------------------------------------------
 #
 # A psql and a backend started for each safe_psql cost some 60 ms of CPU on a
-# small machine; tests make thousands of calls, most of them reads.  A read
-# that can tell no session from another (one SELECT, WITH, TABLE, VALUES or
-# SHOW statement, no function that keeps session state or looks at sessions)
-# runs over a session kept per node and database; anything else, any failure
-# and any read on a session that fails runs as before.  Statements that a
-# kept session could disturb or be disturbed by (databases created, altered
-# or dropped, extensions changed, settings reloaded, roles altered, sessions
-# listed or terminated) first end the node's kept sessions.
+# small machine; tests make thousands of calls.  A read that can tell no
+# session from another (one SELECT, WITH, TABLE, VALUES or SHOW statement, no
+# function that keeps session state or looks at sessions) runs over a
+# session kept per node and database; a read on a session that fails runs
+# as before.  So do statements that change nothing of the session either
+# (no SET, transaction control, temporary object, COPY, cursor, LISTEN or
+# meta-command): once the session answered a ping, since a statement that
+# failed cannot be run again (it may have done its work), its failure is
+# safe_psql's (an error, the session ended).  Anything else runs as before.
+# Statements that a kept session could disturb or be disturbed by
+# (databases created, altered or dropped, extensions changed, settings
+# reloaded, roles altered, sessions listed or terminated) first end the
+# node's kept sessions.
 
 my %cached;    # "node name\0dbname" => [ postmaster PID, session ]
 
@@ -921,6 +926,19 @@ my $SESSION_BOUND = qr/
 my $DISTURBS = qr/
 	\bDATABASE\b | \bEXTENSION\b | pg_stat_activity | pg_terminate_backend
 	| pg_reload_conf | ALTER\s+(?:ROLE|USER|SYSTEM) /xi;
+
+my $SESSION_STATE = qr/
+	(?:\A|;)\s*(?:SET|RESET|BEGIN|START|COMMIT|ROLLBACK|END|ABORT|SAVEPOINT|RELEASE
+		|PREPARE|EXECUTE|DEALLOCATE|DECLARE|FETCH|CLOSE|MOVE|LISTEN|UNLISTEN
+		|DISCARD|LOAD|LOCK)\b
+	| \bTEMP(?:ORARY)?\b | \bSESSION\b | \bCOPY\b | \bpg_sleep | \\ /xi;
+
+# Whether the statements can run over a kept session (below).
+sub is_session_neutral
+{
+	my ($sql) = @_;
+	return defined $sql && $sql !~ $SESSION_STATE && $sql !~ $SESSION_BOUND && $sql !~ $DISTURBS;
+}
 
 sub is_plain_read
 {
@@ -941,6 +959,20 @@ sub cached_read
 	my $out = $cached{$key}[1]->query($sql, 2 * $PostgreSQL::Test::Utils::timeout_default);
 	delete $cached{$key} unless defined $out;
 	return $out;
+}
+
+# Runs statements that are no plain read over the kept session: undef when
+# they must run as before (no session answers), else their output; dies as
+# safe_psql does when they fail.
+sub session_write
+{
+	my ($node, $dbname, $sql) = @_;
+	return undef unless defined cached_read($node, $dbname, 'SELECT 1');
+	my $session = $cached{ $node->name . "\0" . $dbname }[1];
+	my $out = $session->query($sql, 2 * $PostgreSQL::Test::Utils::timeout_default);
+	return $out if defined $out;
+	forget($node);
+	die "error running SQL over a kept session: '" . ($session->{err} // '') . "'\nwith sql '$sql'";
 }
 
 sub forget
@@ -967,6 +999,11 @@ sub disturbs
 		if (!@params && is_plain_read($sql))
 		{
 			my $out = cached_read($node, $dbname, $sql);
+			return $out if defined $out;
+		}
+		elsif (!@params && is_session_neutral($sql))
+		{
+			my $out = session_write($node, $dbname, $sql);
 			return $out if defined $out;
 		}
 		return $safe_psql->(@_);
