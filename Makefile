@@ -45,9 +45,11 @@ OBJS = \
 	src/pubfilter.o \
 	src/partition_root.o \
 	src/encoder.o \
+	src/encode_types.o \
 	src/encode_scalar.o \
 	src/guc_pin.o \
 	src/backfill.o \
+	src/backfill_progress.o \
 	src/backfill_plan.o \
 	src/key_order.o \
 	src/chunk.o \

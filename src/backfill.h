@@ -36,9 +36,6 @@ typedef struct ReplicantBackfill
 	bool skipped;         /* the table is no longer published: read no more */
 } ReplicantBackfill;
 
-/* The oldest unfinished incremental backfill, or NULL (own transaction). */
-extern ReplicantBackfill *replicant_backfill_next(int32 pipeline_id);
-
 /*
  * Writes the low watermark, reads the next chunk under a snapshot taken
  * after it, writes the high watermark and flushes WAL up to it.  Returns
@@ -50,10 +47,11 @@ extern ReplicantChunk *replicant_backfill_read_chunk(ReplicantPipeline *pipeline
 													 ReplicantBackfill *backfill,
 													 char **halt_reason);
 
-/* Records that the chunk was delivered (own transaction). */
-extern void replicant_backfill_record_chunk(ReplicantChunk *chunk, int delivered);
-
-/* Records that the first markers of backfills ids[0..n) were delivered on their own (own transaction). */
-extern void replicant_backfill_record_first_sent(const int64 *ids, int n);
+/*
+ * Moves the backfill past the chunk, delivered (delivered rows of it): its
+ * cursor, block or range, rows done and whether its first marker went out.
+ * In memory; backfill_progress.c records it.
+ */
+extern void replicant_backfill_advance(ReplicantChunk *chunk, int delivered);
 
 #endif /* REPLICANT_BACKFILL_H */

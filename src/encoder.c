@@ -11,9 +11,9 @@
  * functions: no SPI, no casts, nothing that reads user tables or writes, and
  * no fetching of on-disk TOAST pointers (docs/internals.md, section 7).
  *
- * What we need to know about a type is cached per type OID in a hash table
- * that a TYPEOID syscache callback invalidates.  The hottest types (integers,
- * bool, text, numeric, jsonb) are written without going through fmgr.
+ * What we need to know about a type is cached per type OID (encode_types.c).
+ * The hottest types (integers, bool, text, numeric, jsonb) are written
+ * without going through fmgr.
  */
 #include "postgres.h"
 
@@ -27,64 +27,21 @@
 #include "utils/array.h"
 #include "utils/arrayaccess.h"
 #include "utils/builtins.h"
-#include "utils/catcache.h"
 #include "utils/datetime.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
-#include "utils/hsearch.h"
-#include "utils/inval.h"
 #include "utils/json.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
 
 #include "compat.h"
 #include "encode_scalar.h"
+#include "encode_types.h"
 #include "encoder.h"
 #include "guc_pin.h"
 
 PG_FUNCTION_INFO_V1(replicant_encode_row);
-
-/* How a value of a (base) type is written. */
-typedef enum EncodeCategory
-{
-	ENCODE_BOOL,
-	ENCODE_INT2,
-	ENCODE_INT4,
-	ENCODE_INT8,
-	ENCODE_OID,
-	ENCODE_NUMERIC,  /* numeric: written from its digits */
-	ENCODE_NUMBER,   /* float4, float8: output text */
-	ENCODE_TEXT,     /* text, varchar, bpchar: from the varlena */
-	ENCODE_JSON,     /* embedded as stored */
-	ENCODE_JSONB,    /* embedded output text */
-	ENCODE_DATETIME, /* date, timestamp, timestamptz: ISO 8601 */
-	ENCODE_ARRAY,
-	ENCODE_COMPOSITE,
-	ENCODE_OTHER /* output text as a JSON string */
-} EncodeCategory;
-
-/*
- * Cached per type OID; for a domain everything but typname describes the
- * base type.  Entries are never removed, only marked invalid, so pointers to
- * them stay usable while a value is being encoded.
- */
-typedef struct EncodeTypeEntry
-{
-	Oid typid; /* hash key */
-	bool valid;
-	Oid basetype;     /* typid, or a domain's base type */
-	uint32 hashvalue; /* TYPEOID syscache hash of typid */
-	EncodeCategory category;
-	int16 typlen;
-	bool typbyval;
-	char typalign;
-	Oid outfuncoid;   /* InvalidOid unless category needs it */
-	FmgrInfo outfunc; /* in EncoderCacheContext */
-	char *typname;    /* for error context, in EncoderCacheContext */
-} EncodeTypeEntry;
 
 /* What every level of a nested encoding shares. */
 typedef struct EncodeState
@@ -116,22 +73,6 @@ static const ReplicantSetting pinned_settings[] = {
 /* The zone offset (seconds west of UTC) timestamptz values are written in. */
 static const int utc_offset = 0;
 
-static MemoryContext EncoderCacheContext = NULL;
-static HTAB *EncoderTypeCache = NULL;
-
-/*
- * The entries of recently encoded types, by OID, in front of the hash
- * table: every column of every row looks its type up.  Entries never move,
- * and one found here is used only while it is valid.
- */
-#define RECENT_TYPES 64
-static EncodeTypeEntry *recent_types[RECENT_TYPES];
-static bool encoder_callback_registered = false;
-
-static void encoder_init_cache(void);
-static void encoder_type_inval(Datum arg, int cacheid, uint32 hashvalue);
-static EncodeTypeEntry *encoder_lookup_type(Oid typid);
-static void encoder_build_type(EncodeTypeEntry *entry);
 static void encode_error_callback(void *arg);
 static void append_utf8(StringInfo out, int dbencoding, const char *s,
 						int len, bool quote);
@@ -146,202 +87,6 @@ static void encode_array_dim(EncodeState *st, EncodeTypeEntry *elem,
 static TupleDesc deform_composite(HeapTupleHeader td, Datum **values,
 								  bool **nulls);
 static void encode_composite(EncodeState *st, Datum value);
-
-/*
- * Type cache
- */
-
-static void
-encoder_init_cache(void)
-{
-	HASHCTL ctl;
-
-	if (CacheMemoryContext == NULL)
-		CreateCacheMemoryContext();
-
-	EncoderCacheContext = AllocSetContextCreate(CacheMemoryContext,
-												"replicant encoder type cache",
-												ALLOCSET_SMALL_SIZES);
-	ctl.keysize = sizeof(Oid);
-	ctl.entrysize = sizeof(EncodeTypeEntry);
-	ctl.hcxt = EncoderCacheContext;
-	EncoderTypeCache = hash_create("replicant encoder types", 64, &ctl,
-								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-
-	/* syscache callbacks cannot be unregistered: only ever add one */
-	if (!encoder_callback_registered)
-	{
-		CacheRegisterSyscacheCallback(TYPEOID, encoder_type_inval, (Datum) 0);
-		encoder_callback_registered = true;
-	}
-}
-
-/*
- * What we cache about a type OID cannot change while the OID names the same
- * type (a domain's base type, element types and output functions are fixed
- * at creation), so only a change to the type's own pg_type row, which
- * includes dropping it and reusing its OID, or a cache reset, matters.
- */
-static void
-encoder_type_inval(Datum arg, int cacheid, uint32 hashvalue)
-{
-	HASH_SEQ_STATUS status;
-	EncodeTypeEntry *entry;
-
-	if (EncoderTypeCache == NULL)
-		return;
-
-	hash_seq_init(&status, EncoderTypeCache);
-	while ((entry = (EncodeTypeEntry *) hash_seq_search(&status)) != NULL)
-	{
-		if (hashvalue == 0 || entry->hashvalue == hashvalue)
-			entry->valid = false;
-	}
-}
-
-static EncodeTypeEntry *
-encoder_lookup_type(Oid typid)
-{
-	EncodeTypeEntry *entry = recent_types[typid % RECENT_TYPES];
-	bool found;
-
-	if (entry != NULL && entry->typid == typid && entry->valid)
-		return entry;
-	if (EncoderTypeCache == NULL)
-		encoder_init_cache();
-
-	entry = (EncodeTypeEntry *) hash_search(EncoderTypeCache, &typid,
-											HASH_ENTER, &found);
-	if (!found)
-	{
-		entry->valid = false;
-		entry->hashvalue = 0;
-		entry->outfuncoid = InvalidOid;
-		entry->typname = NULL;
-	}
-	if (!entry->valid)
-		encoder_build_type(entry);
-
-	recent_types[typid % RECENT_TYPES] = entry;
-	return entry;
-}
-
-/* How values of a base type are written, from its pg_type row. */
-static EncodeCategory
-encoder_category(Oid basetype, Form_pg_type typ)
-{
-	EncodeCategory category;
-
-	switch (basetype)
-	{
-		case BOOLOID:
-			category = ENCODE_BOOL;
-			break;
-		case INT2OID:
-			category = ENCODE_INT2;
-			break;
-		case INT4OID:
-			category = ENCODE_INT4;
-			break;
-		case INT8OID:
-			category = ENCODE_INT8;
-			break;
-		case OIDOID:
-			category = ENCODE_OID;
-			break;
-		case NUMERICOID:
-			category = ENCODE_NUMERIC;
-			break;
-		case FLOAT4OID:
-		case FLOAT8OID:
-			category = ENCODE_NUMBER;
-			break;
-		case TEXTOID:
-		case VARCHAROID:
-		case BPCHAROID:
-			/* their output functions return the stored text unchanged */
-			category = ENCODE_TEXT;
-			break;
-		case JSONOID:
-			category = ENCODE_JSON;
-			break;
-		case JSONBOID:
-			category = ENCODE_JSONB;
-			break;
-		case DATEOID:
-		case TIMESTAMPOID:
-		case TIMESTAMPTZOID:
-
-			/*
-			 * As to_json() writes them.  It writes time and timetz as their
-			 * output text, which is ISO 8601 whatever DateStyle says, so
-			 * those stay ENCODE_OTHER.
-			 */
-			category = ENCODE_DATETIME;
-			break;
-		default:
-			if (IsTrueArrayType(typ))
-				category = ENCODE_ARRAY;
-			else if (typ->typtype == TYPTYPE_COMPOSITE || basetype == RECORDOID)
-				category = ENCODE_COMPOSITE;
-			else
-				category = ENCODE_OTHER;
-			break;
-	}
-	return category;
-}
-
-/*
- * Fills an entry.  valid is set last, so an error leaves the entry to be
- * rebuilt on its next use rather than half built.  Everything but the
- * output function and the name is the same on every rebuild of an entry
- * whose typid names the same type.
- */
-static void
-encoder_build_type(EncodeTypeEntry *entry)
-{
-	Oid basetype;
-	HeapTuple tup;
-	Form_pg_type typ;
-	Oid outfuncoid;
-	char *typname;
-
-	basetype = getBaseType(entry->typid);
-	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(basetype));
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for type %u", basetype);
-	typ = (Form_pg_type) GETSTRUCT(tup);
-	entry->category = encoder_category(basetype, typ);
-	entry->basetype = basetype;
-	entry->typlen = typ->typlen;
-	entry->typbyval = typ->typbyval;
-	entry->typalign = typ->typalign;
-	outfuncoid = typ->typoutput;
-	ReleaseSysCache(tup);
-
-	if (entry->category != ENCODE_NUMERIC &&
-		entry->category != ENCODE_NUMBER && entry->category != ENCODE_JSONB &&
-		entry->category != ENCODE_OTHER)
-		outfuncoid = InvalidOid;
-
-	/* output functions keep state in fn_extra: keep it across rebuilds */
-	if (OidIsValid(outfuncoid) && entry->outfuncoid != outfuncoid)
-	{
-		entry->outfuncoid = InvalidOid;
-		fmgr_info_cxt(outfuncoid, &entry->outfunc, EncoderCacheContext);
-	}
-	entry->outfuncoid = outfuncoid;
-
-	/* a renamed type leaks its old name: an error context may point at it */
-	typname = format_type_be(entry->typid);
-	if (entry->typname == NULL || strcmp(entry->typname, typname) != 0)
-		entry->typname = MemoryContextStrdup(EncoderCacheContext, typname);
-	pfree(typname);
-
-	entry->hashvalue = GetSysCacheHashValue1(TYPEOID,
-											 ObjectIdGetDatum(entry->typid));
-	entry->valid = true;
-}
 
 /*
  * Errors
@@ -497,7 +242,7 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 			replicant_append_bytes(out, "null", 4);
 			continue;
 		}
-		entry = encoder_lookup_type(att->atttypid);
+		entry = replicant_encode_type(att->atttypid);
 		errarg.typname = entry->typname;
 		encode_value(st, entry, values[i]);
 	}
@@ -660,7 +405,7 @@ encode_array(EncodeState *st, Datum value)
 		replicant_append_bytes(st->out, "[]", 2);
 	else
 	{
-		EncodeTypeEntry *elem = encoder_lookup_type(AARR_ELEMTYPE(arr));
+		EncodeTypeEntry *elem = replicant_encode_type(AARR_ELEMTYPE(arr));
 		array_iter iter;
 		int index = 0;
 

@@ -22,6 +22,7 @@
 #include "utils/timestamp.h"
 
 #include "backfill.h"
+#include "backfill_progress.h"
 #include "catalog.h"
 #include "delivery.h"
 #include "delivery_set.h"

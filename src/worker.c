@@ -58,6 +58,7 @@
 #include "utils/timestamp.h"
 
 #include "backfill.h"
+#include "backfill_progress.h"
 #include "backfill_plan.h"
 #include "chunk.h"
 #include "checkpoint.h"
