@@ -823,8 +823,10 @@ sub query
 	my ($self, $sql, $seconds) = @_;
 	$self->_start unless $self->{handle};
 	@{$self}{qw(out err)} = ('', '');
-	# On a line of its own: the query may end in a comment.
-	$self->{in} .= "$sql\n;\n\\echo $END_MARK\n";
+	# On a line of its own: the query may end in a comment.  A statement,
+	# not \echo: a statement left open (a parenthesis, a quote) swallows it
+	# and times out, where \echo would print the mark and pass.
+	$self->{in} .= "$sql\n;\nSELECT '$END_MARK';\n";
 	$self->{timer}->start(List::Util::max($seconds, 1));
 	my $done = eval {
 		$self->{handle}->pump until $self->_ended || !$self->{handle}->pumpable;
@@ -907,9 +909,10 @@ sub DESTROY
 # session kept per node and database; a read on a session that fails runs
 # as before.  So do statements that change nothing of the session either
 # (no SET, transaction control, temporary object, COPY, cursor, LISTEN or
-# meta-command): once the session answered a ping, since a statement that
-# failed cannot be run again (it may have done its work), its failure is
-# safe_psql's (an error, the session ended).  Anything else runs as before.
+# meta-command), followed by DISCARD ALL: once the session answered a ping,
+# since a statement that failed cannot be run again (it may have done its
+# work), its failure is safe_psql's (an error, the session ended).  Anything
+# else runs as before.
 # Statements that a kept session could disturb or be disturbed by
 # (databases created, altered or dropped, extensions changed, settings
 # reloaded, roles altered, sessions listed or terminated) first end the
@@ -922,6 +925,7 @@ my $SESSION_BOUND = qr/
 	pg_stat_activity | pg_terminate_backend | pg_cancel_backend | set_config
 	| advisory | pg_backend_pid | txid_current | pg_current_xact_id
 	| pg_export_snapshot | pg_sleep | pg_notify | _slot\b | pg_logical
+	| pg_replication_origin | pg_reload_conf | pg_temp
 	| \blo_ | dblink | \bFOR\s+(?:UPDATE|SHARE|NO\s+KEY|KEY) /xi;
 my $DISTURBS = qr/
 	\bDATABASE\b | \bEXTENSION\b | pg_stat_activity | pg_terminate_backend
@@ -969,7 +973,9 @@ sub session_write
 	my ($node, $dbname, $sql) = @_;
 	return undef unless defined cached_read($node, $dbname, 'SELECT 1');
 	my $session = $cached{ $node->name . "\0" . $dbname }[1];
-	my $out = $session->query($sql, 2 * $PostgreSQL::Test::Utils::timeout_default);
+	# What the regexes miss (a trigger's set_config, a SET after a comment)
+	# does not outlive the call; an open transaction makes DISCARD fail.
+	my $out = $session->query("$sql\n;\nDISCARD ALL", 2 * $PostgreSQL::Test::Utils::timeout_default);
 	return $out if defined $out;
 	forget($node);
 	die "error running SQL over a kept session: '" . ($session->{err} // '') . "'\nwith sql '$sql'";
