@@ -13,7 +13,9 @@ says what the work is for:
               driving them (replicant_decoder_read) -- the pass that N
               pipelines on one publication each repeat today and could share
   encode      replicant's own code (output plugin callbacks, encoder, batch),
-              and what it calls (type output functions, memory)
+              and what it calls (type output functions, memory); for a
+              pgoutput peek (scenario 8), pgoutput's callbacks and what they
+              call
   txn         replicant's own transactions: checkpoint commits and catalog
               reads (replicant_checkpoint_*, replicant_catalog_*, loading the
               pipeline's row, SPI)
@@ -55,6 +57,8 @@ def classify(frames):
             return "http", base
         if "kernel" in dso and HTTP_KERNEL.search(base):
             return "http", base
+        if dso.endswith("pgoutput.so"):
+            return "encode", base
         if dso.endswith("replicant.so") or "/replicant.so" in dso:
             if DECODE_OWN.search(base):
                 return "decode", base

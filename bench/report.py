@@ -371,6 +371,13 @@ def build(r):
              f"{fmt((r.num(f'{sid}.wal_bytes') or 0) / 1e6, 'MB')} / {fmt(r.num(f'{sid}.pgoutput_messages'))} / "
              f"{spread(r.reps(f'{sid}.replicant_start_s'), 's')}", "times: replicant "
              + spread(r.reps(f"{sid}.replicant_s"), "s") + ", pgoutput " + spread(r.reps(f"{sid}.pgoutput_s"), "s"))
+        if sid == "s8" and r.num("s8.share_samples") and r.num("s8.pgoutput_samples"):
+            info(t, "CPU by kind (perf, cpu-clock, DWARF stacks): replicant's worker / the peek's backend",
+                 " / ".join(", ".join(f"{k} {r.get(f's8.{who}_{k}_pct')} %" for k in
+                                      ("decode", "encode", "txn", "http", "other"))
+                            for who in ("share", "pgoutput")),
+                 f"{fmt(r.num('s8.share_samples'), digits=0)} / {fmt(r.num('s8.pgoutput_samples'), digits=0)} samples; "
+                 "encode = the output plugin's work (frames: bench/out/decode-{share,pgoutput}-s8-frames.txt)")
 
     # ---- scenario 9
     counts = [x for x in (r.get("s9.counts") or "").split(",") if x]

@@ -37,11 +37,16 @@ pipelines_create_disabled() { # PREFIX FIRST LAST PUB
 #
 # pgoutput_rounds ID TABLE COUNT_KIND PGBENCH_ARGS...
 pgoutput_rounds() {
-	local id=$1 table=$2 kind=$3 r c t0 end last_end secs start_s cnt
+	local id=$1 table=$2 kind=$3 r c t0 end last_end secs start_s cnt pid
 	shift 3
 	create_stream_table "$table"
 	psql_b -c "CREATE PUBLICATION ${id}_pub FOR TABLE $table"
 	pipelines_create_disabled "${id}_" 1 "$ROUNDS" "${id}_pub"
+	if [ "$PERF" = 1 ]; then
+		pipeline_create "${id}_perf" "${id}_pub"
+		pipeline_wait_state "${id}_perf" streaming
+		pipeline_disable "${id}_perf"
+	fi
 	psql_b >/dev/null <<SQL
 SELECT pg_create_logical_replication_slot('bench_po', 'pgoutput');
 SELECT pg_create_logical_replication_slot('bench_td1', 'test_decoding');
@@ -75,6 +80,22 @@ SQL
 			esac
 		done
 	done
+	if [ "$PERF" = 1 ]; then
+		# Profiled apart from the timed rounds: the peek's backend, then a
+		# catch-up by the worker of one more pipeline, over the same WAL.
+		# Where each one's CPU goes, by kind (bench/decode_share.py).
+		log "$id: perf profiles of a pgoutput peek and of a catch-up"
+		share_perf_start
+		psql_b -At -c "SELECT pg_backend_pid()" \
+			-c "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('bench_po', '$end', NULL,
+				'proto_version', '1', 'publication_names', '${id}_pub')" >"$WORK/peek.out"
+		share_perf_stop "$(head -1 "$WORK/peek.out")" "$id" pgoutput
+		share_perf_start
+		pid=$(enable_find_worker "${id}_perf")
+		pipeline_wait_acked "${id}_perf" "$last_end" >/dev/null
+		share_perf_stop "$pid" "$id" share
+		pipeline_disable "${id}_perf"
+	fi
 	psql_b -c "SELECT replicant.drop_pipeline(name) FROM replicant.pipelines" >/dev/null
 	q "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('bench_po', 'bench_td1')" >/dev/null
 }
@@ -174,27 +195,41 @@ fanout_catchup_round() {
 # s9.KEY_*: "share" for a pipeline of one destination, "dshare" for one of
 # S9_MAX destinations (d), whose top frames show where the fan-out's time goes.
 decode_share_profile() {
-	local pid data="$WORK/perf-s9.data" key=$3
+	local pid
 	log "s9: perf profile of a separate catch-up of $1 (where its CPU goes)"
-	# Machine-wide from before the worker exists; reported for its pid.
-	perf record -e cpu-clock -F 1999 --call-graph dwarf,16384 -a -q -o "$data" >/dev/null 2>&1 &
-	local perf_pid=$!
-	sleep 0.5
+	share_perf_start
 	pid=$(enable_find_worker "$1")
 	pipeline_wait_acked "$1" "$2" >/dev/null
-	kill -INT "$perf_pid" 2>/dev/null || true
-	wait "$perf_pid" 2>/dev/null || true
-	[ -n "$pid" ] || { log "s9: no worker pid for the profile"; return 0; }
-	perf script -i "$data" --pid "$pid" -F comm,pid,ip,sym,dso 2>/dev/null >"$WORK/perf-s9.script" || true
-	python3 "$BENCH_DIR/decode_share.py" "$WORK/perf-s9.script" "$OUTDIR/decode-$key-s9-frames.txt" >"$WORK/decode_share.tsv" ||
-		log "s9: $key: no profile"
+	share_perf_stop "$pid" s9 "$3"
+}
+
+# share_perf_start: a machine-wide recording (cpu-clock, DWARF call graphs),
+# started before the process of interest exists.
+share_perf_start() {
+	SHARE_PERF_DATA="$WORK/perf-share.data"
+	perf record -e cpu-clock -F 1999 --call-graph dwarf,16384 -a -q -o "$SHARE_PERF_DATA" >/dev/null 2>&1 &
+	SHARE_PERF_PID=$!
+	sleep 0.5
+}
+
+# share_perf_stop PID SCENARIO KEY: stops the recording and attributes PID's
+# samples by kind (bench/decode_share.py), recorded as SCENARIO.KEY_*; the
+# deciding frames and top symbols go to bench/out/decode-KEY-SCENARIO-*.txt.
+share_perf_stop() {
+	local pid=$1 id=$2 key=$3 data=$SHARE_PERF_DATA
+	kill -INT "$SHARE_PERF_PID" 2>/dev/null || true
+	wait "$SHARE_PERF_PID" 2>/dev/null || true
+	[ -n "$pid" ] || { log "$id: no pid for the $key profile"; rm -f "$data"; return 0; }
+	perf script -i "$data" --pid "$pid" -F comm,pid,ip,sym,dso 2>/dev/null >"$WORK/perf-share.script" || true
+	python3 "$BENCH_DIR/decode_share.py" "$WORK/perf-share.script" "$OUTDIR/decode-$key-$id-frames.txt" >"$WORK/decode_share.tsv" ||
+		log "$id: $key: no profile"
 	while IFS=$'\t' read -r k v; do
-		[ -n "$k" ] && record "s9.${key}_$k" "$v"
+		[ -n "$k" ] && record "$id.${key}_$k" "$v"
 	done <"$WORK/decode_share.tsv"
 	perf report -i "$data" --pid "$pid" --no-children -g none --sort dso,sym --stdio 2>/dev/null |
-		grep -v '^#' | grep -v '^$' | head -60 >"$OUTDIR/decode-$key-s9-top.txt" || true
-	cp "$WORK/decode_share.tsv" "$OUTDIR/decode-$key-s9.tsv" 2>/dev/null || true
-	rm -f "$data"
+		grep -v '^#' | grep -v '^$' | head -60 >"$OUTDIR/decode-$key-$id-top.txt" || true
+	cp "$WORK/decode_share.tsv" "$OUTDIR/decode-$key-$id.tsv" 2>/dev/null || true
+	rm -f "$data" "$WORK/perf-share.script"
 }
 
 # fanout_overhead_slice K R: one slice of (b), pipelines o1..oK streaming,
