@@ -36,6 +36,7 @@ OBJS = \
 	src/output_plugin.o \
 	src/render_target.o \
 	src/publication.o \
+	src/publication_rules.o \
 	src/table_shape.o \
 	src/row_key.o \
 	src/plugin_gate.o \

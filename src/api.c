@@ -44,6 +44,7 @@
 #include "pipeline_options.h"
 #include "plugin_gate.h"
 #include "publication.h"
+#include "publication_rules.h"
 #include "redact.h"
 #include "replicant.h"
 #include "runs.h"

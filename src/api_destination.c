@@ -29,7 +29,7 @@
 #include "destination_resync.h"
 #include "format.h"
 #include "pipeline_checks.h"
-#include "publication.h"
+#include "publication_rules.h"
 #include "redact.h"
 #include "shmem.h"
 #include "sink_nats_url.h"

@@ -22,7 +22,7 @@
 #include "catalog.h"
 #include "pipeline.h"
 #include "pipeline_options.h"
-#include "publication.h"
+#include "publication_rules.h"
 #include "runs.h"
 #include "shmem.h"
 #include "waiver.h"

@@ -68,6 +68,7 @@
 #include "key_order.h"
 #include "partition_root.h"
 #include "publication.h"
+#include "publication_rules.h"
 #include "pubfilter.h"
 #include "row_key.h"
 #include "table_read.h"

@@ -27,7 +27,7 @@
 #include "encoder.h"
 #include "key_order.h"
 #include "partition_root.h"
-#include "publication.h"
+#include "publication_rules.h"
 #include "pubfilter.h"
 #include "row_key.h"
 #include "table_read.h"

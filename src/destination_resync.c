@@ -44,7 +44,7 @@
 #include "destination_resync.h"
 #include "event_log.h"
 #include "partition_root.h"
-#include "publication.h"
+#include "publication_rules.h"
 #include "resync.h"
 #include "table_read.h"
 

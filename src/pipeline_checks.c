@@ -22,7 +22,7 @@
 
 #include "pipeline.h"
 #include "pipeline_checks.h"
-#include "publication.h"
+#include "publication_rules.h"
 #include "sink_ddl.h"
 
 void

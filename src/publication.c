@@ -11,10 +11,10 @@
  * cached per relation and dropped by catalog invalidations, which the
  * reorder buffer replays at their own positions.
  *
- * A partition published via its root is delivered as that root
- * (partition_root.c); row filters and column lists are pubfilter.c's,
- * taken from the publications that publish the relation as what it is
- * delivered as, as pgoutput takes them.
+ * Whether a publication delivers a relation, and with which row filters
+ * and column lists, is publication_rules.c's; this file keeps the answers
+ * per relation for decoding.  A partition published via its root is
+ * delivered as that root (partition_root.c).
  *
  * Dropped tables do not stay: an entry that keeps no state (a table not
  * published) goes once invalidated, at a later lookup; a published table's
@@ -27,35 +27,23 @@
  */
 #include "postgres.h"
 
-#include "access/genam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "catalog/indexing.h"
 #include "catalog/namespace.h"
 #include "catalog/partition.h"
-#include "catalog/pg_class.h"
 #include "catalog/pg_publication.h"
-#include "catalog/pg_publication_namespace.h"
-#include "catalog/pg_publication_rel.h"
-#include "commands/extension.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
-#include "utils/builtins.h"
-#include "utils/catcache.h"
-#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
-#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "compat.h"
 #include "publication.h"
+#include "publication_rules.h"
 #include "pubfilter.h"
 #include "row_key.h"
 #include "table_shape.h"
@@ -348,71 +336,13 @@ bms_copy_in(MemoryContext mcxt, const Bitmapset *set)
 	return copy;
 }
 
-/* FOR ALL TABLES, or rel's schema: no row filter, no column list. */
-static bool
-whole_table(Publication *pub, List *schema_pubs)
-{
-	return pub->alltables || list_member_oid(schema_pubs, pub->oid);
-}
-
-/*
- * Whether pub delivers rel: FOR ALL TABLES, its schema, itself or (as a
- * partition) an ancestor listed.
- */
-static bool
-publishes(Publication *pub, Relation rel, List *rel_pubs, List *schema_pubs,
-		  List *ancestors)
-{
-	if (whole_table(pub, schema_pubs) || list_member_oid(rel_pubs, pub->oid))
-		return true;
-	return ancestors != NIL &&
-		   OidIsValid(GetTopMostAncestorInPublication(pub->oid, ancestors, NULL));
-}
-
-/*
- * Adds to filter the row filters and column lists of those of pubs that
- * publish rel as target (rel itself, or the root it is delivered as): as
- * pgoutput, only the publications through which the relation is published
- * as what it is delivered as count.  They come from target's FOR TABLE
- * entry, unless a publication has the whole table anyway: FOR ALL TABLES,
- * or TABLES IN SCHEMA of target's schema.  pgoutput asks for the schema of
- * the relation it publishes as (pgoutput_row_filter_init), not rel's: a
- * partition in a schema the publication has whole, published through a
- * root in another schema that it lists with a filter, gets the root's
- * filter.  rel_pubs and schema_pubs are rel's.
- */
-static void
-add_filters(ReplicantPubFilter *filter, Relation rel, Relation target, List *pubs,
-			List *rel_pubs, List *schema_pubs, List *ancestors)
-{
-	Oid target_relid = RelationGetRelid(target);
-	List *target_schema_pubs = schema_pubs;
-	ListCell *lc;
-
-	if (RelationGetNamespace(target) != RelationGetNamespace(rel))
-		target_schema_pubs = GetSchemaPublications(RelationGetNamespace(target));
-
-	foreach(lc, pubs)
-	{
-		Publication *pub = lfirst(lc);
-
-		if (!replicant_partition_root_publishes_parent(pub, rel) ||
-			!publishes(pub, rel, rel_pubs, schema_pubs, ancestors) ||
-			replicant_partition_root_published_as(pub, rel, ancestors, NULL) != target_relid)
-			continue;
-		replicant_pubfilter_add(filter, target,
-								whole_table(pub, target_schema_pubs) ? InvalidOid : target_relid,
-								pub);
-	}
-}
-
 /* Adds pub's actions to entry if pub delivers rel; may set a halt reason. */
 static void
 apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 				  XLogRecPtr from, List *rel_pubs, List *schema_pubs, List *ancestors)
 {
 	if (!replicant_partition_root_publishes_parent(pub, rel) ||
-		!publishes(pub, rel, rel_pubs, schema_pubs, ancestors))
+		!replicant_publication_publishes(pub, rel, rel_pubs, schema_pubs, ancestors))
 		return;
 	replicant_partition_root_consider(&entry->root, pub, rel, ancestors);
 	entry->published_from = entry->published ? Min(entry->published_from, from) : from;
@@ -423,44 +353,10 @@ apply_publication(ReplicantRelInfo *entry, Relation rel, Publication *pub,
 	entry->pub_truncate |= pub->pubactions.pubtruncate;
 }
 
-char *
-replicant_publication_read_filter(Relation rel, Relation target, List *names,
-								  ReplicantPubFilter **filter)
-{
-	Oid relid = RelationGetRelid(rel);
-	List *pubs = NIL;
-	List *ancestors = NIL;
-	ListCell *lc;
-
-	*filter = replicant_pubfilter_create(CurrentMemoryContext);
-	if (rel->rd_rel->relispartition)
-		ancestors = get_partition_ancestors(relid);
-	foreach(lc, names)
-	{
-		Publication *pub = GetPublicationByName(lfirst(lc), true);
-
-		if (pub)
-			pubs = lappend(pubs, pub);
-	}
-	add_filters(*filter, rel, target, pubs, GetRelationPublications(relid),
-				GetSchemaPublications(RelationGetNamespace(rel)), ancestors);
-	return (*filter)->conflict;
-}
-
 uint64
 replicant_publication_changes(bool relations)
 {
 	return publication_changes + (relations ? relation_changes : 0);
-}
-
-void
-replicant_publication_catalog_refresh(void)
-{
-	AcceptInvalidationMessages();
-	CatalogCacheFlushCatalog(PublicationRelationId);
-	CatalogCacheFlushCatalog(PublicationRelRelationId);
-	CatalogCacheFlushCatalog(PublicationNamespaceRelationId);
-	InvalidateCatalogSnapshot();
 }
 
 /* Forgets entry's pending schema change, if any. */
@@ -586,68 +482,6 @@ replicant_publication_save_shapes(int32 pipeline_id)
 	}
 }
 
-/* Whether one of the pipeline's publications delivers rel. */
-static bool
-pipeline_publishes(Relation rel)
-{
-	Oid relid = RelationGetRelid(rel);
-	List *rel_pubs = GetRelationPublications(relid);
-	List *schema_pubs = GetSchemaPublications(RelationGetNamespace(rel));
-	List *ancestors = rel->rd_rel->relispartition ? get_partition_ancestors(relid) : NIL;
-	ListCell *lc;
-
-	foreach(lc, publications)
-	{
-		Publication *pub = lfirst(lc);
-
-		if (replicant_partition_root_publishes_parent(pub, rel) &&
-			publishes(pub, rel, rel_pubs, schema_pubs, ancestors))
-			return true;
-	}
-	return false;
-}
-
-/*
- * For a format that names targets without the schema: the schema of a
- * table of target's name that is delivered too (its rows would share the
- * target), else NULL.  Asked of the catalog, not of the changes seen so
- * far, so a pair holds whichever table changes.
- */
-static char *
-target_taken(Relation rel, Relation target)
-{
-	Relation classrel = table_open(RelationRelationId, AccessShareLock);
-	const char *name = RelationGetRelationName(target);
-	NameData key_name;
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple tuple;
-	char *reason = NULL;
-
-	namestrcpy(&key_name, name);
-	ScanKeyInit(&key, Anum_pg_class_relname, BTEqualStrategyNumber, F_NAMEEQ,
-				NameGetDatum(&key_name));
-	scan = systable_beginscan(classrel, ClassNameNspIndexId, true, NULL, 1, &key);
-	while (reason == NULL && HeapTupleIsValid(tuple = systable_getnext(scan)))
-	{
-		Form_pg_class other = (Form_pg_class) GETSTRUCT(tuple);
-		Relation other_rel;
-
-		if (other->relnamespace == RelationGetNamespace(target) ||
-			other->relnamespace == replicant_namespace || other->oid == RelationGetRelid(rel) ||
-			(other->relkind != RELKIND_RELATION && other->relkind != RELKIND_PARTITIONED_TABLE))
-			continue;
-		other_rel = RelationIdGetRelation(other->oid);
-		if (RelationIsValid(other_rel) && pipeline_publishes(other_rel))
-			reason = MemoryContextStrdup(relinfo_context, get_namespace_name(other->relnamespace));
-		if (RelationIsValid(other_rel))
-			RelationClose(other_rel);
-	}
-	systable_endscan(scan);
-	table_close(classrel, AccessShareLock);
-	return reason;
-}
-
 /*
  * The names of the relation rel's changes are delivered as (an ancestor
  * when published via the partition root), and their key: rel's own
@@ -665,7 +499,8 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 												 get_namespace_name(RelationGetNamespace(target)));
 	entry->relation.table = MemoryContextStrdup(relinfo_context,
 												RelationGetRelationName(target));
-	add_filters(entry->filter, rel, target, publications, rel_pubs, schema_pubs, ancestors);
+	replicant_publication_add_filters(entry->filter, rel, target, publications, rel_pubs,
+									  schema_pubs, ancestors);
 	/* A published table has a filter: a publication's at least. */
 	Assert(entry->filter->have_columns);
 	replicant_row_key_delivered(rel, target, entry->filter->columns, &entry->key_columns,
@@ -677,7 +512,9 @@ describe_as_delivered(ReplicantRelInfo *entry, Relation rel, List *rel_pubs,
 	if (entry->filter->conflict && entry->halt_reason == NULL)
 		entry->halt_reason = pstrdup(entry->filter->conflict);
 	if (names_without_schema && entry->halt_reason == NULL)
-		entry->name_shared_with = target_taken(rel, target);
+		entry->name_shared_with = replicant_publication_target_taken(rel, target, publications,
+																	 replicant_namespace,
+																	 relinfo_context);
 	replicant_partition_root_close(target, rel);
 }
 
@@ -835,31 +672,6 @@ replicant_publication_relinfo(Relation rel)
 		compute_relinfo(entry, rel);
 	last_relinfo = entry;
 	return entry;
-}
-
-List *
-replicant_publication_published_tables(ArrayType *publications, bool delivered_only)
-{
-	Oid argtypes[2] = {TEXTARRAYOID, BOOLOID};
-	Datum args[2] = {PointerGetDatum(publications), BoolGetDatum(delivered_only)};
-	List *relids = NIL;
-	uint64 i;
-
-	if (SPI_execute_with_args("SELECT DISTINCT c.oid" REPLICANT_PUBLISHED_LEAVES
-							  " WHERE p.pubname OPERATOR(pg_catalog.=) ANY ($1)"
-							  "   AND (NOT $2 OR (n.nspname OPERATOR(pg_catalog.<>) 'replicant'"
-							  "                   AND c.relkind OPERATOR(pg_catalog.=) 'r'))"
-							  " ORDER BY c.oid",
-							  2, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list published tables");
-	for (i = 0; i < SPI_processed; i++)
-	{
-		bool isnull;
-
-		relids = lappend_oid(relids, DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-																	SPI_tuptable->tupdesc, 1, &isnull)));
-	}
-	return relids;
 }
 
 List *

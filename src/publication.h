@@ -9,7 +9,6 @@
 #include "access/xlogdefs.h"
 #include "nodes/bitmapset.h"
 #include "nodes/pg_list.h"
-#include "utils/array.h"
 #include "utils/relcache.h"
 
 #include "change.h"
@@ -158,19 +157,6 @@ extern bool replicant_publication_forget(Oid relid);
 extern bool replicant_publication_shapes_unsaved(void);
 
 /*
- * What a snapshot or backfill of rel, delivered as target (rel itself or
- * its partition root), reads under these publications (by name): *filter,
- * in a child of the current memory context, holds the row filter over
- * target's columns and the published columns (NULL: every live column);
- * free it with replicant_pubfilter_free.  Returns a value-free reason when
- * the server would refuse to synchronize the table, else NULL.  Runs in a
- * transaction, outside decoding.
- */
-extern char *replicant_publication_read_filter(Relation rel, Relation target,
-											   List *publication_names,
-											   struct ReplicantPubFilter **filter);
-
-/*
  * How many catalog changes this process saw, decoded or committed, that can
  * change what the publications publish: of publications and their members,
  * and with relations, of any relation too.  Equal counts at two moments
@@ -180,17 +166,6 @@ extern char *replicant_publication_read_filter(Relation rel, Relation target,
 extern uint64 replicant_publication_changes(bool relations);
 
 /*
- * Makes the publications' catalog rows be read anew, under a catalog
- * snapshot taken after the caller's latest snapshot: cached ones, or the
- * catalog snapshot they were read under, may predate it (ALTER PUBLICATION
- * takes no lock that a reader's conflicts with).  Call before
- * replicant_partition_root_open_for_read and
- * replicant_publication_read_filter when what they say must be at least as
- * new as the data read.
- */
-extern void replicant_publication_catalog_refresh(void);
-
-/*
  * A value-free reason if a publication that counts for a commit at
  * commit_lsn is missing at this point of decoding and waivers (waiver.h) do
  * not accept it, with *cause what a resume would; else NULL: the missing
@@ -198,15 +173,5 @@ extern void replicant_publication_catalog_refresh(void);
  */
 extern char *replicant_publication_missing(XLogRecPtr commit_lsn, const List *waivers,
 										   char **cause);
-
-/*
- * The relations pg_publication_tables lists for the publications (a text[]),
- * a partitioned table standing for its leaf partitions, in OID order, in
- * CurrentMemoryContext; needs an SPI connection.  With
- * delivered_only, only what a pipeline delivers: ordinary tables (leaf
- * partitions, not their parents) outside replicant's own schema.
- */
-extern List *replicant_publication_published_tables(ArrayType *publications,
-													bool delivered_only);
 
 #endif /* REPLICANT_PUBLICATION_H */

@@ -49,7 +49,7 @@
 #include "format_clickhouse.h"
 #include "partition_root.h"
 #include "pipeline.h"
-#include "publication.h"
+#include "publication_rules.h"
 #include "pubfilter.h"
 #include "row_key.h"
 #include "sink_ddl.h"

@@ -29,7 +29,7 @@
 
 #include "catalog.h"
 #include "partition_root.h"
-#include "publication.h"
+#include "publication_rules.h"
 #include "snapshot_plan.h"
 #include "table_read.h"
 

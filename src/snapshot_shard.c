@@ -48,7 +48,7 @@
 #include "format.h"
 #include "partition_root.h"
 #include "pubfilter.h"
-#include "publication.h"
+#include "publication_rules.h"
 #include "row_key.h"
 #include "runs.h"
 #include "slot.h"
