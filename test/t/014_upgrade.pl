@@ -10,6 +10,7 @@
 # functions work, and the updated objects are those of a fresh installation
 # (nothing half-migrated), its grants on the schema kept.  Then an
 # uninstall and a reinstall: no old grant survives.
+# versions: all (issue #34: the upgrade of 0.2.0 pipelines, on 15, 17 and 18)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;

@@ -5,6 +5,7 @@
 # it up from its own checkpoint with nothing sent twice to the others; a
 # killed worker re-sends at most one batch per destination; a destination
 # dropped while streaming lets the slot move on.
+# versions: all (issue #34 asks its tests on 15, 17 and 18)
 use strict;
 use warnings;
 use FindBin;

@@ -33,6 +33,7 @@
 # format.
 #
 # The seed is printed; REPLICANT_SEED=<n> repeats the workload.
+# versions: all (issue #34 asks its tests on 15, 17 and 18)
 use strict;
 use warnings;
 use FindBin;
