@@ -101,6 +101,14 @@ sub try_sql
 		my $out = ReplicantTest::Session::cached_read($node, $o{db} // 'postgres', $sql);
 		return (1, $out, '') if defined $out;
 	}
+	# Writes too, when they leave the session as they found it.  A lost
+	# connection is retried below, as it is when psql reports it.
+	elsif (ReplicantTest::Session::is_session_neutral($sql))
+	{
+		my ($ok, $out) = ReplicantTest::Session::try_write($node, $o{db} // 'postgres', $sql);
+		return (1, $out, '') if $ok;
+		return (0, '', $out) if defined $ok && !conn_error($out);
+	}
 	while (1)
 	{
 		my ($ret, $out, $err);

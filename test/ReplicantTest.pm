@@ -965,20 +965,33 @@ sub cached_read
 	return $out;
 }
 
-# Runs statements that are no plain read over the kept session: undef when
-# they must run as before (no session answers), else their output; dies as
-# safe_psql does when they fail.
-sub session_write
+# Runs statements that are no plain read over the kept session, followed by
+# DISCARD ALL: (1, output) when they ran, (0, psql's stderr) when they
+# failed (the session is ended), an empty list when no session answers (run
+# them as before).  They run once: a statement that failed may have done its
+# work.
+sub try_write
 {
 	my ($node, $dbname, $sql) = @_;
-	return undef unless defined cached_read($node, $dbname, 'SELECT 1');
+	return () unless defined cached_read($node, $dbname, 'SELECT 1');
 	my $session = $cached{ $node->name . "\0" . $dbname }[1];
 	# What the regexes miss (a trigger's set_config, a SET after a comment)
 	# does not outlive the call; an open transaction makes DISCARD fail.
 	my $out = $session->query("$sql\n;\nDISCARD ALL", 2 * $PostgreSQL::Test::Utils::timeout_default);
-	return $out if defined $out;
+	return (1, $out) if defined $out;
 	forget($node);
-	die "error running SQL over a kept session: '" . ($session->{err} // '') . "'\nwith sql '$sql'";
+	return (0, $session->{err} // '');
+}
+
+# try_write for safe_psql: undef when the statements must run as before,
+# else their output; dies as safe_psql does when they fail.
+sub session_write
+{
+	my ($node, $dbname, $sql) = @_;
+	my ($ok, $out) = try_write($node, $dbname, $sql);
+	return undef unless defined $ok;
+	return $out if $ok;
+	die "error running SQL over a kept session: '$out'\nwith sql '$sql'";
 }
 
 sub forget
