@@ -12,6 +12,7 @@ OBJS = \
 	src/launcher.o \
 	src/sync.o \
 	src/worker.o \
+	src/cpu_budget.o \
 	src/fanout.o \
 	src/fanout_outlet.o \
 	src/fanout_reads.o \
@@ -146,13 +147,18 @@ format-check:
 .PHONY: format format-check
 
 # Unit tests of the pure modules, run without a server (docs/development.md).
-UNIT_TESTS = test/unit/sink_http_answer_test
+UNIT_TESTS = test/unit/sink_http_answer_test test/unit/cpu_budget_test
 
 test/unit/sink_http_answer_test: test/unit/sink_http_answer_test.c src/sink_http_answer.c \
 		src/sink_http_answer.h src/transport.h
 	$(CC) $(CFLAGS) $(CPPFLAGS) -I$(srcdir)/src -o $@ \
 		$(srcdir)/test/unit/sink_http_answer_test.c $(srcdir)/src/sink_http_answer.c \
 		-L$(pkglibdir) -lpgcommon -lpgport -lcurl
+
+test/unit/cpu_budget_test: test/unit/cpu_budget_test.c src/cpu_budget.c src/cpu_budget.h
+	$(CC) $(CFLAGS) $(CPPFLAGS) -I$(srcdir)/src -o $@ \
+		$(srcdir)/test/unit/cpu_budget_test.c $(srcdir)/src/cpu_budget.c \
+		-L$(pkglibdir) -lpgcommon -lpgport
 
 unit: $(UNIT_TESTS)
 	@for t in $(UNIT_TESTS); do ./$$t || exit 1; done

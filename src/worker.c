@@ -22,7 +22,7 @@
  * of reading, within the batch limits).  A caught-up worker whose
  * deliveries use more than its CPU budget rests after them, at most
  * batch_linger, so that under a steady stream of commits it batches
- * instead of spending a core on one request per commit (CPU_SHARE_DIVISOR).
+ * instead of spending a core on one request per commit (cpu_budget.c).
  *
  * A crash re-delivers the batches acknowledged since the last checkpoint
  * commit (at most one interval's worth; only the last batch with an
@@ -42,8 +42,6 @@
  */
 #include "postgres.h"
 
-#include <time.h>
-
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "miscadmin.h"
@@ -62,6 +60,7 @@
 #include "backfill_plan.h"
 #include "chunk.h"
 #include "checkpoint.h"
+#include "cpu_budget.h"
 #include "decoder.h"
 #include "delivery.h"
 #include "destination.h"
@@ -92,22 +91,6 @@
 #define SKIP_CHECK_MS 1000
 
 /*
- * A caught-up worker's delivering cycles may use 1/CPU_SHARE_DIVISOR of a
- * core, with bursts of CPU_BURST_US above that; past it, the worker rests
- * before it reads again, for at most replicant.batch_linger.  A request
- * costs the worker about 100 us of CPU however few transactions it carries
- * (send, libcurl, checkpoint), and a sink that answers at once is idle
- * again before the next commit: at a few thousand commits/s each request
- * would carry one or two transactions and take a quarter of a core from
- * the source.  Resting lets what commits meanwhile share the next request,
- * while a lightly loaded pipeline, under budget, never rests.  CPU time,
- * not wall time: waiting for a slow sink costs the source nothing, and
- * what commits meanwhile shares the next request anyway.
- */
-#define CPU_SHARE_DIVISOR 10
-#define CPU_BURST_US 1000
-
-/*
  * Everything the worker holds, passed along from replicant_worker_main.  It
  * lives in TopMemoryContext: the exit callback reads it after an error has
  * unwound the stack.
@@ -126,8 +109,7 @@ typedef struct Worker
 	TimestampTz skip_check_at;   /* when to look at it again */
 	bool skip_check_due;         /* look whatever changed: a new skip */
 	uint64 skip_changes;         /* publication changes seen before the last look */
-	int64 cpu_credit_us;         /* CPU budget left (see CPU_SHARE_DIVISOR) */
-	TimestampTz credit_at;       /* when cpu_credit_us was last brought up to date */
+	ReplicantCpuBudget budget;   /* its deliveries' CPU once caught up */
 	int batch_max_transactions;  /* the lowest of its destinations' */
 	int batch_max_bytes;
 } Worker;
@@ -777,40 +759,6 @@ wait_for_wal(Worker *w)
 	replicant_fanout_wait(w->fanout, timeout);
 }
 
-/* The CPU time this process has used, in microseconds. */
-static int64
-cpu_time_us(void)
-{
-	struct timespec ts;
-
-	if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
-		return 0;
-	return (int64) ts.tv_sec * USECS_PER_SEC + ts.tv_nsec / 1000;
-}
-
-/*
- * Charges a delivering cycle's CPU to the budget, which earns one part in
- * CPU_SHARE_DIVISOR of the time passed, and rests as long as it takes to
- * earn back what is overdrawn, at most batch_linger.
- */
-static void
-rest_if_over_budget(Worker *w, int64 cycle_cpu_us)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	int64 linger_us = (int64) replicant_batch_linger_ms * 1000;
-	int64 rest_us;
-
-	w->cpu_credit_us = Min(w->cpu_credit_us + (now - w->credit_at) / CPU_SHARE_DIVISOR,
-						   CPU_BURST_US) -
-					   cycle_cpu_us;
-	/* An overdraft past one rest is forgotten, so a quiet spell clears it. */
-	w->cpu_credit_us = Max(w->cpu_credit_us, -linger_us / CPU_SHARE_DIVISOR);
-	rest_us = Min(-w->cpu_credit_us * CPU_SHARE_DIVISOR, linger_us);
-	w->credit_at = now;
-	if (rest_us > 0)
-		replicant_delivery_sleep_until(w->slot, now + rest_us);
-}
-
 static void
 run_pipeline(Worker *w)
 {
@@ -821,7 +769,7 @@ run_pipeline(Worker *w)
 										  ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
-		int64 cpu_before = cpu_time_us();
+		int64 cpu_before = replicant_cpu_time_us();
 		bool delivered;
 
 		MemoryContextSwitchTo(cycle_context);
@@ -829,7 +777,15 @@ run_pipeline(Worker *w)
 		if (!stream_cycle(w, &delivered))
 			continue;
 		if (delivered)
-			rest_if_over_budget(w, cpu_time_us() - cpu_before);
+		{
+			TimestampTz now = GetCurrentTimestamp();
+			int64 rest_us = replicant_cpu_budget_charge(&w->budget,
+														replicant_cpu_time_us() - cpu_before, now,
+														(int64) replicant_batch_linger_ms * 1000);
+
+			if (rest_us > 0)
+				replicant_delivery_sleep_until(w->slot, now + rest_us);
+		}
 		wait_for_wal(w);
 	}
 }
