@@ -691,14 +691,14 @@ sub server_fault
 				$pid = $r->pub_sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'replicant snapshot' LIMIT 1");
 				return $pid;
 			});
-		kill('KILL', $pid) if $pid;
+		$r->crash($pid) if $pid;
 		return;
 	}
 	my (undef, $pid) = $r->status;
 	return unless $pid > 0;
 	if ($s->{kind} eq 'kill9')
 	{
-		kill('KILL', $pid);
+		$r->crash($pid);
 		return;
 	}
 	# fault_point: the worker exits at that step of its next delivery
@@ -712,6 +712,21 @@ sub server_fault
 		$r->poll_until('the worker stops', 30, sub { my (undef, $now) = $r->status; return !$now; });
 		$r->pub_sql("SELECT replicant.enable_pipeline('p')");
 	}
+	return;
+}
+
+# Kills a server process, which makes the postmaster end every backend and
+# restart.  Returns once the postmaster has reaped it (and so told the
+# others to quit), with the kept sessions ended: a step run over one of them
+# before its backend got the signal could commit and then lose its
+# connection, and be run again.
+sub crash
+{
+	my ($r, $pid) = @_;
+	kill('KILL', $pid);
+	$r->poll_until('the postmaster reaps it', 30, sub { return !kill(0, $pid); })
+	  or $r->flunk('runner', 'crash', "process $pid was not reaped");
+	ReplicantTest::Session::forget($r->{pub});
 	return;
 }
 

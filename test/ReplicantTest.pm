@@ -980,7 +980,8 @@ sub try_write
 	my $out = $session->query("$sql\n;\nDISCARD ALL", 2 * $PostgreSQL::Test::Utils::timeout_default);
 	return (1, $out) if defined $out;
 	forget($node);
-	return (0, $session->{err} // '');
+	return (0, $session->{err}) if ($session->{err} // '') ne '';
+	return (0, "kept session: no answer within the timeout, or psql exited (the statements may have run)");
 }
 
 # try_write for safe_psql: undef when the statements must run as before,
