@@ -183,6 +183,11 @@ proc_cpu_s() {
 # being up, and to acknowledged.
 bench_wait_setup() {
 	psql_b <<'SQL'
+-- The CPU seconds (user + system) the calling backend has used so far.
+CREATE OR REPLACE FUNCTION bench_cpu_s() RETURNS numeric LANGUAGE sql AS $$
+	SELECT (split_part(f, ' ', 12)::numeric + split_part(f, ' ', 13)::numeric) / 100
+	  FROM (SELECT split_part(pg_read_file('/proc/self/stat'), ') ', 2) AS f) s
+$$;
 CREATE OR REPLACE PROCEDURE bench_enable_and_wait(p_name text, p_end pg_lsn, p_enable boolean)
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -371,6 +371,10 @@ def build(r):
              f"{fmt((r.num(f'{sid}.wal_bytes') or 0) / 1e6, 'MB')} / {fmt(r.num(f'{sid}.pgoutput_messages'))} / "
              f"{spread(r.reps(f'{sid}.replicant_start_s'), 's')}", "times: replicant "
              + spread(r.reps(f"{sid}.replicant_s"), "s") + ", pgoutput " + spread(r.reps(f"{sid}.pgoutput_s"), "s"))
+        if r.reps(f"{sid}.replicant_cpu_s") and r.reps(f"{sid}.pgoutput_cpu_s"):
+            info(t, f"{label}: CPU of replicant's worker (its whole life) / of the peek's backend",
+                 spread(r.reps(f"{sid}.replicant_cpu_s"), "s") + " / " + spread(r.reps(f"{sid}.pgoutput_cpu_s"), "s"),
+                 "peek CPU / worker CPU: " + ratio_spread(r, f"{sid}.pgoutput_cpu_s", f"{sid}.replicant_cpu_s"))
         if sid == "s8" and r.num("s8.share_samples") and r.num("s8.pgoutput_samples"):
             info(t, "CPU by kind (perf, cpu-clock, DWARF stacks): replicant's worker / the peek's backend",
                  " / ".join(", ".join(f"{k} {r.get(f's8.{who}_{k}_pct')} %" for k in

@@ -37,7 +37,7 @@ pipelines_create_disabled() { # PREFIX FIRST LAST PUB
 #
 # pgoutput_rounds ID TABLE COUNT_KIND PGBENCH_ARGS...
 pgoutput_rounds() {
-	local id=$1 table=$2 kind=$3 r c t0 end last_end secs start_s cnt pid
+	local id=$1 table=$2 kind=$3 r c t0 end last_end secs start_s cnt pid cpu0 cpu1
 	shift 3
 	create_stream_table "$table"
 	psql_b -c "CREATE PUBLICATION ${id}_pub FOR TABLE $table"
@@ -64,10 +64,12 @@ SQL
 			case $c in
 				pgoutput)
 					t0=$(now)
-					cnt=$(q "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('bench_po', '$end', NULL,
-						'proto_version', '1', 'publication_names', '${id}_pub')")
+					read -r cpu0 cnt cpu1 <<<"$(psql_b -At -c "SELECT bench_cpu_s()" \
+						-c "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('bench_po', '$end', NULL,
+							'proto_version', '1', 'publication_names', '${id}_pub')" -c "SELECT bench_cpu_s()" | paste -sd' ')"
 					record "$id.pgoutput_s.$r" "$(since "$t0")"
 					record "$id.pgoutput_messages" "$cnt"
+					record "$id.pgoutput_cpu_s.$r" "$(calc "$cpu1 - $cpu0")"
 					;;
 				rep)
 					read -r start_s secs <<<"$(pipeline_catchup "${id}_$r" "$last_end")"
@@ -75,6 +77,7 @@ SQL
 					record "$id.replicant_s.$r" "$secs"
 					record "$id.replicant_start_s.$r" "$start_s"
 					record "$id.replicant_changes" "$(q "SELECT changes_delivered FROM replicant.status WHERE pipeline = '${id}_$r'")"
+					record "$id.replicant_cpu_s.$r" "$(proc_cpu_s "$(worker_pid "${id}_$r")")"
 					pipeline_disable "${id}_$r"
 					;;
 			esac
