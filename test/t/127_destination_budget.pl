@@ -369,6 +369,20 @@ sub q_streams
 }
 ok(q_streams(), 'q streams');
 
+# Asks for q's resync and lets its worker die once the new slot is made,
+# before the destinations' resyncs begin (fault point resync_slot_made);
+# then q is disabled, the fault point still set.
+sub resync_dies_once_slot_made
+{
+	$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'resync_slot_made'; SELECT pg_reload_conf()");
+	my $offset = -s $node->logfile;
+	$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('q')");
+	$node->wait_for_log(qr/fault point "resync_slot_made" reached, exiting/, $offset);
+	$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('q')");
+	ok(poll("SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'q'"), "q's worker is gone");
+	return;
+}
+
 # (a2) the worker dies once the new slot is made, before the destinations'
 # resyncs begin (fault point resync_slot_made), and e is dropped then: the
 # one destination left gets the pipeline's own resync, which drops that
@@ -378,12 +392,7 @@ $sink_d->control({ fail_status => 503 });
 $u++;
 $node->safe_psql('postgres', "INSERT INTO u VALUES ($u, 'refused by d')");
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_e, ['public.u'], 60), 'e has the row d refuses');
-$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'resync_slot_made'; SELECT pg_reload_conf()");
-$offset = -s $node->logfile;
-$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('q')");
-$node->wait_for_log(qr/fault point "resync_slot_made" reached, exiting/, $offset);
-$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('q')");
-ok(poll("SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'q'"), "q's worker is gone");
+resync_dies_once_slot_made();
 $node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf()");
 $node->safe_psql('postgres', "SELECT replicant.drop_destination('q', 'e')");
 $sink_d->control({ clear => 1 });
@@ -444,12 +453,7 @@ resync_q('after the halt, resync_pipeline(q) brings both back');
 # destinations' resyncs begin: it is made again, and the request stays a
 # request (default, whose on_slot_loss is 'halt', resyncs too).
 $node->safe_psql('postgres', "SELECT replicant.disable_pipeline('p')");
-$node->safe_psql('postgres', "ALTER SYSTEM SET replicant.fault_point = 'resync_slot_made'; SELECT pg_reload_conf()");
-$offset = -s $node->logfile;
-$node->safe_psql('postgres', "SELECT replicant.resync_pipeline('q')");
-$node->wait_for_log(qr/fault point "resync_slot_made" reached, exiting/, $offset);
-$node->safe_psql('postgres', "SELECT replicant.disable_pipeline('q')");
-ok(poll("SELECT worker_pid IS NULL FROM replicant.status WHERE pipeline = 'q'"), "q's worker is gone");
+resync_dies_once_slot_made();
 $node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.fault_point;"
 	  . " ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'; SELECT pg_reload_conf()");
 ok(poll_until_lost(), "q's new slot is invalidated");
