@@ -37,7 +37,7 @@ pipelines_create_disabled() { # PREFIX FIRST LAST PUB
 #
 # pgoutput_rounds ID TABLE COUNT_KIND PGBENCH_ARGS...
 pgoutput_rounds() {
-	local id=$1 table=$2 kind=$3 r c t0 end last_end secs start_s cnt pid cpu0 cpu1
+	local id=$1 table=$2 kind=$3 r c t0 end last_end secs start_s cnt pid cpu0 cpu1 out
 	shift 3
 	create_stream_table "$table"
 	psql_b -c "CREATE PUBLICATION ${id}_pub FOR TABLE $table"
@@ -64,10 +64,13 @@ SQL
 			case $c in
 				pgoutput)
 					t0=$(now)
-					read -r cpu0 cnt cpu1 <<<"$(psql_b -At -c "SELECT bench_cpu_s()" \
+					out=$(psql_b -At -c "SELECT bench_cpu_s()" \
 						-c "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('bench_po', '$end', NULL,
-							'proto_version', '1', 'publication_names', '${id}_pub')" -c "SELECT bench_cpu_s()" | paste -sd' ')"
-					record "$id.pgoutput_s.$r" "$(since "$t0")"
+							'proto_version', '1', 'publication_names', '${id}_pub')" -c "SELECT bench_cpu_s()")
+					secs=$(since "$t0")
+					read -r cpu0 cnt cpu1 <<<"$(paste -sd' ' <<<"$out")"
+					[ -n "$cpu1" ] || die "$id: the pgoutput peek printed no CPU figures"
+					record "$id.pgoutput_s.$r" "$secs"
 					record "$id.pgoutput_messages" "$cnt"
 					record "$id.pgoutput_cpu_s.$r" "$(calc "$cpu1 - $cpu0")"
 					;;
@@ -77,7 +80,9 @@ SQL
 					record "$id.replicant_s.$r" "$secs"
 					record "$id.replicant_start_s.$r" "$start_s"
 					record "$id.replicant_changes" "$(q "SELECT changes_delivered FROM replicant.status WHERE pipeline = '${id}_$r'")"
-					record "$id.replicant_cpu_s.$r" "$(proc_cpu_s "$(worker_pid "${id}_$r")")"
+					pid=$(worker_pid "${id}_$r")
+					[ -n "$pid" ] || die "$id: no worker after the catch-up of ${id}_$r"
+					record "$id.replicant_cpu_s.$r" "$(proc_cpu_s "$pid")"
 					pipeline_disable "${id}_$r"
 					;;
 			esac
