@@ -101,13 +101,21 @@ sub try_sql
 		my $out = ReplicantTest::Session::cached_read($node, $o{db} // 'postgres', $sql);
 		return (1, $out, '') if defined $out;
 	}
-	# Writes too, when they leave the session as they found it.  A lost
-	# connection is retried below, as it is when psql reports it.
+	# Writes too, when they leave the session as they found it.  The session
+	# answered a ping just before and the crashes and restarts the history
+	# injects end it first (crash, stop): a connection lost now is one
+	# nobody injected, and the statements may have run, so they are not
+	# run again; a crash is reported as one.
 	elsif (ReplicantTest::Session::is_session_neutral($sql))
 	{
 		my ($ok, $out) = ReplicantTest::Session::try_write($node, $o{db} // 'postgres', $sql);
 		return (1, $out, '') if $ok;
-		return (0, '', $out) if defined $ok && !conn_error($out);
+		if (defined $ok)
+		{
+			return (0, '', $out) unless conn_error($out);
+			$r->check_log;
+			return (0, '', "the connection was lost after the statements were sent (they may have run): $out");
+		}
 	}
 	while (1)
 	{
