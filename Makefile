@@ -149,13 +149,13 @@ format-check:
 # Unit tests of the pure modules, run without a server (docs/development.md).
 UNIT_TESTS = test/unit/sink_http_answer_test test/unit/cpu_budget_test
 
-test/unit/sink_http_answer_test: test/unit/sink_http_answer_test.c src/sink_http_answer.c \
+test/unit/sink_http_answer_test: test/unit/sink_http_answer_test.c test/unit/unit_check.h src/sink_http_answer.c \
 		src/sink_http_answer.h src/transport.h
 	$(CC) $(CFLAGS) $(CPPFLAGS) -I$(srcdir)/src -o $@ \
 		$(srcdir)/test/unit/sink_http_answer_test.c $(srcdir)/src/sink_http_answer.c \
 		-L$(pkglibdir) -lpgcommon -lpgport -lcurl
 
-test/unit/cpu_budget_test: test/unit/cpu_budget_test.c src/cpu_budget.c src/cpu_budget.h
+test/unit/cpu_budget_test: test/unit/cpu_budget_test.c test/unit/unit_check.h src/cpu_budget.c src/cpu_budget.h
 	$(CC) $(CFLAGS) $(CPPFLAGS) -I$(srcdir)/src -o $@ \
 		$(srcdir)/test/unit/cpu_budget_test.c $(srcdir)/src/cpu_budget.c \
 		-L$(pkglibdir) -lpgcommon -lpgport

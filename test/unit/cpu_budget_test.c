@@ -9,24 +9,9 @@
 #include "postgres.h"
 
 #include "cpu_budget.h"
+#include "unit_check.h"
 
 #define LINGER_US 5000
-
-static int nchecks = 0;
-static int nfailed = 0;
-
-#define CHECK_INT(got, want, what) check_int((long) (got), (long) (want), (what), __LINE__)
-
-static void
-check_int(long got, long want, const char *what, int line)
-{
-	nchecks++;
-	if (got != want)
-	{
-		nfailed++;
-		printf("FAILED line %d: %s: got %ld, want %ld\n", line, what, got, want);
-	}
-}
 
 /* A worker that uses a tenth of a core or less never rests. */
 static void
@@ -90,6 +75,5 @@ main(void)
 	test_under_budget();
 	test_over_budget();
 	test_earning_back();
-	printf("cpu_budget: %d checks, %d failed\n", nchecks, nfailed);
-	return nfailed == 0 ? 0 : 1;
+	return unit_check_report("cpu_budget");
 }

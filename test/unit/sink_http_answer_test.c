@@ -9,47 +9,7 @@
 #include "postgres.h"
 
 #include "sink_http_answer.h"
-
-static int nchecks = 0;
-static int nfailed = 0;
-
-#define CHECK(cond, what) check((cond), (what), __LINE__)
-#define CHECK_INT(got, want, what) check_int((long) (got), (long) (want), (what), __LINE__)
-#define CHECK_STR(got, want, what) check_str((got), (want), (what), __LINE__)
-
-static void
-check(bool ok, const char *what, int line)
-{
-	nchecks++;
-	if (!ok)
-	{
-		nfailed++;
-		printf("FAILED line %d: %s\n", line, what);
-	}
-}
-
-static void
-check_int(long got, long want, const char *what, int line)
-{
-	nchecks++;
-	if (got != want)
-	{
-		nfailed++;
-		printf("FAILED line %d: %s: got %ld, want %ld\n", line, what, got, want);
-	}
-}
-
-static void
-check_str(const char *got, const char *want, const char *what, int line)
-{
-	nchecks++;
-	if (got == NULL ? want != NULL : want == NULL || strcmp(got, want) != 0)
-	{
-		nfailed++;
-		printf("FAILED line %d: %s: got \"%s\", want \"%s\"\n", line, what,
-			   got ? got : "(null)", want ? want : "(null)");
-	}
-}
+#include "unit_check.h"
 
 /* ClickHouse-like: 60 (unknown table) and 81 (unknown database) halt */
 static bool
@@ -437,6 +397,5 @@ main(void)
 	test_transport_messages();
 	test_timeouts();
 	test_codes();
-	printf("sink_http_answer: %d checks, %d failed\n", nchecks, nfailed);
-	return nfailed == 0 ? 0 : 1;
+	return unit_check_report("sink_http_answer");
 }
