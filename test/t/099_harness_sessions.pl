@@ -3,7 +3,10 @@
 # node behaves as under a psql of its own. Session state a statement sets
 # does not outlive the call, a transaction left open fails the call (it is
 # not committed by a later one), a write is seen by the next read, and an
-# error fails the call and stops the statements after it.
+# error fails the call and stops the statements after it.  The
+# differential test's writes (Oracle.pm, try_sql) take the same session: one
+# that loses its connection after the statements were sent is not run
+# again (they may have run), and the call says so.
 #
 # versions: all (each version's PostgreSQL::Test::Cluster)
 use strict;
@@ -13,6 +16,7 @@ use lib "$FindBin::RealBin/..";
 use PostgreSQL::Test::Utils;
 use Test::More;
 use ReplicantTest;
+use Oracle;
 
 my $node = ReplicantTest::new_node('harness');
 $node->safe_psql('postgres', 'CREATE TABLE t (id int)');
@@ -28,4 +32,14 @@ is($node->safe_psql('postgres', 'SELECT string_agg(id::text, \',\' ORDER BY id) 
 $died = !eval { $node->safe_psql('postgres', 'INSERT INTO t VALUES (5); INSERT INTO nope VALUES (6); INSERT INTO t VALUES (7)'); 1 };
 ok($died, 'an error fails the call');
 is($node->safe_psql('postgres', 'SELECT string_agg(id::text, \',\' ORDER BY id) FROM t'), '1,3,4,5', 'and stops at it');
+# A write whose connection goes once it ran: the INSERT commits, then the
+# function ends the backend.  psql reports a lost connection, which try_sql
+# retries only when the statements never reached a session.
+$node->safe_psql('postgres', "CREATE TABLE w (id int);"
+	  . " CREATE FUNCTION bye() RETURNS void LANGUAGE sql AS 'SELECT pg_catalog.pg_terminate_backend(pg_catalog.pg_backend_pid())'");
+my $oracle = bless { pub => $node }, 'Oracle';
+my ($ok, $out, $err) = $oracle->try_sql($node, 'INSERT INTO w VALUES (1); SELECT bye()', timeout => 20);
+ok(!$ok, 'a write that lost its connection fails');
+like($err, qr/lost after the statements were sent \(they may have run\)/, 'saying they may have run');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM w'), '1', 'and ran once');
 done_testing();
