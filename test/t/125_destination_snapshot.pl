@@ -15,7 +15,10 @@ use Test::More;
 use ReplicantTest;
 
 my $node = ReplicantTest::new_node('dest_snapshot', conf => "replicant.checkpoint_interval = 0");
-my $sink_a = ReplicantTest::start_sink(name => 'sink_a');
+# a answers its initial snapshot late (each batch applied, then 300 ms):
+# its rows are all there before its last "last" marker is, as on a loaded
+# machine, so counting a's reads must wait for the snapshot's end.
+my $sink_a = ReplicantTest::start_sink(name => 'sink_a', delay_ms => 300);
 my $sink_b = ReplicantTest::start_sink(name => 'sink_b');
 my $sink_c = ReplicantTest::start_sink(name => 'sink_c');
 my $sink_d = ReplicantTest::start_sink(name => 'sink_d');
@@ -40,6 +43,9 @@ sub reads
 $node->safe_psql('postgres',
 	"SELECT replicant.create_pipeline('p', 'pub', '$sink_a->{url}', snapshot => 'initial', destination => 'a')");
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink_a, [ 't', 'u' ], 120), 'a has the tables');
+ok(poll("SELECT count(*) = 2 AND bool_and(state = 'done') FROM replicant.backfills WHERE kind = 'initial'", 120),
+	"a's initial snapshot ends (its last markers answered)");
+$sink_a->control({ clear => 1 });
 my $a_reads = reads($sink_a);
 ok($a_reads > 0, 'a got them as reads of its initial snapshot');
 
