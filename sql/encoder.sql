@@ -238,6 +238,31 @@ SELECT count(*) AS values,
        count(*) FILTER (WHERE replicant._encode_row(ROW(j)) IS DISTINCT FROM
                               '{"f1":' || coalesce(j::text, 'null') || '}') AS jsonb_differ
   FROM enc_fast;
+-- jsonb documents of every shape, read in place: objects and arrays of 0
+-- to 69 items (offsets stored every 32nd entry), nested, strings that need
+-- escaping, numerics, values short enough for a 1-byte header, long ones,
+-- compressed ones, against jsonb's output function
+CREATE TABLE enc_jsonb_docs AS
+SELECT i, CASE i % 4
+    WHEN 0 THEN (SELECT coalesce(jsonb_object_agg('k' || k || repeat('é', k % 3),
+                   CASE k % 6 WHEN 0 THEN to_jsonb(k * 1.5) WHEN 1 THEN to_jsonb(repeat(E's"\\', k % 40))
+                                WHEN 2 THEN 'null'::jsonb WHEN 3 THEN to_jsonb(k % 2 = 0)
+                                WHEN 4 THEN jsonb_build_array(k, jsonb_build_object('x', k, 'y', '[]'::jsonb))
+                                ELSE '{}'::jsonb END), '{}')
+                   FROM generate_series(1, i % 70) k)
+    WHEN 1 THEN (SELECT coalesce(jsonb_agg(CASE k % 4 WHEN 0 THEN to_jsonb(-k) WHEN 1 THEN to_jsonb(repeat('y', k))
+                                                       WHEN 2 THEN '[]'::jsonb
+                                                       ELSE jsonb_build_object('n', k, 'm', NULL::int) END), '[]')
+                   FROM generate_series(1, i % 70) k)
+    WHEN 2 THEN to_jsonb(repeat('z', i * 7))
+    ELSE to_jsonb(i * -0.25) END AS j
+  FROM generate_series(0, 399) i;
+SELECT count(*) AS docs,
+       count(*) FILTER (WHERE pg_column_size(j) < 127) AS short,
+       count(*) FILTER (WHERE pg_column_compression(j) IS NOT NULL) AS compressed,
+       count(*) FILTER (WHERE replicant._encode_row(d) IS DISTINCT FROM
+                              '{"i":' || i || ',"j":' || j::text || '}') AS differ
+  FROM enc_jsonb_docs d;
 -- numerics in both stored formats (short: small weight and scale; long:
 -- the others), against their output function as to_json() writes it
 CREATE DOMAIN enc_fast_numeric AS numeric;

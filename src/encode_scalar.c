@@ -14,6 +14,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/fmgrprotos.h"
@@ -442,67 +443,82 @@ append_jsonb_scalar(StringInfo out, const JsonbValue *v)
 }
 
 /*
+ * Appends item index of container, whose data starts at base, offset bytes
+ * in (fillJsonbValue() in jsonb_util.c reads the same layout).
+ */
+static void
+append_jsonb_item(StringInfo out, const JsonbContainer *container, int index,
+				  const char *base, uint32 offset, uint32 next_offset)
+{
+	JEntry entry = container->children[index];
+	JsonbValue v;
+
+	if (JBE_ISCONTAINER(entry))
+	{
+		replicant_append_jsonb(out, (const JsonbContainer *) (base + INTALIGN(offset)));
+		return;
+	}
+	if (JBE_ISNULL(entry))
+		v.type = jbvNull;
+	else if (JBE_ISSTRING(entry))
+	{
+		v.type = jbvString;
+		v.val.string.val = unconstify(char *, base + offset);
+		v.val.string.len = next_offset - offset;
+	}
+	else if (JBE_ISNUMERIC(entry))
+	{
+		v.type = jbvNumeric;
+		v.val.numeric = (Numeric) unconstify(char *, base + INTALIGN(offset));
+	}
+	else
+	{
+		v.type = jbvBool;
+		v.val.boolean = JBE_ISBOOL_TRUE(entry);
+	}
+	append_jsonb_scalar(out, &v);
+}
+
+/*
  * JsonbToCString() without indentation: ", " between items, ": " after a
  * key, and a scalar at the root written without its one-element array.
- * "first" means no separator is due before the next item, which is also
- * true right after a key.
+ * The container is read in place, in the order a JsonbIterator reads it (an
+ * object's keys are its first children, their values the next as many),
+ * without the iterator's allocation at every level.
  */
 void
-replicant_append_jsonb(StringInfo out, JsonbContainer *root)
+replicant_append_jsonb(StringInfo out, const JsonbContainer *container)
 {
-	JsonbIterator *it = JsonbIteratorInit(root);
-	JsonbValue v;
-	JsonbIteratorToken token;
-	bool first = true;
-	bool raw_scalar = false;
+	uint32 count = JsonContainerSize(container);
+	bool object = JsonContainerIsObject(container);
+	const char *base = (const char *) &container->children[object ? count * 2 : count];
+	uint32 key_offset = 0;
+	uint32 offset = object ? getJsonbOffset(container, count) : 0;
+	uint32 i;
 
-	while ((token = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	check_stack_depth();
+	if (!JsonContainerIsScalar(container))
+		appendStringInfoCharMacro(out, object ? '{' : '[');
+	for (i = 0; i < count; i++)
 	{
-		switch (token)
+		uint32 item = object ? i + count : i;
+		uint32 next = offset;
+
+		if (i > 0)
+			append_two(out, ',', ' ');
+		if (object)
 		{
-			case WJB_BEGIN_ARRAY:
-				if (!first)
-					append_two(out, ',', ' ');
-				if (v.val.array.rawScalar)
-					raw_scalar = true;
-				else
-					appendStringInfoCharMacro(out, '[');
-				first = true;
-				break;
-			case WJB_BEGIN_OBJECT:
-				if (!first)
-					append_two(out, ',', ' ');
-				appendStringInfoCharMacro(out, '{');
-				first = true;
-				break;
-			case WJB_KEY:
-				if (!first)
-					append_two(out, ',', ' ');
-				append_jsonb_scalar(out, &v);
-				append_two(out, ':', ' ');
-				first = true;
-				break;
-			case WJB_VALUE:
-				append_jsonb_scalar(out, &v);
-				first = false;
-				break;
-			case WJB_ELEM:
-				if (!first)
-					append_two(out, ',', ' ');
-				append_jsonb_scalar(out, &v);
-				first = false;
-				break;
-			case WJB_END_ARRAY:
-				if (!raw_scalar)
-					appendStringInfoCharMacro(out, ']');
-				first = false;
-				break;
-			case WJB_END_OBJECT:
-				appendStringInfoCharMacro(out, '}');
-				first = false;
-				break;
-			default:
-				elog(ERROR, "unknown jsonb iterator token type");
+			uint32 next_key = key_offset;
+
+			JBE_ADVANCE_OFFSET(next_key, container->children[i]);
+			append_jsonb_item(out, container, i, base, key_offset, next_key);
+			append_two(out, ':', ' ');
+			key_offset = next_key;
 		}
+		JBE_ADVANCE_OFFSET(next, container->children[item]);
+		append_jsonb_item(out, container, item, base, offset, next);
+		offset = next;
 	}
+	if (!JsonContainerIsScalar(container))
+		appendStringInfoCharMacro(out, object ? '}' : ']');
 }

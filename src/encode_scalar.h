@@ -110,6 +110,6 @@ replicant_put_usecs(char *p, fsec_t fsec)
  * stored, so the caller must only use this when the database encoding is
  * UTF-8.
  */
-extern void replicant_append_jsonb(StringInfo out, JsonbContainer *root);
+extern void replicant_append_jsonb(StringInfo out, const JsonbContainer *container);
 
 #endif /* REPLICANT_ENCODE_SCALAR_H */

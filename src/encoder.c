@@ -297,6 +297,39 @@ encode_datetime(StringInfo out, EncodeTypeEntry *entry, Datum value)
 	appendStringInfoCharMacro(out, '"');
 }
 
+/*
+ * Appends a jsonb value.  One with a short header (under 127 bytes, most in
+ * a row) is copied here, aligned as its container must be, rather than
+ * detoasted into an allocation of its own: the per-row cost a snapshot
+ * pays for every small jsonb value.
+ */
+static void
+encode_jsonb(StringInfo out, Datum value)
+{
+	union
+	{
+		int32 align;
+		char bytes[VARHDRSZ + VARATT_SHORT_MAX];
+	} copy;
+	Pointer stored = DatumGetPointer(value);
+	Jsonb *jb;
+
+	/* (a TOAST pointer has a 1-byte header too) */
+	if (VARATT_IS_SHORT(stored) && !VARATT_IS_EXTERNAL(stored))
+	{
+		Size len = VARSIZE_SHORT(stored) - VARHDRSZ_SHORT;
+
+		SET_VARSIZE(copy.bytes, len + VARHDRSZ);
+		memcpy(VARDATA(copy.bytes), VARDATA_SHORT(stored), len);
+		jb = (Jsonb *) copy.bytes;
+	}
+	else
+		jb = DatumGetJsonbP(value);
+	replicant_append_jsonb(out, &jb->root);
+	if ((Pointer) jb != stored && (Pointer) jb != copy.bytes)
+		pfree(jb);
+}
+
 /* Appends one non-null value of the entry's type. */
 static void
 encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
@@ -354,11 +387,7 @@ encode_value(EncodeState *st, EncodeTypeEntry *entry, Datum value)
 		case ENCODE_JSONB:
 			if (st->dbencoding == PG_UTF8)
 			{
-				Jsonb *jb = DatumGetJsonbP(value);
-
-				replicant_append_jsonb(out, &jb->root);
-				if ((Pointer) jb != DatumGetPointer(value))
-					pfree(jb);
+				encode_jsonb(out, value);
 				break;
 			}
 			/* FALLTHROUGH */
