@@ -364,7 +364,43 @@ typedef struct EncodedRows
 	StringInfoData new_row;
 	StringInfoData old_row;
 	StringInfoData unchanged;
+	/* the deformed new and old rows, as wide as the widest row decoded */
+	Datum *values[2];
+	bool *nulls[2];
+	int natts_room;
 } EncodedRows;
+
+/*
+ * Deforms tuple into rows' arrays for its new (which 0) or old (1) row,
+ * grown to desc's width first.  Good until the next change.
+ */
+static void
+deform_row(EncodedRows *rows, int which, HeapTuple tuple, TupleDesc desc,
+		   Datum **values, bool **nulls)
+{
+	/* (never NULL, even for a row of no columns: NULL means no such row) */
+	if (rows->values[0] == NULL || desc->natts > rows->natts_room)
+	{
+		MemoryContext context = GetMemoryChunkContext(rows);
+		int room = Max(desc->natts, 1);
+		int i;
+
+		for (i = 0; i < 2; i++)
+		{
+			if (rows->values[i])
+			{
+				pfree(rows->values[i]);
+				pfree(rows->nulls[i]);
+			}
+			rows->values[i] = MemoryContextAlloc(context, room * sizeof(Datum));
+			rows->nulls[i] = MemoryContextAlloc(context, room * sizeof(bool));
+		}
+		rows->natts_room = room;
+	}
+	*values = rows->values[which];
+	*nulls = rows->nulls[which];
+	heap_deform_tuple(tuple, desc, *values, *nulls);
+}
 
 static void
 trim_buffer(StringInfo buffer)
@@ -392,7 +428,7 @@ static EncodedRows *
 create_rows(MemoryContext context)
 {
 	MemoryContext old = MemoryContextSwitchTo(context);
-	EncodedRows *rows = palloc(sizeof(EncodedRows));
+	EncodedRows *rows = palloc0(sizeof(EncodedRows));
 
 	initStringInfo(&rows->key);
 	initStringInfo(&rows->new_row);
@@ -525,17 +561,9 @@ replicant_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	newtuple = replicant_partition_root_tuple(&info->root, REPLICANT_CHANGE_NEWTUPLE(change));
 	oldtuple = replicant_partition_root_tuple(&info->root, REPLICANT_CHANGE_OLDTUPLE(change));
 	if (newtuple)
-	{
-		new_values = palloc(desc->natts * sizeof(Datum));
-		new_nulls = palloc(desc->natts * sizeof(bool));
-		heap_deform_tuple(newtuple, desc, new_values, new_nulls);
-	}
+		deform_row(rows, 0, newtuple, desc, &new_values, &new_nulls);
 	if (oldtuple)
-	{
-		old_values = palloc(desc->natts * sizeof(Datum));
-		old_nulls = palloc(desc->natts * sizeof(bool));
-		heap_deform_tuple(oldtuple, desc, old_values, old_nulls);
-	}
+		deform_row(rows, 1, oldtuple, desc, &old_values, &old_nulls);
 	if (new_values == NULL && old_values == NULL)
 		goto done; /* a delete without replica identity */
 
