@@ -327,7 +327,7 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 			InvalidateCatalogSnapshot();
 			CurrentResourceOwner = read_owner;
 			MemoryContextSwitchTo(decoder->context);
-			if (batch_full(decoder->state, 1, PG_UINT64_MAX))
+			if (replicant_fault_armed() && batch_full(decoder->state, 1, PG_UINT64_MAX))
 				replicant_fault("decode");
 
 			/* A SIGTERM ends the read: the caller exits once it checkpointed. */

@@ -18,6 +18,13 @@ extern void replicant_fault_init(void);
  */
 extern void replicant_fault(const char *point);
 
+/* Whether a fault point is set: a check costing more than this can wait for it. */
+static inline bool
+replicant_fault_armed(void)
+{
+	return replicant_fault_point != NULL && replicant_fault_point[0] != '\0';
+}
+
 /*
  * For a point met where the setting cannot be read (another thread): whether
  * replicant.fault_point is "<point>:hold", and the line a test waits for

@@ -116,7 +116,7 @@ fault_after_send(ReplicantSinkLoop *loop, size_t body_length)
 	curl_off_t uploaded = 0;
 	long status = 0;
 
-	if (replicant_fault_point == NULL || replicant_fault_point[0] == '\0')
+	if (!replicant_fault_armed())
 		return;
 	curl_easy_getinfo(loop->easy, CURLINFO_RESPONSE_CODE, &status);
 	curl_easy_getinfo(loop->easy, CURLINFO_SIZE_UPLOAD_T, &uploaded);

@@ -274,6 +274,7 @@ typedef struct WindowBatch
 	ReplicantPipelineSlot *slot;
 	ReplicantPipeline *pipeline;
 	ReplicantDestination *destination; /* what sink sends to */
+	const ReplicantFormat *format;     /* destination's, looked up once */
 	ReplicantTransport *sink;
 	ReplicantShard *shard;
 	const ReplicantRelation *relation; /* the table read */
@@ -360,7 +361,7 @@ send_window_batch(WindowBatch *batch)
 														batch->shard->claimed_at,
 														batch->batch_no++);
 	post->nrows = batch->in_body;
-	replicant_format_of(batch->destination)->snapshot_end(&post->out);
+	batch->format->snapshot_end(&post->out);
 	replicant_body_from_buffer(&post->body, &post->state, &post->out);
 	replicant_delivery_post_start(batch->sink, post->webhook_id, &post->body);
 	post->in_flight = true;
@@ -376,7 +377,7 @@ send_window_batch(WindowBatch *batch)
 static void
 add_window_row(WindowBatch *batch, const ReplicantChange *record, StringInfo spill)
 {
-	const ReplicantFormat *format = replicant_format_of(batch->destination);
+	const ReplicantFormat *format = batch->format;
 	int before = batch->out.len;
 	int start;
 
@@ -542,6 +543,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 		replicant_slot_confirmed_flush(pipeline->slot_name);
 
 	*rows = 0;
+	batch.format = replicant_format_of(batch.destination);
 	opened = begin_window(snapshot_name, shard, &rel, new_relfilenode);
 	if (opened != WINDOW_READ)
 		return opened;
@@ -577,7 +579,7 @@ read_window(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline,
 									 reader.filter->columns);
 		record.backfill_id = shard->backfill_id;
 		record.read_lsn = consistent_point;
-		if (replicant_format_of(batch.destination)->read_ids)
+		if (batch.format->read_ids)
 			replicant_change_set_read_id(&record, pipeline->event_id_key, desc,
 										 row->tts_values, row->tts_isnull, reader.identity,
 										 RelationGetRelid(rel), rel->rd_rel->relfilenode,
