@@ -393,12 +393,21 @@ perf_buildid_opt() {
 	fi
 }
 
+# perf_keep DATA NAME: with PERF_KEEP=PREFIX, keeps a copy of the recording
+# as PREFIX-NAME.data, for perf report/script by hand.
+perf_keep() {
+	if [ -n "${PERF_KEEP:-}" ]; then
+		cp "$1" "$PERF_KEEP-$2.data"
+		log "  perf data kept: $PERF_KEEP-$2.data"
+	fi
+}
+
 perf_start_system() {
 	PERF_PID=
 	PERF_FILTER_PID=
 	[ "$PERF" = 1 ] || return 0
 	# shellcheck disable=SC2046
-	perf record $(perf_buildid_opt) -q -F 1999 -g -a -o "$WORK/perf-$1.data" >/dev/null 2>&1 &
+	perf record $(perf_buildid_opt) -q -F "${PERF_FREQ:-1999}" ${PERF_CALL_GRAPH:--g} -a -o "$WORK/perf-$1.data" >/dev/null 2>&1 &
 	PERF_PID=$!
 	PERF_NAME=$1
 	sleep 0.3
@@ -410,7 +419,7 @@ perf_start() {
 	PERF_FILTER_PID=
 	[ "$PERF" = 1 ] || return 0
 	# shellcheck disable=SC2046
-	perf record $(perf_buildid_opt) -q -F 1999 -g -p "$1" -o "$WORK/perf-$2.data" >/dev/null 2>&1 &
+	perf record $(perf_buildid_opt) -q -F "${PERF_FREQ:-1999}" ${PERF_CALL_GRAPH:--g} -p "$1" -o "$WORK/perf-$2.data" >/dev/null 2>&1 &
 	PERF_PID=$!
 	PERF_NAME=$2
 	sleep 0.3
@@ -434,6 +443,7 @@ perf_stop() {
 	# Whole machine by process name, unfiltered: worker vs sink vs the rest.
 	perf report -i "$data" --no-children --sort comm \
 		--stdio -g none 2>/dev/null | grep -v '^$' >"$OUTDIR/perf-$PERF_NAME-comm.txt" || true
+	perf_keep "$data" "$PERF_NAME"
 	rm -f "$data"
 	log "  perf profile: $OUTDIR/perf-$PERF_NAME.txt"
 }

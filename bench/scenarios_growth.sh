@@ -215,7 +215,7 @@ decode_share_profile() {
 # started before the process of interest exists.
 share_perf_start() {
 	SHARE_PERF_DATA="$WORK/perf-share.data"
-	perf record -e cpu-clock -F 1999 --call-graph dwarf,16384 -a -q -o "$SHARE_PERF_DATA" >/dev/null 2>&1 &
+	perf record -e cpu-clock -F "${PERF_FREQ:-1999}" --call-graph dwarf,16384 -a -q -o "$SHARE_PERF_DATA" >/dev/null 2>&1 &
 	SHARE_PERF_PID=$!
 	sleep 0.5
 }
@@ -237,6 +237,7 @@ share_perf_stop() {
 	perf report -i "$data" --pid "$pid" --no-children -g none --sort dso,sym --stdio 2>/dev/null |
 		grep -v '^#' | grep -v '^$' | head -60 >"$OUTDIR/decode-$key-$id-top.txt" || true
 	cp "$WORK/decode_share.tsv" "$OUTDIR/decode-$key-$id.tsv" 2>/dev/null || true
+	perf_keep "$data" "decode-$key-$id"
 	rm -f "$data" "$WORK/perf-share.script"
 }
 
