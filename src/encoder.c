@@ -306,11 +306,8 @@ encode_datetime(StringInfo out, EncodeTypeEntry *entry, Datum value)
 static void
 encode_jsonb(StringInfo out, Datum value)
 {
-	union
-	{
-		int32 align;
-		char bytes[VARHDRSZ + VARATT_SHORT_MAX];
-	} copy;
+	/* words, so that the copy is aligned */
+	uint32 copy[(VARHDRSZ + VARATT_SHORT_MAX + sizeof(uint32) - 1) / sizeof(uint32)];
 	Pointer stored = DatumGetPointer(value);
 	Jsonb *jb;
 
@@ -319,14 +316,14 @@ encode_jsonb(StringInfo out, Datum value)
 	{
 		Size len = VARSIZE_SHORT(stored) - VARHDRSZ_SHORT;
 
-		SET_VARSIZE(copy.bytes, len + VARHDRSZ);
-		memcpy(VARDATA(copy.bytes), VARDATA_SHORT(stored), len);
-		jb = (Jsonb *) copy.bytes;
+		SET_VARSIZE(copy, len + VARHDRSZ);
+		memcpy(VARDATA(copy), VARDATA_SHORT(stored), len);
+		jb = (Jsonb *) copy;
 	}
 	else
 		jb = DatumGetJsonbP(value);
 	replicant_append_jsonb(out, &jb->root);
-	if ((Pointer) jb != stored && (Pointer) jb != copy.bytes)
+	if ((Pointer) jb != stored && (Pointer) jb != (Pointer) copy)
 		pfree(jb);
 }
 
