@@ -747,33 +747,40 @@ sub leaves_of
 	return grep { length } split / /, ($out // '');
 }
 
-sub start_backfill
+# replicant.backfill refuses a table whose backfill (or initial snapshot)
+# is still in progress: waits for it to end.  It ends only once the sink
+# accepts its rows and the pipeline runs, so a sink the history took down or
+# made fail is restored first and an expected halt resumed (as an operator
+# would), and a backfill that does not end even so is a stuck pipeline, said
+# so.  With snapshot_over, also waits while the worker starts or snapshots:
+# an initial snapshot shows no backfill of the table before its worker
+# planned it.
+sub wait_backfills_of
 {
-	my ($r, $rel, $mode, $extra) = @_;
+	my ($r, $rel, %opts) = @_;
 	my $none_running = sub {
-		return 1 if $extra->{fresh};
 		# A halt a step expected (a column dropped meanwhile) stops the
 		# backfill too: the operator's answer, resume_pipeline, lets it end.
 		my ($st, $pid, $err) = $r->status;
 		$r->check_value_free($err, 'last_error') if $err;
 		$r->handle_halt($err) if $st eq 'halted';
+		return 0 if $opts{snapshot_over} && ($st eq 'starting' || $st eq 'snapshotting');
 		($r->pub_sql("SELECT count(*) = 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
 			  . " AND relation = '$rel'::regclass AND state IN ('planned', 'running')", allow_error => 1) // 't') eq 't';
 	};
-	# replicant.backfill refuses a table whose backfill (or initial
-	# snapshot) is still in progress: wait for it to end.  It ends only once
-	# the sink accepts its rows and the pipeline runs, so a sink the history
-	# took down or made fail is restored first and an expected halt resumed
-	# (as an operator would), and a backfill that does not end even so is a
-	# stuck pipeline, said so.
-	if (!$none_running->())
-	{
-		$r->sink_clear;
-		$r->poll_until('a running backfill of the table', 300, $none_running)
-		  or $r->flunk('stuck', "a backfill of $rel does not end",
-			$r->pub_sql("SELECT string_agg(id || ' ' || state, ', ') FROM replicant.backfill_status"
-				  . " WHERE pipeline = 'p' AND relation = '$rel'::regclass", allow_error => 1) // '');
-	}
+	return if $none_running->();
+	$r->sink_clear;
+	$r->poll_until('a running backfill of the table', 300, $none_running)
+	  or $r->flunk('stuck', "a backfill of $rel does not end",
+		$r->pub_sql("SELECT string_agg(id || ' ' || state, ', ') FROM replicant.backfill_status"
+			  . " WHERE pipeline = 'p' AND relation = '$rel'::regclass", allow_error => 1) // '');
+	return;
+}
+
+sub start_backfill
+{
+	my ($r, $rel, $mode, $extra) = @_;
+	$r->wait_backfills_of($rel) unless $extra->{fresh};
 	my $t_start = time();
 	my ($ok, $id, $err) = $r->try_sql($r->{pub}, "SELECT replicant.backfill('p', '$rel'::regclass, '$mode')");
 	if (!$ok)
@@ -921,6 +928,10 @@ sub race_backfill
 	  && $r->updates_published($table);
 	my @leaves = $usable ? $r->leaves_of($table) : ();
 	@leaves = ($table) if $usable && !@leaves;
+	# The race is with a backfill: one of the initial snapshot still
+	# reading the table (on a fast machine, early in a history) would refuse
+	# it, and the change would race the snapshot instead.
+	$r->wait_backfills_of($_, snapshot_over => 1) for @leaves;
 	my $offset = -s $r->{pub}->logfile;
 	$r->pub_sql("ALTER SYSTEM SET replicant.fault_point = 'backfill_window:pause'; SELECT pg_reload_conf();") if @leaves;
 	my $started = 0;
