@@ -750,11 +750,13 @@ sub leaves_of
 # replicant.backfill refuses a table whose backfill (or initial snapshot)
 # is still in progress: waits for it to end.  It ends only once the sink
 # accepts its rows and the pipeline runs, so a sink the history took down or
-# made fail is restored first and an expected halt resumed (as an operator
-# would), and a backfill that does not end even so is a stuck pipeline, said
-# so.  With snapshot_over, also waits while the worker starts or snapshots:
-# an initial snapshot shows no backfill of the table before its worker
-# planned it.
+# made fail is restored first, an expected halt resumed and a pipeline a
+# step disabled enabled (as an operator would, and as quiesce does), and a
+# backfill that does not end even so is a stuck pipeline, said so.  With
+# snapshot_over, also waits while the worker starts or snapshots (an
+# initial snapshot shows no backfill of the table before its worker planned
+# it), and a disabled pipeline is enabled even with nothing running: a
+# race needs a worker whose chunk pauses.
 sub wait_backfills_of
 {
 	my ($r, $rel, %opts) = @_;
@@ -764,9 +766,15 @@ sub wait_backfills_of
 		my ($st, $pid, $err) = $r->status;
 		$r->check_value_free($err, 'last_error') if $err;
 		$r->handle_halt($err) if $st eq 'halted';
+		my $running = ($r->pub_sql("SELECT count(*) > 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
+				  . " AND relation = '$rel'::regclass AND state IN ('planned', 'running')", allow_error => 1) // 'f') eq 't';
+		if ($st eq 'disabled' && ($running || $opts{snapshot_over}))
+		{
+			$r->pub_sql("SELECT replicant.enable_pipeline('p')");
+			return 0;
+		}
 		return 0 if $opts{snapshot_over} && ($st eq 'starting' || $st eq 'snapshotting');
-		($r->pub_sql("SELECT count(*) = 0 FROM replicant.backfill_status WHERE pipeline = 'p'"
-			  . " AND relation = '$rel'::regclass AND state IN ('planned', 'running')", allow_error => 1) // 't') eq 't';
+		return !$running;
 	};
 	return if $none_running->();
 	$r->sink_clear;
