@@ -95,14 +95,23 @@ for my $case (['keyset', 'docs'], ['auto', 'docs_rnd'])
 		"SELECT replicant.create_pipeline('toast_$mode', 'docs_pub', '$sink->{url}')");
 	$node->poll_query_until('postgres',
 		"SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'toast_$mode'");
+	# Every chunk waits two seconds between its snapshot and its read
+	# (backfill_window:pause): updates land in every window at any
+	# machine's speed, at a rate the sink keeps up with.
+	my $log_offset = -s $node->logfile;
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET replicant.fault_point = 'backfill_window:pause'; SELECT pg_reload_conf();");
 	my $updates = client(
-		"\\set id random(1, 4000)\nUPDATE $table SET n = n + 1 WHERE id = :id;\n", 60, 1000);
+		"\\set id random(1, 4000)\nUPDATE $table SET n = n + 1 WHERE id = :id;\n", 120, 1000);
 	my $id = $node->safe_psql('postgres',
 		"SELECT replicant.backfill('toast_$mode', '$table', mode => '$mode')");
 	is($node->safe_psql('postgres', "SELECT mode FROM replicant.backfill_status WHERE id = $id"),
 		'keyset', "$mode: $table is read by key");
 	ok(backfill_done($id), "$mode: backfill of $table finishes under updates");
 	$updates->kill_kill;
+	$node->safe_psql('postgres', 'ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();');
+	like(slurp_file($node->logfile, $log_offset), qr/fault point "backfill_window" reached, pausing/,
+		"$mode: the chunks paused with updates running");
 	$node->poll_query_until('postgres', q{SELECT NOT EXISTS (
 		SELECT 1 FROM pg_stat_activity WHERE application_name = 'pgbench')});
 
