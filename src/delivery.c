@@ -470,6 +470,19 @@ replicant_delivery_sink(const ReplicantDestination *destination)
 }
 
 /*
+ * From here the process only exits: as for a stop asked for
+ * (stop_signal.c), a cancel that came meanwhile (a DROP EXTENSION stops the
+ * worker so) must not raise an error at the next LOG line, which would exit
+ * with code 1 and leave shared memory without the halt.
+ */
+static void
+exit_interrupts_held(void)
+{
+	HOLD_INTERRUPTS();
+	QueryCancelPending = false;
+}
+
+/*
  * Exits after a halt or a disable that found the pipeline halted or
  * disabled already (by another of its processes, or by its owner), or its
  * table gone with DROP EXTENSION: what stopped it first stands, in the
@@ -480,6 +493,8 @@ replicant_delivery_sink(const ReplicantDestination *destination)
 REPLICANT_NORETURN static void
 already_stopped(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline)
 {
+	exit_interrupts_held();
+	AbortOutOfAnyTransaction();
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	slot->runnable = false;
 	LWLockRelease(replicant_shmem->lock);
@@ -513,6 +528,7 @@ disable(ReplicantPipelineSlot *slot, ReplicantPipeline *pipeline, const char *re
 	replicant_catalog_end(&access);
 	if (stopped_already)
 		already_stopped(slot, pipeline);
+	exit_interrupts_held();
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" disabled: %s", pipeline->name, reason),
 			 errhint("Call replicant.enable_pipeline('%s') once the sink accepts batches again.",
@@ -574,6 +590,7 @@ replicant_delivery_halt_at(ReplicantPipelineSlot *slot, ReplicantPipeline *pipel
 	if (!recorded)
 		already_stopped(slot, pipeline);
 	replicant_fault("halt");
+	exit_interrupts_held();
 	ereport(LOG,
 			(errmsg("replicant pipeline \"%s\" halted: %s", pipeline->name, reason),
 			 errhint("Fix the cause, then call replicant.resume_pipeline('%s').",
