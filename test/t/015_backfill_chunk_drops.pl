@@ -62,7 +62,8 @@ sub backfill_done
 	$node->poll_query_until('postgres',
 		"SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'kl'");
 	my $inserts = client(
-		"INSERT INTO keyless VALUES (nextval('keyless_seq'), 'inserted');\n", 60);
+		"INSERT INTO keyless VALUES (nextval('keyless_seq'), 'inserted');\n", 60, 2000);
+	$node->poll_query_until('postgres', "SELECT count(*) > 0 FROM keyless WHERE b = 'inserted'");
 	my $id = $node->safe_psql('postgres', "SELECT replicant.backfill('kl', 'keyless')");
 	ok(backfill_done($id), 'key-less backfill finishes under concurrent inserts');
 	$inserts->kill_kill;
