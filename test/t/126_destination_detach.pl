@@ -158,6 +158,7 @@ $offset = -s $node->logfile;
 $sink_b->control({ fail_status => 503 });
 insert(3);
 $node->safe_psql('postgres', "SELECT pg_logical_emit_message(false, 'note', 'after the inserts')");
+my $after_message = $node->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
 insert(3);
 ok(has_all($sink_a), 'a gets the transactions around the message');
 $node->wait_for_log(qr/event=detached pipeline=p destination=b /, $offset);
@@ -166,7 +167,15 @@ sub notes { return scalar grep { $_->{prefix} eq 'note' } @{ $_[0]->messages }; 
 is(notes($sink_a), 1, 'a got the message, before the transactions after it');
 is(notes($sink_b), 0, 'b, left behind, did not');
 
-# 4. The worker killed while b is left behind: nothing lost.
+# 4. The worker killed while b is left behind: nothing lost.  Killed once
+# a's checkpoint is past the message: before it, sending it again would be
+# the one batch a crash may repeat, not a rewind's doing.
+ok(poll("SELECT checkpoint_lsn > '$after_message' FROM replicant.destination_status"
+		  . " WHERE pipeline = 'p' AND destination = 'default'", 60),
+	"a's checkpoint is past the message");
+# The worker commits its checkpoints asynchronously: a commit of our own
+# flushes the WAL past a's before the kill.
+$node->safe_psql('postgres', 'SELECT pg_current_xact_id()');
 my $worker = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
 kill 'KILL', $worker;
 $node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
