@@ -209,6 +209,9 @@ sub slot_of
 }
 $node->safe_psql('postgres', "SELECT replicant.create_pipeline('alien', 'same_pub', '$sink->{url}')");
 my $alien = $node->safe_psql('postgres', "SELECT slot_name FROM replicant.status WHERE pipeline = 'alien'");
+# Its worker holds the slot first: disabled before it took it, the slot
+# looks let go until the worker takes it on its way to the stop.
+ok(state_is('postgres', 'alien', 'streaming'), 'foreign slot: the pipeline streams');
 $node->safe_psql('postgres', "SELECT replicant.disable_pipeline('alien')");
 ok(ReplicantTest::poll($node,
 		"SELECT NOT active FROM pg_replication_slots WHERE slot_name = '$alien'"),
