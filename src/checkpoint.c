@@ -117,11 +117,16 @@ find_tracked(const ReplicantDestination *destination)
 	pg_unreachable();
 }
 
+/*
+ * A generic plan: the arrays' sizes change nothing worth planning for, and
+ * the plan cache would otherwise plan each commit anew (a custom plan knows
+ * the arrays' lengths, so it always looks cheaper).
+ */
 static SPIPlanPtr
 prepare(const char *sql, Oid id_type, Oid lsn_type)
 {
 	Oid argtypes[3] = {id_type, lsn_type, lsn_type};
-	SPIPlanPtr plan = SPI_prepare(sql, 3, argtypes);
+	SPIPlanPtr plan = SPI_prepare_cursor(sql, 3, argtypes, CURSOR_OPT_GENERIC_PLAN);
 
 	if (plan == NULL || SPI_keepplan(plan) != 0)
 		elog(ERROR, "could not prepare checkpoint statement");
