@@ -174,13 +174,19 @@ enable_find_worker() {
 proc_cpu_s() {
 	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat" 2>/dev/null || echo 0
 }
+# Seconds a process spent runnable but waiting for a CPU, over its life
+# (/proc/PID/schedstat, nanoseconds): its time neither running nor asleep.
+proc_runq_s() {
+	awk '{ printf "%.3f", $2 / 1e9 }' "/proc/$1/schedstat" 2>/dev/null || echo 0
+}
 
 # Server-side waiter: one session, no connection per poll.  Polls every 2 ms
-# (cheap next to the work measured) until the pipeline's checkpoint row has
-# reached end_lsn, i.e. the sink acknowledged the transaction whose commit
-# record ends there.  COMMIT in the loop keeps the session from holding a
-# snapshot.  Prints "worker_s total_s": seconds from the call to the worker
-# being up, and to acknowledged.
+# for the worker, then waits in replicant.await_delivered() until the
+# pipeline's checkpoint has reached end_lsn, i.e. the sink acknowledged the
+# transaction whose commit record ends there (checked in the checkpoint row
+# after).  COMMIT between waits keeps the session from holding a snapshot.
+# Prints "worker_s total_s": seconds from the call to the worker being up,
+# and to acknowledged.
 bench_wait_setup() {
 	psql_b <<'SQL'
 -- The CPU seconds (user + system) the calling backend has used so far.
@@ -201,18 +207,26 @@ BEGIN
 		COMMIT;
 	END IF;
 	LOOP
-		IF t_worker IS NULL THEN
-			SELECT worker_pid INTO pid FROM replicant.status WHERE pipeline = p_name;
-			IF pid IS NOT NULL THEN t_worker := clock_timestamp(); END IF;
-		END IF;
-		-- the floor: the lowest checkpoint of its destinations (none: 0/0)
-		SELECT min(coalesce(c.end_lsn, '0/0')) INTO done_lsn FROM replicant.destinations d
-		  JOIN replicant.pipelines p ON p.id = d.pipeline_id
-		  LEFT JOIN replicant.checkpoints c ON c.destination_id = d.id WHERE p.name = p_name;
-		EXIT WHEN done_lsn >= p_end;
+		SELECT worker_pid INTO pid FROM replicant.status WHERE pipeline = p_name;
+		EXIT WHEN pid IS NOT NULL;
 		COMMIT;
 		PERFORM pg_sleep(0.002);
 	END LOOP;
+	t_worker := clock_timestamp();
+	-- As a user waits for delivery: woken by the worker's acknowledgement,
+	-- which commits its checkpoint at once for a waiter (not at the next
+	-- replicant.checkpoint_interval).  Halted: it raises.
+	LOOP
+		EXIT WHEN replicant.await_delivered(p_name, p_end, 1000);
+		COMMIT;
+	END LOOP;
+	-- the floor: the lowest checkpoint of its destinations (none: 0/0)
+	SELECT min(coalesce(c.end_lsn, '0/0')) INTO done_lsn FROM replicant.destinations d
+	  JOIN replicant.pipelines p ON p.id = d.pipeline_id
+	  LEFT JOIN replicant.checkpoints c ON c.destination_id = d.id WHERE p.name = p_name;
+	IF done_lsn < p_end THEN
+		RAISE EXCEPTION 'pipeline % delivered up to %, but its checkpoint is at %', p_name, p_end, done_lsn;
+	END IF;
 	RAISE NOTICE 'BENCH % %',
 		round(extract(epoch FROM coalesce(t_worker, t0) - t0)::numeric, 4),
 		round(extract(epoch FROM clock_timestamp() - t0)::numeric, 4);

@@ -375,6 +375,12 @@ def build(r):
             info(t, f"{label}: CPU of replicant's worker (its whole life) / of the peek's backend",
                  spread(r.reps(f"{sid}.replicant_cpu_s"), "s") + " / " + spread(r.reps(f"{sid}.pgoutput_cpu_s"), "s"),
                  "peek CPU / worker CPU: " + ratio_spread(r, f"{sid}.pgoutput_cpu_s", f"{sid}.replicant_cpu_s"))
+        if r.reps(f"{sid}.replicant_runq_s"):
+            asleep = [t - c - q for t, c, q in zip(r.reps(f"{sid}.replicant_s"), r.reps(f"{sid}.replicant_cpu_s"),
+                                                    r.reps(f"{sid}.replicant_runq_s"))]
+            info(t, f"{label}: replicant's worker waiting for a CPU / asleep (catch-up time - CPU - waiting)",
+                 spread(r.reps(f"{sid}.replicant_runq_s"), "s") + " / " + spread(asleep, "s"),
+                 "asleep: waiting for the sink's answers and for WAL")
         if sid == "s8" and r.num("s8.share_samples") and r.num("s8.pgoutput_samples"):
             info(t, "CPU by kind (perf, cpu-clock, DWARF stacks): replicant's worker / the peek's backend",
                  " / ".join(", ".join(f"{k} {r.get(f's8.{who}_{k}_pct')} %" for k in

@@ -83,6 +83,7 @@ SQL
 					pid=$(worker_pid "${id}_$r")
 					[ -n "$pid" ] || die "$id: no worker after the catch-up of ${id}_$r"
 					record "$id.replicant_cpu_s.$r" "$(proc_cpu_s "$pid")"
+					record "$id.replicant_runq_s.$r" "$(proc_runq_s "$pid")"
 					pipeline_disable "${id}_$r"
 					;;
 			esac
