@@ -181,12 +181,14 @@ proc_runq_s() {
 }
 
 # Server-side waiter: one session, no connection per poll.  Polls every 2 ms
-# for the worker, then waits in replicant.await_delivered() until the
-# pipeline's checkpoint has reached end_lsn, i.e. the sink acknowledged the
-# transaction whose commit record ends there (checked in the checkpoint row
-# after).  COMMIT between waits keeps the session from holding a snapshot.
-# Prints "worker_s total_s": seconds from the call to the worker being up,
-# and to acknowledged.
+# for the worker, then waits in replicant.await_delivered() (100 ms at a
+# time, committing between) until the pipeline's checkpoint has reached
+# end_lsn, i.e. the sink acknowledged the transaction whose commit record
+# ends there (checked in the checkpoint row after).  A waiter makes the
+# worker commit its checkpoint with every acknowledgement, as any caller
+# of await_delivered() does: the catch-up's end is not held back by up to a
+# replicant.checkpoint_interval.  Prints "worker_s total_s": seconds from
+# the call to the worker being up, and to acknowledged.
 bench_wait_setup() {
 	psql_b <<'SQL'
 -- The CPU seconds (user + system) the calling backend has used so far.
@@ -209,15 +211,22 @@ BEGIN
 	LOOP
 		SELECT worker_pid INTO pid FROM replicant.status WHERE pipeline = p_name;
 		EXIT WHEN pid IS NOT NULL;
+		IF clock_timestamp() > t0 + interval '1 hour' THEN
+			RAISE EXCEPTION 'no worker for pipeline % after an hour', p_name;
+		END IF;
 		COMMIT;
 		PERFORM pg_sleep(0.002);
 	END LOOP;
 	t_worker := clock_timestamp();
-	-- As a user waits for delivery: woken by the worker's acknowledgement,
-	-- which commits its checkpoint at once for a waiter (not at the next
-	-- replicant.checkpoint_interval).  Halted: it raises.
+	-- As a user waits for delivery: woken by the worker's acknowledgement.
+	-- While someone waits, the worker commits its checkpoint with each
+	-- acknowledgement (not at most every replicant.checkpoint_interval).
+	-- Halted: it raises.
 	LOOP
-		EXIT WHEN replicant.await_delivered(p_name, p_end, 1000);
+		EXIT WHEN replicant.await_delivered(p_name, p_end, 100);
+		IF clock_timestamp() > t0 + interval '1 hour' THEN
+			RAISE EXCEPTION 'pipeline % did not deliver up to % in an hour', p_name, p_end;
+		END IF;
 		COMMIT;
 	END LOOP;
 	-- the floor: the lowest checkpoint of its destinations (none: 0/0)

@@ -376,11 +376,14 @@ def build(r):
                  spread(r.reps(f"{sid}.replicant_cpu_s"), "s") + " / " + spread(r.reps(f"{sid}.pgoutput_cpu_s"), "s"),
                  "peek CPU / worker CPU: " + ratio_spread(r, f"{sid}.pgoutput_cpu_s", f"{sid}.replicant_cpu_s"))
         if r.reps(f"{sid}.replicant_runq_s"):
-            asleep = [t - c - q for t, c, q in zip(r.reps(f"{sid}.replicant_s"), r.reps(f"{sid}.replicant_cpu_s"),
-                                                    r.reps(f"{sid}.replicant_runq_s"))]
-            info(t, f"{label}: replicant's worker waiting for a CPU / asleep (catch-up time - CPU - waiting)",
+            # Per round: the worker's life in the catch-up (from its start),
+            # less its CPU and its time runnable but waiting for a CPU.
+            life = {k: t - s for k, (t, s) in by_round(r, f"{sid}.replicant_s", f"{sid}.replicant_start_s").items()}
+            used = {k: c + q for k, (c, q) in by_round(r, f"{sid}.replicant_cpu_s", f"{sid}.replicant_runq_s").items()}
+            asleep = [life[k] - used[k] for k in sorted(life) if k in used]
+            info(t, f"{label}: replicant's worker waiting for a CPU / asleep (its time in the catch-up - CPU - waiting)",
                  spread(r.reps(f"{sid}.replicant_runq_s"), "s") + " / " + spread(asleep, "s"),
-                 "asleep: waiting for the sink's answers and for WAL")
+                 "asleep: waiting for the sink's answers and for WAL (CPU counted in 10 ms ticks)")
         if sid == "s8" and r.num("s8.share_samples") and r.num("s8.pgoutput_samples"):
             info(t, "CPU by kind (perf, cpu-clock, DWARF stacks): replicant's worker / the peek's backend",
                  " / ".join(", ".join(f"{k} {r.get(f's8.{who}_{k}_pct')} %" for k in

@@ -503,8 +503,10 @@ my $backfills_done = "SELECT count(*) = " . scalar(@backfills)
 # chunk completes only when decoding reaches its high watermark, so a writer
 # that outpaces the worker on a loaded machine would hold the backfills off
 # for as long as it writes.
+my $backfill_states = "SELECT string_agg(state, ',' ORDER BY id) FROM replicant.backfill_status WHERE id IN ($backfill_ids)";
 my ($during, $bg_ok) = (1, 1);
-until ($during >= 20 || $node->safe_psql('postgres', $backfills_done) eq 't')
+my $deadline = time() + 300;
+until ($during >= 20 || time() > $deadline || $node->safe_psql('postgres', $backfills_done) eq 't')
 {
 	if (!$bg->pumpable)
 	{
@@ -514,11 +516,11 @@ until ($during >= 20 || $node->safe_psql('postgres', $backfills_done) eq 't')
 	}
 	usleep(100_000);
 }
+my $states_then = $node->safe_psql('postgres', $backfill_states);
 poll($backfills_done, 300);
-is($node->safe_psql('postgres', "SELECT string_agg(state, ',') FROM replicant.backfill_status WHERE id IN ($backfill_ids)"),
-	join(',', ('done') x @backfills), 'the backfills are done');
+is($node->safe_psql('postgres', $backfill_states), join(',', ('done') x @backfills), 'the backfills are done');
 $bg_ok &&= finish_segment($bg);
-ok($bg_ok, "the workload wrote while the backfills ran ($during segments), without an error");
+ok($bg_ok, "the workload wrote during the backfills ($during segments, until they were $states_then), without an error");
 ok(delivered(), 'delivered after the backfills');
 phase('backfilled');
 
