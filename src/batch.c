@@ -174,6 +174,12 @@ replicant_batch_queue_has_next(const ReplicantBatchQueue *queue, const Replicant
 	return cursor->batch - queue->first_number < (uint64) list_length(queue->sealed);
 }
 
+bool
+replicant_batch_queue_has_later(const ReplicantBatchQueue *queue, const ReplicantBatchCursor *cursor)
+{
+	return cursor->batch + 1 - queue->first_number < (uint64) list_length(queue->sealed);
+}
+
 uint64
 replicant_batch_queue_footprint(const ReplicantBatchQueue *queue)
 {

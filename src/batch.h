@@ -152,6 +152,10 @@ extern void replicant_batch_queue_passed(ReplicantBatchQueue *queue,
 extern bool replicant_batch_queue_has_next(const ReplicantBatchQueue *queue,
 										   const ReplicantBatchCursor *cursor);
 
+/* Whether a sealed batch follows the one holding cursor's next transaction. */
+extern bool replicant_batch_queue_has_later(const ReplicantBatchQueue *queue,
+											const ReplicantBatchCursor *cursor);
+
 /*
  * What the sealed batches take, in memory (their buffers and bookkeeping)
  * and spilled: the bound replicant.destination_backlog applies to.

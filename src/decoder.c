@@ -51,6 +51,8 @@
  */
 #define READ_BUFFER_KEEP (1024 * 1024)
 #define READ_BUFFER_START (5 * Max(BLCKSZ, XLOG_BLCKSZ))
+/* Records read between two pumps of the requests out (a power of two). */
+#define RECORDS_PER_PUMP 256
 
 struct ReplicantDecoder
 {
@@ -69,6 +71,11 @@ struct ReplicantDecoder
 
 	/* How far the slot may be confirmed (slot_position.h). */
 	ReplicantSlotPosition position;
+
+	/* Called every RECORDS_PER_PUMP records read (replicant_decoder_set_pump). */
+	void (*pump)(void *arg);
+	void *pump_arg;
+	uint32 records;
 };
 
 /*
@@ -267,6 +274,24 @@ prepare_read(XLogRecPtr end_of_wal)
 	replicant_wait_for_standby_confirmation(end_of_wal);
 }
 
+/* Back in the read's transaction after a record; the requests out move on. */
+static void
+after_record(ReplicantDecoder *decoder, ResourceOwner read_owner)
+{
+	/*
+	 * The reorder buffer runs subtransactions of its own.  A catalog
+	 * snapshot one of them took (to reload a nailed relation after an
+	 * invalidation) would outlive it and hold back vacuum.
+	 */
+	InvalidateCatalogSnapshot();
+	CurrentResourceOwner = read_owner;
+	MemoryContextSwitchTo(decoder->context);
+	if (replicant_fault_armed() && batch_full(decoder->state, 1, PG_UINT64_MAX))
+		replicant_fault("decode");
+	if (decoder->pump != NULL && (++decoder->records & (RECORDS_PER_PUMP - 1)) == 0)
+		decoder->pump(decoder->pump_arg);
+}
+
 bool
 replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes,
 					   int linger_ms)
@@ -318,17 +343,7 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 						 errdetail_internal("%s", errm)));
 			if (record != NULL)
 				LogicalDecodingProcessRecord(ctx, ctx->reader);
-
-			/*
-			 * The reorder buffer runs subtransactions of its own.  A catalog
-			 * snapshot one of them took (to reload a nailed relation after an
-			 * invalidation) would outlive it and hold back vacuum.
-			 */
-			InvalidateCatalogSnapshot();
-			CurrentResourceOwner = read_owner;
-			MemoryContextSwitchTo(decoder->context);
-			if (replicant_fault_armed() && batch_full(decoder->state, 1, PG_UINT64_MAX))
-				replicant_fault("decode");
+			after_record(decoder, read_owner);
 
 			/* A SIGTERM ends the read: the caller exits once it checkpointed. */
 			if (ProcDiePending || decoder->state->halt_reason != NULL ||
@@ -367,6 +382,13 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 		ctx->reader->readRecordBufSize = READ_BUFFER_START;
 	}
 	return at_end;
+}
+
+void
+replicant_decoder_set_pump(ReplicantDecoder *decoder, void (*pump)(void *arg), void *arg)
+{
+	decoder->pump = pump;
+	decoder->pump_arg = arg;
 }
 
 void

@@ -40,6 +40,13 @@ extern bool replicant_decoder_read(ReplicantDecoder *decoder, int max_txns,
 								   uint64 max_bytes, int linger_ms);
 
 /*
+ * Has reads call pump(arg) every few hundred records, between them: it
+ * moves the requests out while decoding goes on (fanout.c) without waiting.
+ */
+extern void replicant_decoder_set_pump(ReplicantDecoder *decoder, void (*pump)(void *arg),
+									   void *arg);
+
+/*
  * Call before a transaction that reads published tables (a backfill
  * chunk): clears catalog cache entries decoding loaded under historic
  * snapshots, and makes the next decoding burst clear the normal ones.

@@ -13,9 +13,11 @@
  * time) and skips the commits its own checkpoint covers: after a restart
  * decoding starts at the lowest one.
  *
- * A slow sink's request stays out while the others go on, and one that
- * keeps failing waits apart, both within replicant.destination_backlog;
- * past it a failing one is left behind and brought back by a rewind
+ * Decoding goes on while a destination's request is out, one batch ahead
+ * (decodes_ahead); between records it moves the request on (pump).  A slow
+ * sink's request stays out while the others go on, and one that keeps
+ * failing waits apart, both within replicant.destination_backlog; past it
+ * a failing one is left behind and brought back by a rewind
  * (fanout_laggard.c), and the worker waits for a slow one's answer.
  *
  * A sink's refusal, or its format's halt, halts that destination alone,
@@ -438,15 +440,30 @@ release_batches(ReplicantFanout *f)
 }
 
 /*
+ * Whether attached o's request, not waiting to retry, may stay out while
+ * decoding renders the batch after it: one batch ahead at most, and
+ * nothing that must follow what it carries (a message, a chunk).  The sink
+ * reads and answers while the worker decodes, instead of one waiting for
+ * the other; the checkpoint still moves only with the answer.
+ */
+static bool
+decodes_ahead(ReplicantFanout *f, const Outlet *o)
+{
+	return o->batch != NULL && !replicant_outlet_must_drain(f, o) &&
+		   !replicant_batch_queue_has_later(o->target->queue, &o->cursor);
+}
+
+/*
  * Whether o's request, begun or in flight, may stay out while the worker
  * goes on (polled by later rounds, waited for between cycles): a probe's
- * always, an attached destination's while it may wait apart (its batches
- * within the backlog, another streaming, nothing that must follow them).
+ * always, an attached destination's while decoding renders its next batch,
+ * or while it may wait apart (its batches within the backlog, another
+ * streaming, nothing that must follow them).
  */
 static bool
 may_stay_out(ReplicantFanout *f, const Outlet *o)
 {
-	return !o->attached || replicant_laggard_may_wait_apart(f, o);
+	return !o->attached || decodes_ahead(f, o) || replicant_laggard_may_wait_apart(f, o);
 }
 
 /* Acts on the answers a round brought: each of those sent is answered or not yet. */
@@ -473,7 +490,8 @@ take_answers(ReplicantFanout *f, Outlet **sending, int n)
  * left but retries that may wait and requests that may stay in flight
  * (see deliver_batches); with probes, the requests of destinations left
  * behind too.  A round ends at the first answer, so that a slow sink's
- * request does not hold the others'.  Whether a round ran.
+ * request does not hold the others'.  Whether a request was started or a
+ * round ran.
  */
 static bool
 send_rounds(ReplicantFanout *f, bool probes)
@@ -493,9 +511,14 @@ send_rounds(ReplicantFanout *f, bool probes)
 		{
 			Outlet *o = &f->outlets[i];
 
-			if (!o->live || (!o->attached && !probes) ||
-				!(o->sending || (o->attached && start_next(f, o))))
+			if (!o->live || (!o->attached && !probes))
 				continue;
+			if (!o->sending)
+			{
+				if (!o->attached || !start_next(f, o))
+					continue;
+				any = true;
+			}
 			sending[n] = o;
 			set[n++] = &o->delivery;
 			if (replicant_outlet_waiting(f, o))
@@ -565,6 +588,20 @@ replicant_fanout_wait(ReplicantFanout *f, long timeout)
 	else
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout,
 						 PG_WAIT_EXTENSION);
+}
+
+void
+replicant_fanout_pump(void *fanout)
+{
+	ReplicantFanout *f = fanout;
+
+	for (int i = 0; i < f->noutlets; i++)
+	{
+		Outlet *o = &f->outlets[i];
+
+		if (o->live && o->sending && o->delivery.in_flight)
+			replicant_transport_pump(o->sink);
+	}
 }
 
 void

@@ -110,6 +110,12 @@ extern void replicant_fanout_note_rewind(ReplicantFanout *fanout);
 extern void replicant_fanout_wait(ReplicantFanout *fanout, long timeout);
 
 /*
+ * Moves the requests in flight on, without waiting: the decoder's pump
+ * between records (replicant_decoder_set_pump), fanout a ReplicantFanout.
+ */
+extern void replicant_fanout_pump(void *fanout);
+
+/*
  * Before the worker stops on request: each request still in flight gets
  * its answer, and a range whose last request was taken is acknowledged,
  * so that the stop leaves nothing acknowledged to re-deliver.

@@ -225,6 +225,11 @@ replicant_fanout_send_resync_first(ReplicantFanout *f, ReplicantBackfill *b)
 void
 replicant_fanout_end_resyncs(ReplicantFanout *f)
 {
+	/*
+	 * A sink takes one request at a time: one out (decoding went on, or a
+	 * destination other than the read's) is answered before markers go.
+	 */
+	replicant_fanout_settle(f);
 	for (int i = 0; i < f->noutlets; i++)
 	{
 		Outlet *o = &f->outlets[i];

@@ -515,6 +515,7 @@ start_streaming(Worker *w)
 					w->pipeline->name, LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder)))));
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
 	w->fanout = replicant_fanout_create(w->slot, w->pipeline, w->decoder);
+	replicant_decoder_set_pump(w->decoder, replicant_fanout_pump, w->fanout);
 	replicant_metrics_progressed(w->slot);
 	replicant_log_state(w->pipeline->name, "streaming", "lsn",
 						psprintf("%X/%X", LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder))), REPLICANT_LOG_END);
@@ -673,6 +674,8 @@ stream_cycle(Worker *w, bool *delivered)
 									replicant_batch_linger_ms);
 	if (replicant_decoder_halt_reason(w->decoder))
 	{
+		/* The request out (decoding went on meanwhile) is answered first. */
+		replicant_fanout_settle(w->fanout);
 		commit_pending(w);
 		replicant_delivery_halt_at(w->slot, w->pipeline,
 								   replicant_decoder_halt_reason(w->decoder),

@@ -206,7 +206,8 @@ IO::Socket::SSL), C<name> (names its log file, default "sink", then
 "sink2", ...), C<db> (default: a new file in a temporary directory), C<script>
 (another sink script taking the same options, such as test/sink/oracle_sink.py), and the
 sink's fault flags with underscores: C<fail_status>, C<fail_rate>,
-C<fail_first>, C<retry_after>, C<delay_ms>, C<hang>, C<reset>, C<redirect>,
+C<fail_first>, C<retry_after>, C<delay_ms>, C<hold_answers> (apply, answer
+once a control() clears it), C<hang>, C<reset>, C<redirect>,
 C<max_body>. The sink's stderr goes to tmp_check/log/<test>_<name>.log.
 
 =cut
@@ -597,7 +598,7 @@ sub _launch
 		my $value = $faults{$flag};
 		next unless defined $value;
 		(my $option = "--$flag") =~ tr/_/-/;
-		if ($flag eq 'hang' || $flag eq 'reset')
+		if ($flag eq 'hang' || $flag eq 'reset' || $flag eq 'hold_answers')
 		{
 			push @args, $option if $value;
 		}

@@ -365,8 +365,8 @@ def signature_ok(secret, headers, body):
 
 # ---- faults ----------------------------------------------------------------
 FAULT_DEFAULTS = dict(fail_status=None, fail_rate=1.0, fail_first=None, fail_skip=0,
-                      retry_after=None, delay_ms=0, hang=False, reset=False,
-                      redirect=None, max_body=None)
+                      retry_after=None, delay_ms=0, hold_answers=False, hang=False,
+                      reset=False, redirect=None, max_body=None)
 
 
 class Faults:
@@ -507,6 +507,8 @@ class Handler(BaseHTTPRequestHandler):
         delay = server.faults.show()["delay_ms"]
         if delay:   # applied, but answered late: a client timeout re-sends it
             time.sleep(delay / 1000.0)
+        while server.faults.show()["hold_answers"]:   # applied, answered once released
+            time.sleep(0.02)
         self.answer(status)
         return status
 
@@ -645,6 +647,8 @@ def parser():
                    help="with --fail-first: let N requests pass before those")
     s.add_argument("--retry-after", help="Retry-After on fault answers (seconds or an HTTP-date)")
     s.add_argument("--delay-ms", type=int, default=0, help="wait before answering")
+    s.add_argument("--hold-answers", action="store_true",
+                   help="apply, but answer only once a control request clears this")
     s.add_argument("--hang", action="store_true", help="never answer")
     s.add_argument("--reset", action="store_true", help="reset the connection")
     s.add_argument("--redirect", metavar="URL", help="answer 302 to URL")
