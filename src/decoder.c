@@ -51,8 +51,6 @@
  */
 #define READ_BUFFER_KEEP (1024 * 1024)
 #define READ_BUFFER_START (5 * Max(BLCKSZ, XLOG_BLCKSZ))
-/* Records read between two pumps of the requests out (a power of two). */
-#define RECORDS_PER_PUMP 256
 
 struct ReplicantDecoder
 {
@@ -71,11 +69,6 @@ struct ReplicantDecoder
 
 	/* How far the slot may be confirmed (slot_position.h). */
 	ReplicantSlotPosition position;
-
-	/* Called every RECORDS_PER_PUMP records read (replicant_decoder_set_pump). */
-	void (*pump)(void *arg);
-	void *pump_arg;
-	uint32 records;
 };
 
 /*
@@ -288,8 +281,7 @@ after_record(ReplicantDecoder *decoder, ResourceOwner read_owner)
 	MemoryContextSwitchTo(decoder->context);
 	if (replicant_fault_armed() && batch_full(decoder->state, 1, PG_UINT64_MAX))
 		replicant_fault("decode");
-	if (decoder->pump != NULL && (++decoder->records & (RECORDS_PER_PUMP - 1)) == 0)
-		decoder->pump(decoder->pump_arg);
+	replicant_decoding_pump(decoder->state);
 }
 
 bool
@@ -387,8 +379,8 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 void
 replicant_decoder_set_pump(ReplicantDecoder *decoder, void (*pump)(void *arg), void *arg)
 {
-	decoder->pump = pump;
-	decoder->pump_arg = arg;
+	decoder->state->pump = pump;
+	decoder->state->pump_arg = arg;
 }
 
 void

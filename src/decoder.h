@@ -40,8 +40,9 @@ extern bool replicant_decoder_read(ReplicantDecoder *decoder, int max_txns,
 								   uint64 max_bytes, int linger_ms);
 
 /*
- * Has reads call pump(arg) every few hundred records, between them: it
- * moves the requests out while decoding goes on (fanout.c) without waiting.
+ * Has reads call pump(arg) every few hundred records and changes, between
+ * them: it moves the requests out on while decoding goes on (fanout.c),
+ * without waiting.
  */
 extern void replicant_decoder_set_pump(ReplicantDecoder *decoder, void (*pump)(void *arg),
 									   void *arg);

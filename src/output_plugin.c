@@ -602,6 +602,7 @@ done:
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_context);
 	trim_rows(rows);
+	replicant_decoding_pump(state);
 }
 
 static void

@@ -37,7 +37,27 @@ typedef struct ReplicantDecodingState
 
 	MemoryContext change_context; /* reset after every change */
 	struct EncodedRows *rows;     /* buffers every change encodes into */
+
+	/* Moves the requests out on, without waiting (replicant_decoder_set_pump), or NULL. */
+	void (*pump)(void *arg);
+	void *pump_arg;
+	uint32 pump_calls;
 } ReplicantDecodingState;
+
+/* Calls between a pump of the requests out and the next (a power of two). */
+#define REPLICANT_PUMP_EVERY 256
+
+/*
+ * Between decoded records and changes: every REPLICANT_PUMP_EVERY calls,
+ * the requests out move on and their answers are read, so that decoding a
+ * large transaction does not leave an answer unread past its timeout.
+ */
+static inline void
+replicant_decoding_pump(ReplicantDecodingState *state)
+{
+	if (state->pump != NULL && (++state->pump_calls & (REPLICANT_PUMP_EVERY - 1)) == 0)
+		state->pump(state->pump_arg);
+}
 
 extern ReplicantDecodingState *replicant_output_state(LogicalDecodingContext *ctx);
 

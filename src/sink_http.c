@@ -643,7 +643,17 @@ http_pump(ReplicantTransport *transport)
 	if (!started->active || !sink->attached || started->transfer_over ||
 		started->pump_error != CURLM_OK || sink->loop.socket_overflow)
 		return;
-	started->pump_error = replicant_sink_loop_pump(&sink->loop, &started->attempt, &running);
+	PG_TRY();
+	{
+		started->pump_error = replicant_sink_loop_pump(&sink->loop, &started->attempt, &running);
+	}
+	PG_CATCH();
+	{
+		/* its wait set could not be made: nothing half-attached is left */
+		sink_cancel(sink);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	started->transfer_over = (running == 0);
 }
 

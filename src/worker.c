@@ -8,7 +8,8 @@
  *	1. decode WAL into a batch per format (decoder.c, output_plugin.c,
  *	   render_target.c) until the end of flushed WAL or a batch limit;
  *	2. send it to every destination side by side (fanout.c), each retrying
- *	   with backoff until its sink takes it or refuses it;
+ *	   with backoff until its sink takes it or refuses it; a request not
+ *	   answered yet stays out while the next batch is decoded;
  *	3. record each acknowledgement, and commit the checkpoint rows
  *	   (checkpoint.c) if replicant.checkpoint_interval has passed since the
  *	   last commit, else when it has;
@@ -25,13 +26,13 @@
  * instead of spending a core on one request per commit (cpu_budget.c).
  *
  * A crash re-delivers the batches acknowledged since the last checkpoint
- * commit (at most one interval's worth; only the last batch with an
- * interval of 0); nothing is ever confirmed before its checkpoint.  A
- * pending checkpoint is committed before messages, backfill chunks, a stop,
- * a halt found by decoding or a sink's refusal, and at once for
+ * commit (at most one interval's worth; with an interval of 0, the last
+ * batch or the one out); nothing is ever confirmed before its checkpoint.
+ * A pending checkpoint is committed before messages, backfill chunks, a
+ * stop, a halt found by decoding or a sink's refusal, and at once for
  * await_delivered().  Conditions that would make delivery wrong halt the
- * pipeline: the reason is recorded in the catalog
- * and the worker exits 0, so nothing restarts it until resume_pipeline.
+ * pipeline: the reason is recorded in the catalog and the worker exits 0,
+ * so nothing restarts it until resume_pipeline.
  * An error halts too, unless it is known to be transient: then the worker
  * exits and the launcher restarts it, a bounded number of times
  * (replicant_delivery_fail).  The phase the worker is in (shmem.h) names
@@ -179,14 +180,10 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 REPLICANT_NORETURN static void
 worker_halt(Worker *w, const char *reason)
 {
+	/* The request out (decoding went on meanwhile) is answered first. */
+	if (w->fanout != NULL)
+		replicant_fanout_settle(w->fanout);
 	replicant_delivery_halt(w->slot, w->pipeline, reason);
-}
-
-/* Commits the pending checkpoints, if any, and confirms the floor. */
-static void
-commit_pending(Worker *w)
-{
-	replicant_fanout_commit_pending(w->fanout);
 }
 
 /*
@@ -203,7 +200,7 @@ commit_pending_if_possible(Worker *w)
 		return;
 	PG_TRY();
 	{
-		commit_pending(w);
+		replicant_fanout_commit_pending(w->fanout);
 	}
 	PG_CATCH();
 	{
@@ -551,13 +548,15 @@ replan_skipped_if_due(Worker *w)
 	/* Changes seen while looking are looked at again next time. */
 	w->skip_changes = replicant_publication_changes(true);
 	w->skip_check_due = false;
+	/* Reads of the catalogs may wait: no answer is left unread meanwhile. */
+	replicant_fanout_settle(w->fanout);
 	replicant_shmem_enter_phase(REPLICANT_PHASE_BACKFILL_READ);
 	replicant_decoder_before_normal_access(w->decoder);
 	w->skips_pending = replicant_backfill_replan_skipped(w->pipeline, &planned, &refused);
 	w->skip_check_at = TimestampTzPlusMilliseconds(now, SKIP_CHECK_MS);
 	if (refused)
 	{
-		commit_pending(w);
+		replicant_fanout_commit_pending(w->fanout);
 		worker_halt(w, refused);
 	}
 	if (planned && w->backfill == NULL)
@@ -582,6 +581,8 @@ start_chunk_if_due(Worker *w)
 	if (w->backfill == NULL || replicant_decoder_chunk(w->decoder) != NULL ||
 		GetCurrentTimestamp() < w->backfill->retry_at || !replicant_fanout_all_attached(w->fanout))
 		return;
+	/* A chunk may wait for its table's lock: no answer is left unread meanwhile. */
+	replicant_fanout_settle(w->fanout);
 	replicant_decoder_before_normal_access(w->decoder);
 	/* A destination's resync marks its tables before the first window opens. */
 	if (!replicant_fanout_send_resync_first(w->fanout, w->backfill))
@@ -627,7 +628,7 @@ finish_chunk(Worker *w, ReplicantChunk *chunk)
 REPLICANT_NORETURN static void
 restart_to_rejoin(Worker *w)
 {
-	commit_pending(w);
+	replicant_fanout_commit_pending(w->fanout);
 	replicant_fanout_note_rewind(w->fanout);
 	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
 	w->slot->superseded = true;
@@ -666,7 +667,7 @@ stream_cycle(Worker *w, bool *delivered)
 	replicant_delivery_check_slot(w->slot);
 	if (replicant_checkpoint_is_pending() &&
 		replicant_checkpoint_due_in(w->slot, GetCurrentTimestamp()) == 0)
-		commit_pending(w);
+		replicant_fanout_commit_pending(w->fanout);
 
 	replicant_shmem_enter_phase(REPLICANT_PHASE_DECODE);
 	at_end = replicant_decoder_read(w->decoder, w->batch_max_transactions,
@@ -676,7 +677,7 @@ stream_cycle(Worker *w, bool *delivered)
 	{
 		/* The request out (decoding went on meanwhile) is answered first. */
 		replicant_fanout_settle(w->fanout);
-		commit_pending(w);
+		replicant_fanout_commit_pending(w->fanout);
 		replicant_delivery_halt_at(w->slot, w->pipeline,
 								   replicant_decoder_halt_reason(w->decoder),
 								   replicant_decoder_halt_lsn(w->decoder),
@@ -699,7 +700,7 @@ stream_cycle(Worker *w, bool *delivered)
 
 	if (messages != NIL)
 	{
-		commit_pending(w);
+		replicant_fanout_commit_pending(w->fanout);
 		replicant_fanout_deliver_messages(w->fanout, messages);
 		list_free_deep(messages);
 		return false;
@@ -718,7 +719,7 @@ stream_cycle(Worker *w, bool *delivered)
 	}
 	if (chunk && chunk->complete)
 	{
-		commit_pending(w);
+		replicant_fanout_commit_pending(w->fanout);
 		finish_chunk(w, chunk);
 		return false;
 	}

@@ -169,8 +169,9 @@ sub fault_point
 	return;
 }
 
-# Nothing was sent yet: nothing to re-deliver.
-fault_point('decode', 0);
+# The batch being decoded was not sent; the one before may be out, its
+# answer not read (decoding goes on meanwhile): at most it comes again.
+fault_point('decode', undef);
 # The sink may have applied the request; at most it comes again.
 fault_point('after_send', undef);
 # Acknowledged but not checkpointed: exactly that batch comes again.
