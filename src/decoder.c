@@ -248,9 +248,10 @@ more_flushed(XLogRecPtr *end_of_wal, TimestampTz linger_until)
 {
 	XLogRecPtr flushed = GetFlushRecPtr(NULL);
 
-	if (flushed <= *end_of_wal || GetCurrentTimestamp() >= linger_until)
+	/* Failover standbys without it: the next read waits for them (prepare_read). */
+	if (flushed <= *end_of_wal || GetCurrentTimestamp() >= linger_until ||
+		!replicant_standbys_have(flushed))
 		return false;
-	replicant_wait_for_standby_confirmation(flushed);
 	*end_of_wal = flushed;
 	return true;
 }
@@ -258,12 +259,15 @@ more_flushed(XLogRecPtr *end_of_wal, TimestampTz linger_until)
 /*
  * Before a read: a horizon decoding finds at or below the slot's position is
  * applied, and the slot saved, at once, so the slot goes back to a recorded
- * position (slot_position.h); a failover slot waits for its standbys.
+ * position (slot_position.h); a failover slot waits for its standbys, the
+ * answers to the requests out taken first (none is left unread that long).
  */
 static void
-prepare_read(XLogRecPtr end_of_wal)
+prepare_read(ReplicantDecoder *decoder, XLogRecPtr end_of_wal)
 {
 	replicant_slot_position_settle();
+	if (!replicant_standbys_have(end_of_wal) && decoder->state->before_wait != NULL)
+		decoder->state->before_wait(decoder->state->pump_arg);
 	replicant_wait_for_standby_confirmation(end_of_wal);
 }
 
@@ -296,7 +300,7 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 	TimestampTz linger_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), linger_ms);
 	bool at_end = true;
 
-	prepare_read(end_of_wal);
+	prepare_read(decoder, end_of_wal);
 
 	/* Historic and normal catalog cache entries must not mix. */
 	if (decoder->caches_normal)
@@ -377,9 +381,11 @@ replicant_decoder_read(ReplicantDecoder *decoder, int max_txns, uint64 max_bytes
 }
 
 void
-replicant_decoder_set_pump(ReplicantDecoder *decoder, void (*pump)(void *arg), void *arg)
+replicant_decoder_set_requests(ReplicantDecoder *decoder, void (*pump)(void *arg),
+							   void (*before_wait)(void *arg), void *arg)
 {
 	decoder->state->pump = pump;
+	decoder->state->before_wait = before_wait;
 	decoder->state->pump_arg = arg;
 }
 

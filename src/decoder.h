@@ -40,12 +40,13 @@ extern bool replicant_decoder_read(ReplicantDecoder *decoder, int max_txns,
 								   uint64 max_bytes, int linger_ms);
 
 /*
- * Has reads call pump(arg) every few hundred records and changes, between
- * them: it moves the requests out on while decoding goes on (fanout.c),
- * without waiting.
+ * The requests out while decoding goes on (fanout.c): reads call pump(arg)
+ * every few hundred records and changes, between them, to move them on
+ * without waiting, and before_wait(arg) before a read waits for failover
+ * standbys, to take their answers.
  */
-extern void replicant_decoder_set_pump(ReplicantDecoder *decoder, void (*pump)(void *arg),
-									   void *arg);
+extern void replicant_decoder_set_requests(ReplicantDecoder *decoder, void (*pump)(void *arg),
+										   void (*before_wait)(void *arg), void *arg);
 
 /*
  * Call before a transaction that reads published tables (a backfill

@@ -441,15 +441,17 @@ release_batches(ReplicantFanout *f)
 
 /*
  * Whether attached o's request, not waiting to retry, may stay out while
- * decoding renders the batch after it: one batch ahead at most, and
- * nothing that must follow what it carries (a message, a chunk).  The sink
+ * decoding renders the batch after it: one batch ahead at most, nothing
+ * that must follow what it carries (a message), and no chunk or read
+ * whose requests go out, to it or to another, before the worker polls
+ * again.  The sink
  * reads and answers while the worker decodes, instead of one waiting for
  * the other; the checkpoint still moves only with the answer.
  */
 static bool
 decodes_ahead(ReplicantFanout *f, const Outlet *o)
 {
-	return o->batch != NULL && !replicant_outlet_must_drain(f, o) &&
+	return o->batch != NULL && !f->drain_chunk && !replicant_outlet_must_drain(f, o) &&
 		   !replicant_batch_queue_has_later(o->target->queue, &o->cursor);
 }
 
@@ -602,6 +604,12 @@ replicant_fanout_pump(void *fanout)
 		if (o->live && o->sending && o->delivery.in_flight)
 			replicant_transport_pump(o->sink);
 	}
+}
+
+void
+replicant_fanout_before_wait(void *fanout)
+{
+	replicant_fanout_settle(fanout);
 }
 
 void

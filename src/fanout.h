@@ -110,10 +110,13 @@ extern void replicant_fanout_note_rewind(ReplicantFanout *fanout);
 extern void replicant_fanout_wait(ReplicantFanout *fanout, long timeout);
 
 /*
- * Moves the requests in flight on, without waiting: the decoder's pump
- * between records (replicant_decoder_set_pump), fanout a ReplicantFanout.
+ * The decoder's hooks (replicant_decoder_set_requests), fanout a
+ * ReplicantFanout: _pump moves the requests in flight on without waiting,
+ * between records and changes; _before_wait takes their answers
+ * (replicant_fanout_settle) before a read waits for failover standbys.
  */
 extern void replicant_fanout_pump(void *fanout);
+extern void replicant_fanout_before_wait(void *fanout);
 
 /*
  * Before the worker stops on request: each request still in flight gets

@@ -38,8 +38,9 @@ typedef struct ReplicantDecodingState
 	MemoryContext change_context; /* reset after every change */
 	struct EncodedRows *rows;     /* buffers every change encodes into */
 
-	/* Moves the requests out on, without waiting (replicant_decoder_set_pump), or NULL. */
+	/* The requests out (replicant_decoder_set_requests), or NULL. */
 	void (*pump)(void *arg);
+	void (*before_wait)(void *arg);
 	void *pump_arg;
 	uint32 pump_calls;
 } ReplicantDecodingState;

@@ -180,9 +180,12 @@ worker_attach(Worker *w, ReplicantWorkerArgs *args)
 REPLICANT_NORETURN static void
 worker_halt(Worker *w, const char *reason)
 {
-	/* The request out (decoding went on meanwhile) is answered first. */
+	/* The request out (decoding went on meanwhile) is answered, and checkpointed, first. */
 	if (w->fanout != NULL)
+	{
 		replicant_fanout_settle(w->fanout);
+		replicant_fanout_commit_pending(w->fanout);
+	}
 	replicant_delivery_halt(w->slot, w->pipeline, reason);
 }
 
@@ -512,7 +515,7 @@ start_streaming(Worker *w)
 					w->pipeline->name, LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder)))));
 	replicant_shmem_set_state(w->slot, REPLICANT_STATE_STREAMING);
 	w->fanout = replicant_fanout_create(w->slot, w->pipeline, w->decoder);
-	replicant_decoder_set_pump(w->decoder, replicant_fanout_pump, w->fanout);
+	replicant_decoder_set_requests(w->decoder, replicant_fanout_pump, replicant_fanout_before_wait, w->fanout);
 	replicant_metrics_progressed(w->slot);
 	replicant_log_state(w->pipeline->name, "streaming", "lsn",
 						psprintf("%X/%X", LSN_FORMAT_ARGS(replicant_decoder_confirmed(w->decoder))), REPLICANT_LOG_END);
@@ -583,6 +586,8 @@ start_chunk_if_due(Worker *w)
 		return;
 	/* A chunk may wait for its table's lock: no answer is left unread meanwhile. */
 	replicant_fanout_settle(w->fanout);
+	if (!replicant_fanout_all_attached(w->fanout))
+		return;
 	replicant_decoder_before_normal_access(w->decoder);
 	/* A destination's resync marks its tables before the first window opens. */
 	if (!replicant_fanout_send_resync_first(w->fanout, w->backfill))
