@@ -364,6 +364,25 @@ sub poll
 	return 0;
 }
 
+=pod
+
+=item set_fault_point($node, $value)
+
+Sets replicant.fault_point to $value (C<undef>: resets it) with ALTER SYSTEM
+and reloads the configuration. A worker reads it at its next reload: one
+that starts afterwards, or one holding at a fault point, sees it for sure.
+
+=cut
+
+sub set_fault_point
+{
+	my ($node, $value) = @_;
+	$node->safe_psql('postgres',
+		($value ? "ALTER SYSTEM SET replicant.fault_point = '$value'" : 'ALTER SYSTEM RESET replicant.fault_point')
+		  . ";\nSELECT pg_reload_conf();");
+	return;
+}
+
 # PostgreSQL::Test::Cluster's own poll_query_until (wait_for_catchup uses
 # it too) starts psql for every attempt, ten times a second: the same cost
 # as above, so every node polls through a session instead.

@@ -472,14 +472,7 @@ phase('b resumed');
 # and its read) while its first rows are updated, their body left out: the
 # chunk keeps those rows and sends them, in each destination's format, ahead
 # of the update (ClickHouse takes the body from the old row instead).
-sub fault_point
-{
-	my ($value) = @_;
-	$node->safe_psql('postgres',
-		($value ? "ALTER SYSTEM SET replicant.fault_point = '$value'" : 'ALTER SYSTEM RESET replicant.fault_point')
-		  . ";\nSELECT pg_reload_conf();");
-	return;
-}
+sub fault_point { return ReplicantTest::set_fault_point($node, $_[0]); }
 # All four are planned in one transaction (each call makes the worker start
 # again when it commits, which would read a held chunk again), doc first:
 # backfills run in the order of their ids.

@@ -41,14 +41,7 @@ ok(poll("SELECT state = 'streaming' FROM replicant.status WHERE pipeline = 'p'")
 
 sub poll { return ReplicantTest::poll($node, $_[0], $_[1] // 120); }
 
-sub fault_point
-{
-	my ($value) = @_;
-	$node->safe_psql('postgres',
-		($value ? "ALTER SYSTEM SET replicant.fault_point = '$value'" : 'ALTER SYSTEM RESET replicant.fault_point')
-		  . ";\nSELECT pg_reload_conf();");
-	return;
-}
+sub fault_point { return ReplicantTest::set_fault_point($node, $_[0]); }
 
 sub insert { $node->safe_psql('postgres', "INSERT INTO t VALUES ($_[0], 'v$_[0]')"); return; }
 
