@@ -267,7 +267,7 @@ prepare_read(ReplicantDecoder *decoder, XLogRecPtr end_of_wal)
 {
 	replicant_slot_position_settle();
 	if (!replicant_standbys_have(end_of_wal) && decoder->state->before_wait != NULL)
-		decoder->state->before_wait(decoder->state->pump_arg);
+		decoder->state->before_wait(decoder->state->requests_arg);
 	replicant_wait_for_standby_confirmation(end_of_wal);
 }
 
@@ -386,7 +386,7 @@ replicant_decoder_set_requests(ReplicantDecoder *decoder, void (*pump)(void *arg
 {
 	decoder->state->pump = pump;
 	decoder->state->before_wait = before_wait;
-	decoder->state->pump_arg = arg;
+	decoder->state->requests_arg = arg;
 }
 
 void

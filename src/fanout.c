@@ -442,11 +442,10 @@ release_batches(ReplicantFanout *f)
 /*
  * Whether attached o's request, not waiting to retry, may stay out while
  * decoding renders the batch after it: one batch ahead at most, nothing
- * that must follow what it carries (a message), and no chunk or read
- * whose requests go out, to it or to another, before the worker polls
- * again.  The sink
- * reads and answers while the worker decodes, instead of one waiting for
- * the other; the checkpoint still moves only with the answer.
+ * that must follow what it carries (a message), and no chunk or read whose
+ * requests go out, to it or to another, before the worker polls again.
+ * The sink reads and answers while the worker decodes, instead of one
+ * waiting for the other; the checkpoint still moves only with the answer.
  */
 static bool
 decodes_ahead(ReplicantFanout *f, const Outlet *o)

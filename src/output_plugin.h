@@ -41,7 +41,7 @@ typedef struct ReplicantDecodingState
 	/* The requests out (replicant_decoder_set_requests), or NULL. */
 	void (*pump)(void *arg);
 	void (*before_wait)(void *arg);
-	void *pump_arg;
+	void *requests_arg;
 	uint32 pump_calls;
 } ReplicantDecodingState;
 
@@ -57,7 +57,7 @@ static inline void
 replicant_decoding_pump(ReplicantDecodingState *state)
 {
 	if (state->pump != NULL && (++state->pump_calls & (REPLICANT_PUMP_EVERY - 1)) == 0)
-		state->pump(state->pump_arg);
+		state->pump(state->requests_arg);
 }
 
 extern ReplicantDecodingState *replicant_output_state(LogicalDecodingContext *ctx);
