@@ -27,6 +27,8 @@ use ReplicantTest;
 
 my $node = ReplicantTest::new_node('memory');
 my $sink = ReplicantTest::start_sink();
+my $every_status =
+  "SELECT state || ' ' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'every'";
 $node->safe_psql('postgres', q{
 CREATE EXTENSION replicant;
 CREATE TABLE t (id int PRIMARY KEY, v text);
@@ -232,16 +234,8 @@ CREATE TABLE renewed (id int, c int);
 	$node->start;
 	is($node->safe_psql('postgres', "SELECT 'renewed'::regclass::oid"), $oid, 'reused OID: the new table has it');
 	$node->safe_psql('postgres', 'INSERT INTO renewed VALUES (1, 4)');
-	# Until the row arrives or the pipeline halts.
-	my $state;
-	foreach (1 .. 1200)
-	{
-		$state = $node->safe_psql('postgres',
-			"SELECT state || ' ' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'every'");
-		last if $state =~ /^halted/ || $sink->dump('public.renewed') ne '';
-		usleep(100_000);
-	}
-	is($state, 'streaming ', 'reused OID: nothing halted');
+	wait_row_or_halt('public.renewed');
+	is($node->safe_psql('postgres', $every_status), 'streaming ', 'reused OID: nothing halted');
 	is($sink->dump('public.renewed'), qq({"c":4,"id":1}\n), 'reused OID: the new table\'s row arrived');
 }
 
@@ -285,16 +279,22 @@ CREATE TABLE renewed2 (id int, c int);
 
 	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('every')");
 	$node->safe_psql('postgres', 'INSERT INTO renewed2 VALUES (1, 4)');
-	my $state;
+	wait_row_or_halt('public.renewed2');
+	is($node->safe_psql('postgres', $every_status), 'streaming ', 'oid_reuse_before_prune: nothing halted');
+	is($sink->dump('public.renewed2'), qq({"c":4,"id":1}\n), 'oid_reuse_before_prune: the new table\'s row arrived');
+}
+
+# Until the table's row arrives or pipeline "every" halts.  Its state is read
+# after: one read before the row arrived may still say "starting".
+sub wait_row_or_halt
+{
+	my ($table) = @_;
 	foreach (1 .. 1200)
 	{
-		$state = $node->safe_psql('postgres',
-			"SELECT state || ' ' || coalesce(last_error, '') FROM replicant.status WHERE pipeline = 'every'");
-		last if $state =~ /^halted/ || $sink->dump('public.renewed2') ne '';
+		return if $sink->dump($table) ne '' || $node->safe_psql('postgres', $every_status) =~ /^halted/;
 		usleep(100_000);
 	}
-	is($state, 'streaming ', 'oid_reuse_before_prune: nothing halted');
-	is($sink->dump('public.renewed2'), qq({"c":4,"id":1}\n), 'oid_reuse_before_prune: the new table\'s row arrived');
+	return;
 }
 
 $node->stop;
