@@ -65,8 +65,11 @@ replicant_metrics_acknowledged(ReplicantDestinationSlot *destination, const Repl
 							   int first, int last, TimestampTz now)
 {
 	ReplicantMetrics *m = &destination->metrics;
+	uint64 counts[REPLICANT_LATENCY_BUCKETS + 1] = {0};
+	uint64 count = 0;
+	double sum = 0;
 
-	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	/* Bucketed first: the shared lock is held for the sums only, whatever the batch's size. */
 	for (int t = first; t <= last; t++)
 	{
 		double seconds = Max(0, now - batch->txns[t].commit_time) / 1000000.0;
@@ -75,10 +78,15 @@ replicant_metrics_acknowledged(ReplicantDestinationSlot *destination, const Repl
 		for (i = 0; i < REPLICANT_LATENCY_BUCKETS; i++)
 			if (seconds <= latency_bounds[i])
 				break;
-		m->latency_buckets[i]++;
-		m->latency_count++;
-		m->latency_sum += seconds;
+		counts[i]++;
+		count++;
+		sum += seconds;
 	}
+	LWLockAcquire(replicant_shmem->lock, LW_EXCLUSIVE);
+	for (int i = 0; i <= REPLICANT_LATENCY_BUCKETS; i++)
+		m->latency_buckets[i] += counts[i];
+	m->latency_count += count;
+	m->latency_sum += sum;
 	m->oldest_pending_commit = last + 1 < batch->ntxns ? batch->txns[last + 1].commit_time : 0;
 	LWLockRelease(replicant_shmem->lock);
 }
