@@ -42,10 +42,10 @@ extern void replicant_append_json_string(StringInfo out, const char *s,
 
 /*
  * Appends "name": (after a comma when comma is true), the name escaped as
- * by replicant_append_json_string().  For names in UTF-8 only.
+ * by replicant_append_json_string().  For a column's name (a NameData, at
+ * most NAMEDATALEN bytes with its terminating zero) in UTF-8 only.
  */
-extern void replicant_append_json_key(StringInfo out, const char *name,
-									  int len, bool comma);
+extern void replicant_append_json_key(StringInfo out, const char *name, bool comma);
 
 /*
  * Appends numeric_out()'s text for a finite numeric and returns true; for

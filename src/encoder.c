@@ -225,8 +225,7 @@ encode_fields(EncodeState *st, TupleDesc desc, Datum *values, bool *nulls,
 		}
 
 		if (st->dbencoding == PG_UTF8)
-			replicant_append_json_key(out, NameStr(att->attname),
-									  strlen(NameStr(att->attname)), !first);
+			replicant_append_json_key(out, NameStr(att->attname), !first);
 		else
 		{
 			if (!first)

@@ -188,10 +188,10 @@ static void
 end_txn(StringInfo out, const char *pipeline, const ReplicantTxn *txn,
 		int64 nchanges, const char *messages)
 {
-	appendStringInfoChar(out, ']');
+	appendStringInfoCharMacro(out, ']');
 	if (messages != NULL)
 		appendStringInfo(out, ",\"messages\":[%s]", messages);
-	appendStringInfoChar(out, '}');
+	appendStringInfoCharMacro(out, '}');
 }
 
 /* One request per range, named after its last commit. */
