@@ -436,6 +436,26 @@ perf_start_system() {
 	sleep 0.3
 }
 
+# wake_trace_start PID: records PID's syscalls that mark the steps from a
+# wake-up to its first send (bench/wake_to_send.py) until wake_trace_stop.
+wake_trace_start() {
+	perf record -q -e syscalls:sys_exit_epoll_wait,syscalls:sys_enter_pread64,syscalls:sys_enter_rt_sigprocmask,syscalls:sys_enter_poll,syscalls:sys_enter_sendto \
+		-p "$1" -o "$WORK/wake.data" >/dev/null 2>&1 &
+	WAKE_PID=$!
+	sleep 0.3
+}
+
+# wake_trace_stop PREFIX: records each step's median as PREFIX.<step>.
+wake_trace_stop() {
+	local name value
+	kill -INT "$WAKE_PID" 2>/dev/null || true
+	wait "$WAKE_PID" 2>/dev/null || true
+	while read -r name value; do
+		record "$1.$name" "$value"
+	done < <(perf script -i "$WORK/wake.data" -F time,event 2>/dev/null | python3 "$BENCH_DIR/wake_to_send.py")
+	rm -f "$WORK/wake.data"
+}
+
 # perf_start PID NAME: samples one running process until perf_stop.
 perf_start() {
 	PERF_PID=

@@ -277,6 +277,18 @@ def build(r):
                 "walsender + pg_recvlogical", fmt(1000 * med(w2j_c), "ms", 1),
                 f"{fmt(med(rs), '×')} ({fmt(min(rs), '', 2)}–{fmt(max(rs), '', 2)}, {len(rs)} rounds)" if rs else "–",
                 "≤ 0.5×", met(max(rs) if rs else None, "<=", 0.5))
+        rep_w, w2j_w = r.num(f"{k}.rep_wake.wake_sendto_us"), r.num(f"{k}.w2j_wake.wake_sendto_us")
+        if rep_w is not None and w2j_w is not None:
+            steps = lambda p, names: ", ".join(f"{label} {fmt(r.num(f'{k}.{p}.{n}_us'), 'µs', 0)}"
+                                              for n, label in names if r.num(f"{k}.{p}.{n}_us") is not None)
+            info(t, "wake-up to first byte out, median (--perf run; bench/wake_to_send.py)",
+                 f"worker {fmt(rep_w, 'µs', 0)}: " + steps("rep_wake", (
+                     ("wake_pread64", "to the WAL read"), ("pread64_rt_sigprocmask", "decoding the transaction"),
+                     ("rt_sigprocmask_poll", "batch, request and libcurl's transfer setup"),
+                     ("poll_sendto", "libcurl's request"))),
+                 f"walsender {fmt(w2j_w, 'µs', 0)}: " + steps("w2j_wake", (
+                     ("wake_pread64", "to the WAL read"), ("pread64_sendto", "decoding"))) +
+                 "; its bytes then cross pg_recvlogical and a pipe")
         info(t, "rows / POSTs / achieved rate (replicant rounds)",
              f"{fmt(sum(r.reps(f'{k}.rep_rows')))} / {fmt(sum(r.reps(f'{k}.rep_requests')))} / "
              f"{fmt(med(r.reps(f'{k}.rep_tps')), 'tps')}",

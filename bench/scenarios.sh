@@ -393,10 +393,10 @@ latency_round_rep() {
 	sink_stop
 }
 
-# latency_round_w2j RATE R: one pg_recvlogical + wal2json v2 round, on a
-# slot created for it (so that it starts with this round's rows).
-latency_round_w2j() {
-	local rate=$1 r=$2 out lat wspid rlpid cpu0 k n0 want id="s4.$1"
+# w2j_start: pg_recvlogical + wal2json v2 on a slot created for it (so
+# that it starts with what commits next), its output piped into the sink
+# (-i); sets W2J_WALSENDER and W2J_RECVLOGICAL, the pids.
+w2j_start() {
 	q "SELECT pg_create_logical_replication_slot('bench_lat', 'wal2json')" >/dev/null
 	rm -f "$WORK/recvlogical.pid"
 	# pg_recvlogical's pid through exec, so that it is stopped by its id.
@@ -405,15 +405,32 @@ latency_round_w2j() {
 		-o format-version=2 -o include-transaction=false -F 0 -f - 2>>'$WORK/recvlogical.log'" |
 		"$WORK/bin/sink" -p "$SINK_PORT" -l -c value -i -o "$WORK/latency_samples.txt" 2>>"$WORK/sink.log" &
 	SINK_PID=$!
+	W2J_WALSENDER=
 	for _ in $(seq 200); do
-		wspid=$(q "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_lat'")
-		[ -n "$wspid" ] && sink_get stats >/dev/null 2>&1 && break
+		W2J_WALSENDER=$(q "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_lat'")
+		[ -n "$W2J_WALSENDER" ] && sink_get stats >/dev/null 2>&1 && break
 		sleep 0.05
 	done
-	[ -n "$wspid" ] || die "s4: pg_recvlogical did not connect"
-	rlpid=$(cat "$WORK/recvlogical.pid")
+	[ -n "$W2J_WALSENDER" ] || die "s4: pg_recvlogical did not connect"
+	W2J_RECVLOGICAL=$(cat "$WORK/recvlogical.pid")
+}
+
+w2j_stop() {
+	kill -INT "$W2J_RECVLOGICAL" 2>/dev/null || true
+	sink_stop
+	for _ in $(seq 100); do
+		[ -z "$(q "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_lat'")" ] && break
+		sleep 0.05
+	done
+	q "SELECT pg_drop_replication_slot('bench_lat')" >/dev/null
+}
+
+# latency_round_w2j RATE R: one pg_recvlogical + wal2json v2 round.
+latency_round_w2j() {
+	local rate=$1 r=$2 out lat cpu0 k n0 want id="s4.$1"
+	w2j_start
 	sink_get reset >/dev/null
-	cpu0=$(calc "$(proc_cpu_s "$wspid") + $(proc_cpu_s "$rlpid")")
+	cpu0=$(calc "$(proc_cpu_s "$W2J_WALSENDER") + $(proc_cpu_s "$W2J_RECVLOGICAL")")
 	n0=$(q "SELECT coalesce(max(id), 0) FROM lat")
 	out=$(pgbench_b -n -c 4 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
 	record "$id.w2j_tps.$r" "$(pgbench_tps "$out")"
@@ -422,19 +439,13 @@ latency_round_w2j() {
 		[ "$(json_field "$(sink_get stats)" rows)" -ge "$want" ] && break
 		sleep 0.05
 	done
-	record "$id.w2j_cpu_s.$r" "$(calc "$(proc_cpu_s "$wspid") + $(proc_cpu_s "$rlpid") - $cpu0")"
+	record "$id.w2j_cpu_s.$r" "$(calc "$(proc_cpu_s "$W2J_WALSENDER") + $(proc_cpu_s "$W2J_RECVLOGICAL") - $cpu0")"
 	lat=$(sink_get latency)
 	record "$id.w2j_rows.$r" "$(json_field "$lat" n)"
 	for k in p50 p95 p99 max; do
 		record "$id.w2j_${k}_ms.$r" "$(json_field "$lat" "${k}_ms")"
 	done
-	kill -INT "$rlpid" 2>/dev/null || true
-	sink_stop
-	for _ in $(seq 100); do
-		[ -z "$(q "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_lat'")" ] && break
-		sleep 0.05
-	done
-	q "SELECT pg_drop_replication_slot('bench_lat')" >/dev/null
+	w2j_stop
 }
 
 scenario_4() {
@@ -480,8 +491,19 @@ latency_perf() {
 	perf_start "$(worker_pid lat)" "s4-$rate"
 	pgbench_b -n -c 4 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" >/dev/null 2>&1
 	perf_stop
+	# From a wake-up to the first byte out, by step: the worker's, then the
+	# walsender's (whose bytes then cross pg_recvlogical and a pipe).
+	log "s4: wake-up to send at $rate txn/s, worker then walsender (${S4_SECS}s each, not measured)"
+	wake_trace_start "$(worker_pid lat)"
+	pgbench_b -n -c 4 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" >/dev/null 2>&1
+	wake_trace_stop "s4.$rate.rep_wake"
 	pipeline_disable lat
 	sink_stop
+	w2j_start
+	wake_trace_start "$W2J_WALSENDER"
+	pgbench_b -n -c 4 -j 2 --rate="$rate" -T "$S4_SECS" -f "$WORK/lat.sql" >/dev/null 2>&1
+	wake_trace_stop "s4.$rate.w2j_wake"
+	w2j_stop
 }
 
 # ------------------------------------------------------------ 5: memory --
