@@ -85,13 +85,7 @@ $sink->stop;
 # requests reused the first read's ids.  Rows are five to a block
 # (fillfactor 10); the fault points place the rewrite after the first
 # window (initial snapshot) or chunk (ctid backfill) was delivered.
-sub fault_point
-{
-	my ($value) = @_;
-	$node->safe_psql('postgres',
-		($value ? "ALTER SYSTEM SET replicant.fault_point = '$value'" : 'ALTER SYSTEM RESET replicant.fault_point')
-		  . ";\nSELECT pg_reload_conf();");
-}
+sub fault_point { return ReplicantTest::set_fault_point($node, $_[0]); }
 
 # Webhook-ids of the sink's requests that carried two different bodies.
 sub ids_of_two_bodies

@@ -139,13 +139,7 @@ is($node->safe_psql('postgres',
 		"SELECT bool_and(pg_relation_size(t) / 8192 > 2048) FROM unnest('{folk,parts_1}'::regclass[]) t"),
 	't', 'unpublished: the tables span three snapshot windows');
 
-sub fault_point
-{
-	my ($value) = @_;
-	$node->safe_psql('postgres',
-		($value ? "ALTER SYSTEM SET replicant.fault_point = '$value'" : 'ALTER SYSTEM RESET replicant.fault_point')
-		  . ";\nSELECT pg_reload_conf();");
-}
+sub fault_point { return ReplicantTest::set_fault_point($node, $_[0]); }
 
 sub unpublished_rows
 {

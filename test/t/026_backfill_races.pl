@@ -41,12 +41,7 @@ my $node = ReplicantTest::new_node('backfill_races');
 sub query { return $node->safe_psql('postgres', @_); }
 sub poll  { return ReplicantTest::poll($node, @_); }
 
-sub fault_point
-{
-	my ($value) = @_;
-	query(($value ? "ALTER SYSTEM SET replicant.fault_point = '$value'" : 'ALTER SYSTEM RESET replicant.fault_point')
-		  . ";\nSELECT pg_reload_conf();");
-}
+sub fault_point { return ReplicantTest::set_fault_point($node, $_[0]); }
 
 # ---- a rewrite that holds the lock while a chunk starts -----------------------------
 # A table per mode, without TOASTable columns, so that ctid is planned

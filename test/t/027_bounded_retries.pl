@@ -66,15 +66,7 @@ sub log_count
 	return scalar @m;
 }
 
-sub set_fault
-{
-	my ($value) = @_;
-	$node->safe_psql('postgres',
-		defined $value
-		? "ALTER SYSTEM SET replicant.fault_point = '$value'; SELECT pg_reload_conf();"
-		: "ALTER SYSTEM RESET replicant.fault_point; SELECT pg_reload_conf();");
-	return;
-}
+sub set_fault { return ReplicantTest::set_fault_point($node, $_[0]); }
 
 # A table and publication for a case with $rows rows, and (unless $create
 # is false) its pipeline, streaming: then the rows are inserted after it

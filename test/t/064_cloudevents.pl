@@ -276,13 +276,7 @@ $rp->stop;
 # drop an event whose source and id it has seen).  The worker is held
 # before its second chunk: first at its first chunk's read, then, while
 # the setting moves on, at its table lock, then before the next read.
-sub fault_point
-{
-	my ($value) = @_;
-	$node->safe_psql('postgres',
-		($value ? "ALTER SYSTEM SET replicant.fault_point = '$value'" : 'ALTER SYSTEM RESET replicant.fault_point')
-		  . ";\nSELECT pg_reload_conf();");
-}
+sub fault_point { return ReplicantTest::set_fault_point($node, $_[0]); }
 $node->safe_psql('postgres', q{
 	CREATE TABLE kl (v int NOT NULL, pad text NOT NULL);
 	INSERT INTO kl SELECT g, repeat('x', 100) FROM generate_series(1, 5000) g;
