@@ -171,10 +171,14 @@ SKIP:
 		CREATE PUBLICATION vpub FOR TABLE v;
 	});
 	my $sink_b5 = ReplicantTest::start_sink(name => 'sink_b5');
+	# Created disabled, so that one worker starts, with both: a worker that
+	# started before y was added is restarted, and its successor would make
+	# y's table again after the test dropped it below.
 	$node->safe_psql('postgres',
-		"SELECT replicant.create_pipeline('s5', 'vpub', '$sink_b5->{url}', destination => 'b')");
+		"SELECT replicant.create_pipeline('s5', 'vpub', '$sink_b5->{url}', destination => 'b', enabled => false)");
 	$node->safe_psql('postgres',
 		"SELECT replicant.add_destination('s5', 'y', '$ch->{url}?database=t5y', format => 'clickhouse', create_tables => true)");
+	$node->safe_psql('postgres', "SELECT replicant.enable_pipeline('s5')");
 	ok(poll("SELECT count(*) = 2 AND bool_and(state = 'streaming') FROM replicant.destination_status WHERE pipeline = 's5'"),
 		'5: b and y stream');
 	# y falls behind: its table is gone (a final error), until its resume
