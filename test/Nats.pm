@@ -246,7 +246,10 @@ The same for an existing stream: its whole new configuration.
 
 =item $nats->messages($stream)
 
-Every message of the stream, in stream order (see DESCRIPTION).
+Every message of the stream, in stream order (see DESCRIPTION), read once
+the stream has a leader and every replica is current: a node restarted a
+moment ago answers from the state it had when it stopped (nats-server 2.9),
+without the messages acknowledged while it was down.
 
 =item $nats->leader($stream)
 

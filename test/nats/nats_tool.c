@@ -9,7 +9,9 @@
  *   nats_tool dump <servers> <stream>
  *       one JSON object per message: {"seq":N,"subject":"...",
  *       "headers":{"Name":"value",...},"data":"<the body as a string>"}
- *       and "time": the stream's store time, ns since the epoch
+ *       and "time": the stream's store time, ns since the epoch; exits 3
+ *       without reading while the stream has no leader or a replica is not
+ *       current (test/Nats.pm retries)
  *   nats_tool leader <servers> <stream>
  *   nats_tool purge <servers> <stream>
  *   nats_tool api <servers> <subject> <json>
@@ -187,6 +189,30 @@ write_raw(natsMsg *msg, FILE *out)
 
 static FILE *raw_out;
 
+/*
+ * Whether the stream has a leader and every replica is current: a node
+ * restarted a moment ago answers from the state it had when it stopped
+ * (nats-server 2.9), so a read before then may miss acknowledged messages.
+ */
+static bool
+settled(const jsStreamInfo *si)
+{
+	int i;
+
+	if (si->Cluster == NULL)
+		return true;
+	if (si->Cluster->Leader == NULL || si->Cluster->Leader[0] == '\0')
+		return false;
+	for (i = 0; i < si->Cluster->ReplicasLen; i++)
+	{
+		const jsPeerInfo *peer = si->Cluster->Replicas[i];
+
+		if (!peer->Current || peer->Offline || peer->Lag != 0)
+			return false;
+	}
+	return true;
+}
+
 static void
 dump(jsCtx *js, const char *stream)
 {
@@ -198,6 +224,11 @@ dump(jsCtx *js, const char *stream)
 	s = js_GetStreamInfo(&si, js, stream, NULL, &code);
 	if (s != NATS_OK)
 		fail("stream info", s, code);
+	if (!settled(si))
+	{
+		fprintf(stderr, "dump: the stream's replicas are not all current yet\n");
+		exit(3);
+	}
 	for (seq = si->State.FirstSeq; seq > 0 && seq <= si->State.LastSeq; seq++)
 	{
 		natsMsg *msg = NULL;
