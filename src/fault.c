@@ -30,6 +30,8 @@
  * acknowledgement handler, which must not read settings: the worker arms
  * it (replicant_fault_holds) and only ":hold" is known there, holding the
  * next handler as a thread descheduled inside it would be held.
+ * "nats_learnt": the NATS transport has read the stream's last sequence
+ * and last message and published nothing since.
  *
  * Builds with -DREPLICANT_MUTANTS also have the mutants of fault.h.
  */

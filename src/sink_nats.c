@@ -364,8 +364,16 @@ nats_sink_publish(NatsSink *sink, NatsKind kind, const char *id, uint64 lsn, uin
 	jsPubOptions_Init(&po);
 	/* a stream other than the one checked refuses it (streams' subjects may change) */
 	po.ExpectStream = sink->url.stream;
-	if (chained && sink->last_seq > 0)
-		po.ExpectLastSeq = sink->last_seq;
+	/*
+	 * Set here, 0 included (libnats sends none for 0): a just restarted node
+	 * may have answered the stream read from an empty past (nats-server 2.9),
+	 * and an unchained first change would land behind what the stream holds.
+	 */
+	if (chained)
+	{
+		snprintf(number, sizeof(number), UINT64_FORMAT, sink->last_seq);
+		set_header(msg, "Nats-Expected-Last-Sequence", number);
+	}
 
 	if (sink->async_started)
 		s = js_PublishMsgAsync(sink->js, &msg, &po);

@@ -11,6 +11,7 @@
 
 #include <nats/nats.h>
 
+#include "fault.h"
 #include "sink_nats_internal.h"
 
 /*
@@ -257,5 +258,6 @@ nats_sink_learn_stream(NatsSink *sink, ReplicantSinkResult *result)
 	take_acked_mark(sink);
 	sink->known = true;
 	sink->probing = true;
+	replicant_fault("nats_learnt");
 	return true;
 }
