@@ -35,16 +35,7 @@ $node->safe_psql('postgres',
 
 sub poll { return ReplicantTest::poll($node, @_); }
 
-my $n = 0;
-sub insert_txn
-{
-	my ($rows) = @_;
-	my @sql = map { $n++; "INSERT INTO t VALUES ($n, 'v$n')" } 1 .. $rows;
-	return $node->safe_psql('postgres',
-		join(";\n", 'BEGIN', @sql, 'COMMIT', 'SELECT pg_current_wal_lsn()'));
-}
-
-my $lsn = insert_txn(1);
+my $lsn = $node->safe_psql('postgres', "INSERT INTO t VALUES (1, 'v1'); SELECT pg_current_wal_lsn()");
 ok(poll("SELECT replicant.await_delivered('p', '$lsn', 1000)", 120), 'the first transaction is delivered');
 my $raw = PostgreSQL::Test::Utils::tempdir() . '/raw';
 $nats->tool_ok('dumpraw', 'S', $raw);
@@ -55,7 +46,8 @@ $nats->tool_ok('delete', 'S');
 $nats->create_stream('S', 'replicant.p.>', duplicates_ms => 1000);
 my $offset = -s $node->logfile;
 ReplicantTest::set_fault_point($node, 'nats_learnt:hold');
-$lsn = insert_txn(5);
+$lsn = $node->safe_psql('postgres',
+	"INSERT INTO t SELECT g, 'v' || g FROM generate_series(2, 6) g; SELECT pg_current_wal_lsn()");
 $node->wait_for_log(qr/fault point "nats_learnt" reached, holding/, $offset);
 
 # what that read did not show: the pipeline's last message
