@@ -249,7 +249,8 @@ The same for an existing stream: its whole new configuration.
 Every message of the stream, in stream order (see DESCRIPTION), read once
 the stream has a leader and every replica is current: a node restarted a
 moment ago answers from the state it had when it stopped (nats-server 2.9),
-without the messages acknowledged while it was down.
+without the messages acknowledged while it was down.  So it cannot read a
+stream one of whose nodes is down: it dies after the tests' timeout.
 
 =item $nats->leader($stream)
 
