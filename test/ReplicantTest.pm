@@ -383,6 +383,28 @@ sub set_fault_point
 	return;
 }
 
+=pod
+
+=item kill_worker($node, $pid)
+
+Kills the worker $pid with SIGKILL and waits until the server it makes the
+postmaster restart accepts connections again. It waits for the restart's
+log line first: until the postmaster has noticed the death, the server
+still answers as before, and a statement sent then fails once it restarts.
+
+=cut
+
+sub kill_worker
+{
+	my ($node, $pid) = @_;
+	my $offset = -s $node->logfile;
+	kill 'KILL', $pid or die "could not kill the worker $pid";
+	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
+	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or die 'the server did not come back after the crash';
+	return;
+}
+
 # PostgreSQL::Test::Cluster's own poll_query_until (wait_for_catchup uses
 # it too) starts psql for every attempt, ten times a second: the same cost
 # as above, so every node polls through a session instead.

@@ -161,10 +161,7 @@ ok(applied_once($sink_b), 'b applied no commit twice');
 # 3. A killed worker: each destination equal, at most one batch re-sent each.
 insert(50);
 $worker = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
-kill 'KILL', $worker;
-# a killed background worker makes the postmaster restart the server
-$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-  or die 'the server did not come back after the crash';
+ReplicantTest::kill_worker($node, $worker);
 insert(50);
 ok(delivered(), 'delivered after the crash');
 ok(has_ids($sink_a, [ 1 .. $n, 100000 ]), 'a equals the source after the crash');

@@ -528,10 +528,7 @@ ok(poll("SELECT transactions_delivered > $a_delivered AND pg_current_wal_lsn() -
 my $worker = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
 ok($worker =~ /^\d+$/, 'the worker runs');
 note('the writer ' . ($bg->pumpable ? 'still writes' : 'is done') . ' at the kill');
-kill 'KILL', $worker;
-# a killed background worker makes the postmaster restart the server
-$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-  or die 'the server did not come back after the crash';
+ReplicantTest::kill_worker($node, $worker);
 eval { $bg->finish; };    # the restart ended its connection
 $sink_a->control({ clear => 1 });
 ok(poll("SELECT coalesce(worker_pid, 0) NOT IN (0, $worker) FROM replicant.status WHERE pipeline = 'p'"),

@@ -177,9 +177,7 @@ ok(poll("SELECT checkpoint_lsn > '$after_message' FROM replicant.destination_sta
 # flushes the WAL past a's before the kill.
 $node->safe_psql('postgres', 'SELECT pg_current_xact_id()');
 my $worker = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
-kill 'KILL', $worker;
-$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-  or die 'the server did not come back after the crash';
+ReplicantTest::kill_worker($node, $worker);
 insert(10);
 ok(has_all($sink_a), 'a has everything after the crash');
 $sink_b->control({ clear => 1 });

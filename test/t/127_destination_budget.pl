@@ -154,8 +154,7 @@ like($err, qr/destination "b" of pipeline "p" gave its hold on the replication s
 # Nor does a killed worker.
 my $b_deliveries = scalar @{ $sink_b->txlog };
 my $pid = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
-kill 'KILL', $pid;
-$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 'the server did not come back';
+ReplicantTest::kill_worker($node, $pid);
 insert(3);
 ok(has_all($sink_a) && has_all($sink_c), 'after a crash, the others get every transaction');
 insert(1);

@@ -88,9 +88,7 @@ $sink_b->control({ hang => 1 });
 insert(20);
 ok(has_all($sink_a), 'a streams while b hangs again');
 my $pid = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
-kill 'KILL', $pid;
-$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-  or die 'the server did not come back after the crash';
+ReplicantTest::kill_worker($node, $pid);
 insert(5);
 ok(has_all($sink_a), 'a gets everything after the crash');
 $sink_b->control({ clear => 1 });

@@ -108,9 +108,7 @@ check_stream('N', 'p.n', 'replicant.p-n', 'n', 'n');
 
 # A killed worker: each stream skips what it holds, by its own mark.
 my $pid = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
-kill 'KILL', $pid;
-$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-  or die 'the server did not come back after the crash';
+ReplicantTest::kill_worker($node, $pid);
 workload(20);
 ok(ReplicantTest::wait_until_synced($node, 'postgres', $sink, ['t']), 'after the crash, h equals the source');
 ok(stream_synced('D') && stream_synced('N'), 'and so do both streams');
@@ -136,9 +134,7 @@ for (1 .. 30)
 ok($beyond, "n's stream holds changes beyond n's checkpoint");
 sleep(3);    # their ids leave the duplicate window
 $pid = $node->safe_psql('postgres', "SELECT worker_pid FROM replicant.status WHERE pipeline = 'p'");
-kill 'KILL', $pid;
-$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-  or die 'the server did not come back after the crash';
+ReplicantTest::kill_worker($node, $pid);
 $node->safe_psql('postgres', "ALTER SYSTEM RESET replicant.checkpoint_interval");
 $node->reload;
 workload(5);
